@@ -1,0 +1,467 @@
+//! The frame vocabulary of DESIGN.md §2, with encoders and the field table.
+//!
+//! Host→child frames ([`BootFrame`], [`RunFrame`], [`ReplyFrame`]) are built by
+//! the host and encoded here. Child→host frames ([`ChildFrame`]) only come out
+//! of [`crate::validate_child_frame`], rebuilt field by field, and can be
+//! re-encoded (for transcripts and `pycage frames validate`).
+//!
+//! [`FRAME_FIELDS`] declares every frame's required and optional wire fields
+//! once. Unit tests check the encoders and the validator against it, and the
+//! mirror test checks `python/pycage/protocol.py` against it, so a field
+//! renamed, dropped, added or flipped required/optional on either side fails.
+
+use crate::encode::write_json_string;
+use crate::json::JsonValue;
+
+/// The child's protocol file descriptor.
+pub const PROTOCOL_FD: i32 = 3;
+
+/// The log line both ledgers emit once when their byte budget is exhausted.
+/// Python's `log_truncation_marker` must produce the same text (mirror test).
+pub fn log_truncation_marker(max_bytes: u64) -> String {
+    format!("[pycage] log capture truncated at {max_bytes} bytes")
+}
+
+/// One frame's wire fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameFields {
+    /// Name used by the mirror (`FRAMES` in protocol.py).
+    pub frame: &'static str,
+    pub required: &'static [&'static str],
+    pub optional: &'static [&'static str],
+}
+
+/// Every frame shape on the wire, host→child first.
+pub const FRAME_FIELDS: &[FrameFields] = &[
+    FrameFields {
+        frame: "boot",
+        required: &["type", "cpuSeconds", "addressSpaceBytes", "maxLogBytes", "maxValueBytes", "namespaces"],
+        optional: &[],
+    },
+    FrameFields {
+        frame: "namespace",
+        required: &["global", "names"],
+        optional: &["errorClass"],
+    },
+    FrameFields {
+        frame: "errorClass",
+        required: &["name", "memberNameProperty"],
+        optional: &[],
+    },
+    FrameFields {
+        frame: "run",
+        required: &["type", "program"],
+        optional: &[],
+    },
+    FrameFields {
+        frame: "reply-ok",
+        required: &["type", "id", "ok", "value"],
+        optional: &[],
+    },
+    FrameFields {
+        frame: "reply-error",
+        required: &["type", "id", "ok", "message"],
+        optional: &[],
+    },
+    FrameFields {
+        frame: "boot-ack",
+        required: &["type"],
+        optional: &[],
+    },
+    FrameFields {
+        frame: "call",
+        required: &["type", "id", "global", "name", "args"],
+        optional: &[],
+    },
+    FrameFields {
+        frame: "log",
+        required: &["type", "text"],
+        optional: &["truncated"],
+    },
+    FrameFields {
+        frame: "done",
+        required: &["type"],
+        optional: &["value", "error"],
+    },
+    FrameFields {
+        frame: "done-error",
+        required: &["kind", "message"],
+        optional: &[],
+    },
+];
+
+/// Looks up a frame's fields by mirror name.
+pub fn frame_fields(frame: &str) -> Option<&'static FrameFields> {
+    FRAME_FIELDS.iter().find(|f| f.frame == frame)
+}
+
+/// Largest `call.id` an honest child issues (2^53 - 1, the largest integer a
+/// double holds exactly, so an id survives any JSON implementation).
+pub const MAX_CALL_ID: u64 = (1 << 53) - 1;
+
+/// Small writer for compact JSON objects with fields in a fixed order.
+struct Obj<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> Obj<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        Obj { out, first: true }
+    }
+    fn key(&mut self, k: &str) -> &mut Vec<u8> {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        write_json_string(self.out, k);
+        self.out.push(b':');
+        self.out
+    }
+    fn str(&mut self, k: &str, v: &str) {
+        write_json_string(self.key(k), v);
+    }
+    fn u64(&mut self, k: &str, v: u64) {
+        let s = v.to_string();
+        self.key(k).extend_from_slice(s.as_bytes());
+    }
+    fn bool(&mut self, k: &str, v: bool) {
+        self.key(k)
+            .extend_from_slice(if v { b"true" } else { b"false" });
+    }
+    fn value(&mut self, k: &str, v: &JsonValue) {
+        v.write_canonical(self.key(k));
+    }
+    fn end(self) -> &'a mut Vec<u8> {
+        self.out.push(b'}');
+        self.out
+    }
+}
+
+/// `errorClass` of a namespace entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorClassEntry {
+    pub name: String,
+    pub member_name_property: String,
+}
+
+/// One namespace in `boot`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceEntry {
+    pub global: String,
+    pub names: Vec<String>,
+    pub error_class: Option<ErrorClassEntry>,
+}
+
+/// `boot`: the first frame; limits and namespaces. A zero limit means "not set".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootFrame {
+    pub cpu_seconds: u64,
+    pub address_space_bytes: u64,
+    pub max_log_bytes: u64,
+    pub max_value_bytes: u64,
+    pub namespaces: Vec<NamespaceEntry>,
+}
+
+impl BootFrame {
+    /// Appends the frame as one line (with its `\n`).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        o.str("type", "boot");
+        o.u64("cpuSeconds", self.cpu_seconds);
+        o.u64("addressSpaceBytes", self.address_space_bytes);
+        o.u64("maxLogBytes", self.max_log_bytes);
+        o.u64("maxValueBytes", self.max_value_bytes);
+        let nsout = o.key("namespaces");
+        nsout.push(b'[');
+        for (i, ns) in self.namespaces.iter().enumerate() {
+            if i > 0 {
+                nsout.push(b',');
+            }
+            let mut n = Obj::new(nsout);
+            n.str("global", &ns.global);
+            let names = n.key("names");
+            names.push(b'[');
+            for (j, name) in ns.names.iter().enumerate() {
+                if j > 0 {
+                    names.push(b',');
+                }
+                write_json_string(names, name);
+            }
+            names.push(b']');
+            if let Some(ec) = &ns.error_class {
+                let ecout = n.key("errorClass");
+                let mut e = Obj::new(ecout);
+                e.str("name", &ec.name);
+                e.str("memberNameProperty", &ec.member_name_property);
+                e.end();
+            }
+            n.end();
+        }
+        nsout.push(b']');
+        o.end().push(b'\n');
+    }
+}
+
+/// `run`: the program, after `boot-ack`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFrame {
+    pub program: String,
+}
+
+impl RunFrame {
+    /// Appends the frame as one line.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        o.str("type", "run");
+        o.str("program", &self.program);
+        o.end().push(b'\n');
+    }
+}
+
+/// `reply`: the outcome of one `call`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyFrame {
+    Ok { id: u64, value: JsonValue },
+    Err { id: u64, message: String },
+}
+
+impl ReplyFrame {
+    /// Appends the frame as one line.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        o.str("type", "reply");
+        match self {
+            ReplyFrame::Ok { id, value } => {
+                o.u64("id", *id);
+                o.bool("ok", true);
+                o.value("value", value);
+            }
+            ReplyFrame::Err { id, message } => {
+                o.u64("id", *id);
+                o.bool("ok", false);
+                o.str("message", message);
+            }
+        }
+        o.end().push(b'\n');
+    }
+}
+
+/// The three failure kinds a child may report in `done`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChildErrorKind {
+    Exception,
+    InvalidOutput,
+    OutputLimit,
+}
+
+impl ChildErrorKind {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChildErrorKind::Exception => "exception",
+            ChildErrorKind::InvalidOutput => "invalid-output",
+            ChildErrorKind::OutputLimit => "output-limit",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn from_wire(s: &str) -> Option<Self> {
+        match s {
+            "exception" => Some(ChildErrorKind::Exception),
+            "invalid-output" => Some(ChildErrorKind::InvalidOutput),
+            "output-limit" => Some(ChildErrorKind::OutputLimit),
+            _ => None,
+        }
+    }
+}
+
+/// `done.error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildError {
+    pub kind: ChildErrorKind,
+    pub message: String,
+}
+
+/// A validated, rebuilt child→host frame. Match it exhaustively: a new kind
+/// must fail to compile until every consumer handles it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildFrame {
+    BootAck,
+    Call {
+        id: u64,
+        global: String,
+        name: String,
+        args: JsonValue,
+    },
+    Log {
+        text: String,
+        truncated: bool,
+    },
+    /// A forged `done` may carry both; consumers treat `error` first.
+    Done {
+        value: Option<JsonValue>,
+        error: Option<ChildError>,
+    },
+}
+
+impl ChildFrame {
+    /// The frame's `type` on the wire.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ChildFrame::BootAck => "boot-ack",
+            ChildFrame::Call { .. } => "call",
+            ChildFrame::Log { .. } => "log",
+            ChildFrame::Done { .. } => "done",
+        }
+    }
+
+    /// Appends the rebuilt frame as compact JSON (no newline). Optional fields
+    /// appear only when set; `truncated` only when true.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        o.str("type", self.type_name());
+        match self {
+            ChildFrame::BootAck => {}
+            ChildFrame::Call {
+                id,
+                global,
+                name,
+                args,
+            } => {
+                o.u64("id", *id);
+                o.str("global", global);
+                o.str("name", name);
+                o.value("args", args);
+            }
+            ChildFrame::Log { text, truncated } => {
+                o.str("text", text);
+                if *truncated {
+                    o.bool("truncated", true);
+                }
+            }
+            ChildFrame::Done { value, error } => {
+                if let Some(v) = value {
+                    o.value("value", v);
+                }
+                if let Some(e) = error {
+                    let out = o.key("error");
+                    let mut eo = Obj::new(out);
+                    eo.str("kind", e.kind.as_str());
+                    eo.str("message", &e.message);
+                    eo.end();
+                }
+            }
+        }
+        o.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn keys(line: &[u8]) -> BTreeSet<String> {
+        let v = JsonValue::parse(line).unwrap();
+        v.root().as_object().unwrap().map(|(k, _)| k.to_owned()).collect()
+    }
+
+    fn expect(frame: &str, with_optional: bool) -> BTreeSet<String> {
+        let f = frame_fields(frame).unwrap();
+        let mut s: BTreeSet<String> = f.required.iter().map(|s| s.to_string()).collect();
+        if with_optional {
+            s.extend(f.optional.iter().map(|s| s.to_string()));
+        }
+        s
+    }
+
+    #[test]
+    fn host_encoders_agree_with_table() {
+        let ns = |ec: bool| NamespaceEntry {
+            global: "tools".into(),
+            names: vec!["a".into(), "my-tool".into(), "".into()],
+            error_class: ec.then(|| ErrorClassEntry {
+                name: "ToolError".into(),
+                member_name_property: "tool".into(),
+            }),
+        };
+        let boot = BootFrame {
+            cpu_seconds: 30,
+            address_space_bytes: 1 << 29,
+            max_log_bytes: 65536,
+            max_value_bytes: 1 << 20,
+            namespaces: vec![ns(false), ns(true)],
+        };
+        let mut out = Vec::new();
+        boot.encode(&mut out);
+        assert_eq!(out.last(), Some(&b'\n'));
+        assert_eq!(keys(&out), expect("boot", true));
+        let v = JsonValue::parse(&out).unwrap();
+        let nss: Vec<_> = v.root().get("namespaces").unwrap().as_array().unwrap().collect();
+        let nk = |i: usize| -> BTreeSet<String> { nss[i].as_object().unwrap().map(|(k, _)| k.to_owned()).collect() };
+        assert_eq!(nk(0), expect("namespace", false));
+        assert_eq!(nk(1), expect("namespace", true));
+        let ec: BTreeSet<String> =
+            nss[1].get("errorClass").unwrap().as_object().unwrap().map(|(k, _)| k.to_owned()).collect();
+        assert_eq!(ec, expect("errorClass", true));
+
+        let mut out = Vec::new();
+        RunFrame { program: "return 1".into() }.encode(&mut out);
+        assert_eq!(keys(&out), expect("run", true));
+        let mut out = Vec::new();
+        ReplyFrame::Ok { id: 7, value: JsonValue::null() }.encode(&mut out);
+        assert_eq!(keys(&out), expect("reply-ok", true));
+        assert_eq!(out, b"{\"type\":\"reply\",\"id\":7,\"ok\":true,\"value\":null}\n");
+        let mut out = Vec::new();
+        ReplyFrame::Err { id: 7, message: "no".into() }.encode(&mut out);
+        assert_eq!(keys(&out), expect("reply-error", true));
+    }
+
+    #[test]
+    fn child_encoders_agree_with_table() {
+        let enc = |f: &ChildFrame| {
+            let mut out = Vec::new();
+            f.encode(&mut out);
+            out
+        };
+        assert_eq!(keys(&enc(&ChildFrame::BootAck)), expect("boot-ack", true));
+        let call = ChildFrame::Call {
+            id: 1,
+            global: "g".into(),
+            name: "n".into(),
+            args: JsonValue::null(),
+        };
+        assert_eq!(keys(&enc(&call)), expect("call", true));
+        let log = |t| ChildFrame::Log { text: "x".into(), truncated: t };
+        assert_eq!(keys(&enc(&log(false))), expect("log", false));
+        assert_eq!(keys(&enc(&log(true))), expect("log", true));
+        let done = ChildFrame::Done {
+            value: Some(JsonValue::null()),
+            error: Some(ChildError {
+                kind: ChildErrorKind::Exception,
+                message: "m".into(),
+            }),
+        };
+        let out = enc(&done);
+        assert_eq!(keys(&out), expect("done", true));
+        let v = JsonValue::parse(&out).unwrap();
+        let ek: BTreeSet<String> = v.root().get("error").unwrap().as_object().unwrap().map(|(k, _)| k.to_owned()).collect();
+        assert_eq!(ek, expect("done-error", true));
+        assert_eq!(keys(&enc(&ChildFrame::Done { value: None, error: None })), expect("done", false));
+    }
+
+    #[test]
+    fn marker_text() {
+        assert_eq!(log_truncation_marker(65536), "[pycage] log capture truncated at 65536 bytes");
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        for k in [ChildErrorKind::Exception, ChildErrorKind::InvalidOutput, ChildErrorKind::OutputLimit] {
+            assert_eq!(ChildErrorKind::from_wire(k.as_str()), Some(k));
+        }
+        assert_eq!(ChildErrorKind::from_wire("timeout"), None);
+    }
+}
