@@ -1,1 +1,148 @@
-//! placeholder
+//! pycage's host supervisor: run a model-written Python program in a fresh
+//! CPython process, serve its binding calls, enforce budgets, and report
+//! every outcome as a [`RunResult`].
+//!
+//! ```no_run
+//! use pycage_runtime::{Binding, BindingError, Namespace, RunRequest, Runtime, RuntimeConfig};
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = Runtime::new(RuntimeConfig::default())?;
+//! let tools = Namespace::new("tools").with_function(
+//!     "double",
+//!     Binding::new(|args| async move {
+//!         let n = args.root().as_number().and_then(|n| n.as_i64()).ok_or_else(|| BindingError::new("want an int"))?;
+//!         Ok((n * 2).into())
+//!     }),
+//! );
+//! let result = runtime.run(RunRequest::new("return await tools.double(21)").with_namespace(tools)).await?;
+//! assert_eq!(result.value.unwrap().to_string(), "42");
+//! runtime.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Layers: [`config`] (validated budgets), [`interpreter`] (resolving and
+//! probing CPython once), [`names`] (the portable identifier rules),
+//! `spawn` (the only `unsafe`: fork/exec, fd 3, kill and reap), `run` (the
+//! supervisor loop) and [`ledger`] (logs). The Python side is embedded from
+//! `python/pycage/`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+mod bindings;
+pub mod config;
+pub mod interpreter;
+pub mod ledger;
+pub mod names;
+mod run;
+mod runtime;
+mod spawn;
+
+pub use bindings::{Binding, BindingError, BindingFuture, ErrorClass, Namespace};
+pub use config::{ConfigError, Isolation, RuntimeConfig};
+pub use interpreter::{Interpreter, InterpreterError};
+pub use names::NameError;
+pub use pycage_protocol::JsonValue;
+pub use runtime::{RuntimeError, MisuseError, RunRequest, Runtime};
+pub use tokio_util::sync::CancellationToken;
+
+/// Why a run failed. The kinds are orthogonal (DESIGN.md §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The program raised, or failed to compile.
+    Exception,
+    /// A wall-clock or CPU budget expired (the message says which).
+    Timeout,
+    /// The caller cancelled, or the runtime shut down.
+    Abort,
+    /// The process died without settling.
+    WorkerExit,
+    /// The return value is not JSON that can cross losslessly.
+    InvalidOutput,
+    /// A value, line or control-traffic budget was exceeded.
+    OutputLimit,
+}
+
+impl FailureKind {
+    /// The wire / JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Exception => "exception",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Abort => "abort",
+            FailureKind::WorkerExit => "worker-exit",
+            FailureKind::InvalidOutput => "invalid-output",
+            FailureKind::OutputLimit => "output-limit",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed run's kind and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFailure {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+/// Every outcome of a run. When `error` is set, `value` is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunResult {
+    /// The top-level `return` value; `None` if the program did not return.
+    pub value: Option<JsonValue>,
+    /// Output lines in the order written, without trailing newlines.
+    pub logs: Vec<String>,
+    pub error: Option<RunFailure>,
+    /// Frames from the child that failed validation and were dropped.
+    pub dropped_frames: u64,
+}
+
+impl RunResult {
+    pub(crate) fn failed(kind: FailureKind, message: String, logs: Vec<String>) -> Self {
+        RunResult { value: None, logs, error: Some(RunFailure { kind, message }), dropped_frames: 0 }
+    }
+
+    /// The result as one JSON object: `value` (absent when none), `logs`,
+    /// `error` `{kind, message}` (absent on success).
+    pub fn to_json(&self) -> JsonValue {
+        let mut b = pycage_protocol::JsonBuilder::new();
+        // Each step is valid by construction; errors are impossible here.
+        let _ = (|| -> Result<(), pycage_protocol::BuildError> {
+            b.begin_object()?;
+            if let Some(v) = &self.value {
+                b.key("value")?;
+                b.value(v.root())?;
+            }
+            b.key("logs")?;
+            b.begin_array()?;
+            for l in &self.logs {
+                b.string(l)?;
+            }
+            b.end()?;
+            if let Some(e) = &self.error {
+                b.key("error")?;
+                b.begin_object()?;
+                b.key("kind")?;
+                b.string(e.kind.as_str())?;
+                b.key("message")?;
+                b.string(&e.message)?;
+                b.end()?;
+            }
+            b.end()
+        })();
+        b.finish().unwrap_or_else(|_| JsonValue::null())
+    }
+}
+
+/// What a run reports while it is in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunEvent {
+    /// One complete log line.
+    Log(String),
+    /// The program called a binding.
+    Call { id: u64, global: String, name: String, args: JsonValue },
+    /// A call finished: `error` is the rejection message, if any.
+    CallFinished { id: u64, error: Option<String> },
+}

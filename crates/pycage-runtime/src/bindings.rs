@@ -1,0 +1,94 @@
+//! Host functions the program calls: namespaces of async bindings.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use pycage_protocol::JsonValue;
+
+/// A binding's refusal; the program sees `message` on the raised exception.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BindingError {
+    pub message: String,
+}
+
+impl BindingError {
+    /// A refusal with this message.
+    pub fn new(message: impl Into<String>) -> Self {
+        BindingError { message: message.into() }
+    }
+}
+
+/// The future a binding returns.
+pub type BindingFuture = Pin<Box<dyn Future<Output = Result<JsonValue, BindingError>> + Send>>;
+
+/// An async host function from JSON to JSON. Cheap to clone.
+#[derive(Clone)]
+pub struct Binding(Arc<dyn Fn(JsonValue) -> BindingFuture + Send + Sync>);
+
+impl Binding {
+    /// Wraps an async closure.
+    ///
+    /// ```
+    /// use pycage_runtime::{Binding, BindingError};
+    /// let echo = Binding::new(|args| async move { Ok::<_, BindingError>(args) });
+    /// ```
+    pub fn new<F, Fut>(f: F) -> Self
+    where
+        F: Fn(JsonValue) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<JsonValue, BindingError>> + Send + 'static,
+    {
+        Binding(Arc::new(move |args| Box::pin(f(args))))
+    }
+
+    /// Starts one call.
+    pub fn call(&self, args: JsonValue) -> BindingFuture {
+        (self.0)(args)
+    }
+}
+
+impl fmt::Debug for Binding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Binding(..)")
+    }
+}
+
+/// The exception class a namespace's rejected calls raise in the program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorClass {
+    /// The class's name; also a global of the program.
+    pub name: String,
+    /// Attribute of the raised exception that holds the member's name.
+    pub member_name_property: String,
+}
+
+/// One global object of the program, e.g. `tools`, whose members are the
+/// bindings. Member names are any strings.
+#[derive(Debug, Clone)]
+pub struct Namespace {
+    pub global: String,
+    pub functions: BTreeMap<String, Binding>,
+    pub error_class: Option<ErrorClass>,
+}
+
+impl Namespace {
+    /// An empty namespace.
+    pub fn new(global: impl Into<String>) -> Self {
+        Namespace { global: global.into(), functions: BTreeMap::new(), error_class: None }
+    }
+
+    /// Adds a member.
+    pub fn with_function(mut self, name: impl Into<String>, binding: Binding) -> Self {
+        self.functions.insert(name.into(), binding);
+        self
+    }
+
+    /// Sets the error class.
+    pub fn with_error_class(mut self, class: ErrorClass) -> Self {
+        self.error_class = Some(class);
+        self
+    }
+}

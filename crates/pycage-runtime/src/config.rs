@@ -1,0 +1,183 @@
+//! Runtime configuration: every budget is a named, validated field.
+//!
+//! Defaults come from DESIGN.md §4 and [`pycage_protocol::limits`]. They live
+//! here, in one place, and [`RuntimeConfig::validate`] runs when the runtime
+//! is built, so `run()` never invents a limit of its own.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pycage_protocol::limits;
+
+/// How a run is contained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// A fresh process with rlimits, its own process group, a scrubbed
+    /// environment and a private temporary directory. Contains accidents,
+    /// not attacks.
+    Process,
+    /// `Process` plus Linux namespaces, a private filesystem view, Landlock,
+    /// seccomp and an unprivileged uid (DESIGN.md §5).
+    #[default]
+    Sandbox,
+}
+
+impl Isolation {
+    /// The CLI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Process => "process",
+            Isolation::Sandbox => "sandbox",
+        }
+    }
+}
+
+/// Everything a [`crate::Runtime`] needs to know before its first run.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// The interpreter: `None` searches `PATH` for `python3`. Resolved once
+    /// to the real executable (`sys.executable`), so a pyenv shim is paid at
+    /// construction only.
+    pub python: Option<PathBuf>,
+    /// Wall-clock budget of one run, spawn to settlement.
+    pub wall_time: Duration,
+    /// `RLIMIT_CPU` of the child, in seconds (reported as `timeout`).
+    pub cpu_seconds: u64,
+    /// `RLIMIT_AS` of the child, in bytes.
+    pub address_space_bytes: u64,
+    /// Log ledger size in bytes, on both sides.
+    pub max_log_bytes: u64,
+    /// Budget for the canonical size of the return value.
+    pub max_value_bytes: u64,
+    /// Longest child→host frame line.
+    pub max_line_bytes: usize,
+    /// Total child→host protocol bytes per run.
+    pub max_control_bytes: u64,
+    /// Time between SIGTERM and SIGKILL when a child must be stopped.
+    pub grace: Duration,
+    /// Containment level.
+    pub isolation: Isolation,
+    /// Extra read-only paths for sandboxed runs (e.g. a virtualenv).
+    pub allow_read: Vec<PathBuf>,
+    /// `RLIMIT_NPROC` for sandboxed runs.
+    pub max_processes: u64,
+    /// `RLIMIT_FSIZE` for sandboxed runs.
+    pub max_file_bytes: u64,
+    /// `RLIMIT_NOFILE` for sandboxed runs.
+    pub max_open_files: u64,
+    /// First host uid/gid of the range sandboxed runs are mapped to (each
+    /// concurrent run gets its own, so `RLIMIT_NPROC` is per run).
+    pub sandbox_uid_base: u32,
+    /// How many uids the range has.
+    pub sandbox_uid_count: u32,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            python: None,
+            wall_time: Duration::from_secs(60),
+            cpu_seconds: 30,
+            address_space_bytes: 512 * 1024 * 1024,
+            max_log_bytes: limits::DEFAULT_MAX_LOG_BYTES,
+            max_value_bytes: limits::DEFAULT_MAX_VALUE_BYTES,
+            max_line_bytes: limits::DEFAULT_MAX_LINE_BYTES,
+            max_control_bytes: limits::DEFAULT_MAX_CONTROL_BYTES,
+            grace: Duration::from_millis(250),
+            isolation: Isolation::default(),
+            allow_read: Vec::new(),
+            max_processes: 64,
+            max_file_bytes: 64 * 1024 * 1024,
+            max_open_files: 256,
+            sandbox_uid_base: 1_500_000,
+            sandbox_uid_count: 65_536,
+        }
+    }
+}
+
+/// A configuration value that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid runtime configuration: {field} {problem}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub problem: String,
+}
+
+/// Smallest address space CPython with asyncio can start in.
+pub const MIN_ADDRESS_SPACE_BYTES: u64 = 64 * 1024 * 1024;
+
+impl RuntimeConfig {
+    /// Checks every field; the runtime refuses to start with a bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |field, problem: &str| {
+            Err(ConfigError {
+                field,
+                problem: problem.to_owned(),
+            })
+        };
+        if self.wall_time.is_zero() {
+            return err("wall_time", "must be greater than zero");
+        }
+        if self.cpu_seconds == 0 {
+            return err("cpu_seconds", "must be at least 1");
+        }
+        if self.address_space_bytes < MIN_ADDRESS_SPACE_BYTES {
+            return err(
+                "address_space_bytes",
+                &format!("must be at least {MIN_ADDRESS_SPACE_BYTES} (64 MiB): CPython cannot start in less"),
+            );
+        }
+        if self.max_line_bytes < 1024 {
+            return err("max_line_bytes", "must be at least 1024");
+        }
+        if (self.max_control_bytes as u128) < self.max_line_bytes as u128 {
+            return err("max_control_bytes", "must be at least max_line_bytes");
+        }
+        if self.max_value_bytes == 0 {
+            return err("max_value_bytes", "must be at least 1");
+        }
+        if self.grace > Duration::from_secs(60) {
+            return err("grace", "must be at most 60 s");
+        }
+        if self.max_processes == 0 || self.max_open_files < 16 {
+            return err("max_processes/max_open_files", "max_processes must be >= 1 and max_open_files >= 16");
+        }
+        if self.sandbox_uid_count == 0 || self.sandbox_uid_base == 0 || self.sandbox_uid_base.checked_add(self.sandbox_uid_count).is_none() {
+            return err("sandbox_uid_base", "the uid range must be non-empty, not include 0, and fit in u32");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_documented_values() {
+        let c = RuntimeConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.wall_time, Duration::from_secs(60));
+        assert_eq!(c.cpu_seconds, 30);
+        assert_eq!(c.address_space_bytes, 512 << 20);
+        assert_eq!(c.max_log_bytes, 64 << 10);
+        assert_eq!(c.max_value_bytes, 1 << 20);
+        assert_eq!(c.isolation, Isolation::Sandbox);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let bad = |f: fn(&mut RuntimeConfig)| {
+            let mut c = RuntimeConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert_eq!(bad(|c| c.wall_time = Duration::ZERO).field, "wall_time");
+        assert_eq!(bad(|c| c.cpu_seconds = 0).field, "cpu_seconds");
+        assert_eq!(bad(|c| c.address_space_bytes = 1).field, "address_space_bytes");
+        assert_eq!(bad(|c| c.max_line_bytes = 10).field, "max_line_bytes");
+        assert_eq!(bad(|c| c.max_control_bytes = 2000).field, "max_control_bytes");
+        assert_eq!(bad(|c| c.max_value_bytes = 0).field, "max_value_bytes");
+        assert_eq!(bad(|c| c.sandbox_uid_base = 0).field, "sandbox_uid_base");
+    }
+}

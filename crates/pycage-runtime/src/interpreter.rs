@@ -1,0 +1,140 @@
+//! Finding and probing the Python interpreter, once, at construction.
+//!
+//! The probe runs the configured interpreter (or `python3` from `PATH`) in
+//! isolated mode with a small embedded script that answers one JSON object.
+//! It asks for `sys.executable`, so a wrapper such as a pyenv shim (a shell
+//! script that costs ~100 ms per start) is paid here and never per run, and
+//! for the prefixes and `sys.path` a sandbox must expose read-only.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use pycage_protocol::{JsonValue, Kind};
+
+/// Oldest CPython the bootstrap supports.
+pub const MIN_VERSION: (u64, u64) = (3, 10);
+
+const PROBE: &str = r#"
+import json, sys
+print(json.dumps({
+    "implementation": sys.implementation.name,
+    "version": list(sys.version_info[:3]),
+    "executable": sys.executable,
+    "prefixes": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}),
+    "path": [p for p in sys.path if p],
+}))
+"#;
+
+/// A probed interpreter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interpreter {
+    /// The real executable (`sys.executable`), spawned for every run.
+    pub executable: PathBuf,
+    /// `(major, minor, micro)`.
+    pub version: (u64, u64, u64),
+    /// `sys.prefix` and friends, de-duplicated.
+    pub prefixes: Vec<PathBuf>,
+    /// Non-empty `sys.path` entries of an isolated interpreter.
+    pub sys_path: Vec<PathBuf>,
+}
+
+/// Why the interpreter cannot be used; each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum InterpreterError {
+    #[error("no `python3` on PATH; install CPython >= 3.10 or pass its path (--python / RuntimeConfig::python)")]
+    NotFound,
+    #[error("could not run {path}: {source}; check the path, or pass another interpreter (--python)")]
+    Spawn { path: PathBuf, source: std::io::Error },
+    #[error("{path} failed its probe (exit {status}): {stderr}")]
+    ProbeFailed { path: PathBuf, status: String, stderr: String },
+    #[error("{path} answered the probe with something unexpected: {answer:?}")]
+    BadAnswer { path: PathBuf, answer: String },
+    #[error("{path} is {implementation} {version}; pycage needs CPython >= 3.10 (pass another with --python)")]
+    Unsupported { path: PathBuf, implementation: String, version: String },
+}
+
+/// Searches `PATH` for `name`.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+/// Resolves and probes the interpreter.
+pub fn probe(configured: Option<&Path>) -> Result<Interpreter, InterpreterError> {
+    let path = match configured {
+        Some(p) => p.to_path_buf(),
+        None => which("python3").ok_or(InterpreterError::NotFound)?,
+    };
+    let out = Command::new(&path)
+        .args(["-I", "-c", PROBE])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| InterpreterError::Spawn { path: path.clone(), source })?;
+    if !out.status.success() {
+        return Err(InterpreterError::ProbeFailed {
+            path,
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).chars().take(2000).collect(),
+        });
+    }
+    let bad = || InterpreterError::BadAnswer {
+        path: path.clone(),
+        answer: String::from_utf8_lossy(&out.stdout).chars().take(500).collect(),
+    };
+    let v = JsonValue::parse(out.stdout.trim_ascii_end()).map_err(|_| bad())?;
+    let root = v.root();
+    let implementation = root.get("implementation").and_then(|x| x.as_str()).ok_or_else(bad)?.to_owned();
+    let version: Vec<u64> = root
+        .get("version")
+        .and_then(|x| x.as_array())
+        .ok_or_else(bad)?
+        .filter_map(|n| n.as_number().and_then(|n| n.as_u64()))
+        .collect();
+    let [major, minor, micro] = version[..] else { return Err(bad()) };
+    let strings = |key: &str| -> Vec<PathBuf> {
+        match root.get(key).map(|x| x.kind()) {
+            Some(Kind::Array(it)) => it.filter_map(|s| s.as_str().map(PathBuf::from)).collect(),
+            _ => Vec::new(),
+        }
+    };
+    let executable = PathBuf::from(root.get("executable").and_then(|x| x.as_str()).ok_or_else(bad)?);
+    if implementation != "cpython" || (major, minor) < MIN_VERSION {
+        return Err(InterpreterError::Unsupported {
+            path,
+            implementation,
+            version: format!("{major}.{minor}.{micro}"),
+        });
+    }
+    if !executable.is_absolute() {
+        return Err(bad());
+    }
+    Ok(Interpreter { executable, version: (major, minor, micro), prefixes: strings("prefixes"), sys_path: strings("path") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_the_machine_python() {
+        let i = probe(None).unwrap();
+        assert!(i.version >= (3, 10, 0));
+        assert!(i.executable.is_absolute());
+        assert!(!i.prefixes.is_empty());
+    }
+
+    #[test]
+    fn bad_interpreters_are_clear_errors() {
+        let e = probe(Some(Path::new("/nonexistent/python3"))).unwrap_err();
+        assert!(matches!(e, InterpreterError::Spawn { .. }), "{e}");
+        let e = probe(Some(Path::new("/bin/false"))).unwrap_err();
+        assert!(matches!(e, InterpreterError::ProbeFailed { .. }), "{e}");
+        let e = probe(Some(Path::new("/bin/echo"))).unwrap_err();
+        assert!(matches!(e, InterpreterError::BadAnswer { .. }), "{e}");
+    }
+}

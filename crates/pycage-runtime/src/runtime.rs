@@ -1,0 +1,233 @@
+//! The [`Runtime`]: construction (probe, bootstrap files), runs, shutdown.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::bindings::Namespace;
+use crate::config::{ConfigError, RuntimeConfig};
+use crate::interpreter::{self, Interpreter, InterpreterError};
+use crate::names::{self, NameError};
+use crate::spawn::{SpawnSpec, Worker};
+use crate::{run, FailureKind, RunEvent, RunResult};
+
+/// The Python package shipped inside the binary.
+const PYTHON_FILES: &[(&str, &str)] = &[
+    ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
+    ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
+    ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
+];
+
+/// Why a runtime could not be built. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Interpreter(#[from] InterpreterError),
+    #[error("could not write the bootstrap files to a temporary directory: {0}")]
+    Bootstrap(std::io::Error),
+    #[error("the bootstrap does not import in {python}: {stderr}")]
+    BootstrapImport { python: PathBuf, stderr: String },
+}
+
+/// Caller misuse: the only `Err` a run returns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MisuseError {
+    #[error("invalid bindings: {0}")]
+    Names(#[from] NameError),
+    #[error("the runtime was shut down; create a new one to run more programs")]
+    ShutDown,
+}
+
+/// One program and its bindings.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    pub program: String,
+    pub bindings: Vec<Namespace>,
+    /// Cancelling it settles the run as `abort`, keeping logs so far.
+    pub cancel: Option<CancellationToken>,
+}
+
+impl RunRequest {
+    /// A request with no bindings.
+    pub fn new(program: impl Into<String>) -> Self {
+        RunRequest { program: program.into(), bindings: Vec::new(), cancel: None }
+    }
+
+    /// Adds a namespace.
+    pub fn with_namespace(mut self, ns: Namespace) -> Self {
+        self.bindings.push(ns);
+        self
+    }
+
+    /// Sets the cancel token.
+    pub fn with_cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel = Some(token);
+        self
+    }
+}
+
+struct Shared {
+    config: RuntimeConfig,
+    interpreter: Interpreter,
+    bootstrap: tempfile::TempDir,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+/// Runs programs; cheap to clone (clones share children and shutdown).
+#[derive(Clone)]
+pub struct Runtime {
+    shared: Arc<Shared>,
+}
+
+impl Runtime {
+    /// Validates the configuration, probes the interpreter and installs the
+    /// bootstrap. Fails here, not at the first run, when something is wrong.
+    pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        config.validate()?;
+        let interpreter = interpreter::probe(config.python.as_deref())?;
+        let bootstrap = write_bootstrap().map_err(RuntimeError::Bootstrap)?;
+        precompile(&interpreter.executable, bootstrap.path())?;
+        Ok(Runtime {
+            shared: Arc::new(Shared {
+                config,
+                interpreter,
+                bootstrap,
+                shutdown: CancellationToken::new(),
+                tracker: TaskTracker::new(),
+            }),
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.shared.config
+    }
+
+    /// The probed interpreter.
+    pub fn interpreter(&self) -> &Interpreter {
+        &self.shared.interpreter
+    }
+
+    /// Runs one program. `Err` only for misuse; every program outcome is `Ok`.
+    pub async fn run(&self, request: RunRequest) -> Result<RunResult, MisuseError> {
+        self.run_inner(request, None).await
+    }
+
+    /// Like [`Runtime::run`], streaming [`RunEvent`]s while the run is in flight.
+    pub async fn run_with_events(
+        &self,
+        request: RunRequest,
+        events: mpsc::UnboundedSender<RunEvent>,
+    ) -> Result<RunResult, MisuseError> {
+        self.run_inner(request, Some(events)).await
+    }
+
+    async fn run_inner(
+        &self,
+        request: RunRequest,
+        events: Option<mpsc::UnboundedSender<RunEvent>>,
+    ) -> Result<RunResult, MisuseError> {
+        names::check_bindings(&request.bindings)?;
+        let shared = &self.shared;
+        if shared.shutdown.is_cancelled() || shared.tracker.is_closed() {
+            return Err(MisuseError::ShutDown);
+        }
+        // Held until the run (and its child) is settled; shutdown waits on it.
+        let _token = shared.tracker.token();
+        let deadline = Instant::now() + shared.config.wall_time;
+        let worker = match self.spawn_worker() {
+            Ok(w) => w,
+            Err(e) => {
+                return Ok(RunResult::failed(
+                    FailureKind::WorkerExit,
+                    format!("could not start {}: {e}", shared.interpreter.executable.display()),
+                    Vec::new(),
+                ))
+            }
+        };
+        let result = run::execute(
+            worker,
+            run::RunInputs {
+                config: &shared.config,
+                program: request.program,
+                bindings: request.bindings,
+                cancel: request.cancel.unwrap_or_default(),
+                shutdown: shared.shutdown.clone(),
+                events,
+                deadline,
+            },
+        )
+        .await;
+        Ok(result)
+    }
+
+    fn spawn_worker(&self) -> std::io::Result<Worker> {
+        let run_dir = tempfile::Builder::new().prefix("pycage-run-").tempdir()?;
+        Worker::spawn(SpawnSpec {
+            python: &self.shared.interpreter.executable,
+            bootstrap_dir: self.shared.bootstrap.path(),
+            run_dir,
+            pre_exec: None,
+        })
+    }
+
+    /// Settles every in-flight run as `abort` and returns once each child
+    /// has exited and been reaped. Later runs fail with [`MisuseError::ShutDown`].
+    pub async fn shutdown(&self) {
+        self.shared.tracker.close();
+        self.shared.shutdown.cancel();
+        self.shared.tracker.wait().await;
+    }
+}
+
+fn write_bootstrap() -> std::io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new().prefix("pycage-bootstrap-").tempdir()?;
+    // Readable by the unprivileged uid a sandboxed child runs as; the
+    // content is not secret, and only the host can write it.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+    let pkg = dir.path().join("pycage");
+    std::fs::create_dir(&pkg)?;
+    std::fs::set_permissions(&pkg, std::fs::Permissions::from_mode(0o755))?;
+    for (name, text) in PYTHON_FILES {
+        let path = pkg.join(name);
+        std::fs::write(&path, text)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+    }
+    Ok(dir)
+}
+
+/// Imports the bootstrap once, which checks it and leaves its bytecode in
+/// `__pycache__` so children (started with `-B`) skip compiling it.
+fn precompile(python: &Path, dir: &Path) -> Result<(), RuntimeError> {
+    let mut quoted = Vec::new();
+    pycage_protocol::write_json_string(&mut quoted, &dir.to_string_lossy());
+    let code = format!("import sys; sys.path.insert(0, {}); import pycage.bootstrap", String::from_utf8_lossy(&quoted));
+    let out = std::process::Command::new(python)
+        .args(["-I", "-c", &code])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(RuntimeError::Bootstrap)?;
+    if !out.status.success() {
+        return Err(RuntimeError::BootstrapImport {
+            python: python.to_path_buf(),
+            stderr: String::from_utf8_lossy(&out.stderr).chars().take(4000).collect(),
+        });
+    }
+    // Let the sandboxed uid read the bytecode too.
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(entries) = std::fs::read_dir(dir.join("pycage").join("__pycache__")) {
+        let _ = std::fs::set_permissions(dir.join("pycage").join("__pycache__"), std::fs::Permissions::from_mode(0o755));
+        for e in entries.flatten() {
+            let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o644));
+        }
+    }
+    Ok(())
+}
