@@ -55,6 +55,8 @@ pub struct RuntimeConfig {
     pub max_control_bytes: u64,
     /// Time between SIGTERM and SIGKILL when a child must be stopped.
     pub grace: Duration,
+    /// Where run directories are created (default: the system temp dir).
+    pub run_dir_parent: Option<PathBuf>,
     /// Containment level.
     pub isolation: Isolation,
     /// Extra read-only paths for sandboxed runs (e.g. a virtualenv).
@@ -84,6 +86,7 @@ impl Default for RuntimeConfig {
             max_line_bytes: limits::DEFAULT_MAX_LINE_BYTES,
             max_control_bytes: limits::DEFAULT_MAX_CONTROL_BYTES,
             grace: Duration::from_millis(250),
+            run_dir_parent: None,
             isolation: Isolation::default(),
             allow_read: Vec::new(),
             max_processes: 64,

@@ -169,7 +169,12 @@ impl Runtime {
     }
 
     fn spawn_worker(&self) -> std::io::Result<Worker> {
-        let run_dir = tempfile::Builder::new().prefix("pycage-run-").tempdir()?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("pycage-run-");
+        let run_dir = match &self.shared.config.run_dir_parent {
+            Some(parent) => builder.tempdir_in(parent)?,
+            None => builder.tempdir()?,
+        };
         Worker::spawn(SpawnSpec {
             python: &self.shared.interpreter.executable,
             bootstrap_dir: self.shared.bootstrap.path(),
