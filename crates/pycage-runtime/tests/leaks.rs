@@ -1,0 +1,91 @@
+//! After every kind of outcome: no leftover processes, fds or run dirs.
+//! One test in its own binary, so /proc/self reflects only these runs.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use pycage_runtime::*;
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Processes whose parent is this test process, or whose process group was
+/// one of our children's (a grandchild left behind in the group).
+fn children_of_self() -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) {
+            // pid (comm) state ppid ...
+            let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            if fields.get(1) == Some(&me.as_str()) {
+                out.push(stat);
+            }
+        }
+    }
+    out
+}
+
+/// Processes anywhere whose command line contains `marker`.
+fn processes_with_marker(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) && !cmd.contains("cargo") {
+                out.push(cmd);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_leftover_processes_fds_or_dirs() {
+    let parent = tempfile::tempdir().unwrap();
+    let rt = runtime_with(|c| {
+        c.run_dir_parent = Some(parent.path().to_path_buf());
+        c.wall_time = Duration::from_secs(3);
+        c.max_line_bytes = 4096;
+    });
+    // Warm up lazily created runtime fds (tokio, signal pipes).
+    run(&rt, "return 1").await;
+    let fds_before = open_fds();
+    let programs = [
+        "return 1",
+        "1/0",
+        "while True: pass",
+        "import os\nos._exit(1)",
+        "import os\nos.close(3)\nimport time\ntime.sleep(30)",
+        "import os\nos.write(3, b'x' * 100000)\nimport time\ntime.sleep(30)",
+        "import subprocess\nsubprocess.Popen(['sleep', '31.731'])\nreturn 1",
+        "import os\nif os.fork() == 0:\n    os.execvp('sleep', ['sleep', '31.732'])\nreturn 2",
+        "return (1,)",
+        "print('x' * 100000)",
+    ];
+    for p in programs {
+        let r = run(&rt, p).await;
+        assert!(r.error.is_some() || r.value.is_some(), "{p}: {r:?}");
+    }
+    let token = CancellationToken::new();
+    let rt2 = rt.clone();
+    let t2 = token.clone();
+    let h = tokio::spawn(async move { rt2.run(RunRequest::new("import time\ntime.sleep(30)").with_cancel(t2)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    token.cancel();
+    assert_eq!(h.await.unwrap().unwrap().error.unwrap().kind, FailureKind::Abort);
+
+    rt.shutdown().await;
+    assert_eq!(children_of_self(), Vec::<String>::new());
+    assert_eq!(processes_with_marker("31.73"), Vec::<String>::new());
+    assert_eq!(open_fds(), fds_before);
+    let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "{left:?}");
+}
