@@ -3,8 +3,12 @@
 //! The loop owns the worker and waits on everything at once: fd 3, the raw
 //! stdout and stderr pipes, finished binding calls, the child's exit, the
 //! wall-clock deadline, the caller's cancel token and runtime shutdown.
-//! Replies go out through a writer task so a child that never reads its
-//! socket cannot stall the loop (and with it the deadline).
+//! Outgoing frames are appended to an output buffer and written with
+//! non-blocking `try_write`; whatever the socket does not take waits for
+//! writability in the same `select!`, so a child that never reads its
+//! socket cannot stall the loop (and with it the deadline). A binding whose
+//! future is ready on its first poll is answered inline, without a task
+//! hop; the others run as tasks in a `JoinSet`.
 //!
 //! Settlement is the same for every outcome: stop the child (a `done`
 //! child gets `grace` to exit on its own), kill what is left of its group,
@@ -19,7 +23,8 @@ use pycage_protocol::{
     meter_value, validate_child_frame, BootFrame, ChildErrorKind, ChildFrame, ErrorClassEntry, JsonValue, LineEvent,
     LineSplitter, NamespaceEntry, ReplyFrame, RunFrame,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -55,7 +60,8 @@ struct Session<'a> {
     config: &'a RuntimeConfig,
     ledger: LogLedger,
     events: Option<mpsc::UnboundedSender<RunEvent>>,
-    out: mpsc::UnboundedSender<Vec<u8>>,
+    /// Encoded frames not yet written to fd 3.
+    out: Vec<u8>,
     table: BTreeMap<(String, String), Binding>,
     seen_ids: HashSet<u64>,
     calls: JoinSet<(u64, Result<JsonValue, BindingError>)>,
@@ -83,8 +89,8 @@ impl Session<'_> {
         }
     }
 
-    fn send(&self, frame: Vec<u8>) {
-        let _ = self.out.send(frame);
+    fn send(&mut self, frame: Vec<u8>) {
+        self.out.extend_from_slice(&frame);
     }
 
     /// Handles one validated frame; `Some` settles the run.
@@ -109,7 +115,14 @@ impl Session<'_> {
                 }
                 match binding {
                     Some(b) => {
-                        self.calls.spawn(async move { (id, b.call(args).await) });
+                        let mut fut = b.call(args);
+                        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                        match fut.as_mut().poll(&mut cx) {
+                            std::task::Poll::Ready(result) => self.reply(id, result),
+                            std::task::Poll::Pending => {
+                                self.calls.spawn(async move { (id, fut.await) });
+                            }
+                        }
                     }
                     None => {
                         let message = format!("{global}.{name} is not a binding of this run");
@@ -194,15 +207,7 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     let Some(sock) = worker.sock.take() else {
         return RunResult::failed(FailureKind::WorkerExit, "the worker has no protocol channel".into(), Vec::new());
     };
-    let (mut rd, mut wr) = sock.into_split();
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let writer = tokio::spawn(async move {
-        while let Some(buf) = out_rx.recv().await {
-            if wr.write_all(&buf).await.is_err() {
-                break;
-            }
-        }
-    });
+    let (mut rd, wr) = sock.into_split();
 
     let mut boot = BootFrame {
         cpu_seconds: config.cpu_seconds,
@@ -225,15 +230,14 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
             table.insert((ns.global.clone(), name), b);
         }
     }
-    let mut buf = Vec::new();
-    boot.encode(&mut buf);
-    let _ = out_tx.send(buf);
+    let mut out = Vec::with_capacity(4096);
+    boot.encode(&mut out);
 
     let mut s = Session {
         config,
         ledger: LogLedger::new(config.max_log_bytes),
         events: inputs.events,
-        out: out_tx,
+        out,
         table,
         seen_ids: HashSet::new(),
         calls: JoinSet::new(),
@@ -247,7 +251,21 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     let mut stdout = worker.stdout.take();
     let mut stderr = worker.stderr.take();
 
+    let mut write_failed = false;
     let outcome = loop {
+        // Write what the socket takes now; the rest waits for writability.
+        while !s.out.is_empty() && !write_failed {
+            match wr.try_write(&s.out) {
+                Ok(n) => {
+                    s.out.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                // The child closed its end: nothing more can be sent; its
+                // exit or EOF settles the run.
+                Err(_) => write_failed = true,
+            }
+        }
+        let want_write = !s.out.is_empty() && !write_failed;
         tokio::select! {
             biased;
             _ = inputs.cancel.cancelled() => break Outcome::Fail(FailureKind::Abort, "the run was cancelled by the caller".into()),
@@ -286,6 +304,11 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
                     s.reply(id, result);
                 }
             }
+            r = wr.writable(), if want_write => {
+                if r.is_err() {
+                    write_failed = true;
+                }
+            }
             _ = worker.exited() => break Outcome::Ended,
         }
     };
@@ -304,7 +327,6 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
         }
         Outcome::Fail(..) => worker.stop(config.grace).await,
     };
-    writer.abort();
     s.calls.abort_all();
     // Drain what the pipes still hold: output written before the end.
     let drain_until = Instant::now() + config.grace.min(Duration::from_millis(200));
