@@ -140,7 +140,7 @@ class DoneFrame(_DoneFrameRequired, total=False):
 
 
 #: Every frame shape by its mirror-test key.
-FRAMES: "dict[str, type]" = {
+FRAMES: dict[str, type] = {
     "boot": BootFrame,
     "namespace": NamespaceEntry,
     "errorClass": ErrorClassEntry,

@@ -1,1 +1,301 @@
-fn main() {}
+//! `pycage`: run model-written Python in a fresh CPython child with host
+//! bindings, and inspect the fd-3 wire protocol.
+//!
+//! Exit status: 0 success, 1 the run failed (its `error` is set), 2 misuse
+//! (bad flags, unreadable program, bad bindings file, broken name rule, no
+//! usable interpreter). Clap's own usage errors also exit 2.
+
+mod bindings_file;
+mod command;
+mod frames;
+mod output;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pycage_runtime::{Isolation, RuntimeConfig};
+
+/// Exit status of a misuse error.
+const EXIT_MISUSE: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pycage",
+    version,
+    about = "Run model-written Python in a fresh CPython process with host bindings"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one program and print its result.
+    ///
+    /// The program is the body of an async function: top-level `await` and
+    /// `return` work. Exit status: 0 success, 1 the run failed, 2 misuse.
+    Run(RunArgs),
+    /// Tools for the fd-3 wire protocol.
+    #[command(subcommand)]
+    Frames(FramesCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum FramesCommand {
+    /// Validate a captured child→host transcript, one output line per input line.
+    ///
+    /// Each line becomes the rebuilt frame as compact JSON, `drop` (not a
+    /// valid frame) or `oversized` (over --max-line-bytes).
+    Validate(frames::ValidateArgs),
+}
+
+/// Containment level (DESIGN.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum IsolationArg {
+    /// A fresh process with rlimits, its own process group and a scrubbed environment.
+    Process,
+    /// `process` plus Linux namespaces, Landlock and seccomp.
+    Sandbox,
+}
+
+impl From<Isolation> for IsolationArg {
+    fn from(i: Isolation) -> Self {
+        match i {
+            Isolation::Process => IsolationArg::Process,
+            Isolation::Sandbox => IsolationArg::Sandbox,
+        }
+    }
+}
+
+impl From<IsolationArg> for Isolation {
+    fn from(i: IsolationArg) -> Self {
+        match i {
+            IsolationArg::Process => Isolation::Process,
+            IsolationArg::Sandbox => Isolation::Sandbox,
+        }
+    }
+}
+
+const MIB: u64 = 1024 * 1024;
+
+// Flag defaults are read from `RuntimeConfig::default()`, the one place
+// defaults live, so `--help` always shows what a run would get.
+fn default_wall_ms() -> u64 {
+    u64::try_from(RuntimeConfig::default().wall_time.as_millis()).unwrap_or(u64::MAX)
+}
+fn default_cpu_seconds() -> u64 {
+    RuntimeConfig::default().cpu_seconds
+}
+fn default_memory_mb() -> u64 {
+    RuntimeConfig::default().address_space_bytes / MIB
+}
+fn default_max_log_bytes() -> u64 {
+    RuntimeConfig::default().max_log_bytes
+}
+fn default_max_value_bytes() -> u64 {
+    RuntimeConfig::default().max_value_bytes
+}
+fn default_isolation() -> IsolationArg {
+    RuntimeConfig::default().isolation.into()
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("program").required(true).multiple(false).args(["file", "code"]))]
+struct RunArgs {
+    /// Print the result as one line of canonical JSON: {"value"?, "logs", "error"?}.
+    #[arg(long)]
+    json: bool,
+
+    /// TOML file declaring binding namespaces (external commands).
+    #[arg(long, value_name = "FILE.toml")]
+    bindings: Option<PathBuf>,
+
+    /// Wall-clock budget of the run, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = default_wall_ms())]
+    wall_ms: u64,
+
+    /// CPU budget of the child (RLIMIT_CPU), in seconds.
+    #[arg(long, value_name = "N", default_value_t = default_cpu_seconds())]
+    cpu_seconds: u64,
+
+    /// Address-space limit of the child (RLIMIT_AS), in MiB.
+    #[arg(long, value_name = "N", default_value_t = default_memory_mb())]
+    memory_mb: u64,
+
+    /// Log capture budget, in bytes; output past it is cut with a marker line.
+    #[arg(long, value_name = "N", default_value_t = default_max_log_bytes())]
+    max_log_bytes: u64,
+
+    /// Budget for the canonical JSON size of the return value, in bytes.
+    #[arg(long, value_name = "N", default_value_t = default_max_value_bytes())]
+    max_value_bytes: u64,
+
+    /// Python interpreter (CPython >= 3.10); default: `python3` on PATH.
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
+
+    /// Containment level.
+    #[arg(long, value_enum, default_value_t = default_isolation())]
+    isolation: IsolationArg,
+
+    /// Extra read-only path for sandboxed runs (repeatable), e.g. a virtualenv.
+    #[arg(long, value_name = "PATH")]
+    allow_read: Vec<PathBuf>,
+
+    /// Program text to run instead of a file.
+    #[arg(short = 'c', value_name = "CODE")]
+    code: Option<String>,
+
+    /// Program file, or `-` to read the program from stdin.
+    #[arg(value_name = "FILE")]
+    file: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The runtime configuration these flags describe. Range checks beyond
+    /// arithmetic are `RuntimeConfig::validate`'s job (at `Runtime::new`).
+    fn config(&self) -> anyhow::Result<RuntimeConfig> {
+        let address_space_bytes = self
+            .memory_mb
+            .checked_mul(MIB)
+            .ok_or_else(|| anyhow::anyhow!("--memory-mb {} is too large", self.memory_mb))?;
+        Ok(RuntimeConfig {
+            python: self.python.clone(),
+            wall_time: std::time::Duration::from_millis(self.wall_ms),
+            cpu_seconds: self.cpu_seconds,
+            address_space_bytes,
+            max_log_bytes: self.max_log_bytes,
+            max_value_bytes: self.max_value_bytes,
+            isolation: self.isolation.into(),
+            allow_read: self.allow_read.clone(),
+            ..RuntimeConfig::default()
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run::main(args),
+        Command::Frames(FramesCommand::Validate(args)) => frames::validate(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            output::misuse(&error_chain(&e));
+            ExitCode::from(EXIT_MISUSE)
+        }
+    }
+}
+
+/// `outer: cause: cause`, skipping a cause whose text the message already
+/// carries (library errors often print their source themselves).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if message.is_empty() {
+            message = text;
+        } else if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn error_chain_skips_repeated_causes() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        let e = anyhow::Error::new(io()).context("cannot read x");
+        assert_eq!(error_chain(&e), "cannot read x: gone");
+        let e = anyhow::Error::new(io()).context("could not run p: gone; try again");
+        assert_eq!(error_chain(&e), "could not run p: gone; try again");
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn flags_map_onto_config() {
+        let cli = Cli::try_parse_from([
+            "pycage",
+            "run",
+            "--wall-ms",
+            "1500",
+            "--cpu-seconds",
+            "3",
+            "--memory-mb",
+            "256",
+            "--max-log-bytes",
+            "10",
+            "--max-value-bytes",
+            "20",
+            "--isolation",
+            "process",
+            "--allow-read",
+            "/a",
+            "--allow-read",
+            "/b",
+            "-c",
+            "return 1",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        let c = args.config().unwrap();
+        assert_eq!(c.wall_time, std::time::Duration::from_millis(1500));
+        assert_eq!(c.cpu_seconds, 3);
+        assert_eq!(c.address_space_bytes, 256 * MIB);
+        assert_eq!((c.max_log_bytes, c.max_value_bytes), (10, 20));
+        assert_eq!(c.isolation, Isolation::Process);
+        assert_eq!(c.allow_read, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert_eq!(args.code.as_deref(), Some("return 1"));
+    }
+
+    #[test]
+    fn defaults_come_from_runtime_config() {
+        let cli = Cli::try_parse_from(["pycage", "run", "prog.py"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        let (c, d) = (args.config().unwrap(), RuntimeConfig::default());
+        assert_eq!(
+            (
+                c.wall_time,
+                c.cpu_seconds,
+                c.address_space_bytes,
+                c.max_log_bytes,
+                c.max_value_bytes,
+                c.isolation
+            ),
+            (
+                d.wall_time,
+                d.cpu_seconds,
+                d.address_space_bytes,
+                d.max_log_bytes,
+                d.max_value_bytes,
+                d.isolation
+            )
+        );
+    }
+
+    #[test]
+    fn program_source_is_exactly_one_of_file_and_code() {
+        assert!(Cli::try_parse_from(["pycage", "run"]).is_err());
+        assert!(Cli::try_parse_from(["pycage", "run", "-c", "x", "f.py"]).is_err());
+        assert!(Cli::try_parse_from(["pycage", "run", "-"]).is_ok());
+        assert!(Cli::try_parse_from(["pycage", "run", "--", "-c"]).is_ok());
+    }
+}

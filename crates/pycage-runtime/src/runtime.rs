@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bindings::Namespace;
-use crate::config::{ConfigError, RuntimeConfig};
+use crate::config::{ConfigError, Isolation, RuntimeConfig};
 use crate::interpreter::{self, Interpreter, InterpreterError};
 use crate::names::{self, NameError};
-use crate::spawn::{SpawnSpec, Worker};
+use crate::spawn::{PreExec, SpawnSpec, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
 /// The Python package shipped inside the binary.
@@ -33,6 +33,14 @@ pub enum RuntimeError {
     Bootstrap(std::io::Error),
     #[error("the bootstrap does not import in {python}: {stderr}")]
     BootstrapImport { python: PathBuf, stderr: String },
+    #[error(
+        "sandbox isolation needs {layers} on this machine, and it is missing: {reasons}. \
+         Run `pycage doctor` for details, or choose process isolation (--isolation process / Isolation::Process) \
+         if you accept running without the sandbox"
+    )]
+    SandboxUnavailable { layers: String, reasons: String },
+    #[error("the sandbox policy is invalid: {0}")]
+    SandboxPolicy(#[from] pycage_sandbox::SandboxError),
 }
 
 /// Caller misuse: the only `Err` a run returns.
@@ -74,6 +82,9 @@ impl RunRequest {
 
 struct Shared {
     config: RuntimeConfig,
+    /// Read-only paths of every sandboxed run (system, interpreter, bootstrap, --allow-read).
+    sandbox_read_only: Vec<PathBuf>,
+    next_uid: std::sync::atomic::AtomicU32,
     interpreter: Interpreter,
     bootstrap: tempfile::TempDir,
     shutdown: CancellationToken,
@@ -94,8 +105,14 @@ impl Runtime {
         let interpreter = interpreter::probe(config.python.as_deref())?;
         let bootstrap = write_bootstrap().map_err(RuntimeError::Bootstrap)?;
         precompile(&interpreter.executable, bootstrap.path())?;
+        let sandbox_read_only = match config.isolation {
+            Isolation::Process => Vec::new(),
+            Isolation::Sandbox => sandbox_paths(&config, &interpreter, bootstrap.path())?,
+        };
         Ok(Runtime {
             shared: Arc::new(Shared {
+                sandbox_read_only,
+                next_uid: std::sync::atomic::AtomicU32::new(0),
                 config,
                 interpreter,
                 bootstrap,
@@ -168,19 +185,50 @@ impl Runtime {
         Ok(result)
     }
 
-    fn spawn_worker(&self) -> std::io::Result<Worker> {
+    fn spawn_worker(&self) -> Result<Worker, String> {
+        let shared = &self.shared;
+        let config = &shared.config;
         let mut builder = tempfile::Builder::new();
         builder.prefix("pycage-run-");
-        let run_dir = match &self.shared.config.run_dir_parent {
-            Some(parent) => builder.tempdir_in(parent)?,
-            None => builder.tempdir()?,
+        let run_dir = match &config.run_dir_parent {
+            Some(parent) => builder.tempdir_in(parent),
+            None => builder.tempdir(),
+        }
+        .map_err(|e| format!("could not create the run directory: {e}"))?;
+        let (pre_exec, staging): (Option<Box<dyn PreExec>>, Option<tempfile::TempDir>) = match config.isolation {
+            Isolation::Process => (None, None),
+            Isolation::Sandbox => {
+                let n = shared.next_uid.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % config.sandbox_uid_count;
+                let uid = config.sandbox_uid_base + n;
+                rustix::fs::chown(run_dir.path(), Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(uid)))
+                    .map_err(|e| format!("could not hand the run directory to uid {uid}: {e}"))?;
+                let staging = tempfile::Builder::new()
+                    .prefix("pycage-root-")
+                    .tempdir()
+                    .map_err(|e| format!("could not create the sandbox staging directory: {e}"))?;
+                let policy = pycage_sandbox::SandboxPolicy {
+                    read_only: shared.sandbox_read_only.clone(),
+                    read_write: vec![run_dir.path().to_path_buf()],
+                    devices: pycage_sandbox::default_devices(),
+                    uid,
+                    gid: uid,
+                    max_processes: config.max_processes,
+                    max_file_bytes: config.max_file_bytes,
+                    max_open_files: config.max_open_files,
+                    staging_dir: staging.path().to_path_buf(),
+                };
+                let prepared = pycage_sandbox::Prepared::new(&policy).map_err(|e| format!("sandbox: {e}"))?;
+                (Some(Box::new(SandboxHook(prepared))), Some(staging))
+            }
         };
         Worker::spawn(SpawnSpec {
-            python: &self.shared.interpreter.executable,
-            bootstrap_dir: self.shared.bootstrap.path(),
+            python: &shared.interpreter.executable,
+            bootstrap_dir: shared.bootstrap.path(),
             run_dir,
-            pre_exec: None,
+            staging,
+            pre_exec,
         })
+        .map_err(|e| e.to_string())
     }
 
     /// Settles every in-flight run as `abort` and returns once each child
@@ -190,6 +238,62 @@ impl Runtime {
         self.shared.shutdown.cancel();
         self.shared.tracker.wait().await;
     }
+}
+
+/// The sandbox hook: enters every layer between fork and exec.
+struct SandboxHook(pycage_sandbox::Prepared);
+
+impl PreExec for SandboxHook {
+    unsafe fn pre_exec(&self) -> std::io::Result<()> {
+        // SAFETY: called between fork and exec, which is what `enter` requires.
+        unsafe { self.0.enter() }
+    }
+
+    fn explain(&self, e: std::io::Error) -> String {
+        self.0.explain_spawn_error(e).to_string()
+    }
+}
+
+/// Checks every layer and collects the read-only view of a sandboxed run.
+fn sandbox_paths(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path) -> Result<Vec<PathBuf>, RuntimeError> {
+    let avail = pycage_sandbox::probe();
+    let missing = avail.missing();
+    if !missing.is_empty() {
+        let reasons: Vec<String> = avail
+            .layers()
+            .iter()
+            .filter(|(name, _)| missing.contains(name))
+            .map(|(name, layer)| format!("{name} ({})", layer.reason))
+            .collect();
+        return Err(RuntimeError::SandboxUnavailable { layers: missing.join(", "), reasons: reasons.join("; ") });
+    }
+    let mut paths = pycage_sandbox::default_read_only_paths();
+    let mut add = |p: &Path| {
+        if p.is_absolute() && p.exists() && !paths.iter().any(|q| p.starts_with(q)) {
+            paths.retain(|q| !q.starts_with(p));
+            paths.push(p.to_path_buf());
+        }
+    };
+    for p in &interp.prefixes {
+        add(p);
+    }
+    for p in &interp.sys_path {
+        add(p);
+    }
+    if let Some(dir) = interp.executable.parent() {
+        add(dir);
+    }
+    add(bootstrap);
+    for p in &config.allow_read {
+        if !p.is_absolute() || !p.exists() {
+            return Err(RuntimeError::SandboxPolicy(pycage_sandbox::SandboxError::Resolve {
+                path: p.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "--allow-read paths must exist and be absolute"),
+            }));
+        }
+        add(p);
+    }
+    Ok(paths)
 }
 
 fn write_bootstrap() -> std::io::Result<tempfile::TempDir> {

@@ -35,6 +35,11 @@ pub(crate) trait PreExec: Send + Sync + 'static {
     /// Runs between fork and exec in a copy of a multi-threaded process:
     /// only async-signal-safe work is allowed.
     unsafe fn pre_exec(&self) -> io::Result<()>;
+
+    /// Turns a spawn error into a message naming what failed in the child.
+    fn explain(&self, e: io::Error) -> String {
+        e.to_string()
+    }
 }
 
 /// How a reaped child ended.
@@ -54,6 +59,8 @@ pub(crate) struct Worker {
     exit: Option<Exit>,
     /// Removed on drop, after the child is dead.
     _run_dir: tempfile::TempDir,
+    /// The sandbox's (empty, host-side) staging directory, if any.
+    _staging: Option<tempfile::TempDir>,
 }
 
 /// What to start.
@@ -61,6 +68,7 @@ pub(crate) struct SpawnSpec<'a> {
     pub python: &'a Path,
     pub bootstrap_dir: &'a Path,
     pub run_dir: tempfile::TempDir,
+    pub staging: Option<tempfile::TempDir>,
     pub pre_exec: Option<Box<dyn PreExec>>,
 }
 
@@ -91,7 +99,8 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        let extra = spec.pre_exec;
+        let extra: Option<std::sync::Arc<dyn PreExec>> = spec.pre_exec.map(std::sync::Arc::from);
+        let hook = extra.clone();
         // SAFETY: the closure runs in the forked child before exec and makes
         // only async-signal-safe calls (dup2, fcntl, prctl, getppid, _exit)
         // plus the PreExec hook, whose contract requires the same.
@@ -99,13 +108,21 @@ impl Worker {
             cmd.pre_exec(move || {
                 install_fd3(child_fd)?;
                 die_with_parent(parent)?;
-                if let Some(hook) = &extra {
+                if let Some(hook) = &hook {
                     hook.pre_exec()?;
                 }
                 Ok(())
             });
         }
-        let mut child = cmd.spawn()?;
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                return Err(match &extra {
+                    Some(h) => io::Error::new(e.kind(), h.explain(e)),
+                    None => e,
+                })
+            }
+        };
         drop(child_end);
         let pid = Pid::from_raw(child.id() as i32).ok_or_else(|| io::Error::other("child has pid 0"))?;
         let pidfd = match register_pidfd(pid) {
@@ -120,7 +137,16 @@ impl Worker {
         let sock = tokio::net::UnixStream::from_std(host_end)?;
         let stdout = child.stdout.take().map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s))).transpose()?;
         let stderr = child.stderr.take().map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s))).transpose()?;
-        Ok(Worker { child, pidfd, sock: Some(sock), stdout, stderr, exit: None, _run_dir: spec.run_dir })
+        Ok(Worker {
+            child,
+            pidfd,
+            sock: Some(sock),
+            stdout,
+            stderr,
+            exit: None,
+            _run_dir: spec.run_dir,
+            _staging: spec.staging,
+        })
     }
 
     fn pid(&self) -> Option<Pid> {

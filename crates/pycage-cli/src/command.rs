@@ -1,0 +1,287 @@
+//! Command bindings: one external process per call.
+//!
+//! The call's arguments go to the command's stdin as one canonical JSON
+//! document; its stdout must be one JSON document (surrounding whitespace
+//! allowed), which is the call's result. The command runs without a shell,
+//! in the bindings file's directory, with pycage's environment, in its own
+//! process group (so the terminal's Ctrl-C reaches pycage, which then ends
+//! the run, rather than every tool at once).
+//!
+//! Everything read from the command is capped: stdout at
+//! [`MAX_STDOUT_BYTES`] (over it rejects the call at once), stderr at
+//! [`MAX_STDERR_BYTES`] (the rest is drained and discarded so the command
+//! never blocks on a full pipe). A non-zero exit, a timeout, a failed spawn
+//! or output that is not JSON rejects the call with a message built from the
+//! exit status and stderr; the program sees it as a raised exception.
+//!
+//! When a call is abandoned (timeout, over-cap output, the run ending), the
+//! command's whole process group is killed, so a script's own children (a
+//! `sleep`, a pipeline) do not outlive it.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use pycage_runtime::{BindingError, JsonValue};
+use rustix::process::{kill_process_group, Pid, Signal};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// Per-call timeout when the file sets none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest stdout a command may print (64 MiB); more rejects the call.
+pub const MAX_STDOUT_BYTES: usize = 64 * 1024 * 1024;
+/// Stderr kept for the rejection message (2 KiB); the rest is discarded.
+pub const MAX_STDERR_BYTES: usize = 2 * 1024;
+
+/// One function of a bindings file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSpec {
+    /// `command[0]` as written, for messages.
+    pub argv0: String,
+    /// What is executed: `argv0` resolved against `cwd` if it is a relative path.
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub cwd: PathBuf,
+    pub timeout: Duration,
+}
+
+/// Kills a command's process group when dropped, unless disarmed after
+/// the leader was reaped. While the leader is unreaped its pid (= the pgid)
+/// cannot be reused, so the kill cannot reach a stranger.
+struct GroupGuard(Option<Pid>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            let _ = kill_process_group(pgid, Signal::KILL);
+        }
+    }
+}
+
+/// Runs the command once for a call.
+pub async fn call(spec: &CommandSpec, args: JsonValue) -> Result<JsonValue, BindingError> {
+    let mut input = Vec::new();
+    args.write_canonical(&mut input);
+    drop(args);
+
+    let mut cmd = tokio::process::Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| BindingError::new(format!("could not start {}: {e}", spec.argv0)))?;
+    let mut guard = GroupGuard(
+        child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(Pid::from_raw),
+    );
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+
+    let work = async {
+        let write = async {
+            if let Some(mut stdin) = stdin {
+                // A command that exits without reading its input makes this
+                // fail with EPIPE; its exit status is what counts.
+                let _ = stdin.write_all(&input).await;
+            }
+            Ok::<(), Rejection>(())
+        };
+        let (_, out, err) = tokio::try_join!(write, read_stdout(stdout), read_stderr(stderr))?;
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| Rejection::Io(e.to_string()))?;
+        Ok::<_, Rejection>((status, out, err))
+    };
+    let outcome = tokio::time::timeout(spec.timeout, work).await;
+    let (status, out, err) = match outcome {
+        Err(_) => {
+            return Err(BindingError::new(format!(
+                "{} timed out after {} ms",
+                spec.argv0,
+                spec.timeout.as_millis()
+            )))
+        }
+        Ok(Err(r)) => return Err(BindingError::new(r.message(&spec.argv0))),
+        Ok(Ok(done)) => done,
+    };
+    // The leader is reaped: its pgid may be reused from here on.
+    guard.0 = None;
+    let stderr_note = err.note();
+    if !status.success() {
+        return Err(BindingError::new(format!(
+            "{} failed ({status}){stderr_note}",
+            spec.argv0
+        )));
+    }
+    JsonValue::parse(&out).map_err(|e| {
+        BindingError::new(format!(
+            "{} did not print one JSON document on stdout ({e}){stderr_note}",
+            spec.argv0
+        ))
+    })
+}
+
+/// Why a call was abandoned before the command finished.
+enum Rejection {
+    StdoutOverCap,
+    Io(String),
+}
+
+impl Rejection {
+    fn message(&self, argv0: &str) -> String {
+        match self {
+            Rejection::StdoutOverCap => {
+                format!("{argv0} printed more than {MAX_STDOUT_BYTES} bytes on stdout")
+            }
+            Rejection::Io(e) => format!("{argv0}: {e}"),
+        }
+    }
+}
+
+async fn read_stdout<R: AsyncRead + Unpin>(r: Option<R>) -> Result<Vec<u8>, Rejection> {
+    let Some(r) = r else { return Ok(Vec::new()) };
+    // Read one byte past the cap to tell "exactly at" from "over".
+    let mut out = Vec::new();
+    r.take(MAX_STDOUT_BYTES as u64 + 1)
+        .read_to_end(&mut out)
+        .await
+        .map_err(|e| Rejection::Io(format!("reading stdout: {e}")))?;
+    if out.len() > MAX_STDOUT_BYTES {
+        return Err(Rejection::StdoutOverCap);
+    }
+    Ok(out)
+}
+
+/// The head of a command's stderr.
+struct StderrHead {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl StderrHead {
+    /// `": <stderr>"` for a message, or nothing when stderr was empty.
+    fn note(&self) -> String {
+        let text = String::from_utf8_lossy(&self.bytes);
+        let text = text.trim();
+        match (text.is_empty(), self.truncated) {
+            (true, _) => String::new(),
+            (false, false) => format!(": {text}"),
+            (false, true) => format!(": {text} [stderr truncated at {MAX_STDERR_BYTES} bytes]"),
+        }
+    }
+}
+
+async fn read_stderr<R: AsyncRead + Unpin>(r: Option<R>) -> Result<StderrHead, Rejection> {
+    let mut head = StderrHead {
+        bytes: Vec::new(),
+        truncated: false,
+    };
+    let Some(mut r) = r else { return Ok(head) };
+    let mut buf = [0u8; 4096];
+    loop {
+        // Read errors end the capture; stderr only decorates the message.
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return Ok(head),
+            Ok(n) => n,
+        };
+        let room = MAX_STDERR_BYTES - head.bytes.len();
+        let chunk = buf.get(..n).unwrap_or_default();
+        if chunk.len() > room {
+            head.truncated = true;
+        }
+        head.bytes
+            .extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, timeout_ms: u64) -> CommandSpec {
+        CommandSpec {
+            argv0: "sh".into(),
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            cwd: std::env::temp_dir(),
+            timeout: Duration::from_millis(timeout_ms),
+        }
+    }
+
+    async fn run(script: &str, args: &str) -> Result<String, String> {
+        call(
+            &sh(script, 10_000),
+            JsonValue::parse(args.as_bytes()).unwrap(),
+        )
+        .await
+        .map(|v| v.to_canonical_string())
+        .map_err(|e| e.message)
+    }
+
+    #[tokio::test]
+    async fn echoes_exactly() {
+        let args = r#"{"a":[1,2.50,1267650600228229401496703205376],"s":"é\n"}"#;
+        assert_eq!(run("cat", args).await.unwrap(), args);
+        assert_eq!(
+            run("printf '  [1, 2]\\n\\n'", "null").await.unwrap(),
+            "[1,2]"
+        );
+    }
+
+    #[tokio::test]
+    async fn rejections() {
+        assert_eq!(
+            run("echo oops >&2; exit 3", "{}").await.unwrap_err(),
+            "sh failed (exit status: 3): oops"
+        );
+        assert_eq!(
+            run("exit 4", "{}").await.unwrap_err(),
+            "sh failed (exit status: 4)"
+        );
+        let e = run("echo not json; echo why >&2", "{}").await.unwrap_err();
+        assert!(
+            e.starts_with("sh did not print one JSON document on stdout (")
+                && e.ends_with("): why"),
+            "{e}"
+        );
+        let e = run("kill -9 $$", "{}").await.unwrap_err();
+        assert!(e.starts_with("sh failed (signal: 9"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn stderr_is_capped() {
+        let e = run("head -c 100000 /dev/zero | tr '\\0' x >&2; exit 1", "{}")
+            .await
+            .unwrap_err();
+        let want = format!(
+            "sh failed (exit status: 1): {} [stderr truncated at 2048 bytes]",
+            "x".repeat(2048)
+        );
+        assert_eq!(e, want);
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_group() {
+        let start = std::time::Instant::now();
+        let spec = sh("sleep 30 & sleep 30; echo 1", 200);
+        let e = call(&spec, JsonValue::null()).await.unwrap_err().message;
+        assert_eq!(e, "sh timed out after 200 ms");
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn spawn_failure() {
+        let mut spec = sh("", 1000);
+        spec.program = "/nonexistent/pycage-tool".into();
+        spec.argv0 = "pycage-tool".into();
+        let e = call(&spec, JsonValue::null()).await.unwrap_err().message;
+        assert!(e.starts_with("could not start pycage-tool: "), "{e}");
+    }
+}

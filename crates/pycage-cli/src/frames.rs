@@ -1,0 +1,167 @@
+//! `pycage frames validate`: replay a captured fd-3 transcript (child→host
+//! lines) through the host's own validator.
+//!
+//! One output line per input line, in order:
+//! - the rebuilt frame as compact JSON (`ChildFrame::encode`: known fields
+//!   only, numbers as their exact text);
+//! - `drop` when the line is not a valid frame (`drop\t<reason>` with
+//!   `--explain`);
+//! - `oversized` when the line is over `--max-line-bytes`.
+//!
+//! With `--max-value-bytes N`, a kept `done` with a value gets
+//! `\tvalue-bytes=<canonical size>` or `\tvalue-over-budget` appended.
+//!
+//! Memory stays at the line cap plus constant buffers whatever the input:
+//! [`FrameReader`] never buffers an over-cap line, and output goes through a
+//! fixed-size buffered writer.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use pycage_protocol::{limits, meter_value, parse_child_frame, ChildFrame, FrameReader, LineEvent};
+
+use crate::output;
+
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// Transcript file, or `-` for stdin (the default).
+    #[arg(value_name = "FILE|-")]
+    file: Option<PathBuf>,
+
+    /// Longest accepted line, without its newline.
+    #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_MAX_LINE_BYTES)]
+    max_line_bytes: usize,
+
+    /// Meter each `done` value against this budget (canonical JSON bytes).
+    #[arg(long, value_name = "N")]
+    max_value_bytes: Option<u64>,
+
+    /// Append why a line was dropped: `drop<TAB><reason>`.
+    #[arg(long)]
+    explain: bool,
+}
+
+pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
+    let input: Box<dyn Read> = match &args.file {
+        Some(path) if path.as_os_str() != "-" => Box::new(
+            File::open(path)
+                .with_context(|| format!("cannot open transcript {}", path.display()))?,
+        ),
+        _ => Box::new(io::stdin().lock()),
+    };
+    let mut out = output::stdout_buffered();
+    match replay(input, &mut out, args).and_then(|()| out.flush()) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // The reader went away (`| head`): stop quietly.
+        Err(e) if output::is_broken_pipe(&e) => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e).context("frames validate"),
+    }
+}
+
+/// Writes one output line per input line.
+fn replay(input: impl Read, out: &mut impl Write, args: &ValidateArgs) -> io::Result<()> {
+    let mut reader = FrameReader::new(input, args.max_line_bytes);
+    let mut encoded = Vec::new();
+    while let Some(event) = reader.next_event()? {
+        let line = match event {
+            LineEvent::Oversized => {
+                out.write_all(b"oversized\n")?;
+                continue;
+            }
+            LineEvent::Line(line) => line,
+        };
+        let frame = match parse_child_frame(line) {
+            Ok(frame) => frame,
+            Err(reason) if args.explain => {
+                writeln!(out, "drop\t{reason}")?;
+                continue;
+            }
+            Err(_) => {
+                out.write_all(b"drop\n")?;
+                continue;
+            }
+        };
+        encoded.clear();
+        frame.encode(&mut encoded);
+        out.write_all(&encoded)?;
+        if let (
+            Some(budget),
+            ChildFrame::Done {
+                value: Some(value), ..
+            },
+        ) = (args.max_value_bytes, &frame)
+        {
+            match meter_value(value, budget) {
+                Some(size) => write!(out, "\tvalue-bytes={size}")?,
+                None => out.write_all(b"\tvalue-over-budget")?,
+            }
+        }
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replay_str(
+        input: &[u8],
+        max_line_bytes: usize,
+        max_value_bytes: Option<u64>,
+        explain: bool,
+    ) -> String {
+        let args = ValidateArgs {
+            file: None,
+            max_line_bytes,
+            max_value_bytes,
+            explain,
+        };
+        let mut out = Vec::new();
+        replay(input, &mut out, &args).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn one_output_line_per_input_line() {
+        let input = concat!(
+            "{\"type\":\"boot-ack\",\"x\":1}\n",
+            "\n",
+            "{\"type\":\"log\",\"text\":\"hi\",\"truncated\":\"yes\"}\n",
+            "{\"type\":\"done\",\"value\":[1.50, 2e3]}\n",
+            "{\"type\":\"done\"}\n",
+            "{\"type\":\"call\",\"id\":-1,\"global\":\"t\",\"name\":\"n\",\"args\":null}\n",
+            "{\"type\":\"done\",\"value\":\"",
+        );
+        assert_eq!(
+            replay_str(input.as_bytes(), 1024, Some(10), false),
+            concat!(
+                "{\"type\":\"boot-ack\"}\n",
+                "drop\n",
+                "{\"type\":\"log\",\"text\":\"hi\"}\n",
+                "{\"type\":\"done\",\"value\":[1.50,2e3]}\tvalue-bytes=10\n",
+                "{\"type\":\"done\"}\n",
+                "drop\n",
+                "drop\n",
+            )
+        );
+        assert_eq!(
+            replay_str(b"{\"type\":\"done\",\"value\":[1.50, 2e3]}\n[]", 1024, Some(9), true),
+            "{\"type\":\"done\",\"value\":[1.50,2e3]}\tvalue-over-budget\ndrop\tnot a JSON object\n"
+        );
+    }
+
+    #[test]
+    fn oversized_lines() {
+        // The cap is inclusive: a 5-byte line fits a 5-byte cap (and is junk).
+        assert_eq!(
+            replay_str(b"12345\n123456\n{\"type\":\"done\"}", 5, None, false),
+            "drop\noversized\noversized\n"
+        );
+        assert_eq!(replay_str(b"xxxxxxxxxxxx", 5, None, false), "oversized\n");
+    }
+}

@@ -1,0 +1,140 @@
+//! `pycage run`: one program, one result.
+//!
+//! Misuse (unreadable program, bad bindings file, broken name rule, a
+//! runtime that cannot be built) is an `Err` and exits 2; every program
+//! outcome is printed and exits 0 (success) or 1 (the run failed).
+//!
+//! Readable output streams log lines as the program writes them, then the
+//! value as canonical JSON on stdout, then `error: <kind>: <message>` on
+//! stderr. `--json` prints `RunResult::to_json()` as one line at the end.
+//!
+//! SIGINT and SIGTERM cancel the run (it settles as `abort`, keeping its
+//! logs); the runtime is always shut down, so no child outlives the command.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use pycage_runtime::{CancellationToken, RunEvent, RunRequest, RunResult, Runtime};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+use crate::{bindings_file, output, RunArgs};
+
+/// Exit status of a run that settled with an error.
+const EXIT_RUN_FAILED: u8 = 1;
+
+pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let program = read_program(&args)?;
+    let bindings = match &args.bindings {
+        Some(path) => bindings_file::load(path)?,
+        None => Vec::new(),
+    };
+    let config = args.config()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async move {
+        // Listen for signals before anything slow, so an early Ctrl-C
+        // cancels the run instead of killing pycage mid-construction.
+        let cancel = CancellationToken::new();
+        let watcher = watch_signals(cancel.clone())?;
+        let runtime = Runtime::new(config)?;
+        let request = RunRequest {
+            program,
+            bindings,
+            cancel: Some(cancel),
+        };
+        let outcome = if args.json {
+            runtime.run(request).await.map(|r| (r, 0))
+        } else {
+            run_streaming(&runtime, request).await
+        };
+        runtime.shutdown().await;
+        watcher.abort();
+        let (result, printed) = outcome?;
+        report(&result, args.json, printed)?;
+        Ok(if result.error.is_some() {
+            ExitCode::from(EXIT_RUN_FAILED)
+        } else {
+            ExitCode::SUCCESS
+        })
+    })
+}
+
+fn read_program(args: &RunArgs) -> anyhow::Result<String> {
+    if let Some(code) = &args.code {
+        return Ok(code.clone());
+    }
+    let Some(file) = &args.file else {
+        anyhow::bail!("no program: pass FILE, -c CODE or - (stdin)")
+    };
+    if file == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin()
+            .lock()
+            .read_to_string(&mut text)
+            .context("cannot read the program from stdin")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read program file {}", file.display()))
+}
+
+fn watch_signals(cancel: CancellationToken) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    Ok(tokio::spawn(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        cancel.cancel();
+    }))
+}
+
+/// Runs and prints log lines as they arrive. Returns the result and how
+/// many of its log lines were already printed.
+async fn run_streaming(
+    runtime: &Runtime,
+    request: RunRequest,
+) -> Result<(RunResult, usize), pycage_runtime::MisuseError> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let printer = async move {
+        let mut printed = 0usize;
+        while let Some(event) = rx.recv().await {
+            match event {
+                RunEvent::Log(line) => {
+                    // A closed stdout must not stop the run: keep counting
+                    // so the final report does not print these again.
+                    let _ = output::stdout_line(&line);
+                    printed += 1;
+                }
+                RunEvent::Call { .. } | RunEvent::CallFinished { .. } => {}
+            }
+        }
+        printed
+    };
+    // The sender lives in the run; the printer ends when the run does.
+    let (result, printed) = tokio::join!(runtime.run_with_events(request, tx), printer);
+    result.map(|r| (r, printed))
+}
+
+fn report(result: &RunResult, json: bool, printed: usize) -> anyhow::Result<()> {
+    if json {
+        output::stdout_line(&result.to_json().to_canonical_string())
+            .context("cannot write the result")?;
+        return Ok(());
+    }
+    // Lines the event stream did not deliver (none, normally).
+    let rest = result.logs.get(printed..).unwrap_or_default();
+    let value = result.value.as_ref().map(|v| v.to_canonical_string());
+    output::stdout_lines(rest.iter().map(String::as_str).chain(value.as_deref()))
+        .context("cannot write the result")?;
+    if let Some(e) = &result.error {
+        output::stderr_line(&format!("error: {}: {}", e.kind, e.message));
+    }
+    Ok(())
+}

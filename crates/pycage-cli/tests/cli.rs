@@ -1,0 +1,586 @@
+//! End-to-end tests of the `pycage` binary with a real python3.
+//!
+//! Every run passes `--isolation process` (the sandbox is tested in its own
+//! crate) and works in its own temporary directory, so tests run in
+//! parallel without sharing files.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn pycage(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pycage"));
+    cmd.current_dir(dir).stdin(Stdio::null());
+    cmd
+}
+
+/// `pycage run --isolation process <args>` in `dir`.
+fn run_in(dir: &Path, args: &[&str]) -> Output {
+    pycage(dir)
+        .args(["run", "--isolation", "process"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn run(args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    run_in(dir.path(), args)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+#[track_caller]
+fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stdout: {}\nstderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+}
+
+fn write_script(dir: &Path, name: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+// ---- run: output forms and exit codes ----
+
+#[test]
+fn json_success_is_one_exact_line() {
+    let o = run(&["--json", "-c", "return 1"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "{\"value\":1,\"logs\":[]}\n");
+    assert_eq!(stderr(&o), "");
+}
+
+#[test]
+fn json_keeps_exact_numbers_and_logs() {
+    let o = run(&[
+        "--json",
+        "-c",
+        "print('hi')\nprint('é\\tx')\nreturn {'n': 2**100, 'f': 0.1, 'z': None}",
+    ]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "{\"value\":{\"n\":1267650600228229401496703205376,\"f\":0.1,\"z\":null},\"logs\":[\"hi\",\"é\\tx\"]}\n"
+    );
+}
+
+#[test]
+fn json_without_value_or_with_error() {
+    let o = run(&["--json", "-c", "print('x')"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "{\"logs\":[\"x\"]}\n");
+
+    let o = run(&["--json", "-c", "print('before')\nraise ValueError('boom')"]);
+    assert_exit(&o, 1);
+    let out = stdout(&o);
+    assert!(
+        out.starts_with(
+            "{\"logs\":[\"before\"],\"error\":{\"kind\":\"exception\",\"message\":\"Traceback"
+        ) && out.ends_with("ValueError: boom\"}}\n"),
+        "{out}"
+    );
+    assert_eq!(stderr(&o), "");
+}
+
+#[test]
+fn readable_output() {
+    let o = run(&["-c", "print('a')\nprint('b')\nreturn [1, 'x', 2**64]"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "a\nb\n[1,\"x\",18446744073709551616]\n");
+    assert_eq!(stderr(&o), "");
+
+    let o = run(&["-c", "print('only logs')"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "only logs\n");
+}
+
+#[test]
+fn readable_failure_goes_to_stderr_with_exit_1() {
+    let o = run(&["-c", "print('a')\nraise ValueError('boom')"]);
+    assert_exit(&o, 1);
+    assert_eq!(stdout(&o), "a\n");
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("error: exception: Traceback") && err.ends_with("ValueError: boom\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wall_clock_timeout_exits_1() {
+    let start = Instant::now();
+    let o = run(&["--json", "--wall-ms", "500", "-c", "while True: pass"]);
+    assert_exit(&o, 1);
+    assert_eq!(
+        stdout(&o),
+        "{\"logs\":[],\"error\":{\"kind\":\"timeout\",\"message\":\"the wall-clock budget of 500 ms was exceeded\"}}\n"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn program_file_and_double_dash() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("prog.py"), "x = 20\nreturn x + 1\n").unwrap();
+    std::fs::write(dir.path().join("-c"), "return 'dash'\n").unwrap();
+    let o = run_in(dir.path(), &["--json", "prog.py"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "{\"value\":21,\"logs\":[]}\n");
+    let o = run_in(dir.path(), &["--json", "--", "-c"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "{\"value\":\"dash\",\"logs\":[]}\n");
+}
+
+#[test]
+fn program_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = pycage(dir.path())
+        .args(["run", "--isolation", "process", "--json", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"import math\nreturn math.factorial(25)\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "{\"value\":15511210043330985984000000,\"logs\":[]}\n"
+    );
+}
+
+#[test]
+fn misuse_exits_2_with_a_message() {
+    // clap's usage errors
+    for args in [
+        &["--no-such-flag", "-c", "return 1"][..],
+        &[][..],
+        &["-c", "return 1", "prog.py"][..],
+    ] {
+        let o = run(args);
+        assert_exit(&o, 2);
+        assert!(
+            stderr(&o).contains("Usage: pycage run"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "");
+    }
+    let o = run(&["--isolation", "chroot", "-c", "return 1"]);
+    assert_exit(&o, 2);
+
+    let o = run(&["missing.py"]);
+    assert_exit(&o, 2);
+    assert_eq!(
+        stderr(&o),
+        "pycage: error: cannot read program file missing.py: No such file or directory (os error 2)\n"
+    );
+
+    let o = run(&["--python", "/nonexistent/python3", "-c", "return 1"]);
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).starts_with("pycage: error: could not run /nonexistent/python3"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(&["--memory-mb", "1", "-c", "return 1"]);
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains("address_space_bytes must be at least"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = run(&["--wall-ms", "0", "-c", "return 1"]);
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains("wall_time must be greater than zero"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn sigint_aborts_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = pycage(dir.path())
+        .args([
+            "run",
+            "--isolation",
+            "process",
+            "--wall-ms",
+            "30000",
+            "-c",
+            "print('started')\nwhile True: pass",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert_eq!(
+        first, "started\n",
+        "log lines stream while the program runs"
+    );
+    let start = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "stderr: {err}");
+    assert_eq!(rest, "");
+    assert_eq!(err, "error: abort: the run was cancelled by the caller\n");
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+// ---- bindings files ----
+
+const TOOLS: &str = r#"
+[[namespace]]
+global = "tools"
+
+[namespace.functions]
+echo = { command = ["cat"] }
+"my-tool" = { command = ["./bin/fail.sh", "an arg"] }
+slow = { command = ["./slow.sh"], timeout_ms = 300 }
+"#;
+
+const TOOLS_WITH_CLASS: &str = r#"
+[[namespace]]
+global = "tools"
+error_class = { name = "ToolError", member_name_property = "tool" }
+
+[namespace.functions]
+fail = { command = ["./bin/fail.sh", "x"] }
+"#;
+
+/// A tempdir with a bindings file and its scripts.
+fn bindings_dir(toml: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("bin")).unwrap();
+    write_script(
+        dir.path(),
+        "bin/fail.sh",
+        "#!/bin/sh\ncat >/dev/null\necho \"no such user: $1\" >&2\nexit 3\n",
+    );
+    write_script(dir.path(), "slow.sh", "#!/bin/sh\nexec sleep 20\n");
+    std::fs::write(dir.path().join("bindings.toml"), toml).unwrap();
+    dir
+}
+
+#[test]
+fn command_binding_echoes_exactly() {
+    let dir = bindings_dir(TOOLS);
+    let program = "a = await tools.echo({'n': [1, 2.5, 2**70], 's': 'é\\n\"', 'e': {}})\n\
+                   b = await tools.echo(None)\n\
+                   return [a, b]";
+    // Run from elsewhere: relative commands resolve against the file's directory.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let bindings = dir.path().join("bindings.toml");
+    let o = run_in(
+        elsewhere.path(),
+        &[
+            "--json",
+            "--bindings",
+            bindings.to_str().unwrap(),
+            "-c",
+            program,
+        ],
+    );
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "{\"value\":[{\"n\":[1,2.5,1180591620717411303424],\"s\":\"é\\n\\\"\",\"e\":{}},null],\"logs\":[]}\n"
+    );
+}
+
+#[test]
+fn failing_command_raises_unless_caught() {
+    let dir = bindings_dir(TOOLS);
+    let o = run_in(
+        dir.path(),
+        &[
+            "--bindings",
+            "bindings.toml",
+            "-c",
+            "await getattr(tools, 'my-tool')({})",
+        ],
+    );
+    assert_exit(&o, 1);
+    let err = stderr(&o);
+    assert!(err.starts_with("error: exception: "), "{err}");
+    assert!(
+        err.contains("./bin/fail.sh failed (exit status: 3): no such user: an arg"),
+        "{err}"
+    );
+
+    let program =
+        "try:\n    await getattr(tools, 'my-tool')({})\nexcept Exception as e:\n    return str(e)";
+    let o = run_in(
+        dir.path(),
+        &["--json", "--bindings", "bindings.toml", "-c", program],
+    );
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "{\"value\":\"./bin/fail.sh failed (exit status: 3): no such user: an arg\",\"logs\":[]}\n"
+    );
+}
+
+#[test]
+fn error_class_carries_the_member_name() {
+    let dir = bindings_dir(TOOLS_WITH_CLASS);
+    let program = "try:\n    await tools.fail({'q': 1})\nexcept ToolError as e:\n    return [e.tool, str(e), isinstance(e, Exception)]";
+    let o = run_in(
+        dir.path(),
+        &["--json", "--bindings", "bindings.toml", "-c", program],
+    );
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "{\"value\":[\"fail\",\"./bin/fail.sh failed (exit status: 3): no such user: x\",true],\"logs\":[]}\n"
+    );
+}
+
+#[test]
+fn command_timeout_rejects_the_call() {
+    let dir = bindings_dir(TOOLS);
+    let start = Instant::now();
+    let program = "try:\n    await tools.slow([])\nexcept Exception as e:\n    return str(e)";
+    let o = run_in(
+        dir.path(),
+        &["--json", "--bindings", "bindings.toml", "-c", program],
+    );
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "{\"value\":\"./slow.sh timed out after 300 ms\",\"logs\":[]}\n"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "the sleeping command was not waited for"
+    );
+}
+
+#[test]
+fn bad_bindings_file_exits_2_naming_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bindings.toml"),
+        "[[namespace]]\nglobal = \"tools\"\n[namespace.functions]\necho = { command = [] }\n",
+    )
+    .unwrap();
+    let o = run_in(
+        dir.path(),
+        &["--bindings", "bindings.toml", "-c", "return 1"],
+    );
+    assert_exit(&o, 2);
+    assert_eq!(
+        stderr(&o),
+        "pycage: error: bindings.toml: namespace[0] (tools): function \"echo\": command must be a non-empty array of strings\n"
+    );
+
+    std::fs::write(
+        dir.path().join("bindings.toml"),
+        "[[namespace]]\nglobal = \"tools\"\n[namespace.functions]\necho = { command = [\"cat\"], timeout = 5 }\n",
+    )
+    .unwrap();
+    let o = run_in(
+        dir.path(),
+        &["--bindings", "bindings.toml", "-c", "return 1"],
+    );
+    assert_exit(&o, 2);
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("pycage: error: bindings.toml: TOML parse error at line 4"),
+        "{err}"
+    );
+    assert!(err.contains("unknown field `timeout`"), "{err}");
+
+    let o = run_in(dir.path(), &["--bindings", "nope.toml", "-c", "return 1"]);
+    assert_exit(&o, 2);
+    assert_eq!(
+        stderr(&o),
+        "pycage: error: cannot read bindings file nope.toml: No such file or directory (os error 2)\n"
+    );
+}
+
+#[test]
+fn name_rule_violation_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bindings.toml"),
+        "[[namespace]]\nglobal = \"my-tools\"\n",
+    )
+    .unwrap();
+    let o = run_in(
+        dir.path(),
+        &["--bindings", "bindings.toml", "-c", "return 1"],
+    );
+    assert_exit(&o, 2);
+    assert_eq!(
+        stderr(&o),
+        "pycage: error: bindings.toml: namespace[0] (my-tools): namespace global \"my-tools\" is not an identifier: it must match [A-Za-z_][A-Za-z0-9_]*\n"
+    );
+
+    std::fs::write(
+        dir.path().join("bindings.toml"),
+        "[[namespace]]\nglobal = \"tools\"\nerror_class = { name = \"console\", member_name_property = \"tool\" }\n",
+    )
+    .unwrap();
+    let o = run_in(
+        dir.path(),
+        &["--bindings", "bindings.toml", "-c", "return 1"],
+    );
+    assert_exit(&o, 2);
+    assert_eq!(
+        stderr(&o),
+        "pycage: error: bindings.toml: namespace[0] (tools): error class name \"console\" is a global the runtime owns\n"
+    );
+}
+
+// ---- frames validate ----
+
+#[test]
+fn frames_validate_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = format!("{{\"type\":\"log\",\"text\":\"{}\"}}", "x".repeat(2000));
+    let transcript = [
+        r#"{"type":"boot-ack","extra":1}"#,
+        r#"{"type":"call","id":7,"global":"tools","name":"my-tool","args":{"n":1.50,"big":123456789012345678901234567890},"x":null}"#,
+        r#"{"type":"log","text":"hi\u00e9","truncated":true}"#,
+        r#"{"type":"log","text":"hi","truncated":1}"#,
+        "garbage",
+        r#"{"type":"call","id":-1,"global":"t","name":"n","args":null}"#,
+        &long,
+        r#"{"type":"done","value":{"a":[1,2,3]}}"#,
+        r#"{"type":"done","value":"abcdefghijklmnopqr"}"#,
+        r#"{"type":"done","value":"a string that is too long"}"#,
+        r#"{"type":"done","error":{"kind":"exception","message":"boom"}}"#,
+        r#"{"type":"done","value":NaN}"#,
+    ]
+    .join("\n");
+    std::fs::write(dir.path().join("fd3.jsonl"), transcript).unwrap();
+    let o = pycage(dir.path())
+        .args([
+            "frames",
+            "validate",
+            "fd3.jsonl",
+            "--max-line-bytes",
+            "1024",
+            "--max-value-bytes",
+            "20",
+        ])
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    let want = [
+        r#"{"type":"boot-ack"}"#,
+        r#"{"type":"call","id":7,"global":"tools","name":"my-tool","args":{"n":1.50,"big":123456789012345678901234567890}}"#,
+        r#"{"type":"log","text":"hié","truncated":true}"#,
+        r#"{"type":"log","text":"hi"}"#,
+        "drop",
+        "drop",
+        "oversized",
+        "{\"type\":\"done\",\"value\":{\"a\":[1,2,3]}}\tvalue-bytes=13",
+        // The budget is inclusive: exactly 20 bytes fits.
+        "{\"type\":\"done\",\"value\":\"abcdefghijklmnopqr\"}\tvalue-bytes=20",
+        "{\"type\":\"done\",\"value\":\"a string that is too long\"}\tvalue-over-budget",
+        r#"{"type":"done","error":{"kind":"exception","message":"boom"}}"#,
+        "drop",
+    ];
+    assert_eq!(stdout(&o), want.map(|l| format!("{l}\n")).concat());
+    assert_eq!(stderr(&o), "");
+
+    // --explain, from stdin.
+    let mut child = pycage(dir.path())
+        .args(["frames", "validate", "--explain", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"[]\n{\"type\":\"reply\"}\n{\"type\":\"done\"}\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "drop\tnot a JSON object\ndrop\tunknown frame type\n{\"type\":\"done\"}\n"
+    );
+}
+
+/// Peak resident memory of a live process, from /proc (Linux).
+fn peak_rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+#[test]
+fn frames_validate_huge_line_without_newline() {
+    const SIZE: usize = 20 * 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = pycage(dir.path())
+        .args(["frames", "validate", "--max-line-bytes", "1024"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let chunk = vec![b'x'; 1024 * 1024];
+    for _ in 0..SIZE / chunk.len() {
+        stdin.write_all(&chunk).unwrap();
+    }
+    // Nearly all 20 MB went through (a pipe holds at most a few pages), and
+    // the process is still alive waiting for more: memory stays near the cap.
+    if let Some(peak) = peak_rss_bytes(child.id()) {
+        assert!(
+            peak < 16 * 1024 * 1024,
+            "peak RSS {peak} bytes: the line was buffered"
+        );
+    }
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "oversized\n");
+}

@@ -1,0 +1,1256 @@
+"""The pycage child: runs one model-written program, talking JSON lines on fd 3.
+
+The host starts it as::
+
+    python3 -I -c "import sys; sys.path.insert(0, '<DIR>'); from pycage.bootstrap import main; main()"
+
+where ``<DIR>`` holds the ``pycage`` package. Importing this module does every
+import a run needs, so a warm pool can start children before their request is
+known; ``main()`` then blocks on fd 3 for ``boot``. Per process, exactly one
+run (DESIGN.md §3):
+
+1. ``boot``: apply ``RLIMIT_CPU`` / ``RLIMIT_AS``, build the namespace objects
+   and error classes, answer ``boot-ack``.
+2. ``run``: compile the program as the body of ``async def __dsh_main__()``
+   (file name ``<program>``), run it on a fresh asyncio loop. Binding calls go
+   out as ``call`` frames; ``reply`` frames are dispatched by id from a loop
+   reader, so any number of calls can be in flight.
+3. Send ``done`` (value, no value, or error) and ``os._exit(0)``.
+
+Exit statuses without a ``done``: 1 the host is gone (EOF or error on fd 3),
+2 the host sent a malformed frame, 3 a bug in this file. The reason goes to
+fd 2, never to fd 3.
+
+The program is untrusted and runs in this interpreter, so this module keeps
+what it needs out of its reach:
+
+* Functions here resolve builtins in a private copy of the builtins dict
+  (``__builtins__`` is rebound below, before anything else is defined; on
+  CPython >= 3.10 a function keeps the builtins it was created with). A program
+  that sets ``builtins.len = None`` cannot break frame emission. The shared
+  builtins are restored from that copy once the program's coroutine finishes,
+  so the loop's own cleanup and traceback formatting work again.
+* Module references (``os.write``, the JSON pieces, the writers) are captured
+  at import time; the program rebinding ``sys.stdout``, ``print``, ``json`` or
+  deleting ``sys.modules`` entries does not reach them.
+* The JSON encoder below never runs program code (exact type checks only; no
+  ``__eq__``, ``__hash__``, ``__iter__`` or ``__repr__`` of program objects).
+
+Everything that touches values crossing the wire is iterative: a
+1,000,000-deep list encodes and decodes without ``RecursionError``.
+"""
+
+import builtins as _builtins_module
+
+#: Builtins as they were before any program ran. Rebinding ``__builtins__``
+#: makes every function defined below resolve builtins here, not in the
+#: shared, program-writable ``builtins`` module.
+_PRIVATE_BUILTINS = dict(_builtins_module.__dict__)
+__builtins__ = _PRIVATE_BUILTINS
+
+import ast  # noqa: E402
+import asyncio  # noqa: E402
+import codecs  # noqa: E402
+import gc  # noqa: E402
+import io  # noqa: E402
+import itertools  # noqa: E402
+import linecache  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
+import select  # noqa: E402
+import selectors  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import traceback  # noqa: E402
+from json import JSONDecoder  # noqa: E402
+from json.decoder import scanstring as _scanstring  # noqa: E402
+from json.encoder import encode_basestring as _quote  # noqa: E402
+from types import CodeType, FunctionType, ModuleType  # noqa: E402
+
+from pycage.protocol import PROTOCOL_FD, log_truncation_marker  # noqa: E402
+
+if hasattr(sys, "set_int_max_str_digits"):
+    # Ints of any size cross exactly, in both directions.
+    sys.set_int_max_str_digits(0)
+
+_FD = PROTOCOL_FD
+_PROGRAM = "<program>"
+_MAIN_NAME = "__dsh_main__"
+_THIS_FILE = (lambda: None).__code__.co_filename
+
+#: Bytes asked of fd 3 per read.
+_READ_CHUNK = 1 << 18
+#: Seconds the loop gets, after the program finished, for its leftover tasks
+#: and async generators to finish after cancellation. A task that ignores
+#: cancellation is abandoned when this expires; ``done`` is sent regardless.
+_CLEANUP_GRACE_SECONDS = 1.0
+#: Path segments an error message shows before eliding the middle of a path.
+_PATH_SEGMENTS_SHOWN = 40
+#: Characters of a dict key an error message shows.
+_PATH_KEY_CHARS = 60
+
+_EXIT_HOST_GONE = 1
+_EXIT_BAD_HOST_FRAME = 2
+_EXIT_INTERNAL = 3
+
+#: Globals the program gets that are not namespaces or error classes.
+_RESERVED_GLOBALS = frozenset(
+    ("__builtins__", "__name__", "__debug__", "__dsh_main__", "console")
+)
+_CO_ASYNC_GENERATOR = 0x200
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_os_write = os.write
+_os_read = os.read
+_os_exit = os._exit
+_select = select.select
+_int_repr = int.__repr__
+_float_repr = float.__repr__
+_object_getattribute = object.__getattribute__
+_type_name = type.__dict__["__name__"].__get__
+_Future = asyncio.Future
+_gc_isenabled = gc.isenabled
+_gc_disable = gc.disable
+_gc_enable = gc.enable
+_all_tasks = asyncio.all_tasks
+_wait = asyncio.wait
+
+
+# --- an event loop the program's builtins cannot break ------------------
+
+
+def _private_function(func, globals_by_module):
+    """``func`` re-created over a snapshot of its module globals whose
+    ``__builtins__`` is the private copy (a function takes its builtins from
+    its globals when it is created)."""
+    source = func.__globals__
+    private = globals_by_module.get(id(source))
+    if private is None:
+        private = dict(source)
+        private["__builtins__"] = _PRIVATE_BUILTINS
+        globals_by_module[id(source)] = private
+    copy = FunctionType(func.__code__, private, func.__name__, func.__defaults__, func.__closure__)
+    copy.__kwdefaults__ = func.__kwdefaults__
+    copy.__qualname__ = func.__qualname__
+    copy.__doc__ = func.__doc__
+    copy.__module__ = func.__module__
+    return copy
+
+
+def _private_class(cls):
+    """A subclass of ``cls`` whose Python methods, through the MRO, are private
+    re-creations: the loop's and selector's own code keeps working when the
+    program rebinds ``builtins.len`` and the like. Calls made through
+    ``super()`` still reach the originals; the per-iteration path
+    (``_run_once``, ``select``, ``_process_events``, ``call_soon``) does not
+    use ``super()``."""
+    namespace = {}
+    globals_by_module = {}
+    for klass in reversed(cls.__mro__):
+        for name, attr in vars(klass).items():
+            kind = type(attr)
+            if kind is FunctionType:
+                namespace[name] = _private_function(attr, globals_by_module)
+            elif kind is staticmethod or kind is classmethod:
+                func = attr.__func__
+                if type(func) is FunctionType:
+                    func = _private_function(func, globals_by_module)
+                namespace[name] = kind(func)
+            else:  # a data attribute overriding a base method
+                namespace.pop(name, None)
+    return type(cls.__name__, (cls,), namespace)
+
+
+_Loop = _private_class(asyncio.SelectorEventLoop)
+_Selector = _private_class(selectors.DefaultSelector)
+
+
+# --- diagnostics ---------------------------------------------------------
+
+
+def _diag(message):
+    """Write a bootstrap diagnostic to the real stderr (fd 2)."""
+    try:
+        text = "pycage bootstrap: " + message + "\n"
+        _os_write(2, text.encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+def _die(status, message=None):
+    if message is not None:
+        _diag(message)
+    _os_exit(status)
+
+
+def _clean(text):
+    """``text`` made encodable as UTF-8 (lone surrogates become escapes)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+# --- lossless JSON: encoder ----------------------------------------------
+
+
+class NotJsonError(Exception):
+    """The value cannot cross as JSON; ``str(e)`` names the path and type."""
+
+
+class OverBudgetError(Exception):
+    """The canonical encoding went over the byte budget."""
+
+
+_END = object()
+_UNLIMITED = sys.maxsize
+_HINTS = (
+    (tuple, " (use a list)"),
+    (set, " (use a list)"),
+    (frozenset, " (use a list)"),
+    (bytes, " (decode it to a str)"),
+    (bytearray, " (decode it to a str)"),
+)
+_JSON_TYPES = (bool, int, float, str, list, dict)
+
+
+def _describe_type(t):
+    """'a tuple (use a list)', 'a Color (a subclass of int; ...)'.
+
+    Identity and ``issubclass`` against exact builtin types only, so no
+    metaclass code of the program runs.
+    """
+    name = _type_name(t)
+    article = "an" if name[:1] in ("a", "e", "i", "o", "u", "A", "E", "I", "O", "U") else "a"
+    hint = ""
+    for known, known_hint in _HINTS:
+        if t is known:
+            hint = known_hint
+            break
+    else:
+        for base in _JSON_TYPES:
+            if t is not base and issubclass(t, base):
+                base_name = _type_name(base)
+                hint = f" (a subclass of {base_name}; convert it to a plain {base_name})"
+                break
+    return f"{article} {name}{hint}"
+
+
+def _path(frames, depth):
+    """Where the current item of ``frames[depth - 1]`` is, JSONPath-like.
+
+    ``frames[0]`` is the virtual frame around the top-level value (``$``).
+    Positions come from the iterators (``__length_hint__`` is what is left),
+    so the encoder keeps no per-item index; this runs only for a message.
+    """
+    segments = []
+    for container, it, is_dict in frames[1:depth]:
+        index = len(container) - it.__length_hint__() - 1
+        if not is_dict:
+            segments.append(f"[{index}]")
+            continue
+        key = next(itertools.islice(container, index, None), None)
+        if type(key) is not str:
+            segments.append("[?]")
+        elif _IDENT.match(key):
+            segments.append("." + key)
+        else:
+            if len(key) > _PATH_KEY_CHARS:
+                key = key[:_PATH_KEY_CHARS] + "\u2026"
+            segments.append("[" + _quote(key) + "]")
+    shown = _PATH_SEGMENTS_SHOWN
+    if len(segments) > shown:
+        half = shown // 2
+        segments[half:-half] = [f"\u2026({len(segments) - shown} more levels)\u2026"]
+    return "$" + "".join(segments)
+
+
+def encode_json(value, budget=_UNLIMITED):
+    """The canonical JSON text of ``value`` (compact ``JSON.stringify``).
+
+    Only exact ``None``, ``bool``, ``int``, ``float``, ``str``, ``list`` and
+    ``dict`` with ``str`` keys are JSON; anything else raises ``NotJsonError``
+    naming the path and the type. Floats are written as ``float.__repr__``
+    (shortest round trip), ints exactly. Raises ``OverBudgetError`` as soon as
+    the UTF-8 length of the text is known to exceed ``budget`` bytes.
+    Iterative, so depth is unbounded; never calls program code. The cyclic GC
+    is paused meanwhile: the walk allocates one frame per open container, and
+    collections triggered by them would scan every live frame again.
+    """
+    gc_was_enabled = _gc_isenabled()
+    _gc_disable()
+    try:
+        return _encode(value, budget)
+    finally:
+        if gc_was_enabled:
+            _gc_enable()
+
+
+def _encode(value, budget):
+    parts = []
+    put = parts.append
+    size = 0  # UTF-8 bytes in parts
+    # Open containers as (container, iterator, is_dict); frames[0] is a
+    # virtual one-item container around the top-level value. A container is
+    # resumed where its iterator stopped once the child that interrupted it
+    # closes.
+    frames = [(None, iter((value,)), False)]
+    open_ids = set()  # ids of open containers: a repeat is a cycle
+    quoted_keys = {}  # key -> ('"k":', ',"k":', UTF-8 bytes of '"k":'); records repeat keys
+    fresh = True  # the innermost container has written no item yet
+    while frames:
+        container, it, is_dict = frames[-1]
+        for x in it:
+            if is_dict:
+                key, x = x
+                if type(key) is not str:
+                    raise NotJsonError(
+                        f"dict key at {_path(frames, len(frames) - 1)} is "
+                        f"{_describe_type(type(key))}, which is not JSON (object keys must be str)"
+                    )
+                quoted = quoted_keys.get(key)
+                if quoted is None:
+                    if size + len(key) + 4 > budget:  # "k": + value + closer
+                        raise OverBudgetError
+                    s = _quote(key)
+                    if s.isascii():
+                        n = len(s) + 1
+                    else:
+                        try:
+                            n = len(s.encode("utf-8")) + 1
+                        except UnicodeEncodeError:
+                            raise NotJsonError(
+                                f"dict key at {_path(frames, len(frames) - 1)} is a str with "
+                                "a lone surrogate, which cannot be encoded as UTF-8"
+                            ) from None
+                    quoted = quoted_keys[key] = (s + ":", "," + s + ":", n)
+                if fresh:
+                    fresh = False
+                    size += quoted[2]
+                    put(quoted[0])
+                else:
+                    size += quoted[2] + 1
+                    put(quoted[1])
+            elif fresh:
+                fresh = False
+            else:
+                size += 1
+                put(",")
+            t = type(x)
+            if t is str:
+                if size + len(x) + 2 > budget:  # every char is at least one byte
+                    raise OverBudgetError
+                s = _quote(x)
+                if s.isascii():
+                    size += len(s)
+                else:
+                    try:
+                        size += len(s.encode("utf-8"))
+                    except UnicodeEncodeError:
+                        raise NotJsonError(
+                            f"value at {_path(frames, len(frames))} is a str with a lone "
+                            "surrogate, which cannot be encoded as UTF-8"
+                        ) from None
+                put(s)
+            elif t is int:
+                bits = x.bit_length()
+                if bits > 64 and bits > 4 * (budget - size + 2):  # digits > 0.3 * bits
+                    raise OverBudgetError
+                s = _int_repr(x)
+                size += len(s)
+                put(s)
+            elif t is float:
+                if x - x != 0.0:  # NaN or an infinity
+                    raise NotJsonError(
+                        f"value at {_path(frames, len(frames))} is {_float_repr(x)}, which "
+                        "is not JSON (NaN and infinities have no JSON form)"
+                    )
+                s = _float_repr(x)
+                size += len(s)
+                put(s)
+            elif x is None:
+                size += 4
+                put("null")
+            elif t is bool:
+                if x:
+                    size += 4
+                    put("true")
+                else:
+                    size += 5
+                    put("false")
+            elif t is list or t is dict:
+                ident = id(x)
+                if ident in open_ids:
+                    raise NotJsonError(
+                        f"cycle at {_path(frames, len(frames))}: this {_type_name(t)} "
+                        "contains itself, which JSON cannot represent"
+                    )
+                open_ids.add(ident)
+                if t is list:
+                    frames.append((x, iter(x), False))
+                    put("[")
+                else:
+                    frames.append((x, iter(x.items()), True))
+                    put("{")
+                size += 1
+                fresh = True
+                break
+            else:
+                raise NotJsonError(
+                    f"value at {_path(frames, len(frames))} is {_describe_type(t)}, "
+                    "which is not JSON"
+                )
+            if size > budget:
+                raise OverBudgetError
+        else:
+            frames.pop()
+            if container is not None:
+                put("}" if is_dict else "]")
+                size += 1
+                open_ids.discard(id(container))
+            fresh = False
+    if size > budget:
+        raise OverBudgetError
+    return "".join(parts)
+
+
+# --- lossless JSON: decoder ----------------------------------------------
+
+_WS = re.compile(r"[ \t\n\r]*")
+_WS_CHARS = " \t\n\r"
+_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LIST = object()
+
+
+def _reject_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+#: The C scanner behind json.loads (JSONDecoder.decode itself is Python code
+#: that resolves builtins in the program-writable builtins module).
+_scan_once = JSONDecoder(parse_constant=_reject_constant).scan_once
+
+
+def decode_json(text):
+    """Parse one JSON text. Ints of any size stay exact ints; other numbers
+    become the nearest ``float`` (an exponent out of range gives an infinity,
+    as ``json.loads`` does). NaN/Infinity tokens are rejected. Duplicate keys:
+    the last wins. Raises ``ValueError`` on anything that is not JSON.
+
+    ``json.loads`` (C) does the work unless the value is deeper than the
+    recursion limit; then the iterative ``_decode_deep`` gives the same result.
+    """
+    start = _WS.match(text, 0).end()
+    try:
+        value, end = _scan_once(text, start)
+    except StopIteration:
+        raise ValueError(f"expected a JSON value at offset {start}") from None
+    except RecursionError:
+        pass
+    else:
+        end = _WS.match(text, end).end()
+        if end != len(text):
+            raise ValueError(f"extra data at offset {end}")
+        return value
+    gc_was_enabled = _gc_isenabled()
+    _gc_disable()  # see encode_json
+    try:
+        return _decode_deep(text)
+    finally:
+        if gc_was_enabled:
+            _gc_enable()
+
+
+def _decode_key(s, i):
+    """A string key at ``s[i]`` and its ``:``; returns (key, index after)."""
+    if s[i : i + 1] != '"':
+        raise ValueError(f"expected a string key at offset {i}")
+    key, i = _scanstring(s, i + 1, True)
+    if s[i : i + 1] in _WS_CHARS:
+        i = _WS.match(s, i).end()
+    if s[i : i + 1] != ":":
+        raise ValueError(f"expected ':' at offset {i}")
+    i += 1
+    if s[i : i + 1] in _WS_CHARS:
+        i = _WS.match(s, i).end()
+    return key, i
+
+
+def _decode_deep(s):
+    """Iterative JSON parser, result-identical to ``json.loads``.
+
+    Whitespace is skipped with a regex only where there is some: the host
+    writes compact JSON. (``"" in _WS_CHARS`` is true; at the end of the text
+    the regex then matches nothing.)
+    """
+    ws = _WS.match
+    number = _NUMBER.match
+    blank = _WS_CHARS
+    n = len(s)
+    stack = []  # [container, key], key is _LIST for a list
+    i = ws(s, 0).end()
+    while True:
+        c = s[i : i + 1]
+        if c == "[":
+            i += 1
+            if s[i : i + 1] in blank:
+                i = ws(s, i).end()
+            if s[i : i + 1] == "]":
+                value = []
+                i += 1
+            else:
+                stack.append([[], _LIST])
+                continue
+        elif c == "{":
+            i += 1
+            if s[i : i + 1] in blank:
+                i = ws(s, i).end()
+            if s[i : i + 1] == "}":
+                value = {}
+                i += 1
+            else:
+                key, i = _decode_key(s, i)
+                stack.append([{}, key])
+                continue
+        elif c == '"':
+            value, i = _scanstring(s, i + 1, True)
+        elif c == "n" and s.startswith("null", i):
+            value = None
+            i += 4
+        elif c == "t" and s.startswith("true", i):
+            value = True
+            i += 4
+        elif c == "f" and s.startswith("false", i):
+            value = False
+            i += 5
+        else:
+            m = number(s, i)
+            if m is None:
+                raise ValueError(f"expected a JSON value at offset {i}")
+            integer, frac, exp = m.groups()
+            if frac or exp:
+                value = float(integer + (frac or "") + (exp or ""))
+            else:
+                value = int(integer)
+            i = m.end()
+        # Attach the value; close every container the text closes.
+        while True:
+            c = s[i : i + 1]
+            if c in blank:
+                i = ws(s, i).end()
+                c = s[i : i + 1]
+            if not stack:
+                if i != n:
+                    raise ValueError(f"extra data at offset {i}")
+                return value
+            top = stack[-1]
+            container, key = top
+            if key is _LIST:
+                container.append(value)
+                if c == ",":
+                    i += 1
+                    if s[i : i + 1] in blank:
+                        i = ws(s, i).end()
+                    break
+                if c != "]":
+                    raise ValueError(f"expected ',' or ']' at offset {i}")
+            else:
+                container[key] = value
+                if c == ",":
+                    i += 1
+                    if s[i : i + 1] in blank:
+                        i = ws(s, i).end()
+                    top[1], i = _decode_key(s, i)
+                    break
+                if c != "}":
+                    raise ValueError(f"expected ',' or '}}' at offset {i}")
+            i += 1
+            value = container
+            stack.pop()
+
+
+# --- the fd-3 channel ----------------------------------------------------
+#
+# fd 3 is non-blocking from the start of main(). Reads: blocking phases wait
+# in select(); during the run the loop's reader calls _on_readable. Writes:
+# a frame goes out whole (one os.write when the socket has room; otherwise
+# wait in select() for writability, reading meanwhile so a host that writes
+# synchronously cannot deadlock us). _lock serializes frames across threads
+# (a program thread may print); a re-entrant send on the same thread (a
+# signal handler printing mid-write) is queued behind the frame in progress.
+
+_lock = threading.RLock()
+_inbuf = bytearray()
+_scan_from = 0  # _inbuf[:_scan_from] holds no newline
+_sending = False
+_backlog = []
+_loop = None  # the run's loop while replies are dispatched
+_pending = {}  # call id -> Future of (ok, value_or_message)
+_ids = itertools.count()
+
+
+def _pump():
+    """Move what fd 3 has into _inbuf; exit if the host is gone."""
+    try:
+        chunk = _os_read(_FD, _READ_CHUNK)
+    except BlockingIOError:
+        return False
+    except OSError as e:
+        _die(_EXIT_HOST_GONE, f"reading fd {_FD} failed: {e}")
+    if not chunk:
+        _die(_EXIT_HOST_GONE)
+    _inbuf.extend(chunk)
+    return True
+
+
+def _take_line():
+    """The next complete line of _inbuf as str, or None."""
+    global _scan_from
+    end = _inbuf.find(b"\n", _scan_from)
+    if end < 0:
+        _scan_from = len(_inbuf)
+        return None
+    raw = _inbuf[:end]
+    del _inbuf[: end + 1]
+    _scan_from = 0
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        _die(_EXIT_BAD_HOST_FRAME, f"host frame is not UTF-8: {e}")
+
+
+def _host_frame(line):
+    """Parse one host line into a dict with a str ``type``; exit if malformed."""
+    try:
+        frame = decode_json(line)
+    except (ValueError, MemoryError) as e:
+        _die(_EXIT_BAD_HOST_FRAME, f"host frame is not JSON: {e}")
+    if type(frame) is not dict or type(frame.get("type")) is not str:
+        _die(_EXIT_BAD_HOST_FRAME, "host frame is not an object with a string type")
+    return frame
+
+
+def _read_frame():
+    """Block until the next host frame (boot and run phases)."""
+    while True:
+        line = _take_line()
+        if line is not None:
+            return _host_frame(line)
+        try:
+            _select((_FD,), (), ())
+        except (OSError, ValueError) as e:
+            _die(_EXIT_HOST_GONE, f"waiting on fd {_FD} failed: {e}")
+        _pump()
+
+
+def _write_all(data):
+    view = None
+    done = 0
+    while True:
+        try:
+            done += _os_write(_FD, view[done:] if view is not None else data)
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            _die(_EXIT_HOST_GONE, f"writing fd {_FD} failed: {e}")
+        if done >= len(data):
+            return
+        if view is None:
+            view = memoryview(data)
+        try:
+            readable, _, _ = _select((_FD,), (_FD,), ())
+        except (OSError, ValueError) as e:
+            _die(_EXIT_HOST_GONE, f"waiting on fd {_FD} failed: {e}")
+        if readable and _pump() and _loop is not None:
+            _loop.call_soon_threadsafe(_dispatch_replies)
+
+
+def _send(data):
+    """Write one whole frame (bytes ending in a newline) to fd 3."""
+    global _sending
+    with _lock:
+        if _sending:
+            _backlog.append(data)
+            return
+        _sending = True
+        try:
+            _write_all(data)
+            while _backlog:
+                _write_all(_backlog.pop(0))
+        finally:
+            _sending = False
+
+
+def _on_readable():
+    """Loop reader for fd 3 during the run."""
+    with _lock:
+        _pump()
+    _dispatch_replies()
+
+
+def _dispatch_replies():
+    while True:
+        with _lock:
+            line = _take_line()
+        if line is None:
+            return
+        frame = _host_frame(line)
+        call_id = frame.get("id")
+        ok = frame.get("ok")
+        if (
+            frame["type"] != "reply"
+            or type(call_id) is not int
+            or call_id < 0
+            or type(ok) is not bool
+            or (ok and "value" not in frame)
+            or (not ok and type(frame.get("message")) is not str)
+        ):
+            _die(_EXIT_BAD_HOST_FRAME, "expected a reply frame with id, ok and value or message")
+        future = _pending.pop(call_id, None)
+        if future is not None and not future.done():
+            future.set_result((ok, frame["value"] if ok else frame["message"]))
+
+
+# --- logs ----------------------------------------------------------------
+
+_log_left = 0  # bytes the ledger still accepts; -1 once the marker is sent
+_marker_frame = b""
+
+
+def _log(text):
+    """Send ``text`` as log frames, within the maxLogBytes ledger."""
+    global _log_left
+    if not text:
+        return
+    with _lock:
+        if _log_left < 0:
+            return
+        data = None
+        if text.isascii():
+            n = len(text)
+        else:
+            data = text.encode("utf-8", "backslashreplace")
+            n = len(data)
+            text = data.decode("utf-8")  # lone surrogates became escapes
+        if n <= _log_left:
+            _log_left -= n
+            _send(('{"type":"log","text":' + _quote(text) + "}\n").encode("utf-8"))
+            return
+        if data is None:
+            fits = text[:_log_left]
+        else:
+            fits = data[:_log_left].decode("utf-8", "ignore")  # drops a cut character
+        _log_left = -1
+        if fits:
+            _send(('{"type":"log","text":' + _quote(fits) + "}\n").encode("utf-8"))
+        _send(_marker_frame)
+
+
+class _LogBuffer(io.BufferedIOBase):
+    """``sys.stdout.buffer``: bytes are decoded as UTF-8 and logged."""
+
+    def __init__(self):
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        data = bytes(memoryview(data))
+        _log(self._decoder.decode(data))
+        return len(data)
+
+    def flush(self):
+        pass
+
+
+class _LogWriter(io.TextIOBase):
+    """Replaces ``sys.stdout`` / ``sys.stderr``: each write is a log frame."""
+
+    encoding = "utf-8"
+    errors = "backslashreplace"
+    newlines = None
+    line_buffering = False
+    write_through = True
+
+    def __init__(self, name):
+        self.name = name
+        self.buffer = _LogBuffer()
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def write(self, s):
+        if type(s) is not str:
+            if not isinstance(s, str):
+                raise TypeError(f"write() argument must be str, not {_type_name(type(s))}")
+            s = str.__str__(s)
+        _log(s)
+        return len(s)
+
+    def flush(self):
+        pass
+
+
+_stdout = _LogWriter("<stdout>")
+_stderr = _LogWriter("<stderr>")
+
+
+# --- boot ----------------------------------------------------------------
+
+
+def _bad_boot(what):
+    _die(_EXIT_BAD_HOST_FRAME, f"malformed boot frame: {what}")
+
+
+def _utf8_str(x):
+    if type(x) is not str:
+        return False
+    try:
+        x.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_boot(frame):
+    """Validate ``boot``; return (limits dict, [(global, names, error_class)])."""
+    if frame["type"] != "boot":
+        _bad_boot(f"expected boot, got {frame['type']!r}")
+    limits = {}
+    for key in ("cpuSeconds", "addressSpaceBytes", "maxLogBytes", "maxValueBytes"):
+        v = frame.get(key)
+        if type(v) is not int or v < 0:
+            _bad_boot(f"{key} must be a non-negative integer")
+        limits[key] = v
+    entries = frame.get("namespaces")
+    if type(entries) is not list:
+        _bad_boot("namespaces must be a list")
+    seen = set()
+    namespaces = []
+    for entry in entries:
+        if type(entry) is not dict:
+            _bad_boot("a namespace entry must be an object")
+        glob = entry.get("global")
+        names = entry.get("names")
+        error_class = entry.get("errorClass")  # absent or null: none
+        if type(glob) is not str or not _IDENT.match(glob) or glob in _RESERVED_GLOBALS:
+            _bad_boot(f"namespace global {glob!r} is not a usable identifier")
+        if type(names) is not list or not all(_utf8_str(name) for name in names):
+            _bad_boot(f"names of {glob} must be a list of strings")
+        injected = [glob]
+        if error_class is not None:
+            if type(error_class) is not dict:
+                _bad_boot(f"errorClass of {glob} must be an object")
+            class_name = error_class.get("name")
+            prop = error_class.get("memberNameProperty")
+            if (
+                type(class_name) is not str
+                or not _IDENT.match(class_name)
+                or class_name in _RESERVED_GLOBALS
+            ):
+                _bad_boot(f"errorClass name {class_name!r} is not a usable identifier")
+            if not _utf8_str(prop) or not prop:
+                _bad_boot(f"memberNameProperty of {class_name} must be a non-empty string")
+            error_class = (class_name, prop)
+            injected.append(class_name)
+        for name in injected:
+            if name in seen:
+                _bad_boot(f"global {name} is injected twice")
+            seen.add(name)
+        namespaces.append((glob, names, error_class))
+    return limits, namespaces
+
+
+def _set_limit(which, soft, hard):
+    _, current_hard = resource.getrlimit(which)
+    if current_hard != resource.RLIM_INFINITY:
+        hard = min(hard, current_hard)
+        soft = min(soft, hard)
+    try:
+        resource.setrlimit(which, (soft, hard))
+    except (OSError, ValueError) as e:
+        _die(_EXIT_INTERNAL, f"cannot set resource limit {which} to {(soft, hard)}: {e}")
+
+
+def _apply_limits(limits):
+    cpu = limits["cpuSeconds"]
+    if cpu:
+        _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
+    address_space = limits["addressSpaceBytes"]
+    if address_space:
+        _set_limit(resource.RLIMIT_AS, address_space, address_space)
+
+
+def _call_label(glob, name):
+    return f"{glob}.{name}" if _IDENT.match(name) else f"getattr({glob}, {name!r})"
+
+
+def _make_member(loop, glob, name, error_class, prop):
+    """The async callable behind ``<glob>.<name>``."""
+    head = '{"type":"call","id":'
+    tail = ',"global":' + _quote(glob) + ',"name":' + _quote(name) + ',"args":'
+    label = _call_label(glob, name)
+
+    async def member(*args, **kwargs):
+        if kwargs:
+            raise TypeError(
+                f"{label}() takes no keyword arguments; pass one JSON value "
+                "(e.g. a dict) as its only argument"
+            )
+        if len(args) > 1:
+            raise TypeError(f"{label}() takes at most 1 argument ({len(args)} given)")
+        try:
+            payload = encode_json(args[0] if args else None)
+        except NotJsonError as e:
+            raise TypeError(f"argument of {label}() is not JSON: {e}") from None
+        call_id = next(_ids)
+        future = _Future(loop=loop)
+        _pending[call_id] = future
+        try:
+            _send((head + str(call_id) + tail + payload + "}\n").encode("utf-8"))
+            ok, result = await future
+        finally:
+            _pending.pop(call_id, None)
+        if ok:
+            return result
+        if error_class is None:
+            raise RuntimeError(result)
+        error = error_class(result)
+        setattr(error, prop, name)
+        raise error
+
+    member.__name__ = name
+    member.__qualname__ = f"{glob}.{name}"
+    return member
+
+
+def _make_namespace(glob, members):
+    """The program's ``<glob>`` object: every member name, dunders included,
+    is an attribute; other dunders fall back to ``object``."""
+
+    def __getattribute__(self, attr):
+        try:
+            return members[attr]
+        except KeyError:
+            pass
+        if attr[:2] == "__" and attr[-2:] == "__":
+            return _object_getattribute(self, attr)
+        raise AttributeError(f"namespace {glob!r} has no member {attr!r}")
+
+    def __setattr__(self, attr, value):
+        raise AttributeError(f"namespace {glob!r} is read-only")
+
+    def __repr__(self):
+        return f"<pycage namespace {glob} ({len(members)} members)>"
+
+    def __dir__(self):
+        return list(members)
+
+    cls = type(
+        "Namespace",
+        (),
+        {
+            "__slots__": (),
+            "__getattribute__": __getattribute__,
+            "__setattr__": __setattr__,
+            "__delattr__": __setattr__,
+            "__repr__": __repr__,
+            "__dir__": __dir__,
+            "__module__": "pycage",
+        },
+    )
+    return cls()
+
+
+def _build_globals(loop, namespaces):
+    injected = {}
+    for glob, names, error_class in namespaces:
+        cls = prop = None
+        if error_class is not None:
+            class_name, prop = error_class
+            doc = f"Raised when a call on {glob} fails; attribute {prop!r} names the member."
+            cls = type(
+                class_name,
+                (Exception,),
+                {"__module__": "__main__", "__qualname__": class_name, "__doc__": doc},
+            )
+            injected[class_name] = cls
+        members = {name: _make_member(loop, glob, name, cls, prop) for name in names}
+        injected[glob] = _make_namespace(glob, members)
+    return injected
+
+
+# --- compile -------------------------------------------------------------
+
+
+def _syntax_error(message, node, lines):
+    line = lines[node.lineno - 1] if 0 < node.lineno <= len(lines) else None
+    end_col = node.end_col_offset + 1 if node.end_col_offset is not None else None
+    return SyntaxError(
+        message, (_PROGRAM, node.lineno, node.col_offset + 1, line, node.end_lineno, end_col)
+    )
+
+
+def _rewrite_returns(body, lines):
+    """Make every top-level ``return X`` a ``return (X,)`` so that falling off
+    the end (None) differs from ``return None`` ((None,)). Rejects a top-level
+    ``yield``. Iterative; does not enter nested functions or classes."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+    todo = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, scopes):
+            continue
+        if isinstance(node, ast.Return):
+            value = node.value
+            if value is None:
+                value = ast.copy_location(ast.Constant(None), node)
+            node.value = ast.copy_location(ast.Tuple([value], ast.Load()), value)
+        elif isinstance(node, (ast.Yield, ast.YieldFrom)):
+            raise _syntax_error("'yield' outside function", node, lines)
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _is_future_import(node):
+    return isinstance(node, ast.ImportFrom) and node.module == "__future__"
+
+
+def _compile(source, program_globals):
+    """The program as a coroutine function bound to ``program_globals``."""
+    lines = source.splitlines(True)
+    linecache.cache[_PROGRAM] = (len(source), None, lines, _PROGRAM)
+    tree = ast.parse(source, _PROGRAM)
+    body = tree.body
+    # `from __future__ import ...` must stay at module level.
+    start = 0
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        start = 1 if type(body[0].value.value) is str else 0  # a docstring may precede them
+    end = start
+    while end < len(body) and _is_future_import(body[end]):
+        end += 1
+    hoisted = body[start:end]
+    rest = body[:start] + body[end:]
+    _rewrite_returns(rest, lines)
+    if not rest:
+        rest = [ast.Pass(lineno=1, col_offset=0, end_lineno=1, end_col_offset=0)]
+    no_args = ast.arguments(
+        posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
+    )
+    fields = {
+        "name": _MAIN_NAME,
+        "args": no_args,
+        "body": rest,
+        "decorator_list": [],
+        "returns": None,
+        "type_comment": None,
+    }
+    if "type_params" in ast.AsyncFunctionDef._fields:  # Python >= 3.12
+        fields["type_params"] = []
+    last = rest[-1]
+    function = ast.AsyncFunctionDef(
+        **fields,
+        lineno=1,
+        col_offset=0,
+        end_lineno=getattr(last, "end_lineno", None) or 1,
+        end_col_offset=0,
+    )
+    module = ast.Module(body=hoisted + [function], type_ignores=[])
+    code = compile(module, _PROGRAM, "exec", dont_inherit=True)
+    for const in code.co_consts:
+        if type(const) is CodeType and const.co_name == _MAIN_NAME:
+            if const.co_flags & _CO_ASYNC_GENERATOR:
+                raise SyntaxError("'yield' is not allowed at the top level of the program")
+            return FunctionType(const, program_globals, _MAIN_NAME)
+    raise RuntimeError("compiled program has no main function")
+
+
+# --- outcome -------------------------------------------------------------
+
+
+def _restore_builtins():
+    _builtins_module.__dict__.update(_PRIVATE_BUILTINS)
+
+
+def _drop_bootstrap_frames(te):
+    """Remove this file's frames from a TracebackException and its chain."""
+    seen = set()
+    todo = [te]
+    while todo:
+        t = todo.pop()
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        stack = t.stack
+        kept = [f for f in stack if f.filename != _THIS_FILE]
+        if len(kept) != len(stack):
+            stack[:] = kept
+        todo.append(t.__cause__)
+        todo.append(t.__context__)
+        todo.extend(getattr(t, "exceptions", None) or ())
+
+
+def _format_exception(exc):
+    """Traceback text pointing at ``<program>`` lines, without bootstrap frames."""
+    try:
+        te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+        _drop_bootstrap_frames(te)
+        text = "".join(te.format())
+    except BaseException:
+        try:
+            text = f"{_type_name(type(exc))} (the exception could not be formatted)"
+        except BaseException:
+            text = "the program raised an exception that could not be formatted"
+    return _clean(text.rstrip("\n"))
+
+
+def _format_compile_error(exc, source):
+    """A compile failure without a traceback: for a SyntaxError, its
+    ``File "<program>", line N``, the line, a caret and the message."""
+    try:
+        if isinstance(exc, SyntaxError) and exc.text is None:
+            lines = source.splitlines(True)
+            lineno = exc.lineno
+            if type(lineno) is int and 0 < lineno <= len(lines):
+                exc.text = lines[lineno - 1]
+        text = "".join(traceback.format_exception_only(type(exc), exc))
+    except BaseException:
+        text = f"{_type_name(type(exc))} (the error could not be formatted)"
+    return _clean(text.rstrip("\n"))
+
+
+def _done_error(kind, message):
+    head = '{"type":"done","error":{"kind":"' + kind + '","message":'
+    return (head + _quote(_clean(message)) + "}}\n").encode("utf-8")
+
+
+def _done_frame(ok, result, max_value_bytes):
+    """The ``done`` frame for the program's outcome, as bytes."""
+    if not ok:
+        return _done_error("exception", _format_exception(result))
+    if result is None:  # fell off the end: no value
+        return b'{"type":"done"}\n'
+    try:
+        body = encode_json(result[0], max_value_bytes)
+    except NotJsonError as e:
+        return _done_error("invalid-output", f"return value is not JSON: {e}")
+    except OverBudgetError:
+        message = f"return value is over the {max_value_bytes}-byte value budget"
+        return _done_error("output-limit", message)
+    except Exception as e:  # e.g. another program thread resized a dict mid-walk
+        message = f"return value could not be encoded: {_type_name(type(e))}: {e}"
+        return _done_error("invalid-output", message)
+    return ('{"type":"done","value":' + body + "}\n").encode("utf-8")
+
+
+async def _runner(main_function):
+    try:
+        result = await main_function()
+    except BaseException as exc:
+        _restore_builtins()
+        return False, exc
+    _restore_builtins()
+    return True, result
+
+
+def _cleanup(loop):
+    """Cancel what the program left running, give it a grace period, close."""
+    try:
+        tasks = [t for t in _all_tasks(loop) if not t.done()]
+        for t in tasks:
+            t.cancel()
+        tasks.append(loop.create_task(loop.shutdown_asyncgens()))
+        loop.run_until_complete(_wait(tasks, timeout=_CLEANUP_GRACE_SECONDS))
+    except BaseException:
+        pass
+    try:
+        loop.close()
+    except BaseException:
+        pass
+
+
+def _finish(frame):
+    """Send ``done`` and exit; holding the lock keeps later frames out."""
+    with _lock:
+        _send(frame)
+        _os_exit(0)
+
+
+# --- main ----------------------------------------------------------------
+
+
+def main():
+    """Serve one run on fd 3, then exit the process (never returns)."""
+    try:
+        _serve()
+    except BaseException:
+        try:
+            _diag("internal error:\n" + traceback.format_exc())
+        finally:
+            _os_exit(_EXIT_INTERNAL)
+    _os_exit(_EXIT_INTERNAL)
+
+
+def _serve():
+    global _log_left, _marker_frame, _loop
+    try:
+        os.set_blocking(_FD, False)
+    except OSError as e:
+        _die(_EXIT_HOST_GONE, f"fd {_FD} is not usable: {e}")
+    loop = _Loop(_Selector())
+
+    limits, namespaces = _check_boot(_read_frame())
+    _apply_limits(limits)
+    max_log_bytes = limits["maxLogBytes"]
+    _log_left = max_log_bytes
+    marker = _quote(log_truncation_marker(max_log_bytes))
+    _marker_frame = ('{"type":"log","text":' + marker + ',"truncated":true}\n').encode("utf-8")
+    injected = _build_globals(loop, namespaces)
+    _send(b'{"type":"boot-ack"}\n')
+
+    run = _read_frame()
+    if run["type"] != "run" or type(run.get("program")) is not str:
+        _die(_EXIT_BAD_HOST_FRAME, "expected a run frame with a string program")
+    source = run["program"]
+
+    main_module = ModuleType("__main__")
+    program_globals = main_module.__dict__
+    program_globals.clear()
+    program_globals["__builtins__"] = _builtins_module
+    program_globals["__name__"] = "__main__"
+    program_globals.update(injected)
+    sys.modules["__main__"] = main_module
+    sys.stdout = _stdout  # from here on, compile warnings included, output is log frames
+    sys.stderr = _stderr
+    try:
+        main_function = _compile(source, program_globals)
+    except BaseException as exc:  # SyntaxError, ValueError (NUL), RecursionError, ...
+        _finish(_done_error("exception", _format_compile_error(exc, source)))
+
+    asyncio.set_event_loop(loop)
+    _loop = loop
+    loop.add_reader(_FD, _on_readable)
+    task = loop.create_task(_runner(main_function))
+    loop_error = None
+    try:
+        loop.run_until_complete(task)
+    except BaseException as exc:  # the program broke the loop or stopped it
+        loop_error = exc
+    _restore_builtins()
+    if task.done() and not task.cancelled() and task.exception() is None:
+        ok, result = task.result()
+    else:
+        if loop_error is None:
+            loop_error = RuntimeError("the program's main task did not finish")
+        ok, result = False, loop_error
+    # Encode now: cleanup runs program code that could change the value.
+    frame = _done_frame(ok, result, limits["maxValueBytes"])
+    _cleanup(loop)
+    _loop = None
+    _pending.clear()
+    _finish(frame)

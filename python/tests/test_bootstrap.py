@@ -1,0 +1,716 @@
+"""Tests for pycage.bootstrap and pycage.protocol (stdlib unittest only).
+
+Run: cd python && python3 -m unittest discover -s tests -v
+
+The codec tests call the encoder/decoder directly. The end-to-end tests play
+the host: a socketpair whose far end becomes the child's fd 3, a real
+``python3 -I`` child started with the same command line the Rust host uses,
+and frames written and read by hand.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import unittest
+
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, PYTHON_DIR)
+
+from pycage import protocol  # noqa: E402
+from pycage.bootstrap import (  # noqa: E402
+    NotJsonError,
+    OverBudgetError,
+    decode_json,
+    encode_json,
+)
+
+BOOTSTRAP_COMMAND = (
+    f"import sys; sys.path.insert(0, {PYTHON_DIR!r}); "
+    "from pycage.bootstrap import main; main()"
+)
+
+
+def canonical(value):
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def deep_list(depth, leaf=None):
+    value = [] if leaf is None else [leaf]
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def list_depth(value):
+    depth = 0
+    while type(value) is list:
+        depth += 1
+        value = value[0] if value else None
+    return depth
+
+
+class ProtocolMirrorTest(unittest.TestCase):
+    def test_frames_and_constants(self):
+        fields = {
+            name: (sorted(td.__required_keys__), sorted(td.__optional_keys__))
+            for name, td in protocol.FRAMES.items()
+        }
+        self.assertEqual(
+            fields,
+            {
+                "boot": (
+                    ["addressSpaceBytes", "cpuSeconds", "maxLogBytes", "maxValueBytes", "namespaces", "type"],
+                    [],
+                ),
+                "namespace": (["global", "names"], ["errorClass"]),
+                "errorClass": (["memberNameProperty", "name"], []),
+                "run": (["program", "type"], []),
+                "reply-ok": (["id", "ok", "type", "value"], []),
+                "reply-error": (["id", "message", "ok", "type"], []),
+                "boot-ack": (["type"], []),
+                "call": (["args", "global", "id", "name", "type"], []),
+                "log": (["text", "type"], ["truncated"]),
+                "done": (["type"], ["error", "value"]),
+                "done-error": (["kind", "message"], []),
+            },
+        )
+        self.assertEqual(protocol.PROTOCOL_FD, 3)
+        self.assertEqual(
+            protocol.log_truncation_marker(65536), "[pycage] log capture truncated at 65536 bytes"
+        )
+
+
+class EncoderTest(unittest.TestCase):
+    def test_matches_compact_json_dumps(self):
+        values = [
+            None, True, False, 0, -1, 1, 2**63, -(2**100), 10**400,
+            0.0, -0.0, 0.1, 1.5, -2.5e-7, 1e16, 1e22, 1.7976931348623157e308, 5e-324,
+            "", "plain", "quote \" backslash \\ slash /", "tab\tnewline\ncr\rbs\bff\f",
+            "\x00\x01\x1f\x7f\x80", "é ü 日本 \u2028 \u2029 \ufeff 😀 \U0010ffff",
+            [], {}, [[]], {"": {}}, [1, "a", None, [True, {"k": [0.5]}]],
+            {"a": 1, "b c": [1, 2], "é": "ü", "\n": "\x00"},
+            {"nested": {"deeper": {"list": [1, 2, {"x": None}]}}},
+            [list(range(50)), {str(i): i for i in range(50)}],
+        ]
+        for value in values:
+            with self.subTest(value=value):
+                self.assertEqual(encode_json(value), canonical(value))
+
+    def test_control_characters_escaped_like_json_stringify(self):
+        text = "".join(chr(c) for c in range(0x20)) + '"\\\x7f'
+        expected = (
+            '"\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007'
+            '\\b\\t\\n\\u000b\\f\\r\\u000e\\u000f\\u0010\\u0011\\u0012\\u0013'
+            '\\u0014\\u0015\\u0016\\u0017\\u0018\\u0019\\u001a\\u001b\\u001c'
+            '\\u001d\\u001e\\u001f\\"\\\\\x7f"'
+        )
+        self.assertEqual(encode_json(text), expected)
+        self.assertEqual(encode_json({text: 1}), "{" + expected + ":1}")
+
+    def test_numbers_keep_exact_text(self):
+        self.assertEqual(encode_json(2**100), "1267650600228229401496703205376")
+        self.assertEqual(encode_json(-(10**5000)), "-1" + "0" * 5000)
+        self.assertEqual(encode_json(-0.0), "-0.0")
+        self.assertEqual(encode_json(1e16), "1e+16")
+        self.assertEqual(encode_json(0.1 + 0.2), "0.30000000000000004")
+
+    def test_shared_reference_is_not_a_cycle(self):
+        shared = [1]
+        self.assertEqual(encode_json([shared, shared, {"a": shared}]), '[[1],[1],{"a":[1]}]')
+
+    def assert_not_json(self, value, message):
+        with self.assertRaises(NotJsonError) as caught:
+            encode_json(value)
+        self.assertEqual(str(caught.exception), message)
+
+    def test_non_json_values_name_path_and_type(self):
+        self.assert_not_json((1, 2), "value at $ is a tuple (use a list), which is not JSON")
+        self.assert_not_json(
+            {"items": [0, 1, 2, (3,)]},
+            "value at $.items[3] is a tuple (use a list), which is not JSON",
+        )
+        self.assert_not_json({"my key": {1}}, 'value at $["my key"] is a set (use a list), which is not JSON')
+        self.assert_not_json([b"x"], "value at $[0] is a bytes (decode it to a str), which is not JSON")
+        self.assert_not_json({"a": [object()]}, "value at $.a[0] is an object, which is not JSON")
+        self.assert_not_json(
+            {"a": {1: "x"}},
+            "dict key at $.a is an int, which is not JSON (object keys must be str)",
+        )
+
+    def test_subclasses_of_json_types_are_not_json(self):
+        import collections
+        import enum
+
+        class Color(enum.IntEnum):
+            RED = 1
+
+        self.assert_not_json(
+            [Color.RED],
+            "value at $[0] is a Color (a subclass of int; convert it to a plain int), which is not JSON",
+        )
+        self.assert_not_json(
+            collections.OrderedDict(),
+            "value at $ is an OrderedDict (a subclass of dict; convert it to a plain dict), which is not JSON",
+        )
+
+    def test_non_finite_floats(self):
+        self.assert_not_json(
+            {"x": [float("nan")]},
+            "value at $.x[0] is nan, which is not JSON (NaN and infinities have no JSON form)",
+        )
+        self.assert_not_json(
+            [float("-inf")], "value at $[0] is -inf, which is not JSON (NaN and infinities have no JSON form)"
+        )
+
+    def test_cycles(self):
+        a = {"b": {}}
+        a["b"]["c"] = a
+        self.assert_not_json(a, "cycle at $.b.c: this dict contains itself, which JSON cannot represent")
+        x = [1]
+        x.append(x)
+        self.assert_not_json(x, "cycle at $[1]: this list contains itself, which JSON cannot represent")
+
+    def test_lone_surrogates(self):
+        self.assert_not_json(
+            {"s": "a\ud800"},
+            "value at $.s is a str with a lone surrogate, which cannot be encoded as UTF-8",
+        )
+        self.assert_not_json(
+            [{"\udc80": 1}],
+            "dict key at $[0] is a str with a lone surrogate, which cannot be encoded as UTF-8",
+        )
+
+    def test_deep_path_is_elided(self):
+        value = deep_list(1000, leaf=(1,))
+        with self.assertRaises(NotJsonError) as caught:
+            encode_json(value)
+        message = str(caught.exception)
+        self.assertIn("(960 more levels)", message)
+        self.assertLess(len(message), 400)
+
+    def test_metering(self):
+        value = {"a": "é" * 10, "b": [1, 2, 3]}
+        size = len(canonical(value).encode("utf-8"))
+        self.assertEqual(encode_json(value, size), canonical(value))
+        with self.assertRaises(OverBudgetError):
+            encode_json(value, size - 1)
+        for budget in range(size):
+            with self.assertRaises(OverBudgetError):
+                encode_json(value, budget)
+        self.assertEqual(encode_json(None, 4), "null")
+        with self.assertRaises(OverBudgetError):
+            encode_json(None, 3)
+
+    def test_metering_stops_early(self):
+        with self.assertRaises(OverBudgetError):
+            encode_json(["x" * 20_000_000], 1 << 20)
+        with self.assertRaises(OverBudgetError):
+            encode_json(1 << 20_000_000, 1000)  # ~6M digits: slow to print
+        with self.assertRaises(OverBudgetError):
+            encode_json([{"k" * 2000: 1}], 1000)
+        # Over budget wins over a later invalid item: work stops at the budget.
+        with self.assertRaises(OverBudgetError):
+            encode_json(["x" * 100, (1,)], 50)
+
+    def test_million_deep_list_round_trip(self):
+        depth = 1_000_000
+        text = encode_json({"a": deep_list(depth, leaf={"k": 2**80})})
+        self.assertEqual(text, '{"a":' + "[" * depth + '{"k":1208925819614629174706176}' + "]" * depth + "}")
+        inner = decode_json(text)["a"]
+        for _ in range(depth - 1):
+            inner = inner[0]
+        self.assertEqual(inner, [{"k": 2**80}])
+
+
+class DecoderTest(unittest.TestCase):
+    samples = [
+        "null", "true", "false", "0", "-0", "12", "-7", "123456789012345678901234567890",
+        "1.5", "-0.0", "1e16", "1E+2", "2.5e-3", "1e400", '""', '"a\\u00e9\\ud83d\\ude00\\n"',
+        '"\\ud800"', "[]", "{}", ' [ 1 , { "a" : [ null , true ] } , "x" ] ',
+        '{"a":1,"a":2,"b":3}', '{"":{"":[]}}', "[" * 50 + "]" * 50,
+    ]
+
+    def test_matches_json_loads(self):
+        from pycage.bootstrap import _decode_deep
+
+        for text in self.samples:
+            with self.subTest(text=text):
+                expected = json.loads(text)
+                for decoded in (decode_json(text), _decode_deep(text)):
+                    self.assertEqual(repr(decoded), repr(expected))
+                    self.assertEqual(type(decoded), type(expected))
+
+    def test_rejects_what_json_loads_rejects_and_constants(self):
+        from pycage.bootstrap import _decode_deep
+
+        bad = [
+            "", "[", "]", "[1,]", "{,}", '{"a"}', '{"a":}', "[1 2]", "01", "1.", ".5", "+1",
+            "NaN", "Infinity", "-Infinity", "[NaN]", "tru", '"\x01"', "1 2", '{1:2}', "\u0661",
+        ]
+        for text in bad:
+            with self.subTest(text=text):
+                with self.assertRaises(ValueError):
+                    decode_json(text)
+                with self.assertRaises(ValueError):
+                    _decode_deep(text)
+
+    def test_round_trip_through_encoder(self):
+        value = {"ints": [2**200, -(2**70), 0], "floats": [0.1, -0.0, 1e-300], "s": "é\x00\"\\", "n": None}
+        self.assertEqual(decode_json(encode_json(value)), value)
+        self.assertEqual(encode_json(decode_json(encode_json(value))), encode_json(value))
+
+
+# --- end to end ----------------------------------------------------------
+
+
+class Child:
+    """A real bootstrap child with this test as its host."""
+
+    def __init__(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        host_end, child_end = socket.socketpair()
+        child_fd = child_end.fileno()
+
+        def as_fd3():
+            os.dup2(child_fd, 3)  # dup2 clears close-on-exec: fd 3 survives exec
+
+        # close_fds=False: pass_fds would close fd 3 again after preexec_fn.
+        # Every other fd of this process is close-on-exec.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", BOOTSTRAP_COMMAND],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=False,
+            preexec_fn=as_fd3,
+            cwd=self.tmp.name,
+            env={},
+        )
+        child_end.close()
+        host_end.settimeout(30)
+        self.sock = host_end
+        self.reader = host_end.makefile("rb")
+        self.lines = []
+
+    def send(self, frame):
+        self.sock.sendall((canonical(frame) + "\n").encode("utf-8"))
+
+    def send_raw(self, data):
+        self.sock.sendall(data)
+
+    def recv(self):
+        line = self.reader.readline()
+        if not line:
+            return None
+        self.assertion_line_ok(line)
+        text = line[:-1].decode("utf-8")
+        self.lines.append(text)
+        return decode_json(text)
+
+    @staticmethod
+    def assertion_line_ok(line):
+        assert line.endswith(b"\n"), line
+        text = line[:-1].decode("utf-8")
+        assert "\n" not in text
+        # Frames are in canonical form: re-encoding them gives the same bytes.
+        assert encode_json(decode_json(text)) == text, text
+
+    def boot(self, namespaces=(), cpu=0, address_space=0, max_log=65536, max_value=1 << 20):
+        self.send(
+            {
+                "type": "boot",
+                "cpuSeconds": cpu,
+                "addressSpaceBytes": address_space,
+                "maxLogBytes": max_log,
+                "maxValueBytes": max_value,
+                "namespaces": list(namespaces),
+            }
+        )
+        ack = self.recv()
+        assert ack == {"type": "boot-ack"}, ack
+        self.lines.clear()
+
+    def finish(self):
+        """Wait for exit; return (status, stdout, stderr)."""
+        self.reader.close()
+        self.sock.close()
+        try:
+            out, err = self.proc.communicate(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.tmp.cleanup()
+        return self.proc.returncode, out, err
+
+
+def run(program, on_call=None, namespaces=(), **boot):
+    """Boot, run ``program``, serve calls; return (done, logs, calls, lines).
+
+    ``on_call(child, frame)`` answers a call (or defers it); default: error.
+    """
+    child = Child()
+    try:
+        child.boot(namespaces, **boot)
+        child.send({"type": "run", "program": program})
+        logs, calls = [], []
+        while True:
+            frame = child.recv()
+            if frame is None:
+                raise AssertionError("child closed fd 3 without done")
+            kind = frame["type"]
+            if kind == "log":
+                logs.append(frame)
+            elif kind == "call":
+                calls.append(frame)
+                if on_call is None:
+                    child.send({"type": "reply", "id": frame["id"], "ok": False, "message": "no bindings"})
+                else:
+                    on_call(child, frame)
+            elif kind == "done":
+                done = frame
+                break
+            else:
+                raise AssertionError(f"unexpected frame {frame}")
+        lines = list(child.lines)
+    except BaseException:
+        child.proc.kill()
+        raise
+    finally:
+        status, out, err = child.finish()
+    assert status == 0, (status, err)
+    assert err == b"", err
+    return done, logs, calls, lines
+
+
+def reply_ok(value):
+    def on_call(child, frame):
+        child.send({"type": "reply", "id": frame["id"], "ok": True, "value": value})
+
+    return on_call
+
+
+TOOLS = {"global": "tools", "names": ["search", "__class__", "__init__", "__getattr__", "__dict__", "my-tool", ""]}
+TOOLS_WITH_ERRORS = dict(TOOLS, errorClass={"name": "ToolError", "memberNameProperty": "tool"})
+
+
+class EndToEndTest(unittest.TestCase):
+    def test_return_values(self):
+        done, _, _, lines = run("return 1")
+        self.assertEqual(lines[-1], '{"type":"done","value":1}')
+        done, _, _, lines = run("x = 1")
+        self.assertEqual(lines[-1], '{"type":"done"}')
+        done, _, _, lines = run("return None")
+        self.assertEqual(lines[-1], '{"type":"done","value":null}')
+        done, _, _, lines = run(
+            "import asyncio\nawait asyncio.sleep(0)\n"
+            "def f():\n    return 'inner'\n"
+            "if True:\n    return {'big': 2**100, 'f': -0.0, 's': f(), 'u': 'é\\n'}\n"
+        )
+        self.assertEqual(
+            lines[-1],
+            '{"type":"done","value":'
+            '{"big":1267650600228229401496703205376,"f":-0.0,"s":"inner","u":"é\\n"}}',
+        )
+
+    def test_exception_points_at_program_line(self):
+        done, _, _, _ = run("x = 1\n\nraise ValueError('boom')\n")
+        self.assertEqual(done["error"]["kind"], "exception")
+        message = done["error"]["message"]
+        self.assertIn('File "<program>", line 3, in __dsh_main__', message)
+        self.assertIn("raise ValueError('boom')", message)
+        self.assertTrue(message.endswith("ValueError: boom"), message)
+        self.assertNotIn("bootstrap.py", message)
+        self.assertNotIn("value", done)
+
+    def test_system_exit_is_an_exception(self):
+        done, _, _, _ = run("import sys\nsys.exit(3)")
+        self.assertEqual(done["error"]["kind"], "exception")
+        self.assertIn("SystemExit: 3", done["error"]["message"])
+
+    def test_syntax_error(self):
+        done, _, _, _ = run("x = 1\ny = (\n")
+        self.assertEqual(done["error"]["kind"], "exception")
+        message = done["error"]["message"]
+        self.assertIn('File "<program>", line 2', message)
+        self.assertIn("SyntaxError", message)
+        self.assertIn("y = (", message)
+        self.assertNotIn("bootstrap.py", message)
+        self.assertNotIn("ast.py", message)
+        done, _, _, _ = run("x = 1\nyield x\n")
+        self.assertIn("SyntaxError: 'yield' outside function", done["error"]["message"])
+
+    def test_program_globals(self):
+        program = (
+            '"""A docstring."""\nfrom __future__ import annotations\n'
+            "def f(x: Undefined): pass\n"
+            "import sys\n"
+            "return [sorted(globals()), f.__annotations__, sys.modules['__main__'].__dict__ is globals()]\n"
+        )
+        done, _, _, _ = run(program, namespaces=[TOOLS_WITH_ERRORS])
+        self.assertEqual(
+            done["value"], [["ToolError", "__builtins__", "__name__", "tools"], {"x": "Undefined"}, True]
+        )
+
+    def test_call_round_trip_with_error_class(self):
+        def on_call(child, frame):
+            if frame["name"] == "search":
+                child.send({"type": "reply", "id": frame["id"], "ok": True, "value": {"hits": [1, 2**70]}})
+            else:
+                child.send({"type": "reply", "id": frame["id"], "ok": False, "message": "no such thing"})
+
+        program = (
+            "r = await tools.search({'q': 1})\n"
+            "try:\n"
+            "    await tools.__class__()\n"
+            "except ToolError as e:\n"
+            "    err = [str(e), e.tool, type(e).__name__, isinstance(e, Exception)]\n"
+            "return [r, err]\n"
+        )
+        done, _, calls, lines = run(program, on_call, namespaces=[TOOLS_WITH_ERRORS])
+        self.assertEqual(
+            done["value"], [{"hits": [1, 2**70]}, ["no such thing", "__class__", "ToolError", True]]
+        )
+        self.assertEqual(lines[0], '{"type":"call","id":0,"global":"tools","name":"search","args":{"q":1}}')
+        self.assertEqual(lines[1], '{"type":"call","id":1,"global":"tools","name":"__class__","args":null}')
+        self.assertEqual(len(calls), 2)
+
+    def test_error_class_with_odd_property_name(self):
+        ns = dict(TOOLS, errorClass={"name": "Failed", "memberNameProperty": "my prop"})
+        done, _, _, _ = run(
+            "try:\n    await getattr(tools, 'my-tool')(1)\n"
+            "except Failed as e:\n    return [str(e), getattr(e, 'my prop')]\n",
+            namespaces=[ns],
+        )
+        self.assertEqual(done["value"], ["no bindings", "my-tool"])
+
+    def test_uncaught_binding_error_traceback(self):
+        done, _, _, _ = run("x = 1\nawait tools.search(None)\n", namespaces=[TOOLS_WITH_ERRORS])
+        message = done["error"]["message"]
+        self.assertIn('File "<program>", line 2', message)
+        self.assertTrue(message.endswith("ToolError: no bindings"), message)
+        self.assertNotIn("bootstrap.py", message)
+
+    def test_call_error_without_error_class(self):
+        done, _, _, _ = run(
+            "try:\n    await tools.search()\nexcept RuntimeError as e:\n    return [type(e).__name__, str(e)]\n",
+            namespaces=[TOOLS],
+        )
+        self.assertEqual(done["value"], ["RuntimeError", "no bindings"])
+
+    def test_namespace_object_members(self):
+        program = (
+            "out = []\n"
+            "for name in ['__class__', '__init__', '__getattr__', '__dict__', 'my-tool', '']:\n"
+            "    out.append(await getattr(tools, name)(name))\n"
+            "out.append(await tools.__init__())\n"
+            "try:\n    tools.nope\nexcept AttributeError as e:\n    out.append(str(e))\n"
+            "out.append(repr(tools))\n"
+            "out.append(type(tools).__name__)\n"
+            "out.append(hasattr(tools, 'search'))\n"
+            "return out\n"
+        )
+        def echo(child, frame):
+            child.send({"type": "reply", "id": frame["id"], "ok": True, "value": frame["args"]})
+
+        done, _, calls, _ = run(program, echo, namespaces=[TOOLS])
+        self.assertEqual(
+            done["value"],
+            ["__class__", "__init__", "__getattr__", "__dict__", "my-tool", "", None,
+             "namespace 'tools' has no member 'nope'", "<pycage namespace tools (7 members)>", "Namespace", True],
+        )
+        self.assertEqual([c["id"] for c in calls], list(range(7)))
+
+    def test_call_argument_validation(self):
+        program = (
+            "out = []\n"
+            "for call in (lambda: tools.search(1, 2), lambda: tools.search(q=1), lambda: tools.search({'a': (1,)})):\n"
+            "    try:\n        await call()\n    except TypeError as e:\n        out.append(str(e))\n"
+            "return out\n"
+        )
+        done, _, calls, _ = run(program, namespaces=[TOOLS])
+        self.assertEqual(
+            done["value"],
+            [
+                "tools.search() takes at most 1 argument (2 given)",
+                "tools.search() takes no keyword arguments; pass one JSON value (e.g. a dict) as its only argument",
+                "argument of tools.search() is not JSON: value at $.a is a tuple (use a list), which is not JSON",
+            ],
+        )
+        self.assertEqual(calls, [])
+
+    def test_two_hundred_concurrent_calls_replied_out_of_order(self):
+        held = []
+
+        def on_call(child, frame):
+            held.append(frame)
+            if len(held) == 250:
+                for f in reversed(held):
+                    child.send({"type": "reply", "id": f["id"], "ok": True, "value": f["args"]["n"] * 2})
+
+        program = (
+            "import asyncio\n"
+            "values = await asyncio.gather(*(tools.search({'n': n}) for n in range(250)))\n"
+            "return values\n"
+        )
+        done, _, calls, _ = run(program, on_call, namespaces=[TOOLS])
+        self.assertEqual(done["value"], [n * 2 for n in range(250)])
+        self.assertEqual(sorted(c["id"] for c in calls), list(range(250)))
+
+    def test_unknown_reply_ids_are_ignored(self):
+        def on_call(child, frame):
+            child.send({"type": "reply", "id": 999, "ok": True, "value": "stray"})
+            child.send({"type": "reply", "id": frame["id"], "ok": True, "value": "real"})
+
+        done, _, _, _ = run("return await tools.search()", on_call, namespaces=[TOOLS])
+        self.assertEqual(done["value"], "real")
+
+    def test_deep_values_cross_both_ways(self):
+        depth = 20_000
+
+        def on_call(child, frame):
+            self.assertEqual(list_depth(frame["args"]), depth)
+            head = '{"type":"reply","id":%d,"ok":true,"value":' % frame["id"]
+            child.send_raw((head + encode_json(frame["args"]) + "}\n").encode())
+
+        program = (
+            f"v = []\nfor _ in range({depth} - 1):\n    v = [v]\n"
+            "r = await tools.search(v)\n"
+            "n = 0\nwhile r:\n    r = r[0]\n    n += 1\n"
+            "return [n + 1, v]\n"
+        )
+        done, _, _, _ = run(program, on_call, namespaces=[TOOLS])
+        self.assertEqual(done["value"][0], depth)
+        self.assertEqual(list_depth(done["value"][1]), depth)
+
+    def test_print_becomes_log_frames(self):
+        program = (
+            "import sys\nprint('hello', 42)\nprint('to stderr', file=sys.stderr)\n"
+            "sys.stdout.write('')\nsys.stdout.buffer.write('é'.encode())\nprint('bad \\udc80 char')\n"
+        )
+        done, logs, _, lines = run(program)
+        self.assertEqual(done, {"type": "done"})
+        self.assertEqual("".join(f["text"] for f in logs), "hello 42\nto stderr\né" + "bad \\udc80 char\n")
+        self.assertTrue(all(f["text"] for f in logs))
+        self.assertTrue(all("truncated" not in f for f in logs))
+        self.assertEqual(lines[0], '{"type":"log","text":"hello"}')
+
+    def test_log_truncation_sends_exactly_one_marker(self):
+        marker = protocol.log_truncation_marker(10)
+        program = (
+            f"print({marker!r})\n"  # the marker text as ordinary output
+            "print('abcdéfghij')\nprint('more')\nprint('and more')\nreturn 1\n"
+        )
+        done, logs, _, _ = run(program, max_log=len(marker) + 1 + 8)
+        self.assertEqual(done["value"], 1)
+        texts = [f["text"] for f in logs]
+        # 8 bytes left after the marker line and its newline: 'abcd' + 'é' (2) + 'fg' fits.
+        self.assertEqual(texts[:3], [marker, "\n", "abcdéfg"])
+        self.assertEqual(texts[3:], [protocol.log_truncation_marker(len(marker) + 9)])
+        self.assertEqual([f.get("truncated") for f in logs], [None, None, None, True])
+
+    def test_log_budget_cut_inside_a_character(self):
+        done, logs, _, _ = run("print('aé')\nprint('x')", max_log=2)
+        self.assertEqual([f["text"] for f in logs], ["a", protocol.log_truncation_marker(2)])
+        self.assertIs(logs[-1]["truncated"], True)
+
+    def test_value_over_budget(self):
+        done, _, _, _ = run("return 'x' * 200", max_value=100)
+        self.assertEqual(
+            done["error"], {"kind": "output-limit", "message": "return value is over the 100-byte value budget"}
+        )
+        self.assertNotIn("value", done)
+        done, _, _, _ = run("return 'x' * 98", max_value=100)
+        self.assertEqual(done["value"], "x" * 98)
+
+    def test_invalid_output(self):
+        done, _, _, _ = run("return {'items': [1, 2, 3, (4, 5)]}")
+        self.assertEqual(
+            done["error"],
+            {
+                "kind": "invalid-output",
+                "message": "return value is not JSON: value at $.items[3] is a tuple (use a list), which is not JSON",
+            },
+        )
+        done, _, _, _ = run("return float('nan')")
+        self.assertEqual(done["error"]["kind"], "invalid-output")
+
+    def test_program_cannot_break_frame_emission(self):
+        program = (
+            "import builtins, sys, json\n"
+            "builtins.len = None\nbuiltins.isinstance = None\nbuiltins.print = None\n"
+            "builtins.str = None\nbuiltins.type = None\nbuiltins.iter = None\n"
+            "sys.stdout = None\nsys.stderr = None\n"
+            "for name in list(sys.modules):\n    del sys.modules[name]\n"
+            "json.dumps = None\n"
+            "r = await tools.search({'a': [1]})\n"
+            "return {'r': r}\n"
+        )
+        done, _, _, _ = run(program, reply_ok("ok"), namespaces=[TOOLS])
+        self.assertEqual(done["value"], {"r": "ok"})
+        done, _, _, _ = run("import builtins\nbuiltins.len = None\nbuiltins.isinstance = None\nraise KeyError('k')\n")
+        self.assertTrue(done["error"]["message"].endswith("KeyError: 'k'"), done)
+        self.assertIn('File "<program>", line 4', done["error"]["message"])
+
+    def test_leftover_tasks_are_cancelled(self):
+        program = (
+            "import asyncio\n"
+            "async def forever():\n"
+            "    try:\n        await asyncio.sleep(3600)\n"
+            "    finally:\n        print('cancelled')\n"
+            "t = asyncio.ensure_future(forever())\nawait asyncio.sleep(0)\nreturn 'done'\n"
+        )
+        done, logs, _, _ = run(program)
+        self.assertEqual(done["value"], "done")
+        self.assertEqual("".join(f["text"] for f in logs), "cancelled\n")
+
+    def test_limits_are_applied(self):
+        program = (
+            "import resource\n"
+            "return [list(resource.getrlimit(resource.RLIMIT_CPU)), list(resource.getrlimit(resource.RLIMIT_AS))]\n"
+        )
+        done, _, _, _ = run(program, cpu=7, address_space=1 << 33)
+        self.assertEqual(done["value"], [[7, 8], [1 << 33, 1 << 33]])
+
+    def test_malformed_reply_exits_2(self):
+        child = Child()
+        child.boot([TOOLS])
+        child.send({"type": "run", "program": "await tools.search()"})
+        self.assertEqual(child.recv()["type"], "call")
+        child.send({"type": "reply", "id": 0, "ok": True})  # no value
+        child.proc.wait(timeout=30)
+        status, _, err = child.finish()
+        self.assertEqual(status, 2)
+        self.assertIn(b"expected a reply frame", err)
+
+    def test_host_gone_mid_run_exits_1(self):
+        child = Child()
+        child.boot([TOOLS])
+        child.send({"type": "run", "program": "await tools.search()\nreturn 1"})
+        self.assertEqual(child.recv()["type"], "call")
+        child.sock.shutdown(socket.SHUT_RDWR)
+        child.proc.wait(timeout=30)
+        status, _, _ = child.finish()
+        self.assertEqual(status, 1)
+
+    def test_host_gone_before_boot_exits_1(self):
+        child = Child()
+        status, _, _ = child.finish()
+        self.assertEqual(status, 1)
+
+    def test_malformed_host_frame_exits_2(self):
+        for data in (b"not json\n", b'{"type":"run","program":"return 1"}\n', b'{"type":"boot"}\n'):
+            with self.subTest(data=data):
+                child = Child()
+                child.send_raw(data)
+                child.proc.wait(timeout=30)
+                status, _, err = child.finish()
+                self.assertEqual(status, 2)
+                self.assertIn(b"pycage bootstrap:", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
