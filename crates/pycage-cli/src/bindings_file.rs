@@ -73,42 +73,32 @@ pub struct NamespaceDecl {
 /// the file's directory, which is also each command's working directory.
 pub fn load(path: &Path) -> anyhow::Result<Vec<Namespace>> {
     let label = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read bindings file {label}"))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read bindings file {label}"))?;
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let base_dir = std::path::absolute(parent)
-        .with_context(|| format!("{label}: cannot resolve its directory"))?;
+    let base_dir = std::path::absolute(parent).with_context(|| format!("{label}: cannot resolve its directory"))?;
     Ok(into_namespaces(parse(&text, &label, &base_dir)?))
 }
 
 /// Parses and checks the file's text. `label` prefixes every message.
 pub fn parse(text: &str, label: &str, base_dir: &Path) -> anyhow::Result<Vec<NamespaceDecl>> {
-    let file: FileToml = toml::from_str(text)
-        .map_err(|e| anyhow::anyhow!("{label}: {}", e.to_string().trim_end()))?;
+    let file: FileToml = toml::from_str(text).map_err(|e| anyhow::anyhow!("{label}: {}", e.to_string().trim_end()))?;
     let mut decls = Vec::with_capacity(file.namespace.len());
     for (i, ns) in file.namespace.into_iter().enumerate() {
         let at = format!("{label}: namespace[{i}] ({})", ns.global);
-        let error_class = ns.error_class.map(|ec| ErrorClass {
-            name: ec.name,
-            member_name_property: ec.member_name_property,
-        });
+        let error_class =
+            ns.error_class.map(|ec| ErrorClass { name: ec.name, member_name_property: ec.member_name_property });
         let mut probe = Namespace::new(ns.global.clone());
         probe.error_class = error_class.clone();
         check_bindings(std::slice::from_ref(&probe)).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
         let mut functions = BTreeMap::new();
         for (name, f) in ns.functions {
-            let spec = function(f, base_dir)
-                .map_err(|e| anyhow::anyhow!("{at}: function {name:?}: {e}"))?;
+            let spec = function(f, base_dir).map_err(|e| anyhow::anyhow!("{at}: function {name:?}: {e}"))?;
             functions.insert(name, spec);
         }
-        decls.push(NamespaceDecl {
-            global: ns.global,
-            error_class,
-            functions,
-        });
+        decls.push(NamespaceDecl { global: ns.global, error_class, functions });
     }
     // Rules that span namespaces (distinct injected globals).
     let all: Vec<Namespace> = decls
@@ -125,20 +115,14 @@ pub fn parse(text: &str, label: &str, base_dir: &Path) -> anyhow::Result<Vec<Nam
 
 fn function(f: FunctionToml, base_dir: &Path) -> anyhow::Result<CommandSpec> {
     const SHAPE: &str = "command must be a non-empty array of strings";
-    let toml::Value::Array(items) = f.command else {
-        bail!("{SHAPE}")
-    };
+    let toml::Value::Array(items) = f.command else { bail!("{SHAPE}") };
     let mut argv = Vec::with_capacity(items.len());
     for item in items {
-        let toml::Value::String(s) = item else {
-            bail!("{SHAPE}")
-        };
+        let toml::Value::String(s) = item else { bail!("{SHAPE}") };
         argv.push(s);
     }
     let mut argv = argv.into_iter();
-    let Some(argv0) = argv.next() else {
-        bail!("{SHAPE}")
-    };
+    let Some(argv0) = argv.next() else { bail!("{SHAPE}") };
     if argv0.is_empty() {
         bail!("command[0] (the program) must not be empty");
     }
@@ -199,10 +183,7 @@ mod tests {
     }
 
     fn err(text: &str) -> String {
-        format!(
-            "{:#}",
-            parse(text, "b.toml", Path::new("/base")).unwrap_err()
-        )
+        format!("{:#}", parse(text, "b.toml", Path::new("/base")).unwrap_err())
     }
 
     fn spec(argv0: &str, program: &str, args: &[&str], timeout_ms: u64) -> CommandSpec {
@@ -231,37 +212,19 @@ mod tests {
             global = "db"
         "#);
         let want_fns = BTreeMap::from([
-            (
-                String::new(),
-                spec("/usr/bin/env", "/usr/bin/env", &["true"], 30_000),
-            ),
+            (String::new(), spec("/usr/bin/env", "/usr/bin/env", &["true"], 30_000)),
             ("echo".to_string(), spec("cat", "cat", &[], 30_000)),
-            (
-                "my-tool".to_string(),
-                spec(
-                    "./bin/my_tool.sh",
-                    "/base/./bin/my_tool.sh",
-                    &["--x", "y"],
-                    5000,
-                ),
-            ),
+            ("my-tool".to_string(), spec("./bin/my_tool.sh", "/base/./bin/my_tool.sh", &["--x", "y"], 5000)),
         ]);
         assert_eq!(
             decls,
             vec![
                 NamespaceDecl {
                     global: "tools".into(),
-                    error_class: Some(ErrorClass {
-                        name: "ToolError".into(),
-                        member_name_property: "tool".into()
-                    }),
+                    error_class: Some(ErrorClass { name: "ToolError".into(), member_name_property: "tool".into() }),
                     functions: want_fns,
                 },
-                NamespaceDecl {
-                    global: "db".into(),
-                    error_class: None,
-                    functions: BTreeMap::new()
-                },
+                NamespaceDecl { global: "db".into(), error_class: None, functions: BTreeMap::new() },
             ]
         );
     }
@@ -276,42 +239,32 @@ mod tests {
         let base = "[[namespace]]\nglobal = \"tools\"\n[namespace.functions]\n";
         let shape = "b.toml: namespace[0] (tools): function \"echo\": command must be a non-empty array of strings";
         for cmd in ["[]", "\"cat\"", "[1]", "[\"cat\", 2]", "{ a = 1 }"] {
-            assert_eq!(
-                err(&format!("{base}echo = {{ command = {cmd} }}")),
-                shape,
-                "{cmd}"
-            );
+            assert_eq!(err(&format!("{base}echo = {{ command = {cmd} }}")), shape, "{cmd}");
         }
         assert_eq!(
             err(&format!("{base}echo = {{ command = [\"\"] }}")),
             "b.toml: namespace[0] (tools): function \"echo\": command[0] (the program) must not be empty"
         );
         assert_eq!(
-            err(&format!(
-                "{base}\"a b\" = {{ command = [\"x\"], timeout_ms = 0 }}"
-            )),
+            err(&format!("{base}\"a b\" = {{ command = [\"x\"], timeout_ms = 0 }}")),
             "b.toml: namespace[0] (tools): function \"a b\": timeout_ms must be at least 1"
         );
     }
 
     #[test]
     fn unknown_keys_and_wrong_types_are_errors() {
-        let e = err(
-            "[[namespace]]\nglobal = \"t\"\n[namespace.functions]\necho = { comand = [\"cat\"] }\n",
-        );
-        assert!(
-            e.starts_with("b.toml: ")
-                && e.contains("unknown field `comand`")
-                && e.contains("line 4"),
-            "{e}"
-        );
+        let e = err("[[namespace]]\nglobal = \"t\"\n[namespace.functions]\necho = { comand = [\"cat\"] }\n");
+        assert!(e.starts_with("b.toml: ") && e.contains("unknown field `comand`") && e.contains("line 4"), "{e}");
         let e = err("[[namespace]]\nglobal = \"t\"\nextra = 1\n");
         assert!(e.contains("unknown field `extra`"), "{e}");
         let e = err("[[namespaces]]\nglobal = \"t\"\n");
         assert!(e.contains("unknown field `namespaces`"), "{e}");
-        let e = err("[[namespace]]\nglobal = \"t\"\nerror_class = { name = \"E\", member_name_property = \"p\", x = 1 }\n");
+        let e =
+            err("[[namespace]]\nglobal = \"t\"\nerror_class = { name = \"E\", member_name_property = \"p\", x = 1 }\n");
         assert!(e.contains("unknown field `x`"), "{e}");
-        let e = err("[[namespace]]\nglobal = \"t\"\n[namespace.functions]\necho = { command = [\"cat\"], timeout_ms = -1 }\n");
+        let e = err(
+            "[[namespace]]\nglobal = \"t\"\n[namespace.functions]\necho = { command = [\"cat\"], timeout_ms = -1 }\n",
+        );
         assert!(e.contains("line 4"), "{e}");
         let e = err("[[namespace]]\n[namespace.functions]\n");
         assert!(e.contains("missing field `global`"), "{e}");
@@ -327,18 +280,12 @@ mod tests {
             err("[[namespace]]\nglobal = \"ok\"\n[[namespace]]\nglobal = \"my-tools\"\n"),
             "b.toml: namespace[1] (my-tools): namespace global \"my-tools\" is not an identifier: it must match [A-Za-z_][A-Za-z0-9_]*"
         );
-        assert!(err("[[namespace]]\nglobal = \"class\"\n")
-            .starts_with("b.toml: namespace[0] (class): "));
-        let e = err("[[namespace]]\nglobal = \"t\"\nerror_class = { name = \"E\", member_name_property = \"message\" }\n");
-        assert!(
-            e.starts_with("b.toml: namespace[0] (t): member_name_property \"message\""),
-            "{e}"
-        );
+        assert!(err("[[namespace]]\nglobal = \"class\"\n").starts_with("b.toml: namespace[0] (class): "));
+        let e =
+            err("[[namespace]]\nglobal = \"t\"\nerror_class = { name = \"E\", member_name_property = \"message\" }\n");
+        assert!(e.starts_with("b.toml: namespace[0] (t): member_name_property \"message\""), "{e}");
         let e = err("[[namespace]]\nglobal = \"t\"\n[[namespace]]\nglobal = \"t\"\n");
-        assert!(
-            e.starts_with("b.toml: the global \"t\" is injected twice"),
-            "{e}"
-        );
+        assert!(e.starts_with("b.toml: the global \"t\" is injected twice"), "{e}");
     }
 
     #[test]
@@ -347,9 +294,6 @@ mod tests {
         assert_eq!(resolve_program("cat", b), PathBuf::from("cat"));
         assert_eq!(resolve_program("/bin/cat", b), PathBuf::from("/bin/cat"));
         assert_eq!(resolve_program("./t.sh", b), PathBuf::from("/base/./t.sh"));
-        assert_eq!(
-            resolve_program("sub/t.sh", b),
-            PathBuf::from("/base/sub/t.sh")
-        );
+        assert_eq!(resolve_program("sub/t.sh", b), PathBuf::from("/base/sub/t.sh"));
     }
 }

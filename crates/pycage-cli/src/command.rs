@@ -72,15 +72,8 @@ pub async fn call(spec: &CommandSpec, args: JsonValue) -> Result<JsonValue, Bind
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| BindingError::new(format!("could not start {}: {e}", spec.argv0)))?;
-    let mut guard = GroupGuard(
-        child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .and_then(Pid::from_raw),
-    );
+    let mut child = cmd.spawn().map_err(|e| BindingError::new(format!("could not start {}: {e}", spec.argv0)))?;
+    let mut guard = GroupGuard(child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw));
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
 
     let work = async {
@@ -93,20 +86,13 @@ pub async fn call(spec: &CommandSpec, args: JsonValue) -> Result<JsonValue, Bind
             Ok::<(), Rejection>(())
         };
         let (_, out, err) = tokio::try_join!(write, read_stdout(stdout), read_stderr(stderr))?;
-        let status = child
-            .wait()
-            .await
-            .map_err(|e| Rejection::Io(e.to_string()))?;
+        let status = child.wait().await.map_err(|e| Rejection::Io(e.to_string()))?;
         Ok::<_, Rejection>((status, out, err))
     };
     let outcome = tokio::time::timeout(spec.timeout, work).await;
     let (status, out, err) = match outcome {
         Err(_) => {
-            return Err(BindingError::new(format!(
-                "{} timed out after {} ms",
-                spec.argv0,
-                spec.timeout.as_millis()
-            )))
+            return Err(BindingError::new(format!("{} timed out after {} ms", spec.argv0, spec.timeout.as_millis())))
         }
         Ok(Err(r)) => return Err(BindingError::new(r.message(&spec.argv0))),
         Ok(Ok(done)) => done,
@@ -115,16 +101,10 @@ pub async fn call(spec: &CommandSpec, args: JsonValue) -> Result<JsonValue, Bind
     guard.0 = None;
     let stderr_note = err.note();
     if !status.success() {
-        return Err(BindingError::new(format!(
-            "{} failed ({status}){stderr_note}",
-            spec.argv0
-        )));
+        return Err(BindingError::new(format!("{} failed ({status}){stderr_note}", spec.argv0)));
     }
     JsonValue::parse(&out).map_err(|e| {
-        BindingError::new(format!(
-            "{} did not print one JSON document on stdout ({e}){stderr_note}",
-            spec.argv0
-        ))
+        BindingError::new(format!("{} did not print one JSON document on stdout ({e}){stderr_note}", spec.argv0))
     })
 }
 
@@ -179,10 +159,7 @@ impl StderrHead {
 }
 
 async fn read_stderr<R: AsyncRead + Unpin>(r: Option<R>) -> Result<StderrHead, Rejection> {
-    let mut head = StderrHead {
-        bytes: Vec::new(),
-        truncated: false,
-    };
+    let mut head = StderrHead { bytes: Vec::new(), truncated: false };
     let Some(mut r) = r else { return Ok(head) };
     let mut buf = [0u8; 4096];
     loop {
@@ -196,8 +173,7 @@ async fn read_stderr<R: AsyncRead + Unpin>(r: Option<R>) -> Result<StderrHead, R
         if chunk.len() > room {
             head.truncated = true;
         }
-        head.bytes
-            .extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
+        head.bytes.extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
     }
 }
 
@@ -216,54 +192,33 @@ mod tests {
     }
 
     async fn run(script: &str, args: &str) -> Result<String, String> {
-        call(
-            &sh(script, 10_000),
-            JsonValue::parse(args.as_bytes()).unwrap(),
-        )
-        .await
-        .map(|v| v.to_canonical_string())
-        .map_err(|e| e.message)
+        call(&sh(script, 10_000), JsonValue::parse(args.as_bytes()).unwrap())
+            .await
+            .map(|v| v.to_canonical_string())
+            .map_err(|e| e.message)
     }
 
     #[tokio::test]
     async fn echoes_exactly() {
         let args = r#"{"a":[1,2.50,1267650600228229401496703205376],"s":"é\n"}"#;
         assert_eq!(run("cat", args).await.unwrap(), args);
-        assert_eq!(
-            run("printf '  [1, 2]\\n\\n'", "null").await.unwrap(),
-            "[1,2]"
-        );
+        assert_eq!(run("printf '  [1, 2]\\n\\n'", "null").await.unwrap(), "[1,2]");
     }
 
     #[tokio::test]
     async fn rejections() {
-        assert_eq!(
-            run("echo oops >&2; exit 3", "{}").await.unwrap_err(),
-            "sh failed (exit status: 3): oops"
-        );
-        assert_eq!(
-            run("exit 4", "{}").await.unwrap_err(),
-            "sh failed (exit status: 4)"
-        );
+        assert_eq!(run("echo oops >&2; exit 3", "{}").await.unwrap_err(), "sh failed (exit status: 3): oops");
+        assert_eq!(run("exit 4", "{}").await.unwrap_err(), "sh failed (exit status: 4)");
         let e = run("echo not json; echo why >&2", "{}").await.unwrap_err();
-        assert!(
-            e.starts_with("sh did not print one JSON document on stdout (")
-                && e.ends_with("): why"),
-            "{e}"
-        );
+        assert!(e.starts_with("sh did not print one JSON document on stdout (") && e.ends_with("): why"), "{e}");
         let e = run("kill -9 $$", "{}").await.unwrap_err();
         assert!(e.starts_with("sh failed (signal: 9"), "{e}");
     }
 
     #[tokio::test]
     async fn stderr_is_capped() {
-        let e = run("head -c 100000 /dev/zero | tr '\\0' x >&2; exit 1", "{}")
-            .await
-            .unwrap_err();
-        let want = format!(
-            "sh failed (exit status: 1): {} [stderr truncated at 2048 bytes]",
-            "x".repeat(2048)
-        );
+        let e = run("head -c 100000 /dev/zero | tr '\\0' x >&2; exit 1", "{}").await.unwrap_err();
+        let want = format!("sh failed (exit status: 1): {} [stderr truncated at 2048 bytes]", "x".repeat(2048));
         assert_eq!(e, want);
     }
 

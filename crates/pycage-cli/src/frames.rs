@@ -47,10 +47,9 @@ pub struct ValidateArgs {
 
 pub fn validate(args: &ValidateArgs) -> anyhow::Result<ExitCode> {
     let input: Box<dyn Read> = match &args.file {
-        Some(path) if path.as_os_str() != "-" => Box::new(
-            File::open(path)
-                .with_context(|| format!("cannot open transcript {}", path.display()))?,
-        ),
+        Some(path) if path.as_os_str() != "-" => {
+            Box::new(File::open(path).with_context(|| format!("cannot open transcript {}", path.display()))?)
+        }
         _ => Box::new(io::stdin().lock()),
     };
     let mut out = output::stdout_buffered();
@@ -88,13 +87,7 @@ fn replay(input: impl Read, out: &mut impl Write, args: &ValidateArgs) -> io::Re
         encoded.clear();
         frame.encode(&mut encoded);
         out.write_all(&encoded)?;
-        if let (
-            Some(budget),
-            ChildFrame::Done {
-                value: Some(value), ..
-            },
-        ) = (args.max_value_bytes, &frame)
-        {
+        if let (Some(budget), ChildFrame::Done { value: Some(value), .. }) = (args.max_value_bytes, &frame) {
             match meter_value(value, budget) {
                 Some(size) => write!(out, "\tvalue-bytes={size}")?,
                 None => out.write_all(b"\tvalue-over-budget")?,
@@ -109,18 +102,8 @@ fn replay(input: impl Read, out: &mut impl Write, args: &ValidateArgs) -> io::Re
 mod tests {
     use super::*;
 
-    fn replay_str(
-        input: &[u8],
-        max_line_bytes: usize,
-        max_value_bytes: Option<u64>,
-        explain: bool,
-    ) -> String {
-        let args = ValidateArgs {
-            file: None,
-            max_line_bytes,
-            max_value_bytes,
-            explain,
-        };
+    fn replay_str(input: &[u8], max_line_bytes: usize, max_value_bytes: Option<u64>, explain: bool) -> String {
+        let args = ValidateArgs { file: None, max_line_bytes, max_value_bytes, explain };
         let mut out = Vec::new();
         replay(input, &mut out, &args).unwrap();
         String::from_utf8(out).unwrap()
@@ -158,10 +141,7 @@ mod tests {
     #[test]
     fn oversized_lines() {
         // The cap is inclusive: a 5-byte line fits a 5-byte cap (and is junk).
-        assert_eq!(
-            replay_str(b"12345\n123456\n{\"type\":\"done\"}", 5, None, false),
-            "drop\noversized\noversized\n"
-        );
+        assert_eq!(replay_str(b"12345\n123456\n{\"type\":\"done\"}", 5, None, false), "drop\noversized\noversized\n");
         assert_eq!(replay_str(b"xxxxxxxxxxxx", 5, None, false), "oversized\n");
     }
 }

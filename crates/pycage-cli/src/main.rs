@@ -21,11 +21,7 @@ use pycage_runtime::{Isolation, RuntimeConfig};
 const EXIT_MISUSE: u8 = 2;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "pycage",
-    version,
-    about = "Run model-written Python in a fresh CPython process with host bindings"
-)]
+#[command(name = "pycage", version, about = "Run model-written Python in a fresh CPython process with host bindings")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -251,9 +247,7 @@ mod tests {
             "return 1",
         ])
         .unwrap();
-        let Command::Run(args) = cli.command else {
-            panic!("not run")
-        };
+        let Command::Run(args) = cli.command else { panic!("not run") };
         let c = args.config().unwrap();
         assert_eq!(c.wall_time, std::time::Duration::from_millis(1500));
         assert_eq!(c.cpu_seconds, 3);
@@ -267,27 +261,11 @@ mod tests {
     #[test]
     fn defaults_come_from_runtime_config() {
         let cli = Cli::try_parse_from(["pycage", "run", "prog.py"]).unwrap();
-        let Command::Run(args) = cli.command else {
-            panic!("not run")
-        };
+        let Command::Run(args) = cli.command else { panic!("not run") };
         let (c, d) = (args.config().unwrap(), RuntimeConfig::default());
         assert_eq!(
-            (
-                c.wall_time,
-                c.cpu_seconds,
-                c.address_space_bytes,
-                c.max_log_bytes,
-                c.max_value_bytes,
-                c.isolation
-            ),
-            (
-                d.wall_time,
-                d.cpu_seconds,
-                d.address_space_bytes,
-                d.max_log_bytes,
-                d.max_value_bytes,
-                d.isolation
-            )
+            (c.wall_time, c.cpu_seconds, c.address_space_bytes, c.max_log_bytes, c.max_value_bytes, c.isolation),
+            (d.wall_time, d.cpu_seconds, d.address_space_bytes, d.max_log_bytes, d.max_value_bytes, d.isolation)
         );
     }
 

@@ -32,35 +32,22 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => Vec::new(),
     };
     let config = args.config()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async move {
         // Listen for signals before anything slow, so an early Ctrl-C
         // cancels the run instead of killing pycage mid-construction.
         let cancel = CancellationToken::new();
         let watcher = watch_signals(cancel.clone())?;
         let runtime = Runtime::new(config)?;
-        let request = RunRequest {
-            program,
-            bindings,
-            cancel: Some(cancel),
-        };
-        let outcome = if args.json {
-            runtime.run(request).await.map(|r| (r, 0))
-        } else {
-            run_streaming(&runtime, request).await
-        };
+        let request = RunRequest { program, bindings, cancel: Some(cancel) };
+        let outcome =
+            if args.json { runtime.run(request).await.map(|r| (r, 0)) } else { run_streaming(&runtime, request).await };
         runtime.shutdown().await;
         watcher.abort();
         let (result, printed) = outcome?;
         report(&result, args.json, printed)?;
-        Ok(if result.error.is_some() {
-            ExitCode::from(EXIT_RUN_FAILED)
-        } else {
-            ExitCode::SUCCESS
-        })
+        Ok(if result.error.is_some() { ExitCode::from(EXIT_RUN_FAILED) } else { ExitCode::SUCCESS })
     })
 }
 
@@ -68,19 +55,13 @@ fn read_program(args: &RunArgs) -> anyhow::Result<String> {
     if let Some(code) = &args.code {
         return Ok(code.clone());
     }
-    let Some(file) = &args.file else {
-        anyhow::bail!("no program: pass FILE, -c CODE or - (stdin)")
-    };
+    let Some(file) = &args.file else { anyhow::bail!("no program: pass FILE, -c CODE or - (stdin)") };
     if file == Path::new("-") {
         let mut text = String::new();
-        std::io::stdin()
-            .lock()
-            .read_to_string(&mut text)
-            .context("cannot read the program from stdin")?;
+        std::io::stdin().lock().read_to_string(&mut text).context("cannot read the program from stdin")?;
         return Ok(text);
     }
-    std::fs::read_to_string(file)
-        .with_context(|| format!("cannot read program file {}", file.display()))
+    std::fs::read_to_string(file).with_context(|| format!("cannot read program file {}", file.display()))
 }
 
 fn watch_signals(cancel: CancellationToken) -> anyhow::Result<tokio::task::JoinHandle<()>> {
@@ -124,15 +105,13 @@ async fn run_streaming(
 
 fn report(result: &RunResult, json: bool, printed: usize) -> anyhow::Result<()> {
     if json {
-        output::stdout_line(&result.to_json().to_canonical_string())
-            .context("cannot write the result")?;
+        output::stdout_line(&result.to_json().to_canonical_string()).context("cannot write the result")?;
         return Ok(());
     }
     // Lines the event stream did not deliver (none, normally).
     let rest = result.logs.get(printed..).unwrap_or_default();
     let value = result.value.as_ref().map(|v| v.to_canonical_string());
-    output::stdout_lines(rest.iter().map(String::as_str).chain(value.as_deref()))
-        .context("cannot write the result")?;
+    output::stdout_lines(rest.iter().map(String::as_str).chain(value.as_deref())).context("cannot write the result")?;
     if let Some(e) = &result.error {
         output::stderr_line(&format!("error: {}: {}", e.kind, e.message));
     }

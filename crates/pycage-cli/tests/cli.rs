@@ -17,11 +17,7 @@ fn pycage(dir: &Path) -> Command {
 
 /// `pycage run --isolation process <args>` in `dir`.
 fn run_in(dir: &Path, args: &[&str]) -> Output {
-    pycage(dir)
-        .args(["run", "--isolation", "process"])
-        .args(args)
-        .output()
-        .unwrap()
+    pycage(dir).args(["run", "--isolation", "process"]).args(args).output().unwrap()
 }
 
 fn run(args: &[&str]) -> Output {
@@ -39,13 +35,7 @@ fn stderr(o: &Output) -> String {
 
 #[track_caller]
 fn assert_exit(o: &Output, code: i32) {
-    assert_eq!(
-        o.status.code(),
-        Some(code),
-        "stdout: {}\nstderr: {}",
-        stdout(o),
-        stderr(o)
-    );
+    assert_eq!(o.status.code(), Some(code), "stdout: {}\nstderr: {}", stdout(o), stderr(o));
 }
 
 fn write_script(dir: &Path, name: &str, body: &str) {
@@ -67,11 +57,7 @@ fn json_success_is_one_exact_line() {
 
 #[test]
 fn json_keeps_exact_numbers_and_logs() {
-    let o = run(&[
-        "--json",
-        "-c",
-        "print('hi')\nprint('é\\tx')\nreturn {'n': 2**100, 'f': 0.1, 'z': None}",
-    ]);
+    let o = run(&["--json", "-c", "print('hi')\nprint('é\\tx')\nreturn {'n': 2**100, 'f': 0.1, 'z': None}"]);
     assert_exit(&o, 0);
     assert_eq!(
         stdout(&o),
@@ -89,9 +75,8 @@ fn json_without_value_or_with_error() {
     assert_exit(&o, 1);
     let out = stdout(&o);
     assert!(
-        out.starts_with(
-            "{\"logs\":[\"before\"],\"error\":{\"kind\":\"exception\",\"message\":\"Traceback"
-        ) && out.ends_with("ValueError: boom\"}}\n"),
+        out.starts_with("{\"logs\":[\"before\"],\"error\":{\"kind\":\"exception\",\"message\":\"Traceback")
+            && out.ends_with("ValueError: boom\"}}\n"),
         "{out}"
     );
     assert_eq!(stderr(&o), "");
@@ -115,10 +100,7 @@ fn readable_failure_goes_to_stderr_with_exit_1() {
     assert_exit(&o, 1);
     assert_eq!(stdout(&o), "a\n");
     let err = stderr(&o);
-    assert!(
-        err.starts_with("error: exception: Traceback") && err.ends_with("ValueError: boom\n"),
-        "{err}"
-    );
+    assert!(err.starts_with("error: exception: Traceback") && err.ends_with("ValueError: boom\n"), "{err}");
 }
 
 #[test]
@@ -156,35 +138,19 @@ fn program_from_stdin() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"import math\nreturn math.factorial(25)\n")
-        .unwrap();
+    child.stdin.take().unwrap().write_all(b"import math\nreturn math.factorial(25)\n").unwrap();
     let o = child.wait_with_output().unwrap();
     assert_exit(&o, 0);
-    assert_eq!(
-        stdout(&o),
-        "{\"value\":15511210043330985984000000,\"logs\":[]}\n"
-    );
+    assert_eq!(stdout(&o), "{\"value\":15511210043330985984000000,\"logs\":[]}\n");
 }
 
 #[test]
 fn misuse_exits_2_with_a_message() {
     // clap's usage errors
-    for args in [
-        &["--no-such-flag", "-c", "return 1"][..],
-        &[][..],
-        &["-c", "return 1", "prog.py"][..],
-    ] {
+    for args in [&["--no-such-flag", "-c", "return 1"][..], &[][..], &["-c", "return 1", "prog.py"][..]] {
         let o = run(args);
         assert_exit(&o, 2);
-        assert!(
-            stderr(&o).contains("Usage: pycage run"),
-            "{args:?}: {}",
-            stderr(&o)
-        );
+        assert!(stderr(&o).contains("Usage: pycage run"), "{args:?}: {}", stderr(&o));
         assert_eq!(stdout(&o), "");
     }
     let o = run(&["--isolation", "chroot", "-c", "return 1"]);
@@ -199,42 +165,22 @@ fn misuse_exits_2_with_a_message() {
 
     let o = run(&["--python", "/nonexistent/python3", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert!(
-        stderr(&o).starts_with("pycage: error: could not run /nonexistent/python3"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).starts_with("pycage: error: could not run /nonexistent/python3"), "{}", stderr(&o));
 
     let o = run(&["--memory-mb", "1", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert!(
-        stderr(&o).contains("address_space_bytes must be at least"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("address_space_bytes must be at least"), "{}", stderr(&o));
 
     let o = run(&["--wall-ms", "0", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert!(
-        stderr(&o).contains("wall_time must be greater than zero"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("wall_time must be greater than zero"), "{}", stderr(&o));
 }
 
 #[test]
 fn sigint_aborts_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = pycage(dir.path())
-        .args([
-            "run",
-            "--isolation",
-            "process",
-            "--wall-ms",
-            "30000",
-            "-c",
-            "print('started')\nwhile True: pass",
-        ])
+        .args(["run", "--isolation", "process", "--wall-ms", "30000", "-c", "print('started')\nwhile True: pass"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -242,25 +188,14 @@ fn sigint_aborts_the_run() {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
-    assert_eq!(
-        first, "started\n",
-        "log lines stream while the program runs"
-    );
+    assert_eq!(first, "started\n", "log lines stream while the program runs");
     let start = Instant::now();
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
+    let kill = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(kill.success());
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
     let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(1), "stderr: {err}");
     assert_eq!(rest, "");
@@ -293,11 +228,7 @@ fail = { command = ["./bin/fail.sh", "x"] }
 fn bindings_dir(toml: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("bin")).unwrap();
-    write_script(
-        dir.path(),
-        "bin/fail.sh",
-        "#!/bin/sh\ncat >/dev/null\necho \"no such user: $1\" >&2\nexit 3\n",
-    );
+    write_script(dir.path(), "bin/fail.sh", "#!/bin/sh\ncat >/dev/null\necho \"no such user: $1\" >&2\nexit 3\n");
     write_script(dir.path(), "slow.sh", "#!/bin/sh\nexec sleep 20\n");
     std::fs::write(dir.path().join("bindings.toml"), toml).unwrap();
     dir
@@ -312,16 +243,7 @@ fn command_binding_echoes_exactly() {
     // Run from elsewhere: relative commands resolve against the file's directory.
     let elsewhere = tempfile::tempdir().unwrap();
     let bindings = dir.path().join("bindings.toml");
-    let o = run_in(
-        elsewhere.path(),
-        &[
-            "--json",
-            "--bindings",
-            bindings.to_str().unwrap(),
-            "-c",
-            program,
-        ],
-    );
+    let o = run_in(elsewhere.path(), &["--json", "--bindings", bindings.to_str().unwrap(), "-c", program]);
     assert_exit(&o, 0);
     assert_eq!(
         stdout(&o),
@@ -332,44 +254,23 @@ fn command_binding_echoes_exactly() {
 #[test]
 fn failing_command_raises_unless_caught() {
     let dir = bindings_dir(TOOLS);
-    let o = run_in(
-        dir.path(),
-        &[
-            "--bindings",
-            "bindings.toml",
-            "-c",
-            "await getattr(tools, 'my-tool')({})",
-        ],
-    );
+    let o = run_in(dir.path(), &["--bindings", "bindings.toml", "-c", "await getattr(tools, 'my-tool')({})"]);
     assert_exit(&o, 1);
     let err = stderr(&o);
     assert!(err.starts_with("error: exception: "), "{err}");
-    assert!(
-        err.contains("./bin/fail.sh failed (exit status: 3): no such user: an arg"),
-        "{err}"
-    );
+    assert!(err.contains("./bin/fail.sh failed (exit status: 3): no such user: an arg"), "{err}");
 
-    let program =
-        "try:\n    await getattr(tools, 'my-tool')({})\nexcept Exception as e:\n    return str(e)";
-    let o = run_in(
-        dir.path(),
-        &["--json", "--bindings", "bindings.toml", "-c", program],
-    );
+    let program = "try:\n    await getattr(tools, 'my-tool')({})\nexcept Exception as e:\n    return str(e)";
+    let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
     assert_exit(&o, 0);
-    assert_eq!(
-        stdout(&o),
-        "{\"value\":\"./bin/fail.sh failed (exit status: 3): no such user: an arg\",\"logs\":[]}\n"
-    );
+    assert_eq!(stdout(&o), "{\"value\":\"./bin/fail.sh failed (exit status: 3): no such user: an arg\",\"logs\":[]}\n");
 }
 
 #[test]
 fn error_class_carries_the_member_name() {
     let dir = bindings_dir(TOOLS_WITH_CLASS);
     let program = "try:\n    await tools.fail({'q': 1})\nexcept ToolError as e:\n    return [e.tool, str(e), isinstance(e, Exception)]";
-    let o = run_in(
-        dir.path(),
-        &["--json", "--bindings", "bindings.toml", "-c", program],
-    );
+    let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
     assert_exit(&o, 0);
     assert_eq!(
         stdout(&o),
@@ -382,19 +283,10 @@ fn command_timeout_rejects_the_call() {
     let dir = bindings_dir(TOOLS);
     let start = Instant::now();
     let program = "try:\n    await tools.slow([])\nexcept Exception as e:\n    return str(e)";
-    let o = run_in(
-        dir.path(),
-        &["--json", "--bindings", "bindings.toml", "-c", program],
-    );
+    let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
     assert_exit(&o, 0);
-    assert_eq!(
-        stdout(&o),
-        "{\"value\":\"./slow.sh timed out after 300 ms\",\"logs\":[]}\n"
-    );
-    assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "the sleeping command was not waited for"
-    );
+    assert_eq!(stdout(&o), "{\"value\":\"./slow.sh timed out after 300 ms\",\"logs\":[]}\n");
+    assert!(start.elapsed() < Duration::from_secs(10), "the sleeping command was not waited for");
 }
 
 #[test]
@@ -405,10 +297,7 @@ fn bad_bindings_file_exits_2_naming_the_entry() {
         "[[namespace]]\nglobal = \"tools\"\n[namespace.functions]\necho = { command = [] }\n",
     )
     .unwrap();
-    let o = run_in(
-        dir.path(),
-        &["--bindings", "bindings.toml", "-c", "return 1"],
-    );
+    let o = run_in(dir.path(), &["--bindings", "bindings.toml", "-c", "return 1"]);
     assert_exit(&o, 2);
     assert_eq!(
         stderr(&o),
@@ -420,16 +309,10 @@ fn bad_bindings_file_exits_2_naming_the_entry() {
         "[[namespace]]\nglobal = \"tools\"\n[namespace.functions]\necho = { command = [\"cat\"], timeout = 5 }\n",
     )
     .unwrap();
-    let o = run_in(
-        dir.path(),
-        &["--bindings", "bindings.toml", "-c", "return 1"],
-    );
+    let o = run_in(dir.path(), &["--bindings", "bindings.toml", "-c", "return 1"]);
     assert_exit(&o, 2);
     let err = stderr(&o);
-    assert!(
-        err.starts_with("pycage: error: bindings.toml: TOML parse error at line 4"),
-        "{err}"
-    );
+    assert!(err.starts_with("pycage: error: bindings.toml: TOML parse error at line 4"), "{err}");
     assert!(err.contains("unknown field `timeout`"), "{err}");
 
     let o = run_in(dir.path(), &["--bindings", "nope.toml", "-c", "return 1"]);
@@ -443,15 +326,8 @@ fn bad_bindings_file_exits_2_naming_the_entry() {
 #[test]
 fn name_rule_violation_exits_2() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("bindings.toml"),
-        "[[namespace]]\nglobal = \"my-tools\"\n",
-    )
-    .unwrap();
-    let o = run_in(
-        dir.path(),
-        &["--bindings", "bindings.toml", "-c", "return 1"],
-    );
+    std::fs::write(dir.path().join("bindings.toml"), "[[namespace]]\nglobal = \"my-tools\"\n").unwrap();
+    let o = run_in(dir.path(), &["--bindings", "bindings.toml", "-c", "return 1"]);
     assert_exit(&o, 2);
     assert_eq!(
         stderr(&o),
@@ -463,10 +339,7 @@ fn name_rule_violation_exits_2() {
         "[[namespace]]\nglobal = \"tools\"\nerror_class = { name = \"console\", member_name_property = \"tool\" }\n",
     )
     .unwrap();
-    let o = run_in(
-        dir.path(),
-        &["--bindings", "bindings.toml", "-c", "return 1"],
-    );
+    let o = run_in(dir.path(), &["--bindings", "bindings.toml", "-c", "return 1"]);
     assert_exit(&o, 2);
     assert_eq!(
         stderr(&o),
@@ -497,15 +370,7 @@ fn frames_validate_transcript() {
     .join("\n");
     std::fs::write(dir.path().join("fd3.jsonl"), transcript).unwrap();
     let o = pycage(dir.path())
-        .args([
-            "frames",
-            "validate",
-            "fd3.jsonl",
-            "--max-line-bytes",
-            "1024",
-            "--max-value-bytes",
-            "20",
-        ])
+        .args(["frames", "validate", "fd3.jsonl", "--max-line-bytes", "1024", "--max-value-bytes", "20"])
         .output()
         .unwrap();
     assert_exit(&o, 0);
@@ -534,18 +399,10 @@ fn frames_validate_transcript() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"[]\n{\"type\":\"reply\"}\n{\"type\":\"done\"}\n")
-        .unwrap();
+    child.stdin.take().unwrap().write_all(b"[]\n{\"type\":\"reply\"}\n{\"type\":\"done\"}\n").unwrap();
     let o = child.wait_with_output().unwrap();
     assert_exit(&o, 0);
-    assert_eq!(
-        stdout(&o),
-        "drop\tnot a JSON object\ndrop\tunknown frame type\n{\"type\":\"done\"}\n"
-    );
+    assert_eq!(stdout(&o), "drop\tnot a JSON object\ndrop\tunknown frame type\n{\"type\":\"done\"}\n");
 }
 
 /// Peak resident memory of a live process, from /proc (Linux).
@@ -574,10 +431,7 @@ fn frames_validate_huge_line_without_newline() {
     // Nearly all 20 MB went through (a pipe holds at most a few pages), and
     // the process is still alive waiting for more: memory stays near the cap.
     if let Some(peak) = peak_rss_bytes(child.id()) {
-        assert!(
-            peak < 16 * 1024 * 1024,
-            "peak RSS {peak} bytes: the line was buffered"
-        );
+        assert!(peak < 16 * 1024 * 1024, "peak RSS {peak} bytes: the line was buffered");
     }
     drop(stdin);
     let o = child.wait_with_output().unwrap();

@@ -15,6 +15,8 @@
 use crate::json::{Node, ValueRef};
 
 /// Escape class of every byte: 0 = raw, 1 = two-byte escape, 2 = `\u00XX`.
+// Indexing in a const initializer is checked at compile time.
+#[allow(clippy::indexing_slicing)]
 static ESCAPE: [u8; 256] = {
     let mut t = [0u8; 256];
     let mut i = 0;
@@ -33,6 +35,17 @@ static ESCAPE: [u8; 256] = {
 };
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Escape class of a byte (a table lookup the compiler proves in bounds).
+#[inline]
+fn escape_class(c: u8) -> u8 {
+    ESCAPE.get(usize::from(c)).copied().unwrap_or(0)
+}
+
+#[inline]
+fn hex(nibble: u8) -> u8 {
+    HEX.get(usize::from(nibble & 15)).copied().unwrap_or(b'0')
+}
 
 /// Receives the canonical encoding piece by piece.
 trait Sink {
@@ -62,7 +75,7 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let mut run = 0;
     for (i, &c) in b.iter().enumerate() {
-        let class = ESCAPE[c as usize];
+        let class = escape_class(c);
         if class == 0 {
             continue;
         }
@@ -76,14 +89,7 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
             b'\n' => out.extend_from_slice(b"\\n"),
             b'\r' => out.extend_from_slice(b"\\r"),
             b'\t' => out.extend_from_slice(b"\\t"),
-            _ => out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[(c >> 4) as usize],
-                HEX[(c & 15) as usize],
-            ]),
+            _ => out.extend_from_slice(&[b'\\', b'u', b'0', b'0', hex(c >> 4), hex(c)]),
         }
     }
     out.extend_from_slice(b.get(run..).unwrap_or_default());
@@ -109,7 +115,7 @@ impl Sink for Meter {
         for chunk in s.as_bytes().chunks(METER_CHUNK) {
             let mut n = chunk.len();
             for &c in chunk {
-                n += match ESCAPE[c as usize] {
+                n += match escape_class(c) {
                     0 => 0,
                     1 => 1,
                     _ => 5,
@@ -170,11 +176,7 @@ fn walk(root: ValueRef<'_>, sink: &mut impl Sink) -> bool {
                 if len == 0 {
                     sink.raw(b"[]")
                 } else {
-                    stack.push(Open {
-                        remaining: u64::from(len),
-                        written: 0,
-                        object: false,
-                    });
+                    stack.push(Open { remaining: u64::from(len), written: 0, object: false });
                     if !sink.raw(b"[") {
                         return false;
                     }
@@ -185,11 +187,7 @@ fn walk(root: ValueRef<'_>, sink: &mut impl Sink) -> bool {
                 if len == 0 {
                     sink.raw(b"{}")
                 } else {
-                    stack.push(Open {
-                        remaining: 2 * u64::from(len),
-                        written: 0,
-                        object: true,
-                    });
+                    stack.push(Open { remaining: 2 * u64::from(len), written: 0, object: true });
                     if !sink.raw(b"{") {
                         return false;
                     }
@@ -232,10 +230,7 @@ pub(crate) fn canonical_len_within(root: ValueRef<'_>, budget: usize) -> Option<
 
 /// Byte length of `s` as a canonical JSON string literal, quotes included.
 pub fn json_string_len(s: &str) -> usize {
-    let mut m = Meter {
-        used: 0,
-        budget: usize::MAX,
-    };
+    let mut m = Meter { used: 0, budget: usize::MAX };
     m.string(s);
     m.used
 }
@@ -248,10 +243,7 @@ mod tests {
     fn string_escapes_match_json_stringify() {
         let mut out = Vec::new();
         write_json_string(&mut out, "a\"b\\c\u{0}\u{1f}\u{7f}é\u{2028}\n\t\r\u{8}\u{c}/");
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "\"a\\\"b\\\\c\\u0000\\u001f\u{7f}é\u{2028}\\n\\t\\r\\b\\f/\""
-        );
+        assert_eq!(String::from_utf8(out).unwrap(), "\"a\\\"b\\\\c\\u0000\\u001f\u{7f}é\u{2028}\\n\\t\\r\\b\\f/\"");
         assert_eq!(json_string_len("a\u{0}\n"), 2 + 1 + 6 + 2);
     }
 

@@ -38,56 +38,16 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
         required: &["type", "cpuSeconds", "addressSpaceBytes", "maxLogBytes", "maxValueBytes", "namespaces"],
         optional: &[],
     },
-    FrameFields {
-        frame: "namespace",
-        required: &["global", "names"],
-        optional: &["errorClass"],
-    },
-    FrameFields {
-        frame: "errorClass",
-        required: &["name", "memberNameProperty"],
-        optional: &[],
-    },
-    FrameFields {
-        frame: "run",
-        required: &["type", "program"],
-        optional: &[],
-    },
-    FrameFields {
-        frame: "reply-ok",
-        required: &["type", "id", "ok", "value"],
-        optional: &[],
-    },
-    FrameFields {
-        frame: "reply-error",
-        required: &["type", "id", "ok", "message"],
-        optional: &[],
-    },
-    FrameFields {
-        frame: "boot-ack",
-        required: &["type"],
-        optional: &[],
-    },
-    FrameFields {
-        frame: "call",
-        required: &["type", "id", "global", "name", "args"],
-        optional: &[],
-    },
-    FrameFields {
-        frame: "log",
-        required: &["type", "text"],
-        optional: &["truncated"],
-    },
-    FrameFields {
-        frame: "done",
-        required: &["type"],
-        optional: &["value", "error"],
-    },
-    FrameFields {
-        frame: "done-error",
-        required: &["kind", "message"],
-        optional: &[],
-    },
+    FrameFields { frame: "namespace", required: &["global", "names"], optional: &["errorClass"] },
+    FrameFields { frame: "errorClass", required: &["name", "memberNameProperty"], optional: &[] },
+    FrameFields { frame: "run", required: &["type", "program"], optional: &[] },
+    FrameFields { frame: "reply-ok", required: &["type", "id", "ok", "value"], optional: &[] },
+    FrameFields { frame: "reply-error", required: &["type", "id", "ok", "message"], optional: &[] },
+    FrameFields { frame: "boot-ack", required: &["type"], optional: &[] },
+    FrameFields { frame: "call", required: &["type", "id", "global", "name", "args"], optional: &[] },
+    FrameFields { frame: "log", required: &["type", "text"], optional: &["truncated"] },
+    FrameFields { frame: "done", required: &["type"], optional: &["value", "error"] },
+    FrameFields { frame: "done-error", required: &["kind", "message"], optional: &[] },
 ];
 
 /// Looks up a frame's fields by mirror name.
@@ -127,8 +87,7 @@ impl<'a> Obj<'a> {
         self.key(k).extend_from_slice(s.as_bytes());
     }
     fn bool(&mut self, k: &str, v: bool) {
-        self.key(k)
-            .extend_from_slice(if v { b"true" } else { b"false" });
+        self.key(k).extend_from_slice(if v { b"true" } else { b"false" });
     }
     fn value(&mut self, k: &str, v: &JsonValue) {
         v.write_canonical(self.key(k));
@@ -324,12 +283,7 @@ impl ChildFrame {
         o.str("type", self.type_name());
         match self {
             ChildFrame::BootAck => {}
-            ChildFrame::Call {
-                id,
-                global,
-                name,
-                args,
-            } => {
+            ChildFrame::Call { id, global, name, args } => {
                 o.u64("id", *id);
                 o.str("global", global);
                 o.str("name", name);
@@ -382,10 +336,7 @@ mod tests {
         let ns = |ec: bool| NamespaceEntry {
             global: "tools".into(),
             names: vec!["a".into(), "my-tool".into(), "".into()],
-            error_class: ec.then(|| ErrorClassEntry {
-                name: "ToolError".into(),
-                member_name_property: "tool".into(),
-            }),
+            error_class: ec.then(|| ErrorClassEntry { name: "ToolError".into(), member_name_property: "tool".into() }),
         };
         let boot = BootFrame {
             cpu_seconds: 30,
@@ -427,27 +378,20 @@ mod tests {
             out
         };
         assert_eq!(keys(&enc(&ChildFrame::BootAck)), expect("boot-ack", true));
-        let call = ChildFrame::Call {
-            id: 1,
-            global: "g".into(),
-            name: "n".into(),
-            args: JsonValue::null(),
-        };
+        let call = ChildFrame::Call { id: 1, global: "g".into(), name: "n".into(), args: JsonValue::null() };
         assert_eq!(keys(&enc(&call)), expect("call", true));
         let log = |t| ChildFrame::Log { text: "x".into(), truncated: t };
         assert_eq!(keys(&enc(&log(false))), expect("log", false));
         assert_eq!(keys(&enc(&log(true))), expect("log", true));
         let done = ChildFrame::Done {
             value: Some(JsonValue::null()),
-            error: Some(ChildError {
-                kind: ChildErrorKind::Exception,
-                message: "m".into(),
-            }),
+            error: Some(ChildError { kind: ChildErrorKind::Exception, message: "m".into() }),
         };
         let out = enc(&done);
         assert_eq!(keys(&out), expect("done", true));
         let v = JsonValue::parse(&out).unwrap();
-        let ek: BTreeSet<String> = v.root().get("error").unwrap().as_object().unwrap().map(|(k, _)| k.to_owned()).collect();
+        let ek: BTreeSet<String> =
+            v.root().get("error").unwrap().as_object().unwrap().map(|(k, _)| k.to_owned()).collect();
         assert_eq!(ek, expect("done-error", true));
         assert_eq!(keys(&enc(&ChildFrame::Done { value: None, error: None })), expect("done", false));
     }

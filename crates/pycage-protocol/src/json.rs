@@ -40,12 +40,24 @@ pub(crate) enum Node {
     Null,
     False,
     True,
-    Number { start: u32, len: u32 },
-    String { start: u32, len: u32 },
+    Number {
+        start: u32,
+        len: u32,
+    },
+    String {
+        start: u32,
+        len: u32,
+    },
     /// `len` direct children follow; the subtree spans `skip` nodes after this one.
-    Array { len: u32, skip: u32 },
+    Array {
+        len: u32,
+        skip: u32,
+    },
     /// `len` members follow as key, value, key, value; the subtree spans `skip` nodes.
-    Object { len: u32, skip: u32 },
+    Object {
+        len: u32,
+        skip: u32,
+    },
 }
 
 impl Node {
@@ -89,18 +101,12 @@ pub struct ValueRef<'a> {
 impl JsonValue {
     /// `null`.
     pub fn null() -> Self {
-        JsonValue {
-            nodes: vec![Node::Null],
-            text: String::new(),
-        }
+        JsonValue { nodes: vec![Node::Null], text: String::new() }
     }
 
     /// A boolean.
     pub fn bool(b: bool) -> Self {
-        JsonValue {
-            nodes: vec![if b { Node::True } else { Node::False }],
-            text: String::new(),
-        }
+        JsonValue { nodes: vec![if b { Node::True } else { Node::False }], text: String::new() }
     }
 
     /// A string. Fails only when `s` is longer than [`MAX_VALUE_BUFFER`].
@@ -125,10 +131,7 @@ impl JsonValue {
 
     /// The root of the value.
     pub fn root(&self) -> ValueRef<'_> {
-        ValueRef {
-            value: self,
-            index: 0,
-        }
+        ValueRef { value: self, index: 0 }
     }
 
     /// The root's shape.
@@ -173,10 +176,7 @@ impl<'a> ValueRef<'a> {
 
     fn text(&self, start: u32, len: u32) -> &'a str {
         let start = start as usize;
-        self.value
-            .text
-            .get(start..start + len as usize)
-            .unwrap_or_default()
+        self.value.text.get(start..start + len as usize).unwrap_or_default()
     }
 
     /// The node's shape.
@@ -187,16 +187,12 @@ impl<'a> ValueRef<'a> {
             Node::True => Kind::Bool(true),
             Node::Number { start, len } => Kind::Number(Number::new_unchecked(self.text(start, len))),
             Node::String { start, len } => Kind::String(self.text(start, len)),
-            Node::Array { len, .. } => Kind::Array(ArrayIter {
-                value: self.value,
-                next: self.index + 1,
-                remaining: len as usize,
-            }),
-            Node::Object { len, .. } => Kind::Object(ObjectIter {
-                value: self.value,
-                next: self.index + 1,
-                remaining: len as usize,
-            }),
+            Node::Array { len, .. } => {
+                Kind::Array(ArrayIter { value: self.value, next: self.index + 1, remaining: len as usize })
+            }
+            Node::Object { len, .. } => {
+                Kind::Object(ObjectIter { value: self.value, next: self.index + 1, remaining: len as usize })
+            }
         }
     }
 
@@ -271,23 +267,12 @@ impl<'a> ValueRef<'a> {
             }
         }
         let lo = lo.unwrap_or(0);
-        let text = self
-            .value
-            .text
-            .get(lo as usize..hi.max(lo) as usize)
-            .unwrap_or_default()
-            .to_owned();
+        let text = self.value.text.get(lo as usize..hi.max(lo) as usize).unwrap_or_default().to_owned();
         let nodes = nodes
             .iter()
             .map(|n| match *n {
-                Node::Number { start, len } => Node::Number {
-                    start: start - lo,
-                    len,
-                },
-                Node::String { start, len } => Node::String {
-                    start: start - lo,
-                    len,
-                },
+                Node::Number { start, len } => Node::Number { start: start - lo, len },
+                Node::String { start, len } => Node::String { start: start - lo, len },
                 other => other,
             })
             .collect();
@@ -337,10 +322,7 @@ impl<'a> Iterator for ArrayIter<'a> {
             return None;
         }
         self.remaining -= 1;
-        let item = ValueRef {
-            value: self.value,
-            index: self.next,
-        };
+        let item = ValueRef { value: self.value, index: self.next };
         self.next += item.span();
         Some(item)
     }
@@ -366,14 +348,8 @@ impl<'a> Iterator for ObjectIter<'a> {
             return None;
         }
         self.remaining -= 1;
-        let key = ValueRef {
-            value: self.value,
-            index: self.next,
-        };
-        let value = ValueRef {
-            value: self.value,
-            index: self.next + 1,
-        };
+        let key = ValueRef { value: self.value, index: self.next };
+        let value = ValueRef { value: self.value, index: self.next + 1 };
         self.next += 1 + value.span();
         Some((key.as_str().unwrap_or_default(), value))
     }
@@ -413,26 +389,14 @@ impl From<bool> for JsonValue {
 impl From<i64> for JsonValue {
     fn from(n: i64) -> Self {
         let text = n.to_string();
-        JsonValue {
-            nodes: vec![Node::Number {
-                start: 0,
-                len: text.len() as u32,
-            }],
-            text,
-        }
+        JsonValue { nodes: vec![Node::Number { start: 0, len: text.len() as u32 }], text }
     }
 }
 
 impl From<u64> for JsonValue {
     fn from(n: u64) -> Self {
         let text = n.to_string();
-        JsonValue {
-            nodes: vec![Node::Number {
-                start: 0,
-                len: text.len() as u32,
-            }],
-            text,
-        }
+        JsonValue { nodes: vec![Node::Number { start: 0, len: text.len() as u32 }], text }
     }
 }
 
@@ -599,16 +563,8 @@ impl JsonBuilder {
     fn begin(&mut self, object: bool) -> Result<(), BuildError> {
         self.before_value()?;
         let index = self.value.nodes.len();
-        self.value.nodes.push(if object {
-            Node::Object { len: 0, skip: 0 }
-        } else {
-            Node::Array { len: 0, skip: 0 }
-        });
-        self.open.push(Open {
-            index,
-            children: 0,
-            object,
-        });
+        self.value.nodes.push(if object { Node::Object { len: 0, skip: 0 } } else { Node::Array { len: 0, skip: 0 } });
+        self.open.push(Open { index, children: 0, object });
         Ok(())
     }
 
@@ -622,11 +578,7 @@ impl JsonBuilder {
         let skip = (self.value.nodes.len() - o.index - 1) as u32;
         let len = if o.object { o.children / 2 } else { o.children };
         if let Some(n) = self.value.nodes.get_mut(o.index) {
-            *n = if o.object {
-                Node::Object { len, skip }
-            } else {
-                Node::Array { len, skip }
-            };
+            *n = if o.object { Node::Object { len, skip } } else { Node::Array { len, skip } };
         }
         self.after_child();
         Ok(())
@@ -637,26 +589,16 @@ impl JsonBuilder {
         self.before_value()?;
         let owned = v.to_owned();
         let base = self.value.text.len();
-        if base + owned.text.len() > MAX_VALUE_BUFFER
-            || self.value.nodes.len() + owned.nodes.len() > MAX_VALUE_BUFFER
-        {
+        if base + owned.text.len() > MAX_VALUE_BUFFER || self.value.nodes.len() + owned.nodes.len() > MAX_VALUE_BUFFER {
             return Err(BuildError::TooLarge);
         }
         self.value.text.push_str(&owned.text);
         let base = base as u32;
-        self.value
-            .nodes
-            .extend(owned.nodes.iter().map(|n| match *n {
-                Node::Number { start, len } => Node::Number {
-                    start: start + base,
-                    len,
-                },
-                Node::String { start, len } => Node::String {
-                    start: start + base,
-                    len,
-                },
-                other => other,
-            }));
+        self.value.nodes.extend(owned.nodes.iter().map(|n| match *n {
+            Node::Number { start, len } => Node::Number { start: start + base, len },
+            Node::String { start, len } => Node::String { start: start + base, len },
+            other => other,
+        }));
         self.after_child();
         Ok(())
     }
@@ -752,11 +694,9 @@ fn to_serde_bounded(v: ValueRef<'_>) -> Result<serde_json::Value, ToSerdeError> 
     Ok(match v.kind() {
         Kind::Null => serde_json::Value::Null,
         Kind::Bool(b) => serde_json::Value::Bool(b),
-        Kind::Number(n) => serde_json::Value::Number(
-            n.as_str()
-                .parse()
-                .map_err(|_| ToSerdeError::Number(n.as_str().to_owned()))?,
-        ),
+        Kind::Number(n) => {
+            serde_json::Value::Number(n.as_str().parse().map_err(|_| ToSerdeError::Number(n.as_str().to_owned()))?)
+        }
         Kind::String(s) => serde_json::Value::String(s.to_owned()),
         Kind::Array(it) => serde_json::Value::Array(it.map(to_serde_bounded).collect::<Result<_, _>>()?),
         Kind::Object(it) => {

@@ -19,10 +19,7 @@
 //! validation, encoding, metering, subtree copies and drops are loops over
 //! flat buffers.
 #![forbid(unsafe_code)]
-#![cfg_attr(
-    not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)
-)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic))]
 
 mod encode;
 mod frames;

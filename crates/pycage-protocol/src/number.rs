@@ -226,11 +226,7 @@ impl Decimal {
         if digits.is_empty() {
             exp = 0;
         }
-        Some(Decimal {
-            negative,
-            digits,
-            exp,
-        })
+        Some(Decimal { negative, digits, exp })
     }
 
     /// |value| as an integer, if integral and below 2^127.
@@ -258,10 +254,30 @@ mod tests {
 
     #[test]
     fn grammar() {
-        for ok in ["0", "-0", "1", "-12", "1.5", "0.0", "1e5", "1E+5", "1e-05", "-0.0e0", "123456789012345678901234567890"] {
+        for ok in
+            ["0", "-0", "1", "-12", "1.5", "0.0", "1e5", "1E+5", "1e-05", "-0.0e0", "123456789012345678901234567890"]
+        {
             assert!(is_json_number(ok.as_bytes()), "{ok}");
         }
-        for bad in ["", "-", "01", "+1", "1.", ".5", "1e", "1e+", "NaN", "Infinity", "-Infinity", "0x10", "1_000", " 1", "1 ", "--1", "1.5.5"] {
+        for bad in [
+            "",
+            "-",
+            "01",
+            "+1",
+            "1.",
+            ".5",
+            "1e",
+            "1e+",
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "0x10",
+            "1_000",
+            " 1",
+            "1 ",
+            "--1",
+            "1.5.5",
+        ] {
             assert!(!is_json_number(bad.as_bytes()), "{bad}");
         }
     }

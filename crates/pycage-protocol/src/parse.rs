@@ -50,6 +50,8 @@ pub enum ParseErrorKind {
 }
 
 /// Bytes that end a run of plain string content.
+// Indexing in a const initializer is checked at compile time.
+#[allow(clippy::indexing_slicing)]
 static STRING_STOP: [bool; 256] = {
     let mut t = [false; 256];
     let mut i = 0;
@@ -77,15 +79,10 @@ struct Parser<'a> {
 }
 
 pub(crate) fn parse(input: &[u8]) -> Result<JsonValue, ParseError> {
-    let src = std::str::from_utf8(input).map_err(|e| ParseError {
-        kind: ParseErrorKind::InvalidUtf8,
-        offset: e.valid_up_to(),
-    })?;
+    let src = std::str::from_utf8(input)
+        .map_err(|e| ParseError { kind: ParseErrorKind::InvalidUtf8, offset: e.valid_up_to() })?;
     if input.len() > MAX_VALUE_BUFFER {
-        return Err(ParseError {
-            kind: ParseErrorKind::TooLarge,
-            offset: 0,
-        });
+        return Err(ParseError { kind: ParseErrorKind::TooLarge, offset: 0 });
     }
     let mut p = Parser {
         src,
@@ -103,10 +100,7 @@ pub(crate) fn parse(input: &[u8]) -> Result<JsonValue, ParseError> {
 
 impl Parser<'_> {
     fn err<T>(&self, kind: ParseErrorKind) -> Result<T, ParseError> {
-        Err(ParseError {
-            kind,
-            offset: self.pos,
-        })
+        Err(ParseError { kind, offset: self.pos })
     }
 
     #[inline]
@@ -132,11 +126,7 @@ impl Parser<'_> {
                     self.pos += 1;
                     let index = self.out.nodes.len();
                     self.out.nodes.push(Node::Object { len: 0, skip: 0 });
-                    stack.push(Open {
-                        index,
-                        count: 0,
-                        object: true,
-                    });
+                    stack.push(Open { index, count: 0, object: true });
                     self.skip_ws();
                     if self.peek() == Some(b'}') {
                         self.pos += 1;
@@ -151,11 +141,7 @@ impl Parser<'_> {
                     self.pos += 1;
                     let index = self.out.nodes.len();
                     self.out.nodes.push(Node::Array { len: 0, skip: 0 });
-                    stack.push(Open {
-                        index,
-                        count: 0,
-                        object: false,
-                    });
+                    stack.push(Open { index, count: 0, object: false });
                     self.skip_ws();
                     if self.peek() == Some(b']') {
                         self.pos += 1;
@@ -220,15 +206,9 @@ impl Parser<'_> {
             let skip = (self.out.nodes.len() - open.index - 1) as u32;
             if let Some(n) = self.out.nodes.get_mut(open.index) {
                 *n = if open.object {
-                    Node::Object {
-                        len: open.count,
-                        skip,
-                    }
+                    Node::Object { len: open.count, skip }
                 } else {
-                    Node::Array {
-                        len: open.count,
-                        skip,
-                    }
+                    Node::Array { len: open.count, skip }
                 };
             }
         }
@@ -278,10 +258,7 @@ impl Parser<'_> {
         let tok = self.src.get(self.pos..end).unwrap_or_default();
         self.out.text.push_str(tok);
         self.pos = end;
-        self.out.nodes.push(Node::Number {
-            start: start as u32,
-            len: tok.len() as u32,
-        });
+        self.out.nodes.push(Node::Number { start: start as u32, len: tok.len() as u32 });
         Ok(())
     }
 
@@ -295,13 +272,11 @@ impl Parser<'_> {
             let rest = self.b.get(run..).unwrap_or_default();
             let n = rest
                 .iter()
-                .position(|&c| STRING_STOP[c as usize])
+                .position(|&c| STRING_STOP.get(usize::from(c)).copied().unwrap_or(true))
                 .unwrap_or(rest.len());
             self.pos = run + n;
             // Run boundaries sit on ASCII bytes, so this slice is on char boundaries.
-            self.out
-                .text
-                .push_str(self.src.get(run..self.pos).unwrap_or_default());
+            self.out.text.push_str(self.src.get(run..self.pos).unwrap_or_default());
             match self.peek() {
                 Some(b'"') => {
                     self.pos += 1;
@@ -373,10 +348,7 @@ impl Parser<'_> {
 
     fn hex4(&self, at: usize) -> Result<u32, ParseError> {
         let Some(digits) = self.b.get(at..at + 4) else {
-            return Err(ParseError {
-                kind: ParseErrorKind::UnexpectedEnd,
-                offset: self.b.len(),
-            });
+            return Err(ParseError { kind: ParseErrorKind::UnexpectedEnd, offset: self.b.len() });
         };
         let mut v = 0u32;
         for (i, &d) in digits.iter().enumerate() {
@@ -384,12 +356,7 @@ impl Parser<'_> {
                 b'0'..=b'9' => d - b'0',
                 b'a'..=b'f' => d - b'a' + 10,
                 b'A'..=b'F' => d - b'A' + 10,
-                _ => {
-                    return Err(ParseError {
-                        kind: ParseErrorKind::InvalidEscape,
-                        offset: at + i,
-                    })
-                }
+                _ => return Err(ParseError { kind: ParseErrorKind::InvalidEscape, offset: at + i }),
             };
             v = (v << 4) | u32::from(x);
         }

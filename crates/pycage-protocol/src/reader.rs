@@ -50,13 +50,7 @@ pub struct LineSplitter {
 impl LineSplitter {
     /// A splitter that refuses lines longer than `max_line_bytes`.
     pub fn new(max_line_bytes: usize) -> Self {
-        LineSplitter {
-            max_line_bytes,
-            partial: Vec::new(),
-            handed_out: false,
-            discarding: false,
-            total: 0,
-        }
+        LineSplitter { max_line_bytes, partial: Vec::new(), handed_out: false, discarding: false, total: 0 }
     }
 
     /// The per-line cap.

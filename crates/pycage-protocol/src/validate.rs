@@ -70,17 +70,10 @@ pub fn parse_child_frame(line: &[u8]) -> Result<ChildFrame, FrameError> {
         }
     }
     let field = |name: &'static str| -> Option<ValueRef<'_>> {
-        KNOWN
-            .iter()
-            .position(|n| *n == name)
-            .and_then(|i| slots.get(i).copied().flatten())
+        KNOWN.iter().position(|n| *n == name).and_then(|i| slots.get(i).copied().flatten())
     };
     let string = |name: &'static str| -> Result<String, FrameError> {
-        field(name)
-            .ok_or(FrameError::Missing(name))?
-            .as_str()
-            .map(str::to_owned)
-            .ok_or(FrameError::WrongType(name))
+        field(name).ok_or(FrameError::Missing(name))?.as_str().map(str::to_owned).ok_or(FrameError::WrongType(name))
     };
     let ty = field("type").and_then(|t| t.as_str()).ok_or(FrameError::NoType)?;
     match ty {
@@ -96,12 +89,7 @@ pub fn parse_child_frame(line: &[u8]) -> Result<ChildFrame, FrameError> {
             let global = string("global")?;
             let name = string("name")?;
             let args = field("args").ok_or(FrameError::Missing("args"))?.to_owned();
-            Ok(ChildFrame::Call {
-                id,
-                global,
-                name,
-                args,
-            })
+            Ok(ChildFrame::Call { id, global, name, args })
         }
         "log" => {
             let text = string("text")?;
@@ -139,11 +127,8 @@ fn done_error(e: ValueRef<'_>) -> Result<ChildError, FrameError> {
         .as_str()
         .and_then(ChildErrorKind::from_wire)
         .ok_or(FrameError::BadKind)?;
-    let message = message
-        .ok_or(FrameError::Missing("message"))?
-        .as_str()
-        .ok_or(FrameError::WrongType("message"))?
-        .to_owned();
+    let message =
+        message.ok_or(FrameError::Missing("message"))?.as_str().ok_or(FrameError::WrongType("message"))?.to_owned();
     Ok(ChildError { kind, message })
 }
 
@@ -177,13 +162,28 @@ mod tests {
 
     #[test]
     fn call_rules() {
-        assert!(matches!(ok(r#"{"type":"call","id":0,"global":"t","name":"","args":null}"#), ChildFrame::Call { id: 0, .. }));
+        assert!(matches!(
+            ok(r#"{"type":"call","id":0,"global":"t","name":"","args":null}"#),
+            ChildFrame::Call { id: 0, .. }
+        ));
         assert!(matches!(
             ok(r#"{"type":"call","id":9007199254740991,"global":"t","name":"n","args":1}"#),
             ChildFrame::Call { id: MAX_CALL_ID, .. }
         ));
         let call = |id: &str| format!(r#"{{"type":"call","id":{id},"global":"t","name":"n","args":null}}"#);
-        for id in ["9007199254740992", "-1", "1.0", "1e0", "-0", "\"1\"", "null", "true", "[1]", "1.5", "99999999999999999999999"] {
+        for id in [
+            "9007199254740992",
+            "-1",
+            "1.0",
+            "1e0",
+            "-0",
+            "\"1\"",
+            "null",
+            "true",
+            "[1]",
+            "1.5",
+            "99999999999999999999999",
+        ] {
             assert_eq!(bad(call(id).as_bytes()), FrameError::BadId, "{id}");
         }
         assert_eq!(bad(br#"{"type":"call","global":"t","name":"n","args":1}"#), FrameError::Missing("id"));
@@ -200,7 +200,10 @@ mod tests {
     #[test]
     fn log_rules() {
         assert_eq!(ok(r#"{"type":"log","text":"hi"}"#), ChildFrame::Log { text: "hi".into(), truncated: false });
-        assert_eq!(ok(r#"{"type":"log","text":"hi","truncated":true}"#), ChildFrame::Log { text: "hi".into(), truncated: true });
+        assert_eq!(
+            ok(r#"{"type":"log","text":"hi","truncated":true}"#),
+            ChildFrame::Log { text: "hi".into(), truncated: true }
+        );
         for t in ["false", "\"true\"", "1", "null", "[true]", "{}"] {
             let line = format!(r#"{{"type":"log","text":"x","truncated":{t}}}"#);
             assert_eq!(ok(&line), ChildFrame::Log { text: "x".into(), truncated: false }, "{t}");
@@ -231,7 +234,10 @@ mod tests {
         assert_eq!(bad(br#"{"type":"done","error":"boom"}"#), FrameError::WrongType("error"));
         assert_eq!(bad(br#"{"type":"done","error":{"kind":"exception"}}"#), FrameError::Missing("message"));
         assert_eq!(bad(br#"{"type":"done","error":{"message":"m"}}"#), FrameError::Missing("kind"));
-        assert_eq!(bad(br#"{"type":"done","error":{"kind":"exception","message":5}}"#), FrameError::WrongType("message"));
+        assert_eq!(
+            bad(br#"{"type":"done","error":{"kind":"exception","message":5}}"#),
+            FrameError::WrongType("message")
+        );
         assert_eq!(
             bad(br#"{"type":"done","error":{"kind":"exception","kind":"exception","message":""}}"#),
             FrameError::DuplicateField("kind")

@@ -129,9 +129,21 @@ fn comparison_catches_every_kind_of_drift() {
     });
     assert_eq!(d.len(), 1, "{d:?}");
     // Dropped field.
-    assert_eq!(mutate(&|m| { m.frames.get_mut("log").unwrap().1.remove("truncated"); }).len(), 1);
+    assert_eq!(
+        mutate(&|m| {
+            m.frames.get_mut("log").unwrap().1.remove("truncated");
+        })
+        .len(),
+        1
+    );
     // Added field.
-    assert_eq!(mutate(&|m| { m.frames.get_mut("done").unwrap().1.insert("extra".into()); }).len(), 1);
+    assert_eq!(
+        mutate(&|m| {
+            m.frames.get_mut("done").unwrap().1.insert("extra".into());
+        })
+        .len(),
+        1
+    );
     // Required/optional flip (shows up on both sets).
     let d = mutate(&|m| {
         let ns = m.frames.get_mut("namespace").unwrap();
@@ -140,7 +152,13 @@ fn comparison_catches_every_kind_of_drift() {
     });
     assert_eq!(d.len(), 2, "{d:?}");
     // Dropped frame, fd, marker.
-    assert_eq!(mutate(&|m| { m.frames.remove("boot-ack"); }).len(), 1);
+    assert_eq!(
+        mutate(&|m| {
+            m.frames.remove("boot-ack");
+        })
+        .len(),
+        1
+    );
     assert_eq!(mutate(&|m| m.fd = 4).len(), 1);
     assert_eq!(mutate(&|m| m.markers[2] = "[pycage] log truncated at 100 bytes".into()).len(), 1);
 }

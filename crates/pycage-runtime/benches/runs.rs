@@ -55,7 +55,8 @@ fn floor_pipe_round_trips(python: &std::path::Path, n: usize) -> Duration {
     let t = Instant::now();
     for i in 0..n {
         line.clear();
-        writeln!(stdin, "{{\"type\":\"call\",\"id\":{i},\"global\":\"tools\",\"name\":\"echo\",\"args\":{i}}}").unwrap();
+        writeln!(stdin, "{{\"type\":\"call\",\"id\":{i},\"global\":\"tools\",\"name\":\"echo\",\"args\":{i}}}")
+            .unwrap();
         stdout.read_line(&mut line).unwrap();
     }
     let el = t.elapsed();

@@ -112,12 +112,7 @@ pub const MIN_ADDRESS_SPACE_BYTES: u64 = 64 * 1024 * 1024;
 impl RuntimeConfig {
     /// Checks every field; the runtime refuses to start with a bad one.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let err = |field, problem: &str| {
-            Err(ConfigError {
-                field,
-                problem: problem.to_owned(),
-            })
-        };
+        let err = |field, problem: &str| Err(ConfigError { field, problem: problem.to_owned() });
         if self.wall_time.is_zero() {
             return err("wall_time", "must be greater than zero");
         }
@@ -145,7 +140,10 @@ impl RuntimeConfig {
         if self.max_processes == 0 || self.max_open_files < 16 {
             return err("max_processes/max_open_files", "max_processes must be >= 1 and max_open_files >= 16");
         }
-        if self.sandbox_uid_count == 0 || self.sandbox_uid_base == 0 || self.sandbox_uid_base.checked_add(self.sandbox_uid_count).is_none() {
+        if self.sandbox_uid_count == 0
+            || self.sandbox_uid_base == 0
+            || self.sandbox_uid_base.checked_add(self.sandbox_uid_count).is_none()
+        {
             return err("sandbox_uid_base", "the uid range must be non-empty, not include 0, and fit in u32");
         }
         Ok(())

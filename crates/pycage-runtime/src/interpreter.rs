@@ -113,7 +113,12 @@ pub fn probe(configured: Option<&Path>) -> Result<Interpreter, InterpreterError>
     if !executable.is_absolute() {
         return Err(bad());
     }
-    Ok(Interpreter { executable, version: (major, minor, micro), prefixes: strings("prefixes"), sys_path: strings("path") })
+    Ok(Interpreter {
+        executable,
+        version: (major, minor, micro),
+        prefixes: strings("prefixes"),
+        sys_path: strings("path"),
+    })
 }
 
 #[cfg(test)]

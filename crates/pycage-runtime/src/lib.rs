@@ -40,7 +40,7 @@ pub use config::{ConfigError, Isolation, RuntimeConfig};
 pub use interpreter::{Interpreter, InterpreterError};
 pub use names::NameError;
 pub use pycage_protocol::JsonValue;
-pub use runtime::{RuntimeError, MisuseError, RunRequest, Runtime};
+pub use runtime::{MisuseError, RunRequest, Runtime, RuntimeError};
 pub use tokio_util::sync::CancellationToken;
 
 /// Why a run failed. The kinds are orthogonal (DESIGN.md §1).

@@ -40,7 +40,10 @@ use crate::{FailureKind, RunEvent, RunResult};
 const READ_BUF: usize = 64 * 1024;
 
 enum Outcome {
-    Done { value: Option<JsonValue>, error: Option<pycage_protocol::ChildError> },
+    Done {
+        value: Option<JsonValue>,
+        error: Option<pycage_protocol::ChildError>,
+    },
     Fail(FailureKind, String),
     /// fd 3 closed or the child exited before `done`.
     Ended,
@@ -189,7 +192,10 @@ fn feed(session: &mut Session<'_>, splitter: &mut LineSplitter, mut data: &[u8])
     if splitter.total_bytes() > session.config.max_control_bytes {
         return Some(Outcome::Fail(
             FailureKind::OutputLimit,
-            format!("the program sent more than {} bytes of protocol traffic on fd 3", session.config.max_control_bytes),
+            format!(
+                "the program sent more than {} bytes of protocol traffic on fd 3",
+                session.config.max_control_bytes
+            ),
         ));
     }
     None
@@ -221,10 +227,9 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
         boot.namespaces.push(NamespaceEntry {
             global: ns.global.clone(),
             names: ns.functions.keys().cloned().collect(),
-            error_class: ns.error_class.map(|ec| ErrorClassEntry {
-                name: ec.name,
-                member_name_property: ec.member_name_property,
-            }),
+            error_class: ns
+                .error_class
+                .map(|ec| ErrorClassEntry { name: ec.name, member_name_property: ec.member_name_property }),
         });
         for (name, b) in ns.functions {
             table.insert((ns.global.clone(), name), b);
@@ -398,7 +403,9 @@ fn classify_exit(config: &RuntimeConfig, exit: Exit, ended_by_itself: bool) -> (
     let message = if ended_by_itself {
         format!("the Python process {how} before finishing the run")
     } else {
-        format!("the Python process closed its protocol channel (fd 3) without finishing the run and was stopped; it {how}")
+        format!(
+            "the Python process closed its protocol channel (fd 3) without finishing the run and was stopped; it {how}"
+        )
     };
     (FailureKind::WorkerExit, message)
 }

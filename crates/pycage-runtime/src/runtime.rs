@@ -200,8 +200,12 @@ impl Runtime {
             Isolation::Sandbox => {
                 let n = shared.next_uid.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % config.sandbox_uid_count;
                 let uid = config.sandbox_uid_base + n;
-                rustix::fs::chown(run_dir.path(), Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(uid)))
-                    .map_err(|e| format!("could not hand the run directory to uid {uid}: {e}"))?;
+                rustix::fs::chown(
+                    run_dir.path(),
+                    Some(rustix::fs::Uid::from_raw(uid)),
+                    Some(rustix::fs::Gid::from_raw(uid)),
+                )
+                .map_err(|e| format!("could not hand the run directory to uid {uid}: {e}"))?;
                 let staging = tempfile::Builder::new()
                     .prefix("pycage-root-")
                     .tempdir()
@@ -288,7 +292,10 @@ fn sandbox_paths(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path)
         if !p.is_absolute() || !p.exists() {
             return Err(RuntimeError::SandboxPolicy(pycage_sandbox::SandboxError::Resolve {
                 path: p.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "--allow-read paths must exist and be absolute"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "--allow-read paths must exist and be absolute",
+                ),
             }));
         }
         add(p);
@@ -333,7 +340,8 @@ fn precompile(python: &Path, dir: &Path) -> Result<(), RuntimeError> {
     // Let the sandboxed uid read the bytecode too.
     use std::os::unix::fs::PermissionsExt;
     if let Ok(entries) = std::fs::read_dir(dir.join("pycage").join("__pycache__")) {
-        let _ = std::fs::set_permissions(dir.join("pycage").join("__pycache__"), std::fs::Permissions::from_mode(0o755));
+        let _ =
+            std::fs::set_permissions(dir.join("pycage").join("__pycache__"), std::fs::Permissions::from_mode(0o755));
         for e in entries.flatten() {
             let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o644));
         }

@@ -130,7 +130,7 @@ impl Worker {
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(e.into());
+                return Err(e);
             }
         };
         host_end.set_nonblocking(true)?;
@@ -213,7 +213,8 @@ fn register_pidfd(pid: Pid) -> io::Result<AsyncFd<OwnedFd>> {
     let fd = rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK)?;
     // SAFETY: the AsyncFd owns this OwnedFd, which stays open and names the
     // same pidfd until the AsyncFd is dropped.
-    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.map_err(|e| io::Error::other(e.to_string()))
+    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| io::Error::other(e.to_string()))
 }
 
 fn wait4(pid: i32) -> Exit {

@@ -138,7 +138,8 @@ async fn control_traffic_cap_is_output_limit() {
         c.max_line_bytes = 1024;
         c.max_control_bytes = 256 * 1024;
     });
-    let r = run(&rt, "import os\nos.set_blocking(3, True)\nfor _ in range(100000):\n    os.write(3, b'{}\\n' * 100)").await;
+    let r =
+        run(&rt, "import os\nos.set_blocking(3, True)\nfor _ in range(100000):\n    os.write(3, b'{}\\n' * 100)").await;
     let (kind, msg) = failure(&r);
     assert_eq!(kind, FailureKind::OutputLimit, "{msg}");
     assert!(msg.contains("protocol traffic"), "{msg}");
@@ -166,7 +167,12 @@ async fn exact_numbers_both_ways() {
     let ns = Namespace::new("tools")
         .with_function(
             "big",
-            Binding::new(|_| async { Ok(JsonValue::parse(b"[1606938044258990275541962092341162602522202993782792835301376, -0.0, 1e400, 0.1]").unwrap()) }),
+            Binding::new(|_| async {
+                Ok(JsonValue::parse(
+                    b"[1606938044258990275541962092341162602522202993782792835301376, -0.0, 1e400, 0.1]",
+                )
+                .unwrap())
+            }),
         )
         .with_function(
             "record",
@@ -187,10 +193,7 @@ assert math.copysign(1, z) == -1.0
 return [b, z, tenth, type(b).__name__, type(z).__name__]
 "#;
     let r = run_ns(&rt, program, vec![ns]).await;
-    assert_eq!(
-        value(&r),
-        r#"[1606938044258990275541962092341162602522202993782792835301376,-0.0,0.1,"int","float"]"#
-    );
+    assert_eq!(value(&r), r#"[1606938044258990275541962092341162602522202993782792835301376,-0.0,0.1,"int","float"]"#);
     assert_eq!(
         seen.lock().unwrap().as_slice(),
         [r#"[1606938044258990275541962092341162602522202993782792835301376,-0.0,1.5e+300,-18446744073709551616]"#]
@@ -206,17 +209,23 @@ async fn deep_values_both_ways() {
     let got = Arc::new(std::sync::Mutex::new(0usize));
     let got2 = got.clone();
     let ns = Namespace::new("tools")
-        .with_function("deep", Binding::new(move |_| {
-            let d = deep2.clone();
-            async move { Ok(JsonValue::parse(d.as_bytes()).unwrap()) }
-        }))
-        .with_function("take", Binding::new(move |a| {
-            let got = got2.clone();
-            async move {
-                *got.lock().unwrap() = a.depth();
-                Ok(JsonValue::null())
-            }
-        }));
+        .with_function(
+            "deep",
+            Binding::new(move |_| {
+                let d = deep2.clone();
+                async move { Ok(JsonValue::parse(d.as_bytes()).unwrap()) }
+            }),
+        )
+        .with_function(
+            "take",
+            Binding::new(move |a| {
+                let got = got2.clone();
+                async move {
+                    *got.lock().unwrap() = a.depth();
+                    Ok(JsonValue::null())
+                }
+            }),
+        );
     let program = r#"
 v = await tools.deep()
 n = 0
@@ -288,10 +297,7 @@ out.append(await getattr(tools, "my-tool")())
 return out
 "#;
     let r = run_ns(&rt, program, vec![failing_ns(true)]).await;
-    assert_eq!(
-        value(&r),
-        r#"[["ToolError","no such user","fail",true],["ToolError","dunder","__class__",true],7]"#
-    );
+    assert_eq!(value(&r), r#"[["ToolError","no such user","fail",true],["ToolError","dunder","__class__",true],7]"#);
     let r = run_ns(&rt, "await tools.fail(1)", vec![failing_ns(true)]).await;
     let (kind, msg) = failure(&r);
     assert_eq!(kind, FailureKind::Exception);
@@ -376,7 +382,12 @@ async fn events_stream_logs_and_calls() {
         events,
         vec![
             RunEvent::Log("a".into()),
-            RunEvent::Call { id: 0, global: "tools".into(), name: "echo".into(), args: JsonValue::parse(b"[1]").unwrap() },
+            RunEvent::Call {
+                id: 0,
+                global: "tools".into(),
+                name: "echo".into(),
+                args: JsonValue::parse(b"[1]").unwrap()
+            },
             RunEvent::CallFinished { id: 0, error: None },
         ]
     );
@@ -395,10 +406,13 @@ async fn namespace_members_may_have_any_name() {
     let mut ns = Namespace::new("tools");
     for name in ["__class__", "__getattr__", "__init__", "__dict__", "my-tool", "", "with space"] {
         let n = name.to_string();
-        ns = ns.with_function(name, Binding::new(move |_| {
-            let n = n.clone();
-            async move { Ok(JsonValue::string(&n).unwrap()) }
-        }));
+        ns = ns.with_function(
+            name,
+            Binding::new(move |_| {
+                let n = n.clone();
+                async move { Ok(JsonValue::string(&n).unwrap()) }
+            }),
+        );
     }
     let program = r#"
 out = []

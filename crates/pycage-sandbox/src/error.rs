@@ -87,9 +87,7 @@ pub enum SandboxError {
     },
     /// The staging directory is unusable. The runtime creates an empty
     /// directory (mode 0700) for each run and passes it here.
-    #[error(
-        "mount layer: staging directory {path:?} {problem}; create an empty directory per run"
-    )]
+    #[error("mount layer: staging directory {path:?} {problem}; create an empty directory per run")]
     StagingDir {
         /// The staging directory as given.
         path: PathBuf,
@@ -291,13 +289,9 @@ impl Step {
             | Step::EnterRunDir => "mount namespace",
             Step::RaiseHardLimit | Step::SetLimit => "rlimits",
             Step::SetGroups | Step::SetGid | Step::SetUid | Step::SetDumpable => "privilege drop",
-            Step::UnshareUser | Step::DenySetgroups | Step::WriteUidMap | Step::WriteGidMap => {
-                "user namespace"
-            }
+            Step::UnshareUser | Step::DenySetgroups | Step::WriteUidMap | Step::WriteGidMap => "user namespace",
             Step::UnshareNamespaces => "pid/net/ipc/uts namespaces",
-            Step::OpenSupervisorPidfd | Step::Fork | Step::DeathSignal | Step::SupervisorGone => {
-                "supervisor"
-            }
+            Step::OpenSupervisorPidfd | Step::Fork | Step::DeathSignal | Step::SupervisorGone => "supervisor",
             Step::CloseInheritedFds => "file descriptors",
             Step::NoNewPrivs => "no_new_privs",
             Step::LandlockRootRule | Step::Landlock | Step::LandlockNotEnforced => "landlock",
@@ -331,9 +325,7 @@ impl Step {
             Step::DenySetgroups => "writing /proc/self/setgroups",
             Step::WriteUidMap => "writing /proc/self/uid_map",
             Step::WriteGidMap => "writing /proc/self/gid_map",
-            Step::UnshareNamespaces => {
-                "unshare(CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS)"
-            }
+            Step::UnshareNamespaces => "unshare(CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS)",
             Step::OpenSupervisorPidfd => "pidfd_open on the supervisor",
             Step::Fork => "fork of the interpreter process",
             Step::DeathSignal => "prctl(PR_SET_PDEATHSIG)",

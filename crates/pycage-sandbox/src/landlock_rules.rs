@@ -22,8 +22,8 @@
 //! across the new root, which holds only what was exposed.
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
 use crate::plan::{MountKind, MountPlan, NodeKind};
@@ -55,11 +55,9 @@ impl std::fmt::Display for KernelLandlock {
             KernelLandlock::Abi(v) => write!(f, "Landlock ABI {v}"),
             KernelLandlock::NotEnabled => write!(f, "Landlock built in but not enabled at boot"),
             KernelLandlock::NotImplemented => write!(f, "no Landlock in this kernel"),
-            KernelLandlock::Error(errno) => write!(
-                f,
-                "Landlock query failed: {}",
-                std::io::Error::from_raw_os_error(*errno)
-            ),
+            KernelLandlock::Error(errno) => {
+                write!(f, "Landlock query failed: {}", std::io::Error::from_raw_os_error(*errno))
+            }
         }
     }
 }
@@ -120,21 +118,15 @@ pub fn build_ruleset(plan: &MountPlan, abi: ABI) -> Result<RulesetCreated, Sandb
         .handle_access(AccessFs::from_all(abi))
         .map_err(SandboxError::Landlock)?;
     if abi >= ABI::V4 {
-        ruleset = ruleset
-            .handle_access(AccessNet::from_all(abi))
-            .map_err(SandboxError::Landlock)?;
+        ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(SandboxError::Landlock)?;
     }
     if abi >= ABI::V6 {
-        ruleset = ruleset
-            .scope(Scope::from_all(abi))
-            .map_err(SandboxError::Landlock)?;
+        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(SandboxError::Landlock)?;
     }
     let mut created = ruleset.create().map_err(SandboxError::Landlock)?;
     for bind in &plan.binds {
-        let fd = PathFd::new(&bind.path).map_err(|source| SandboxError::LandlockPath {
-            path: bind.path.clone(),
-            source,
-        })?;
+        let fd =
+            PathFd::new(&bind.path).map_err(|source| SandboxError::LandlockPath { path: bind.path.clone(), source })?;
         created = created
             .add_rule(PathBeneath::new(fd, access_for(bind.kind, bind.node, abi)))
             .map_err(SandboxError::Landlock)?;
@@ -166,10 +158,7 @@ mod tests {
             access_for(MountKind::ReadOnly, NodeKind::Dir, abi),
             AccessFs::Execute | AccessFs::ReadFile | AccessFs::ReadDir
         );
-        assert_eq!(
-            access_for(MountKind::ReadOnly, NodeKind::File, abi),
-            AccessFs::Execute | AccessFs::ReadFile
-        );
+        assert_eq!(access_for(MountKind::ReadOnly, NodeKind::File, abi), AccessFs::Execute | AccessFs::ReadFile);
         assert_eq!(
             access_for(MountKind::Device, NodeKind::File, abi),
             AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev
@@ -178,9 +167,6 @@ mod tests {
         assert_eq!(rw, AccessFs::from_all(abi));
         assert!(rw.contains(AccessFs::Refer | AccessFs::MakeReg | AccessFs::RemoveDir));
         // Read-only never carries a write right.
-        assert!(
-            (access_for(MountKind::ReadOnly, NodeKind::Dir, abi) & AccessFs::from_write(abi))
-                .is_empty()
-        );
+        assert!((access_for(MountKind::ReadOnly, NodeKind::Dir, abi) & AccessFs::from_write(abi)).is_empty());
     }
 }

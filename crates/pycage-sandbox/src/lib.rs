@@ -57,8 +57,8 @@ use std::path::{Path, PathBuf};
 pub use error::{ChildFailure, SandboxError, Step};
 pub use landlock_rules::{MIN_ABI as MIN_LANDLOCK_ABI, TARGET_ABI as TARGET_LANDLOCK_ABI};
 pub use plan::{
-    Bind, Entry, HostFs, MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, Symlink,
-    MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS,
+    Bind, Entry, HostFs, MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, Symlink, MAX_MOUNT_ENTRIES,
+    MAX_SYMLINK_HOPS,
 };
 pub use prepared::{Prepared, INHERITED_FDS, SUPERVISOR_LOST_EXIT};
 pub use probe::{probe, Availability, Layer};
@@ -69,15 +69,7 @@ pub use probe::{probe, Availability, Layer};
 /// `base_prefix`, `exec_prefix` and `sys.path` directories, and the
 /// bootstrap dir.
 pub fn default_read_only_paths() -> Vec<PathBuf> {
-    const CANDIDATES: [&str; 7] = [
-        "/usr",
-        "/lib",
-        "/lib64",
-        "/lib32",
-        "/libx32",
-        "/etc/ld.so.cache",
-        "/etc/localtime",
-    ];
+    const CANDIDATES: [&str; 7] = ["/usr", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache", "/etc/localtime"];
     existing(&CANDIDATES)
 }
 
@@ -88,12 +80,7 @@ pub fn default_devices() -> Vec<PathBuf> {
 }
 
 fn existing(candidates: &[&str]) -> Vec<PathBuf> {
-    candidates
-        .iter()
-        .map(Path::new)
-        .filter(|p| p.exists())
-        .map(Path::to_path_buf)
-        .collect()
+    candidates.iter().map(Path::new).filter(|p| p.exists()).map(Path::to_path_buf).collect()
 }
 
 #[cfg(test)]

@@ -199,10 +199,7 @@ pub(crate) struct Resolved {
 /// Resolve `path` component by component, recording the symlinks crossed.
 pub(crate) fn resolve(fs: &dyn HostFs, path: &Path) -> io::Result<Resolved> {
     if !path.is_absolute() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "path is not absolute",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "path is not absolute"));
     }
     // Components still to walk, in reverse so the next one is at the end.
     let mut pending: Vec<OsString> = Vec::new();
@@ -227,10 +224,7 @@ pub(crate) fn resolve(fs: &dyn HostFs, path: &Path) -> io::Result<Resolved> {
                 if hops > MAX_SYMLINK_HOPS {
                     return Err(io::Error::from_raw_os_error(libc::ELOOP));
                 }
-                links.push(Symlink {
-                    path: candidate,
-                    target: target.clone(),
-                });
+                links.push(Symlink { path: candidate, target: target.clone() });
                 if target.is_absolute() {
                     current = PathBuf::from("/");
                 }
@@ -243,11 +237,7 @@ pub(crate) fn resolve(fs: &dyn HostFs, path: &Path) -> io::Result<Resolved> {
             }
         }
     }
-    Ok(Resolved {
-        real: current,
-        entry,
-        links,
-    })
+    Ok(Resolved { real: current, entry, links })
 }
 
 /// Push the normal and `..` components of `path` onto `pending` so that the
@@ -275,10 +265,7 @@ impl MountPlan {
     /// Resolve the policy against `fs` and lay out the new root.
     pub fn build(policy: &SandboxPolicy, fs: &dyn HostFs) -> Result<MountPlan, SandboxError> {
         if policy.uid == 0 || policy.gid == 0 {
-            return Err(SandboxError::PrivilegedId {
-                uid: policy.uid,
-                gid: policy.gid,
-            });
+            return Err(SandboxError::PrivilegedId { uid: policy.uid, gid: policy.gid });
         }
         if policy.read_write.is_empty() {
             return Err(SandboxError::NoRunDir);
@@ -302,13 +289,7 @@ impl MountPlan {
             .read_only
             .iter()
             .map(|p| (p, MountKind::ReadOnly, false))
-            .chain(
-                policy
-                    .read_write
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| (p, MountKind::ReadWrite, i == 0)),
-            )
+            .chain(policy.read_write.iter().enumerate().map(|(i, p)| (p, MountKind::ReadWrite, i == 0)))
             .chain(policy.devices.iter().map(|p| (p, MountKind::Device, false)));
         for (path, kind, is_run_dir) in given {
             let resolved = match resolve(fs, path) {
@@ -317,29 +298,20 @@ impl MountPlan {
                     skipped.push(path.clone());
                     continue;
                 }
-                Err(source) => {
-                    return Err(SandboxError::Resolve {
-                        path: path.clone(),
-                        source,
-                    })
-                }
+                Err(source) => return Err(SandboxError::Resolve { path: path.clone(), source }),
             };
             if resolved.real == Path::new("/") {
                 return Err(SandboxError::ExposesRoot { path: path.clone() });
             }
             let node = match (&resolved.entry, kind) {
                 (Entry::CharDevice, MountKind::Device) => NodeKind::File,
-                (_, MountKind::Device) => {
-                    return Err(SandboxError::NotADevice { path: path.clone() })
-                }
+                (_, MountKind::Device) => return Err(SandboxError::NotADevice { path: path.clone() }),
                 (Entry::Dir, _) => NodeKind::Dir,
                 (Entry::File | Entry::CharDevice | Entry::Symlink(_), _) => NodeKind::File,
             };
             if is_run_dir {
                 if node != NodeKind::Dir {
-                    return Err(SandboxError::RunDirNotDirectory {
-                        path: resolved.real,
-                    });
+                    return Err(SandboxError::RunDirNotDirectory { path: resolved.real });
                 }
                 run_dir = Some(resolved.real.clone());
             }
@@ -391,11 +363,7 @@ impl MountPlan {
             .collect();
         for link in &symlinks {
             if kept.iter().any(|(b, _)| b == &link.path) {
-                return Err(SandboxError::Conflict {
-                    path: link.path.clone(),
-                    first: "a symlink",
-                    second: "a mount",
-                });
+                return Err(SandboxError::Conflict { path: link.path.clone(), first: "a symlink", second: "a mount" });
             }
         }
 
@@ -416,28 +384,15 @@ impl MountPlan {
         dirs.dedup();
         for dir in &dirs {
             if symlinks.iter().any(|l| &l.path == dir) {
-                return Err(SandboxError::Conflict {
-                    path: dir.clone(),
-                    first: "a symlink",
-                    second: "a directory",
-                });
+                return Err(SandboxError::Conflict { path: dir.clone(), first: "a symlink", second: "a directory" });
             }
         }
 
         let count = dirs.len().max(binds.len()).max(symlinks.len());
         if count > MAX_MOUNT_ENTRIES {
-            return Err(SandboxError::TooManyPaths {
-                count,
-                limit: MAX_MOUNT_ENTRIES,
-            });
+            return Err(SandboxError::TooManyPaths { count, limit: MAX_MOUNT_ENTRIES });
         }
-        Ok(MountPlan {
-            dirs,
-            symlinks,
-            binds,
-            run_dir,
-            skipped,
-        })
+        Ok(MountPlan { dirs, symlinks, binds, run_dir, skipped })
     }
 
     /// Inodes the new root's tmpfs needs, with headroom.
@@ -447,13 +402,8 @@ impl MountPlan {
 }
 
 /// The deepest entry strictly above `path`.
-fn nearest_ancestor<'a>(
-    entries: &'a BTreeMap<PathBuf, Planned>,
-    path: &Path,
-) -> Option<(&'a PathBuf, &'a Planned)> {
-    path.ancestors()
-        .skip(1)
-        .find_map(|ancestor| entries.get_key_value(ancestor))
+fn nearest_ancestor<'a>(entries: &'a BTreeMap<PathBuf, Planned>, path: &Path) -> Option<(&'a PathBuf, &'a Planned)> {
+    path.ancestors().skip(1).find_map(|ancestor| entries.get_key_value(ancestor))
 }
 
 fn is_missing(err: &io::Error) -> bool {
@@ -462,14 +412,10 @@ fn is_missing(err: &io::Error) -> bool {
 
 fn check_given(path: &Path) -> Result<(), SandboxError> {
     if !path.is_absolute() {
-        return Err(SandboxError::RelativePath {
-            path: path.to_path_buf(),
-        });
+        return Err(SandboxError::RelativePath { path: path.to_path_buf() });
     }
     if path.as_os_str().as_bytes().contains(&0) {
-        return Err(SandboxError::NulInPath {
-            path: path.to_path_buf(),
-        });
+        return Err(SandboxError::NulInPath { path: path.to_path_buf() });
     }
     Ok(())
 }
@@ -548,12 +494,7 @@ mod tests {
     }
 
     fn bind(path: &str, kind: MountKind, node: NodeKind, create: bool) -> Bind {
-        Bind {
-            path: PathBuf::from(path),
-            kind,
-            node,
-            create_mount_point: create,
-        }
+        Bind { path: PathBuf::from(path), kind, node, create_mount_point: create }
     }
 
     fn paths(list: &[&str]) -> Vec<PathBuf> {
@@ -579,43 +520,20 @@ mod tests {
         assert_eq!(
             plan,
             MountPlan {
-                dirs: paths(&[
-                    "/dev",
-                    "/etc",
-                    "/root",
-                    "/root/.pyenv",
-                    "/root/.pyenv/versions",
-                    "/tmp"
-                ]),
+                dirs: paths(&["/dev", "/etc", "/root", "/root/.pyenv", "/root/.pyenv/versions", "/tmp"]),
                 symlinks: vec![
                     Symlink {
                         path: PathBuf::from("/etc/localtime"),
                         target: PathBuf::from("/usr/share/zoneinfo/Etc/UTC"),
                     },
-                    Symlink {
-                        path: PathBuf::from("/lib"),
-                        target: PathBuf::from("usr/lib"),
-                    },
-                    Symlink {
-                        path: PathBuf::from("/lib64"),
-                        target: PathBuf::from("usr/lib64"),
-                    },
+                    Symlink { path: PathBuf::from("/lib"), target: PathBuf::from("usr/lib") },
+                    Symlink { path: PathBuf::from("/lib64"), target: PathBuf::from("usr/lib64") },
                 ],
                 binds: vec![
                     bind("/dev/null", MountKind::Device, NodeKind::File, true),
                     bind("/dev/urandom", MountKind::Device, NodeKind::File, true),
-                    bind(
-                        "/etc/ld.so.cache",
-                        MountKind::ReadOnly,
-                        NodeKind::File,
-                        true
-                    ),
-                    bind(
-                        "/root/.pyenv/versions/3.11.7",
-                        MountKind::ReadOnly,
-                        NodeKind::Dir,
-                        true
-                    ),
+                    bind("/etc/ld.so.cache", MountKind::ReadOnly, NodeKind::File, true),
+                    bind("/root/.pyenv/versions/3.11.7", MountKind::ReadOnly, NodeKind::Dir, true),
                     bind("/tmp/run", MountKind::ReadWrite, NodeKind::Dir, true),
                     bind("/usr", MountKind::ReadOnly, NodeKind::Dir, true),
                 ],
@@ -657,20 +575,13 @@ mod tests {
 
     #[test]
     fn nested_same_kind_is_dropped_other_kind_is_kept_on_top() {
-        let fs = debian()
-            .dir("/tmp/run/ro")
-            .dir("/usr/share/rw")
-            .file("/usr/share/rw/x");
+        let fs = debian().dir("/tmp/run/ro").dir("/usr/share/rw").file("/usr/share/rw/x");
         let mut p = policy(&["/usr", "/usr/lib", "/tmp/run/ro"]);
         p.read_write.push(PathBuf::from("/usr/share/rw"));
         p.read_write.push(PathBuf::from("/usr/share/rw/x"));
         let plan = MountPlan::build(&p, &fs).unwrap();
         assert_eq!(
-            plan.binds
-                .iter()
-                .filter(|b| b.kind != MountKind::Device)
-                .cloned()
-                .collect::<Vec<_>>(),
+            plan.binds.iter().filter(|b| b.kind != MountKind::Device).cloned().collect::<Vec<_>>(),
             vec![
                 bind("/tmp/run", MountKind::ReadWrite, NodeKind::Dir, true),
                 bind("/tmp/run/ro", MountKind::ReadOnly, NodeKind::Dir, false),
@@ -684,9 +595,7 @@ mod tests {
 
     #[test]
     fn symlinks_inside_a_bind_are_not_recreated() {
-        let fs = debian()
-            .link("/usr/lib/libpython.so", "libpython.so.1")
-            .file("/usr/lib/libpython.so.1");
+        let fs = debian().link("/usr/lib/libpython.so", "libpython.so.1").file("/usr/lib/libpython.so.1");
         let plan = MountPlan::build(&policy(&["/usr", "/usr/lib/libpython.so"]), &fs).unwrap();
         assert!(plan.symlinks.is_empty());
     }
@@ -694,15 +603,8 @@ mod tests {
     #[test]
     fn duplicates_collapse_and_dotdot_follows_the_kernel() {
         // "/lib/.." is the parent of the real "/usr/lib": "/usr", as the kernel resolves it.
-        let plan =
-            MountPlan::build(&policy(&["/usr", "/usr/", "/usr/.", "/lib/.."]), &debian()).unwrap();
-        assert_eq!(
-            plan.binds
-                .iter()
-                .filter(|b| b.path == Path::new("/usr"))
-                .count(),
-            1
-        );
+        let plan = MountPlan::build(&policy(&["/usr", "/usr/", "/usr/.", "/lib/.."]), &debian()).unwrap();
+        assert_eq!(plan.binds.iter().filter(|b| b.path == Path::new("/usr")).count(), 1);
         let err = MountPlan::build(&policy(&["/usr/.."]), &debian()).unwrap_err();
         assert!(matches!(err, SandboxError::ExposesRoot { .. }));
     }
@@ -721,46 +623,25 @@ mod tests {
     fn policy_errors() {
         let fs = debian();
         let mut p = policy(&["usr"]);
-        assert!(matches!(
-            MountPlan::build(&p, &fs),
-            Err(SandboxError::RelativePath { .. })
-        ));
+        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::RelativePath { .. })));
         p = policy(&[]);
         p.uid = 0;
-        assert!(matches!(
-            MountPlan::build(&p, &fs),
-            Err(SandboxError::PrivilegedId { uid: 0, .. })
-        ));
+        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::PrivilegedId { uid: 0, .. })));
         p = policy(&[]);
         p.read_write.clear();
-        assert!(matches!(
-            MountPlan::build(&p, &fs),
-            Err(SandboxError::NoRunDir)
-        ));
+        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::NoRunDir)));
         p = policy(&[]);
         p.read_write = vec![PathBuf::from("/tmp/missing")];
-        assert!(matches!(
-            MountPlan::build(&p, &fs),
-            Err(SandboxError::Resolve { .. })
-        ));
+        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::Resolve { .. })));
         p = policy(&[]);
         p.read_write = vec![PathBuf::from("/etc/ld.so.cache")];
-        assert!(matches!(
-            MountPlan::build(&p, &fs),
-            Err(SandboxError::RunDirNotDirectory { .. })
-        ));
+        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::RunDirNotDirectory { .. })));
         p = policy(&[]);
         p.devices = vec![PathBuf::from("/etc/ld.so.cache")];
-        assert!(matches!(
-            MountPlan::build(&p, &fs),
-            Err(SandboxError::NotADevice { .. })
-        ));
+        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::NotADevice { .. })));
         p = policy(&[]);
         p.read_only = vec![PathBuf::from(std::ffi::OsStr::from_bytes(b"/us\0r"))];
-        assert!(matches!(
-            MountPlan::build(&p, &fs),
-            Err(SandboxError::NulInPath { .. })
-        ));
+        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::NulInPath { .. })));
     }
 
     #[test]
@@ -770,13 +651,7 @@ mod tests {
         p.read_write = vec![PathBuf::from("/var/tmp/run")];
         let plan = MountPlan::build(&p, &fs).unwrap();
         assert_eq!(plan.run_dir, PathBuf::from("/tmp/run"));
-        assert_eq!(
-            plan.symlinks,
-            vec![Symlink {
-                path: PathBuf::from("/var/tmp"),
-                target: PathBuf::from("/tmp"),
-            }]
-        );
+        assert_eq!(plan.symlinks, vec![Symlink { path: PathBuf::from("/var/tmp"), target: PathBuf::from("/tmp") }]);
         assert_eq!(plan.dirs, paths(&["/dev", "/tmp", "/var"]));
     }
 }

@@ -160,11 +160,7 @@ struct Failure {
 
 impl Failure {
     fn new(step: Step, errno: i32) -> Failure {
-        Failure {
-            step,
-            index: 0,
-            errno,
-        }
+        Failure { step, index: 0, errno }
     }
 }
 
@@ -176,21 +172,14 @@ fn at(step: Step) -> impl Fn(rustix::io::Errno) -> Failure {
 /// `map_err` helper for rustix results of the `index`-th plan entry.
 fn at_entry(step: Step, index: usize) -> impl Fn(rustix::io::Errno) -> Failure {
     let index = u16::try_from(index).unwrap_or(u16::MAX);
-    move |errno| Failure {
-        step,
-        index,
-        errno: errno.raw_os_error(),
-    }
+    move |errno| Failure { step, index, errno: errno.raw_os_error() }
 }
 
 /// The errno at the bottom of an error chain, or `fallback`.
 fn errno_of(err: &(dyn std::error::Error + 'static), fallback: i32) -> i32 {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = current {
-        if let Some(errno) = e
-            .downcast_ref::<io::Error>()
-            .and_then(io::Error::raw_os_error)
-        {
+        if let Some(errno) = e.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error) {
             return errno;
         }
         current = e.source();
@@ -239,35 +228,28 @@ impl Prepared {
         let staging = check_staging(&policy.staging_dir, &plan)?;
 
         let kernel = kernel_landlock();
-        let landlock_abi =
-            handled_abi(kernel).ok_or_else(|| SandboxError::LandlockUnavailable {
-                found: kernel.to_string(),
-                required: landlock_rules::MIN_ABI as u32,
-            })?;
+        let landlock_abi = handled_abi(kernel).ok_or_else(|| SandboxError::LandlockUnavailable {
+            found: kernel.to_string(),
+            required: landlock_rules::MIN_ABI as u32,
+        })?;
         let ruleset = landlock_rules::build_ruleset(&plan, landlock_abi)?;
         let filters = seccomp::compile(seccomp::native_arch()?)?;
-        let (diag_read, diag_write) =
-            rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
-                .map_err(|e| SandboxError::Pipe(e.into()))?;
+        let (diag_read, diag_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
+            .map_err(|e| SandboxError::Pipe(e.into()))?;
 
         let staged = |path: &Path| -> Result<CString, SandboxError> {
             let relative = path.strip_prefix("/").unwrap_or(path);
             cstring(&staging.join(relative))
         };
-        let dirs = plan
-            .dirs
-            .iter()
-            .map(|d| staged(d))
-            .collect::<Result<Vec<_>, _>>()?;
+        let dirs = plan.dirs.iter().map(|d| staged(d)).collect::<Result<Vec<_>, _>>()?;
         let binds = plan
             .binds
             .iter()
             .map(|b| {
                 let (recursive, attr_set) = match b.kind {
-                    MountKind::ReadOnly => (
-                        true,
-                        sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV,
-                    ),
+                    MountKind::ReadOnly => {
+                        (true, sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV)
+                    }
                     MountKind::ReadWrite => (true, sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV),
                     MountKind::Device => (false, sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC),
                 };
@@ -283,20 +265,10 @@ impl Prepared {
         let symlinks = plan
             .symlinks
             .iter()
-            .map(|l| {
-                Ok(SymlinkOp {
-                    target_text: cstring(&l.target)?,
-                    link: staged(&l.path)?,
-                })
-            })
+            .map(|l| Ok(SymlinkOp { target_text: cstring(&l.target)?, link: staged(&l.path)? }))
             .collect::<Result<Vec<_>, SandboxError>>()?;
-        let tmpfs_data = CString::new(format!(
-            "mode=0755,size={TMPFS_BYTES},nr_inodes={}",
-            plan.tmpfs_inodes()
-        ))
-        .map_err(|_| SandboxError::NulInPath {
-            path: PathBuf::from("tmpfs options"),
-        })?;
+        let tmpfs_data = CString::new(format!("mode=0755,size={TMPFS_BYTES},nr_inodes={}", plan.tmpfs_inodes()))
+            .map_err(|_| SandboxError::NulInPath { path: PathBuf::from("tmpfs options") })?;
 
         Ok(Prepared {
             staging: cstring(&staging)?,
@@ -412,22 +384,15 @@ impl Prepared {
     unsafe fn steps(&self) -> Result<(), Failure> {
         sys::reset_signal_dispositions();
         self.raise_hard_limits()?;
-        let proc_self = rustix::fs::open(
-            c"/proc/self",
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(at(Step::OpenProcSelf))?;
+        let proc_self =
+            rustix::fs::open(c"/proc/self", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(at(Step::OpenProcSelf))?;
 
         // SAFETY: CLONE_NEWNS only; the process is single-threaded, so no
         // other thread can observe the change.
-        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNS) }
-            .map_err(at(Step::UnshareMount))?;
-        rustix::mount::mount_change(
-            c"/",
-            MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
-        )
-        .map_err(at(Step::MakeRootPrivate))?;
+        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNS) }.map_err(at(Step::UnshareMount))?;
+        rustix::mount::mount_change(c"/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
+            .map_err(at(Step::MakeRootPrivate))?;
         let old_umask = rustix::process::umask(Mode::empty());
         let ruleset = self.build_root()?;
         rustix::process::umask(old_umask);
@@ -439,35 +404,26 @@ impl Prepared {
         let uid = rustix::process::Uid::from_raw(self.uid);
         rustix::thread::set_thread_res_uid(uid, uid, uid).map_err(at(Step::SetUid))?;
 
-        rustix::process::set_dumpable_behavior(DumpableBehavior::Dumpable)
-            .map_err(at(Step::SetDumpable))?;
+        rustix::process::set_dumpable_behavior(DumpableBehavior::Dumpable).map_err(at(Step::SetDumpable))?;
         // SAFETY: CLONE_NEWUSER on a single-threaded process.
-        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }
-            .map_err(at(Step::UnshareUser))?;
+        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(at(Step::UnshareUser))?;
         write_proc(&proc_self, c"setgroups", b"deny\n", Step::DenySetgroups)?;
         write_proc(&proc_self, c"uid_map", &self.uid_map, Step::WriteUidMap)?;
         write_proc(&proc_self, c"gid_map", &self.gid_map, Step::WriteGidMap)?;
         drop(proc_self);
-        rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable)
-            .map_err(at(Step::SetDumpable))?;
+        rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable).map_err(at(Step::SetDumpable))?;
 
         // SAFETY: namespace flags only (no CLONE_FILES/CLONE_FS sharing
         // changes visible to other threads: there are none).
         unsafe {
             rustix::thread::unshare_unsafe(
-                UnshareFlags::NEWPID
-                    | UnshareFlags::NEWNET
-                    | UnshareFlags::NEWIPC
-                    | UnshareFlags::NEWUTS,
+                UnshareFlags::NEWPID | UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS,
             )
         }
         .map_err(at(Step::UnshareNamespaces))?;
 
-        let supervisor = rustix::process::pidfd_open(
-            rustix::process::getpid(),
-            rustix::process::PidfdFlags::empty(),
-        )
-        .map_err(at(Step::OpenSupervisorPidfd))?;
+        let supervisor = rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty())
+            .map_err(at(Step::OpenSupervisorPidfd))?;
 
         // SAFETY: the process is single-threaded, so the child is a complete
         // copy; both sides only make syscalls afterwards.
@@ -485,14 +441,8 @@ impl Prepared {
             let current = rustix::process::getrlimit(resource);
             if let Some(max) = current.maximum {
                 if max < value {
-                    rustix::process::setrlimit(
-                        resource,
-                        Rlimit {
-                            current: current.current,
-                            maximum: Some(value),
-                        },
-                    )
-                    .map_err(at(Step::RaiseHardLimit))?;
+                    rustix::process::setrlimit(resource, Rlimit { current: current.current, maximum: Some(value) })
+                        .map_err(at(Step::RaiseHardLimit))?;
                 }
             }
         }
@@ -510,8 +460,7 @@ impl Prepared {
         )
         .map_err(at(Step::MountTmpfs))?;
         for (index, dir) in self.dirs.iter().enumerate() {
-            rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755))
-                .map_err(at_entry(Step::CreateDir, index))?;
+            rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755)).map_err(at_entry(Step::CreateDir, index))?;
         }
         for (index, bind) in self.binds.iter().enumerate() {
             match bind.create {
@@ -535,12 +484,10 @@ impl Prepared {
                 rustix::mount::mount_bind(bind.source.as_c_str(), bind.target.as_c_str())
             }
             .map_err(at_entry(Step::BindMount, index))?;
-            sys::mount_setattr(&bind.target, bind.recursive, bind.attr_set).map_err(|errno| {
-                Failure {
-                    step: Step::SetMountAttributes,
-                    index: u16::try_from(index).unwrap_or(u16::MAX),
-                    errno,
-                }
+            sys::mount_setattr(&bind.target, bind.recursive, bind.attr_set).map_err(|errno| Failure {
+                step: Step::SetMountAttributes,
+                index: u16::try_from(index).unwrap_or(u16::MAX),
+                errno,
             })?;
         }
         for (index, link) in self.symlinks.iter().enumerate() {
@@ -557,12 +504,7 @@ impl Prepared {
         let ruleset = self
             .ruleset
             .try_clone()
-            .map_err(|e| {
-                Failure::new(
-                    Step::LandlockRootRule,
-                    e.raw_os_error().unwrap_or(libc::EBADF),
-                )
-            })?
+            .map_err(|e| Failure::new(Step::LandlockRootRule, e.raw_os_error().unwrap_or(libc::EBADF)))?
             .add_rule(PathBeneath::new(root.as_fd(), AccessFs::ReadDir))
             .map_err(|e| Failure::new(Step::LandlockRootRule, errno_of(&e, libc::EINVAL)))?;
         drop(root);
@@ -582,39 +524,25 @@ impl Prepared {
     }
 
     /// G: the interpreter process, PID 1 of the new PID namespace.
-    fn finish_interpreter(
-        &self,
-        supervisor: OwnedFd,
-        ruleset: RulesetCreated,
-    ) -> Result<(), Failure> {
-        rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
-            .map_err(at(Step::DeathSignal))?;
+    fn finish_interpreter(&self, supervisor: OwnedFd, ruleset: RulesetCreated) -> Result<(), Failure> {
+        rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
         match sys::poll_readable(supervisor.as_raw_fd()) {
             Ok(false) => {}
             Ok(true) => return Err(Failure::new(Step::SupervisorGone, libc::ESRCH)),
             Err(errno) => return Err(Failure::new(Step::SupervisorGone, errno)),
         }
         drop(supervisor);
-        sys::cloexec_from(INHERITED_FDS)
-            .map_err(|errno| Failure::new(Step::CloseInheritedFds, errno))?;
+        sys::cloexec_from(INHERITED_FDS).map_err(|errno| Failure::new(Step::CloseInheritedFds, errno))?;
 
         rustix::thread::set_no_new_privs(true).map_err(at(Step::NoNewPrivs))?;
-        let status = ruleset
-            .restrict_self()
-            .map_err(|e| Failure::new(Step::Landlock, errno_of(&e, libc::EPERM)))?;
+        let status = ruleset.restrict_self().map_err(|e| Failure::new(Step::Landlock, errno_of(&e, libc::EPERM)))?;
         if status.ruleset != RulesetStatus::FullyEnforced {
             return Err(Failure::new(Step::LandlockNotEnforced, libc::EOPNOTSUPP));
         }
 
         for (index, (resource, value)) in self.limits.into_iter().enumerate() {
-            rustix::process::setrlimit(
-                resource,
-                Rlimit {
-                    current: Some(value),
-                    maximum: Some(value),
-                },
-            )
-            .map_err(at_entry(Step::SetLimit, index))?;
+            rustix::process::setrlimit(resource, Rlimit { current: Some(value), maximum: Some(value) })
+                .map_err(at_entry(Step::SetLimit, index))?;
         }
 
         for filter in [&self.filters.prefilter, &self.filters.main] {
@@ -633,19 +561,9 @@ impl Prepared {
 }
 
 /// Write `data` in one `write` to `/proc/self/<name>` through `proc_self`.
-fn write_proc(
-    proc_self: &OwnedFd,
-    name: &std::ffi::CStr,
-    data: &[u8],
-    step: Step,
-) -> Result<(), Failure> {
-    let file = rustix::fs::openat(
-        proc_self,
-        name,
-        OFlags::WRONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(at(step))?;
+fn write_proc(proc_self: &OwnedFd, name: &std::ffi::CStr, data: &[u8], step: Step) -> Result<(), Failure> {
+    let file =
+        rustix::fs::openat(proc_self, name, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()).map_err(at(step))?;
     let written = rustix::io::write(&file, data).map_err(at(step))?;
     if written != data.len() {
         return Err(Failure::new(step, libc::EIO));
@@ -654,18 +572,13 @@ fn write_proc(
 }
 
 fn cstring(path: &Path) -> Result<CString, SandboxError> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| SandboxError::NulInPath {
-        path: path.to_path_buf(),
-    })
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| SandboxError::NulInPath { path: path.to_path_buf() })
 }
 
 /// Resolve and check the staging dir: an existing, empty directory that is
 /// not inside (and does not contain) an exposed path.
 fn check_staging(given: &Path, plan: &MountPlan) -> Result<PathBuf, SandboxError> {
-    let problem = |problem: &'static str| SandboxError::StagingDir {
-        path: given.to_path_buf(),
-        problem,
-    };
+    let problem = |problem: &'static str| SandboxError::StagingDir { path: given.to_path_buf(), problem };
     let staging = std::fs::canonicalize(given).map_err(|_| problem("does not exist"))?;
     if !staging.is_dir() {
         return Err(problem("is not a directory"));

@@ -27,16 +27,10 @@ pub struct Layer {
 
 impl Layer {
     fn yes(reason: impl Into<String>) -> Layer {
-        Layer {
-            supported: true,
-            reason: reason.into(),
-        }
+        Layer { supported: true, reason: reason.into() }
     }
     fn no(reason: impl Into<String>) -> Layer {
-        Layer {
-            supported: false,
-            reason: reason.into(),
-        }
+        Layer { supported: false, reason: reason.into() }
     }
 }
 
@@ -112,19 +106,11 @@ pub fn probe() -> Availability {
     let kernel = kernel_landlock();
     let landlock_abi = match kernel {
         KernelLandlock::Abi(v) => u32::try_from(v).ok(),
-        KernelLandlock::NotEnabled | KernelLandlock::NotImplemented | KernelLandlock::Error(_) => {
-            None
-        }
+        KernelLandlock::NotEnabled | KernelLandlock::NotImplemented | KernelLandlock::Error(_) => None,
     };
     let landlock = match handled_abi(kernel) {
-        Some(abi) => Layer::yes(format!(
-            "{kernel}; pycage handles the rights of ABI {}",
-            abi as u32
-        )),
-        None => Layer::no(format!(
-            "{kernel}; pycage needs ABI {} or newer",
-            landlock_rules::MIN_ABI as u32
-        )),
+        Some(abi) => Layer::yes(format!("{kernel}; pycage handles the rights of ABI {}", abi as u32)),
+        None => Layer::no(format!("{kernel}; pycage needs ABI {} or newer", landlock_rules::MIN_ABI as u32)),
     };
     Availability {
         root,
@@ -146,10 +132,7 @@ fn probe_seccomp() -> Layer {
     // SAFETY: PR_GET_SECCOMP takes no pointers.
     let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
     if mode < 0 {
-        return Layer::no(format!(
-            "prctl(PR_GET_SECCOMP) failed: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Layer::no(format!("prctl(PR_GET_SECCOMP) failed: {}", std::io::Error::last_os_error()));
     }
     let action: u32 = 0x0005_0000; // SECCOMP_RET_ERRNO
                                    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 from the pointer, which
@@ -168,11 +151,7 @@ fn probe_seccomp() -> Layer {
             std::io::Error::last_os_error()
         ));
     }
-    let already = if mode == 2 {
-        " (this process is already filtered; filters stack)"
-    } else {
-        ""
-    };
+    let already = if mode == 2 { " (this process is already filtered; filters stack)" } else { "" };
     Layer::yes(format!("seccomp filter mode available{already}"))
 }
 
@@ -180,10 +159,7 @@ fn probe_no_new_privs() -> Layer {
     // SAFETY: PR_GET_NO_NEW_PRIVS takes no pointers.
     let ret = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
     if ret < 0 {
-        Layer::no(format!(
-            "prctl(PR_GET_NO_NEW_PRIVS) failed: {}",
-            std::io::Error::last_os_error()
-        ))
+        Layer::no(format!("prctl(PR_GET_NO_NEW_PRIVS) failed: {}", std::io::Error::last_os_error()))
     } else {
         Layer::yes("PR_SET_NO_NEW_PRIVS available")
     }
@@ -193,11 +169,8 @@ fn probe_cgroup() -> Layer {
     let unified = std::fs::read_to_string("/proc/self/cgroup")
         .map(|text| text.lines().any(|line| line.starts_with("0::")))
         .unwrap_or(false);
-    let hierarchy = if unified {
-        "a cgroup v2 hierarchy is mounted"
-    } else {
-        "no cgroup v2 hierarchy for this process"
-    };
+    let hierarchy =
+        if unified { "a cgroup v2 hierarchy is mounted" } else { "no cgroup v2 hierarchy for this process" };
     Layer::no(format!(
         "not delegated: {hierarchy}, but no memory/pids controllers are delegated to pycage; RLIMIT_AS and RLIMIT_NPROC stand in"
     ))
@@ -245,21 +218,11 @@ fn probe_namespaces(as_root: bool) -> Namespaces {
     };
     let mount = match (report[CHECK_MOUNT], report[CHECK_MOUNT_SETATTR]) {
         (0, 0) => Layer::yes("unshare(CLONE_NEWNS) and mount_setattr work as root"),
-        (0, errno) => Layer::no(format!(
-            "mount_setattr (Linux 5.12+) unavailable: {}",
-            describe(errno)
-        )),
-        (errno, _) if !as_root => Layer::no(format!(
-            "unshare(CLONE_NEWNS) needs root here: {}",
-            describe(errno)
-        )),
+        (0, errno) => Layer::no(format!("mount_setattr (Linux 5.12+) unavailable: {}", describe(errno))),
+        (errno, _) if !as_root => Layer::no(format!("unshare(CLONE_NEWNS) needs root here: {}", describe(errno))),
         (errno, _) => Layer::no(format!("unshare(CLONE_NEWNS) failed: {}", describe(errno))),
     };
-    let who = if as_root {
-        format!("uid {PROBE_ID}")
-    } else {
-        "the current uid".to_string()
-    };
+    let who = if as_root { format!("uid {PROBE_ID}") } else { "the current uid".to_string() };
     let user = match (report[CHECK_DROP], report[CHECK_USER], report[CHECK_USER_MAP]) {
         (errno, _, _) if errno > 0 => Layer::no(format!(
             "could not drop to uid {PROBE_ID}: {}",
@@ -279,9 +242,7 @@ fn probe_namespaces(as_root: bool) -> Namespaces {
     };
     let inner = |check: usize, name: &str| match report[check] {
         0 => Layer::yes(format!("unshare({name}) works inside the user namespace")),
-        SKIPPED => Layer::no(format!(
-            "not tried: {name} is created inside the user namespace, which is unavailable"
-        )),
+        SKIPPED => Layer::no(format!("not tried: {name} is created inside the user namespace, which is unavailable")),
         errno => Layer::no(format!("unshare({name}) failed: {}", describe(errno))),
     };
     Namespaces {
@@ -326,10 +287,7 @@ fn run_probe_child(as_root: bool) -> std::io::Result<[i32; CHECKS]> {
     {}
     read?;
     if bytes.len() != CHECKS * 4 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "the probe child died before reporting",
-        ));
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the probe child died before reporting"));
     }
     let mut report = [SKIPPED; CHECKS];
     for (slot, chunk) in report.iter_mut().zip(bytes.chunks_exact(4)) {
@@ -342,11 +300,7 @@ fn run_probe_child(as_root: bool) -> std::io::Result<[i32; CHECKS]> {
 fn probe_checks(as_root: bool) -> [i32; CHECKS] {
     let errno = |e: rustix::io::Errno| e.raw_os_error();
     let mut report = [SKIPPED; CHECKS];
-    let proc_self = rustix::fs::open(
-        c"/proc/self",
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    );
+    let proc_self = rustix::fs::open(c"/proc/self", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty());
     // SAFETY: the forked probe child is single-threaded.
     report[CHECK_MOUNT] = match unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNS) } {
         Ok(()) => 0,
@@ -356,8 +310,7 @@ fn probe_checks(as_root: bool) -> [i32; CHECKS] {
         // Private first, so nothing below could propagate to the host.
         report[CHECK_MOUNT_SETATTR] = match rustix::mount::mount_change(
             c"/",
-            rustix::mount::MountPropagationFlags::REC
-                | rustix::mount::MountPropagationFlags::PRIVATE,
+            rustix::mount::MountPropagationFlags::REC | rustix::mount::MountPropagationFlags::PRIVATE,
         ) {
             // A no-op attribute change: exercises the syscall only.
             Ok(()) => match sys::mount_setattr(c"/", false, 0) {
@@ -414,11 +367,7 @@ fn probe_checks(as_root: bool) -> [i32; CHECKS] {
     report
 }
 
-fn write_map(
-    dir: std::os::fd::BorrowedFd<'_>,
-    name: &std::ffi::CStr,
-    line: &[u8],
-) -> rustix::io::Result<()> {
+fn write_map(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::CStr, line: &[u8]) -> rustix::io::Result<()> {
     let file = rustix::fs::openat(dir, name, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
     rustix::io::write(&file, line).map(|_| ())
 }
@@ -436,10 +385,7 @@ fn map_line(id: u32) -> MapLine {
             break;
         }
     }
-    let mut line = MapLine {
-        bytes: [0u8; 24],
-        len: 0,
-    };
+    let mut line = MapLine { bytes: [0u8; 24], len: 0 };
     for _ in 0..2 {
         for i in (0..len).rev() {
             line.push(digits[i]);

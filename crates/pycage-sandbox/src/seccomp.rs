@@ -36,8 +36,8 @@
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch,
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
 };
 
 use crate::SandboxError;
@@ -258,26 +258,17 @@ pub fn deny_table() -> Vec<DenyRule> {
         DenyRule {
             name: "socket",
             nr: libc::SYS_socket,
-            when: When::ArgNotEqual {
-                arg: 0,
-                value: libc::AF_UNIX as u64,
-            },
+            when: When::ArgNotEqual { arg: 0, value: libc::AF_UNIX as u64 },
         },
         DenyRule {
             name: "socketpair",
             nr: libc::SYS_socketpair,
-            when: When::ArgNotEqual {
-                arg: 0,
-                value: libc::AF_UNIX as u64,
-            },
+            when: When::ArgNotEqual { arg: 0, value: libc::AF_UNIX as u64 },
         },
         DenyRule {
             name: "clone",
             nr: libc::SYS_clone,
-            when: When::ArgHasAnyBit {
-                arg: 0,
-                bits: CLONE_NAMESPACE_FLAGS,
-            },
+            when: When::ArgHasAnyBit { arg: 0, bits: CLONE_NAMESPACE_FLAGS },
         },
     ];
     table.extend(always![
@@ -365,23 +356,14 @@ pub fn compile(arch: TargetArch) -> Result<Filters, SandboxError> {
         };
         rules.insert(rule.nr, chain);
     }
-    let filter = SeccompFilter::new(
-        rules,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        arch,
-    )
-    .map_err(SandboxError::Seccomp)?;
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
+        .map_err(SandboxError::Seccomp)?;
     let main: BpfProgram = filter.try_into().map_err(SandboxError::Seccomp)?;
-    Ok(Filters {
-        prefilter: prefilter(arch),
-        main,
-    })
+    Ok(Filters { prefilter: prefilter(arch), main })
 }
 
 fn condition_rule(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, SandboxError> {
-    let condition = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
-        .map_err(SandboxError::Seccomp)?;
+    let condition = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SandboxError::Seccomp)?;
     SeccompRule::new(vec![condition]).map_err(SandboxError::Seccomp)
 }
 
@@ -400,12 +382,7 @@ const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
 const NR_CLONE3: u32 = 435;
 
 fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
+    sock_filter { code, jt: 0, jf: 0, k }
 }
 
 fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
@@ -528,19 +505,11 @@ mod tests {
         let filters = compile(TargetArch::x86_64).unwrap();
         // seccompiler's arch check comes first and kills on a foreign arch.
         assert_eq!(filters.main[0], stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH));
-        assert_eq!(
-            filters.main[1],
-            jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 1, 0)
-        );
+        assert_eq!(filters.main[1], jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 1, 0));
         assert_eq!(filters.main[2], stmt(BPF_RET_K, 0x8000_0000));
         // The default is allow, a match returns EPERM.
-        assert_eq!(
-            filters.main.last(),
-            Some(&stmt(BPF_RET_K, SECCOMP_RET_ALLOW))
-        );
-        assert!(filters
-            .main
-            .contains(&stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::EPERM as u32)));
+        assert_eq!(filters.main.last(), Some(&stmt(BPF_RET_K, SECCOMP_RET_ALLOW)));
+        assert!(filters.main.contains(&stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::EPERM as u32)));
         // The kernel's BPF_MAXINSNS is 4096.
         assert!(filters.main.len() < 4096);
         assert_eq!(filters.prefilter.len(), 7);
@@ -552,18 +521,12 @@ mod tests {
             let prog = prefilter(arch);
             let target = |at: usize, offset: u8| at + 1 + usize::from(offset);
             // Foreign arch -> allow (the main filter kills it).
-            assert_eq!(
-                prog[target(1, prog[1].jf)],
-                stmt(BPF_RET_K, SECCOMP_RET_ALLOW)
-            );
+            assert_eq!(prog[target(1, prog[1].jf)], stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
             // x32 bit -> ENOSYS; clone3 -> ENOSYS; else allow.
             let enosys = stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
             assert_eq!(prog[target(3, prog[3].jt)], enosys);
             assert_eq!(prog[target(4, prog[4].jt)], enosys);
-            assert_eq!(
-                prog[target(4, prog[4].jf)],
-                stmt(BPF_RET_K, SECCOMP_RET_ALLOW)
-            );
+            assert_eq!(prog[target(4, prog[4].jf)], stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
         }
     }
 }

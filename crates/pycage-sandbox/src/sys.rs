@@ -23,19 +23,14 @@ pub(crate) struct MountAttr {
 }
 
 fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EINVAL)
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)
 }
 
 /// `mount_setattr(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW [| AT_RECURSIVE], {set})`:
 /// set flags on the mount at `path` (and every mount below it when
 /// `recursive`), leaving every other flag as it is.
 pub(crate) fn mount_setattr(path: &CStr, recursive: bool, set: u64) -> Result<(), i32> {
-    let attr = MountAttr {
-        attr_set: set,
-        ..MountAttr::default()
-    };
+    let attr = MountAttr { attr_set: set, ..MountAttr::default() };
     let mut flags = libc::AT_SYMLINK_NOFOLLOW as libc::c_uint;
     if recursive {
         flags |= libc::AT_RECURSIVE as libc::c_uint;
@@ -98,11 +93,7 @@ pub(crate) unsafe fn fork() -> Result<libc::pid_t, i32> {
 
 /// `poll` one fd for readability without blocking.
 pub(crate) fn poll_readable(fd: libc::c_int) -> Result<bool, i32> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     loop {
         // SAFETY: `pfd` is one live pollfd and the count is 1.
         let ret = unsafe { libc::poll(&mut pfd, 1, 0) };
@@ -127,10 +118,7 @@ pub(crate) fn cloexec_from(first: u32) -> Result<(), i32> {
         return Ok(());
     }
     // Kernels before 5.11: one by one up to the soft limit.
-    let max = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(65_536)
-        .min(1 << 20);
+    let max = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(65_536).min(1 << 20);
     for fd in u64::from(first)..max {
         // SAFETY: F_SETFD on a number that may not be open; EBADF is harmless.
         unsafe { libc::fcntl(fd as libc::c_int, libc::F_SETFD, libc::FD_CLOEXEC) };
@@ -145,10 +133,7 @@ fn close_all_fds() {
     let ret = unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) };
     if ret != 0 {
         // Kernels before 5.9: close one by one up to the soft limit.
-        let max = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-            .current
-            .unwrap_or(65_536)
-            .min(1 << 20);
+        let max = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(65_536).min(1 << 20);
         for fd in 0..max {
             // SAFETY: as above; EBADF for unused numbers is harmless.
             unsafe { libc::close(fd as libc::c_int) };

@@ -15,9 +15,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use pycage_sandbox::{
-    default_devices, default_read_only_paths, probe, Prepared, SandboxError, SandboxPolicy, Step,
-};
+use pycage_sandbox::{default_devices, default_read_only_paths, probe, Prepared, SandboxError, SandboxPolicy, Step};
 
 /// The longest any sandboxed test program may run before the test kills it
 /// and fails (a hang is a bug, never a pass).
@@ -48,10 +46,7 @@ fn python() -> &'static Python {
         let executable = lines.next().unwrap();
         let mut prefixes: Vec<PathBuf> = lines.collect();
         prefixes.dedup();
-        Python {
-            executable,
-            prefixes,
-        }
+        Python { executable, prefixes }
     })
 }
 
@@ -78,16 +73,10 @@ struct Fixture {
 impl Fixture {
     fn new(uid_offset: u32) -> Fixture {
         let uid = UID_BASE + uid_offset;
-        let run = tempfile::Builder::new()
-            .prefix("pycage-run-")
-            .tempdir()
-            .unwrap();
+        let run = tempfile::Builder::new().prefix("pycage-run-").tempdir().unwrap();
         std::os::unix::fs::chown(run.path(), Some(uid), Some(uid)).unwrap();
         std::fs::set_permissions(run.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let staging = tempfile::Builder::new()
-            .prefix("pycage-stage-")
-            .tempdir()
-            .unwrap();
+        let staging = tempfile::Builder::new().prefix("pycage-stage-").tempdir().unwrap();
         let mut read_only = default_read_only_paths();
         read_only.extend(python().prefixes.iter().cloned());
         let policy = SandboxPolicy {
@@ -101,11 +90,7 @@ impl Fixture {
             max_open_files: 256,
             staging_dir: staging.path().to_path_buf(),
         };
-        Fixture {
-            run,
-            _staging: staging,
-            policy,
-        }
+        Fixture { run, _staging: staging, policy }
     }
 
     fn command(&self, program: &Path, args: &[&str]) -> (Command, Arc<Prepared>) {
@@ -153,11 +138,7 @@ struct Finished {
 
 impl std::fmt::Debug for Finished {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-            self.status, self.stdout, self.stderr
-        )
+        write!(f, "status {:?}\n--- stdout\n{}\n--- stderr\n{}", self.status, self.stdout, self.stderr)
     }
 }
 
@@ -187,11 +168,7 @@ fn finish(mut child: Child) -> Finished {
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    Finished {
-        status,
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    }
+    Finished { status, stdout: out.join().unwrap(), stderr: err.join().unwrap() }
 }
 
 /// Host pids whose command line contains `marker`.
@@ -201,18 +178,11 @@ fn processes_with(marker: &str) -> Vec<u32> {
         return found;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
         if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            if cmdline
-                .split(|b| *b == 0)
-                .any(|arg| arg == marker.as_bytes())
-            {
+            if cmdline.split(|b| *b == 0).any(|arg| arg == marker.as_bytes()) {
                 found.push(pid);
             }
         }
@@ -316,10 +286,7 @@ print(json.dumps({
 fn file_access_is_limited_to_the_exposed_paths() {
     require_root!();
     let fx = Fixture::new(2);
-    let canary_dir = tempfile::Builder::new()
-        .prefix("pycage-canary-")
-        .tempdir()
-        .unwrap();
+    let canary_dir = tempfile::Builder::new().prefix("pycage-canary-").tempdir().unwrap();
     let canary = canary_dir.path().join("canary.txt");
     std::fs::write(&canary, "secret").unwrap();
     std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -355,24 +322,15 @@ attempt("write-dev-null", lambda: write("/dev/null"))
     let readonly_error = |line: &str| {
         line.ends_with("PermissionError") || line.ends_with("OSError") // EROFS is a plain OSError
     };
-    assert!(
-        lines[0] == "read-canary FileNotFoundError" || lines[0] == "read-canary PermissionError",
-        "{done:?}"
-    );
-    assert!(
-        lines[1] == "read-passwd FileNotFoundError" || lines[1] == "read-passwd PermissionError",
-        "{done:?}"
-    );
+    assert!(lines[0] == "read-canary FileNotFoundError" || lines[0] == "read-canary PermissionError", "{done:?}");
+    assert!(lines[1] == "read-passwd FileNotFoundError" || lines[1] == "read-passwd PermissionError", "{done:?}");
     assert_eq!(lines[2], "read-stdlib ok", "{done:?}");
     assert_eq!(lines[3], "write-run-dir ok", "{done:?}");
     for line in &lines[4..8] {
         assert!(readonly_error(line), "{line} in {done:?}");
     }
     assert_eq!(lines[8], "write-dev-null ok", "{done:?}");
-    assert_eq!(
-        std::fs::read_to_string(fx.run.path().join("inside.txt")).unwrap(),
-        "x"
-    );
+    assert_eq!(std::fs::read_to_string(fx.run.path().join("inside.txt")).unwrap(), "x");
     assert!(!python().prefixes[0].join("pycage-probe").exists());
 }
 
@@ -481,12 +439,7 @@ fn only_stdio_and_fd_3_are_inherited() {
         unsafe { in_child.enter() }
     };
     let mut command = Command::new(&python().executable);
-    command
-        .args(["-I", "-c", &code])
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    command.args(["-I", "-c", &code]).env_clear().stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     // SAFETY: the hook only makes syscalls and calls `Prepared::enter`.
     unsafe { command.pre_exec(hook) };
     let child = command.spawn().unwrap();
@@ -523,9 +476,8 @@ fn fatal_signal_is_mirrored() {
 fn pid_1_survives_its_own_sigkill() {
     require_root!();
     let fx = Fixture::new(7);
-    let done = fx.run(
-        "import os, signal; os.kill(os.getpid(), signal.SIGKILL); print('alive', flush=True); os._exit(5)",
-    );
+    let done =
+        fx.run("import os, signal; os.kill(os.getpid(), signal.SIGKILL); print('alive', flush=True); os._exit(5)");
     assert_eq!(done.status.code(), Some(5), "{done:?}");
     assert_eq!(done.stdout, "alive\n");
 }
@@ -547,15 +499,10 @@ fn killing_the_process_group_kills_the_whole_namespace() {
     require_root!();
     let fx = Fixture::new(9);
     let marker = marker("group");
-    let code = format!(
-        "{}\nimport time\ntime.sleep(300)\n",
-        spawn_daemon_code(&marker)
-    );
+    let code = format!("{}\nimport time\ntime.sleep(300)\n", spawn_daemon_code(&marker));
     let (mut command, prepared) = fx.python(&code);
     command.process_group(0);
-    let child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}", prepared.explain_spawn_error(e)));
+    let child = command.spawn().unwrap_or_else(|e| panic!("{}", prepared.explain_spawn_error(e)));
     let pgid = child.id() as i32;
     let ready = fx.run.path().join("ready");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -581,18 +528,9 @@ fn host_sees_a_confined_interpreter() {
     let fx = Fixture::new(13);
     let marker = marker("confined");
     let exe = python().executable.clone();
-    let (mut command, prepared) = fx.command(
-        &exe,
-        &[
-            "-I",
-            "-c",
-            "import time; open('ready', 'w').close(); time.sleep(300)",
-            &marker,
-        ],
-    );
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}", prepared.explain_spawn_error(e)));
+    let (mut command, prepared) =
+        fx.command(&exe, &["-I", "-c", "import time; open('ready', 'w').close(); time.sleep(300)", &marker]);
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("{}", prepared.explain_spawn_error(e)));
     let ready = fx.run.path().join("ready");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !ready.exists() {
@@ -641,20 +579,14 @@ fn spawn_returns_when_exec_fails() {
     let err = command.spawn().expect_err("exec of a missing file");
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
-    assert!(matches!(
-        prepared.explain_spawn_error(err),
-        SandboxError::Spawn(_)
-    ));
+    assert!(matches!(prepared.explain_spawn_error(err), SandboxError::Spawn(_)));
 }
 
 #[test]
 fn spawn_reports_which_step_failed() {
     require_root!();
     let mut fx = Fixture::new(11);
-    let vanishing = tempfile::Builder::new()
-        .prefix("pycage-vanish-")
-        .tempdir()
-        .unwrap();
+    let vanishing = tempfile::Builder::new().prefix("pycage-vanish-").tempdir().unwrap();
     let vanishing_path = vanishing.path().to_path_buf();
     fx.policy.read_only.push(vanishing_path.clone());
     let (mut command, prepared) = fx.python("pass");
@@ -699,25 +631,15 @@ print("core", resource.getrlimit(resource.RLIMIT_CORE))
 "#,
     );
     assert!(done.status.success(), "{done:?}");
-    assert_eq!(
-        done.stdout, "fork EAGAIN\nwrite EFBIG\nnofile (32, 32)\ncore (0, 0)\n",
-        "{done:?}"
-    );
+    assert_eq!(done.stdout, "fork EAGAIN\nwrite EFBIG\nnofile (32, 32)\ncore (0, 0)\n", "{done:?}");
 }
 
 #[test]
 fn probe_reports_every_layer() {
     require_root!();
     let availability = probe();
-    assert_eq!(
-        availability.missing(),
-        Vec::<&str>::new(),
-        "{availability:#?}"
-    );
-    assert!(
-        availability.landlock_abi.unwrap_or(0) >= 3,
-        "{availability:#?}"
-    );
+    assert_eq!(availability.missing(), Vec::<&str>::new(), "{availability:#?}");
+    assert!(availability.landlock_abi.unwrap_or(0) >= 3, "{availability:#?}");
     assert!(!availability.cgroup_v2.supported);
     assert!(availability.cgroup_v2.reason.starts_with("not delegated"));
     for (name, layer) in availability.layers() {
@@ -748,11 +670,7 @@ fn timing() {
         let mut sandboxed = Vec::new();
         for i in 0..RUNS {
             let started = Instant::now();
-            let status = Command::new(program)
-                .args(args)
-                .env_clear()
-                .status()
-                .unwrap();
+            let status = Command::new(program).args(args).env_clear().status().unwrap();
             assert!(status.success());
             bare.push(started.elapsed());
 
