@@ -7,6 +7,7 @@
 
 mod bindings_file;
 mod command;
+mod doctor;
 mod frames;
 mod output;
 mod run;
@@ -37,6 +38,10 @@ enum Command {
     /// Tools for the fd-3 wire protocol.
     #[command(subcommand)]
     Frames(FramesCommand),
+    /// Show the interpreter and each isolation layer: supported here? used?
+    ///
+    /// Exits 1 when the chosen (default: the default) configuration cannot run.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,6 +182,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::main(args),
         Command::Frames(FramesCommand::Validate(args)) => frames::validate(&args),
+        Command::Doctor(args) => doctor::main(args),
     };
     match result {
         Ok(code) => code,

@@ -438,3 +438,29 @@ fn frames_validate_huge_line_without_newline() {
     assert_exit(&o, 0);
     assert_eq!(stdout(&o), "oversized\n");
 }
+
+#[test]
+fn doctor_reports_layers_and_exit_status() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pycage")).args(["doctor", "--json"]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let v = pycage_protocol::JsonValue::parse(text.trim().as_bytes()).unwrap();
+    let layers: Vec<String> = v
+        .root()
+        .get("layers")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .map(|l| l.get("name").unwrap().as_str().unwrap().to_string())
+        .collect();
+    for name in ["user-namespace", "pid-namespace", "net-namespace", "landlock", "seccomp", "cgroup-v2"] {
+        assert!(layers.iter().any(|l| l == name), "{name} missing in {layers:?}");
+    }
+    let ok = v.root().get("ok").unwrap().as_bool().unwrap();
+    assert_eq!(out.status.success(), ok, "exit status must say whether the default configuration can run");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pycage"))
+        .args(["doctor", "--python", "/nonexistent/python3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("interpreter: MISSING"));
+}
