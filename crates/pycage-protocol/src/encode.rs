@@ -6,11 +6,18 @@
 //! other character is raw UTF-8; numbers are their exact text. Both sides use
 //! it for frames and for the value budget.
 //!
-//! Writing and metering share one iterative walk over the tape ([`walk`]), so
-//! the meter cannot drift from the writer: a property test checks that the
-//! meter equals the written length for every budget. The meter stops as soon
-//! as the budget is crossed, including in the middle of a long string, and
-//! never builds an escaped copy of anything.
+//! The writer is an iterative walk over the tape with an explicit stack. The
+//! meter needs no stack: the canonical length is a sum over nodes (a scalar's
+//! text, a string's escaped length plus its quotes, a container's brackets
+//! and separators), so it is one linear pass that stops as soon as the sum
+//! crosses the budget, including in the middle of a long string, and never
+//! builds an escaped copy of anything. Both use the same escape table, and
+//! property tests and the fuzz target check that the meter equals the
+//! written length at every budget.
+//!
+//! Strings are scanned eight bytes at a time ([`plain_run_len`]) for the
+//! bytes that need escaping; the parser uses the same scan, since a string's
+//! raw text ends at exactly those bytes.
 
 use crate::json::{Node, ValueRef};
 
@@ -47,40 +54,48 @@ fn hex(nibble: u8) -> u8 {
     HEX.get(usize::from(nibble & 15)).copied().unwrap_or(b'0')
 }
 
-/// Receives the canonical encoding piece by piece.
-trait Sink {
-    /// Returns false to stop the walk.
-    fn raw(&mut self, bytes: &[u8]) -> bool;
-    fn string(&mut self, s: &str) -> bool;
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Flags (in bit 7 of the byte) the bytes of `x` below `n` (`n <= 0x80`).
+/// The lowest flagged byte is always a real match; borrows can only flag
+/// bytes above it, which never matters because callers want the first one.
+#[inline]
+fn bytes_below(x: u64, n: u8) -> u64 {
+    x.wrapping_sub(ONES * u64::from(n)) & !x & HIGHS
 }
 
-struct Writer<'a>(&'a mut Vec<u8>);
-
-impl Sink for Writer<'_> {
-    #[inline]
-    fn raw(&mut self, bytes: &[u8]) -> bool {
-        self.0.extend_from_slice(bytes);
-        true
+/// Length of the leading run of `b` that needs no escaping, i.e. up to the
+/// first `"`, `\` or control byte (U+0000–U+001F), or `b.len()`. Checks
+/// eight bytes per step.
+#[inline]
+pub(crate) fn plain_run_len(b: &[u8]) -> usize {
+    let mut words = b.chunks_exact(8);
+    let mut i = 0;
+    for w in &mut words {
+        // `chunks_exact` yields 8 bytes; the fallback (a NUL) would only stop early.
+        let x = u64::from_le_bytes(<[u8; 8]>::try_from(w).unwrap_or([0; 8]));
+        let stop = bytes_below(x, 0x20)
+            | bytes_below(x ^ (ONES * u64::from(b'"')), 1)
+            | bytes_below(x ^ (ONES * u64::from(b'\\')), 1);
+        if stop != 0 {
+            return i + (stop.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
     }
-    fn string(&mut self, s: &str) -> bool {
-        write_json_string(self.0, s);
-        true
-    }
+    let tail = words.remainder();
+    i + tail.iter().position(|&c| escape_class(c) != 0).unwrap_or(tail.len())
 }
 
 /// Appends `s` as a canonical JSON string literal (quotes included).
 pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
-    let b = s.as_bytes();
+    let mut b = s.as_bytes();
     out.reserve(b.len() + 2);
     out.push(b'"');
-    let mut run = 0;
-    for (i, &c) in b.iter().enumerate() {
-        let class = escape_class(c);
-        if class == 0 {
-            continue;
-        }
-        out.extend_from_slice(b.get(run..i).unwrap_or_default());
-        run = i + 1;
+    loop {
+        let (run, rest) = b.split_at_checked(plain_run_len(b)).unwrap_or((b, &[]));
+        out.extend_from_slice(run);
+        let Some((&c, tail)) = rest.split_first() else { break };
         match c {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
@@ -91,148 +106,126 @@ pub fn write_json_string(out: &mut Vec<u8>, s: &str) {
             b'\t' => out.extend_from_slice(b"\\t"),
             _ => out.extend_from_slice(&[b'\\', b'u', b'0', b'0', hex(c >> 4), hex(c)]),
         }
+        b = tail;
     }
-    out.extend_from_slice(b.get(run..).unwrap_or_default());
     out.push(b'"');
 }
 
-struct Meter {
-    used: usize,
-    budget: usize,
+/// Extra bytes escaping adds to `b` (1 for `\n`-style escapes, 5 for `\u00XX`).
+fn escape_extra(mut b: &[u8]) -> usize {
+    let mut extra = 0usize;
+    loop {
+        let Some((&c, tail)) = b.get(plain_run_len(b)..).and_then(<[u8]>::split_first) else {
+            return extra;
+        };
+        extra = extra.saturating_add(if escape_class(c) == 1 { 1 } else { 5 });
+        b = tail;
+    }
 }
 
 /// Strings are metered in chunks so a huge string stops near the budget.
 const METER_CHUNK: usize = 4096;
 
-impl Sink for Meter {
-    #[inline]
-    fn raw(&mut self, bytes: &[u8]) -> bool {
-        self.used += bytes.len();
-        self.used <= self.budget
+/// Canonical length of a string literal with raw text `b`, if at most `left`.
+fn string_len_within(b: &[u8], left: usize) -> Option<usize> {
+    let mut n = b.len().checked_add(2)?;
+    if n > left {
+        return None;
     }
-    fn string(&mut self, s: &str) -> bool {
-        self.used += 2;
-        for chunk in s.as_bytes().chunks(METER_CHUNK) {
-            let mut n = chunk.len();
-            for &c in chunk {
-                n += match escape_class(c) {
-                    0 => 0,
-                    1 => 1,
-                    _ => 5,
-                };
-            }
-            self.used += n;
-            if self.used > self.budget {
-                return false;
-            }
+    for chunk in b.chunks(METER_CHUNK) {
+        n = n.saturating_add(escape_extra(chunk));
+        if n > left {
+            return None;
         }
-        self.used <= self.budget
     }
+    Some(n)
 }
 
 #[derive(Clone, Copy)]
 struct Open {
     /// Direct child nodes still to come (keys count for objects).
     remaining: u64,
-    /// Direct child nodes written so far.
-    written: u64,
     object: bool,
 }
 
-/// The one walk behind writing and metering. Returns false if the sink stopped it.
-fn walk(root: ValueRef<'_>, sink: &mut impl Sink) -> bool {
+pub(crate) fn write_canonical(root: ValueRef<'_>, out: &mut Vec<u8>) {
     let value = root.value();
     let start = root.index();
-    let end = start + root.span();
-    let nodes = value.nodes.get(start..end).unwrap_or_default();
+    let nodes = value.nodes.get(start..start + root.span()).unwrap_or_default();
     let text = &value.text;
     let mut stack: Vec<Open> = Vec::new();
     for node in nodes {
-        if let Some(top) = stack.last_mut() {
-            let sep: &[u8] = if top.object && top.written % 2 == 1 {
-                b":"
-            } else if top.written > 0 {
-                b","
-            } else {
-                b""
-            };
-            if !sep.is_empty() && !sink.raw(sep) {
-                return false;
-            }
-        }
-        let ok = match *node {
-            Node::Null => sink.raw(b"null"),
-            Node::True => sink.raw(b"true"),
-            Node::False => sink.raw(b"false"),
+        match *node {
+            Node::Null => out.extend_from_slice(b"null"),
+            Node::True => out.extend_from_slice(b"true"),
+            Node::False => out.extend_from_slice(b"false"),
             Node::Number { start, len } => {
                 let s = start as usize;
-                sink.raw(text.as_bytes().get(s..s + len as usize).unwrap_or_default())
+                out.extend_from_slice(text.as_bytes().get(s..s + len as usize).unwrap_or_default());
             }
             Node::String { start, len } => {
                 let s = start as usize;
-                sink.string(text.get(s..s + len as usize).unwrap_or_default())
+                write_json_string(out, text.get(s..s + len as usize).unwrap_or_default());
             }
+            Node::Array { len: 0, .. } => out.extend_from_slice(b"[]"),
+            Node::Object { len: 0, .. } => out.extend_from_slice(b"{}"),
             Node::Array { len, .. } => {
-                if len == 0 {
-                    sink.raw(b"[]")
-                } else {
-                    stack.push(Open { remaining: u64::from(len), written: 0, object: false });
-                    if !sink.raw(b"[") {
-                        return false;
-                    }
-                    continue;
-                }
+                out.push(b'[');
+                stack.push(Open { remaining: u64::from(len), object: false });
+                continue;
             }
             Node::Object { len, .. } => {
-                if len == 0 {
-                    sink.raw(b"{}")
-                } else {
-                    stack.push(Open { remaining: 2 * u64::from(len), written: 0, object: true });
-                    if !sink.raw(b"{") {
-                        return false;
-                    }
-                    continue;
-                }
+                out.push(b'{');
+                stack.push(Open { remaining: 2 * u64::from(len), object: true });
+                continue;
             }
-        };
-        if !ok {
-            return false;
         }
-        // A child is complete: close every container it completes.
+        // A child is complete: write the separator after it, or close every
+        // container it completes. In an object an odd count still to come
+        // means a key was just written.
         while let Some(top) = stack.last_mut() {
-            top.written += 1;
-            top.remaining -= 1;
+            top.remaining = top.remaining.saturating_sub(1);
             if top.remaining > 0 {
+                out.push(if top.object && top.remaining % 2 == 1 { b':' } else { b',' });
                 break;
             }
-            let close: &[u8] = if top.object { b"}" } else { b"]" };
+            out.push(if top.object { b'}' } else { b']' });
             stack.pop();
-            if !sink.raw(close) {
-                return false;
-            }
         }
     }
-    true
-}
-
-pub(crate) fn write_canonical(root: ValueRef<'_>, out: &mut Vec<u8>) {
-    walk(root, &mut Writer(out));
 }
 
 pub(crate) fn canonical_len_within(root: ValueRef<'_>, budget: usize) -> Option<usize> {
-    let mut m = Meter { used: 0, budget };
-    if walk(root, &mut m) && m.used <= budget {
-        Some(m.used)
-    } else {
-        None
+    let value = root.value();
+    let start = root.index();
+    let nodes = value.nodes.get(start..start + root.span()).unwrap_or_default();
+    let text = value.text.as_bytes();
+    let mut used = 0usize;
+    for node in nodes {
+        let cost = match *node {
+            Node::Null | Node::True => 4,
+            Node::False => 5,
+            Node::Number { len, .. } => len as usize,
+            Node::String { start, len } => {
+                let s = start as usize;
+                string_len_within(text.get(s..s + len as usize).unwrap_or_default(), budget - used)?
+            }
+            // Brackets, commas between elements.
+            Node::Array { len, .. } => 1 + (len as usize).max(1),
+            // Brackets, a colon per member, commas between members.
+            Node::Object { len, .. } => 1 + (2 * len as usize).max(1),
+        };
+        used = used.saturating_add(cost);
+        if used > budget {
+            return None;
+        }
     }
+    Some(used)
 }
 
 /// Byte length of `s` as a canonical JSON string literal, quotes included.
 pub fn json_string_len(s: &str) -> usize {
-    let mut m = Meter { used: 0, budget: usize::MAX };
-    m.string(s);
-    m.used
+    s.len().saturating_add(2).saturating_add(escape_extra(s.as_bytes()))
 }
 
 #[cfg(test)]
@@ -245,6 +238,24 @@ mod tests {
         write_json_string(&mut out, "a\"b\\c\u{0}\u{1f}\u{7f}é\u{2028}\n\t\r\u{8}\u{c}/");
         assert_eq!(String::from_utf8(out).unwrap(), "\"a\\\"b\\\\c\\u0000\\u001f\u{7f}é\u{2028}\\n\\t\\r\\b\\f/\"");
         assert_eq!(json_string_len("a\u{0}\n"), 2 + 1 + 6 + 2);
+    }
+
+    #[test]
+    fn plain_run_len_matches_a_byte_loop() {
+        let naive = |b: &[u8]| b.iter().position(|&c| escape_class(c) != 0).unwrap_or(b.len());
+        // Every byte value at every position of a 19-byte buffer, with
+        // neighbours that stress the borrows of the word-at-a-time test.
+        for fill in [b'a', 0x80, 0xff, 0x20, 0x21, 0x5d, 0x1f + 1] {
+            for pos in 0..19 {
+                for c in 0..=255u8 {
+                    let mut b = [fill; 19];
+                    b[pos] = c;
+                    assert_eq!(plain_run_len(&b), naive(&b), "fill {fill:#x} byte {c:#x} at {pos}");
+                    assert_eq!(plain_run_len(&b[pos..]), naive(&b[pos..]));
+                }
+            }
+        }
+        assert_eq!(plain_run_len(b""), 0);
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! library's validator is vectorized, and checking once lets string runs be
 //! copied without re-validating them). Open containers live on an explicit
 //! stack of `(node index, child count)`, so depth costs 8 bytes of heap per
-//! level and no stack. Decisions where RFC 8259 leaves room:
+//! level and no stack. String contents are scanned eight bytes at a time for
+//! the bytes that end a raw run (`"`, `\` and control characters), and the
+//! tape is sized once from the input length, so it never regrows. Decisions
+//! where RFC 8259 leaves room:
 //!
 //! - whitespace (space, tab, LF, CR) is allowed around tokens; a UTF-8 BOM is
 //!   not whitespace and is refused;
@@ -49,26 +52,30 @@ pub enum ParseErrorKind {
     TooLarge,
 }
 
-/// Bytes that end a run of plain string content.
-// Indexing in a const initializer is checked at compile time.
-#[allow(clippy::indexing_slicing)]
-static STRING_STOP: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 0x20 {
-        t[i] = true;
-        i += 1;
-    }
-    t[b'"' as usize] = true;
-    t[b'\\' as usize] = true;
-    t
-};
-
+/// One open container: 8 bytes of heap per level of depth.
 #[derive(Clone, Copy)]
 struct Open {
-    index: usize,
-    count: u32,
-    object: bool,
+    /// Its node's index in the tape (a tape has at most `u32::MAX` nodes).
+    index: u32,
+    /// Values completed so far, with [`OBJECT`] set for an object. The count
+    /// never reaches bit 31: `n` children take at least `2n - 1` input bytes
+    /// and the input is at most `u32::MAX` bytes.
+    tagged: u32,
+}
+
+/// Marks an object in [`Open::tagged`].
+const OBJECT: u32 = 1 << 31;
+
+impl Open {
+    #[inline]
+    fn is_object(self) -> bool {
+        self.tagged & OBJECT != 0
+    }
+
+    #[inline]
+    fn count(self) -> u32 {
+        self.tagged & !OBJECT
+    }
 }
 
 struct Parser<'a> {
@@ -89,12 +96,19 @@ pub(crate) fn parse(input: &[u8]) -> Result<JsonValue, ParseError> {
         b: input,
         pos: 0,
         out: JsonValue {
-            // A rough guess that avoids most regrowth for typical documents.
-            nodes: Vec::with_capacity(input.len() / 8 + 1),
-            text: String::with_capacity(input.len() / 2),
+            // Upper bounds, so the buffers never regrow (each regrowth copies
+            // the tape and page-faults it in again): every node but the root
+            // follows a byte of its own (`[`, `{`, `,` or `:`) and takes at
+            // least one more, so there are at most `(len + 1) / 2` nodes; unescaped
+            // text is never longer than the input. Only pages actually
+            // written are touched, and the excess is handed back below.
+            nodes: Vec::with_capacity(input.len() / 2 + 1),
+            text: String::with_capacity(input.len()),
         },
     };
     p.run()?;
+    p.out.nodes.shrink_to_fit();
+    p.out.text.shrink_to_fit();
     Ok(p.out)
 }
 
@@ -124,9 +138,9 @@ impl Parser<'_> {
                 None => return self.err(ParseErrorKind::UnexpectedEnd),
                 Some(b'{') => {
                     self.pos += 1;
-                    let index = self.out.nodes.len();
+                    let index = self.out.nodes.len() as u32;
                     self.out.nodes.push(Node::Object { len: 0, skip: 0 });
-                    stack.push(Open { index, count: 0, object: true });
+                    stack.push(Open { index, tagged: OBJECT });
                     self.skip_ws();
                     if self.peek() == Some(b'}') {
                         self.pos += 1;
@@ -139,9 +153,9 @@ impl Parser<'_> {
                 }
                 Some(b'[') => {
                     self.pos += 1;
-                    let index = self.out.nodes.len();
+                    let index = self.out.nodes.len() as u32;
                     self.out.nodes.push(Node::Array { len: 0, skip: 0 });
-                    stack.push(Open { index, count: 0, object: false });
+                    stack.push(Open { index, tagged: 0 });
                     self.skip_ws();
                     if self.peek() == Some(b']') {
                         self.pos += 1;
@@ -172,8 +186,8 @@ impl Parser<'_> {
                     }
                     return Ok(());
                 };
-                top.count += 1;
-                let object = top.object;
+                top.tagged += 1;
+                let object = top.is_object();
                 self.skip_ws();
                 match self.peek() {
                     Some(b',') => {
@@ -203,13 +217,11 @@ impl Parser<'_> {
     /// completion loop then attaches it to its parent.
     fn close(&mut self, stack: &mut Vec<Open>) {
         if let Some(open) = stack.pop() {
-            let skip = (self.out.nodes.len() - open.index - 1) as u32;
-            if let Some(n) = self.out.nodes.get_mut(open.index) {
-                *n = if open.object {
-                    Node::Object { len: open.count, skip }
-                } else {
-                    Node::Array { len: open.count, skip }
-                };
+            let index = open.index as usize;
+            let skip = (self.out.nodes.len() - index - 1) as u32;
+            let len = open.count();
+            if let Some(n) = self.out.nodes.get_mut(index) {
+                *n = if open.is_object() { Node::Object { len, skip } } else { Node::Array { len, skip } };
             }
         }
         // An empty container closed right after opening is "a complete
@@ -270,11 +282,7 @@ impl Parser<'_> {
         loop {
             let run = self.pos;
             let rest = self.b.get(run..).unwrap_or_default();
-            let n = rest
-                .iter()
-                .position(|&c| STRING_STOP.get(usize::from(c)).copied().unwrap_or(true))
-                .unwrap_or(rest.len());
-            self.pos = run + n;
+            self.pos = run + crate::encode::plain_run_len(rest);
             // Run boundaries sit on ASCII bytes, so this slice is on char boundaries.
             self.out.text.push_str(self.src.get(run..self.pos).unwrap_or_default());
             match self.peek() {
