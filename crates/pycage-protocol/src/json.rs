@@ -74,10 +74,17 @@ impl Node {
 pub const MAX_VALUE_BUFFER: usize = u32::MAX as usize;
 
 /// An exact JSON value of any depth. See the module docs.
-#[derive(Clone, PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct JsonValue {
     pub(crate) nodes: Vec<Node>,
     pub(crate) text: String,
+}
+
+/// `null`: every `JsonValue` has a root.
+impl Default for JsonValue {
+    fn default() -> Self {
+        JsonValue::null()
+    }
 }
 
 /// The shape of a value, borrowed from a [`JsonValue`].
@@ -448,10 +455,16 @@ struct Open {
 /// assert_eq!(v.to_canonical_string(), r#"{"n":12345678901234567890123,"xs":[true,null]}"#);
 /// # Ok::<(), pycage_protocol::BuildError>(())
 /// ```
-#[derive(Default)]
 pub struct JsonBuilder {
     value: JsonValue,
     open: Vec<Open>,
+}
+
+impl Default for JsonBuilder {
+    fn default() -> Self {
+        // Not `JsonValue::default()`, which is `null`: a builder starts empty.
+        JsonBuilder { value: JsonValue { nodes: Vec::new(), text: String::new() }, open: Vec::new() }
+    }
 }
 
 impl JsonBuilder {
@@ -627,9 +640,12 @@ pub enum ToSerdeError {
 }
 
 impl JsonValue {
-    /// Converts to `serde_json::Value` (numbers stay exact: the workspace
-    /// builds serde_json with `arbitrary_precision`). Refuses values deeper
-    /// than [`SERDE_MAX_DEPTH`].
+    /// Converts to `serde_json::Value`. Numbers keep their value exactly (the
+    /// workspace builds serde_json with `arbitrary_precision`) but serde_json
+    /// may re-spell them (`1E5` becomes `1e+5`); objects follow serde_json's
+    /// map semantics (keys sorted, the last of duplicate keys kept). Refuses
+    /// values deeper than [`SERDE_MAX_DEPTH`]. Use the tape itself when the
+    /// exact text matters.
     pub fn to_serde(&self) -> Result<serde_json::Value, ToSerdeError> {
         let depth = self.depth();
         if depth > SERDE_MAX_DEPTH {
@@ -741,6 +757,12 @@ mod tests {
         builder.value(v.root().get("b").unwrap()).unwrap();
         builder.end().unwrap();
         assert_eq!(builder.finish().unwrap().to_canonical_string(), r#"["pre",[1,"yy",{"c":2.50}]]"#);
+    }
+
+    #[test]
+    fn default_is_null() {
+        assert_eq!(JsonValue::default(), JsonValue::null());
+        assert_eq!(JsonValue::default().to_canonical_string(), "null");
     }
 
     #[test]
