@@ -102,7 +102,7 @@ _CO_ASYNC_GENERATOR = 0x200
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _os_write = os.write
-_os_read = os.read
+_os_readv = os.readv
 _os_exit = os._exit
 _select = select.select
 _int_repr = int.__repr__
@@ -591,17 +591,24 @@ _pending = {}  # call id -> Future of (ok, value_or_message)
 _ids = itertools.count()
 
 
+# Reads land in one preallocated buffer: os.read(fd, n) would allocate
+# (and, at this size, mmap and page-fault) a fresh n-byte object per call,
+# which cost more than the rest of a binding call's round trip together.
+_readbuf = bytearray(_READ_CHUNK)
+_readview = memoryview(_readbuf)
+
+
 def _pump():
     """Move what fd 3 has into _inbuf; exit if the host is gone."""
     try:
-        chunk = _os_read(_FD, _READ_CHUNK)
+        n = _os_readv(_FD, (_readbuf,))
     except BlockingIOError:
         return False
     except OSError as e:
         _die(_EXIT_HOST_GONE, f"reading fd {_FD} failed: {e}")
-    if not chunk:
+    if not n:
         _die(_EXIT_HOST_GONE)
-    _inbuf.extend(chunk)
+    _inbuf.extend(_readview[:n])
     return True
 
 
