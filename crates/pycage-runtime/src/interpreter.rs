@@ -14,15 +14,26 @@ use pycage_protocol::{JsonValue, Kind};
 /// Oldest CPython the bootstrap supports.
 pub const MIN_VERSION: (u64, u64) = (3, 10);
 
+/// Answers one JSON object. Given a directory as its argument, it also
+/// imports `pycage.bootstrap` from there — checking it and leaving its
+/// bytecode in `__pycache__` — so construction starts the interpreter once.
 const PROBE: &str = r#"
 import json, sys
-print(json.dumps({
+info = {
     "implementation": sys.implementation.name,
     "version": list(sys.version_info[:3]),
     "executable": sys.executable,
     "prefixes": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}),
     "path": [p for p in sys.path if p],
-}))
+}
+if len(sys.argv) > 1:
+    sys.path.insert(0, sys.argv[1])
+    try:
+        import pycage.bootstrap
+    except BaseException:
+        import traceback
+        info["bootstrapError"] = traceback.format_exc()
+print(json.dumps(info))
 "#;
 
 /// A probed interpreter.
@@ -66,15 +77,27 @@ fn is_executable(p: &Path) -> bool {
 
 /// Resolves and probes the interpreter.
 pub fn probe(configured: Option<&Path>) -> Result<Interpreter, InterpreterError> {
+    probe_with_bootstrap(configured, None).map(|(i, _)| i)
+}
+
+/// Probes the interpreter and, in the same process, imports the bootstrap
+/// from `bootstrap_dir`; the second result is that import's traceback when it
+/// failed.
+pub fn probe_with_bootstrap(
+    configured: Option<&Path>,
+    bootstrap_dir: Option<&Path>,
+) -> Result<(Interpreter, Result<(), String>), InterpreterError> {
     let path = match configured {
         Some(p) => p.to_path_buf(),
         None => which("python3").ok_or(InterpreterError::NotFound)?,
     };
-    let out = Command::new(&path)
-        .args(["-I", "-c", PROBE])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| InterpreterError::Spawn { path: path.clone(), source })?;
+    let mut cmd = Command::new(&path);
+    cmd.args(["-I", "-c", PROBE]);
+    if let Some(dir) = bootstrap_dir {
+        cmd.arg(dir);
+    }
+    let out =
+        cmd.stdin(Stdio::null()).output().map_err(|source| InterpreterError::Spawn { path: path.clone(), source })?;
     if !out.status.success() {
         return Err(InterpreterError::ProbeFailed {
             path,
@@ -113,12 +136,17 @@ pub fn probe(configured: Option<&Path>) -> Result<Interpreter, InterpreterError>
     if !executable.is_absolute() {
         return Err(bad());
     }
-    Ok(Interpreter {
+    let bootstrap = match root.get("bootstrapError").and_then(|e| e.as_str()) {
+        Some(e) => Err(e.chars().take(4000).collect()),
+        None => Ok(()),
+    };
+    let interpreter = Interpreter {
         executable,
         version: (major, minor, micro),
         prefixes: strings("prefixes"),
         sys_path: strings("path"),
-    })
+    };
+    Ok((interpreter, bootstrap))
 }
 
 #[cfg(test)]

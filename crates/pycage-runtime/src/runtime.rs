@@ -102,9 +102,13 @@ impl Runtime {
     /// bootstrap. Fails here, not at the first run, when something is wrong.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
         config.validate()?;
-        let interpreter = interpreter::probe(config.python.as_deref())?;
         let bootstrap = write_bootstrap().map_err(RuntimeError::Bootstrap)?;
-        precompile(&interpreter.executable, bootstrap.path())?;
+        let (interpreter, imported) =
+            interpreter::probe_with_bootstrap(config.python.as_deref(), Some(bootstrap.path()))?;
+        if let Err(stderr) = imported {
+            return Err(RuntimeError::BootstrapImport { python: interpreter.executable, stderr });
+        }
+        share_bytecode(bootstrap.path());
         let sandbox_read_only = match config.isolation {
             Isolation::Process => Vec::new(),
             Isolation::Sandbox => sandbox_paths(&config, &interpreter, bootstrap.path())?,
@@ -320,24 +324,9 @@ fn write_bootstrap() -> std::io::Result<tempfile::TempDir> {
     Ok(dir)
 }
 
-/// Imports the bootstrap once, which checks it and leaves its bytecode in
-/// `__pycache__` so children (started with `-B`) skip compiling it.
-fn precompile(python: &Path, dir: &Path) -> Result<(), RuntimeError> {
-    let mut quoted = Vec::new();
-    pycage_protocol::write_json_string(&mut quoted, &dir.to_string_lossy());
-    let code = format!("import sys; sys.path.insert(0, {}); import pycage.bootstrap", String::from_utf8_lossy(&quoted));
-    let out = std::process::Command::new(python)
-        .args(["-I", "-c", &code])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(RuntimeError::Bootstrap)?;
-    if !out.status.success() {
-        return Err(RuntimeError::BootstrapImport {
-            python: python.to_path_buf(),
-            stderr: String::from_utf8_lossy(&out.stderr).chars().take(4000).collect(),
-        });
-    }
-    // Let the sandboxed uid read the bytecode too.
+/// Lets the sandboxed uid read the bytecode the probe compiled (children
+/// run with `-B`, so they read it and never write their own).
+fn share_bytecode(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(entries) = std::fs::read_dir(dir.join("pycage").join("__pycache__")) {
         let _ =
@@ -346,5 +335,4 @@ fn precompile(python: &Path, dir: &Path) -> Result<(), RuntimeError> {
             let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o644));
         }
     }
-    Ok(())
 }
