@@ -201,10 +201,36 @@ fn feed(session: &mut Session<'_>, splitter: &mut LineSplitter, mut data: &[u8])
     None
 }
 
-async fn read_opt<R: tokio::io::AsyncRead + Unpin>(r: &mut Option<R>, buf: &mut [u8]) -> std::io::Result<usize> {
-    match r {
-        Some(r) => r.read(buf).await,
-        None => std::future::pending().await,
+/// The child's raw fd 1 or fd 2, read until EOF.
+struct RawPipe {
+    rx: Option<tokio::net::unix::pipe::Receiver>,
+    buf: Vec<u8>,
+}
+
+impl RawPipe {
+    fn new(rx: Option<tokio::net::unix::pipe::Receiver>) -> Self {
+        RawPipe { rx, buf: vec![0; READ_BUF] }
+    }
+
+    fn closed(&self) -> bool {
+        self.rx.is_none()
+    }
+
+    /// Bytes of the next chunk (0 once closed: EOF or an error closes it).
+    /// Never resolves while closed, so a `select!` arm on it goes quiet.
+    async fn read(&mut self) -> usize {
+        let Some(rx) = &mut self.rx else { return std::future::pending().await };
+        match rx.read(&mut self.buf).await {
+            Ok(n) if n > 0 => n,
+            _ => {
+                self.rx = None;
+                0
+            }
+        }
+    }
+
+    fn chunk(&self, n: usize) -> &[u8] {
+        self.buf.get(..n).unwrap_or_default()
     }
 }
 
@@ -251,10 +277,8 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     };
     let mut splitter = LineSplitter::new(config.max_line_bytes);
     let mut sock_buf = vec![0u8; READ_BUF];
-    let mut out_buf = vec![0u8; READ_BUF];
-    let mut err_buf = vec![0u8; READ_BUF];
-    let mut stdout = worker.stdout.take();
-    let mut stderr = worker.stderr.take();
+    let mut stdout = RawPipe::new(worker.stdout.take());
+    let mut stderr = RawPipe::new(worker.stderr.take());
 
     let mut write_failed = false;
     let outcome = loop {
@@ -296,14 +320,8 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
                     break Outcome::Ended;
                 }
             },
-            r = read_opt(&mut stdout, &mut out_buf) => match r {
-                Ok(n) if n > 0 => s.log(Source::Stdout, out_buf.get(..n).unwrap_or_default()),
-                _ => stdout = None,
-            },
-            r = read_opt(&mut stderr, &mut err_buf) => match r {
-                Ok(n) if n > 0 => s.log(Source::Stderr, err_buf.get(..n).unwrap_or_default()),
-                _ => stderr = None,
-            },
+            n = stdout.read() => s.log(Source::Stdout, stdout.chunk(n)),
+            n = stderr.read() => s.log(Source::Stderr, stderr.chunk(n)),
             Some(joined) = s.calls.join_next(), if !s.calls.is_empty() => {
                 if let Ok((id, result)) = joined {
                     s.reply(id, result);
@@ -336,19 +354,13 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     // Drain what the pipes still hold: output written before the end.
     let drain_until = Instant::now() + config.grace.min(Duration::from_millis(200));
     loop {
-        if stdout.is_none() && stderr.is_none() {
+        if stdout.closed() && stderr.closed() {
             break;
         }
         tokio::select! {
             _ = tokio::time::sleep_until(drain_until) => break,
-            r = read_opt(&mut stdout, &mut out_buf) => match r {
-                Ok(n) if n > 0 => s.log(Source::Stdout, out_buf.get(..n).unwrap_or_default()),
-                _ => stdout = None,
-            },
-            r = read_opt(&mut stderr, &mut err_buf) => match r {
-                Ok(n) if n > 0 => s.log(Source::Stderr, err_buf.get(..n).unwrap_or_default()),
-                _ => stderr = None,
-            },
+            n = stdout.read() => s.log(Source::Stdout, stdout.chunk(n)),
+            n = stderr.read() => s.log(Source::Stderr, stderr.chunk(n)),
         }
     }
     s.ledger.finish();

@@ -9,6 +9,8 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::time::Duration;
 
+mod common;
+
 use pycage_runtime::*;
 
 type Check = Box<dyn Fn(&RunResult) -> Result<(), String> + Send + Sync>;
@@ -130,19 +132,6 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
     ]
 }
 
-fn marker_processes() -> Vec<String> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(MARKER) && cmd.starts_with("sleep") {
-                out.push(cmd);
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_programs_get_exact_outcomes() {
     if !rustix::process::geteuid().is_root() {
@@ -184,7 +173,7 @@ async fn hostile_programs_get_exact_outcomes() {
     }
     assert_eq!(std::fs::read_to_string(&canary).unwrap(), "top secret");
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(marker_processes(), Vec::<String>::new());
+    assert_eq!(common::processes_with_marker(MARKER), Vec::<String>::new());
     for p in [
         "/tmp/pycage-hostile-w",
         "/usr/pycage-hostile-w",

@@ -39,3 +39,17 @@ pub fn failure(r: &RunResult) -> (FailureKind, &str) {
 pub fn echo_ns() -> Namespace {
     Namespace::new("tools").with_function("echo", Binding::new(|a| async move { Ok(a) }))
 }
+
+/// Processes anywhere whose command line contains `marker`.
+pub fn processes_with_marker(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) && !cmd.contains("cargo") {
+                out.push(cmd);
+            }
+        }
+    }
+    out
+}
