@@ -65,10 +65,47 @@ fn floor_pipe_round_trips(python: &std::path::Path, n: usize) -> Duration {
     el
 }
 
+/// A trivial run under each isolation, interleaved in one loop, so their
+/// ratio is not skewed by load that changes between two loops.
+async fn sandbox_vs_process(iterations: usize) {
+    let make = |isolation| Runtime::new(RuntimeConfig { isolation, ..RuntimeConfig::default() });
+    let (process, sandbox) = match (make(Isolation::Process), make(Isolation::Sandbox)) {
+        (Ok(p), Ok(s)) => (p, s),
+        (_, Err(e)) | (Err(e), _) => {
+            println!("sandbox vs process: unavailable: {e}");
+            return;
+        }
+    };
+    let mut p = Vec::new();
+    let mut s = Vec::new();
+    for i in 0..=iterations {
+        let t = Instant::now();
+        process.run(RunRequest::new("return 1")).await.unwrap();
+        let tp = t.elapsed();
+        let t = Instant::now();
+        sandbox.run(RunRequest::new("return 1")).await.unwrap();
+        let ts = t.elapsed();
+        if i > 0 {
+            p.push(tp);
+            s.push(ts);
+        }
+    }
+    let (pm, sm) = (median(p), median(s));
+    println!(
+        "[sandbox vs process] trivial run: sandbox {:.2} ms, process {:.2} ms (interleaved); ratio {:.2}",
+        sm.as_secs_f64() * 1e3,
+        pm.as_secs_f64() * 1e3,
+        sm.as_secs_f64() / pm.as_secs_f64()
+    );
+    process.shutdown().await;
+    sandbox.shutdown().await;
+}
+
 fn main() {
     let iterations: usize = std::env::args().filter_map(|a| a.parse().ok()).next().unwrap_or(30);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async move {
+        sandbox_vs_process(iterations).await;
         for isolation in [Isolation::Process, Isolation::Sandbox] {
             let config = RuntimeConfig { isolation, ..RuntimeConfig::default() };
             let runtime = match Runtime::new(config) {
