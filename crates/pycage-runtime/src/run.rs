@@ -365,9 +365,8 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     }
     s.ledger.finish();
     s.stream_lines();
-    let dropped_frames = s.dropped_frames;
-    let logs = std::mem::replace(&mut s.ledger, LogLedger::new(0)).into_lines();
-    drop(s);
+    let Session { ledger, dropped_frames, .. } = s;
+    let logs = ledger.into_lines();
     drop(worker);
 
     let mut result = match outcome {

@@ -16,6 +16,12 @@
 //!
 //! Dropping a `Worker` always kills the group and reaps the child: no
 //! zombie, no orphan, no fd or directory left behind.
+//!
+//! `PR_SET_PDEATHSIG` fires when the *thread* that forked exits, not the
+//! process. Workers are spawned from the run's own future, i.e. on a tokio
+//! worker thread (alive as long as the tokio runtime) or the caller's thread
+//! for a current-thread runtime; never from `spawn_blocking` threads, which
+//! exit when idle and would take their children with them.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
