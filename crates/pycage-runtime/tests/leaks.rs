@@ -73,6 +73,11 @@ async fn no_leftover_processes_fds_or_dirs() {
     assert_eq!(processes_with_marker("31.73"), Vec::<String>::new());
     // The scan itself can see such a process (so the check above can fail).
     let mut control = std::process::Command::new("sleep").arg("31.739").spawn().unwrap();
+    // (Until it has exec'd, the child still shows this binary's command line.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while processes_with_marker("31.73").is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(processes_with_marker("31.73").len(), 1);
     control.kill().unwrap();
     control.wait().unwrap();
