@@ -22,42 +22,20 @@
 use std::io::{self, Read};
 
 use libfuzzer_sys::fuzz_target;
+
+#[path = "../../crates/pycage-protocol/tests/support/mod.rs"]
+mod support;
+use support::{ev, has_key, Ev, SERDE_NUMBER_TOKEN};
 use pycage_protocol::{
-    meter_value, parse_child_frame, ChildFrame, FrameError, FrameReader, JsonValue, Kind, LineEvent, LineSplitter,
-    ValueRef,
+    meter_value, parse_child_frame, ChildFrame, FrameError, FrameReader, JsonValue, LineEvent, LineSplitter,
 };
 
-#[derive(Debug, PartialEq, Eq)]
-enum Ev {
-    Line(Vec<u8>),
-    Over,
-}
 
-fn ev(e: LineEvent<'_>) -> Ev {
-    match e {
-        LineEvent::Line(l) => Ev::Line(l.to_vec()),
-        LineEvent::Oversized => Ev::Over,
-    }
-}
 
 /// serde_json's parser refuses nesting past 128; compare only below that.
 const SERDE_DEPTH: usize = 120;
 
-/// With `arbitrary_precision`, serde_json reads an object with this key as a
-/// number (`{"$serde_json::private::Number":"1e999"}` is the number 1e999,
-/// and any other value under the key is an error). It is ordinary JSON to
-/// us, so acceptance is only compared on values without it.
-const SERDE_NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
-/// Whether any object in `v` has `key` (recursive: only called on values at
-/// most `SERDE_DEPTH` deep).
-fn has_key(v: ValueRef<'_>, key: &str) -> bool {
-    match v.kind() {
-        Kind::Array(mut it) => it.any(|x| has_key(x, key)),
-        Kind::Object(mut it) => it.any(|(k, x)| k == key || has_key(x, key)),
-        Kind::Null | Kind::Bool(_) | Kind::Number(_) | Kind::String(_) => false,
-    }
-}
 
 fn check_value(v: &JsonValue) {
     let enc = v.to_canonical_string();

@@ -20,22 +20,12 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use criterion::{criterion_group, BenchmarkGroup, Criterion, Throughput};
 use pycage_protocol::{meter_value, validate_child_frame, ChildFrame, FrameReader, JsonValue};
-
-/// xorshift64*: deterministic input without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use support::Rng;
 
 const WORDS: &[&str] =
     &["alpha", "beta", "gamma", "delta", "café", "naïve", "Grüße", "東京", "данные", "😀", "ok", "value", "résumé"];

@@ -23,21 +23,11 @@
 //! meter, encode, drop) on a 256 KiB stack.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic)]
 
+mod support;
+
 use proptest::prelude::*;
 use pycage_protocol::{meter_value, validate_child_frame, write_json_string, ChildFrame, JsonValue, Kind, ValueRef};
-
-/// serde_json's spelling of a number token: lower-case `e`, explicit sign.
-fn serde_number_text(n: &str) -> String {
-    match n.find(['e', 'E']) {
-        None => n.to_owned(),
-        Some(i) => {
-            let (mant, exp) = n.split_at(i);
-            let exp = &exp[1..];
-            let sign = if exp.starts_with(['+', '-']) { "" } else { "+" };
-            format!("{mant}e{sign}{exp}")
-        }
-    }
-}
+use support::{has_key, serde_number_text, SERDE_NUMBER_TOKEN};
 
 fn serde_preserves_order() -> bool {
     let mut m = serde_json::Map::new();
@@ -91,18 +81,6 @@ fn serde_style(v: ValueRef<'_>, sort: bool, out: &mut Vec<u8>) -> Option<()> {
         }
     }
     Some(())
-}
-
-/// serde_json's private key for exact numbers (see the module docs).
-const SERDE_NUMBER_TOKEN: &str = "$serde_json::private::Number";
-
-/// Whether any object in `v` has `key` (recursive: shallow test values only).
-fn has_key(v: ValueRef<'_>, key: &str) -> bool {
-    match v.kind() {
-        Kind::Array(mut it) => it.any(|x| has_key(x, key)),
-        Kind::Object(mut it) => it.any(|(k, x)| k == key || has_key(x, key)),
-        Kind::Null | Kind::Bool(_) | Kind::Number(_) | Kind::String(_) => false,
-    }
 }
 
 /// What happened when both parsers saw `input`.

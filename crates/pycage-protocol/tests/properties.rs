@@ -24,11 +24,14 @@
 use std::fmt::Write as _;
 use std::io::{self, Read};
 
+mod support;
+
 use proptest::prelude::*;
 use pycage_protocol::{
     json_string_len, meter_value, validate_child_frame, write_json_string, ChildFrame, FrameReader, JsonValue, Kind,
-    LineEvent, LineSplitter, ValueRef,
+    LineSplitter, ValueRef,
 };
+use support::{ev, serde_number_text, Ev, Rng};
 
 // ---------------------------------------------------------------------------
 // The generator.
@@ -107,15 +110,12 @@ fn arb_big() -> impl Strategy<Value = G> {
 }
 
 /// A small deterministic generator for whitespace choices.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
+/// Whitespace choices for generated inputs.
+trait Ws {
+    fn ws(&mut self, out: &mut String);
+}
+
+impl Ws for Rng {
     fn ws(&mut self, out: &mut String) {
         let r = self.next();
         if r & 3 != 0 {
@@ -303,19 +303,6 @@ impl G {
     }
 }
 
-/// serde_json's spelling of a number token: lower-case `e`, explicit sign.
-fn serde_number_text(n: &str) -> String {
-    match n.find(['e', 'E']) {
-        None => n.to_owned(),
-        Some(i) => {
-            let (mant, exp) = n.split_at(i);
-            let exp = &exp[1..];
-            let sign = if exp.starts_with(['+', '-']) { "" } else { "+" };
-            format!("{mant}e{sign}{exp}")
-        }
-    }
-}
-
 fn key_text(k: &GStr) -> String {
     k.iter().map(|&(c, _)| c).collect()
 }
@@ -460,19 +447,6 @@ proptest! {
 
 // ---------------------------------------------------------------------------
 // (c) no panics on junk, (d) splitter chunking.
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Ev {
-    Line(Vec<u8>),
-    Over,
-}
-
-fn ev(e: LineEvent<'_>) -> Ev {
-    match e {
-        LineEvent::Line(l) => Ev::Line(l.to_vec()),
-        LineEvent::Oversized => Ev::Over,
-    }
-}
 
 /// Feeds `input` in chunks of the given sizes (cycled; 0 counts as 1).
 fn split_chunked(input: &[u8], cap: usize, chunks: &[usize]) -> Vec<Ev> {
