@@ -1,10 +1,11 @@
 //! The host's log ledger: one ordered list of lines from three sources.
 //!
 //! Sources are the child's `log` frames (its Python-level stdout and
-//! stderr), and the raw fd 1 and fd 2 pipes (C extensions, `os.write`).
-//! Each source keeps its own partial line, so a raw write cannot split a
-//! line printed through Python; a line enters `lines` when its newline
-//! arrives, so lines appear in the order they were completed.
+//! stderr), and the raw pipe that is both its fd 1 and fd 2 (C extensions,
+//! `os.write`). Each source keeps its own partial line, so a raw write cannot
+//! split a line printed through Python; a line enters `lines` when its
+//! newline arrives, so lines appear in the order they were completed. Order
+//! is exact within a source; across the two it is arrival order.
 //!
 //! The ledger counts every accepted byte against `max_bytes`. Capture stops
 //! at the first of: the host's own count running out, or the child's marker
@@ -18,15 +19,15 @@ use pycage_protocol::log_truncation_marker;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Frames = 0,
-    Stdout = 1,
-    Stderr = 2,
+    /// The child's fd 1 and fd 2, one pipe.
+    Raw = 1,
 }
 
 /// See the module docs.
 #[derive(Debug)]
 pub struct LogLedger {
     lines: Vec<String>,
-    partial: [Vec<u8>; 3],
+    partial: [Vec<u8>; 2],
     used: u64,
     max_bytes: u64,
     stopped: bool,
@@ -122,9 +123,9 @@ mod tests {
     fn interleaves_by_completion_and_keeps_partials_apart() {
         let mut l = LogLedger::new(1000);
         l.push(Source::Frames, b"hel");
-        l.push(Source::Stdout, b"raw\n");
+        l.push(Source::Raw, b"raw\n");
         l.push(Source::Frames, b"lo\nwor");
-        l.push(Source::Stderr, b"err");
+        l.push(Source::Raw, b"err");
         l.finish();
         assert_eq!(l.into_lines(), vec!["raw", "hello", "wor", "err"]);
     }
@@ -132,7 +133,7 @@ mod tests {
     #[test]
     fn exactly_one_marker_host_budget() {
         let mut l = LogLedger::new(10);
-        l.push(Source::Stdout, b"12345\n");
+        l.push(Source::Raw, b"12345\n");
         l.push(Source::Frames, b"abcdefgh\n");
         l.push(Source::Frames, b"more\n");
         l.truncate();
@@ -145,7 +146,7 @@ mod tests {
         let mut l = LogLedger::new(100);
         l.push(Source::Frames, b"a\npartial");
         l.truncate();
-        l.push(Source::Stdout, b"after\n");
+        l.push(Source::Raw, b"after\n");
         l.finish();
         assert_eq!(l.into_lines(), vec!["a", "partial", "[pycage] log capture truncated at 100 bytes"]);
     }
@@ -161,10 +162,10 @@ mod tests {
     #[test]
     fn take_new_streams_each_line_once() {
         let mut l = LogLedger::new(100);
-        l.push(Source::Stdout, b"a\nb\n");
+        l.push(Source::Raw, b"a\nb\n");
         assert_eq!(l.take_new(), ["a", "b"]);
         assert!(l.take_new().is_empty());
-        l.push(Source::Stdout, b"c\n");
+        l.push(Source::Raw, b"c\n");
         assert_eq!(l.take_new(), ["c"]);
     }
 }

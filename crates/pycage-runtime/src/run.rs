@@ -63,8 +63,9 @@ struct Session<'a> {
     config: &'a RuntimeConfig,
     ledger: LogLedger,
     events: Option<mpsc::UnboundedSender<RunEvent>>,
-    /// Encoded frames not yet written to fd 3.
+    /// Encoded frames for fd 3; `out[out_sent..]` is not written yet.
     out: Vec<u8>,
+    out_sent: usize,
     table: BTreeMap<(String, String), Binding>,
     seen_ids: HashSet<u64>,
     calls: JoinSet<(u64, Result<JsonValue, BindingError>)>,
@@ -92,18 +93,12 @@ impl Session<'_> {
         }
     }
 
-    fn send(&mut self, frame: Vec<u8>) {
-        self.out.extend_from_slice(&frame);
-    }
-
     /// Handles one validated frame; `Some` settles the run.
     fn frame(&mut self, frame: ChildFrame) -> Option<Outcome> {
         match frame {
             ChildFrame::BootAck => {
                 if let Some(program) = self.program.take() {
-                    let mut buf = Vec::with_capacity(program.len() + 32);
-                    RunFrame { program }.encode(&mut buf);
-                    self.send(buf);
+                    RunFrame { program }.encode(&mut self.out);
                 }
                 None
             }
@@ -130,9 +125,7 @@ impl Session<'_> {
                     None => {
                         let message = format!("{global}.{name} is not a binding of this run");
                         self.emit(RunEvent::CallFinished { id, error: Some(message.clone()) });
-                        let mut buf = Vec::new();
-                        ReplyFrame::Err { id, message }.encode(&mut buf);
-                        self.send(buf);
+                        ReplyFrame::Err { id, message }.encode(&mut self.out);
                     }
                 }
                 None
@@ -151,18 +144,16 @@ impl Session<'_> {
     }
 
     fn reply(&mut self, id: u64, result: Result<JsonValue, BindingError>) {
-        let mut buf = Vec::new();
         match result {
             Ok(value) => {
                 self.emit(RunEvent::CallFinished { id, error: None });
-                ReplyFrame::Ok { id, value }.encode(&mut buf);
+                ReplyFrame::Ok { id, value }.encode(&mut self.out);
             }
             Err(e) => {
                 self.emit(RunEvent::CallFinished { id, error: Some(e.message.clone()) });
-                ReplyFrame::Err { id, message: e.message }.encode(&mut buf);
+                ReplyFrame::Err { id, message: e.message }.encode(&mut self.out);
             }
         }
-        self.send(buf);
     }
 }
 
@@ -201,7 +192,7 @@ fn feed(session: &mut Session<'_>, splitter: &mut LineSplitter, mut data: &[u8])
     None
 }
 
-/// The child's raw fd 1 or fd 2, read until EOF.
+/// The child's raw fd 1 and fd 2 (one pipe), read until EOF.
 struct RawPipe {
     rx: Option<tokio::net::unix::pipe::Receiver>,
     buf: Vec<u8>,
@@ -269,6 +260,7 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
         ledger: LogLedger::new(config.max_log_bytes),
         events: inputs.events,
         out,
+        out_sent: 0,
         table,
         seen_ids: HashSet::new(),
         calls: JoinSet::new(),
@@ -277,16 +269,24 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     };
     let mut splitter = LineSplitter::new(config.max_line_bytes);
     let mut sock_buf = vec![0u8; READ_BUF];
-    let mut stdout = RawPipe::new(worker.stdout.take());
-    let mut stderr = RawPipe::new(worker.stderr.take());
+    let mut raw = RawPipe::new(worker.output.take());
 
     let mut write_failed = false;
     let outcome = loop {
         // Write what the socket takes now; the rest waits for writability.
-        while !s.out.is_empty() && !write_failed {
-            match wr.try_write(&s.out) {
+        while s.out_sent < s.out.len() && !write_failed {
+            match wr.try_write(s.out.get(s.out_sent..).unwrap_or_default()) {
                 Ok(n) => {
-                    s.out.drain(..n);
+                    s.out_sent += n;
+                    if s.out_sent == s.out.len() {
+                        s.out.clear();
+                        s.out_sent = 0;
+                    } else if s.out_sent > s.out.len() / 2 {
+                        // Compact now and then: amortized O(1) per byte,
+                        // however slowly the child reads.
+                        s.out.drain(..s.out_sent);
+                        s.out_sent = 0;
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 // The child closed its end: nothing more can be sent; its
@@ -294,7 +294,7 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
                 Err(_) => write_failed = true,
             }
         }
-        let want_write = !s.out.is_empty() && !write_failed;
+        let want_write = s.out_sent < s.out.len() && !write_failed;
         tokio::select! {
             biased;
             _ = inputs.cancel.cancelled() => break Outcome::Fail(FailureKind::Abort, "the run was cancelled by the caller".into()),
@@ -320,8 +320,7 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
                     break Outcome::Ended;
                 }
             },
-            n = stdout.read() => s.log(Source::Stdout, stdout.chunk(n)),
-            n = stderr.read() => s.log(Source::Stderr, stderr.chunk(n)),
+            n = raw.read() => s.log(Source::Raw, raw.chunk(n)),
             Some(joined) = s.calls.join_next(), if !s.calls.is_empty() => {
                 if let Ok((id, result)) = joined {
                     s.reply(id, result);
@@ -354,13 +353,12 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     // Drain what the pipes still hold: output written before the end.
     let drain_until = Instant::now() + config.grace.min(Duration::from_millis(200));
     loop {
-        if stdout.closed() && stderr.closed() {
+        if raw.closed() {
             break;
         }
         tokio::select! {
             _ = tokio::time::sleep_until(drain_until) => break,
-            n = stdout.read() => s.log(Source::Stdout, stdout.chunk(n)),
-            n = stderr.read() => s.log(Source::Stderr, stderr.chunk(n)),
+            n = raw.read() => s.log(Source::Raw, raw.chunk(n)),
         }
     }
     s.ledger.finish();

@@ -5,7 +5,8 @@
 //! pool or, later, a fork server hand out the same thing). Its parts:
 //!
 //! - fd 3 is one end of a Unix socketpair, installed with `dup2` between fork
-//!   and exec; fd 0 is `/dev/null`; fd 1 and 2 are pipes the host reads;
+//!   and exec; fd 0 is `/dev/null`; fd 1 and 2 are the same pipe, so raw
+//!   writes to either arrive at the host in the order they were made;
 //! - a scrubbed environment, a private 0700 temporary directory as cwd,
 //!   `HOME` and `TMPDIR`, its own process group, and `PR_SET_PDEATHSIG`
 //!   with a `getppid` re-check so a dying host takes the child with it;
@@ -60,8 +61,8 @@ pub(crate) struct Worker {
     child: Child,
     pidfd: AsyncFd<OwnedFd>,
     pub sock: Option<tokio::net::UnixStream>,
-    pub stdout: Option<pipe::Receiver>,
-    pub stderr: Option<pipe::Receiver>,
+    /// The read end of the one pipe that is both the child's fd 1 and fd 2.
+    pub output: Option<pipe::Receiver>,
     exit: Option<Exit>,
     /// Removed on drop, after the child is dead.
     _run_dir: tempfile::TempDir,
@@ -90,6 +91,8 @@ fn loader(bootstrap_dir: &Path) -> String {
 impl Worker {
     pub(crate) fn spawn(spec: SpawnSpec<'_>) -> io::Result<Worker> {
         let (host_end, child_end) = UnixStream::pair()?;
+        // One pipe for fd 1 and fd 2: raw writes to either keep their order.
+        let (out_rx, out_tx) = std::io::pipe()?;
         let child_fd = child_end.as_raw_fd();
         let parent = rustix::process::getpid();
         let run_path = spec.run_dir.path();
@@ -102,8 +105,8 @@ impl Worker {
             .env("LANG", "C.UTF-8")
             .current_dir(run_path)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(out_tx.try_clone()?)
+            .stderr(out_tx)
             .process_group(0);
         let extra: Option<std::sync::Arc<dyn PreExec>> = spec.pre_exec.map(std::sync::Arc::from);
         let hook = extra.clone();
@@ -141,14 +144,15 @@ impl Worker {
         };
         host_end.set_nonblocking(true)?;
         let sock = tokio::net::UnixStream::from_std(host_end)?;
-        let stdout = child.stdout.take().map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s))).transpose()?;
-        let stderr = child.stderr.take().map(|s| pipe::Receiver::from_owned_fd(OwnedFd::from(s))).transpose()?;
+        // The write ends were moved into `cmd`: drop it so only the child
+        // holds them, or EOF would never come.
+        drop(cmd);
+        let output = Some(pipe::Receiver::from_owned_fd(OwnedFd::from(out_rx))?);
         Ok(Worker {
             child,
             pidfd,
             sock: Some(sock),
-            stdout,
-            stderr,
+            output,
             exit: None,
             _run_dir: spec.run_dir,
             _staging: spec.staging,

@@ -317,8 +317,8 @@ async fn raw_fd_output_is_captured_in_order() {
     let program = "import os, sys\nprint('one')\nos.write(1, b'two\\n')\nprint('three', file=sys.stderr)\nos.write(2, b'four\\npartial')\nreturn 1";
     let r = run(&rt, program).await;
     assert_eq!(value(&r), "1");
-    // Frames and raw pipes are separate channels: order holds within each
-    // (and lines never mix), not necessarily across them.
+    // Frames and the raw pipe (fd 1 and fd 2 share it) are two channels:
+    // order is exact within each (and lines never mix), arrival order across.
     let pos = |s: &str| r.logs.iter().position(|l| l == s).unwrap_or_else(|| panic!("{s} missing: {:?}", r.logs));
     assert_eq!(r.logs.len(), 5, "{:?}", r.logs);
     assert!(pos("one") < pos("three"));
