@@ -92,7 +92,9 @@ pub struct RunFailure {
 pub struct RunResult {
     /// The top-level `return` value; `None` if the program did not return.
     pub value: Option<JsonValue>,
-    /// Output lines in the order written, without trailing newlines.
+    /// Output lines, without trailing newlines: Python-level output (sent as
+    /// `log` frames) in the order written, raw fd 1/fd 2 output in the order
+    /// written, and the two channels interleaved in arrival order.
     pub logs: Vec<String>,
     pub error: Option<RunFailure>,
     /// Frames from the child that failed validation and were dropped.
