@@ -464,3 +464,54 @@ fn doctor_reports_layers_and_exit_status() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("interpreter: MISSING"));
 }
+
+/// Processes whose command line contains `marker`.
+fn marked(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.starts_with("sleep") && cmd.contains(marker) {
+                out.push(cmd);
+            }
+        }
+    }
+    out
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+/// A sandboxed program dies with the host, even though the sandbox changes
+/// credentials (which clears the parent-death signal) on its way in.
+#[test]
+fn sandboxed_program_dies_when_the_host_is_killed() {
+    if !rustix::process::geteuid().is_root() {
+        return; // the sandbox needs root; CI runs as root
+    }
+    // The sleep duration is the marker (sleep takes no other argument).
+    let marker = "3600.8123";
+    let program = format!("import os\nos.execvp('sleep', ['sleep', '{marker}'])");
+    let mut host = Command::new(env!("CARGO_BIN_EXE_pycage"))
+        .args(["run", "--isolation", "sandbox", "-c", &program])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || !marked(marker).is_empty()), "the program never started");
+    host.kill().unwrap();
+    host.wait().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || marked(marker).is_empty()),
+        "survived the host: {:?}",
+        marked(marker)
+    );
+}

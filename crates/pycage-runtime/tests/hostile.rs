@@ -48,7 +48,9 @@ fn with_logs(first: &'static str, inner: Check) -> Check {
     })
 }
 
-const MARKER: &str = "pycage-hostile-daemon-4711";
+/// The daemon's `sleep` duration doubles as its marker (sleep rejects
+/// extra non-numeric arguments).
+const MARKER: &str = "3600.4711";
 
 fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
     let c = |name, program: &str, tweak, check| Case { name, program: program.to_string(), tweak, check };
@@ -64,7 +66,7 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
         c("fork bomb", "print('go')\nimport os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
             |k| k.wall_time = Duration::from_secs(3), with_logs("go", is_failure(FailureKind::Timeout, "wall-clock"))),
         c("setsid double-fork daemon", &format!(
-            "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execvp('sleep', ['sleep', '3600', '{MARKER}'])\n    os._exit(0)\nos.wait()\nreturn 'spawned'"),
+            "import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.write(w, str(os.getpid()).encode())\n        os.execvp('sleep', ['sleep', '{MARKER}'])\n    os._exit(0)\nos.wait()\nos.close(w)\npid = int(os.read(r, 32))\ntime.sleep(0.3)\n# The orphaned daemon is our child now (we are PID 1): still running?\nreturn 'spawned' if os.waitpid(pid, os.WNOHANG) == (0, 0) else 'daemon died early'"),
             keep, is_value("\"spawned\"")),
         c("read a canary outside the run dir", &format!(
             "print('go')\ntry:\n    open({canary:?}).read()\n    return 'read it'\nexcept (PermissionError, FileNotFoundError) as e:\n    return 'denied'"),

@@ -45,7 +45,9 @@
 //!    through the fd from step 3. The maps must be opened after the unshare
 //!    (the kernel binds an open map file to the opener's namespace), and an
 //!    unprivileged writer may map exactly its own ids. Dumpable goes back
-//!    to 0.
+//!    to 0. The kernel clears `PR_SET_PDEATHSIG` on every credential change,
+//!    so C re-arms it here, with the credentials final, and re-checks that
+//!    its parent is still the host.
 //! 10. `unshare(CLONE_NEWPID | NEWNET | NEWIPC | NEWUTS)`: C holds every
 //!     capability in its new user namespace, which then owns these
 //!     namespaces. Nothing outside is reachable through them: the new net
@@ -211,6 +213,8 @@ pub struct Prepared {
     filters: Filters,
     diag_read: OwnedFd,
     diag_write: OwnedFd,
+    /// The host's pid: C's parent, re-checked after the death signal is re-armed.
+    host_pid: rustix::process::Pid,
 }
 
 impl Prepared {
@@ -271,6 +275,7 @@ impl Prepared {
             .map_err(|_| SandboxError::NulInPath { path: PathBuf::from("tmpfs options") })?;
 
         Ok(Prepared {
+            host_pid: rustix::process::getpid(),
             staging: cstring(&staging)?,
             tmpfs_data,
             dirs,
@@ -412,6 +417,15 @@ impl Prepared {
         write_proc(&proc_self, c"gid_map", &self.gid_map, Step::WriteGidMap)?;
         drop(proc_self);
         rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable).map_err(at(Step::SetDumpable))?;
+        // Every credential change above (setresuid, the new user namespace)
+        // cleared the death signal the runtime armed before `enter`: arm it
+        // again, now that the credentials are final, and make sure the host
+        // did not die in between (the signal would never come).
+        rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
+        if rustix::process::getppid() != Some(self.host_pid) {
+            // SAFETY: _exit is async-signal-safe; the host is gone.
+            unsafe { libc::_exit(SUPERVISOR_LOST_EXIT) };
+        }
 
         // SAFETY: namespace flags only (no CLONE_FILES/CLONE_FS sharing
         // changes visible to other threads: there are none).
