@@ -497,8 +497,10 @@ fn sandboxed_program_dies_when_the_host_is_killed() {
     if !rustix::process::geteuid().is_root() {
         return; // the sandbox needs root; CI runs as root
     }
-    // The sleep duration is the marker (sleep takes no other argument).
-    let marker = "3600.8123";
+    // The sleep duration is the marker (sleep takes no other argument);
+    // this test process's pid makes it unique to this run.
+    let marker = format!("3600.{}", std::process::id());
+    let marker = marker.as_str();
     let program = format!("import os\nos.execvp('sleep', ['sleep', '{marker}'])");
     let mut host = Command::new(env!("CARGO_BIN_EXE_pycage"))
         .args(["run", "--isolation", "sandbox", "-c", &program])
