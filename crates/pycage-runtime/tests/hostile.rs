@@ -49,10 +49,13 @@ fn with_logs(first: &'static str, inner: Check) -> Check {
 }
 
 /// The daemon's `sleep` duration doubles as its marker (sleep rejects
-/// extra non-numeric arguments).
-const MARKER: &str = "3600.4711";
+/// extra non-numeric arguments); the test's pid makes it unique to this run.
+fn marker() -> String {
+    format!("3600.{}", std::process::id())
+}
 
 fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
+    let marker = marker();
     let c = |name, program: &str, tweak, check| Case { name, program: program.to_string(), tweak, check };
     vec![
         c("cpu spin", "print('go')\nwhile True:\n    pass", |k| { k.cpu_seconds = 1; k.wall_time = Duration::from_secs(30) },
@@ -66,7 +69,7 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
         c("fork bomb", "print('go')\nimport os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
             |k| k.wall_time = Duration::from_secs(3), with_logs("go", is_failure(FailureKind::Timeout, "wall-clock"))),
         c("setsid double-fork daemon", &format!(
-            "import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.write(w, str(os.getpid()).encode())\n        os.execvp('sleep', ['sleep', '{MARKER}'])\n    os._exit(0)\nos.wait()\nos.close(w)\npid = int(os.read(r, 32))\ntime.sleep(0.3)\n# The orphaned daemon is our child now (we are PID 1): still running?\nreturn 'spawned' if os.waitpid(pid, os.WNOHANG) == (0, 0) else 'daemon died early'"),
+            "import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.write(w, str(os.getpid()).encode())\n        os.execvp('sleep', ['sleep', '{marker}'])\n    os._exit(0)\nos.wait()\nos.close(w)\npid = int(os.read(r, 32))\ntime.sleep(0.3)\n# The orphaned daemon is our child now (we are PID 1): still running?\nreturn 'spawned' if os.waitpid(pid, os.WNOHANG) == (0, 0) else 'daemon died early'"),
             keep, is_value("\"spawned\"")),
         c("read a canary outside the run dir", &format!(
             "print('go')\ntry:\n    open({canary:?}).read()\n    return 'read it'\nexcept (PermissionError, FileNotFoundError) as e:\n    return 'denied'"),
@@ -175,7 +178,7 @@ async fn hostile_programs_get_exact_outcomes() {
     }
     assert_eq!(std::fs::read_to_string(&canary).unwrap(), "top secret");
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(common::processes_with_marker(MARKER), Vec::<String>::new());
+    assert_eq!(common::processes_with_marker(&marker()), Vec::<String>::new());
     for p in [
         "/tmp/pycage-hostile-w",
         "/usr/pycage-hostile-w",
