@@ -14,9 +14,17 @@
 //! or output that is not JSON rejects the call with a message built from the
 //! exit status and stderr; the program sees it as a raised exception.
 //!
+//! At most [`MAX_CONCURRENT_COMMANDS`] commands run at once per pycage
+//! process: the program decides how many calls it makes, and each one is a
+//! host process outside the sandbox, so `asyncio.gather` over thousands of
+//! calls must queue rather than fork-bomb the host. Queued time counts
+//! towards the run's wall clock, not the call's timeout.
+//!
 //! When a call is abandoned (timeout, over-cap output, the run ending), the
 //! command's whole process group is killed, so a script's own children (a
-//! `sleep`, a pipeline) do not outlive it.
+//! `sleep`, a pipeline) do not outlive an abandoned call. Children a
+//! command leaves behind after it succeeded, or that call `setsid`, are not
+//! tracked: commands are the host's own trusted tools.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -28,8 +36,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// Per-call timeout when the file sets none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest stdout a command may print (64 MiB); more rejects the call.
-pub const MAX_STDOUT_BYTES: usize = 64 * 1024 * 1024;
+/// Largest stdout a command may print (16 MiB); more rejects the call.
+/// With [`MAX_CONCURRENT_COMMANDS`] this bounds buffered output at 256 MiB.
+pub const MAX_STDOUT_BYTES: usize = 16 * 1024 * 1024;
+/// Commands running at once; further calls wait for a slot.
+pub const MAX_CONCURRENT_COMMANDS: usize = 16;
+
+static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_CONCURRENT_COMMANDS);
 /// Stderr kept for the rejection message (2 KiB); the rest is discarded.
 pub const MAX_STDERR_BYTES: usize = 2 * 1024;
 
@@ -64,6 +77,8 @@ pub async fn call(spec: &CommandSpec, args: JsonValue) -> Result<JsonValue, Bind
     args.write_canonical(&mut input);
     drop(args);
 
+    // The semaphore is never closed, so acquiring only waits.
+    let _slot = SLOTS.acquire().await.map_err(|e| BindingError::new(e.to_string()))?;
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)

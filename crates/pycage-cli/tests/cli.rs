@@ -517,3 +517,26 @@ fn sandboxed_program_dies_when_the_host_is_killed() {
         marked(marker)
     );
 }
+
+/// Gathering many command calls queues them: at most 16 host processes run
+/// at once (the program, not the host, chooses how many calls it makes).
+#[test]
+fn command_calls_are_limited_in_concurrency() {
+    let dir = bindings_dir(
+        "[[namespace]]\nglobal = \"tools\"\n\n[namespace.functions]\ntick = { command = [\"./tick.sh\"] }\n",
+    );
+    // Each call logs "+" when it starts and "-" when it ends.
+    write_script(dir.path(), "tick.sh", "#!/bin/sh\ncat >/dev/null\necho + >> log\nsleep 0.2\necho - >> log\necho 1\n");
+    let program = "import asyncio\nr = await asyncio.gather(*[tools.tick() for _ in range(40)])\nreturn sum(r)";
+    let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "{\"value\":40,\"logs\":[]}\n");
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    let (mut now, mut max) = (0i32, 0i32);
+    for line in log.lines() {
+        now += if line == "+" { 1 } else { -1 };
+        max = max.max(now);
+    }
+    assert_eq!(log.lines().count(), 80);
+    assert!((2..=16).contains(&max), "max concurrent commands {max}");
+}
