@@ -69,8 +69,9 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         json.key("layers")?;
         json.begin_array()?;
         for (name, layer) in avail.layers() {
-            // cgroup v2 limits are never required, so never "in use" here.
-            let used = uses_sandbox && name != "cgroup-v2";
+            // "Used" means a run with this configuration applies it: only a
+            // supported layer can be, and cgroup v2 limits never are.
+            let used = uses_sandbox && layer.supported && name != "cgroup-v2";
             json.begin_object()?;
             json.key("name")?;
             json.string(name)?;

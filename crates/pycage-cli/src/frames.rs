@@ -11,9 +11,10 @@
 //! With `--max-value-bytes N`, a kept `done` with a value gets
 //! `\tvalue-bytes=<canonical size>` or `\tvalue-over-budget` appended.
 //!
-//! Memory stays at the line cap plus constant buffers whatever the input:
+//! Reading never holds more than the line cap plus a constant:
 //! [`FrameReader`] never buffers an over-cap line, and output goes through a
-//! fixed-size buffered writer.
+//! fixed-size buffered writer. A kept line is parsed into a tape, which
+//! takes a small multiple of the line's size while that line is handled.
 
 use std::fs::File;
 use std::io::{self, Read, Write};

@@ -83,9 +83,12 @@ async fn run_streaming(
     request: RunRequest,
 ) -> Result<(RunResult, usize), pycage_runtime::MisuseError> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let printer = async move {
+    // Printing blocks when stdout stalls (a full pipe, Ctrl-S): do it on a
+    // blocking thread, so the run's own loop keeps serving its deadline and
+    // cancellation meanwhile.
+    let printer = tokio::task::spawn_blocking(move || {
         let mut printed = 0usize;
-        while let Some(event) = rx.recv().await {
+        while let Some(event) = rx.blocking_recv() {
             match event {
                 RunEvent::Log(line) => {
                     // A closed stdout must not stop the run: keep counting
@@ -97,9 +100,11 @@ async fn run_streaming(
             }
         }
         printed
-    };
+    });
     // The sender lives in the run; the printer ends when the run does.
-    let (result, printed) = tokio::join!(runtime.run_with_events(request, tx), printer);
+    let result = runtime.run_with_events(request, tx).await;
+    // A printer that panicked printed nothing we can count on.
+    let printed = printer.await.unwrap_or(0);
     result.map(|r| (r, printed))
 }
 

@@ -114,31 +114,23 @@ pub(crate) fn cloexec_from(first: u32) -> Result<(), i32> {
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on
     // descriptors; nothing is closed and no memory is passed.
     let ret = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+    // No fallback: every kernel with the Landlock ABI the sandbox requires
+    // (6.2+) has CLOSE_RANGE_CLOEXEC (5.11+), and a loop up to the soft
+    // limit could miss a descriptor above it. Failing closed is the point.
     if ret == 0 {
-        return Ok(());
+        Ok(())
+    } else {
+        Err(last_errno())
     }
-    // Kernels before 5.11: one by one up to the soft limit.
-    let max = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(65_536).min(1 << 20);
-    for fd in u64::from(first)..max {
-        // SAFETY: F_SETFD on a number that may not be open; EBADF is harmless.
-        unsafe { libc::fcntl(fd as libc::c_int, libc::F_SETFD, libc::FD_CLOEXEC) };
-    }
-    Ok(())
 }
 
 /// Close every file descriptor of the calling process.
 fn close_all_fds() {
+    // close_range exists on every kernel the sandbox accepts (see
+    // `cloexec_from`); the supervisor holds nothing the program could use.
     // SAFETY: close_range only closes descriptors; the caller owns all of
     // them and uses none afterwards.
-    let ret = unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) };
-    if ret != 0 {
-        // Kernels before 5.9: close one by one up to the soft limit.
-        let max = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(65_536).min(1 << 20);
-        for fd in 0..max {
-            // SAFETY: as above; EBADF for unused numbers is harmless.
-            unsafe { libc::close(fd as libc::c_int) };
-        }
-    }
+    unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) };
 }
 
 /// The supervisor's life after the fork: close every fd, wait for the
