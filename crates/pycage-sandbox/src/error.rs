@@ -223,7 +223,8 @@ pub enum Step {
 }
 
 impl Step {
-    /// All steps, in the order [`crate::Prepared::enter`] runs them.
+    /// All steps, roughly in the order [`crate::Prepared::enter`] runs them
+    /// (the module docs of `prepared` give the exact order).
     pub const ALL: [Step; 34] = [
         Step::UnshareMount,
         Step::MakeRootPrivate,

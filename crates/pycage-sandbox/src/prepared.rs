@@ -61,7 +61,9 @@
 //! 13. Mark every fd from [`INHERITED_FDS`] (4) up close-on-exec: only
 //!     stdio and fd 3 reach the program, whatever the host leaked.
 //! 14. `PR_SET_NO_NEW_PRIVS`, then `landlock_restrict_self` with the ruleset
-//!     C duplicated in step 5; anything but "fully enforced" is an error.
+//!     C added its root rule to in step 5 (a dup of the fd the parent's
+//!     `Prepared` holds: one kernel ruleset, which is why a `Prepared` serves
+//!     exactly one spawn); anything but "fully enforced" is an error.
 //! 15. rlimits: NPROC (policy + 1 for C, which shares the uid), FSIZE,
 //!     NOFILE, CORE = 0, each soft = hard.
 //! 16. seccomp, last, so none of the calls above is filtered. Return Ok:
