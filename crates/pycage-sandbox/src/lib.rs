@@ -51,6 +51,7 @@ pub mod prepared;
 mod probe;
 pub mod seccomp;
 mod sys;
+mod syscalls;
 
 use std::path::{Path, PathBuf};
 

@@ -561,17 +561,7 @@ impl Prepared {
                 .map_err(at_entry(Step::SetLimit, index))?;
         }
 
-        for filter in [&self.filters.prefilter, &self.filters.main] {
-            seccompiler::apply_filter(filter).map_err(|e| {
-                let errno = match &e {
-                    seccompiler::Error::Seccomp(io) | seccompiler::Error::Prctl(io) => {
-                        io.raw_os_error().unwrap_or(libc::EINVAL)
-                    }
-                    _ => libc::EINVAL,
-                };
-                Failure::new(Step::Seccomp, errno)
-            })?;
-        }
+        seccomp::install(&self.filters).map_err(|errno| Failure::new(Step::Seccomp, errno))?;
         Ok(())
     }
 }

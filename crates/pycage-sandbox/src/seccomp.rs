@@ -1,37 +1,59 @@
-//! The seccomp layer: a deny list, compiled before fork.
+//! The seccomp layer: an allow list, compiled before fork.
 //!
-//! # Why a deny list
+//! # Policy
 //!
-//! The child is CPython plus whatever C extensions its `sys.path` holds, and
-//! the program may start subprocesses. An allow list that keeps all of that
-//! working is several hundred syscalls long, tracks libc and kernel versions
-//! (`clone3`, `rseq`, `statx`, `faccessat2`, `epoll_pwait2`, new `*at2`
-//! variants...) and fails closed in ways that look like random `OSError`s to
-//! a model. So this filter allows by default and returns `EPERM` for the
-//! calls that matter for escaping or attacking the host: non-`AF_UNIX`
-//! sockets, `ptrace` and cross-process memory access, every mount and
-//! namespace call, `bpf`, keyrings, `perf_event_open`, module and kexec
-//! loading, `userfaultfd`, `io_uring`, handle-based opens, clock setting,
-//! `personality` and the rest of [`deny_table`].
+//! [`policy`] names every syscall the filter knows and what happens to it:
 //!
-//! It is not the only layer. Behind it:
-//! - the child has no capabilities in any namespace that owns a host
-//!   resource, and runs as a per-run uid;
-//! - its network namespace has no interface up (not even `lo`), so even an
-//!   `AF_INET` socket would reach nothing; Landlock (ABI 4+) also denies TCP
-//!   bind and connect;
-//! - its mount namespace holds only the exposed paths, read-only except the
-//!   run dir, and Landlock enforces the same file access on top;
-//! - `no_new_privs`, rlimits, and a PID namespace that dies with its init.
+//! - [`Verdict::Allow`]: what CPython, its standard library (asyncio,
+//!   subprocess, multiprocessing, threading, tempfile, sqlite3, ssl, ctypes,
+//!   mmap, select/epoll, signal, time, `os.*`) and common C extensions use.
+//!   The anchors are Docker's default profile (moby
+//!   `profiles/seccomp/default.json`) and Chromium's baseline/renderer
+//!   policies; the list is narrower than Docker's where Python does not need
+//!   a call (no AIO, POSIX message queues, SysV message queues, `memfd_*`,
+//!   NUMA policy changes).
+//! - [`Verdict::Eperm`]: the known-dangerous calls (tracing other processes,
+//!   every mount and namespace call, `bpf`, keyrings, `perf_event_open`,
+//!   module and kexec loading, `userfaultfd`, `io_uring`, `modify_ldt`,
+//!   clock setting, handle-based opens, ...) fail with `EPERM`, so a program
+//!   gets a `PermissionError` it can report. A [`When`] narrows a denial to
+//!   some arguments: sockets other than `AF_UNIX`, `clone` with namespace
+//!   flags, `personality` other than the default or a query, the terminal
+//!   injection ioctls.
+//! - [`Verdict::Enosys`] and every syscall not listed at all, including
+//!   every syscall added to the kernel after this list was written, fail
+//!   with `ENOSYS`: the program sees an old kernel, and libraries fall back
+//!   (glibc retries `clone3` as `clone`, whose flags a classic BPF filter
+//!   can inspect). `memfd_create` is one of them: a memfd's pages are in
+//!   neither a process's RSS nor a size-capped tmpfs, so it would escape
+//!   every memory budget.
 //!
-//! Two filters are installed. The first is hand-written: it returns `ENOSYS`
-//! for `clone3` (glibc then falls back to `clone`, whose flags a classic BPF
-//! filter can inspect, unlike `clone3`'s struct in user memory) and, on
-//! x86_64, for every x32-ABI syscall number (bit 30 set), which shares the
-//! native audit arch and would otherwise slip past rules keyed on native
-//! numbers. The second is built by `seccompiler` from [`deny_table`]; its
-//! architecture check kills the process for any non-native arch (32-bit
-//! `int 0x80` calls on x86_64).
+//! The 32-bit entry points are denied: a syscall made with another audit
+//! architecture (`int 0x80` on x86_64, AArch32 on aarch64) kills the
+//! process, and x86_64's x32 numbers (bit 30 set) match no rule, so they
+//! get `ENOSYS`.
+//!
+//! # Two filters
+//!
+//! `seccompiler` compiles a filter with one action on a match and one on a
+//! mismatch; the policy has three outcomes. So two filters are built and
+//! installed in order ([`Filters::in_install_order`]):
+//!
+//! 1. `allow`: every allowed (or conditionally denied) syscall -> allow;
+//!    anything else -> `ENOSYS`; a foreign architecture -> kill.
+//! 2. `deny`: the [`Verdict::Eperm`] rules -> `EPERM`; anything else -> allow.
+//!
+//! The kernel runs every filter and keeps the most restrictive action; for
+//! two `SECCOMP_RET_ERRNO` results it keeps the one of the filter installed
+//! last, so a denied call that the allow filter does not list gets `EPERM`,
+//! not `ENOSYS`. Calls whose verdict depends on no argument hit the
+//! kernel's per-syscall action cache (Linux 5.11+) and cost nothing after
+//! the first.
+//!
+//! Both filters are plain data: [`Filters::to_bytes`] gives each as the
+//! `struct sock_filter` array in native byte order, ready for
+//! `prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &sock_fprog)` from any
+//! language (the zygote installs them from Python).
 
 use std::collections::BTreeMap;
 
@@ -40,23 +62,30 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
+use crate::syscalls::SYSCALLS;
 use crate::SandboxError;
 
-/// When a syscall of the table is denied.
+/// Argument tests (each on the low 32 bits of one argument) that narrow an
+/// `EPERM` verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum When {
     /// Always.
     Always,
-    /// When the 32-bit argument `arg` differs from `value` (e.g. a socket
-    /// domain other than `AF_UNIX`).
-    ArgNotEqual {
+    /// When argument `arg` is none of `values`.
+    ArgNotIn {
         /// Argument index, 0-based.
         arg: u8,
-        /// The one allowed value.
-        value: u64,
+        /// The allowed values.
+        values: &'static [u64],
     },
-    /// When the 32-bit argument `arg` has any of `bits` set (e.g. namespace
-    /// flags of `clone`).
+    /// When argument `arg` is one of `values`.
+    ArgIn {
+        /// Argument index, 0-based.
+        arg: u8,
+        /// The denied values.
+        values: &'static [u64],
+    },
+    /// When argument `arg` has any of `bits` set.
     ArgHasAnyBit {
         /// Argument index, 0-based.
         arg: u8,
@@ -65,15 +94,16 @@ pub enum When {
     },
 }
 
-/// One denied syscall.
+/// What the filter does with one syscall.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DenyRule {
-    /// The syscall's name.
-    pub name: &'static str,
-    /// Its number on the build target.
-    pub nr: i64,
-    /// When it is denied (with `EPERM`).
-    pub when: When,
+pub enum Verdict {
+    /// Allowed.
+    Allow,
+    /// `EPERM` (when the test holds; allowed otherwise).
+    Eperm(When),
+    /// `ENOSYS`, as for every syscall the policy does not list. Listed to
+    /// document the choice and to test it.
+    Enosys,
 }
 
 /// The namespace flags `clone` may not carry.
@@ -85,252 +115,222 @@ pub const CLONE_NAMESPACE_FLAGS: &[u64] = &[
     libc::CLONE_NEWUSER as u64,
     libc::CLONE_NEWPID as u64,
     libc::CLONE_NEWNET as u64,
+    0x0000_0080, // CLONE_NEWTIME (libc lacks it on some targets)
 ];
+
+/// `personality` arguments that change nothing: `PER_LINUX` and the query
+/// `0xffffffff`.
+pub const PERSONALITY_DEFAULTS: &[u64] = &[0, 0xffff_ffff];
+
+/// Socket domains allowed for `socket` and `socketpair`.
+pub const SOCKET_DOMAINS: &[u64] = &[libc::AF_UNIX as u64];
+
+/// `ioctl` requests that inject input into a terminal (`TIOCSTI`) or reach
+/// the console driver (`TIOCLINUX`).
+pub const DENIED_IOCTLS: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
 
 /// The x32 ABI marker in syscall numbers on x86_64 (`__X32_SYSCALL_BIT`).
 pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
-macro_rules! always {
-    ($($name:ident),* $(,)?) => {
-        [$(DenyRule { name: stringify!($name), nr: paste_sys!($name), when: When::Always }),*]
+macro_rules! verdicts {
+    ($verdict:expr; $($name:ident)*) => {
+        [$((stringify!($name), $verdict)),*]
     };
 }
 
-macro_rules! paste_sys {
-    (ptrace) => {
-        libc::SYS_ptrace
-    };
-    (process_vm_readv) => {
-        libc::SYS_process_vm_readv
-    };
-    (process_vm_writev) => {
-        libc::SYS_process_vm_writev
-    };
-    (pidfd_getfd) => {
-        libc::SYS_pidfd_getfd
-    };
-    (mount) => {
-        libc::SYS_mount
-    };
-    (umount2) => {
-        libc::SYS_umount2
-    };
-    (pivot_root) => {
-        libc::SYS_pivot_root
-    };
-    (chroot) => {
-        libc::SYS_chroot
-    };
-    (fsopen) => {
-        libc::SYS_fsopen
-    };
-    (fsconfig) => {
-        libc::SYS_fsconfig
-    };
-    (fsmount) => {
-        libc::SYS_fsmount
-    };
-    (fspick) => {
-        libc::SYS_fspick
-    };
-    (move_mount) => {
-        libc::SYS_move_mount
-    };
-    (open_tree) => {
-        libc::SYS_open_tree
-    };
-    (mount_setattr) => {
-        libc::SYS_mount_setattr
-    };
-    (unshare) => {
-        libc::SYS_unshare
-    };
-    (setns) => {
-        libc::SYS_setns
-    };
-    (bpf) => {
-        libc::SYS_bpf
-    };
-    (keyctl) => {
-        libc::SYS_keyctl
-    };
-    (add_key) => {
-        libc::SYS_add_key
-    };
-    (request_key) => {
-        libc::SYS_request_key
-    };
-    (perf_event_open) => {
-        libc::SYS_perf_event_open
-    };
-    (kexec_load) => {
-        libc::SYS_kexec_load
-    };
-    (kexec_file_load) => {
-        libc::SYS_kexec_file_load
-    };
-    (init_module) => {
-        libc::SYS_init_module
-    };
-    (finit_module) => {
-        libc::SYS_finit_module
-    };
-    (delete_module) => {
-        libc::SYS_delete_module
-    };
-    (reboot) => {
-        libc::SYS_reboot
-    };
-    (swapon) => {
-        libc::SYS_swapon
-    };
-    (swapoff) => {
-        libc::SYS_swapoff
-    };
-    (userfaultfd) => {
-        libc::SYS_userfaultfd
-    };
-    (io_uring_setup) => {
-        libc::SYS_io_uring_setup
-    };
-    (io_uring_enter) => {
-        libc::SYS_io_uring_enter
-    };
-    (io_uring_register) => {
-        libc::SYS_io_uring_register
-    };
-    (open_by_handle_at) => {
-        libc::SYS_open_by_handle_at
-    };
-    (name_to_handle_at) => {
-        libc::SYS_name_to_handle_at
-    };
-    (acct) => {
-        libc::SYS_acct
-    };
-    (settimeofday) => {
-        libc::SYS_settimeofday
-    };
-    (clock_settime) => {
-        libc::SYS_clock_settime
-    };
-    (clock_adjtime) => {
-        libc::SYS_clock_adjtime
-    };
-    (adjtimex) => {
-        libc::SYS_adjtimex
-    };
-    (personality) => {
-        libc::SYS_personality
-    };
-    (syslog) => {
-        libc::SYS_syslog
-    };
-    (lookup_dcookie) => {
-        libc::SYS_lookup_dcookie
-    };
-    (quotactl) => {
-        libc::SYS_quotactl
-    };
-    (quotactl_fd) => {
-        libc::SYS_quotactl_fd
-    };
-    (vhangup) => {
-        libc::SYS_vhangup
-    };
-    (nfsservctl) => {
-        libc::SYS_nfsservctl
-    };
-    (iopl) => {
-        libc::SYS_iopl
-    };
-    (ioperm) => {
-        libc::SYS_ioperm
-    };
+const ALLOW: Verdict = Verdict::Allow;
+const EPERM: Verdict = Verdict::Eperm(When::Always);
+
+/// Reading, writing and polling descriptors.
+const FILE_IO: &[(&str, Verdict)] = &verdicts!(ALLOW;
+    read write readv writev pread64 pwrite64 preadv preadv2 pwritev pwritev2 lseek
+    open openat openat2 creat close close_range dup dup2 dup3 fcntl flock
+    fsync fdatasync sync syncfs sync_file_range
+    ftruncate truncate fallocate fadvise64 readahead copy_file_range sendfile splice tee vmsplice
+    pipe pipe2 poll ppoll select pselect6
+    epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2 eventfd eventfd2
+    inotify_init inotify_init1 inotify_add_watch inotify_rm_watch
+);
+
+/// Paths, directories, metadata and extended attributes.
+const FILE_META: &[(&str, Verdict)] = &verdicts!(ALLOW;
+    stat fstat lstat newfstatat statx statfs fstatfs access faccessat faccessat2
+    readlink readlinkat getdents getdents64 getcwd chdir fchdir
+    mkdir mkdirat rmdir unlink unlinkat rename renameat renameat2 link linkat symlink symlinkat mknod mknodat
+    chmod fchmod fchmodat fchmodat2 chown fchown fchownat lchown umask utime utimes utimensat futimesat
+    getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr
+    setxattr lsetxattr fsetxattr removexattr lremovexattr fremovexattr
+);
+
+/// The process's own memory.
+const MEMORY: &[(&str, Verdict)] = &verdicts!(ALLOW;
+    brk mmap munmap mprotect mremap madvise msync mincore mlock mlock2 munlock mlockall munlockall membarrier
+    pkey_alloc pkey_free pkey_mprotect mseal map_shadow_stack get_mempolicy
+);
+
+/// Processes, threads, credentials (only ids already mapped), limits.
+const PROCESS: &[(&str, Verdict)] = &verdicts!(ALLOW;
+    fork vfork execve execveat exit exit_group wait4 waitid kill tkill tgkill
+    getpid getppid gettid getpgid setpgid getpgrp getsid setsid
+    getuid geteuid getgid getegid getresuid getresgid getgroups
+    setuid setgid setreuid setregid setresuid setresgid setgroups setfsuid setfsgid capget capset
+    prctl arch_prctl set_tid_address set_robust_list get_robust_list rseq restart_syscall
+    getrlimit setrlimit prlimit64 getrusage times getpriority setpriority uname sysinfo getrandom
+    pidfd_open pidfd_send_signal
+    sched_getaffinity sched_setaffinity sched_yield sched_getparam sched_setparam sched_getscheduler
+    sched_setscheduler sched_get_priority_max sched_get_priority_min sched_rr_get_interval sched_getattr
+    sched_setattr getcpu ioprio_get ioprio_set
+);
+
+/// Signals, clocks, timers and futexes.
+const SIGNALS_TIME: &[(&str, Verdict)] = &verdicts!(ALLOW;
+    rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigsuspend rt_sigtimedwait rt_sigqueueinfo
+    rt_tgsigqueueinfo sigaltstack signalfd signalfd4 pause alarm getitimer setitimer
+    clock_gettime clock_getres clock_nanosleep nanosleep gettimeofday time
+    timer_create timer_settime timer_gettime timer_getoverrun timer_delete
+    timerfd_create timerfd_settime timerfd_gettime
+    futex futex_waitv futex_wake futex_wait futex_requeue
+);
+
+/// Sockets (`socket` and `socketpair` themselves are in [`CONDITIONAL`]),
+/// SysV shared memory and semaphores (capped by the run's IPC namespace),
+/// and calls that only restrict the caller further.
+const SOCKETS_IPC: &[(&str, Verdict)] = &verdicts!(ALLOW;
+    bind connect listen accept accept4 getsockname getpeername getsockopt setsockopt
+    sendto recvfrom sendmsg recvmsg sendmmsg recvmmsg shutdown
+    shmget shmat shmdt shmctl semget semop semtimedop semctl
+    seccomp landlock_create_ruleset landlock_add_rule landlock_restrict_self
+);
+
+/// Allowed unless an argument test says `EPERM`.
+const CONDITIONAL: &[(&str, Verdict)] = &[
+    ("socket", Verdict::Eperm(When::ArgNotIn { arg: 0, values: SOCKET_DOMAINS })),
+    ("socketpair", Verdict::Eperm(When::ArgNotIn { arg: 0, values: SOCKET_DOMAINS })),
+    ("clone", Verdict::Eperm(When::ArgHasAnyBit { arg: 0, bits: CLONE_NAMESPACE_FLAGS })),
+    ("personality", Verdict::Eperm(When::ArgNotIn { arg: 0, values: PERSONALITY_DEFAULTS })),
+    ("ioctl", Verdict::Eperm(When::ArgIn { arg: 1, values: DENIED_IOCTLS })),
+];
+
+/// The known-dangerous calls: `EPERM`.
+const DANGEROUS: &[(&str, Verdict)] = &verdicts!(EPERM;
+    ptrace process_vm_readv process_vm_writev pidfd_getfd kcmp process_madvise
+    mount umount2 pivot_root chroot fsopen fsconfig fsmount fspick move_mount open_tree open_tree_attr
+    mount_setattr unshare setns sethostname setdomainname
+    bpf keyctl add_key request_key perf_event_open userfaultfd fanotify_init
+    kexec_load kexec_file_load init_module finit_module delete_module
+    io_uring_setup io_uring_enter io_uring_register
+    modify_ldt iopl ioperm uselib _sysctl
+    acct swapon swapoff reboot settimeofday clock_settime clock_adjtime adjtimex
+    name_to_handle_at open_by_handle_at lookup_dcookie quotactl quotactl_fd vhangup syslog
+);
+
+/// Not provided (`ENOSYS`, as for anything unlisted): `clone3` (glibc falls
+/// back to `clone`), memfds (pages outside every budget), asynchronous I/O
+/// and POSIX/SysV message queues (kernel memory no budget caps; Python does
+/// not use them).
+const NOT_PROVIDED: &[(&str, Verdict)] = &verdicts!(Verdict::Enosys;
+    clone3 memfd_create memfd_secret
+    io_setup io_submit io_getevents io_pgetevents io_cancel io_destroy
+    mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr
+    msgget msgsnd msgrcv msgctl nfsservctl
+);
+
+/// Every syscall the filter names, and its verdict, grouped. Names missing
+/// on an architecture (aarch64 has no `open`, `fork`, `stat`, ...) are
+/// skipped there.
+pub const POLICY_GROUPS: &[&[(&str, Verdict)]] = &[
+    FILE_IO,
+    FILE_META,
+    MEMORY,
+    PROCESS,
+    SIGNALS_TIME,
+    SOCKETS_IPC,
+    CONDITIONAL,
+    DANGEROUS,
+    NOT_PROVIDED,
+];
+
+/// Every `(name, verdict)` of the policy.
+pub fn policy() -> impl Iterator<Item = (&'static str, Verdict)> {
+    POLICY_GROUPS.iter().flat_map(|group| group.iter().copied())
 }
 
-/// Every syscall the filter denies with `EPERM`, for this build target.
-///
-/// `clone3` and (on x86_64) x32 syscalls are handled by the hand-written
-/// pre-filter and return `ENOSYS` instead.
-pub fn deny_table() -> Vec<DenyRule> {
-    let mut table = vec![
-        DenyRule {
-            name: "socket",
-            nr: libc::SYS_socket,
-            when: When::ArgNotEqual { arg: 0, value: libc::AF_UNIX as u64 },
-        },
-        DenyRule {
-            name: "socketpair",
-            nr: libc::SYS_socketpair,
-            when: When::ArgNotEqual { arg: 0, value: libc::AF_UNIX as u64 },
-        },
-        DenyRule {
-            name: "clone",
-            nr: libc::SYS_clone,
-            when: When::ArgHasAnyBit { arg: 0, bits: CLONE_NAMESPACE_FLAGS },
-        },
-    ];
-    table.extend(always![
-        ptrace,
-        process_vm_readv,
-        process_vm_writev,
-        pidfd_getfd,
-        mount,
-        umount2,
-        pivot_root,
-        chroot,
-        fsopen,
-        fsconfig,
-        fsmount,
-        fspick,
-        move_mount,
-        open_tree,
-        mount_setattr,
-        unshare,
-        setns,
-        bpf,
-        keyctl,
-        add_key,
-        request_key,
-        perf_event_open,
-        kexec_load,
-        kexec_file_load,
-        init_module,
-        finit_module,
-        delete_module,
-        reboot,
-        swapon,
-        swapoff,
-        userfaultfd,
-        io_uring_setup,
-        io_uring_enter,
-        io_uring_register,
-        open_by_handle_at,
-        name_to_handle_at,
-        acct,
-        settimeofday,
-        clock_settime,
-        clock_adjtime,
-        adjtimex,
-        personality,
-        syslog,
-        quotactl,
-        quotactl_fd,
-        vhangup,
-    ]);
-    #[cfg(target_arch = "x86_64")]
-    table.extend(always![lookup_dcookie, nfsservctl, iopl, ioperm]);
-    table
+/// The number of syscall `name` on `arch`, if it exists there.
+pub fn syscall_number(name: &str, arch: TargetArch) -> Option<u32> {
+    let index = SYSCALLS.binary_search_by(|(n, _, _)| n.cmp(&name)).ok()?;
+    let (_, x86_64, aarch64) = SYSCALLS.get(index)?;
+    match arch {
+        TargetArch::x86_64 => *x86_64,
+        TargetArch::aarch64 => *aarch64,
+        TargetArch::riscv64 => None,
+    }
 }
 
-/// The two compiled filters, installed in this order.
+/// The verdict for syscall `name` (unlisted names get [`Verdict::Enosys`]).
+pub fn verdict(name: &str) -> Verdict {
+    policy().find(|(n, _)| *n == name).map_or(Verdict::Enosys, |(_, v)| v)
+}
+
+/// The two compiled filters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Filters {
-    /// `clone3` and x32 numbers -> `ENOSYS`; everything else allowed.
-    pub prefilter: BpfProgram,
-    /// The deny table -> `EPERM`; non-native arch -> kill.
-    pub main: BpfProgram,
+    /// Listed syscalls -> allow; the rest -> `ENOSYS`; foreign arch -> kill.
+    pub allow: BpfProgram,
+    /// [`Verdict::Eperm`] rules -> `EPERM`; the rest -> allow.
+    pub deny: BpfProgram,
+}
+
+/// Size of one `struct sock_filter` in bytes.
+pub const SOCK_FILTER_BYTES: usize = 8;
+
+impl Filters {
+    /// The filters in the order they must be installed.
+    pub fn in_install_order(&self) -> [&BpfProgram; 2] {
+        [&self.allow, &self.deny]
+    }
+
+    /// Each filter, in install order, as its `struct sock_filter` array in
+    /// native byte order (`u16 code, u8 jt, u8 jf, u32 k`, 8 bytes each):
+    /// the bytes a `struct sock_fprog` points at.
+    pub fn to_bytes(&self) -> Vec<Vec<u8>> {
+        self.in_install_order().iter().map(|prog| program_to_bytes(prog)).collect()
+    }
+
+    /// The inverse of [`Filters::to_bytes`]; `None` if the input is not two
+    /// whole `sock_filter` arrays.
+    pub fn from_bytes(bytes: &[Vec<u8>]) -> Option<Filters> {
+        let [allow, deny] = bytes else { return None };
+        Some(Filters { allow: program_from_bytes(allow)?, deny: program_from_bytes(deny)? })
+    }
+}
+
+fn program_to_bytes(prog: &[sock_filter]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prog.len() * SOCK_FILTER_BYTES);
+    for ins in prog {
+        out.extend_from_slice(&ins.code.to_ne_bytes());
+        out.push(ins.jt);
+        out.push(ins.jf);
+        out.extend_from_slice(&ins.k.to_ne_bytes());
+    }
+    out
+}
+
+fn program_from_bytes(bytes: &[u8]) -> Option<BpfProgram> {
+    if bytes.len() % SOCK_FILTER_BYTES != 0 {
+        return None;
+    }
+    bytes
+        .chunks_exact(SOCK_FILTER_BYTES)
+        .map(|c| match *c {
+            [c0, c1, jt, jf, k0, k1, k2, k3] => Some(sock_filter {
+                code: u16::from_ne_bytes([c0, c1]),
+                jt,
+                jf,
+                k: u32::from_ne_bytes([k0, k1, k2, k3]),
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The seccompiler target for the build architecture.
@@ -342,191 +342,345 @@ pub fn native_arch() -> Result<TargetArch, SandboxError> {
     }
 }
 
-/// Compile [`deny_table`] for `arch`.
+/// Compile [`policy`] for `arch`.
 pub fn compile(arch: TargetArch) -> Result<Filters, SandboxError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for rule in deny_table() {
-        let chain = match rule.when {
-            When::Always => Vec::new(),
-            When::ArgNotEqual { arg, value } => vec![condition_rule(arg, SeccompCmpOp::Ne, value)?],
-            When::ArgHasAnyBit { arg, bits } => bits
-                .iter()
-                .map(|&bit| condition_rule(arg, SeccompCmpOp::MaskedEq(bit), bit))
-                .collect::<Result<_, _>>()?,
-        };
-        rules.insert(rule.nr, chain);
+    if matches!(arch, TargetArch::riscv64) {
+        return Err(SandboxError::UnsupportedArch { arch: "riscv64" });
     }
-    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
-        .map_err(SandboxError::Seccomp)?;
-    let main: BpfProgram = filter.try_into().map_err(SandboxError::Seccomp)?;
-    Ok(Filters { prefilter: prefilter(arch), main })
-}
-
-fn condition_rule(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, SandboxError> {
-    let condition = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SandboxError::Seccomp)?;
-    SeccompRule::new(vec![condition]).map_err(SandboxError::Seccomp)
-}
-
-// Classic BPF opcodes (linux/bpf_common.h) and seccomp constants.
-/// `BPF_LD | BPF_W | BPF_ABS` (0x00 | 0x00 | 0x20).
-const BPF_LD_W_ABS: u16 = 0x20;
-const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
-const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
-const BPF_RET_K: u16 = 0x06;
-const SECCOMP_DATA_NR: u32 = 0;
-const SECCOMP_DATA_ARCH: u32 = 4;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
-const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
-const NR_CLONE3: u32 = 435;
-
-fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter { code, jt: 0, jf: 0, k }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
-    sock_filter { code, jt, jf, k }
-}
-
-/// The hand-written pre-filter. Foreign arches are allowed here and killed
-/// by the main filter's arch check.
-///
-/// ```text
-/// 0: ld  arch
-/// 1: jeq NATIVE        ? 2 : 5
-/// 2: ld  nr
-/// 3: jset X32_BIT      ? 6 : 4     (x86_64 only; `jset 0` never jumps)
-/// 4: jeq __NR_clone3   ? 6 : 5
-/// 5: ret ALLOW
-/// 6: ret ERRNO(ENOSYS)
-/// ```
-pub fn prefilter(arch: TargetArch) -> BpfProgram {
-    let (audit_arch, x32_bit) = match arch {
-        TargetArch::x86_64 => (AUDIT_ARCH_X86_64, X32_SYSCALL_BIT),
-        TargetArch::aarch64 => (AUDIT_ARCH_AARCH64, 0),
-        TargetArch::riscv64 => (0xc000_00f3, 0),
+    let mut allowed: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let mut denied: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for (name, verdict) in policy() {
+        let Some(nr) = syscall_number(name, arch) else { continue };
+        let nr = i64::from(nr);
+        match verdict {
+            Verdict::Allow => {
+                allowed.insert(nr, Vec::new());
+            }
+            Verdict::Eperm(When::Always) => {
+                denied.insert(nr, Vec::new());
+            }
+            Verdict::Eperm(when) => {
+                allowed.insert(nr, Vec::new());
+                denied.insert(nr, rules_for(when)?);
+            }
+            Verdict::Enosys => {}
+        }
+    }
+    let build = |rules, mismatch, matched| -> Result<BpfProgram, SandboxError> {
+        SeccompFilter::new(rules, mismatch, matched, arch)
+            .and_then(BpfProgram::try_from)
+            .map_err(SandboxError::Seccomp)
     };
-    vec![
-        stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
-        jump(BPF_JMP_JEQ_K, audit_arch, 0, 3),
-        stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
-        jump(BPF_JMP_JSET_K, x32_bit, 2, 0),
-        jump(BPF_JMP_JEQ_K, NR_CLONE3, 1, 0),
-        stmt(BPF_RET_K, SECCOMP_RET_ALLOW),
-        stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-    ]
+    Ok(Filters {
+        allow: build(allowed, SeccompAction::Errno(libc::ENOSYS as u32), SeccompAction::Allow)?,
+        deny: build(denied, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32))?,
+    })
+}
+
+/// The seccompiler rules (ORed; conditions within one rule ANDed) that
+/// match when `when` holds.
+fn rules_for(when: When) -> Result<Vec<SeccompRule>, SandboxError> {
+    let rule = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(SandboxError::Seccomp);
+    let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SandboxError::Seccomp)
+    };
+    match when {
+        When::Always => Ok(Vec::new()),
+        When::ArgNotIn { arg, values } => {
+            let conditions = values.iter().map(|&v| condition(arg, SeccompCmpOp::Ne, v)).collect::<Result<_, _>>()?;
+            Ok(vec![rule(conditions)?])
+        }
+        When::ArgIn { arg, values } => {
+            values.iter().map(|&v| rule(vec![condition(arg, SeccompCmpOp::Eq, v)?])).collect()
+        }
+        When::ArgHasAnyBit { arg, bits } => {
+            bits.iter().map(|&bit| rule(vec![condition(arg, SeccompCmpOp::MaskedEq(bit), bit)?])).collect()
+        }
+    }
+}
+
+/// Install `filters` on the calling thread, in order. `no_new_privs` must
+/// already be set. Makes syscalls only (a `sock_fprog` on the stack), so it
+/// is safe in a forked child.
+pub(crate) fn install(filters: &Filters) -> Result<(), i32> {
+    for filter in filters.in_install_order() {
+        seccompiler::apply_filter(filter).map_err(|e| match &e {
+            seccompiler::Error::Seccomp(io) | seccompiler::Error::Prctl(io) => io.raw_os_error().unwrap_or(libc::EINVAL),
+            _ => libc::EINVAL,
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JEQ_K: u16 = 0x15;
+    const BPF_RET_K: u16 = 0x06;
+    const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
+
     #[test]
-    fn table_has_the_required_denials_once_each() {
-        let table = deny_table();
-        let mut names: Vec<&str> = table.iter().map(|r| r.name).collect();
-        let required = [
-            "socket",
-            "socketpair",
-            "clone",
+    fn every_policy_name_is_a_syscall_listed_once() {
+        let mut names: Vec<&str> = policy().map(|(n, _)| n).collect();
+        for name in &names {
+            assert!(
+                syscall_number(name, TargetArch::x86_64).is_some() || syscall_number(name, TargetArch::aarch64).is_some(),
+                "{name} is not a syscall on x86_64 or aarch64"
+            );
+        }
+        let before = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), before, "a name is listed twice");
+        assert!(SYSCALLS.windows(2).all(|w| w[0].0 < w[1].0), "SYSCALLS must be sorted for binary search");
+    }
+
+    #[test]
+    fn verdicts_the_issue_names() {
+        for name in [
             "ptrace",
             "process_vm_readv",
             "process_vm_writev",
             "mount",
             "umount2",
-            "pivot_root",
+            "open_tree",
+            "open_tree_attr",
+            "move_mount",
+            "fsopen",
+            "fsmount",
+            "fspick",
+            "fsconfig",
+            "mount_setattr",
+            "unshare",
+            "setns",
             "bpf",
             "keyctl",
             "add_key",
             "request_key",
             "perf_event_open",
-            "unshare",
-            "setns",
             "kexec_load",
             "kexec_file_load",
             "init_module",
             "finit_module",
             "delete_module",
-            "reboot",
-            "swapon",
-            "swapoff",
+            "modify_ldt",
             "userfaultfd",
             "io_uring_setup",
             "io_uring_enter",
             "io_uring_register",
-            "open_by_handle_at",
-            "name_to_handle_at",
-            "chroot",
             "acct",
+            "swapon",
+            "swapoff",
+            "reboot",
             "settimeofday",
             "clock_settime",
-            "personality",
-            "syslog",
+            "adjtimex",
+            "pivot_root",
+            "chroot",
+            "name_to_handle_at",
+            "open_by_handle_at",
+            "lookup_dcookie",
             "quotactl",
             "vhangup",
-        ];
-        for name in required {
-            assert!(names.contains(&name), "{name} missing from the deny table");
+            "pidfd_getfd",
+        ] {
+            assert_eq!(verdict(name), EPERM, "{name}");
         }
+        for name in ["clone3", "memfd_create", "listmount", "no_such_call"] {
+            assert_eq!(verdict(name), Verdict::Enosys, "{name}");
+        }
+        for name in ["read", "execve", "futex", "mmap", "wait4", "shmget", "semop", "rseq", "statx", "getrandom"] {
+            assert_eq!(verdict(name), ALLOW, "{name}");
+        }
+        assert!(matches!(verdict("socket"), Verdict::Eperm(When::ArgNotIn { arg: 0, .. })));
+        assert!(matches!(verdict("clone"), Verdict::Eperm(When::ArgHasAnyBit { arg: 0, .. })));
+        assert!(matches!(verdict("personality"), Verdict::Eperm(When::ArgNotIn { arg: 0, .. })));
+    }
+
+    /// The generated table agrees with the `libc` crate on this target.
+    #[test]
+    fn native_numbers_match_libc() {
+        let arch = native_arch().unwrap();
+        macro_rules! num {
+            ($($name:ident = $sys:ident)*) => {$(
+                assert_eq!(syscall_number(stringify!($name), arch).map(i64::from), Some(libc::$sys), stringify!($name));
+            )*};
+        }
+        num!(
+            read = SYS_read write = SYS_write openat = SYS_openat close = SYS_close clone = SYS_clone clone3 = SYS_clone3
+            execve = SYS_execve socket = SYS_socket socketpair = SYS_socketpair ioctl = SYS_ioctl
+            ptrace = SYS_ptrace mount = SYS_mount unshare = SYS_unshare setns = SYS_setns bpf = SYS_bpf
+            memfd_create = SYS_memfd_create io_uring_setup = SYS_io_uring_setup open_tree = SYS_open_tree
+            move_mount = SYS_move_mount fsopen = SYS_fsopen mount_setattr = SYS_mount_setattr
+            personality = SYS_personality futex = SYS_futex rseq = SYS_rseq statx = SYS_statx
+            faccessat2 = SYS_faccessat2 epoll_pwait2 = SYS_epoll_pwait2 close_range = SYS_close_range
+            fchmodat2 = SYS_fchmodat2 mseal = SYS_mseal pidfd_getfd = SYS_pidfd_getfd
+            landlock_restrict_self = SYS_landlock_restrict_self shmget = SYS_shmget semtimedop = SYS_semtimedop
+            kexec_file_load = SYS_kexec_file_load process_vm_writev = SYS_process_vm_writev
+            userfaultfd = SYS_userfaultfd perf_event_open = SYS_perf_event_open getrandom = SYS_getrandom
+        );
         #[cfg(target_arch = "x86_64")]
-        for name in ["lookup_dcookie", "nfsservctl", "iopl", "ioperm"] {
-            assert!(names.contains(&name), "{name} missing from the deny table");
+        num!(
+            open = SYS_open fork = SYS_fork stat = SYS_stat modify_ldt = SYS_modify_ldt arch_prctl = SYS_arch_prctl
+            iopl = SYS_iopl lookup_dcookie = SYS_lookup_dcookie _sysctl = SYS__sysctl
+        );
+    }
+
+    #[test]
+    fn numbers_of_both_architectures() {
+        let x = |name| syscall_number(name, TargetArch::x86_64);
+        let a = |name| syscall_number(name, TargetArch::aarch64);
+        assert_eq!((x("read"), a("read")), (Some(0), Some(63)));
+        assert_eq!((x("socket"), a("socket")), (Some(41), Some(198)));
+        assert_eq!((x("clone"), a("clone")), (Some(56), Some(220)));
+        assert_eq!((x("ptrace"), a("ptrace")), (Some(101), Some(117)));
+        assert_eq!((x("open"), a("open")), (Some(2), None));
+        assert_eq!((x("modify_ldt"), a("modify_ldt")), (Some(154), None));
+        assert_eq!((x("clone3"), a("clone3")), (Some(435), Some(435)));
+        assert_eq!((x("open_tree_attr"), a("open_tree_attr")), (Some(467), Some(467)));
+        assert_eq!(x("no_such_call"), None);
+    }
+
+    fn expect_header(prog: &[sock_filter], audit_arch: u32) {
+        // seccompiler's architecture check comes first and kills on a foreign arch.
+        assert_eq!(prog[0], sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: 4 });
+        assert_eq!(prog[1], sock_filter { code: BPF_JMP_JEQ_K, jt: 1, jf: 0, k: audit_arch });
+        assert_eq!(prog[2], sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_KILL_PROCESS });
+    }
+
+    #[test]
+    fn both_architectures_compile_with_the_right_defaults() {
+        for (arch, audit) in [(TargetArch::x86_64, AUDIT_ARCH_X86_64), (TargetArch::aarch64, AUDIT_ARCH_AARCH64)] {
+            let filters = compile(arch).unwrap();
+            for prog in filters.in_install_order() {
+                expect_header(prog, audit);
+                assert!(prog.len() < 4096, "BPF_MAXINSNS is 4096");
+            }
+            let ret = |k| sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k };
+            assert_eq!(filters.allow.last(), Some(&ret(SECCOMP_RET_ERRNO | libc::ENOSYS as u32)));
+            assert!(filters.allow.contains(&ret(SECCOMP_RET_ALLOW)));
+            assert_eq!(filters.deny.last(), Some(&ret(SECCOMP_RET_ALLOW)));
+            assert!(filters.deny.contains(&ret(SECCOMP_RET_ERRNO | libc::EPERM as u32)));
         }
-        let before = names.len();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), before, "duplicate names");
-        let mut numbers: Vec<i64> = table.iter().map(|r| r.nr).collect();
-        numbers.sort_unstable();
-        numbers.dedup();
-        assert_eq!(numbers.len(), before, "duplicate syscall numbers");
-        // clone3 is not in the EPERM table: it gets ENOSYS from the pre-filter.
-        assert!(!names.contains(&"clone3"));
+        assert_ne!(compile(TargetArch::x86_64).unwrap(), compile(TargetArch::aarch64).unwrap());
+        assert!(compile(TargetArch::riscv64).is_err());
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn x86_64_numbers_are_the_kernel_abi() {
-        let table = deny_table();
-        let nr = |name: &str| table.iter().find(|r| r.name == name).unwrap().nr;
-        assert_eq!(nr("socket"), 41);
-        assert_eq!(nr("socketpair"), 53);
-        assert_eq!(nr("clone"), 56);
-        assert_eq!(nr("ptrace"), 101);
-        assert_eq!(nr("unshare"), 272);
-        assert_eq!(nr("io_uring_setup"), 425);
-        assert_eq!(libc::SYS_clone3, i64::from(NR_CLONE3));
+    /// Runs a classic BPF program over a `seccomp_data`, the way the kernel
+    /// does, for the instructions seccompiler emits.
+    fn evaluate(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+        let mut data = Vec::with_capacity(64);
+        data.extend_from_slice(&nr.to_ne_bytes());
+        data.extend_from_slice(&arch.to_ne_bytes());
+        data.extend_from_slice(&0u64.to_ne_bytes());
+        for a in args {
+            data.extend_from_slice(&a.to_ne_bytes());
+        }
+        let (mut acc, mut pc) = (0u32, 0usize);
+        loop {
+            let ins = &prog[pc];
+            pc += 1;
+            match ins.code {
+                0x20 => {
+                    let k = ins.k as usize;
+                    acc = u32::from_ne_bytes(data[k..k + 4].try_into().unwrap());
+                }
+                0x06 => return ins.k,
+                0x05 => pc += ins.k as usize,
+                0x15 | 0x25 | 0x35 | 0x45 => {
+                    let taken = match ins.code {
+                        0x15 => acc == ins.k,
+                        0x25 => acc > ins.k,
+                        0x35 => acc >= ins.k,
+                        _ => acc & ins.k != 0,
+                    };
+                    pc += usize::from(if taken { ins.jt } else { ins.jf });
+                }
+                0x54 => acc &= ins.k,
+                other => panic!("unexpected BPF opcode {other:#x}"),
+            }
+        }
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn filters_compile_for_x86_64() {
-        let filters = compile(TargetArch::x86_64).unwrap();
-        // seccompiler's arch check comes first and kills on a foreign arch.
-        assert_eq!(filters.main[0], stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH));
-        assert_eq!(filters.main[1], jump(BPF_JMP_JEQ_K, AUDIT_ARCH_X86_64, 1, 0));
-        assert_eq!(filters.main[2], stmt(BPF_RET_K, 0x8000_0000));
-        // The default is allow, a match returns EPERM.
-        assert_eq!(filters.main.last(), Some(&stmt(BPF_RET_K, SECCOMP_RET_ALLOW)));
-        assert!(filters.main.contains(&stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::EPERM as u32)));
-        // The kernel's BPF_MAXINSNS is 4096.
-        assert!(filters.main.len() < 4096);
-        assert_eq!(filters.prefilter.len(), 7);
+    /// The kernel's rule for stacked filters: the most restrictive action,
+    /// and among equal actions the newest filter's.
+    fn outcome(filters: &Filters, arch: TargetArch, audit: u32, name: &str, args: [u64; 6]) -> u32 {
+        let nr = syscall_number(name, arch).unwrap();
+        outcome_nr(filters, audit, nr, args)
+    }
+
+    fn outcome_nr(filters: &Filters, audit: u32, nr: u32, args: [u64; 6]) -> u32 {
+        let action = |r: u32| (r & 0xffff_0000) as i32;
+        let mut result = SECCOMP_RET_ALLOW;
+        for prog in filters.in_install_order().iter().rev() {
+            let r = evaluate(prog, audit, nr, args);
+            if action(r) < action(result) {
+                result = r;
+            }
+        }
+        result
     }
 
     #[test]
-    fn prefilter_jumps_land_on_the_right_returns() {
+    fn filters_behave_as_the_policy_says_on_both_architectures() {
+        let allow = SECCOMP_RET_ALLOW;
+        let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let enosys = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        for (arch, audit) in [(TargetArch::x86_64, AUDIT_ARCH_X86_64), (TargetArch::aarch64, AUDIT_ARCH_AARCH64)] {
+            let f = compile(arch).unwrap();
+            let o = |name: &str, args: [u64; 6]| outcome(&f, arch, audit, name, args);
+            let none = [0u64; 6];
+            assert_eq!(o("read", none), allow);
+            assert_eq!(o("ptrace", none), eperm);
+            assert_eq!(o("open_tree_attr", none), eperm);
+            assert_eq!(o("memfd_create", none), enosys);
+            assert_eq!(o("clone3", none), enosys);
+            assert_eq!(o("listmount", none), enosys);
+            assert_eq!(o("socket", [libc::AF_UNIX as u64, 1, 0, 0, 0, 0]), allow);
+            assert_eq!(o("socket", [libc::AF_INET as u64, 1, 0, 0, 0, 0]), eperm);
+            assert_eq!(o("socket", [libc::AF_NETLINK as u64, 3, 0, 0, 0, 0]), eperm);
+            assert_eq!(o("socketpair", [libc::AF_INET6 as u64, 1, 0, 0, 0, 0]), eperm);
+            let thread_flags = (libc::CLONE_VM | libc::CLONE_FS | libc::CLONE_FILES | libc::CLONE_SIGHAND) as u64;
+            assert_eq!(o("clone", [thread_flags, 0, 0, 0, 0, 0]), allow);
+            assert_eq!(o("clone", [libc::SIGCHLD as u64 | libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]), eperm);
+            assert_eq!(o("clone", [0x80, 0, 0, 0, 0, 0]), eperm, "CLONE_NEWTIME");
+            assert_eq!(o("personality", [0, 0, 0, 0, 0, 0]), allow);
+            assert_eq!(o("personality", [0xffff_ffff, 0, 0, 0, 0, 0]), allow);
+            assert_eq!(o("personality", [0x0040_0000, 0, 0, 0, 0, 0]), eperm, "READ_IMPLIES_EXEC");
+            assert_eq!(o("ioctl", [0, libc::TIOCSTI as u64, 0, 0, 0, 0]), eperm);
+            assert_eq!(o("ioctl", [0, libc::TCGETS as u64, 0, 0, 0, 0]), allow);
+            // A syscall number nobody assigned yet is denied as ENOSYS.
+            assert_eq!(outcome_nr(&f, audit, 999, none), enosys);
+            // Foreign (32-bit) architectures are killed.
+            assert_eq!(outcome_nr(&f, 0x4000_0003, 1, none), SECCOMP_RET_KILL_PROCESS, "i386");
+            assert_eq!(outcome_nr(&f, 0x4000_0028, 1, none), SECCOMP_RET_KILL_PROCESS, "arm");
+        }
+        // x32 numbers (bit 30) share x86_64's audit arch and match no rule.
+        let f = compile(TargetArch::x86_64).unwrap();
+        assert_eq!(outcome_nr(&f, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT, [0; 6]), enosys, "x32 read");
+        assert_eq!(outcome_nr(&f, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | 101, [0; 6]), enosys, "x32 ptrace");
+    }
+
+    #[test]
+    fn bytes_round_trip() {
         for arch in [TargetArch::x86_64, TargetArch::aarch64] {
-            let prog = prefilter(arch);
-            let target = |at: usize, offset: u8| at + 1 + usize::from(offset);
-            // Foreign arch -> allow (the main filter kills it).
-            assert_eq!(prog[target(1, prog[1].jf)], stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
-            // x32 bit -> ENOSYS; clone3 -> ENOSYS; else allow.
-            let enosys = stmt(BPF_RET_K, SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
-            assert_eq!(prog[target(3, prog[3].jt)], enosys);
-            assert_eq!(prog[target(4, prog[4].jt)], enosys);
-            assert_eq!(prog[target(4, prog[4].jf)], stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+            let filters = compile(arch).unwrap();
+            let bytes = filters.to_bytes();
+            assert_eq!(bytes.len(), 2);
+            assert_eq!(bytes[0].len(), filters.allow.len() * SOCK_FILTER_BYTES);
+            assert_eq!(bytes[1].len(), filters.deny.len() * SOCK_FILTER_BYTES);
+            assert_eq!(Filters::from_bytes(&bytes), Some(filters.clone()));
+            // Native endianness: the first instruction is `ld [4]` (the arch).
+            assert_eq!(&bytes[0][..2], &BPF_LD_W_ABS.to_ne_bytes());
+            assert_eq!(&bytes[0][4..8], &4u32.to_ne_bytes());
         }
+        assert_eq!(Filters::from_bytes(&[vec![0; 7], vec![]]), None);
+        assert_eq!(Filters::from_bytes(&[vec![0; 8]]), None);
     }
 }

@@ -389,7 +389,10 @@ call("mount", lambda: libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
 call("setns", lambda: libc.setns(0, 0))
 call("bpf", lambda: libc.syscall(321, 0, None, 0))
 call("keyctl", lambda: libc.syscall(250, 0, 0, 0, 0, 0))
-call("personality", lambda: libc.personality(0xffffffff))
+call("personality-query", lambda: libc.personality(0xffffffff))
+call("personality", lambda: libc.personality(0x0400000))
+call("memfd_create", lambda: libc.memfd_create(b"x", 0))
+call("modify_ldt", lambda: libc.syscall(154, 0, None, 0))
 call("x32-getpid", lambda: libc.syscall(0x40000000 | 39))
 t = threading.Thread(target=lambda: print("thread ran"))
 t.start(); t.join()
@@ -405,7 +408,8 @@ print("fork", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
     assert_eq!(
         done.stdout,
         "unshare -1 EPERM\nclone3 -1 ENOSYS\nptrace -1 EPERM\nmount -1 EPERM\n\
-         setns -1 EPERM\nbpf -1 EPERM\nkeyctl -1 EPERM\npersonality -1 EPERM\n\
+         setns -1 EPERM\nbpf -1 EPERM\nkeyctl -1 EPERM\npersonality-query 0 0\npersonality -1 EPERM\n\
+         memfd_create -1 ENOSYS\nmodify_ldt -1 EPERM\n\
          x32-getpid -1 ENOSYS\nthread ran\nsubprocess 0 True\nfork 3\n",
         "{done:?}"
     );
