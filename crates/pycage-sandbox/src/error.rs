@@ -13,7 +13,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// The policy names a relative path. Pass absolute paths; the sandbox
-    /// exposes each one at the same absolute path inside the new root.
+    /// exposes host paths by their absolute path.
     #[error("sandbox policy: {path:?} is not an absolute path; pass absolute paths")]
     RelativePath {
         /// The offending path as given.
@@ -25,17 +25,7 @@ pub enum SandboxError {
         /// The offending path as given.
         path: PathBuf,
     },
-    /// `read_write` is empty: its first entry is the run directory, the
-    /// child's working directory.
-    #[error("sandbox policy: read_write is empty; its first entry must be the run directory")]
-    NoRunDir,
-    /// The run directory (`read_write[0]`) is not a directory.
-    #[error("sandbox policy: run directory {path:?} is not a directory")]
-    RunDirNotDirectory {
-        /// The run directory, resolved.
-        path: PathBuf,
-    },
-    /// The policy asks for uid or gid 0. The child must run as an
+    /// The policy asks for host uid or gid 0. A run must have an
     /// unprivileged host id; allocate one per run.
     #[error("sandbox policy: uid {uid} / gid {gid}: the child must run as a non-zero (unprivileged) uid and gid")]
     PrivilegedId {
@@ -43,6 +33,31 @@ pub enum SandboxError {
         uid: u32,
         /// Requested gid.
         gid: u32,
+    },
+    /// A path inside the sandbox is not absolute and normal (it has `.` or
+    /// `..` components, or is `/`).
+    #[error("sandbox policy: inside path {path:?} must be absolute, without `.` or `..`, and not `/`")]
+    BadInsidePath {
+        /// The offending path as given.
+        path: PathBuf,
+    },
+    /// An entry targets the sandbox's fixed layout (`/`, `/proc`, `/tmp`,
+    /// `/work`, `/dev`, `/dev/shm`, `/etc`, or a generated `/etc` file).
+    #[error("sandbox policy: {path:?} is part of the sandbox's own layout (/proc, /tmp, /work, /dev, /dev/shm, /etc and its generated files); expose something inside it instead")]
+    Reserved {
+        /// The target inside the sandbox.
+        path: PathBuf,
+    },
+    /// A remapped entry would be mounted inside another exposed path, where
+    /// its mount point cannot be created.
+    #[error(
+        "sandbox policy: {path:?} would be mounted inside {outer:?}, which is exposed read-only; choose another place"
+    )]
+    Nested {
+        /// The target inside the sandbox.
+        path: PathBuf,
+        /// The exposed path it lies in.
+        outer: PathBuf,
     },
     /// The policy would expose `/` itself, which defeats the private root.
     #[error("sandbox policy: exposing {path:?} would expose the whole host root; list the directories the child needs instead")]
@@ -85,20 +100,15 @@ pub enum SandboxError {
         /// [`crate::MAX_MOUNT_ENTRIES`].
         limit: usize,
     },
-    /// The staging directory is unusable. The runtime creates an empty
-    /// directory (mode 0700) for each run and passes it here.
-    #[error("mount layer: staging directory {path:?} {problem}; create an empty directory per run")]
-    StagingDir {
-        /// The staging directory as given.
-        path: PathBuf,
-        /// What is wrong with it.
-        problem: &'static str,
-    },
-    /// The sandbox is entered as real root: it bind-mounts host paths and
-    /// switches to the per-run uid. Run the host as root, or use `process`
-    /// isolation.
-    #[error("sandbox: the host must run as root (euid 0) to build the private root and switch to a per-run uid; current euid is {euid}")]
-    NotRoot {
+    /// The host is root but the policy names no per-run host ids: a root
+    /// host must give every run its own unprivileged uid.
+    #[error("sandbox policy: the host is root, so the policy must give the run its own unprivileged host uid and gid (host_ids)")]
+    NoRunIds,
+    /// The policy names host ids, but only root can switch to them.
+    #[error("sandbox policy: host_ids (uid {uid}) need a root host; this process has euid {euid}, and runs as its own uid (leave host_ids empty)")]
+    RunIdsNeedRoot {
+        /// The requested uid.
+        uid: u32,
         /// The effective uid of the caller.
         euid: u32,
     },
@@ -152,45 +162,23 @@ pub enum SandboxError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Step {
-    /// `unshare(CLONE_NEWNS)` as root.
-    UnshareMount = 1,
-    /// Making `/` recursively private in the new mount namespace.
-    MakeRootPrivate,
-    /// Mounting the tmpfs that becomes the new root.
-    MountTmpfs,
-    /// Creating a directory in the new root.
-    CreateDir,
-    /// Creating a mount point (directory or empty file) in the new root.
-    CreateMountPoint,
-    /// Bind-mounting a host path.
-    BindMount,
-    /// Setting read-only/nosuid/nodev on a bind mount (`mount_setattr`).
-    SetMountAttributes,
-    /// Recreating a host symlink in the new root.
-    CreateSymlink,
-    /// Adding the "list directories of the new root" Landlock rule.
-    LandlockRootRule,
-    /// Making the tmpfs root read-only.
-    RemountRootReadOnly,
-    /// Opening `/proc/self` before the old root goes away.
-    OpenProcSelf,
-    /// `pivot_root` into the new root.
-    PivotRoot,
-    /// Detaching the old root.
-    DetachOldRoot,
-    /// `chdir` into the run directory.
-    EnterRunDir,
-    /// Raising a hard rlimit (as root) so the child can set it.
+    /// Opening `/proc/self` before the namespaces change.
+    OpenProcSelf = 1,
+    /// Raising a hard rlimit (root host only) so the program can be given it.
     RaiseHardLimit,
-    /// `setgroups([])`.
+    /// Cloning a path to expose (`open_tree(OPEN_TREE_CLONE)`).
+    CloneMount,
+    /// Setting read-only/nosuid/nodev on a clone (`mount_setattr`).
+    SealMount,
+    /// `setgroups([])` (root host only).
     SetGroups,
-    /// `setresgid`.
+    /// `setresgid` to the run's host gid (root host only).
     SetGid,
-    /// `setresuid`.
+    /// `setresuid` to the run's host uid (root host only).
     SetUid,
     /// `prctl(PR_SET_DUMPABLE)`.
     SetDumpable,
-    /// `unshare(CLONE_NEWUSER)` as the unprivileged uid.
+    /// `unshare(CLONE_NEWUSER)`: the run's user namespace.
     UnshareUser,
     /// Writing `deny` to `/proc/self/setgroups`.
     DenySetgroups,
@@ -198,49 +186,91 @@ pub enum Step {
     WriteUidMap,
     /// Writing `/proc/self/gid_map`.
     WriteGidMap,
-    /// `unshare(CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)`.
+    /// `prctl(PR_SET_PDEATHSIG)`.
+    DeathSignal,
+    /// `unshare(CLONE_NEWNS | NEWPID | NEWNET | NEWIPC | NEWUTS)`.
     UnshareNamespaces,
+    /// Making `/` recursively private in the new mount namespace.
+    MakeRootPrivate,
+    /// Mounting the tmpfs that becomes the new root.
+    MountTmpfs,
+    /// Creating a directory of the fixed layout.
+    CreateLayout,
+    /// Mounting the run's size-capped tmpfs.
+    MountDisk,
+    /// Creating `work`, `tmp` or `shm` in the run's tmpfs.
+    CreateDiskDir,
+    /// Bind-mounting a directory of the run's tmpfs.
+    BindDiskDir,
+    /// Detaching the run's tmpfs from its staging mount point.
+    DetachDisk,
+    /// Creating a directory in the new root.
+    CreateDir,
+    /// Creating a mount point (directory or empty file) in the new root.
+    CreateMountPoint,
+    /// Attaching a clone at its target (`move_mount`).
+    AttachMount,
+    /// Creating a symlink in the new root.
+    CreateSymlink,
+    /// Writing a generated file (`/etc/passwd`, ...).
+    WriteFile,
+    /// `sethostname` in the run's UTS namespace.
+    SetHostname,
+    /// Writing an IPC limit (`kernel.shmmax`, ...) of the run's IPC namespace.
+    LimitIpc,
+    /// Making the new root's tmpfs read-only.
+    RemountRootReadOnly,
+    /// Opening the run's working directory for the host.
+    OpenWorkDir,
     /// Opening a pidfd on the supervisor before the fork.
     OpenSupervisorPidfd,
-    /// Forking the namespace's init (the interpreter).
+    /// Creating the pipe the init process reports the program's exit on.
+    StatusPipe,
+    /// Forking the namespace's init process.
     Fork,
-    /// `prctl(PR_SET_PDEATHSIG, SIGKILL)` in the interpreter process.
-    DeathSignal,
-    /// The supervisor died before the interpreter armed its death signal.
+    /// The supervisor died before the init process armed its death signal.
     SupervisorGone,
+    /// Mounting `/proc` of the run's PID namespace.
+    MountProc,
+    /// Making `/proc/sys` read-only.
+    ProtectProcSys,
+    /// `pivot_root` into the new root.
+    PivotRoot,
+    /// Detaching the old root.
+    DetachOldRoot,
+    /// `chdir` into the working directory.
+    EnterRunDir,
+    /// Adding a Landlock rule for the new root (`/`, `/etc`, `/proc`, `/work`, `/tmp`, `/dev/shm`).
+    LandlockRule,
+    /// Forking the program's process.
+    ForkProgram,
+    /// Setting an rlimit in the program's process.
+    SetLimit,
+    /// `unshare(CLONE_NEWUSER)` for the program (uid 1000 inside).
+    UnshareProgramUser,
+    /// Writing the program's uid/gid maps.
+    WriteProgramMaps,
     /// Marking descriptors above fd 3 close-on-exec.
     CloseInheritedFds,
+    /// Dropping every capability (bounding, ambient, permitted).
+    DropCapabilities,
     /// `prctl(PR_SET_NO_NEW_PRIVS)`.
     NoNewPrivs,
     /// `landlock_restrict_self`.
     Landlock,
     /// Landlock did not report the ruleset as fully enforced.
     LandlockNotEnforced,
-    /// Setting an rlimit in the interpreter process.
-    SetLimit,
     /// Installing a seccomp filter.
     Seccomp,
 }
 
 impl Step {
-    /// All steps, roughly in the order [`crate::Prepared::enter`] runs them
-    /// (the module docs of `prepared` give the exact order).
-    pub const ALL: [Step; 34] = [
-        Step::UnshareMount,
-        Step::MakeRootPrivate,
-        Step::MountTmpfs,
-        Step::CreateDir,
-        Step::CreateMountPoint,
-        Step::BindMount,
-        Step::SetMountAttributes,
-        Step::CreateSymlink,
-        Step::LandlockRootRule,
-        Step::RemountRootReadOnly,
+    /// All steps, in the order [`crate::Prepared::enter`] runs them.
+    pub const ALL: [Step; 50] = [
         Step::OpenProcSelf,
-        Step::PivotRoot,
-        Step::DetachOldRoot,
-        Step::EnterRunDir,
         Step::RaiseHardLimit,
+        Step::CloneMount,
+        Step::SealMount,
         Step::SetGroups,
         Step::SetGid,
         Step::SetUid,
@@ -249,16 +279,43 @@ impl Step {
         Step::DenySetgroups,
         Step::WriteUidMap,
         Step::WriteGidMap,
-        Step::UnshareNamespaces,
-        Step::OpenSupervisorPidfd,
-        Step::Fork,
         Step::DeathSignal,
+        Step::UnshareNamespaces,
+        Step::MakeRootPrivate,
+        Step::MountTmpfs,
+        Step::CreateLayout,
+        Step::MountDisk,
+        Step::CreateDiskDir,
+        Step::BindDiskDir,
+        Step::DetachDisk,
+        Step::CreateDir,
+        Step::CreateMountPoint,
+        Step::AttachMount,
+        Step::CreateSymlink,
+        Step::WriteFile,
+        Step::SetHostname,
+        Step::LimitIpc,
+        Step::RemountRootReadOnly,
+        Step::OpenWorkDir,
+        Step::OpenSupervisorPidfd,
+        Step::StatusPipe,
+        Step::Fork,
         Step::SupervisorGone,
+        Step::MountProc,
+        Step::ProtectProcSys,
+        Step::PivotRoot,
+        Step::DetachOldRoot,
+        Step::EnterRunDir,
+        Step::LandlockRule,
+        Step::ForkProgram,
+        Step::SetLimit,
+        Step::UnshareProgramUser,
+        Step::WriteProgramMaps,
         Step::CloseInheritedFds,
+        Step::DropCapabilities,
         Step::NoNewPrivs,
         Step::Landlock,
         Step::LandlockNotEnforced,
-        Step::SetLimit,
         Step::Seccomp,
     ];
 
@@ -275,27 +332,55 @@ impl Step {
     /// The isolation layer this step belongs to.
     pub fn layer(self) -> &'static str {
         match self {
-            Step::UnshareMount
-            | Step::MakeRootPrivate
-            | Step::MountTmpfs
-            | Step::CreateDir
-            | Step::CreateMountPoint
-            | Step::BindMount
-            | Step::SetMountAttributes
-            | Step::CreateSymlink
-            | Step::RemountRootReadOnly
-            | Step::OpenProcSelf
-            | Step::PivotRoot
-            | Step::DetachOldRoot
-            | Step::EnterRunDir => "mount namespace",
-            Step::RaiseHardLimit | Step::SetLimit => "rlimits",
-            Step::SetGroups | Step::SetGid | Step::SetUid | Step::SetDumpable => "privilege drop",
-            Step::UnshareUser | Step::DenySetgroups | Step::WriteUidMap | Step::WriteGidMap => "user namespace",
-            Step::UnshareNamespaces => "pid/net/ipc/uts namespaces",
-            Step::OpenSupervisorPidfd | Step::Fork | Step::DeathSignal | Step::SupervisorGone => "supervisor",
+            Step::OpenProcSelf => "user namespace",
+            Step::RaiseHardLimit => "rlimits",
+            Step::CloneMount => "mount namespace",
+            Step::SealMount => "mount namespace",
+            Step::SetGroups => "host uid",
+            Step::SetGid => "host uid",
+            Step::SetUid => "host uid",
+            Step::SetDumpable => "host uid",
+            Step::UnshareUser => "user namespace",
+            Step::DenySetgroups => "user namespace",
+            Step::WriteUidMap => "user namespace",
+            Step::WriteGidMap => "user namespace",
+            Step::DeathSignal => "supervisor",
+            Step::UnshareNamespaces => "pid/net/ipc/uts/mount namespaces",
+            Step::MakeRootPrivate => "mount namespace",
+            Step::MountTmpfs => "mount namespace",
+            Step::CreateLayout => "mount namespace",
+            Step::MountDisk => "mount namespace",
+            Step::CreateDiskDir => "mount namespace",
+            Step::BindDiskDir => "mount namespace",
+            Step::DetachDisk => "mount namespace",
+            Step::CreateDir => "mount namespace",
+            Step::CreateMountPoint => "mount namespace",
+            Step::AttachMount => "mount namespace",
+            Step::CreateSymlink => "mount namespace",
+            Step::WriteFile => "mount namespace",
+            Step::SetHostname => "uts namespace",
+            Step::LimitIpc => "ipc namespace",
+            Step::RemountRootReadOnly => "mount namespace",
+            Step::OpenWorkDir => "mount namespace",
+            Step::OpenSupervisorPidfd => "supervisor",
+            Step::StatusPipe => "supervisor",
+            Step::Fork => "supervisor",
+            Step::SupervisorGone => "supervisor",
+            Step::MountProc => "proc",
+            Step::ProtectProcSys => "proc",
+            Step::PivotRoot => "mount namespace",
+            Step::DetachOldRoot => "mount namespace",
+            Step::EnterRunDir => "mount namespace",
+            Step::LandlockRule => "landlock",
+            Step::ForkProgram => "supervisor",
+            Step::SetLimit => "rlimits",
+            Step::UnshareProgramUser => "user namespace",
+            Step::WriteProgramMaps => "user namespace",
             Step::CloseInheritedFds => "file descriptors",
+            Step::DropCapabilities => "capabilities",
             Step::NoNewPrivs => "no_new_privs",
-            Step::LandlockRootRule | Step::Landlock | Step::LandlockNotEnforced => "landlock",
+            Step::Landlock => "landlock",
+            Step::LandlockNotEnforced => "landlock",
             Step::Seccomp => "seccomp",
         }
     }
@@ -303,39 +388,55 @@ impl Step {
     /// What the step does, for messages.
     pub fn describe(self) -> &'static str {
         match self {
-            Step::UnshareMount => "unshare(CLONE_NEWNS)",
-            Step::MakeRootPrivate => "making / recursively private",
-            Step::MountTmpfs => "mounting the tmpfs for the new root",
-            Step::CreateDir => "creating a directory in the new root",
-            Step::CreateMountPoint => "creating a mount point in the new root",
-            Step::BindMount => "bind-mounting",
-            Step::SetMountAttributes => "setting mount attributes (mount_setattr, Linux 5.12+)",
-            Step::CreateSymlink => "recreating a symlink in the new root",
-            Step::LandlockRootRule => "adding the Landlock rule for the new root",
-            Step::RemountRootReadOnly => "making the new root read-only",
             Step::OpenProcSelf => "opening /proc/self",
-            Step::PivotRoot => "pivot_root",
-            Step::DetachOldRoot => "detaching the old root",
-            Step::EnterRunDir => "entering the run directory",
             Step::RaiseHardLimit => "raising a hard rlimit",
+            Step::CloneMount => "cloning a path to expose (open_tree)",
+            Step::SealMount => "setting mount attributes (mount_setattr, Linux 5.12+)",
             Step::SetGroups => "setgroups([])",
             Step::SetGid => "setresgid",
             Step::SetUid => "setresuid",
             Step::SetDumpable => "prctl(PR_SET_DUMPABLE)",
-            Step::UnshareUser => "unshare(CLONE_NEWUSER) as the run uid",
+            Step::UnshareUser => "unshare(CLONE_NEWUSER)",
             Step::DenySetgroups => "writing /proc/self/setgroups",
             Step::WriteUidMap => "writing /proc/self/uid_map",
             Step::WriteGidMap => "writing /proc/self/gid_map",
-            Step::UnshareNamespaces => "unshare(CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS)",
-            Step::OpenSupervisorPidfd => "pidfd_open on the supervisor",
-            Step::Fork => "fork of the interpreter process",
             Step::DeathSignal => "prctl(PR_SET_PDEATHSIG)",
+            Step::UnshareNamespaces => "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS)",
+            Step::MakeRootPrivate => "making / recursively private",
+            Step::MountTmpfs => "mounting the tmpfs for the new root",
+            Step::CreateLayout => "creating a directory of the fixed layout",
+            Step::MountDisk => "mounting the run's tmpfs",
+            Step::CreateDiskDir => "creating a directory in the run's tmpfs",
+            Step::BindDiskDir => "bind-mounting a directory of the run's tmpfs",
+            Step::DetachDisk => "detaching the run's tmpfs staging mount",
+            Step::CreateDir => "creating a directory in the new root",
+            Step::CreateMountPoint => "creating a mount point in the new root",
+            Step::AttachMount => "attaching a mount (move_mount)",
+            Step::CreateSymlink => "creating a symlink in the new root",
+            Step::WriteFile => "writing a generated file",
+            Step::SetHostname => "sethostname",
+            Step::LimitIpc => "writing an IPC namespace limit",
+            Step::RemountRootReadOnly => "making the new root read-only",
+            Step::OpenWorkDir => "opening the run's working directory",
+            Step::OpenSupervisorPidfd => "pidfd_open on the supervisor",
+            Step::StatusPipe => "creating the status pipe",
+            Step::Fork => "fork of the init process",
             Step::SupervisorGone => "checking the supervisor is alive",
+            Step::MountProc => "mounting /proc (needs an unobstructed /proc on the host)",
+            Step::ProtectProcSys => "making /proc/sys read-only",
+            Step::PivotRoot => "pivot_root",
+            Step::DetachOldRoot => "detaching the old root",
+            Step::EnterRunDir => "entering the working directory",
+            Step::LandlockRule => "adding a Landlock rule for the new root",
+            Step::ForkProgram => "fork of the program process",
+            Step::SetLimit => "setrlimit",
+            Step::UnshareProgramUser => "unshare(CLONE_NEWUSER) for the program",
+            Step::WriteProgramMaps => "writing the program's uid/gid maps",
             Step::CloseInheritedFds => "marking fds above 3 close-on-exec",
+            Step::DropCapabilities => "dropping every capability",
             Step::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS)",
             Step::Landlock => "landlock_restrict_self",
             Step::LandlockNotEnforced => "checking Landlock reports the ruleset fully enforced",
-            Step::SetLimit => "setrlimit",
             Step::Seccomp => "installing the seccomp filter",
         }
     }

@@ -3,8 +3,9 @@
 //!
 //! The ruleset handles every file-system right of the ABI it targets, so
 //! anything not granted below is denied: read-only paths get
-//! execute/read-file/read-dir, the run dir gets everything, devices get
-//! read/write/truncate/ioctl. With ABI 4+ TCP bind and connect are handled
+//! execute/read-file/read-dir, devices get read/write/truncate/ioctl; the
+//! child adds the rules for what exists only in the new root (`/work`,
+//! `/tmp`, `/dev/shm` get everything, `/etc` and `/proc` read, `/` list). With ABI 4+ TCP bind and connect are handled
 //! with no rule (denied), and with ABI 6+ abstract-unix-socket and signal
 //! scoping confine the child to its own domain.
 //!
@@ -102,7 +103,6 @@ pub fn access_for(kind: MountKind, node: NodeKind, abi: ABI) -> BitFlags<AccessF
     let file_only = AccessFs::from_file(abi);
     let granted = match kind {
         MountKind::ReadOnly => AccessFs::from_read(abi),
-        MountKind::ReadWrite => AccessFs::from_all(abi),
         MountKind::Device => AccessFs::from_file(abi) & !AccessFs::Execute,
     };
     match node {
@@ -125,8 +125,8 @@ pub fn build_ruleset(plan: &MountPlan, abi: ABI) -> Result<RulesetCreated, Sandb
     }
     let mut created = ruleset.create().map_err(SandboxError::Landlock)?;
     for bind in &plan.binds {
-        let fd =
-            PathFd::new(&bind.path).map_err(|source| SandboxError::LandlockPath { path: bind.path.clone(), source })?;
+        let fd = PathFd::new(&bind.source)
+            .map_err(|source| SandboxError::LandlockPath { path: bind.source.clone(), source })?;
         created = created
             .add_rule(PathBeneath::new(fd, access_for(bind.kind, bind.node, abi)))
             .map_err(SandboxError::Landlock)?;
@@ -163,9 +163,6 @@ mod tests {
             access_for(MountKind::Device, NodeKind::File, abi),
             AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev
         );
-        let rw = access_for(MountKind::ReadWrite, NodeKind::Dir, abi);
-        assert_eq!(rw, AccessFs::from_all(abi));
-        assert!(rw.contains(AccessFs::Refer | AccessFs::MakeReg | AccessFs::RemoveDir));
         // Read-only never carries a write right.
         assert!((access_for(MountKind::ReadOnly, NodeKind::Dir, abi) & AccessFs::from_write(abi)).is_empty());
     }

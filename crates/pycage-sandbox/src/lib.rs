@@ -44,6 +44,7 @@
 //! # drop(child); Ok(()) }
 //! ```
 
+pub mod cgroup;
 mod error;
 mod landlock_rules;
 mod plan;
@@ -58,19 +59,22 @@ use std::path::{Path, PathBuf};
 pub use error::{ChildFailure, SandboxError, Step};
 pub use landlock_rules::{MIN_ABI as MIN_LANDLOCK_ABI, TARGET_ABI as TARGET_LANDLOCK_ABI};
 pub use plan::{
-    Bind, Entry, HostFs, MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, Symlink, MAX_MOUNT_ENTRIES,
-    MAX_SYMLINK_HOPS,
+    Bind, Entry, GeneratedFile, HostFs, HostIds, MountKind, MountPlan, NodeKind, RealFs, Remap, SandboxPolicy, Symlink,
+    BYTES_PER_INODE, DISK_DIRS, FIXED_DIRS, GENERATED_FILES, HOSTNAME, INSIDE_GID, INSIDE_UID, MAX_BINDS,
+    MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS, MIN_DISK_INODES, PROC_DIR, SHM_DIR, TMP_DIR, USER_NAME, WORK_DIR,
 };
-pub use prepared::{Prepared, INHERITED_FDS, SUPERVISOR_LOST_EXIT};
-pub use probe::{probe, Availability, Layer};
+pub use prepared::{Handoff, Prepared, INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
+pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
 
-/// System paths a dynamically linked CPython needs, among those that exist
-/// here: the C library and loader (`/usr`, `/lib*`), the loader cache, and
-/// the local time zone. The runtime adds the interpreter's `prefix`,
+/// System paths a dynamically linked CPython and `subprocess` need, among
+/// those that exist here: `/usr`, `/bin` and `/sbin` (links into `/usr` on a
+/// merged-usr host), the C library and loader (`/lib*`), the loader cache,
+/// and the local time zone. The runtime adds the interpreter's `prefix`,
 /// `base_prefix`, `exec_prefix` and `sys.path` directories, and the
 /// bootstrap dir.
 pub fn default_read_only_paths() -> Vec<PathBuf> {
-    const CANDIDATES: [&str; 7] = ["/usr", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache", "/etc/localtime"];
+    const CANDIDATES: [&str; 9] =
+        ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache", "/etc/localtime"];
     existing(&CANDIDATES)
 }
 

@@ -1,30 +1,51 @@
 //! The policy and the pure mount plan.
 //!
 //! [`MountPlan::build`] turns a [`SandboxPolicy`] into the exact list of
-//! directories, symlinks and bind mounts the child creates in its new root.
-//! It reads the host file system only through the small [`HostFs`] trait, so
-//! every rule below is unit-tested against a fake file system.
+//! directories, symlinks, generated files and bind mounts the child creates
+//! in its new root. It reads the host file system only through the small
+//! [`HostFs`] trait, so every rule below is unit-tested against a fake file
+//! system.
 //!
-//! Rules:
-//! - Every path must be absolute. `.` components are dropped and `..` is
-//!   resolved against the real parent, as the kernel does.
-//! - Symlinks are resolved component by component. Each symlink met on the
-//!   way is recreated verbatim in the new root (`/lib -> usr/lib` on a
-//!   merged-`/usr` system), and the bind mount is made at the real path, so a
-//!   path resolves inside the sandbox exactly as it does on the host.
-//! - A read-only path that does not exist is skipped (an interpreter's
-//!   `sys.path` lists a `pythonXY.zip` that usually does not exist) and
-//!   recorded in [`MountPlan::skipped`]. A missing read-write path or device
-//!   is an error.
-//! - One resolved path has one kind; two kinds for the same path is a
+//! # The root the program sees
+//!
+//! ```text
+//! /                 read-only tmpfs: only what is listed here
+//! /usr /bin ...     the host's system directories, read-only (host symlinks such as
+//!                   /bin -> usr/bin and /lib -> usr/lib recreated: merged /usr works)
+//! /opt/python       e.g. the interpreter's prefix, when the runtime remaps it (Remap)
+//! /etc              generated: passwd, group, hostname, hosts, nsswitch.conf; plus the
+//!                   host's ld.so.cache and localtime, read-only
+//! /dev              null, zero, random, urandom (bind mounts), fd/stdin/stdout/stderr links
+//! /proc             procfs of the run's own PID namespace (/proc/sys read-only)
+//! /work /tmp /dev/shm   one size-capped tmpfs per run (WORK_DIR is the cwd and HOME)
+//! ```
+//!
+//! # Rules
+//!
+//! - Every host path must be absolute. `.` components are dropped and `..`
+//!   is resolved against the real parent, as the kernel does.
+//! - A [`SandboxPolicy::read_only`] path is exposed at its own path.
+//!   Symlinks met while resolving it are recreated verbatim in the new root
+//!   (`/lib -> usr/lib`), and the bind is made at the real path, so the path
+//!   resolves inside as it does on the host. A read-only path that does not
+//!   exist is skipped and recorded in [`MountPlan::skipped`].
+//! - A [`Remap`] exposes a host path read-only at another path inside (the
+//!   interpreter's prefix at a neutral path, the bootstrap, run inputs under
+//!   [`WORK_DIR`]). It must exist, and it may not lie inside another
+//!   exposed path (its mount point could not be created there).
+//! - One target has one source and one kind; anything else is a
 //!   [`SandboxError::Conflict`].
-//! - An entry nested inside another entry of the same kind is dropped (it is
-//!   already exposed with the same access). An entry nested inside an entry of
-//!   another kind is kept and mounted on top, after its parent: a read-only
-//!   directory inside the read-write run dir stays read-only.
+//! - A same-path read-only entry nested inside another one is dropped (it is
+//!   already exposed). A device inside a read-only directory is kept and
+//!   mounted on top.
+//! - The fixed layout is reserved: no entry may be `/`, one of
+//!   [`FIXED_DIRS`], an ancestor of one, inside [`PROC_DIR`], or a
+//!   generated file ([`SandboxError::Reserved`]). Entries *inside* the
+//!   run's tmpfs directories (`/work`, `/tmp`, `/dev/shm`) or inside `/etc`
+//!   are allowed: their mount points are created there. Host symlinks at
+//!   reserved paths (a host whose `/tmp` is a link) are not recreated.
 //! - Directories of the new root that are not mount points are created with
-//!   mode 0755, so the unprivileged uid can traverse `/root` to reach
-//!   `/root/.pyenv/...` while `/root` holds nothing else.
+//!   mode 0755.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -35,46 +56,123 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::SandboxError;
 
-/// Most entries (binds, directories, symlinks, each) a plan may hold. The
-/// child reports a failing entry by a 16-bit index, and the tmpfs holding
-/// the new root is sized by this count.
+/// Most directories or symlinks (each) a plan may hold.
 pub const MAX_MOUNT_ENTRIES: usize = 4096;
+
+/// Most bind mounts a plan may hold. The child holds one descriptor per
+/// bind (a detached clone of the source) while it builds the root.
+pub const MAX_BINDS: usize = 256;
 
 /// Most symlinks followed while resolving one path, as the kernel's
 /// `MAXSYMLINKS`.
 pub const MAX_SYMLINK_HOPS: usize = 40;
 
+/// The run's working directory and `HOME` inside the sandbox.
+pub const WORK_DIR: &str = "/work";
+/// The run's temporary directory inside the sandbox (`TMPDIR`).
+pub const TMP_DIR: &str = "/tmp";
+/// POSIX shared memory (`multiprocessing`'s semaphores live here).
+pub const SHM_DIR: &str = "/dev/shm";
+/// Where the run's procfs is mounted.
+pub const PROC_DIR: &str = "/proc";
+/// The hostname inside the sandbox.
+pub const HOSTNAME: &str = "pycage";
+/// The uid the program runs as inside the sandbox (never 0).
+pub const INSIDE_UID: u32 = 1000;
+/// The gid the program runs as inside the sandbox.
+pub const INSIDE_GID: u32 = 1000;
+/// The user name of [`INSIDE_UID`] in the generated `/etc/passwd`.
+pub const USER_NAME: &str = "pycage";
+
+/// Directories of the fixed layout. The child creates them before anything
+/// else; the run's tmpfs is mounted on `/work`, `/tmp` and `/dev/shm`.
+pub const FIXED_DIRS: [&str; 6] = ["/dev", SHM_DIR, "/etc", PROC_DIR, TMP_DIR, WORK_DIR];
+
+/// The run's tmpfs directories: `(mount point, mode)`.
+pub const DISK_DIRS: [(&str, u32); 3] = [(WORK_DIR, 0o700), (TMP_DIR, 0o1777), (SHM_DIR, 0o1777)];
+
+/// Files the sandbox writes into `/etc`. Nothing of the host's users,
+/// groups or name service is copied.
+pub const GENERATED_FILES: [(&str, &str); 5] = [
+    (
+        "/etc/passwd",
+        "root:x:0:0:root:/root:/usr/sbin/nologin\npycage:x:1000:1000:pycage:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    ),
+    ("/etc/group", "root:x:0:\npycage:x:1000:\nnogroup:x:65534:\n"),
+    ("/etc/hostname", "pycage\n"),
+    ("/etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tpycage\n"),
+    ("/etc/nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files\n"),
+];
+
+/// Symlinks every root gets, whatever the host has.
+pub const FIXED_SYMLINKS: [(&str, &str); 4] = [
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+];
+
+/// A host path exposed read-only at another path inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remap {
+    /// The host path (resolved by the plan).
+    pub host: PathBuf,
+    /// Where it appears inside: absolute, without `.` or `..`.
+    pub inside: PathBuf,
+}
+
+/// The unprivileged host ids a run is mapped to on a root host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostIds {
+    /// Host uid, not 0, unique to the run.
+    pub uid: u32,
+    /// Host gid, not 0.
+    pub gid: u32,
+}
+
 /// What the child may see and do. Built by the runtime for each run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPolicy {
-    /// Files and directories exposed read-only at the same absolute path
-    /// (interpreter prefix, bootstrap dir, `/usr`, `/lib`, `/lib64`,
-    /// `/etc/ld.so.cache`, extra `--allow-read` paths, ...). Missing entries
-    /// are skipped.
+    /// Host files and directories exposed read-only at the same path (`/usr`,
+    /// `/bin`, `/lib`, `/etc/ld.so.cache`, `--allow-read` paths, ...).
+    /// Missing entries are skipped.
     pub read_only: Vec<PathBuf>,
-    /// Directories (or files) exposed read-write at the same path. The first
-    /// entry is the run directory: the child's working directory. The
-    /// runtime creates it owned by `uid`, mode 0700.
-    pub read_write: Vec<PathBuf>,
+    /// Host paths exposed read-only at another path inside.
+    pub remapped: Vec<Remap>,
     /// Character devices bind-mounted read-write (`/dev/null`, `/dev/zero`,
     /// `/dev/urandom`, `/dev/random`); see [`crate::default_devices`].
     pub devices: Vec<PathBuf>,
-    /// The unprivileged host uid the child runs as (one per run).
-    pub uid: u32,
-    /// The unprivileged host gid the child runs as.
-    pub gid: u32,
-    /// `RLIMIT_NPROC` for the interpreter and everything it starts. The
-    /// sandbox adds one for its own supervisor process, which shares the uid.
+    /// On a root host, the unprivileged host ids the run is mapped to (one
+    /// per run). `None` when the host is not root: the run is then mapped
+    /// to the caller's own ids, through an unprivileged user namespace.
+    pub host_ids: Option<HostIds>,
+    /// Most processes and threads of the run at once (`RLIMIT_NPROC`,
+    /// counted per user namespace, so per run).
     pub max_processes: u64,
     /// `RLIMIT_FSIZE`: the largest file the child may write, in bytes.
     pub max_file_bytes: u64,
     /// `RLIMIT_NOFILE`: one more than the highest file descriptor number.
     pub max_open_files: u64,
-    /// An empty directory (mode 0700) created by the runtime for this run,
-    /// outside every exposed path (not inside the run dir). A tmpfs is
-    /// mounted on it, inside the child's private mount namespace only, and
-    /// becomes the child's `/`; the host never sees that mount.
-    pub staging_dir: PathBuf,
+    /// Size of the run's tmpfs, shared by `/work`, `/tmp` and `/dev/shm`.
+    /// Its inode count is capped at one per [`BYTES_PER_INODE`].
+    pub disk_bytes: u64,
+    /// SysV shared memory of the run's IPC namespace, in bytes
+    /// (`kernel.shmall`, and `kernel.shmmax` per segment).
+    pub sysv_shm_bytes: u64,
+}
+
+/// The run's tmpfs gets one inode per this many bytes of `disk_bytes`
+/// (at least [`MIN_DISK_INODES`]): empty files and directories cost kernel
+/// memory but no tmpfs blocks, so their number needs its own cap.
+pub const BYTES_PER_INODE: u64 = 8192;
+/// The smallest inode cap of the run's tmpfs.
+pub const MIN_DISK_INODES: u64 = 1024;
+
+impl SandboxPolicy {
+    /// `nr_inodes` of the run's tmpfs.
+    pub fn disk_inodes(&self) -> u64 {
+        (self.disk_bytes / BYTES_PER_INODE).max(MIN_DISK_INODES)
+    }
 }
 
 /// How a bind mount is exposed.
@@ -82,8 +180,6 @@ pub struct SandboxPolicy {
 pub enum MountKind {
     /// Read-only, nosuid, nodev, recursively.
     ReadOnly,
-    /// Read-write, nosuid, nodev, recursively.
-    ReadWrite,
     /// A device node: read-write, nosuid, noexec.
     Device,
 }
@@ -92,7 +188,6 @@ impl MountKind {
     fn label(self) -> &'static str {
         match self {
             MountKind::ReadOnly => "read-only",
-            MountKind::ReadWrite => "read-write",
             MountKind::Device => "a device",
         }
     }
@@ -107,22 +202,23 @@ pub enum NodeKind {
     File,
 }
 
-/// One bind mount of the plan. The source and the target are the same
-/// absolute path: the host path outside, the same path in the new root.
+/// One bind mount of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
     /// The resolved (symlink-free) host path.
-    pub path: PathBuf,
+    pub source: PathBuf,
+    /// Where it is mounted inside.
+    pub target: PathBuf,
     /// How it is exposed.
     pub kind: MountKind,
     /// Directory or not.
     pub node: NodeKind,
-    /// Whether the child creates the mount point in the tmpfs. False when the
-    /// path lies inside an earlier bind mount, where it already exists.
+    /// Whether the child creates the mount point. False when the target
+    /// lies inside an earlier same-path bind, where it already exists.
     pub create_mount_point: bool,
 }
 
-/// A host symlink recreated in the new root.
+/// A symlink created in the new root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Symlink {
     /// Where the link is.
@@ -131,17 +227,29 @@ pub struct Symlink {
     pub target: PathBuf,
 }
 
-/// The resolved plan for the child's new root.
+/// A file the child writes into the new root (mode 0644).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GeneratedFile {
+    /// Where.
+    pub path: PathBuf,
+    /// Its whole content.
+    pub contents: &'static str,
+}
+
+/// The resolved plan for the child's new root, on top of the fixed layout
+/// ([`FIXED_DIRS`], the run's tmpfs, `/proc`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountPlan {
-    /// Directories created in the tmpfs (mode 0755), parents first.
+    /// Directories to create (mode 0755), parents first, after the fixed
+    /// layout: those under `/work`, `/tmp` or `/dev/shm` land in the run's
+    /// tmpfs.
     pub dirs: Vec<PathBuf>,
-    /// Symlinks recreated in the tmpfs.
+    /// Symlinks to create.
     pub symlinks: Vec<Symlink>,
+    /// Files to write.
+    pub files: Vec<GeneratedFile>,
     /// Bind mounts, parents before anything nested in them.
     pub binds: Vec<Bind>,
-    /// The resolved run directory (the child's working directory).
-    pub run_dir: PathBuf,
     /// Read-only paths of the policy that do not exist on the host.
     pub skipped: Vec<PathBuf>,
 }
@@ -255,110 +363,137 @@ fn push_components(pending: &mut Vec<OsString>, path: &Path) {
 }
 
 /// One resolved entry before nesting rules apply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Planned {
+    source: PathBuf,
     kind: MountKind,
     node: NodeKind,
+    /// Exposed at its own (resolved) path.
+    same_path: bool,
+}
+
+/// Whether `path` is reserved by the fixed layout: `/`, a fixed directory
+/// or an ancestor of one, anything inside `/proc`, or a generated file.
+fn is_reserved(path: &Path) -> bool {
+    path == Path::new("/")
+        || FIXED_DIRS.iter().any(|fixed| Path::new(fixed).starts_with(path))
+        || path.starts_with(PROC_DIR)
+        || GENERATED_FILES.iter().any(|(file, _)| Path::new(file) == path)
+        || FIXED_SYMLINKS.iter().any(|(link, _)| Path::new(link) == path)
 }
 
 impl MountPlan {
     /// Resolve the policy against `fs` and lay out the new root.
     pub fn build(policy: &SandboxPolicy, fs: &dyn HostFs) -> Result<MountPlan, SandboxError> {
-        if policy.uid == 0 || policy.gid == 0 {
-            return Err(SandboxError::PrivilegedId { uid: policy.uid, gid: policy.gid });
+        if let Some(ids) = policy.host_ids {
+            if ids.uid == 0 || ids.gid == 0 {
+                return Err(SandboxError::PrivilegedId { uid: ids.uid, gid: ids.gid });
+            }
         }
-        if policy.read_write.is_empty() {
-            return Err(SandboxError::NoRunDir);
-        }
-        let all_given = policy
-            .read_only
-            .iter()
-            .chain(&policy.read_write)
-            .chain(&policy.devices)
-            .chain(std::iter::once(&policy.staging_dir));
-        for path in all_given {
+        let hosts = policy.read_only.iter().chain(policy.remapped.iter().map(|r| &r.host)).chain(&policy.devices);
+        for path in hosts {
             check_given(path)?;
+        }
+        for remap in &policy.remapped {
+            check_inside(&remap.inside)?;
         }
 
         let mut entries: BTreeMap<PathBuf, Planned> = BTreeMap::new();
         let mut links: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
         let mut skipped = Vec::new();
-        let mut run_dir = None;
+        let mut insert = |target: PathBuf, planned: Planned| -> Result<(), SandboxError> {
+            match entries.get(&target) {
+                Some(existing) if *existing == planned => Ok(()),
+                Some(existing) => Err(SandboxError::Conflict {
+                    path: target,
+                    first: existing.kind.label(),
+                    second: if existing.kind == planned.kind { "another source" } else { planned.kind.label() },
+                }),
+                None => {
+                    entries.insert(target, planned);
+                    Ok(())
+                }
+            }
+        };
 
-        let given = policy
-            .read_only
-            .iter()
-            .map(|p| (p, MountKind::ReadOnly, false))
-            .chain(policy.read_write.iter().enumerate().map(|(i, p)| (p, MountKind::ReadWrite, i == 0)))
-            .chain(policy.devices.iter().map(|p| (p, MountKind::Device, false)));
-        for (path, kind, is_run_dir) in given {
+        for path in &policy.read_only {
             let resolved = match resolve(fs, path) {
                 Ok(resolved) => resolved,
-                Err(err) if kind == MountKind::ReadOnly && is_missing(&err) => {
+                Err(err) if is_missing(&err) => {
                     skipped.push(path.clone());
                     continue;
                 }
                 Err(source) => return Err(SandboxError::Resolve { path: path.clone(), source }),
             };
-            if resolved.real == Path::new("/") {
-                return Err(SandboxError::ExposesRoot { path: path.clone() });
-            }
-            let node = match (&resolved.entry, kind) {
-                (Entry::CharDevice, MountKind::Device) => NodeKind::File,
-                (_, MountKind::Device) => return Err(SandboxError::NotADevice { path: path.clone() }),
-                (Entry::Dir, _) => NodeKind::Dir,
-                (Entry::File | Entry::CharDevice | Entry::Symlink(_), _) => NodeKind::File,
-            };
-            if is_run_dir {
-                if node != NodeKind::Dir {
-                    return Err(SandboxError::RunDirNotDirectory { path: resolved.real });
-                }
-                run_dir = Some(resolved.real.clone());
-            }
+            let node = node_of(&resolved.entry);
             for link in resolved.links {
                 links.insert(link.path, link.target);
             }
-            let planned = Planned { kind, node };
-            match entries.get(&resolved.real) {
-                Some(existing) if existing.kind != kind => {
-                    return Err(SandboxError::Conflict {
-                        path: resolved.real,
-                        first: existing.kind.label(),
-                        second: kind.label(),
-                    })
-                }
-                Some(_) => {}
-                None => {
-                    entries.insert(resolved.real, planned);
-                }
-            }
+            let real = exposable(path, resolved.real)?;
+            insert(real.clone(), Planned { source: real, kind: MountKind::ReadOnly, node, same_path: true })?;
         }
-        let run_dir = run_dir.ok_or(SandboxError::NoRunDir)?;
+        for remap in &policy.remapped {
+            let resolved = resolve(fs, &remap.host)
+                .map_err(|source| SandboxError::Resolve { path: remap.host.clone(), source })?;
+            let node = node_of(&resolved.entry);
+            let real = exposable(&remap.host, resolved.real)?;
+            let planned = Planned { source: real, kind: MountKind::ReadOnly, node, same_path: false };
+            insert(remap.inside.clone(), planned)?;
+        }
+        for path in &policy.devices {
+            let resolved = resolve(fs, path).map_err(|source| SandboxError::Resolve { path: path.clone(), source })?;
+            if resolved.entry != Entry::CharDevice {
+                return Err(SandboxError::NotADevice { path: path.clone() });
+            }
+            let real = resolved.real;
+            insert(
+                real.clone(),
+                Planned { source: real, kind: MountKind::Device, node: NodeKind::File, same_path: true },
+            )?;
+        }
+        if let Some(target) = entries.keys().find(|target| is_reserved(target)) {
+            return Err(SandboxError::Reserved { path: target.clone() });
+        }
 
-        // Drop entries whose nearest enclosing entry has the same kind.
+        // Same-path read-only entries inside another one are already exposed.
         let kept: Vec<(PathBuf, Planned)> = entries
             .iter()
-            .filter(|(path, planned)| {
-                planned.kind == MountKind::Device
-                    || nearest_ancestor(&entries, path).map(|(_, a)| a.kind) != Some(planned.kind)
+            .filter(|(target, planned)| {
+                !(planned.kind == MountKind::ReadOnly
+                    && planned.same_path
+                    && nearest_ancestor(&entries, target)
+                        .is_some_and(|(_, a)| a.kind == MountKind::ReadOnly && a.same_path))
             })
-            .map(|(path, planned)| (path.clone(), *planned))
+            .map(|(target, planned)| (target.clone(), planned.clone()))
             .collect();
 
-        let covered = |path: &Path| kept.iter().any(|(b, _)| path != b && path.starts_with(b));
-        let binds: Vec<Bind> = kept
-            .iter()
-            .map(|(path, planned)| Bind {
-                path: path.clone(),
+        let covering = |path: &Path| kept.iter().find(|(b, _)| path != b && path.starts_with(b));
+        let mut binds = Vec::with_capacity(kept.len());
+        for (target, planned) in &kept {
+            let create_mount_point = match covering(target) {
+                None => true,
+                // The source lies inside the covering bind's source too, so
+                // the mount point already exists in it.
+                Some((_, outer)) if planned.same_path && outer.same_path => false,
+                Some((outer, _)) => {
+                    return Err(SandboxError::Nested { path: target.clone(), outer: outer.clone() });
+                }
+            };
+            binds.push(Bind {
+                source: planned.source.clone(),
+                target: target.clone(),
                 kind: planned.kind,
                 node: planned.node,
-                create_mount_point: !covered(path),
-            })
-            .collect();
+                create_mount_point,
+            });
+        }
+        if binds.len() > MAX_BINDS {
+            return Err(SandboxError::TooManyPaths { count: binds.len(), limit: MAX_BINDS });
+        }
 
-        let symlinks: Vec<Symlink> = links
+        let mut symlinks: Vec<Symlink> = links
             .into_iter()
-            .filter(|(path, _)| !covered(path))
+            .filter(|(path, _)| covering(path).is_none() && !is_reserved(path) && !path.starts_with(PROC_DIR))
             .map(|(path, target)| Symlink { path, target })
             .collect();
         for link in &symlinks {
@@ -366,16 +501,26 @@ impl MountPlan {
                 return Err(SandboxError::Conflict { path: link.path.clone(), first: "a symlink", second: "a mount" });
             }
         }
+        symlinks.extend(
+            FIXED_SYMLINKS
+                .iter()
+                .map(|(path, target)| Symlink { path: PathBuf::from(path), target: PathBuf::from(target) }),
+        );
+        let files: Vec<GeneratedFile> = GENERATED_FILES
+            .iter()
+            .map(|(path, contents)| GeneratedFile { path: PathBuf::from(path), contents })
+            .collect();
 
         let mut dirs: Vec<PathBuf> = Vec::new();
         let leaves = binds
             .iter()
             .filter(|b| b.create_mount_point)
-            .map(|b| b.path.as_path())
-            .chain(symlinks.iter().map(|l| l.path.as_path()));
+            .map(|b| b.target.as_path())
+            .chain(symlinks.iter().map(|l| l.path.as_path()))
+            .chain(files.iter().map(|f| f.path.as_path()));
         for leaf in leaves {
             for ancestor in leaf.ancestors().skip(1) {
-                if ancestor != Path::new("/") {
+                if ancestor != Path::new("/") && !FIXED_DIRS.iter().any(|fixed| Path::new(fixed) == ancestor) {
                     dirs.push(ancestor.to_path_buf());
                 }
             }
@@ -387,18 +532,32 @@ impl MountPlan {
                 return Err(SandboxError::Conflict { path: dir.clone(), first: "a symlink", second: "a directory" });
             }
         }
-
-        let count = dirs.len().max(binds.len()).max(symlinks.len());
+        let count = dirs.len().max(symlinks.len());
         if count > MAX_MOUNT_ENTRIES {
             return Err(SandboxError::TooManyPaths { count, limit: MAX_MOUNT_ENTRIES });
         }
-        Ok(MountPlan { dirs, symlinks, binds, run_dir, skipped })
+        Ok(MountPlan { dirs, symlinks, files, binds, skipped })
     }
 
     /// Inodes the new root's tmpfs needs, with headroom.
     pub(crate) fn tmpfs_inodes(&self) -> usize {
-        self.dirs.len() + self.symlinks.len() + self.binds.len() + 64
+        self.dirs.len() + self.symlinks.len() + self.binds.len() + self.files.len() + FIXED_DIRS.len() + 64
     }
+}
+
+fn node_of(entry: &Entry) -> NodeKind {
+    match entry {
+        Entry::Dir => NodeKind::Dir,
+        Entry::File | Entry::CharDevice | Entry::Symlink(_) => NodeKind::File,
+    }
+}
+
+/// The resolved path, unless it is the host root.
+fn exposable(given: &Path, real: PathBuf) -> Result<PathBuf, SandboxError> {
+    if real == Path::new("/") {
+        return Err(SandboxError::ExposesRoot { path: given.to_path_buf() });
+    }
+    Ok(real)
 }
 
 /// The deepest entry strictly above `path`.
@@ -416,6 +575,17 @@ fn check_given(path: &Path) -> Result<(), SandboxError> {
     }
     if path.as_os_str().as_bytes().contains(&0) {
         return Err(SandboxError::NulInPath { path: path.to_path_buf() });
+    }
+    Ok(())
+}
+
+/// An inside path: absolute, only normal components, not `/`.
+fn check_inside(path: &Path) -> Result<(), SandboxError> {
+    check_given(path)?;
+    // `Path::components` hides `.`; look at the raw segments.
+    let normal = path.as_os_str().as_bytes().split(|b| *b == b'/').all(|segment| segment != b"." && segment != b"..");
+    if !normal || path == Path::new("/") {
+        return Err(SandboxError::BadInsidePath { path: path.to_path_buf() });
     }
     Ok(())
 }
@@ -464,83 +634,115 @@ mod tests {
 
     fn debian() -> FakeFs {
         FakeFs::default()
+            .dir("/usr/bin")
             .dir("/usr/lib/x86_64-linux-gnu")
             .dir("/usr/lib64")
             .file("/usr/lib64/ld-linux-x86-64.so.2")
+            .link("/bin", "usr/bin")
             .link("/lib", "usr/lib")
             .link("/lib64", "usr/lib64")
             .file("/etc/ld.so.cache")
             .link("/etc/localtime", "/usr/share/zoneinfo/Etc/UTC")
             .file("/usr/share/zoneinfo/Etc/UTC")
             .dir("/root/.pyenv/versions/3.11.7/lib/python3.11")
-            .dir("/tmp/run")
-            .dir("/tmp/stage")
+            .dir("/tmp/pycage-bootstrap-x/pycage")
+            .dir("/home/u/data")
+            .file("/home/u/notes.txt")
             .dev("/dev/null")
             .dev("/dev/urandom")
     }
 
-    fn policy(read_only: &[&str]) -> SandboxPolicy {
+    fn policy(read_only: &[&str], remapped: &[(&str, &str)]) -> SandboxPolicy {
         SandboxPolicy {
             read_only: read_only.iter().map(PathBuf::from).collect(),
-            read_write: vec![PathBuf::from("/tmp/run")],
+            remapped: remapped
+                .iter()
+                .map(|(host, inside)| Remap { host: PathBuf::from(host), inside: PathBuf::from(inside) })
+                .collect(),
             devices: vec![PathBuf::from("/dev/null"), PathBuf::from("/dev/urandom")],
-            uid: 1000,
-            gid: 1000,
+            host_ids: Some(HostIds { uid: 1000, gid: 1000 }),
             max_processes: 16,
             max_file_bytes: 1 << 20,
             max_open_files: 64,
-            staging_dir: PathBuf::from("/tmp/stage"),
+            disk_bytes: 64 << 20,
+            sysv_shm_bytes: 1 << 20,
         }
     }
 
-    fn bind(path: &str, kind: MountKind, node: NodeKind, create: bool) -> Bind {
-        Bind { path: PathBuf::from(path), kind, node, create_mount_point: create }
+    fn bind(source: &str, target: &str, kind: MountKind, node: NodeKind, create: bool) -> Bind {
+        Bind { source: PathBuf::from(source), target: PathBuf::from(target), kind, node, create_mount_point: create }
+    }
+
+    fn ro(path: &str, node: NodeKind) -> Bind {
+        bind(path, path, MountKind::ReadOnly, node, true)
     }
 
     fn paths(list: &[&str]) -> Vec<PathBuf> {
         list.iter().map(PathBuf::from).collect()
     }
 
+    fn link(path: &str, target: &str) -> Symlink {
+        Symlink { path: PathBuf::from(path), target: PathBuf::from(target) }
+    }
+
+    fn fixed_links() -> Vec<Symlink> {
+        FIXED_SYMLINKS.iter().map(|(p, t)| link(p, t)).collect()
+    }
+
     #[test]
     fn typical_python_policy_plans_the_whole_root() {
         let plan = MountPlan::build(
-            &policy(&[
-                "/usr",
-                "/lib",
-                "/lib64",
-                "/etc/ld.so.cache",
-                "/etc/localtime",
-                "/root/.pyenv/versions/3.11.7",
-                "/root/.pyenv/versions/3.11.7/lib/python3.11",
-                "/root/.pyenv/versions/3.11.7/lib/python311.zip",
-            ]),
+            &policy(
+                &["/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/ld.so.cache", "/etc/localtime"],
+                &[
+                    ("/root/.pyenv/versions/3.11.7", "/opt/python"),
+                    ("/tmp/pycage-bootstrap-x", "/opt/pycage"),
+                    ("/home/u/data", "/work/data"),
+                    ("/home/u/notes.txt", "/work/notes.txt"),
+                ],
+            ),
             &debian(),
         )
         .unwrap();
+        let mut symlinks = vec![
+            link("/bin", "usr/bin"),
+            link("/etc/localtime", "/usr/share/zoneinfo/Etc/UTC"),
+            link("/lib", "usr/lib"),
+            link("/lib64", "usr/lib64"),
+        ];
+        symlinks.extend(fixed_links());
         assert_eq!(
             plan,
             MountPlan {
-                dirs: paths(&["/dev", "/etc", "/root", "/root/.pyenv", "/root/.pyenv/versions", "/tmp"]),
-                symlinks: vec![
-                    Symlink {
-                        path: PathBuf::from("/etc/localtime"),
-                        target: PathBuf::from("/usr/share/zoneinfo/Etc/UTC"),
-                    },
-                    Symlink { path: PathBuf::from("/lib"), target: PathBuf::from("usr/lib") },
-                    Symlink { path: PathBuf::from("/lib64"), target: PathBuf::from("usr/lib64") },
-                ],
+                dirs: paths(&["/opt"]),
+                symlinks,
+                files: GENERATED_FILES
+                    .iter()
+                    .map(|(path, contents)| GeneratedFile { path: PathBuf::from(path), contents })
+                    .collect(),
                 binds: vec![
-                    bind("/dev/null", MountKind::Device, NodeKind::File, true),
-                    bind("/dev/urandom", MountKind::Device, NodeKind::File, true),
-                    bind("/etc/ld.so.cache", MountKind::ReadOnly, NodeKind::File, true),
-                    bind("/root/.pyenv/versions/3.11.7", MountKind::ReadOnly, NodeKind::Dir, true),
-                    bind("/tmp/run", MountKind::ReadWrite, NodeKind::Dir, true),
-                    bind("/usr", MountKind::ReadOnly, NodeKind::Dir, true),
+                    bind("/dev/null", "/dev/null", MountKind::Device, NodeKind::File, true),
+                    bind("/dev/urandom", "/dev/urandom", MountKind::Device, NodeKind::File, true),
+                    ro("/etc/ld.so.cache", NodeKind::File),
+                    bind("/root/.pyenv/versions/3.11.7", "/opt/pycage", MountKind::ReadOnly, NodeKind::Dir, true)
+                        .with_source("/tmp/pycage-bootstrap-x"),
+                    bind("/root/.pyenv/versions/3.11.7", "/opt/python", MountKind::ReadOnly, NodeKind::Dir, true),
+                    ro("/usr", NodeKind::Dir),
+                    bind("/home/u/data", "/work/data", MountKind::ReadOnly, NodeKind::Dir, true),
+                    bind("/home/u/notes.txt", "/work/notes.txt", MountKind::ReadOnly, NodeKind::File, true),
                 ],
-                run_dir: PathBuf::from("/tmp/run"),
-                skipped: paths(&["/root/.pyenv/versions/3.11.7/lib/python311.zip"]),
+                skipped: paths(&["/sbin"]),
             }
         );
+        // Nothing of /root or /home is created in the new root.
+        assert!(plan.dirs.iter().all(|d| !d.starts_with("/root") && !d.starts_with("/home")));
+    }
+
+    impl Bind {
+        fn with_source(mut self, source: &str) -> Bind {
+            self.source = PathBuf::from(source);
+            self
+        }
     }
 
     #[test]
@@ -552,10 +754,7 @@ mod tests {
             Resolved {
                 real: PathBuf::from("/root/.pyenv/versions/3.11.7/lib/python3.11"),
                 entry: Entry::Dir,
-                links: vec![Symlink {
-                    path: PathBuf::from("/opt/py"),
-                    target: PathBuf::from("../root/.pyenv/versions/3.11.7"),
-                }],
+                links: vec![link("/opt/py", "../root/.pyenv/versions/3.11.7")],
             }
         );
     }
@@ -574,84 +773,131 @@ mod tests {
     }
 
     #[test]
-    fn nested_same_kind_is_dropped_other_kind_is_kept_on_top() {
-        let fs = debian().dir("/tmp/run/ro").dir("/usr/share/rw").file("/usr/share/rw/x");
-        let mut p = policy(&["/usr", "/usr/lib", "/tmp/run/ro"]);
-        p.read_write.push(PathBuf::from("/usr/share/rw"));
-        p.read_write.push(PathBuf::from("/usr/share/rw/x"));
+    fn nested_read_only_is_dropped_device_is_kept_on_top() {
+        let fs = debian().dev("/usr/share/dev0");
+        let mut p = policy(&["/usr", "/usr/lib", "/lib/x86_64-linux-gnu"], &[]);
+        p.devices.push(PathBuf::from("/usr/share/dev0"));
         let plan = MountPlan::build(&p, &fs).unwrap();
         assert_eq!(
-            plan.binds.iter().filter(|b| b.kind != MountKind::Device).cloned().collect::<Vec<_>>(),
+            plan.binds.iter().filter(|b| b.target.starts_with("/usr")).cloned().collect::<Vec<_>>(),
             vec![
-                bind("/tmp/run", MountKind::ReadWrite, NodeKind::Dir, true),
-                bind("/tmp/run/ro", MountKind::ReadOnly, NodeKind::Dir, false),
-                bind("/usr", MountKind::ReadOnly, NodeKind::Dir, true),
-                bind("/usr/share/rw", MountKind::ReadWrite, NodeKind::Dir, false),
+                ro("/usr", NodeKind::Dir),
+                bind("/usr/share/dev0", "/usr/share/dev0", MountKind::Device, NodeKind::File, false)
             ]
         );
-        // Nothing inside a bind mount is created in the tmpfs.
-        assert_eq!(plan.dirs, paths(&["/dev", "/tmp"]));
+        // /lib/x86_64-linux-gnu resolved through the /lib link into /usr.
+        assert!(plan.symlinks.contains(&link("/lib", "usr/lib")));
     }
 
     #[test]
     fn symlinks_inside_a_bind_are_not_recreated() {
         let fs = debian().link("/usr/lib/libpython.so", "libpython.so.1").file("/usr/lib/libpython.so.1");
-        let plan = MountPlan::build(&policy(&["/usr", "/usr/lib/libpython.so"]), &fs).unwrap();
-        assert!(plan.symlinks.is_empty());
+        let plan = MountPlan::build(&policy(&["/usr", "/usr/lib/libpython.so"], &[]), &fs).unwrap();
+        assert_eq!(plan.symlinks, fixed_links());
     }
 
     #[test]
     fn duplicates_collapse_and_dotdot_follows_the_kernel() {
         // "/lib/.." is the parent of the real "/usr/lib": "/usr", as the kernel resolves it.
-        let plan = MountPlan::build(&policy(&["/usr", "/usr/", "/usr/.", "/lib/.."]), &debian()).unwrap();
-        assert_eq!(plan.binds.iter().filter(|b| b.path == Path::new("/usr")).count(), 1);
-        let err = MountPlan::build(&policy(&["/usr/.."]), &debian()).unwrap_err();
-        assert!(matches!(err, SandboxError::ExposesRoot { .. }));
+        let plan = MountPlan::build(&policy(&["/usr", "/usr/", "/usr/.", "/lib/.."], &[]), &debian()).unwrap();
+        assert_eq!(plan.binds.iter().filter(|b| b.target == Path::new("/usr")).count(), 1);
+        let err = MountPlan::build(&policy(&["/usr/.."], &[]), &debian()).unwrap_err();
+        assert!(matches!(err, SandboxError::ExposesRoot { .. }), "{err}");
+        let err = MountPlan::build(&policy(&[], &[("/usr/..", "/opt/root")]), &debian()).unwrap_err();
+        assert!(matches!(err, SandboxError::ExposesRoot { .. }), "{err}");
     }
 
     #[test]
-    fn conflicting_kinds_are_an_error() {
-        let err = MountPlan::build(&policy(&["/tmp/run"]), &debian()).unwrap_err();
-        assert!(matches!(
-            err,
-            SandboxError::Conflict { ref path, first: "read-only", second: "read-write" }
-                if path == Path::new("/tmp/run")
-        ));
+    fn one_target_one_source() {
+        let err =
+            MountPlan::build(&policy(&[], &[("/usr", "/opt/x"), ("/home/u/data", "/opt/x")]), &debian()).unwrap_err();
+        assert!(matches!(err, SandboxError::Conflict { ref path, .. } if path == Path::new("/opt/x")), "{err}");
+        // The same remap twice is one bind.
+        let plan = MountPlan::build(&policy(&[], &[("/usr", "/opt/x"), ("/usr/", "/opt/x")]), &debian()).unwrap();
+        assert_eq!(plan.binds.iter().filter(|b| b.target == Path::new("/opt/x")).count(), 1);
+    }
+
+    #[test]
+    fn the_fixed_layout_is_reserved() {
+        let fs = debian().dir("/proc/1").dir("/tmp/x").dir("/etc/ssl").dir("/var/lib");
+        for read_only in ["/tmp", "/proc/1", "/etc", "/dev"] {
+            let err = MountPlan::build(&policy(&[read_only], &[]), &fs).unwrap_err();
+            assert!(matches!(err, SandboxError::Reserved { .. }), "{read_only}: {err}");
+        }
+        for inside in ["/work", "/etc/passwd", "/proc/x", "/dev/fd", "/dev/shm"] {
+            let err = MountPlan::build(&policy(&[], &[("/usr", inside)]), &fs).unwrap_err();
+            assert!(matches!(err, SandboxError::Reserved { .. }), "{inside}: {err}");
+        }
+        // Inside the run's tmpfs or /etc is fine: the mount point is created there.
+        let plan = MountPlan::build(&policy(&["/tmp/x", "/etc/ssl"], &[("/var/lib", "/work/a/b")]), &fs).unwrap();
+        assert!(plan.binds.contains(&ro("/tmp/x", NodeKind::Dir)));
+        assert!(plan.binds.contains(&ro("/etc/ssl", NodeKind::Dir)));
+        assert!(plan.dirs.contains(&PathBuf::from("/work/a")));
+    }
+
+    #[test]
+    fn host_links_at_reserved_paths_are_not_recreated() {
+        let fs = debian().link("/tmp", "/private/tmp").dir("/private/tmp/x");
+        let plan = MountPlan::build(&policy(&["/tmp/x"], &[]), &fs).unwrap();
+        assert!(plan.binds.contains(&ro("/private/tmp/x", NodeKind::Dir)));
+        assert_eq!(plan.symlinks, fixed_links());
+    }
+
+    #[test]
+    fn a_remap_cannot_go_inside_another_mount() {
+        let err = MountPlan::build(&policy(&["/usr"], &[("/home/u/data", "/usr/data")]), &debian()).unwrap_err();
+        assert!(
+            matches!(err, SandboxError::Nested { ref path, ref outer }
+            if path == Path::new("/usr/data") && outer == Path::new("/usr")),
+            "{err}"
+        );
     }
 
     #[test]
     fn policy_errors() {
         let fs = debian();
-        let mut p = policy(&["usr"]);
+        let p = policy(&["usr"], &[]);
         assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::RelativePath { .. })));
-        p = policy(&[]);
-        p.uid = 0;
+        let mut p = policy(&[], &[]);
+        p.host_ids = Some(HostIds { uid: 0, gid: 5 });
         assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::PrivilegedId { uid: 0, .. })));
-        p = policy(&[]);
-        p.read_write.clear();
-        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::NoRunDir)));
-        p = policy(&[]);
-        p.read_write = vec![PathBuf::from("/tmp/missing")];
+        p.host_ids = None;
+        assert!(MountPlan::build(&p, &fs).is_ok(), "rootless: no host ids");
+        let p = policy(&[], &[("/home/u/missing", "/work/m")]);
         assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::Resolve { .. })));
-        p = policy(&[]);
-        p.read_write = vec![PathBuf::from("/etc/ld.so.cache")];
-        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::RunDirNotDirectory { .. })));
-        p = policy(&[]);
+        let mut p = policy(&[], &[]);
         p.devices = vec![PathBuf::from("/etc/ld.so.cache")];
         assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::NotADevice { .. })));
-        p = policy(&[]);
-        p.read_only = vec![PathBuf::from(std::ffi::OsStr::from_bytes(b"/us\0r"))];
+        let p = policy(&[], &[("/usr", "opt/x")]);
+        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::RelativePath { .. })));
+        for inside in ["/opt/../x", "/opt/./x", "/"] {
+            let p = policy(&[], &[("/usr", inside)]);
+            assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::BadInsidePath { .. })), "{inside}");
+        }
+        let p = policy(&[std::str::from_utf8(b"/us\0r").unwrap()], &[]);
         assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::NulInPath { .. })));
     }
 
     #[test]
-    fn run_dir_under_a_symlink_resolves() {
-        let fs = debian().link("/var/tmp", "/tmp");
-        let mut p = policy(&[]);
-        p.read_write = vec![PathBuf::from("/var/tmp/run")];
-        let plan = MountPlan::build(&p, &fs).unwrap();
-        assert_eq!(plan.run_dir, PathBuf::from("/tmp/run"));
-        assert_eq!(plan.symlinks, vec![Symlink { path: PathBuf::from("/var/tmp"), target: PathBuf::from("/tmp") }]);
-        assert_eq!(plan.dirs, paths(&["/dev", "/tmp", "/var"]));
+    fn too_many_binds() {
+        let mut fs = debian();
+        let mut p = policy(&[], &[]);
+        for i in 0..=MAX_BINDS {
+            fs = fs.file(&format!("/data/f{i}"));
+            p.remapped.push(Remap {
+                host: PathBuf::from(format!("/data/f{i}")),
+                inside: PathBuf::from(format!("/work/f{i}")),
+            });
+        }
+        assert!(matches!(MountPlan::build(&p, &fs), Err(SandboxError::TooManyPaths { .. })));
+    }
+
+    #[test]
+    fn disk_inodes_scale_with_the_budget() {
+        let mut p = policy(&[], &[]);
+        p.disk_bytes = 256 << 20;
+        assert_eq!(p.disk_inodes(), 32768);
+        p.disk_bytes = 1 << 20;
+        assert_eq!(p.disk_inodes(), MIN_DISK_INODES);
     }
 }

@@ -1,141 +1,183 @@
 //! [`Prepared`]: everything the forked child needs, built in the parent, and
 //! [`Prepared::enter`], the syscalls the child makes.
 //!
+//! One code path serves every host: the sandbox needs no privilege of its
+//! own. It builds its namespaces from an unprivileged user namespace, the
+//! way bubblewrap and Chromium's namespace sandbox do. A root host first
+//! drops to a per-run unprivileged uid, so runs are never root anywhere.
+//!
 //! # Processes
 //!
 //! ```text
-//! host (root, tokio)            parent: Prepared::new, Command::spawn
-//!  └─ C  supervisor             forked by std; runs enter(); never execs
-//!      └─ G  interpreter        PID 1 of a new PID namespace; enter() returns
-//!                               Ok here and std execs python3 -I
+//! host (tokio)                 Prepared::new, Command::spawn
+//!  └─ C  supervisor            forked by std; runs enter(); never execs. In the
+//!     │                        run's user namespace (uid 0 there = the run's host uid)
+//!     └─ G  init               PID 1 of the run's PID namespace; reaps; never execs
+//!         └─ P  program        PID 2; enter() returns Ok here and std execs
+//!                              python3 -I, as uid 1000 of a nested user namespace
 //! ```
 //!
 //! # Order of steps, and why
 //!
-//! In C, as real root:
-//! 1. Reset every signal disposition to `SIG_DFL`: C inherits the host's
-//!    handlers (tokio installs SIGCHLD/SIGTERM handlers), and a handled
-//!    SIGTERM would not kill C when the host signals the process group.
-//! 2. Raise hard rlimits that the policy asks above the current hard limit
-//!    (only root can); G lowers soft and hard to the policy later.
-//! 3. Open `/proc/self` (an `O_PATH` directory fd) while the host's `/proc`
-//!    is still reachable: step 9 needs it after the old root is gone, and the
-//!    new root has no `/proc`.
-//! 4. `unshare(CLONE_NEWNS)`, make `/` recursively private, mount a tmpfs on
-//!    the staging dir, create the directories (0755) and mount points, bind
-//!    every path (source and target at the same absolute path), set
-//!    read-only/nosuid/nodev with `mount_setattr(AT_RECURSIVE)` (which also
-//!    covers submounts and keeps every flag it does not set, such as
-//!    `noexec`), recreate the symlinks, then make the tmpfs itself
-//!    read-only. This must happen as real root: the per-run uid cannot even
-//!    traverse `/root` (mode 0700) to reach the interpreter.
-//! 5. Add the "read-dir beneath the new root" Landlock rule, on the tmpfs
-//!    root's inode (it exists only now).
-//! 6. `pivot_root(".", ".")` from inside the staging dir, detach the old root
-//!    (`MNT_DETACH`), `chdir` to the run dir. pivot_root needs
-//!    `CAP_SYS_ADMIN` over the mount namespace, which is owned by the initial
-//!    user namespace: it has to come before the privilege drop.
-//! 7. `setgroups([])`, `setresgid`, `setresuid`: every capability in the
-//!    initial user namespace is gone from here on. The mount namespace
-//!    belongs to that namespace, so nothing below can mount or unmount.
-//! 8. `PR_SET_DUMPABLE` 1: the uid change made C non-dumpable, which makes
-//!    its `/proc/<pid>` files root-owned and unwritable to the new uid.
-//! 9. `unshare(CLONE_NEWUSER)` as the unprivileged uid, then write `deny` to
-//!    `setgroups`, `<uid> <uid> 1` to `uid_map`, `<gid> <gid> 1` to `gid_map`
-//!    through the fd from step 3. The maps must be opened after the unshare
-//!    (the kernel binds an open map file to the opener's namespace), and an
-//!    unprivileged writer may map exactly its own ids. Dumpable goes back
-//!    to 0. The kernel clears `PR_SET_PDEATHSIG` on every credential change,
-//!    so C re-arms it here, with the credentials final, and re-checks that
-//!    its parent is still the host.
-//! 10. `unshare(CLONE_NEWPID | NEWNET | NEWIPC | NEWUTS)`: C holds every
-//!     capability in its new user namespace, which then owns these
-//!     namespaces. Nothing outside is reachable through them: the new net
-//!     namespace has only a downed `lo`.
-//! 11. Open a pidfd on C itself, then `fork`.
+//! In C:
+//! 1. Reset every signal disposition to `SIG_DFL` (tokio's handlers would
+//!    make C survive the host's SIGTERM to the group).
+//! 2. Open `/proc/self` (an `O_PATH` fd) for the map files of step 5.
+//! 3. On a root host only: raise the hard rlimits the policy asks for,
+//!    clone every path to expose (`open_tree(OPEN_TREE_CLONE)`: detached
+//!    mounts, taken while root can still traverse `/root` to reach a pyenv
+//!    interpreter) and seal them read-only/nosuid/nodev, then
+//!    `setgroups([])`, `setresgid`, `setresuid` to the run's host ids and
+//!    make C dumpable again (the uid change cleared it, which would make
+//!    its `/proc/self` map files root-owned).
+//! 4. `unshare(CLONE_NEWUSER)`: the run's user namespace, "userns1".
+//! 5. Write `deny` to `setgroups` and map uid/gid 0 to the host ids
+//!    (`0 <host uid> 1`): an unprivileged writer may map exactly its own
+//!    ids. C now holds every capability in userns1 and none outside.
+//!    The kernel clears `PR_SET_PDEATHSIG` on a uid change, so C re-arms it
+//!    and re-checks its parent is still the host.
+//! 6. `unshare(NEWNS | NEWPID | NEWNET | NEWIPC | NEWUTS)`: userns1 owns
+//!    them all. The network namespace has only a downed `lo`.
+//! 7. Without root: clone and seal the paths to expose now (step 3 did it
+//!    on a root host), from the copy of the host's mounts the new mount
+//!    namespace starts with.
+//! 8. Make `/` recursively private. Mount the new root's tmpfs over `/tmp`
+//!    (inside this mount namespace only: the host never sees it), create
+//!    the fixed layout, mount the run's size-capped tmpfs and bind its
+//!    `work`, `tmp` and `shm` directories at `/work`, `/tmp` and `/dev/shm`,
+//!    create the plan's directories, attach every clone (`move_mount`),
+//!    create the symlinks and write the generated `/etc` files.
+//! 9. `sethostname`, and the IPC namespace's SysV limits (`kernel.shmmax`,
+//!    `shmall`, `shmmni`, `sem`): C is the root of the user namespace that
+//!    owns the IPC namespace, the only writer the kernel allows.
+//! 10. Make the new root's tmpfs read-only, open the working directory
+//!     (`O_PATH`) for the host, open a pidfd on itself and the status pipe,
+//!     and fork G. Send G's pid and the working-directory fd to the host
+//!     (`SCM_RIGHTS`), close every other fd, wait for G, and exit the way
+//!     the program did (G reports its wait status on the pipe).
 //!
-//! In G (PID 1 of the new PID namespace):
-//! 12. `PR_SET_PDEATHSIG = SIGKILL`, then check C is still alive by polling
-//!     the pidfd. (`getppid()` cannot be used: C lives outside G's PID
-//!     namespace, so it reads 0 whether C is alive or not.)
-//! 13. Mark every fd from [`INHERITED_FDS`] (4) up close-on-exec: only
-//!     stdio and fd 3 reach the program, whatever the host leaked.
-//! 14. `PR_SET_NO_NEW_PRIVS`, then `landlock_restrict_self` with the ruleset
-//!     C added its root rule to in step 5 (a dup of the fd the parent's
-//!     `Prepared` holds: one kernel ruleset, which is why a `Prepared` serves
-//!     exactly one spawn); anything but "fully enforced" is an error.
-//! 15. rlimits: NPROC (policy + 1 for C, which shares the uid), FSIZE,
-//!     NOFILE, CORE = 0, each soft = hard.
-//! 16. seccomp, last, so none of the calls above is filtered. Return Ok:
-//!     std execs the interpreter. On exec, G's capabilities in its user
-//!     namespace are dropped (its uid there is not 0).
+//! In G (PID 1 of the new PID namespace, still root of userns1):
+//! 11. `PR_SET_PDEATHSIG = SIGKILL`, then check C is alive by polling its
+//!     pidfd (`getppid()` reads 0 across the PID namespace boundary).
+//! 12. Mount `/proc` (only a process inside the PID namespace can mount its
+//!     procfs, and only while the host's `/proc` is still visible in the
+//!     mount namespace), with `hidepid=invisible`, and make `/proc/sys`
+//!     read-only (its IPC entries are writable by userns1's root, which
+//!     shares the program's host uid).
+//! 13. `pivot_root` into the new root, detach the old one, enter `/work`.
+//! 14. Add Landlock rules for what exists only now: `/` (list), `/etc` and
+//!     `/proc` (read), `/work`, `/tmp`, `/dev/shm` (everything).
+//! 15. Fork P. G then becomes non-dumpable (so the program, whose host uid
+//!     is the same, can neither see, trace nor read it; `hidepid=invisible`
+//!     hides it), closes every fd but the status pipe, drops its
+//!     capabilities and reaps children until P exits.
 //!
-//! C after the fork closes every fd it holds (std's CLOEXEC error pipe
-//! among them: `spawn()` waits until every holder has closed it; stdio and
-//! fd 3 too, so the host sees EOF as soon as G is gone), waits for G, and
-//! exits mirroring G: `_exit(code)`, or re-raises G's fatal signal on itself
-//! with the default disposition. When C dies first (the host signals the
-//! process group), G gets SIGKILL from its death signal, and the kernel
-//! kills every other process of the PID namespace with it, including
-//! `setsid` or double-forked daemons.
+//! In P (PID 2):
+//! 16. `PR_SET_PDEATHSIG = SIGKILL`; rlimits: NPROC (`max_processes` + 2:
+//!     C and G are counted at the outer level), FSIZE, NOFILE, CORE = 0,
+//!     soft = hard. Set before step 17, because a new user namespace records
+//!     its creator's `RLIMIT_NPROC` as its own ceiling.
+//! 17. `unshare(CLONE_NEWUSER)` and map uid/gid 1000 to userns1's 0: the
+//!     program is uid 1000, owns no namespace, and loses every capability
+//!     at exec. Its `RLIMIT_NPROC` counts the processes of this user
+//!     namespace only, so it is a per-run limit even without root.
+//! 18. Mark every fd from [`INHERITED_FDS`] (4) up close-on-exec; drop the
+//!     bounding, ambient and permitted capabilities; `PR_SET_NO_NEW_PRIVS`;
+//!     `landlock_restrict_self` (anything but "fully enforced" fails);
+//!     seccomp, last. Return `Ok`: std execs the interpreter.
 //!
-//! # PID 1 and signals
+//! # Signals
 //!
-//! The kernel delivers to a PID namespace's init only the signals it has a
-//! handler for, when they come from inside the namespace. So the program's
-//! `os.kill(os.getpid(), signal.SIGKILL)` does nothing, and a default-action
-//! signal such as SIGXCPU (the `RLIMIT_CPU` soft limit) or SIGTERM sent from
-//! inside is ignored. SIGKILL and SIGSTOP from an ancestor namespace (the
-//! host, C's death signal, the `RLIMIT_CPU` hard limit) and synchronous
-//! faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE) still kill it, and are mirrored.
+//! The program is PID 2, not init: `os.kill(os.getpid(), SIGKILL)` kills it
+//! as anywhere else. When P exits, G reports and exits, and the kernel
+//! kills every other process of the PID namespace (`setsid` daemons
+//! included). When the host signals the process group, C dies and G gets
+//! SIGKILL from its death signal, with the same effect.
 //!
 //! # Allocation after fork
 //!
 //! Every path is a `CString` built in [`Prepared::new`], both BPF programs
-//! are compiled there, and the uid/gid map lines are preformatted. The
-//! child-side code makes syscalls only: rustix with `&CStr` arguments (no
-//! conversion), Landlock's `try_clone`/`add_rule`/`restrict_self` (fd
-//! operations and syscalls on plain structs), seccompiler's `apply_filter`
-//! (a `sock_fprog` on the stack). Errors are `Copy` values and raw errnos;
-//! the diagnostics record is an 8-byte array. Nothing in `enter` allocates
-//! on its success or failure paths.
+//! are compiled there, and every map line, sysctl value and generated file
+//! is preformatted. The child-side code makes syscalls only: rustix with
+//! `&CStr` arguments, Landlock's `try_clone`/`add_rule`/`restrict_self`,
+//! seccompiler's `apply_filter` (a `sock_fprog` on the stack), `sendmsg`
+//! with a stack control buffer. Clone fds live in a fixed array on the
+//! stack ([`crate::MAX_BINDS`] entries). Errors are `Copy` values and raw
+//! errnos; the diagnostics record is an 8-byte array.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use landlock::{AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr, RulesetStatus, ABI};
+use landlock::{Access, AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr, RulesetStatus, ABI};
 use rustix::fs::{Mode, OFlags};
-use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
+use rustix::mount::{MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
+};
 use rustix::pipe::PipeFlags;
-use rustix::process::{DumpableBehavior, Resource, Rlimit, Signal};
+use rustix::process::{DumpableBehavior, Pid, Resource, Rlimit, Signal};
 use rustix::thread::UnshareFlags;
 
 use crate::error::{ChildFailure, SandboxError, Step};
 use crate::landlock_rules::{self, handled_abi, kernel_landlock};
-use crate::plan::{MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy};
+use crate::plan::{
+    MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME, INSIDE_GID, INSIDE_UID,
+    MAX_BINDS, PROC_DIR, WORK_DIR,
+};
 use crate::seccomp::{self, Filters};
 use crate::sys;
 
-/// Exit status of the supervisor when it lost track of the interpreter
+/// Exit status of the supervisor when it lost track of the init process
 /// (`waitpid` failed with something other than `EINTR`). Not an exit status
 /// CPython uses for itself.
 pub const SUPERVISOR_LOST_EXIT: i32 = 125;
 
 /// Descriptors the interpreter inherits: stdin, stdout, stderr and the
 /// protocol socket on fd 3. Every higher descriptor is marked close-on-exec
-/// in the interpreter process, so a host descriptor opened without
+/// in the program's process, so a host descriptor opened without
 /// `O_CLOEXEC` (by a C library, say) never reaches the program.
 pub const INHERITED_FDS: u32 = 4;
 
-/// Size of the tmpfs that becomes the new root: it holds only empty
-/// directories, empty mount-point files and symlinks.
-const TMPFS_BYTES: usize = 64 * 1024;
+/// Where the new root is assembled, in the child's private mount namespace
+/// (a tmpfs is mounted over the host's `/tmp` there; the host never sees it).
+const STAGING: &str = "/tmp";
+
+/// Where the run's tmpfs is mounted while its directories are bound.
+const DISK_STAGING: &str = ".pycage-disk";
+
+/// Size of the tmpfs that becomes the new root: directories, mount points,
+/// symlinks and the generated `/etc` files.
+const ROOT_TMPFS_BYTES: usize = 1024 * 1024;
+
+/// Extra processes counted against `RLIMIT_NPROC` at the outer user
+/// namespace level: the supervisor and the init process.
+const SANDBOX_PROCESSES: u64 = 2;
+
+/// SysV shared-memory segments a run may hold (`kernel.shmmni`).
+pub const SYSV_SHM_SEGMENTS: u64 = 64;
+
+/// SysV semaphore limits of a run (`kernel.sem`: per array, total, per
+/// `semop`, arrays).
+pub const SYSV_SEM_LIMITS: &str = "32 1024 32 32";
 
 /// The diagnostics record: step, pad, 16-bit index, 32-bit errno.
 const RECORD_LEN: usize = 8;
+
+/// The handoff message C sends the host: G's pid (little endian) and a tag.
+const HANDOFF_LEN: usize = 8;
+const HANDOFF_TAG: [u8; 4] = *b"pycg";
+
+/// `MOUNT_ATTR_*` for each bind kind: (attributes, recursive).
+fn attributes(kind: MountKind) -> (u64, bool) {
+    match kind {
+        MountKind::ReadOnly => (sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV, true),
+        MountKind::Device => (sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC, false),
+    }
+}
 
 /// One bind mount, ready for the child.
 #[derive(Debug)]
@@ -143,8 +185,8 @@ struct BindOp {
     source: CString,
     target: CString,
     create: Option<NodeKind>,
-    recursive: bool,
     attr_set: u64,
+    recursive: bool,
 }
 
 /// One symlink, ready for the child.
@@ -152,6 +194,22 @@ struct BindOp {
 struct SymlinkOp {
     target_text: CString,
     link: CString,
+}
+
+/// One generated file, ready for the child.
+#[derive(Debug)]
+struct FileOp {
+    path: CString,
+    contents: &'static [u8],
+}
+
+/// One directory of the run's tmpfs: inside the staging mount, its mount
+/// point in the new root, its mode.
+#[derive(Debug)]
+struct DiskDirOp {
+    staged: CString,
+    target: CString,
+    mode: u32,
 }
 
 /// A step failure inside the child.
@@ -166,6 +224,9 @@ impl Failure {
     fn new(step: Step, errno: i32) -> Failure {
         Failure { step, index: 0, errno }
     }
+    fn at(step: Step, index: usize, errno: i32) -> Failure {
+        Failure { step, index: u16::try_from(index).unwrap_or(u16::MAX), errno }
+    }
 }
 
 /// `map_err` helper for rustix results.
@@ -173,10 +234,9 @@ fn at(step: Step) -> impl Fn(rustix::io::Errno) -> Failure {
     move |errno| Failure::new(step, errno.raw_os_error())
 }
 
-/// `map_err` helper for rustix results of the `index`-th plan entry.
+/// `map_err` helper for rustix results of the `index`-th entry of a list.
 fn at_entry(step: Step, index: usize) -> impl Fn(rustix::io::Errno) -> Failure {
-    let index = u16::try_from(index).unwrap_or(u16::MAX);
-    move |errno| Failure { step, index, errno: errno.raw_os_error() }
+    move |errno| Failure::at(step, index, errno.raw_os_error())
 }
 
 /// The errno at the bottom of an error chain, or `fallback`.
@@ -191,6 +251,18 @@ fn errno_of(err: &(dyn std::error::Error + 'static), fallback: i32) -> i32 {
     fallback
 }
 
+/// What the supervisor hands the host once the sandbox is built.
+#[derive(Debug)]
+pub struct Handoff {
+    /// The host pid of the run's init process (PID 1 of its PID namespace):
+    /// every process of the run is a descendant of it.
+    pub init_pid: Pid,
+    /// An `O_PATH` descriptor of the run's working directory (`/work`
+    /// inside). It keeps the run's tmpfs alive after the run ends, until it
+    /// is closed: the host reads the run's output through it.
+    pub work_dir: OwnedFd,
+}
+
 /// A sandbox ready to be entered by one forked child.
 ///
 /// Build one per run with [`Prepared::new`] (in the parent, before
@@ -199,39 +271,67 @@ fn errno_of(err: &(dyn std::error::Error + 'static), fallback: i32) -> i32 {
 #[derive(Debug)]
 pub struct Prepared {
     plan: MountPlan,
+    root_host: bool,
+    host_pid: Pid,
     staging: CString,
-    tmpfs_data: CString,
+    root_tmpfs_data: CString,
+    fixed_dirs: Vec<CString>,
+    disk_staging: CString,
+    disk_tmpfs_data: CString,
+    disk_dirs: Vec<DiskDirOp>,
     dirs: Vec<CString>,
     binds: Vec<BindOp>,
     symlinks: Vec<SymlinkOp>,
-    run_dir: CString,
-    uid: u32,
-    gid: u32,
-    uid_map: Vec<u8>,
-    gid_map: Vec<u8>,
+    files: Vec<FileOp>,
+    staged_proc: CString,
+    staged_proc_sys: CString,
+    staged_work: CString,
+    landlock_dirs: [(&'static CStr, LandlockGrant); 6],
+    host_uid: u32,
+    host_gid: u32,
+    outer_uid_map: Vec<u8>,
+    outer_gid_map: Vec<u8>,
+    inner_uid_map: Vec<u8>,
+    inner_gid_map: Vec<u8>,
+    ipc_limits: [(&'static CStr, Vec<u8>); 4],
     limits: [(Resource, u64); 4],
     landlock_abi: ABI,
     ruleset: RulesetCreated,
     filters: Filters,
     diag_read: OwnedFd,
     diag_write: OwnedFd,
-    /// The host's pid: C's parent, re-checked after the death signal is re-armed.
-    host_pid: rustix::process::Pid,
+    handoff_read: OwnedFd,
+    handoff_write: OwnedFd,
+}
+
+/// Which Landlock rights a directory of the new root gets.
+#[derive(Debug, Clone, Copy)]
+enum LandlockGrant {
+    /// List directories.
+    List,
+    /// Read files and list directories.
+    Read,
+    /// Everything.
+    All,
 }
 
 impl Prepared {
     /// Resolve the policy, build the Landlock ruleset, compile the seccomp
     /// filters and precompute every string the child needs.
     ///
-    /// Fails if the host is not root, Landlock is too old, a path is
-    /// invalid, or the staging dir is not an empty directory.
+    /// Fails if Landlock is too old or a path of the policy is invalid.
+    /// Works for any user: without root, the run is mapped to the caller's
+    /// own ids ([`SandboxPolicy::host_ids`] must then be `None`).
     pub fn new(policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
         let euid = rustix::process::geteuid().as_raw();
-        if euid != 0 {
-            return Err(SandboxError::NotRoot { euid });
-        }
+        let root_host = euid == 0;
+        let (host_uid, host_gid) = match (root_host, policy.host_ids) {
+            (true, Some(ids)) => (ids.uid, ids.gid),
+            (true, None) => return Err(SandboxError::NoRunIds),
+            (false, None) => (euid, rustix::process::getegid().as_raw()),
+            (false, Some(ids)) => return Err(SandboxError::RunIdsNeedRoot { uid: ids.uid, euid }),
+        };
         let plan = MountPlan::build(policy, &RealFs)?;
-        let staging = check_staging(&policy.staging_dir, &plan)?;
 
         let kernel = kernel_landlock();
         let landlock_abi = handled_abi(kernel).ok_or_else(|| SandboxError::LandlockUnavailable {
@@ -242,29 +342,40 @@ impl Prepared {
         let filters = seccomp::compile(seccomp::native_arch()?)?;
         let (diag_read, diag_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
             .map_err(|e| SandboxError::Pipe(e.into()))?;
+        let (handoff_read, handoff_write) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            rustix::net::SocketType::DGRAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| SandboxError::Pipe(e.into()))?;
 
+        let staging = Path::new(STAGING);
         let staged = |path: &Path| -> Result<CString, SandboxError> {
-            let relative = path.strip_prefix("/").unwrap_or(path);
-            cstring(&staging.join(relative))
+            cstring(&staging.join(path.strip_prefix("/").unwrap_or(path)))
         };
+        let fixed_dirs = FIXED_DIRS.iter().map(|d| staged(Path::new(d))).collect::<Result<Vec<_>, _>>()?;
+        let disk_root = staging.join(DISK_STAGING);
+        let disk_dirs = DISK_DIRS
+            .iter()
+            .map(|(dir, mode)| {
+                // "work", "tmp", "shm": one directory of the run's tmpfs each.
+                let name = Path::new(dir).file_name().unwrap_or_default();
+                Ok(DiskDirOp { staged: cstring(&disk_root.join(name))?, target: staged(Path::new(dir))?, mode: *mode })
+            })
+            .collect::<Result<Vec<_>, SandboxError>>()?;
         let dirs = plan.dirs.iter().map(|d| staged(d)).collect::<Result<Vec<_>, _>>()?;
         let binds = plan
             .binds
             .iter()
             .map(|b| {
-                let (recursive, attr_set) = match b.kind {
-                    MountKind::ReadOnly => {
-                        (true, sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV)
-                    }
-                    MountKind::ReadWrite => (true, sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV),
-                    MountKind::Device => (false, sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC),
-                };
+                let (attr_set, recursive) = attributes(b.kind);
                 Ok(BindOp {
-                    source: cstring(&b.path)?,
-                    target: staged(&b.path)?,
+                    source: cstring(&b.source)?,
+                    target: staged(&b.target)?,
                     create: b.create_mount_point.then_some(b.node),
-                    recursive,
                     attr_set,
+                    recursive,
                 })
             })
             .collect::<Result<Vec<_>, SandboxError>>()?;
@@ -273,23 +384,59 @@ impl Prepared {
             .iter()
             .map(|l| Ok(SymlinkOp { target_text: cstring(&l.target)?, link: staged(&l.path)? }))
             .collect::<Result<Vec<_>, SandboxError>>()?;
-        let tmpfs_data = CString::new(format!("mode=0755,size={TMPFS_BYTES},nr_inodes={}", plan.tmpfs_inodes()))
-            .map_err(|_| SandboxError::NulInPath { path: PathBuf::from("tmpfs options") })?;
+        let files = plan
+            .files
+            .iter()
+            .map(|f| Ok(FileOp { path: staged(&f.path)?, contents: f.contents.as_bytes() }))
+            .collect::<Result<Vec<_>, SandboxError>>()?;
+        let options = |text: String| {
+            CString::new(text).map_err(|_| SandboxError::NulInPath { path: PathBuf::from("tmpfs options") })
+        };
+        let page = rustix::param::page_size() as u64;
+        let shm_pages = policy.sysv_shm_bytes.div_ceil(page);
 
         Ok(Prepared {
+            root_host,
             host_pid: rustix::process::getpid(),
-            staging: cstring(&staging)?,
-            tmpfs_data,
+            staging: cstring(staging)?,
+            root_tmpfs_data: options(format!("mode=0755,size={ROOT_TMPFS_BYTES},nr_inodes={}", plan.tmpfs_inodes()))?,
+            fixed_dirs,
+            disk_staging: cstring(&disk_root)?,
+            disk_tmpfs_data: options(format!(
+                "mode=0755,size={},nr_inodes={}",
+                policy.disk_bytes,
+                policy.disk_inodes()
+            ))?,
+            disk_dirs,
             dirs,
             binds,
             symlinks,
-            run_dir: cstring(&plan.run_dir)?,
-            uid: policy.uid,
-            gid: policy.gid,
-            uid_map: format!("{0} {0} 1\n", policy.uid).into_bytes(),
-            gid_map: format!("{0} {0} 1\n", policy.gid).into_bytes(),
+            files,
+            staged_proc: staged(Path::new(PROC_DIR))?,
+            staged_proc_sys: staged(&Path::new(PROC_DIR).join("sys"))?,
+            staged_work: staged(Path::new(WORK_DIR))?,
+            landlock_dirs: [
+                (c"/", LandlockGrant::List),
+                (c"/etc", LandlockGrant::Read),
+                (c"/proc", LandlockGrant::Read),
+                (c"/work", LandlockGrant::All),
+                (c"/tmp", LandlockGrant::All),
+                (c"/dev/shm", LandlockGrant::All),
+            ],
+            host_uid,
+            host_gid,
+            outer_uid_map: format!("0 {host_uid} 1\n").into_bytes(),
+            outer_gid_map: format!("0 {host_gid} 1\n").into_bytes(),
+            inner_uid_map: format!("{INSIDE_UID} 0 1\n").into_bytes(),
+            inner_gid_map: format!("{INSIDE_GID} 0 1\n").into_bytes(),
+            ipc_limits: [
+                (c"/proc/sys/kernel/shmmax", policy.sysv_shm_bytes.to_string().into_bytes()),
+                (c"/proc/sys/kernel/shmall", shm_pages.to_string().into_bytes()),
+                (c"/proc/sys/kernel/shmmni", SYSV_SHM_SEGMENTS.to_string().into_bytes()),
+                (c"/proc/sys/kernel/sem", SYSV_SEM_LIMITS.as_bytes().to_vec()),
+            ],
             limits: [
-                (Resource::Nproc, policy.max_processes.saturating_add(1)),
+                (Resource::Nproc, policy.max_processes.saturating_add(SANDBOX_PROCESSES)),
                 (Resource::Fsize, policy.max_file_bytes),
                 (Resource::Nofile, policy.max_open_files),
                 (Resource::Core, 0),
@@ -299,6 +446,8 @@ impl Prepared {
             filters,
             diag_read,
             diag_write,
+            handoff_read,
+            handoff_write,
             plan,
         })
     }
@@ -311,6 +460,48 @@ impl Prepared {
     /// The Landlock ABI whose rights the ruleset handles.
     pub fn landlock_abi(&self) -> u32 {
         self.landlock_abi as u32
+    }
+
+    /// The host uid the run's processes have (the per-run uid on a root
+    /// host, the caller's own otherwise).
+    pub fn host_uid(&self) -> u32 {
+        self.host_uid
+    }
+
+    /// The seccomp filters the program runs under.
+    pub fn filters(&self) -> &Filters {
+        &self.filters
+    }
+
+    /// What the supervisor sent once the sandbox was built: the init
+    /// process's host pid and the working directory. `None` before a
+    /// successful spawn, or after it was taken. Never blocks.
+    pub fn take_handoff(&self) -> Option<Handoff> {
+        let mut data = [0u8; HANDOFF_LEN];
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut iov = [io::IoSliceMut::new(&mut data)];
+        let received = rustix::net::recvmsg(
+            &self.handoff_read,
+            &mut iov,
+            &mut control,
+            RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+        )
+        .ok()?;
+        let mut fd = None;
+        for message in control.drain() {
+            if let rustix::net::RecvAncillaryMessage::ScmRights(fds) = message {
+                for received_fd in fds {
+                    fd.get_or_insert(received_fd);
+                }
+            }
+        }
+        let [p0, p1, p2, p3, t0, t1, t2, t3] = data;
+        if received.bytes != HANDOFF_LEN || [t0, t1, t2, t3] != HANDOFF_TAG {
+            return None;
+        }
+        let init_pid = Pid::from_raw(i32::from_le_bytes([p0, p1, p2, p3]))?;
+        Some(Handoff { init_pid, work_dir: fd? })
     }
 
     /// The failure the child recorded, if `enter` failed in a spawn that
@@ -326,12 +517,19 @@ impl Prepared {
         let index = usize::from(u16::from_le_bytes([i0, i1]));
         let errno = i32::from_le_bytes([e0, e1, e2, e3]);
         let path = match step {
+            Step::CreateLayout => FIXED_DIRS.get(index).map(PathBuf::from),
+            Step::CreateDiskDir | Step::BindDiskDir => DISK_DIRS.get(index).map(|(d, _)| PathBuf::from(d)),
             Step::CreateDir => self.plan.dirs.get(index).cloned(),
-            Step::CreateMountPoint | Step::BindMount | Step::SetMountAttributes => {
-                self.plan.binds.get(index).map(|b| b.path.clone())
-            }
+            Step::CloneMount | Step::SealMount => self.plan.binds.get(index).map(|b| b.source.clone()),
+            Step::CreateMountPoint | Step::AttachMount => self.plan.binds.get(index).map(|b| b.target.clone()),
             Step::CreateSymlink => self.plan.symlinks.get(index).map(|l| l.path.clone()),
-            Step::EnterRunDir => Some(self.plan.run_dir.clone()),
+            Step::WriteFile => self.plan.files.get(index).map(|f| f.path.clone()),
+            Step::LimitIpc => self.ipc_limits.get(index).map(|(p, _)| PathBuf::from(p.to_string_lossy().as_ref())),
+            Step::LandlockRule => {
+                self.landlock_dirs.get(index).map(|(p, _)| PathBuf::from(p.to_string_lossy().as_ref()))
+            }
+            Step::EnterRunDir => Some(PathBuf::from(WORK_DIR)),
+            Step::MountProc | Step::ProtectProcSys => Some(PathBuf::from(PROC_DIR)),
             _ => None,
         };
         Some(ChildFailure { step, path, errno })
@@ -350,14 +548,14 @@ impl Prepared {
 
     /// Enter the sandbox. Called from `pre_exec` in the forked child, after
     /// the runtime's own `pre_exec` (fd 3, process group). On `Ok` the caller
-    /// execs the interpreter, which runs as PID 1 of a new PID namespace;
+    /// execs the interpreter, which runs as PID 2 of a new PID namespace;
     /// the process std forked stays behind as its supervisor and never
     /// returns from this call. See the module docs for every step.
     ///
-    /// Do not combine with `Command::uid`, `Command::gid` or `Command::chroot`:
-    /// std applies them before `pre_exec`, and the sandbox needs root to build
-    /// the new root. `Command::current_dir` is applied first and then
-    /// replaced: the child starts in the run directory.
+    /// Do not combine with `Command::uid`, `Command::gid`, `Command::chroot`
+    /// or `Command::current_dir`: the program starts in [`WORK_DIR`], and the
+    /// program path and environment must name paths as the sandbox shows
+    /// them.
     ///
     /// # Safety
     ///
@@ -367,8 +565,8 @@ impl Prepared {
     /// root of the calling process.
     pub unsafe fn enter(&self) -> io::Result<()> {
         // SAFETY: the caller guarantees a single-threaded forked child, which
-        // is what `steps` requires.
-        match unsafe { self.steps() } {
+        // is what `supervisor` requires.
+        match unsafe { self.supervisor() } {
             Ok(()) => Ok(()),
             Err(failure) => {
                 self.record(failure);
@@ -385,70 +583,98 @@ impl Prepared {
         let _ = rustix::io::write(&self.diag_write, &record);
     }
 
+    /// C: steps 1-10. Returns only on failure (or, through G and P, with
+    /// `Ok` in the program's process).
+    ///
     /// # Safety
     ///
     /// Single-threaded forked child only.
-    unsafe fn steps(&self) -> Result<(), Failure> {
+    unsafe fn supervisor(&self) -> Result<(), Failure> {
         sys::reset_signal_dispositions();
-        self.raise_hard_limits()?;
         let proc_self =
             rustix::fs::open(c"/proc/self", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
                 .map_err(at(Step::OpenProcSelf))?;
+        let mut clones: [Option<OwnedFd>; MAX_BINDS] = [const { None }; MAX_BINDS];
+        if self.root_host {
+            self.raise_hard_limits()?;
+            self.clone_sources(&mut clones)?;
+            rustix::thread::set_thread_groups(&[]).map_err(at(Step::SetGroups))?;
+            let gid = rustix::process::Gid::from_raw(self.host_gid);
+            rustix::thread::set_thread_res_gid(gid, gid, gid).map_err(at(Step::SetGid))?;
+            let uid = rustix::process::Uid::from_raw(self.host_uid);
+            rustix::thread::set_thread_res_uid(uid, uid, uid).map_err(at(Step::SetUid))?;
+            rustix::process::set_dumpable_behavior(DumpableBehavior::Dumpable).map_err(at(Step::SetDumpable))?;
+        }
 
-        // SAFETY: CLONE_NEWNS only; the process is single-threaded, so no
-        // other thread can observe the change.
-        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNS) }.map_err(at(Step::UnshareMount))?;
-        rustix::mount::mount_change(c"/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
-            .map_err(at(Step::MakeRootPrivate))?;
-        let old_umask = rustix::process::umask(Mode::empty());
-        let ruleset = self.build_root()?;
-        rustix::process::umask(old_umask);
-        self.pivot()?;
-
-        rustix::thread::set_thread_groups(&[]).map_err(at(Step::SetGroups))?;
-        let gid = rustix::process::Gid::from_raw(self.gid);
-        rustix::thread::set_thread_res_gid(gid, gid, gid).map_err(at(Step::SetGid))?;
-        let uid = rustix::process::Uid::from_raw(self.uid);
-        rustix::thread::set_thread_res_uid(uid, uid, uid).map_err(at(Step::SetUid))?;
-
-        rustix::process::set_dumpable_behavior(DumpableBehavior::Dumpable).map_err(at(Step::SetDumpable))?;
         // SAFETY: CLONE_NEWUSER on a single-threaded process.
         unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(at(Step::UnshareUser))?;
-        write_proc(&proc_self, c"setgroups", b"deny\n", Step::DenySetgroups)?;
-        write_proc(&proc_self, c"uid_map", &self.uid_map, Step::WriteUidMap)?;
-        write_proc(&proc_self, c"gid_map", &self.gid_map, Step::WriteGidMap)?;
+        write_at(&proc_self, c"setgroups", b"deny\n", Step::DenySetgroups)?;
+        write_at(&proc_self, c"uid_map", &self.outer_uid_map, Step::WriteUidMap)?;
+        write_at(&proc_self, c"gid_map", &self.outer_gid_map, Step::WriteGidMap)?;
         drop(proc_self);
-        rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable).map_err(at(Step::SetDumpable))?;
-        // Every credential change above (setresuid, the new user namespace)
-        // cleared the death signal the runtime armed before `enter`: arm it
-        // again, now that the credentials are final, and make sure the host
-        // did not die in between (the signal would never come).
+        // The uid change cleared the death signal the runtime armed before
+        // `enter` (and the user namespace may have): arm it again, and make
+        // sure the host did not die in between (the signal would never come).
         rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
         if rustix::process::getppid() != Some(self.host_pid) {
             // SAFETY: _exit is async-signal-safe; the host is gone.
             unsafe { libc::_exit(SUPERVISOR_LOST_EXIT) };
         }
 
-        // SAFETY: namespace flags only (no CLONE_FILES/CLONE_FS sharing
-        // changes visible to other threads: there are none).
+        // SAFETY: namespace flags only, on a single-threaded process.
         unsafe {
             rustix::thread::unshare_unsafe(
-                UnshareFlags::NEWPID | UnshareFlags::NEWNET | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS,
+                UnshareFlags::NEWNS
+                    | UnshareFlags::NEWPID
+                    | UnshareFlags::NEWNET
+                    | UnshareFlags::NEWIPC
+                    | UnshareFlags::NEWUTS,
             )
         }
         .map_err(at(Step::UnshareNamespaces))?;
+        if !self.root_host {
+            self.clone_sources(&mut clones)?;
+        }
+        rustix::mount::mount_change(c"/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
+            .map_err(at(Step::MakeRootPrivate))?;
+        let old_umask = rustix::process::umask(Mode::empty());
+        self.build_root(&mut clones)?;
+        rustix::process::umask(old_umask);
+
+        rustix::system::sethostname(HOSTNAME.as_bytes()).map_err(at(Step::SetHostname))?;
+        for (index, (path, value)) in self.ipc_limits.iter().enumerate() {
+            let file = rustix::fs::open(*path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(at_entry(Step::LimitIpc, index))?;
+            write_all(&file, value).map_err(|errno| Failure::at(Step::LimitIpc, index, errno))?;
+        }
+        sys::mount_setattr(&self.staging, false, sys::MOUNT_ATTR_RDONLY)
+            .map_err(|errno| Failure::new(Step::RemountRootReadOnly, errno))?;
+        let work_dir = rustix::fs::open(
+            self.staged_work.as_c_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(at(Step::OpenWorkDir))?;
 
         let supervisor = rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty())
             .map_err(at(Step::OpenSupervisorPidfd))?;
+        let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(at(Step::StatusPipe))?;
 
         // SAFETY: the process is single-threaded, so the child is a complete
         // copy; both sides only make syscalls afterwards.
         match unsafe { sys::fork() } {
             Err(errno) => Err(Failure::new(Step::Fork, errno)),
-            Ok(0) => self.finish_interpreter(supervisor, ruleset),
-            // SAFETY: `interpreter` is our only child; after the fork this
-            // process only waits for it and exits.
-            Ok(interpreter) => unsafe { sys::supervise(interpreter) },
+            Ok(0) => {
+                drop(status_read);
+                drop(work_dir);
+                self.init(supervisor, status_write)
+            }
+            Ok(init) => {
+                self.send_handoff(init, work_dir.as_fd());
+                // SAFETY: `init` is our only child; after the fork this
+                // process only waits for it and exits.
+                unsafe { sys::supervise(init, status_read.as_raw_fd()) }
+            }
         }
     }
 
@@ -465,20 +691,59 @@ impl Prepared {
         Ok(())
     }
 
-    /// Populate the tmpfs. Returns the ruleset with the new-root rule added.
-    fn build_root(&self) -> Result<RulesetCreated, Failure> {
+    /// Clone every bind source as a detached mount and seal it.
+    fn clone_sources(&self, clones: &mut [Option<OwnedFd>; MAX_BINDS]) -> Result<(), Failure> {
+        for (index, (bind, slot)) in self.binds.iter().zip(clones.iter_mut()).enumerate() {
+            let mut flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC;
+            if bind.recursive {
+                flags |= OpenTreeFlags::AT_RECURSIVE;
+            }
+            let fd = rustix::mount::open_tree(rustix::fs::CWD, bind.source.as_c_str(), flags)
+                .map_err(at_entry(Step::CloneMount, index))?;
+            sys::mount_setattr_fd(fd.as_fd(), bind.recursive, bind.attr_set)
+                .map_err(|errno| Failure::at(Step::SealMount, index, errno))?;
+            *slot = Some(fd);
+        }
+        Ok(())
+    }
+
+    /// Step 8: the new root, in the tmpfs mounted over [`STAGING`].
+    fn build_root(&self, clones: &mut [Option<OwnedFd>; MAX_BINDS]) -> Result<(), Failure> {
         rustix::mount::mount(
             c"tmpfs",
             self.staging.as_c_str(),
             c"tmpfs",
             MountFlags::NOSUID | MountFlags::NODEV,
-            self.tmpfs_data.as_c_str(),
+            self.root_tmpfs_data.as_c_str(),
         )
         .map_err(at(Step::MountTmpfs))?;
+        for (index, dir) in self.fixed_dirs.iter().enumerate() {
+            rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755))
+                .map_err(at_entry(Step::CreateLayout, index))?;
+        }
+
+        rustix::fs::mkdir(self.disk_staging.as_c_str(), Mode::from_raw_mode(0o700)).map_err(at(Step::MountDisk))?;
+        rustix::mount::mount(
+            c"tmpfs",
+            self.disk_staging.as_c_str(),
+            c"tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            self.disk_tmpfs_data.as_c_str(),
+        )
+        .map_err(at(Step::MountDisk))?;
+        for (index, dir) in self.disk_dirs.iter().enumerate() {
+            rustix::fs::mkdir(dir.staged.as_c_str(), Mode::from_raw_mode(dir.mode))
+                .map_err(at_entry(Step::CreateDiskDir, index))?;
+            rustix::mount::mount_bind(dir.staged.as_c_str(), dir.target.as_c_str())
+                .map_err(at_entry(Step::BindDiskDir, index))?;
+        }
+        rustix::mount::unmount(self.disk_staging.as_c_str(), UnmountFlags::DETACH).map_err(at(Step::DetachDisk))?;
+        rustix::fs::rmdir(self.disk_staging.as_c_str()).map_err(at(Step::DetachDisk))?;
+
         for (index, dir) in self.dirs.iter().enumerate() {
             rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755)).map_err(at_entry(Step::CreateDir, index))?;
         }
-        for (index, bind) in self.binds.iter().enumerate() {
+        for (index, (bind, slot)) in self.binds.iter().zip(clones.iter_mut()).enumerate() {
             match bind.create {
                 Some(NodeKind::Dir) => {
                     rustix::fs::mkdir(bind.target.as_c_str(), Mode::from_raw_mode(0o755))
@@ -494,53 +759,55 @@ impl Prepared {
                 }
                 None => {}
             }
-            if bind.recursive {
-                rustix::mount::mount_bind_recursive(bind.source.as_c_str(), bind.target.as_c_str())
-            } else {
-                rustix::mount::mount_bind(bind.source.as_c_str(), bind.target.as_c_str())
-            }
-            .map_err(at_entry(Step::BindMount, index))?;
-            sys::mount_setattr(&bind.target, bind.recursive, bind.attr_set).map_err(|errno| Failure {
-                step: Step::SetMountAttributes,
-                index: u16::try_from(index).unwrap_or(u16::MAX),
-                errno,
-            })?;
+            let Some(clone) = slot.take() else {
+                return Err(Failure::at(Step::AttachMount, index, libc::EBADF));
+            };
+            rustix::mount::move_mount(
+                clone.as_fd(),
+                c"",
+                rustix::fs::CWD,
+                bind.target.as_c_str(),
+                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+            )
+            .map_err(at_entry(Step::AttachMount, index))?;
         }
         for (index, link) in self.symlinks.iter().enumerate() {
             rustix::fs::symlink(link.target_text.as_c_str(), link.link.as_c_str())
                 .map_err(at_entry(Step::CreateSymlink, index))?;
         }
-
-        let root = rustix::fs::open(
-            self.staging.as_c_str(),
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(at(Step::LandlockRootRule))?;
-        let ruleset = self
-            .ruleset
-            .try_clone()
-            .map_err(|e| Failure::new(Step::LandlockRootRule, e.raw_os_error().unwrap_or(libc::EBADF)))?
-            .add_rule(PathBeneath::new(root.as_fd(), AccessFs::ReadDir))
-            .map_err(|e| Failure::new(Step::LandlockRootRule, errno_of(&e, libc::EINVAL)))?;
-        drop(root);
-
-        sys::mount_setattr(&self.staging, false, sys::MOUNT_ATTR_RDONLY)
-            .map_err(|errno| Failure::new(Step::RemountRootReadOnly, errno))?;
-        Ok(ruleset)
-    }
-
-    fn pivot(&self) -> Result<(), Failure> {
-        rustix::process::chdir(self.staging.as_c_str()).map_err(at(Step::PivotRoot))?;
-        rustix::process::pivot_root(c".", c".").map_err(at(Step::PivotRoot))?;
-        rustix::mount::unmount(c".", UnmountFlags::DETACH).map_err(at(Step::DetachOldRoot))?;
-        rustix::process::chdir(c"/").map_err(at(Step::EnterRunDir))?;
-        rustix::process::chdir(self.run_dir.as_c_str()).map_err(at(Step::EnterRunDir))?;
+        for (index, file) in self.files.iter().enumerate() {
+            let fd = rustix::fs::open(
+                file.path.as_c_str(),
+                OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )
+            .map_err(at_entry(Step::WriteFile, index))?;
+            write_all(&fd, file.contents).map_err(|errno| Failure::at(Step::WriteFile, index, errno))?;
+        }
         Ok(())
     }
 
-    /// G: the interpreter process, PID 1 of the new PID namespace.
-    fn finish_interpreter(&self, supervisor: OwnedFd, ruleset: RulesetCreated) -> Result<(), Failure> {
+    /// Tell the host G's pid and hand it the working directory. Failing to
+    /// send only costs the host its view of the run's files and processes.
+    fn send_handoff(&self, init: libc::pid_t, work_dir: BorrowedFd<'_>) {
+        let [p0, p1, p2, p3] = init.to_le_bytes();
+        let [t0, t1, t2, t3] = HANDOFF_TAG;
+        let data = [p0, p1, p2, p3, t0, t1, t2, t3];
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        let fds = [work_dir];
+        if control.push(SendAncillaryMessage::ScmRights(&fds)) {
+            let _ = rustix::net::sendmsg(
+                &self.handoff_write,
+                &[io::IoSlice::new(&data)],
+                &mut control,
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            );
+        }
+    }
+
+    /// G: steps 11-15. Returns only on failure, or in P.
+    fn init(&self, supervisor: OwnedFd, status_write: OwnedFd) -> Result<(), Failure> {
         rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
         match sys::poll_readable(supervisor.as_raw_fd()) {
             Ok(false) => {}
@@ -548,28 +815,113 @@ impl Prepared {
             Err(errno) => return Err(Failure::new(Step::SupervisorGone, errno)),
         }
         drop(supervisor);
-        sys::cloexec_from(INHERITED_FDS).map_err(|errno| Failure::new(Step::CloseInheritedFds, errno))?;
 
+        rustix::mount::mount(
+            c"proc",
+            self.staged_proc.as_c_str(),
+            c"proc",
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            c"hidepid=invisible",
+        )
+        .map_err(at(Step::MountProc))?;
+        rustix::mount::mount_bind(self.staged_proc_sys.as_c_str(), self.staged_proc_sys.as_c_str())
+            .map_err(at(Step::ProtectProcSys))?;
+        sys::mount_setattr(&self.staged_proc_sys, true, sys::MOUNT_ATTR_RDONLY)
+            .map_err(|errno| Failure::new(Step::ProtectProcSys, errno))?;
+
+        rustix::process::chdir(self.staging.as_c_str()).map_err(at(Step::PivotRoot))?;
+        rustix::process::pivot_root(c".", c".").map_err(at(Step::PivotRoot))?;
+        rustix::mount::unmount(c".", UnmountFlags::DETACH).map_err(at(Step::DetachOldRoot))?;
+        rustix::process::chdir(c"/").map_err(at(Step::EnterRunDir))?;
+        rustix::process::chdir(c"/work").map_err(at(Step::EnterRunDir))?;
+
+        let mut ruleset = self
+            .ruleset
+            .try_clone()
+            .map_err(|e| Failure::new(Step::LandlockRule, e.raw_os_error().unwrap_or(libc::EBADF)))?;
+        for (index, (path, grant)) in self.landlock_dirs.iter().enumerate() {
+            let dir = rustix::fs::open(*path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(at_entry(Step::LandlockRule, index))?;
+            let access = match grant {
+                LandlockGrant::List => AccessFs::ReadDir.into(),
+                LandlockGrant::Read => AccessFs::ReadFile | AccessFs::ReadDir,
+                LandlockGrant::All => AccessFs::from_all(self.landlock_abi),
+            };
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(dir.as_fd(), access))
+                .map_err(|e| Failure::at(Step::LandlockRule, index, errno_of(&e, libc::EINVAL)))?;
+        }
+
+        // SAFETY: the process is single-threaded, so the child is a complete
+        // copy; both sides only make syscalls afterwards.
+        match unsafe { sys::fork() } {
+            Err(errno) => Err(Failure::new(Step::ForkProgram, errno)),
+            Ok(0) => {
+                drop(status_write);
+                self.program(ruleset)
+            }
+            Ok(program) => {
+                // Before this the program's process had to stay dumpable:
+                // it writes its own uid map. From now on nothing of the run
+                // may trace, read or even see this process.
+                let _ = rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable);
+                // SAFETY: `program` is our child and this process is
+                // single-threaded; it only reaps from now on.
+                unsafe { sys::reap_as_init(program, status_write.as_raw_fd()) }
+            }
+        }
+    }
+
+    /// P: steps 16-18. `Ok` means: exec the interpreter now.
+    fn program(&self, ruleset: RulesetCreated) -> Result<(), Failure> {
+        rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
+        for (index, (resource, value)) in self.limits.into_iter().enumerate() {
+            // Without root the hard limit cannot be raised: stay below it.
+            let value = rustix::process::getrlimit(resource).maximum.map_or(value, |max| max.min(value));
+            rustix::process::setrlimit(resource, Rlimit { current: Some(value), maximum: Some(value) })
+                .map_err(at_entry(Step::SetLimit, index))?;
+        }
+
+        // SAFETY: CLONE_NEWUSER on a single-threaded process.
+        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(at(Step::UnshareProgramUser))?;
+        let proc_self =
+            rustix::fs::open(c"/proc/self", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(at(Step::WriteProgramMaps))?;
+        write_at(&proc_self, c"setgroups", b"deny\n", Step::WriteProgramMaps)?;
+        write_at(&proc_self, c"uid_map", &self.inner_uid_map, Step::WriteProgramMaps)?;
+        write_at(&proc_self, c"gid_map", &self.inner_gid_map, Step::WriteProgramMaps)?;
+        drop(proc_self);
+        rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
+
+        sys::cloexec_from(INHERITED_FDS).map_err(|errno| Failure::new(Step::CloseInheritedFds, errno))?;
+        sys::drop_capabilities().map_err(|errno| Failure::new(Step::DropCapabilities, errno))?;
         rustix::thread::set_no_new_privs(true).map_err(at(Step::NoNewPrivs))?;
         let status = ruleset.restrict_self().map_err(|e| Failure::new(Step::Landlock, errno_of(&e, libc::EPERM)))?;
         if status.ruleset != RulesetStatus::FullyEnforced {
             return Err(Failure::new(Step::LandlockNotEnforced, libc::EOPNOTSUPP));
         }
-
-        for (index, (resource, value)) in self.limits.into_iter().enumerate() {
-            rustix::process::setrlimit(resource, Rlimit { current: Some(value), maximum: Some(value) })
-                .map_err(at_entry(Step::SetLimit, index))?;
-        }
-
         seccomp::install(&self.filters).map_err(|errno| Failure::new(Step::Seccomp, errno))?;
         Ok(())
     }
 }
 
-/// Write `data` in one `write` to `/proc/self/<name>` through `proc_self`.
-fn write_proc(proc_self: &OwnedFd, name: &std::ffi::CStr, data: &[u8], step: Step) -> Result<(), Failure> {
-    let file =
-        rustix::fs::openat(proc_self, name, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()).map_err(at(step))?;
+/// Write all of `data` to `fd` (short writes continue).
+fn write_all(fd: &OwnedFd, mut data: &[u8]) -> Result<(), i32> {
+    while !data.is_empty() {
+        match rustix::io::write(fd, data) {
+            Ok(0) => return Err(libc::EIO),
+            Ok(n) => data = data.get(n..).unwrap_or_default(),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.raw_os_error()),
+        }
+    }
+    Ok(())
+}
+
+/// Write `data` in one `write` to `<dir>/<name>` (a `/proc/self` map file:
+/// the kernel takes a map in one write only).
+fn write_at(dir: &OwnedFd, name: &CStr, data: &[u8], step: Step) -> Result<(), Failure> {
+    let file = rustix::fs::openat(dir, name, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()).map_err(at(step))?;
     let written = rustix::io::write(&file, data).map_err(at(step))?;
     if written != data.len() {
         return Err(Failure::new(step, libc::EIO));
@@ -581,32 +933,10 @@ fn cstring(path: &Path) -> Result<CString, SandboxError> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| SandboxError::NulInPath { path: path.to_path_buf() })
 }
 
-/// Resolve and check the staging dir: an existing, empty directory that is
-/// not inside (and does not contain) an exposed path.
-fn check_staging(given: &Path, plan: &MountPlan) -> Result<PathBuf, SandboxError> {
-    let problem = |problem: &'static str| SandboxError::StagingDir { path: given.to_path_buf(), problem };
-    let staging = std::fs::canonicalize(given).map_err(|_| problem("does not exist"))?;
-    if !staging.is_dir() {
-        return Err(problem("is not a directory"));
-    }
-    let mut entries = std::fs::read_dir(&staging).map_err(|_| problem("cannot be read"))?;
-    if entries.next().is_some() {
-        return Err(problem("is not empty"));
-    }
-    if staging == Path::new("/") {
-        return Err(problem("is the host root"));
-    }
-    for bind in &plan.binds {
-        if staging.starts_with(&bind.path) || bind.path.starts_with(&staging) {
-            return Err(problem("overlaps an exposed path"));
-        }
-    }
-    Ok(staging)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{SHM_DIR, TMP_DIR};
 
     #[test]
     fn prepared_is_send_and_sync() {
@@ -620,5 +950,15 @@ mod tests {
             assert_eq!(Step::from_code(step.code()), Some(step));
         }
         assert_eq!(Step::from_code(0), None);
+    }
+
+    #[test]
+    fn the_landlock_dirs_are_the_fixed_layout() {
+        let dirs = ["/", "/etc", PROC_DIR, WORK_DIR, TMP_DIR, SHM_DIR];
+        let listed = [c"/", c"/etc", c"/proc", c"/work", c"/tmp", c"/dev/shm"];
+        for (dir, listed) in dirs.iter().zip(listed) {
+            assert_eq!(listed.to_str().unwrap(), *dir);
+        }
+        assert_eq!(STAGING, TMP_DIR, "the staging mount point must exist on every host");
     }
 }

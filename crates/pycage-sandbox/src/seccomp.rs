@@ -238,17 +238,8 @@ const NOT_PROVIDED: &[(&str, Verdict)] = &verdicts!(Verdict::Enosys;
 /// Every syscall the filter names, and its verdict, grouped. Names missing
 /// on an architecture (aarch64 has no `open`, `fork`, `stat`, ...) are
 /// skipped there.
-pub const POLICY_GROUPS: &[&[(&str, Verdict)]] = &[
-    FILE_IO,
-    FILE_META,
-    MEMORY,
-    PROCESS,
-    SIGNALS_TIME,
-    SOCKETS_IPC,
-    CONDITIONAL,
-    DANGEROUS,
-    NOT_PROVIDED,
-];
+pub const POLICY_GROUPS: &[&[(&str, Verdict)]] =
+    &[FILE_IO, FILE_META, MEMORY, PROCESS, SIGNALS_TIME, SOCKETS_IPC, CONDITIONAL, DANGEROUS, NOT_PROVIDED];
 
 /// Every `(name, verdict)` of the policy.
 pub fn policy() -> impl Iterator<Item = (&'static str, Verdict)> {
@@ -367,9 +358,7 @@ pub fn compile(arch: TargetArch) -> Result<Filters, SandboxError> {
         }
     }
     let build = |rules, mismatch, matched| -> Result<BpfProgram, SandboxError> {
-        SeccompFilter::new(rules, mismatch, matched, arch)
-            .and_then(BpfProgram::try_from)
-            .map_err(SandboxError::Seccomp)
+        SeccompFilter::new(rules, mismatch, matched, arch).and_then(BpfProgram::try_from).map_err(SandboxError::Seccomp)
     };
     Ok(Filters {
         allow: build(allowed, SeccompAction::Errno(libc::ENOSYS as u32), SeccompAction::Allow)?,
@@ -405,7 +394,9 @@ fn rules_for(when: When) -> Result<Vec<SeccompRule>, SandboxError> {
 pub(crate) fn install(filters: &Filters) -> Result<(), i32> {
     for filter in filters.in_install_order() {
         seccompiler::apply_filter(filter).map_err(|e| match &e {
-            seccompiler::Error::Seccomp(io) | seccompiler::Error::Prctl(io) => io.raw_os_error().unwrap_or(libc::EINVAL),
+            seccompiler::Error::Seccomp(io) | seccompiler::Error::Prctl(io) => {
+                io.raw_os_error().unwrap_or(libc::EINVAL)
+            }
             _ => libc::EINVAL,
         })?;
     }
@@ -430,7 +421,8 @@ mod tests {
         let mut names: Vec<&str> = policy().map(|(n, _)| n).collect();
         for name in &names {
             assert!(
-                syscall_number(name, TargetArch::x86_64).is_some() || syscall_number(name, TargetArch::aarch64).is_some(),
+                syscall_number(name, TargetArch::x86_64).is_some()
+                    || syscall_number(name, TargetArch::aarch64).is_some(),
                 "{name} is not a syscall on x86_64 or aarch64"
             );
         }

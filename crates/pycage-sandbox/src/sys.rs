@@ -2,6 +2,7 @@
 //! only in forms unsuited to a forked child). Each returns a raw errno.
 
 use std::ffi::CStr;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// `MOUNT_ATTR_RDONLY` (linux/mount.h).
 pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
@@ -30,8 +31,23 @@ fn last_errno() -> i32 {
 /// set flags on the mount at `path` (and every mount below it when
 /// `recursive`), leaving every other flag as it is.
 pub(crate) fn mount_setattr(path: &CStr, recursive: bool, set: u64) -> Result<(), i32> {
+    mount_setattr_at(libc::AT_FDCWD, path, libc::AT_SYMLINK_NOFOLLOW as libc::c_uint, recursive, set)
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH [| AT_RECURSIVE], {set})`: the same
+/// on the mount (for example a detached clone) that `fd` refers to.
+pub(crate) fn mount_setattr_fd(fd: BorrowedFd<'_>, recursive: bool, set: u64) -> Result<(), i32> {
+    mount_setattr_at(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH as libc::c_uint, recursive, set)
+}
+
+fn mount_setattr_at(
+    dirfd: libc::c_int,
+    path: &CStr,
+    mut flags: libc::c_uint,
+    recursive: bool,
+    set: u64,
+) -> Result<(), i32> {
     let attr = MountAttr { attr_set: set, ..MountAttr::default() };
-    let mut flags = libc::AT_SYMLINK_NOFOLLOW as libc::c_uint;
     if recursive {
         flags |= libc::AT_RECURSIVE as libc::c_uint;
     }
@@ -41,7 +57,7 @@ pub(crate) fn mount_setattr(path: &CStr, recursive: bool, set: u64) -> Result<()
     let ret = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
             flags,
             &attr as *const MountAttr,
@@ -53,6 +69,29 @@ pub(crate) fn mount_setattr(path: &CStr, recursive: bool, set: u64) -> Result<()
     } else {
         Err(last_errno())
     }
+}
+
+/// Drop every capability of the calling thread: the bounding set, the
+/// ambient set, and the effective, permitted and inheritable sets.
+pub(crate) fn drop_capabilities() -> Result<(), i32> {
+    // Capability numbers past the kernel's last one fail with EINVAL.
+    for cap in 0..64 {
+        // SAFETY: PR_CAPBSET_DROP takes integers only.
+        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if ret != 0 {
+            let errno = last_errno();
+            if errno != libc::EINVAL {
+                return Err(errno);
+            }
+        }
+    }
+    rustix::thread::clear_ambient_capability_set().map_err(|e| e.raw_os_error())?;
+    let none = rustix::thread::CapabilitySets {
+        effective: rustix::thread::CapabilitySet::empty(),
+        permitted: rustix::thread::CapabilitySet::empty(),
+        inheritable: rustix::thread::CapabilitySet::empty(),
+    };
+    rustix::thread::set_capabilities(None, none).map_err(|e| e.raw_os_error())
 }
 
 /// Reset every catchable signal to `SIG_DFL` and unblock all signals.
@@ -124,39 +163,41 @@ pub(crate) fn cloexec_from(first: u32) -> Result<(), i32> {
     }
 }
 
-/// Close every file descriptor of the calling process.
-fn close_all_fds() {
+/// Close every file descriptor of the calling process except `keep`.
+fn close_all_fds_but(keep: libc::c_int) {
     // close_range exists on every kernel the sandbox accepts (see
-    // `cloexec_from`); the supervisor holds nothing the program could use.
+    // `cloexec_from`); the caller holds nothing else the program could use.
     // SAFETY: close_range only closes descriptors; the caller owns all of
-    // them and uses none afterwards.
-    unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) };
+    // them and uses none but `keep` afterwards.
+    unsafe {
+        if keep > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
+    }
 }
 
-/// The supervisor's life after the fork: close every fd, wait for the
-/// interpreter, exit the way it did. Never returns.
-///
-/// # Safety
-///
-/// `interpreter` must be a child of the calling process, and the calling
-/// process must own every fd it holds (it closes them all).
-pub(crate) unsafe fn supervise(interpreter: libc::pid_t) -> ! {
-    close_all_fds();
+/// Wait for `pid` (retrying on EINTR). `None` if it is not our child.
+fn wait_for(pid: libc::pid_t) -> Option<libc::c_int> {
     let mut status: libc::c_int = 0;
     loop {
         // SAFETY: `status` is a live c_int the kernel writes to.
-        let ret = unsafe { libc::waitpid(interpreter, &mut status, 0) };
-        if ret == interpreter {
-            break;
+        let ret = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if ret == pid {
+            return Some(status);
         }
         if ret < 0 && last_errno() == libc::EINTR {
             continue;
         }
-        // SAFETY: _exit is always safe to call; it does not return.
-        unsafe { libc::_exit(crate::prepared::SUPERVISOR_LOST_EXIT) };
+        return None;
     }
+}
+
+/// Leave the way `status` (a wait status) says: `_exit` with its code, or
+/// die of its signal with the default disposition.
+fn exit_like(status: libc::c_int) -> ! {
     if libc::WIFEXITED(status) {
-        // SAFETY: as above.
+        // SAFETY: _exit is always safe to call; it does not return.
         unsafe { libc::_exit(libc::WEXITSTATUS(status)) };
     }
     if libc::WIFSIGNALED(status) {
@@ -177,4 +218,62 @@ pub(crate) unsafe fn supervise(interpreter: libc::pid_t) -> ! {
     }
     // SAFETY: as above.
     unsafe { libc::_exit(crate::prepared::SUPERVISOR_LOST_EXIT) }
+}
+
+/// The supervisor's life after the fork: close every fd but the status
+/// pipe, wait for the init process, and exit the way the program did (the
+/// init process reports the program's wait status on `status_read`; it
+/// cannot die of a signal sent to itself, being PID 1). Never returns.
+///
+/// # Safety
+///
+/// `init` must be a child of the calling process, and the calling process
+/// must own every fd it holds (it closes them all).
+pub(crate) unsafe fn supervise(init: libc::pid_t, status_read: libc::c_int) -> ! {
+    close_all_fds_but(status_read);
+    let Some(init_status) = wait_for(init) else {
+        // SAFETY: _exit is always safe to call.
+        unsafe { libc::_exit(crate::prepared::SUPERVISOR_LOST_EXIT) }
+    };
+    let mut bytes = [0u8; 4];
+    // Every writer is gone (the init process exited, the program exec'd or
+    // died), so this read returns at once.
+    // SAFETY: reading into a live local buffer of the given length.
+    let n = unsafe { libc::read(status_read, bytes.as_mut_ptr().cast(), bytes.len()) };
+    if n == 4 {
+        exit_like(libc::c_int::from_ne_bytes(bytes))
+    }
+    exit_like(init_status)
+}
+
+/// The init process's life after it forked the program: close every fd but
+/// the status pipe, drop every capability, reap every child (orphans are
+/// reparented here), and when the program exits, report its wait status
+/// and exit. The kernel then kills whatever is left of the PID namespace.
+///
+/// # Safety
+///
+/// `program` must be a child of the calling process, which must be
+/// single-threaded and own every fd it holds.
+pub(crate) unsafe fn reap_as_init(program: libc::pid_t, status_write: libc::c_int) -> ! {
+    close_all_fds_but(status_write);
+    // Nothing is left to do with privileges; failing to drop them changes
+    // nothing the program can reach (it cannot signal, trace or read us).
+    let _ = drop_capabilities();
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a live c_int the kernel writes to.
+        let ret = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if ret == program {
+            let bytes = status.to_ne_bytes();
+            // SAFETY: writing a live local buffer of the given length.
+            unsafe { libc::write(status_write, bytes.as_ptr().cast(), bytes.len()) };
+            // SAFETY: _exit is always safe to call.
+            unsafe { libc::_exit(0) };
+        }
+        if ret < 0 && last_errno() != libc::EINTR {
+            // SAFETY: as above.
+            unsafe { libc::_exit(crate::prepared::SUPERVISOR_LOST_EXIT) };
+        }
+    }
 }
