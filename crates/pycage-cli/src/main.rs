@@ -99,6 +99,12 @@ fn default_max_log_bytes() -> u64 {
 fn default_max_value_bytes() -> u64 {
     RuntimeConfig::default().max_value_bytes
 }
+fn default_max_output_bytes() -> u64 {
+    RuntimeConfig::default().max_output_bytes
+}
+fn default_disk_mb() -> u64 {
+    RuntimeConfig::default().disk_bytes / MIB
+}
 fn default_isolation() -> IsolationArg {
     RuntimeConfig::default().isolation.into()
 }
@@ -146,6 +152,26 @@ struct RunArgs {
     #[arg(long, value_name = "PATH")]
     allow_read: Vec<PathBuf>,
 
+    /// A file or directory the program reads (repeatable): read-only in its
+    /// working directory, under its base name.
+    #[arg(long = "input", value_name = "PATH")]
+    inputs: Vec<PathBuf>,
+
+    /// Copy what the program leaves in `out/` (in its working directory) to
+    /// DIR when the run settles. Symlinks and special files are never
+    /// followed or copied.
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
+
+    /// Most bytes copied to --output.
+    #[arg(long, value_name = "N", default_value_t = default_max_output_bytes())]
+    max_output_bytes: u64,
+
+    /// Size of a sandboxed run's tmpfs (its working directory, /tmp and
+    /// /dev/shm together), in MiB.
+    #[arg(long, value_name = "N", default_value_t = default_disk_mb())]
+    disk_mb: u64,
+
     /// Program text to run instead of a file.
     #[arg(short = 'c', value_name = "CODE")]
     code: Option<String>,
@@ -163,6 +189,13 @@ impl RunArgs {
             .memory_mb
             .checked_mul(MIB)
             .ok_or_else(|| anyhow::anyhow!("--memory-mb {} is too large", self.memory_mb))?;
+        let disk_bytes =
+            self.disk_mb.checked_mul(MIB).ok_or_else(|| anyhow::anyhow!("--disk-mb {} is too large", self.disk_mb))?;
+        let allow_read = self
+            .allow_read
+            .iter()
+            .map(|p| std::path::absolute(p).map_err(|e| anyhow::anyhow!("--allow-read {}: {e}", p.display())))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(RuntimeConfig {
             python: self.python.clone(),
             wall_time: std::time::Duration::from_millis(self.wall_ms),
@@ -171,7 +204,9 @@ impl RunArgs {
             max_log_bytes: self.max_log_bytes,
             max_value_bytes: self.max_value_bytes,
             isolation: self.isolation.into(),
-            allow_read: self.allow_read.clone(),
+            allow_read,
+            disk_bytes,
+            max_output_bytes: self.max_output_bytes,
             ..RuntimeConfig::default()
         })
     }
@@ -261,6 +296,31 @@ mod tests {
         assert_eq!((c.max_log_bytes, c.max_value_bytes), (10, 20));
         assert_eq!(c.isolation, Isolation::Process);
         assert_eq!(c.allow_read, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
+        let more = Cli::try_parse_from([
+            "pycage",
+            "run",
+            "--allow-read",
+            "rel",
+            "--input",
+            "data.csv",
+            "--input",
+            "dir",
+            "--output",
+            "o",
+            "--max-output-bytes",
+            "99",
+            "--disk-mb",
+            "3",
+            "-c",
+            "1",
+        ])
+        .unwrap();
+        let Command::Run(more) = more.command else { panic!("not run") };
+        let c = more.config().unwrap();
+        assert_eq!(c.allow_read, vec![std::env::current_dir().unwrap().join("rel")]);
+        assert_eq!((c.max_output_bytes, c.disk_bytes), (99, 3 * MIB));
+        assert_eq!(more.inputs, vec![PathBuf::from("data.csv"), PathBuf::from("dir")]);
+        assert_eq!(more.output, Some(PathBuf::from("o")));
         assert_eq!(args.code.as_deref(), Some("return 1"));
     }
 

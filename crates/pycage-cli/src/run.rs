@@ -6,7 +6,8 @@
 //!
 //! Readable output streams log lines as the program writes them, then the
 //! value as canonical JSON on stdout, then `error: <kind>: <message>` on
-//! stderr. `--json` prints `RunResult::to_json()` as one line at the end.
+//! stderr, all escaped for the terminal (`output::for_terminal`). `--json`
+//! prints `RunResult::to_json()` as one line at the end, exact.
 //!
 //! SIGINT and SIGTERM cancel the run (it settles as `abort`, keeping its
 //! logs); the runtime is always shut down, so no child outlives the command.
@@ -40,13 +41,25 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         let cancel = CancellationToken::new();
         let watcher = watch_signals(cancel.clone())?;
         let runtime = Runtime::new(config)?;
-        let request = RunRequest { program, bindings, cancel: Some(cancel) };
+        let request = RunRequest {
+            program,
+            bindings,
+            cancel: Some(cancel),
+            inputs: args.inputs.clone(),
+            output_dir: args.output.clone(),
+        };
         let outcome =
             if args.json { runtime.run(request).await.map(|r| (r, 0)) } else { run_streaming(&runtime, request).await };
         runtime.shutdown().await;
         watcher.abort();
         let (result, printed) = outcome?;
         report(&result, args.json, printed)?;
+        if let (Some(output), Some(dir)) = (&result.output, &args.output) {
+            report_output(output, dir);
+        }
+        for failure in runtime.cleanup_failures() {
+            output::warning(&failure.to_string());
+        }
         Ok(if result.error.is_some() { ExitCode::from(EXIT_RUN_FAILED) } else { ExitCode::SUCCESS })
     })
 }
@@ -93,7 +106,7 @@ async fn run_streaming(
                 RunEvent::Log(line) => {
                     // A closed stdout must not stop the run: keep counting
                     // so the final report does not print these again.
-                    let _ = output::stdout_line(&line);
+                    let _ = output::stdout_text(&line);
                     printed += 1;
                 }
                 RunEvent::Call { .. } | RunEvent::CallFinished { .. } => {}
@@ -116,9 +129,25 @@ fn report(result: &RunResult, json: bool, printed: usize) -> anyhow::Result<()> 
     // Lines the event stream did not deliver (none, normally).
     let rest = result.logs.get(printed..).unwrap_or_default();
     let value = result.value.as_ref().map(|v| v.to_canonical_string());
-    output::stdout_lines(rest.iter().map(String::as_str).chain(value.as_deref())).context("cannot write the result")?;
+    output::stdout_texts(rest.iter().map(String::as_str).chain(value.as_deref())).context("cannot write the result")?;
     if let Some(e) = &result.error {
-        output::stderr_line(&format!("error: {}: {}", e.kind, e.message));
+        output::stderr_text(&format!("error: {}: {}", e.kind, e.message));
     }
     Ok(())
+}
+
+/// What `--output` got, on stderr: a summary and every entry not copied.
+fn report_output(report: &pycage_runtime::CopyReport, dir: &Path) {
+    for skipped in &report.skipped {
+        output::warning(&format!("out/{} not copied: {}", skipped.path.display(), skipped.reason));
+    }
+    if report.truncated {
+        output::warning("the output limit stopped the copy (--max-output-bytes)");
+    }
+    output::stderr_text(&format!(
+        "pycage: copied {} file(s), {} bytes, from out/ to {}",
+        report.files.len(),
+        report.bytes,
+        dir.display()
+    ));
 }

@@ -43,7 +43,9 @@ pub struct RuntimeConfig {
     pub wall_time: Duration,
     /// `RLIMIT_CPU` of the child, in seconds (reported as `timeout`).
     pub cpu_seconds: u64,
-    /// `RLIMIT_AS` of the child, in bytes.
+    /// `RLIMIT_AS` of each process of the run, in bytes; also the run-wide
+    /// memory budget (`memory.max` of a delegated cgroup, the watchdog's
+    /// budget otherwise).
     pub address_space_bytes: u64,
     /// Log ledger size in bytes, on both sides.
     pub max_log_bytes: u64,
@@ -55,7 +57,9 @@ pub struct RuntimeConfig {
     pub max_control_bytes: u64,
     /// Time between SIGTERM and SIGKILL when a child must be stopped.
     pub grace: Duration,
-    /// Where run directories are created (default: the system temp dir).
+    /// Where pycage creates its directories: the bootstrap, process
+    /// isolation's run directories, the owner lock (default: the system
+    /// temp dir). Sandboxed runs create nothing there.
     pub run_dir_parent: Option<PathBuf>,
     /// Containment level.
     pub isolation: Isolation,
@@ -67,11 +71,23 @@ pub struct RuntimeConfig {
     pub max_file_bytes: u64,
     /// `RLIMIT_NOFILE` for sandboxed runs.
     pub max_open_files: u64,
-    /// First host uid/gid of the range sandboxed runs are mapped to (each
-    /// concurrent run gets its own, so `RLIMIT_NPROC` is per run).
+    /// First host uid/gid of the range sandboxed runs are mapped to on a
+    /// root host (each run leases its own, unique across pycage processes).
     pub sandbox_uid_base: u32,
     /// How many uids the range has.
     pub sandbox_uid_count: u32,
+    /// Where root-host uid leases are kept (default
+    /// [`crate::lease::DEFAULT_LEASE_DIR`]); must be root's, writable by no
+    /// one else.
+    pub uid_lease_dir: Option<PathBuf>,
+    /// Size of a sandboxed run's tmpfs: its working directory, `/tmp` and
+    /// `/dev/shm` together (and at most one inode per 8 KiB of it).
+    pub disk_bytes: u64,
+    /// SysV shared memory a sandboxed run may hold (its IPC namespace's
+    /// `kernel.shmall`/`shmmax`).
+    pub sysv_shm_bytes: u64,
+    /// Most bytes copied from `out/` to a request's output directory.
+    pub max_output_bytes: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -94,6 +110,10 @@ impl Default for RuntimeConfig {
             max_open_files: 256,
             sandbox_uid_base: 1_500_000,
             sandbox_uid_count: 65_536,
+            uid_lease_dir: None,
+            disk_bytes: 256 * 1024 * 1024,
+            sysv_shm_bytes: 16 * 1024 * 1024,
+            max_output_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -105,6 +125,9 @@ pub struct ConfigError {
     pub field: &'static str,
     pub problem: String,
 }
+
+/// Smallest run tmpfs.
+pub const MIN_DISK_BYTES: u64 = 1024 * 1024;
 
 /// Smallest address space CPython with asyncio can start in.
 pub const MIN_ADDRESS_SPACE_BYTES: u64 = 64 * 1024 * 1024;
@@ -146,6 +169,9 @@ impl RuntimeConfig {
         {
             return err("sandbox_uid_base", "the uid range must be non-empty, not include 0, and fit in u32");
         }
+        if self.disk_bytes < MIN_DISK_BYTES {
+            return err("disk_bytes", &format!("must be at least {MIN_DISK_BYTES} (1 MiB)"));
+        }
         Ok(())
     }
 }
@@ -180,5 +206,6 @@ mod tests {
         assert_eq!(bad(|c| c.max_control_bytes = 2000).field, "max_control_bytes");
         assert_eq!(bad(|c| c.max_value_bytes = 0).field, "max_value_bytes");
         assert_eq!(bad(|c| c.sandbox_uid_base = 0).field, "sandbox_uid_base");
+        assert_eq!(bad(|c| c.disk_bytes = 1000).field, "disk_bytes");
     }
 }

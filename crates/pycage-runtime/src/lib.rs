@@ -27,20 +27,29 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod bindings;
+mod channel;
+pub mod cleanup;
 pub mod config;
+pub mod files;
 pub mod interpreter;
+pub mod lease;
 pub mod ledger;
 pub mod names;
 mod run;
 mod runtime;
+mod site;
 mod spawn;
+pub mod watchdog;
 
 pub use bindings::{Binding, BindingError, BindingFuture, ErrorClass, Namespace};
+pub use cleanup::CleanupFailure;
 pub use config::{ConfigError, Isolation, RuntimeConfig};
+pub use files::{CopiedFile, CopyReport, Skipped};
 pub use interpreter::{Interpreter, InterpreterError};
 pub use names::NameError;
 pub use pycage_protocol::JsonValue;
 pub use runtime::{MisuseError, RunRequest, Runtime, RuntimeError};
+pub use site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
 pub use tokio_util::sync::CancellationToken;
 
 /// Why a run failed. The kinds are orthogonal (DESIGN.md §1).
@@ -88,7 +97,7 @@ pub struct RunFailure {
 }
 
 /// Every outcome of a run. When `error` is set, `value` is `None`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunResult {
     /// The top-level `return` value; `None` if the program did not return.
     pub value: Option<JsonValue>,
@@ -99,15 +108,20 @@ pub struct RunResult {
     pub error: Option<RunFailure>,
     /// Frames from the child that failed validation and were dropped.
     pub dropped_frames: u64,
+    /// What was copied from the run's `out/` directory, when the request
+    /// named an output directory ([`RunRequest::output_dir`]).
+    pub output: Option<CopyReport>,
 }
 
 impl RunResult {
     pub(crate) fn failed(kind: FailureKind, message: String, logs: Vec<String>) -> Self {
-        RunResult { value: None, logs, error: Some(RunFailure { kind, message }), dropped_frames: 0 }
+        RunResult { logs, error: Some(RunFailure { kind, message }), ..RunResult::default() }
     }
 
     /// The result as one JSON object: `value` (absent when none), `logs`,
-    /// `error` `{kind, message}` (absent on success).
+    /// `output` (only when an output directory was requested: `files`
+    /// `[{path, bytes}]`, `skipped` `[{path, reason}]`, `bytes`,
+    /// `truncated`), `error` `{kind, message}` (absent on success).
     pub fn to_json(&self) -> JsonValue {
         let mut b = pycage_protocol::JsonBuilder::new();
         // Each step is valid by construction; errors are impossible here.
@@ -123,6 +137,10 @@ impl RunResult {
                 b.string(l)?;
             }
             b.end()?;
+            if let Some(output) = &self.output {
+                b.key("output")?;
+                output.write_json(&mut b)?;
+            }
             if let Some(e) = &self.error {
                 b.key("error")?;
                 b.begin_object()?;

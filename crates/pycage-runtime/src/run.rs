@@ -57,6 +57,8 @@ pub(crate) struct RunInputs<'a> {
     pub shutdown: CancellationToken,
     pub events: Option<mpsc::UnboundedSender<RunEvent>>,
     pub deadline: Instant,
+    /// Resolves when a run-wide budget is crossed (the watchdog).
+    pub budget: crate::watchdog::BudgetWatch,
 }
 
 struct Session<'a> {
@@ -230,7 +232,7 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     let Some(sock) = worker.sock.take() else {
         return RunResult::failed(FailureKind::WorkerExit, "the worker has no protocol channel".into(), Vec::new());
     };
-    let (mut rd, wr) = sock.into_split();
+    let (rd, wr) = sock.into_split();
 
     let mut boot = BootFrame {
         cpu_seconds: config.cpu_seconds,
@@ -272,6 +274,7 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     let mut raw = RawPipe::new(worker.output.take());
 
     let mut write_failed = false;
+    let mut budget = inputs.budget;
     let outcome = loop {
         // Write what the socket takes now; the rest waits for writability.
         while s.out_sent < s.out.len() && !write_failed {
@@ -303,7 +306,8 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
                 FailureKind::Timeout,
                 format!("the wall-clock budget of {} ms was exceeded", config.wall_time.as_millis()),
             ),
-            r = rd.read(&mut sock_buf) => match r {
+            (kind, message) = &mut budget => break Outcome::Fail(kind, message),
+            r = crate::channel::read(rd.as_ref(), &mut sock_buf) => match r {
                 Ok(n) if n > 0 => {
                     if let Some(o) = feed(&mut s, &mut splitter, sock_buf.get(..n).unwrap_or_default()) {
                         break o;
@@ -378,14 +382,14 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
             logs,
         ),
         Outcome::Done { value: Some(v), error: None } => match meter_value(&v, config.max_value_bytes) {
-            Some(_) => RunResult { value: Some(v), logs, error: None, dropped_frames: 0 },
+            Some(_) => RunResult { value: Some(v), logs, ..RunResult::default() },
             None => RunResult::failed(
                 FailureKind::OutputLimit,
                 format!("the return value is over the {}-byte value budget", config.max_value_bytes),
                 logs,
             ),
         },
-        Outcome::Done { value: None, error: None } => RunResult { value: None, logs, error: None, dropped_frames: 0 },
+        Outcome::Done { value: None, error: None } => RunResult { logs, ..RunResult::default() },
         Outcome::Fail(kind, message) => RunResult::failed(kind, message, logs),
         Outcome::Ended => {
             let (kind, message) = classify_exit(config, exit, ended_by_itself);

@@ -9,10 +9,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bindings::Namespace;
+use crate::cleanup::{self, CleanupFailure, CleanupLog, Owner, RunDir};
 use crate::config::{ConfigError, Isolation, RuntimeConfig};
 use crate::interpreter::{self, Interpreter, InterpreterError};
 use crate::names::{self, NameError};
-use crate::spawn::{PreExec, SpawnSpec, Worker};
+use crate::site::{self, RunSite, SandboxLayout};
+use crate::spawn::{Guard, PreExec, SpawnSpec, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
 /// The Python package shipped inside the binary.
@@ -41,6 +43,8 @@ pub enum RuntimeError {
     SandboxUnavailable { layers: String, reasons: String },
     #[error("the sandbox policy is invalid: {0}")]
     SandboxPolicy(#[from] pycage_sandbox::SandboxError),
+    #[error("{0}")]
+    AllowRead(String),
 }
 
 /// Caller misuse: the only `Err` a run returns.
@@ -50,6 +54,8 @@ pub enum MisuseError {
     Names(#[from] NameError),
     #[error("the runtime was shut down; create a new one to run more programs")]
     ShutDown,
+    #[error("invalid input: {0}")]
+    Input(String),
 }
 
 /// One program and its bindings.
@@ -59,12 +65,33 @@ pub struct RunRequest {
     pub bindings: Vec<Namespace>,
     /// Cancelling it settles the run as `abort`, keeping logs so far.
     pub cancel: Option<CancellationToken>,
+    /// Host files or directories the program reads: each appears read-only
+    /// in its working directory under its base name (relative paths are
+    /// taken from the current directory).
+    pub inputs: Vec<PathBuf>,
+    /// Where to copy what the program leaves in its `out/` directory when
+    /// the run settles (created if missing; at most
+    /// `RuntimeConfig::max_output_bytes`; symlinks and special files are
+    /// never followed or copied). The report is `RunResult::output`.
+    pub output_dir: Option<PathBuf>,
 }
 
 impl RunRequest {
     /// A request with no bindings.
     pub fn new(program: impl Into<String>) -> Self {
-        RunRequest { program: program.into(), bindings: Vec::new(), cancel: None }
+        RunRequest { program: program.into(), ..RunRequest::default() }
+    }
+
+    /// Adds an input file or directory.
+    pub fn with_input(mut self, path: impl Into<PathBuf>) -> Self {
+        self.inputs.push(path.into());
+        self
+    }
+
+    /// Sets the output directory.
+    pub fn with_output_dir(mut self, path: impl Into<PathBuf>) -> Self {
+        self.output_dir = Some(path.into());
+        self
     }
 
     /// Adds a namespace.
@@ -82,13 +109,15 @@ impl RunRequest {
 
 struct Shared {
     config: RuntimeConfig,
-    /// Read-only paths of every sandboxed run (system, interpreter, bootstrap, --allow-read).
-    sandbox_read_only: Vec<PathBuf>,
-    next_uid: std::sync::atomic::AtomicU32,
+    /// What every sandboxed run sees of the host.
+    layout: Option<SandboxLayout>,
     interpreter: Interpreter,
-    bootstrap: tempfile::TempDir,
+    bootstrap: RunDir,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    cleanup: Arc<CleanupLog>,
+    /// Dropped after `bootstrap` (fields drop in order): its lock goes last.
+    owner: Owner,
 }
 
 /// Runs programs; cheap to clone (clones share children and shutdown).
@@ -102,28 +131,47 @@ impl Runtime {
     /// bootstrap. Fails here, not at the first run, when something is wrong.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
         config.validate()?;
-        let bootstrap = write_bootstrap().map_err(RuntimeError::Bootstrap)?;
+        let temp = config.run_dir_parent.clone().unwrap_or_else(std::env::temp_dir);
+        let parents = vec![temp.clone()];
+        // Directories left by pycage processes that died without cleaning up.
+        let cleanup = Arc::new(CleanupLog::default());
+        for parent in &parents {
+            for failure in cleanup::sweep(parent).failed {
+                cleanup.record(&failure.path, &std::io::Error::other(failure.error));
+            }
+        }
+        let owner = Owner::new(&parents).map_err(RuntimeError::Bootstrap)?;
+        let bootstrap = write_bootstrap(&temp, &owner, Arc::clone(&cleanup)).map_err(RuntimeError::Bootstrap)?;
         let (interpreter, imported) =
             interpreter::probe_with_bootstrap(config.python.as_deref(), Some(bootstrap.path()))?;
         if let Err(stderr) = imported {
             return Err(RuntimeError::BootstrapImport { python: interpreter.executable, stderr });
         }
         share_bytecode(bootstrap.path());
-        let sandbox_read_only = match config.isolation {
-            Isolation::Process => Vec::new(),
-            Isolation::Sandbox => sandbox_paths(&config, &interpreter, bootstrap.path())?,
+        let layout = match config.isolation {
+            Isolation::Process => None,
+            Isolation::Sandbox => Some(sandbox_layout(&config, &interpreter, bootstrap.path())?),
         };
         Ok(Runtime {
             shared: Arc::new(Shared {
-                sandbox_read_only,
-                next_uid: std::sync::atomic::AtomicU32::new(0),
+                layout,
                 config,
                 interpreter,
                 bootstrap,
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
+                cleanup,
+                owner,
             }),
         })
+    }
+
+    /// Directories pycage created and could not remove since the last
+    /// call (each was also logged with `tracing::warn!`). A run's files are
+    /// removed when it settles; a failure never fails the run, so it is
+    /// reported here.
+    pub fn cleanup_failures(&self) -> Vec<CleanupFailure> {
+        self.shared.cleanup.drain()
     }
 
     /// The configuration in force.
@@ -162,8 +210,9 @@ impl Runtime {
         }
         // Held until the run (and its child) is settled; shutdown waits on it.
         let _token = shared.tracker.token();
+        let inputs = site::resolve_inputs(&request.inputs).map_err(MisuseError::Input)?;
         let deadline = Instant::now() + shared.config.wall_time;
-        let worker = match self.spawn_worker() {
+        let (worker, run_site) = match self.spawn_worker(&inputs) {
             Ok(w) => w,
             Err(e) => {
                 return Ok(RunResult::failed(
@@ -173,7 +222,16 @@ impl Runtime {
                 ))
             }
         };
-        let result = run::execute(
+        let scope = match run_site.init_pid() {
+            Some(init) => Some(crate::watchdog::Scope::PidNamespace { init }),
+            None if shared.layout.is_none() => worker.pid().map(|root| crate::watchdog::Scope::Descendants { root }),
+            None => None,
+        };
+        let budget = crate::watchdog::Budget {
+            cpu: std::time::Duration::from_secs(shared.config.cpu_seconds),
+            memory_bytes: shared.config.address_space_bytes,
+        };
+        let mut result = run::execute(
             worker,
             run::RunInputs {
                 config: &shared.config,
@@ -183,60 +241,78 @@ impl Runtime {
                 shutdown: shared.shutdown.clone(),
                 events,
                 deadline,
+                budget: crate::watchdog::budget_watch(scope, budget),
             },
         )
         .await;
+        if let Some(dest) = &request.output_dir {
+            let dest = site::absolute(dest).unwrap_or_else(|_| dest.clone());
+            result.output = Some(run_site.collect_output(&dest, shared.config.max_output_bytes));
+        }
         Ok(result)
     }
 
-    fn spawn_worker(&self) -> Result<Worker, String> {
+    /// Starts the child of one run: its directory (process isolation) or
+    /// its sandbox, with `inputs` in its working directory.
+    fn spawn_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), String> {
         let shared = &self.shared;
         let config = &shared.config;
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("pycage-run-");
-        let run_dir = match &config.run_dir_parent {
-            Some(parent) => builder.tempdir_in(parent),
-            None => builder.tempdir(),
-        }
-        .map_err(|e| format!("could not create the run directory: {e}"))?;
-        let (pre_exec, staging): (Option<Box<dyn PreExec>>, Option<tempfile::TempDir>) = match config.isolation {
-            Isolation::Process => (None, None),
-            Isolation::Sandbox => {
-                let n = shared.next_uid.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % config.sandbox_uid_count;
-                let uid = config.sandbox_uid_base + n;
-                rustix::fs::chown(
-                    run_dir.path(),
-                    Some(rustix::fs::Uid::from_raw(uid)),
-                    Some(rustix::fs::Gid::from_raw(uid)),
-                )
-                .map_err(|e| format!("could not hand the run directory to uid {uid}: {e}"))?;
-                let staging = tempfile::Builder::new()
-                    .prefix("pycage-root-")
-                    .tempdir()
-                    .map_err(|e| format!("could not create the sandbox staging directory: {e}"))?;
-                let policy = pycage_sandbox::SandboxPolicy {
-                    read_only: shared.sandbox_read_only.clone(),
-                    read_write: vec![run_dir.path().to_path_buf()],
-                    devices: pycage_sandbox::default_devices(),
-                    uid,
-                    gid: uid,
-                    max_processes: config.max_processes,
-                    max_file_bytes: config.max_file_bytes,
-                    max_open_files: config.max_open_files,
-                    staging_dir: staging.path().to_path_buf(),
-                };
-                let prepared = pycage_sandbox::Prepared::new(&policy).map_err(|e| format!("sandbox: {e}"))?;
-                (Some(Box::new(SandboxHook(prepared))), Some(staging))
-            }
+        let mut guards: Vec<Guard> = Vec::new();
+        let Some(layout) = &shared.layout else {
+            let run_site = RunSite::host(config, &shared.owner, Arc::clone(&shared.cleanup), inputs)?;
+            let RunSite::Host(dir) = &run_site else { return Err("no run directory".into()) };
+            let path = dir.path().to_path_buf();
+            guards.push(Box::new(Arc::clone(dir)));
+            let worker = Worker::spawn(SpawnSpec {
+                python: &shared.interpreter.executable,
+                bootstrap_dir: shared.bootstrap.path(),
+                home: &path,
+                tmp: &path,
+                cwd: Some(&path),
+                env: &[],
+                guards,
+                pre_exec: None,
+            })
+            .map_err(|e| e.to_string())?;
+            return Ok((worker, run_site));
         };
-        Worker::spawn(SpawnSpec {
-            python: &shared.interpreter.executable,
-            bootstrap_dir: shared.bootstrap.path(),
-            run_dir,
-            staging,
-            pre_exec,
+        let host_ids = if rustix::process::geteuid().is_root() {
+            let dir = config.uid_lease_dir.clone().unwrap_or_else(|| PathBuf::from(crate::lease::DEFAULT_LEASE_DIR));
+            let lease = crate::lease::lease_uid(&dir, config.sandbox_uid_base, config.sandbox_uid_count)
+                .map_err(|e| e.to_string())?;
+            let ids = pycage_sandbox::HostIds { uid: lease.uid(), gid: lease.uid() };
+            guards.push(Box::new(lease));
+            Some(ids)
+        } else {
+            None
+        };
+        let mut remapped = layout.remapped.clone();
+        remapped.extend(RunSite::input_remaps(inputs));
+        let policy = pycage_sandbox::SandboxPolicy {
+            read_only: layout.read_only.clone(),
+            remapped,
+            devices: pycage_sandbox::default_devices(),
+            host_ids,
+            max_processes: config.max_processes,
+            max_file_bytes: config.max_file_bytes,
+            max_open_files: config.max_open_files,
+            disk_bytes: config.disk_bytes,
+            sysv_shm_bytes: config.sysv_shm_bytes,
+        };
+        let prepared = Arc::new(pycage_sandbox::Prepared::new(&policy).map_err(|e| format!("sandbox: {e}"))?);
+        let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(&prepared)));
+        let worker = Worker::spawn(SpawnSpec {
+            python: &layout.python,
+            bootstrap_dir: &layout.bootstrap,
+            home: Path::new(pycage_sandbox::WORK_DIR),
+            tmp: Path::new(pycage_sandbox::TMP_DIR),
+            cwd: None,
+            env: &layout.env,
+            guards,
+            pre_exec: Some(hook),
         })
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+        Ok((worker, RunSite::sandboxed(&prepared)))
     }
 
     /// Settles every in-flight run as `abort` and returns once each child
@@ -249,7 +325,7 @@ impl Runtime {
 }
 
 /// The sandbox hook: enters every layer between fork and exec.
-struct SandboxHook(pycage_sandbox::Prepared);
+struct SandboxHook(Arc<pycage_sandbox::Prepared>);
 
 impl PreExec for SandboxHook {
     unsafe fn pre_exec(&self) -> std::io::Result<()> {
@@ -262,8 +338,12 @@ impl PreExec for SandboxHook {
     }
 }
 
-/// Checks every layer and collects the read-only view of a sandboxed run.
-fn sandbox_paths(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path) -> Result<Vec<PathBuf>, RuntimeError> {
+/// Checks every layer and decides what a sandboxed run sees of the host.
+fn sandbox_layout(
+    config: &RuntimeConfig,
+    interp: &Interpreter,
+    bootstrap: &Path,
+) -> Result<SandboxLayout, RuntimeError> {
     let avail = pycage_sandbox::probe();
     let missing = avail.missing();
     if !missing.is_empty() {
@@ -275,41 +355,12 @@ fn sandbox_paths(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path)
             .collect();
         return Err(RuntimeError::SandboxUnavailable { layers: missing.join(", "), reasons: reasons.join("; ") });
     }
-    let mut paths = pycage_sandbox::default_read_only_paths();
-    let mut add = |p: &Path| {
-        if p.is_absolute() && p.exists() && !paths.iter().any(|q| p.starts_with(q)) {
-            paths.retain(|q| !q.starts_with(p));
-            paths.push(p.to_path_buf());
-        }
-    };
-    for p in &interp.prefixes {
-        add(p);
-    }
-    for p in &interp.sys_path {
-        add(p);
-    }
-    if let Some(dir) = interp.executable.parent() {
-        add(dir);
-    }
-    add(bootstrap);
-    for p in &config.allow_read {
-        if !p.is_absolute() || !p.exists() {
-            return Err(RuntimeError::SandboxPolicy(pycage_sandbox::SandboxError::Resolve {
-                path: p.clone(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::NotFound,
-                    "--allow-read paths must exist and be absolute",
-                ),
-            }));
-        }
-        add(p);
-    }
-    Ok(paths)
+    SandboxLayout::new(config, interp, bootstrap).map_err(RuntimeError::AllowRead)
 }
 
-fn write_bootstrap() -> std::io::Result<tempfile::TempDir> {
+fn write_bootstrap(temp: &Path, owner: &Owner, log: Arc<CleanupLog>) -> std::io::Result<RunDir> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new().prefix("pycage-bootstrap-").tempdir()?;
+    let dir = RunDir::create(temp, "bootstrap", owner, log)?;
     // Readable by the unprivileged uid a sandboxed child runs as; the
     // content is not secret, and only the host can write it.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;

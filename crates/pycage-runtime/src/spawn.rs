@@ -7,8 +7,8 @@
 //! - fd 3 is one end of a Unix socketpair, installed with `dup2` between fork
 //!   and exec; fd 0 is `/dev/null`; fd 1 and 2 are the same pipe, so raw
 //!   writes to either arrive at the host in the order they were made;
-//! - a scrubbed environment, a private 0700 temporary directory as cwd,
-//!   `HOME` and `TMPDIR`, its own process group, and `PR_SET_PDEATHSIG`
+//! - a scrubbed environment, the run's directory as cwd and `HOME`, its own
+//!   process group, and `PR_SET_PDEATHSIG`
 //!   with a `getppid` re-check so a dying host takes the child with it;
 //! - a pidfd, so the host learns of the exit without reaping: the group is
 //!   killed while the child is a zombie (its pid, and so the group id,
@@ -64,19 +64,29 @@ pub(crate) struct Worker {
     /// The read end of the one pipe that is both the child's fd 1 and fd 2.
     pub output: Option<pipe::Receiver>,
     exit: Option<Exit>,
-    /// Removed on drop, after the child is dead.
-    _run_dir: tempfile::TempDir,
-    /// The sandbox's (empty, host-side) staging directory, if any.
-    _staging: Option<tempfile::TempDir>,
+    /// Dropped after the child is reaped: the run directory (removed), a
+    /// uid lease (released), ...
+    _guards: Vec<Guard>,
 }
 
-/// What to start.
+/// Something a worker keeps until its child is reaped.
+pub(crate) type Guard = Box<dyn std::any::Any + Send + Sync>;
+
+/// What to start. Paths are as the child sees them.
 pub(crate) struct SpawnSpec<'a> {
     pub python: &'a Path,
     pub bootstrap_dir: &'a Path,
-    pub run_dir: tempfile::TempDir,
-    pub staging: Option<tempfile::TempDir>,
-    pub pre_exec: Option<Box<dyn PreExec>>,
+    /// `HOME`.
+    pub home: &'a Path,
+    /// `TMPDIR`.
+    pub tmp: &'a Path,
+    /// The working directory to enter before exec; `None` when the
+    /// `pre_exec` hook sets its own (the sandbox).
+    pub cwd: Option<&'a Path>,
+    /// Extra environment.
+    pub env: &'a [(std::ffi::OsString, std::ffi::OsString)],
+    pub guards: Vec<Guard>,
+    pub pre_exec: Option<std::sync::Arc<dyn PreExec>>,
 }
 
 fn loader(bootstrap_dir: &Path) -> String {
@@ -95,20 +105,19 @@ impl Worker {
         let (out_rx, out_tx) = std::io::pipe()?;
         let child_fd = child_end.as_raw_fd();
         let parent = rustix::process::getpid();
-        let run_path = spec.run_dir.path();
         let mut cmd = Command::new(spec.python);
         cmd.args(["-I", "-B", "-c", &loader(spec.bootstrap_dir)])
             .env_clear()
-            .env("HOME", run_path)
-            .env("TMPDIR", run_path)
+            .env("HOME", spec.home)
+            .env("TMPDIR", spec.tmp)
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("LANG", "C.UTF-8")
-            .current_dir(run_path)
-            .stdin(Stdio::null())
-            .stdout(out_tx.try_clone()?)
-            .stderr(out_tx)
-            .process_group(0);
-        let extra: Option<std::sync::Arc<dyn PreExec>> = spec.pre_exec.map(std::sync::Arc::from);
+            .envs(spec.env.iter().map(|(k, v)| (k, v)));
+        if let Some(cwd) = spec.cwd {
+            cmd.current_dir(cwd);
+        }
+        cmd.stdin(Stdio::null()).stdout(out_tx.try_clone()?).stderr(out_tx).process_group(0);
+        let extra = spec.pre_exec;
         let hook = extra.clone();
         // SAFETY: the closure runs in the forked child before exec and makes
         // only async-signal-safe calls (dup2, fcntl, prctl, getppid, _exit)
@@ -148,18 +157,10 @@ impl Worker {
         // holds them, or EOF would never come.
         drop(cmd);
         let output = Some(pipe::Receiver::from_owned_fd(OwnedFd::from(out_rx))?);
-        Ok(Worker {
-            child,
-            pidfd,
-            sock: Some(sock),
-            output,
-            exit: None,
-            _run_dir: spec.run_dir,
-            _staging: spec.staging,
-        })
+        Ok(Worker { child, pidfd, sock: Some(sock), output, exit: None, _guards: spec.guards })
     }
 
-    fn pid(&self) -> Option<Pid> {
+    pub(crate) fn pid(&self) -> Option<Pid> {
         Pid::from_raw(self.child.id() as i32)
     }
 

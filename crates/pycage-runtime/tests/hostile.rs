@@ -1,9 +1,10 @@
 //! The hostile-program suite: each program attacks the sandbox (or the
 //! host supervisor) and must produce one exact outcome. Runs under
-//! `Isolation::Sandbox` (this project's CI runs as root, as the sandbox
-//! needs). After the suite: no leftover process, and nothing written
-//! outside the run directories.
-#![allow(clippy::unwrap_used, clippy::panic)]
+//! `Isolation::Sandbox`, as whoever runs the tests; as root, a second test
+//! runs the suite again as `nobody` (`setpriv`) with `/usr/bin/python3`.
+//! After the suite: no process of a run survives, nothing was written
+//! where the programs tried, and pycage's temp directory holds nothing.
+#![allow(clippy::unwrap_used, clippy::panic, clippy::print_stderr)]
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -69,15 +70,18 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
         c("fork bomb", "print('go')\nimport os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
             |k| k.wall_time = Duration::from_secs(3), with_logs("go", is_failure(FailureKind::Timeout, "wall-clock"))),
         c("setsid double-fork daemon", &format!(
-            "import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.write(w, str(os.getpid()).encode())\n        os.execvp('sleep', ['sleep', '{marker}'])\n    os._exit(0)\nos.wait()\nos.close(w)\npid = int(os.read(r, 32))\ntime.sleep(0.3)\n# The orphaned daemon is our child now (we are PID 1): still running?\nreturn 'spawned' if os.waitpid(pid, os.WNOHANG) == (0, 0) else 'daemon died early'"),
+            "import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.write(w, str(os.getpid()).encode())\n        os.execvp('sleep', ['sleep', '{marker}'])\n    os._exit(0)\nos.wait()\nos.close(w)\npid = int(os.read(r, 32))\ntime.sleep(0.3)\n# The orphaned daemon is the run's init's now: is it running?\nos.kill(pid, 0)\nreturn 'spawned'"),
             keep, is_value("\"spawned\"")),
         c("read a canary outside the run dir", &format!(
             "print('go')\ntry:\n    open({canary:?}).read()\n    return 'read it'\nexcept (PermissionError, FileNotFoundError) as e:\n    return 'denied'"),
             keep, with_logs("go", is_value("\"denied\""))),
-        c("read /etc/passwd and /etc/shadow", "out = []\nfor p in ['/etc/passwd', '/etc/shadow', '/etc/hostname']:\n    try:\n        open(p).read()\n        out.append(p)\n    except OSError:\n        pass\nreturn out",
+        c("/etc is generated, without host users or secrets",
+            "import os\npasswd = open('/etc/passwd').read()\nreturn [passwd.count('\\n'), passwd.split(':')[0], os.path.exists('/etc/shadow'), open('/etc/hostname').read(), sorted(os.listdir('/etc'))]",
+            keep, is_value("[3,\"root\",false,\"pycage\\n\",[\"group\",\"hostname\",\"hosts\",\"ld.so.cache\",\"localtime\",\"nsswitch.conf\",\"passwd\"]]")),
+        c("write outside the run dir", "out = []\nfor p in ['/usr/pycage-hostile-w', '/root/pycage-hostile-w', '/pycage-hostile-w', '/etc/pycage-hostile-w', '/opt/pycage-hostile-w', '/proc/sys/kernel/shmmax']:\n    try:\n        open(p, 'w').write('x')\n        out.append(p)\n    except OSError:\n        pass\nreturn out",
             keep, is_value("[]")),
-        c("write outside the run dir", "out = []\nfor p in ['/tmp/pycage-hostile-w', '/usr/pycage-hostile-w', '/root/pycage-hostile-w', '/pycage-hostile-w', '/etc/pycage-hostile-w']:\n    try:\n        open(p, 'w').write('x')\n        out.append(p)\n    except OSError:\n        pass\nreturn out",
-            keep, is_value("[]")),
+        c("/tmp is the run's own", "open('/tmp/pycage-hostile-w', 'w').write('x')\nreturn open('/tmp/pycage-hostile-w').read()",
+            keep, is_value("\"x\"")),
         c("write inside the run dir", "import os\nopen('f', 'w').write('x' * 10)\nreturn os.path.getsize('f')", keep, is_value("10")),
         c("list /home", "import os\ntry:\n    return os.listdir('/home')\nexcept OSError as e:\n    return type(e).__name__", keep,
             is_value("\"FileNotFoundError\"")),
@@ -99,7 +103,7 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
             keep, is_value("[-1,1,-1,1]")),
         c("raise rlimits back", "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_NPROC, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n    return 'raised'\nexcept (ValueError, OSError) as e:\n    return 'refused'",
             keep, is_value("\"refused\"")),
-        c("runs as an unprivileged uid", "import os\nreturn [os.getuid() != 0, os.geteuid() != 0, os.getpid()]", keep, is_value("[true,true,1]")),
+        c("runs as an unprivileged uid", "import os\nreturn [os.getuid(), os.geteuid(), os.getgid(), os.getpid(), os.getppid()]", keep, is_value("[1000,1000,1000,2,1]")),
         c("flood stdout through print", "for i in range(200000):\n    print('x' * 100)\nreturn 'flooded'", keep,
             Box::new(|r| {
                 is_value("\"flooded\"")(r)?;
@@ -134,30 +138,140 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
         c("deep recursion", "def f(n):\n    return f(n + 1)\nf(0)", keep, is_failure(FailureKind::Exception, "RecursionError")),
         c("netlink to list interfaces", "import socket\nreturn [n for _, n in socket.if_nameindex()]", keep,
             is_failure(FailureKind::Exception, "PermissionError")),
+        // ---- issue 8's findings, each with the outcome its fix gives ----
+        c("a chain of directories deeper than RLIMIT_NOFILE with 1 GiB fallocated at the bottom", DEEP_CHAIN,
+            |k| k.max_file_bytes = 4 << 30,
+            is_value("[25000,\"ENOSPC\"]")),
+        c("sixteen 64 MiB files", "import errno\nn = 0\ntry:\n    for i in range(16):\n        with open(f'/tmp/f{i}', 'wb') as f:\n            f.write(b'x' * (64 << 20))\n        n += 1\nexcept OSError as e:\n    return [n, errno.errorcode[e.errno]]\nreturn [n, 'all written']",
+            |k| k.disk_bytes = 100 << 20, is_value("[1,\"ENOSPC\"]")),
+        c("sixteen 64 MiB memfds", "import errno, os\nn = 0\ntry:\n    for i in range(16):\n        fd = os.memfd_create(f'm{i}')\n        os.ftruncate(fd, 64 << 20)\n        os.write(fd, b'x' * (64 << 20))\n        n += 1\nexcept OSError as e:\n    return [n, errno.errorcode[e.errno]]\nreturn [n, 'all created']",
+            keep, is_value("[0,\"ENOSYS\"]")),
+        c("1 GiB of detached SysV shared memory", SYSV_SHM, keep, is_value("[\"EINVAL\",1,\"ENOSPC\"]")),
+        c("twelve children of 200 MiB under a 256 MiB budget", TWELVE_CHILDREN,
+            |k| { k.address_space_bytes = 256 << 20; k.wall_time = Duration::from_secs(60) },
+            with_logs("go", is_failure(FailureKind::WorkerExit, "memory budget of 256 MiB was exceeded by the run's processes together"))),
+        c("eight spinning children under a 2 s CPU budget", EIGHT_SPINNERS,
+            |k| { k.cpu_seconds = 2; k.wall_time = Duration::from_secs(40) },
+            with_logs("go", is_failure(FailureKind::Timeout, "CPU budget of 2 s was exceeded by the run's processes together"))),
+        c("descriptors sent with frames on fd 3", "import os, socket\nprint('before')\ns = socket.socket(fileno=os.dup(3))\nframe = b'{\"type\":\"log\",\"text\":\"with fds\\\\n\"}\\n'\nfor _ in range(3):\n    socket.send_fds(s, [frame], [0, 1, 2, 3])\nprint('after')\nreturn 'done'",
+            keep, Box::new(|r| {
+                is_value("\"done\"")(r)?;
+                let expected = ["before", "with fds", "with fds", "with fds", "after"];
+                if r.logs != expected { return Err(format!("logs {:?}", r.logs)); }
+                Ok(())
+            })),
+        c("the hostname is neutral", "import os, socket\nreturn [socket.gethostname(), os.uname().nodename]", keep,
+            is_value("[\"pycage\",\"pycage\"]")),
+        c("the run dir is 0700", "import os\nreturn [os.getcwd(), oct(os.stat('.').st_mode & 0o777), os.environ['HOME']]", keep,
+            is_value("[\"/work\",\"0o700\",\"/work\"]")),
+        c("modify_ldt and open_tree_attr", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nout = []\nfor nr, args in ((154, (0, None, 0)), (467, (-100, b'/', 1, None, 0))):\n    out += [libc.syscall(nr, *args), ctypes.get_errno()]\nreturn out",
+            keep, is_value(if cfg!(target_arch = "x86_64") { "[-1,1,-1,1]" } else { "[-1,38,-1,1]" })),
+        c("the host's layout does not show", "import os, sys\nreturn [os.path.exists('/root'), os.path.exists('/home'), sys.executable.startswith(('/root', '/home')), sys.prefix.startswith(('/root', '/home')), [p for p in os.listdir('/proc') if p.isdigit()], os.cpu_count() > 0]",
+            keep, is_value("[false,false,false,false,[\"2\"],true]")),
+        c("SIGKILL to itself", "print('go')\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nimport time\ntime.sleep(60)", keep,
+            with_logs("go", is_failure(FailureKind::WorkerExit, "signal 9"))),
     ]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_programs_get_exact_outcomes() {
-    if !rustix::process::geteuid().is_root() {
-        // The sandbox needs root (see `pycage doctor`); CI runs as root.
-        return;
+const DEEP_CHAIN: &str = "import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+for i in range(25000):
+    os.mkdir('d')
+    os.chdir('d')
+fd = os.open('big', os.O_CREAT | os.O_WRONLY, 0o600)
+r = libc.fallocate(fd, 1, 0, 1 << 30)
+return [i + 1, errno.errorcode[ctypes.get_errno()] if r else 'allocated']";
+
+const SYSV_SHM: &str = "import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+def get(size):
+    ctypes.set_errno(0)
+    return libc.shmget(0, size, 0o1600) >= 0
+big = 'created' if get(1 << 30) else errno.errorcode[ctypes.get_errno()]
+n = 0
+while n < 64 and get(16 << 20):
+    n += 1
+return [big, n, errno.errorcode[ctypes.get_errno()]]";
+
+const TWELVE_CHILDREN: &str = "import os, time
+print('go', flush=True)
+for i in range(12):
+    if os.fork() == 0:
+        block = bytearray(200 << 20)
+        for j in range(0, len(block), 4096):
+            block[j] = 1
+        time.sleep(60)
+        os._exit(0)
+for i in range(12):
+    os.wait()";
+
+const EIGHT_SPINNERS: &str = "import os
+print('go', flush=True)
+for i in range(8):
+    if os.fork() == 0:
+        while True:
+            pass
+import time
+time.sleep(60)";
+
+/// Processes whose parent is this test process (a sandbox's supervisor).
+fn children_of_self() -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) {
+            let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+            if after.split_whitespace().nth(1) == Some(me.as_str()) {
+                out.push(stat);
+            }
+        }
     }
+    out
+}
+
+/// Processes of the sandbox's uid range on a root host.
+fn sandbox_uid_processes() -> Vec<String> {
+    let config = RuntimeConfig::default();
+    let range = config.sandbox_uid_base..config.sandbox_uid_base + config.sandbox_uid_count;
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(status) = std::fs::read_to_string(e.path().join("status")) {
+            let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|v| v.split_whitespace().next());
+            if uid.and_then(|u| u.parse::<u32>().ok()).is_some_and(|u| range.contains(&u)) {
+                out.push(status.lines().next().unwrap_or_default().to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn hostile_programs_get_exact_outcomes() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(suite());
+}
+
+async fn suite() {
+    let python = std::env::var_os("PYCAGE_TEST_PYTHON").map(std::path::PathBuf::from);
     let canary_dir = tempfile::tempdir().unwrap();
     let canary = canary_dir.path().join("secret.txt");
     std::fs::write(&canary, "top secret").unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    let run_parent = tempfile::tempdir().unwrap();
+    // pycage's own temp directory for the suite: bootstrap, owner locks.
+    let pycage_temp = tempfile::tempdir().unwrap();
 
     let all = cases(&canary.to_string_lossy(), port, std::process::id());
-    assert!(all.len() >= 25);
+    assert!(all.len() >= 45);
     let mut failures = Vec::new();
     for case in all {
         let mut config = RuntimeConfig {
             isolation: Isolation::Sandbox,
-            run_dir_parent: Some(run_parent.path().to_path_buf()),
+            run_dir_parent: Some(pycage_temp.path().to_path_buf()),
+            python: python.clone(),
             ..RuntimeConfig::default()
         };
         (case.tweak)(&mut config);
@@ -167,10 +281,11 @@ async fn hostile_programs_get_exact_outcomes() {
             failures.push(format!("{}: {e}", case.name));
         }
         rt.shutdown().await;
+        assert_eq!(rt.cleanup_failures(), Vec::new(), "{}", case.name);
     }
-    // Nothing connected to the listener, the canary is intact, no daemon
-    // survived, nothing was written where the programs tried, and every
-    // run directory is gone.
+    // Nothing connected to the listener, the canary is intact, no process
+    // of a run survived, nothing was written where the programs tried, and
+    // pycage's temp directory is empty again.
     let mut buf = [0u8; 1];
     if let Ok((mut s, _)) = listener.accept() {
         let _ = s.read(&mut buf);
@@ -179,15 +294,43 @@ async fn hostile_programs_get_exact_outcomes() {
     assert_eq!(std::fs::read_to_string(&canary).unwrap(), "top secret");
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(common::processes_with_marker(&marker()), Vec::<String>::new());
+    assert_eq!(children_of_self(), Vec::<String>::new());
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(sandbox_uid_processes(), Vec::<String>::new());
+    }
     for p in [
         "/tmp/pycage-hostile-w",
         "/usr/pycage-hostile-w",
         "/root/pycage-hostile-w",
         "/pycage-hostile-w",
         "/etc/pycage-hostile-w",
+        "/opt/pycage-hostile-w",
     ] {
         assert!(!std::path::Path::new(p).exists(), "{p} was written");
     }
-    assert_eq!(std::fs::read_dir(run_parent.path()).unwrap().count(), 0);
+    let left: Vec<_> = std::fs::read_dir(pycage_temp.path()).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "pycage's temp directory holds {left:?}");
     assert!(failures.is_empty(), "hostile outcomes differ:\n{}", failures.join("\n"));
+}
+
+/// As root, the whole suite again as `nobody`, with the system interpreter
+/// (the default `python3` may live under `/root`, which nobody can read).
+#[test]
+fn hostile_programs_get_exact_outcomes_as_an_unprivileged_user() {
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "hostile_programs_get_exact_outcomes", "--nocapture"])
+        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
+        .env("TMPDIR", "/tmp")
+        .env("HOME", "/tmp")
+        .output()
+        .expect("setpriv (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
 }

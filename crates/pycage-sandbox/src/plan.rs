@@ -17,7 +17,8 @@
 //!                   host's ld.so.cache and localtime, read-only
 //! /dev              null, zero, random, urandom (bind mounts), fd/stdin/stdout/stderr links
 //! /proc             procfs of the run's own PID namespace (/proc/sys read-only)
-//! /work /tmp /dev/shm   one size-capped tmpfs per run (WORK_DIR is the cwd and HOME)
+//! /work /tmp /dev/shm   one size-capped tmpfs per run (WORK_DIR is the cwd and HOME;
+//!                   /work/out starts empty: the host may copy it out afterwards)
 //! ```
 //!
 //! # Rules
@@ -87,6 +88,10 @@ pub const USER_NAME: &str = "pycage";
 /// Directories of the fixed layout. The child creates them before anything
 /// else; the run's tmpfs is mounted on `/work`, `/tmp` and `/dev/shm`.
 pub const FIXED_DIRS: [&str; 6] = ["/dev", SHM_DIR, "/etc", PROC_DIR, TMP_DIR, WORK_DIR];
+
+/// Created empty in the working directory: the host copies what the
+/// program leaves here to the caller's output directory, if it asked.
+pub const OUTPUT_DIR: &str = "/work/out";
 
 /// The run's tmpfs directories: `(mount point, mode)`.
 pub const DISK_DIRS: [(&str, u32); 3] = [(WORK_DIR, 0o700), (TMP_DIR, 0o1777), (SHM_DIR, 0o1777)];

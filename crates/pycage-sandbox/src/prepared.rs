@@ -51,14 +51,17 @@
 //!    `shmall`, `shmmni`, `sem`): C is the root of the user namespace that
 //!    owns the IPC namespace, the only writer the kernel allows.
 //! 10. Make the new root's tmpfs read-only, open the working directory
-//!     (`O_PATH`) for the host, open a pidfd on itself and the status pipe,
-//!     and fork G. Send G's pid and the working-directory fd to the host
-//!     (`SCM_RIGHTS`), close every other fd, wait for G, and exit the way
-//!     the program did (G reports its wait status on the pipe).
+//!     (`O_PATH`) for the host, open a pidfd on itself, the status pipe and
+//!     the "go" pipe, and fork G. Send G's pid and the working-directory fd
+//!     to the host (`SCM_RIGHTS`), then tell G to go on (so the program's
+//!     exec, which ends the host's `spawn()`, always follows the handoff),
+//!     close every other fd, wait for G, and exit the way the program did
+//!     (G reports its wait status on the status pipe).
 //!
 //! In G (PID 1 of the new PID namespace, still root of userns1):
 //! 11. `PR_SET_PDEATHSIG = SIGKILL`, then check C is alive by polling its
-//!     pidfd (`getppid()` reads 0 across the PID namespace boundary).
+//!     pidfd (`getppid()` reads 0 across the PID namespace boundary), and
+//!     wait for C's "go".
 //! 12. Mount `/proc` (only a process inside the PID namespace can mount its
 //!     procfs, and only while the host's `/proc` is still visible in the
 //!     mount namespace), with `hidepid=invisible`, and make `/proc/sys`
@@ -126,7 +129,7 @@ use crate::error::{ChildFailure, SandboxError, Step};
 use crate::landlock_rules::{self, handled_abi, kernel_landlock};
 use crate::plan::{
     MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME, INSIDE_GID, INSIDE_UID,
-    MAX_BINDS, PROC_DIR, WORK_DIR,
+    MAX_BINDS, OUTPUT_DIR, PROC_DIR, WORK_DIR,
 };
 use crate::seccomp::{self, Filters};
 use crate::sys;
@@ -286,6 +289,7 @@ pub struct Prepared {
     staged_proc: CString,
     staged_proc_sys: CString,
     staged_work: CString,
+    staged_output: CString,
     landlock_dirs: [(&'static CStr, LandlockGrant); 6],
     host_uid: u32,
     host_gid: u32,
@@ -415,6 +419,7 @@ impl Prepared {
             staged_proc: staged(Path::new(PROC_DIR))?,
             staged_proc_sys: staged(&Path::new(PROC_DIR).join("sys"))?,
             staged_work: staged(Path::new(WORK_DIR))?,
+            staged_output: staged(Path::new(OUTPUT_DIR))?,
             landlock_dirs: [
                 (c"/", LandlockGrant::List),
                 (c"/etc", LandlockGrant::Read),
@@ -474,8 +479,9 @@ impl Prepared {
     }
 
     /// What the supervisor sent once the sandbox was built: the init
-    /// process's host pid and the working directory. `None` before a
-    /// successful spawn, or after it was taken. Never blocks.
+    /// process's host pid and the working directory. Always there once
+    /// `spawn()` succeeded (the program is exec'd only after the handoff);
+    /// `None` before, or once taken. Never blocks.
     pub fn take_handoff(&self) -> Option<Handoff> {
         let mut data = [0u8; HANDOFF_LEN];
         let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
@@ -659,6 +665,7 @@ impl Prepared {
         let supervisor = rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty())
             .map_err(at(Step::OpenSupervisorPidfd))?;
         let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(at(Step::StatusPipe))?;
+        let (go_read, go_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(at(Step::StatusPipe))?;
 
         // SAFETY: the process is single-threaded, so the child is a complete
         // copy; both sides only make syscalls afterwards.
@@ -667,10 +674,14 @@ impl Prepared {
             Ok(0) => {
                 drop(status_read);
                 drop(work_dir);
-                self.init(supervisor, status_write)
+                drop(go_write);
+                self.init(supervisor, status_write, go_read)
             }
             Ok(init) => {
                 self.send_handoff(init, work_dir.as_fd());
+                // Only now may G go on: the program's exec (which ends the
+                // host's `spawn()`) then always follows the handoff.
+                let _ = rustix::io::write(&go_write, b"g");
                 // SAFETY: `init` is our only child; after the fork this
                 // process only waits for it and exits.
                 unsafe { sys::supervise(init, status_read.as_raw_fd()) }
@@ -739,6 +750,8 @@ impl Prepared {
         }
         rustix::mount::unmount(self.disk_staging.as_c_str(), UnmountFlags::DETACH).map_err(at(Step::DetachDisk))?;
         rustix::fs::rmdir(self.disk_staging.as_c_str()).map_err(at(Step::DetachDisk))?;
+        rustix::fs::mkdir(self.staged_output.as_c_str(), Mode::from_raw_mode(0o755))
+            .map_err(at(Step::CreateDiskDir))?;
 
         for (index, dir) in self.dirs.iter().enumerate() {
             rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755)).map_err(at_entry(Step::CreateDir, index))?;
@@ -807,7 +820,7 @@ impl Prepared {
     }
 
     /// G: steps 11-15. Returns only on failure, or in P.
-    fn init(&self, supervisor: OwnedFd, status_write: OwnedFd) -> Result<(), Failure> {
+    fn init(&self, supervisor: OwnedFd, status_write: OwnedFd, go: OwnedFd) -> Result<(), Failure> {
         rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
         match sys::poll_readable(supervisor.as_raw_fd()) {
             Ok(false) => {}
@@ -815,6 +828,17 @@ impl Prepared {
             Err(errno) => return Err(Failure::new(Step::SupervisorGone, errno)),
         }
         drop(supervisor);
+        // Wait for C's handoff to the host; EOF means C died.
+        let mut byte = [0u8; 1];
+        loop {
+            match rustix::io::read(&go, &mut byte) {
+                Ok(1) => break,
+                Ok(_) => return Err(Failure::new(Step::SupervisorGone, libc::ESRCH)),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(Failure::new(Step::SupervisorGone, e.raw_os_error())),
+            }
+        }
+        drop(go);
 
         rustix::mount::mount(
             c"proc",

@@ -1,0 +1,140 @@
+//! Reading the child's fd 3 without letting it stall the host.
+//!
+//! fd 3 is a Unix socket, and the program owns its end: it can send
+//! descriptors (`socket.send_fds`), credentials or any other ancillary data
+//! with its frames. A plain `read` on the host's end leaves such messages'
+//! control data behind and can stop at each message boundary; the host
+//! must instead keep reading the bytes, close every descriptor that
+//! arrives, and never act on any of it.
+//!
+//! [`read`] does exactly that with `recvmsg` and a control buffer on the
+//! stack: received descriptors (`SCM_RIGHTS`, installed close-on-exec) are
+//! dropped, which closes them; credentials (`SCM_CREDENTIALS`) and unknown
+//! control messages are ignored. When the buffer is too small
+//! (`MSG_CTRUNC`) the kernel itself discards, and closes, what did not
+//! fit. The bytes are the frames, and go on to the line splitter as
+//! before.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
+
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+use tokio::io::Interest;
+use tokio::net::UnixStream;
+
+/// Control buffer: room for one message of `SCM_RIGHTS` with 64
+/// descriptors and one `SCM_CREDENTIALS`; anything beyond is truncated
+/// and closed by the kernel.
+const CONTROL_SPACE: usize = rustix::cmsg_space!(ScmRights(64), ScmCredentials(1));
+
+/// What one read brought besides bytes, for diagnostics and tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dropped {
+    /// Descriptors received and closed.
+    pub descriptors: usize,
+    /// Other control messages ignored (credentials, unknown kinds).
+    pub other: usize,
+    /// The kernel truncated the control data (and closed what did not fit).
+    pub truncated: bool,
+}
+
+/// Read the next bytes of `stream` into `buf`, dropping any ancillary
+/// data. `Ok(0)` is end of stream.
+pub(crate) async fn read(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
+    read_counting(stream, buf).await.map(|(n, _)| n)
+}
+
+/// [`read`], also saying what was dropped.
+pub(crate) async fn read_counting(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Dropped)> {
+    loop {
+        stream.readable().await?;
+        match stream.try_io(Interest::READABLE, || recv_dropping_control(stream, buf)) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            result => return result,
+        }
+    }
+}
+
+fn recv_dropping_control(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Dropped)> {
+    let mut space = [MaybeUninit::<u8>::uninit(); CONTROL_SPACE];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut iov = [io::IoSliceMut::new(buf)];
+    let msg =
+        rustix::net::recvmsg(stream.as_fd(), &mut iov, &mut control, RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC)
+            .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
+    let mut dropped = Dropped { truncated: msg.flags.contains(rustix::net::ReturnFlags::CTRUNC), ..Dropped::default() };
+    for message in control.drain() {
+        match message {
+            RecvAncillaryMessage::ScmRights(fds) => {
+                // Each OwnedFd closes on drop.
+                dropped.descriptors += fds.count();
+            }
+            _ => dropped.other += 1,
+        }
+    }
+    Ok((msg.bytes, dropped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    use std::io::Write;
+    use std::path::Path;
+
+    /// Descriptors of this process open on `path` (tests run in parallel,
+    /// so count only our own file).
+    fn open_on(path: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|target| target == path))
+            .count()
+    }
+
+    fn send_with_fds(sock: &std::os::unix::net::UnixStream, data: &[u8], path: &Path, count: usize) {
+        let files: Vec<std::fs::File> = (0..count).map(|_| std::fs::File::open(path).unwrap()).collect();
+        let fds: Vec<std::os::fd::BorrowedFd<'_>> = files.iter().map(|f| f.as_fd()).collect();
+        let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(count))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
+        rustix::net::sendmsg(sock, &[io::IoSlice::new(data)], &mut control, SendFlags::empty()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn descriptors_are_closed_and_bytes_keep_flowing() {
+        // The path only: the temp file's own descriptor is closed.
+        let marker = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+        let path = marker.canonicalize().unwrap();
+        let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        let host = UnixStream::from_std(theirs).unwrap();
+        ours.write_all(b"one\n").unwrap();
+        send_with_fds(&ours, b"two\n", &path, 3);
+        // More descriptors than the control buffer holds: truncated, and
+        // the kernel closes the rest.
+        send_with_fds(&ours, b"three\n", &path, 200);
+        ours.write_all(b"four\n").unwrap();
+        drop(ours);
+        assert_eq!(open_on(&path), 0, "in flight, not installed yet");
+        let mut all = Vec::new();
+        let mut buf = [0u8; 64];
+        let mut total = Dropped::default();
+        loop {
+            let (n, dropped) = read_counting(&host, &mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            total.descriptors += dropped.descriptors;
+            total.truncated |= dropped.truncated;
+        }
+        assert_eq!(all, b"one\ntwo\nthree\nfour\n");
+        // 3, and as many of the 200 as the control buffer holds (at least
+        // 64); the kernel closed the others and said so.
+        assert!((3 + 64..3 + 200).contains(&total.descriptors), "{}", total.descriptors);
+        assert!(total.truncated);
+        assert_eq!(open_on(&path), 0, "every received descriptor was closed");
+    }
+}

@@ -1,0 +1,323 @@
+//! Where a run happens: its files, its view of the host, and what is left
+//! of it when it settles.
+//!
+//! [`SandboxLayout`] is decided once per runtime: which host paths a
+//! sandboxed run sees read-only, and where. The interpreter's prefix, when
+//! it lives in a home directory or `/root` (a pyenv or uv-managed build), is
+//! shown at the neutral [`INTERPRETER_DIR`] (CPython finds its standard
+//! library relative to its executable; `LD_LIBRARY_PATH` covers a
+//! `libpython` found through an absolute `RUNPATH`), and the bootstrap at
+//! [`BOOTSTRAP_DIR`]. A virtual environment (whose `pyvenv.cfg` names its
+//! base interpreter by absolute path) keeps its host paths.
+//!
+//! [`RunSite`] is one run's: in process isolation a private 0700 host
+//! directory ([`RunDir`]: removed when the run settles, failures reported),
+//! inputs copied into it read-only; in the sandbox nothing on the host at
+//! all: the run's files live in its tmpfs, inputs are read-only bind mounts,
+//! and the host reads `out/` through the working-directory descriptor the
+//! sandbox hands over ([`pycage_sandbox::Handoff`]).
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use pycage_sandbox::{Handoff, Prepared, Remap};
+
+use crate::cleanup::{CleanupLog, Owner, RunDir};
+use crate::config::RuntimeConfig;
+use crate::files::{self, Access, CopyLimits, CopyReport};
+use crate::interpreter::Interpreter;
+
+/// Where a remapped interpreter prefix appears inside the sandbox.
+pub const INTERPRETER_DIR: &str = "/opt/python";
+/// Where the bootstrap package's directory appears inside the sandbox.
+pub const BOOTSTRAP_DIR: &str = "/opt/pycage";
+/// The directory, inside the run's working directory, whose files are
+/// copied to the caller's output directory when the run settles. It exists
+/// (empty) when the program starts.
+pub const OUTPUT_DIR_NAME: &str = "out";
+
+/// A sandboxed run's view of the host, decided once per runtime.
+#[derive(Debug, Clone)]
+pub(crate) struct SandboxLayout {
+    /// Host paths exposed read-only at their own path.
+    pub read_only: Vec<PathBuf>,
+    /// Host paths exposed read-only elsewhere (interpreter prefix, bootstrap).
+    pub remapped: Vec<Remap>,
+    /// The interpreter as the sandbox shows it.
+    pub python: PathBuf,
+    /// The bootstrap directory as the sandbox shows it.
+    pub bootstrap: PathBuf,
+    /// Extra environment (`LD_LIBRARY_PATH` of a remapped prefix).
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// Whether `path` is in a place that shows the host's users: `/root`,
+/// `/home`, or the caller's home directory.
+fn is_private(path: &Path, home: Option<&Path>) -> bool {
+    let home = home.filter(|h| h.is_absolute() && *h != Path::new("/"));
+    path.starts_with("/root") || path.starts_with("/home") || home.is_some_and(|h| path.starts_with(h))
+}
+
+/// Absolute form of a caller-given path (relative to the current directory).
+pub(crate) fn absolute(path: &Path) -> std::io::Result<PathBuf> {
+    std::path::absolute(path)
+}
+
+impl SandboxLayout {
+    pub(crate) fn new(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path) -> Result<Self, String> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        Self::build(config, interp, bootstrap, home.as_deref())
+    }
+
+    fn build(
+        config: &RuntimeConfig,
+        interp: &Interpreter,
+        bootstrap: &Path,
+        home: Option<&Path>,
+    ) -> Result<Self, String> {
+        let mut read_only = pycage_sandbox::default_read_only_paths();
+        let mut remapped = vec![Remap { host: bootstrap.to_path_buf(), inside: PathBuf::from(BOOTSTRAP_DIR) }];
+        let mut env = Vec::new();
+        let add = |paths: &mut Vec<PathBuf>, p: &Path| {
+            if p.is_absolute() && p.exists() && !paths.iter().any(|q| p.starts_with(q)) {
+                paths.retain(|q| !q.starts_with(p));
+                paths.push(p.to_path_buf());
+            }
+        };
+        let python = match interp.prefixes.as_slice() {
+            [prefix] if is_private(prefix, home) && interp.executable.starts_with(prefix) => {
+                let inside = Path::new(INTERPRETER_DIR);
+                remapped.push(Remap { host: prefix.clone(), inside: inside.to_path_buf() });
+                if prefix.join("lib").is_dir() {
+                    env.push((OsString::from("LD_LIBRARY_PATH"), inside.join("lib").into_os_string()));
+                }
+                for p in interp.sys_path.iter().filter(|p| !p.starts_with(prefix)) {
+                    add(&mut read_only, p);
+                }
+                inside.join(interp.executable.strip_prefix(prefix).unwrap_or(Path::new("bin/python3")))
+            }
+            prefixes => {
+                for p in prefixes.iter().chain(&interp.sys_path) {
+                    add(&mut read_only, p);
+                }
+                if let Some(dir) = interp.executable.parent() {
+                    add(&mut read_only, dir);
+                }
+                interp.executable.clone()
+            }
+        };
+        for p in &config.allow_read {
+            let p = absolute(p).map_err(|e| format!("--allow-read {}: {e}", p.display()))?;
+            if !p.exists() {
+                return Err(format!("--allow-read {}: no such file or directory", p.display()));
+            }
+            add(&mut read_only, &p);
+        }
+        Ok(SandboxLayout { read_only, remapped, python, bootstrap: PathBuf::from(BOOTSTRAP_DIR), env })
+    }
+}
+
+/// A caller-named input, resolved and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Input {
+    /// The absolute host path.
+    pub host: PathBuf,
+    /// Its base name: where it appears in the working directory.
+    pub name: OsString,
+}
+
+/// Resolve the request's inputs: absolute, existing, distinct base names,
+/// none named like the output directory.
+pub(crate) fn resolve_inputs(inputs: &[PathBuf]) -> Result<Vec<Input>, String> {
+    let mut resolved: Vec<Input> = Vec::with_capacity(inputs.len());
+    for given in inputs {
+        let host = absolute(given).map_err(|e| format!("input {}: {e}", given.display()))?;
+        if let Err(e) = std::fs::symlink_metadata(&host) {
+            return Err(format!("input {}: {e}", given.display()));
+        }
+        let Some(name) = host.file_name().map(OsStr::to_os_string) else {
+            return Err(format!("input {} has no base name", given.display()));
+        };
+        if name == OUTPUT_DIR_NAME {
+            return Err(format!("input {}: the name `{OUTPUT_DIR_NAME}` is the output directory", given.display()));
+        }
+        if resolved.iter().any(|i| i.name == name) {
+            return Err(format!("two inputs are named {:?}; each appears under its base name", name));
+        }
+        resolved.push(Input { host, name });
+    }
+    Ok(resolved)
+}
+
+/// One run's files.
+pub(crate) enum RunSite {
+    /// Process isolation: a host directory (removed when the last holder
+    /// drops it: the worker and the output copy each hold one).
+    Host(Arc<RunDir>),
+    /// The sandbox: the handoff once spawned.
+    Sandbox(Option<Handoff>),
+}
+
+impl RunSite {
+    /// Create the host directory of a process-isolated run, with `out/`
+    /// and the inputs (copied read-only).
+    pub(crate) fn host(
+        config: &RuntimeConfig,
+        owner: &Owner,
+        log: Arc<CleanupLog>,
+        inputs: &[Input],
+    ) -> Result<RunSite, String> {
+        let parent = config.run_dir_parent.clone().unwrap_or_else(std::env::temp_dir);
+        let dir = RunDir::create(&parent, "run", owner, log)
+            .map_err(|e| format!("could not create the run directory: {e}"))?;
+        std::fs::create_dir(dir.path().join(OUTPUT_DIR_NAME))
+            .map_err(|e| format!("could not create the run's {OUTPUT_DIR_NAME}/ directory: {e}"))?;
+        let dst = files::create_dir_all(dir.path()).map_err(|e| format!("could not open the run directory: {e}"))?;
+        for input in inputs {
+            let Some(parent) = input.host.parent() else { continue };
+            let src = rustix::fs::open(
+                parent,
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| format!("input {}: {e}", input.host.display()))?;
+            let limits = CopyLimits { max_bytes: u64::MAX, max_entries: u64::MAX, max_depth: 256 };
+            let report = files::copy_entry(
+                src.as_fd(),
+                &input.name,
+                dst.as_fd(),
+                &input.name,
+                Path::new(&input.name),
+                limits,
+                Access::ReadOnly,
+            );
+            if let Some(skipped) = report.skipped.first() {
+                return Err(format!("input {}: {} ({})", input.host.display(), skipped.reason, skipped.path.display()));
+            }
+        }
+        Ok(RunSite::Host(Arc::new(dir)))
+    }
+
+    /// The remaps that show `inputs` read-only in a sandboxed run's
+    /// working directory.
+    pub(crate) fn input_remaps(inputs: &[Input]) -> Vec<Remap> {
+        let work = Path::new(pycage_sandbox::WORK_DIR);
+        inputs.iter().map(|i| Remap { host: i.host.clone(), inside: work.join(&i.name) }).collect()
+    }
+
+    /// Record what the sandbox handed over after a successful spawn.
+    pub(crate) fn sandboxed(prepared: &Prepared) -> RunSite {
+        RunSite::Sandbox(prepared.take_handoff())
+    }
+
+    /// The host pid of a sandboxed run's init process (PID 1 of its PID
+    /// namespace: the watchdog's scope).
+    pub(crate) fn init_pid(&self) -> Option<rustix::process::Pid> {
+        match self {
+            RunSite::Sandbox(Some(handoff)) => Some(handoff.init_pid),
+            RunSite::Sandbox(None) | RunSite::Host(_) => None,
+        }
+    }
+
+    /// The working directory, opened for reading what the program left.
+    fn work_dir(&self) -> std::io::Result<OwnedFd> {
+        match self {
+            RunSite::Host(dir) => files::create_dir_all(dir.path()),
+            RunSite::Sandbox(Some(handoff)) => handoff.work_dir.try_clone(),
+            RunSite::Sandbox(None) => Err(std::io::Error::other("the sandbox handed over no working directory")),
+        }
+    }
+
+    /// Copy what the program left in `out/` to `dest` (created if needed).
+    pub(crate) fn collect_output(&self, dest: &Path, max_bytes: u64) -> CopyReport {
+        let failed = |reason: String| CopyReport {
+            skipped: vec![files::Skipped { path: PathBuf::from(OUTPUT_DIR_NAME), reason }],
+            ..CopyReport::default()
+        };
+        let work = match self.work_dir() {
+            Ok(fd) => fd,
+            Err(e) => return failed(e.to_string()),
+        };
+        let dst = match files::create_dir_all(dest) {
+            Ok(fd) => fd,
+            Err(e) => return failed(format!("cannot create {}: {e}", dest.display())),
+        };
+        files::copy_entry(
+            work.as_fd(),
+            OsStr::new(OUTPUT_DIR_NAME),
+            dst.as_fd(),
+            OsStr::new("."),
+            Path::new(""),
+            CopyLimits::output(max_bytes),
+            Access::Writable,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interp(executable: &str, prefixes: &[&str], sys_path: &[&str]) -> Interpreter {
+        Interpreter {
+            executable: PathBuf::from(executable),
+            version: (3, 11, 7),
+            prefixes: prefixes.iter().map(PathBuf::from).collect(),
+            sys_path: sys_path.iter().map(PathBuf::from).collect(),
+        }
+    }
+
+    #[test]
+    fn a_prefix_in_a_home_is_shown_at_a_neutral_path() {
+        let home = tempfile::tempdir().unwrap();
+        let prefix = home.path().join(".pyenv/versions/3.11.7");
+        std::fs::create_dir_all(prefix.join("lib/python3.11")).unwrap();
+        std::fs::create_dir_all(prefix.join("bin")).unwrap();
+        let i = Interpreter {
+            executable: prefix.join("bin/python3.11"),
+            version: (3, 11, 7),
+            prefixes: vec![prefix.clone()],
+            sys_path: vec![prefix.join("lib/python3.11")],
+        };
+        let layout =
+            SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Some(home.path())).unwrap();
+        assert_eq!(layout.python, PathBuf::from("/opt/python/bin/python3.11"));
+        assert!(layout.remapped.contains(&Remap { host: prefix.clone(), inside: PathBuf::from(INTERPRETER_DIR) }));
+        assert!(layout.read_only.iter().all(|p| !p.starts_with(home.path())), "{:?}", layout.read_only);
+        assert_eq!(layout.env, vec![(OsString::from("LD_LIBRARY_PATH"), OsString::from("/opt/python/lib"))]);
+        // Without the home directory being the caller's, /tmp is not private.
+        let layout = SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), None).unwrap();
+        assert_eq!(layout.python, prefix.join("bin/python3.11"));
+    }
+
+    #[test]
+    fn a_system_interpreter_keeps_its_paths() {
+        let i = interp("/usr/bin/python3.11", &["/usr"], &["/usr/lib/python3.11", "/usr/lib/python3/dist-packages"]);
+        let layout = SandboxLayout::new(&RuntimeConfig::default(), &i, Path::new("/tmp/boot")).unwrap();
+        assert_eq!(layout.python, PathBuf::from("/usr/bin/python3.11"));
+        assert_eq!(
+            layout.remapped,
+            vec![Remap { host: PathBuf::from("/tmp/boot"), inside: PathBuf::from(BOOTSTRAP_DIR) }]
+        );
+        assert!(layout.env.is_empty());
+        assert!(layout.read_only.contains(&PathBuf::from("/usr")));
+    }
+
+    #[test]
+    fn inputs_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.csv"), "x").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/a.csv"), "y").unwrap();
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        let ok = resolve_inputs(&[dir.path().join("a.csv"), dir.path().join("sub")]).unwrap();
+        assert_eq!(ok.iter().map(|i| i.name.clone()).collect::<Vec<_>>(), ["a.csv", "sub"]);
+        let err = resolve_inputs(&[dir.path().join("a.csv"), dir.path().join("sub/a.csv")]).unwrap_err();
+        assert!(err.contains("two inputs are named"), "{err}");
+        assert!(resolve_inputs(&[dir.path().join("out")]).unwrap_err().contains("output directory"));
+        assert!(resolve_inputs(&[dir.path().join("missing")]).is_err());
+        assert!(resolve_inputs(&[PathBuf::from("/")]).unwrap_err().contains("no base name"));
+    }
+}
