@@ -1,8 +1,11 @@
 //! `pycage doctor`: what this machine supports, and what the configuration uses.
 //!
 //! It probes the interpreter the way a run would and every sandbox layer
-//! (`pycage_sandbox::probe`), prints one line per item (or one JSON object
-//! with `--json`), and exits 1 when the chosen configuration cannot run.
+//! (`pycage_sandbox::probe`: a missing layer comes with the reason and
+//! what to do), says which mechanism enforces each budget (memory, CPU,
+//! processes, disk) with its exact bound, prints one line per item (or one
+//! JSON object with `--json`), and exits 1 when the chosen configuration
+//! cannot run.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,7 +73,8 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         json.begin_array()?;
         for (name, layer) in avail.layers() {
             // "Used" means a run with this configuration applies it: only a
-            // supported layer can be, and cgroup v2 limits never are.
+            // supported layer can be, and cgroup v2 limits are not applied
+            // to runs yet.
             let used = uses_sandbox && layer.supported && name != "cgroup-v2";
             json.begin_object()?;
             json.key("name")?;
@@ -83,11 +87,27 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             json.string(&layer.reason)?;
             json.end()?;
             lines.push(format!(
-                "{name:<16} {:<13} {:<7} {}",
+                "{name:<22} {:<13} {:<7} {}",
                 if layer.supported { "supported" } else { "not supported" },
                 if used { "used" } else { "unused" },
                 layer.reason
             ));
+        }
+        json.end()?;
+        json.key("budgets")?;
+        json.begin_array()?;
+        for (name, enforcers) in budgets(&config, &avail) {
+            json.begin_object()?;
+            json.key("name")?;
+            json.string(name)?;
+            json.key("enforced_by")?;
+            json.begin_array()?;
+            for e in &enforcers {
+                json.string(e)?;
+            }
+            json.end()?;
+            json.end()?;
+            lines.push(format!("budget {name:<15} {}", enforcers.join("; ")));
         }
         json.end()?;
         json.key("ok")?;
@@ -107,7 +127,101 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             Ok(_) => lines.push("ok: this configuration can run programs".into()),
             Err(e) => lines.push(format!("NOT OK: {e}")),
         }
-        output::stdout_lines(lines.iter().map(String::as_str))?;
+        output::stdout_texts(lines.iter().map(String::as_str))?;
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+const MIB: u64 = 1024 * 1024;
+
+fn mib(bytes: u64) -> String {
+    if bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// Which mechanism bounds each budget of a run here, with its exact bound.
+fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<(&'static str, Vec<String>)> {
+    let period = pycage_runtime::watchdog::PERIOD.as_millis();
+    let memory = mib(config.address_space_bytes);
+    let cgroup = match &avail.cgroup {
+        Some(found) => {
+            format!("a delegated cgroup v2 exists at {} but pycage does not place runs in it yet", found.path.display())
+        }
+        None => "no delegated cgroup v2 (see cgroup-v2 above)".to_string(),
+    };
+    match config.isolation {
+        Isolation::Sandbox => {
+            let processes = config.max_processes;
+            vec![
+                (
+                    "memory",
+                    vec![
+                        format!("RLIMIT_AS {memory} per process"),
+                        format!("watchdog: {memory} of PSS over the run's PID namespace, sampled every {period} ms, ends the run (worker-exit)"),
+                        format!(
+                            "outside any process: the run's tmpfs ({}) and SysV shared memory ({}, IPC namespace); memfd_create denied",
+                            mib(config.disk_bytes),
+                            mib(config.sysv_shm_bytes)
+                        ),
+                        format!("hard ceiling without the watchdog: {processes} processes x {memory}"),
+                        cgroup.clone(),
+                    ],
+                ),
+                (
+                    "cpu",
+                    vec![
+                        format!("RLIMIT_CPU {} s per process", config.cpu_seconds),
+                        format!(
+                            "watchdog: {} s over the run's PID namespace, sampled every {period} ms, ends the run (timeout)",
+                            config.cpu_seconds
+                        ),
+                        format!("wall clock {} ms", config.wall_time.as_millis()),
+                        cgroup.clone(),
+                    ],
+                ),
+                (
+                    "processes",
+                    vec![format!(
+                        "RLIMIT_NPROC {processes} processes and threads, counted in the run's own user namespace"
+                    )],
+                ),
+                (
+                    "disk",
+                    vec![
+                        format!(
+                            "tmpfs of {} and {} inodes for /work, /tmp and /dev/shm together",
+                            mib(config.disk_bytes),
+                            config.disk_bytes / pycage_sandbox::BYTES_PER_INODE.max(1)
+                        ),
+                        format!("RLIMIT_FSIZE {} per file", mib(config.max_file_bytes)),
+                        "nothing of a run is written to the host's disk".to_string(),
+                    ],
+                ),
+            ]
+        }
+        Isolation::Process => vec![
+            (
+                "memory",
+                vec![
+                    format!("RLIMIT_AS {memory} per process"),
+                    format!(
+                        "watchdog: {memory} of PSS over the run's descendants (not orphans), sampled every {period} ms"
+                    ),
+                ],
+            ),
+            (
+                "cpu",
+                vec![
+                    format!("RLIMIT_CPU {} s per process", config.cpu_seconds),
+                    format!("watchdog: {} s over the run's descendants (not orphans)", config.cpu_seconds),
+                    format!("wall clock {} ms", config.wall_time.as_millis()),
+                ],
+            ),
+            ("processes", vec!["not bounded in process isolation".to_string()]),
+            ("disk", vec!["not bounded in process isolation: files go to the host's temp directory".to_string()]),
+        ],
+    }
 }

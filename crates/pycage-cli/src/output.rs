@@ -90,16 +90,6 @@ pub fn stdout_line(line: &str) -> io::Result<()> {
     out.flush()
 }
 
-/// Writes several lines to stdout under one lock.
-pub fn stdout_lines<'a>(lines: impl IntoIterator<Item = &'a str>) -> io::Result<()> {
-    let mut out = BufWriter::new(io::stdout().lock());
-    for line in lines {
-        out.write_all(line.as_bytes())?;
-        out.write_all(b"\n")?;
-    }
-    out.flush()
-}
-
 /// Writes one line to stderr. Errors are ignored: stderr is the channel of
 /// last resort and there is nowhere left to report them.
 pub fn stderr_line(line: &str) {

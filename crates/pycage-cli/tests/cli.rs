@@ -452,9 +452,25 @@ fn doctor_reports_layers_and_exit_status() {
         .unwrap()
         .map(|l| l.get("name").unwrap().as_str().unwrap().to_string())
         .collect();
-    for name in ["user-namespace", "pid-namespace", "net-namespace", "landlock", "seccomp", "cgroup-v2"] {
+    for name in ["user-namespace", "pid-namespace", "net-namespace", "proc", "landlock", "seccomp", "cgroup-v2"] {
         assert!(layers.iter().any(|l| l == name), "{name} missing in {layers:?}");
     }
+    let budgets: Vec<(String, String)> = v
+        .root()
+        .get("budgets")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .map(|b| {
+            let enforcers: Vec<String> =
+                b.get("enforced_by").unwrap().as_array().unwrap().map(|e| e.as_str().unwrap().to_string()).collect();
+            (b.get("name").unwrap().as_str().unwrap().to_string(), enforcers.join("; "))
+        })
+        .collect();
+    let names: Vec<&str> = budgets.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["memory", "cpu", "processes", "disk"]);
+    assert!(budgets[0].1.contains("RLIMIT_AS 512 MiB per process") && budgets[0].1.contains("watchdog"), "{budgets:?}");
+    assert!(budgets[3].1.starts_with("tmpfs of 256 MiB and 32768 inodes"), "{budgets:?}");
     let ok = v.root().get("ok").unwrap().as_bool().unwrap();
     assert_eq!(out.status.success(), ok, "exit status must say whether the default configuration can run");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pycage"))
@@ -494,9 +510,6 @@ fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// credentials (which clears the parent-death signal) on its way in.
 #[test]
 fn sandboxed_program_dies_when_the_host_is_killed() {
-    if !rustix::process::geteuid().is_root() {
-        return; // the sandbox needs root; CI runs as root
-    }
     // The sleep duration is the marker (sleep takes no other argument);
     // this test process's pid makes it unique to this run.
     let marker = format!("3600.{}", std::process::id());
@@ -539,4 +552,205 @@ fn command_calls_are_limited_in_concurrency() {
     }
     assert_eq!(log.lines().count(), 80);
     assert!((2..=16).contains(&max), "max concurrent commands {max}");
+}
+
+// ---- terminal-safe readable output ----
+
+#[test]
+fn readable_output_escapes_control_and_bidi_characters() {
+    let code = "print('\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J')\nprint('abc\\u202edcba\\ttab')\nraise ValueError('bad \\x1b[31mred\\u2066')";
+    let o = run(&["-c", code]);
+    assert_exit(&o, 1);
+    assert_eq!(stdout(&o), "\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\nabc\\u202edcba\ttab\n");
+    let err = stderr(&o);
+    assert!(err.ends_with("ValueError: bad \\x1b[31mred\\u2066\n"), "{err}");
+    assert!(!err.contains('\x1b') && !err.contains('\u{2066}'), "{err}");
+    // A value is canonical JSON, escaped the same way; --json stays exact.
+    let o = run(&["-c", "return 'x\\u202e\\x1b'"]);
+    assert_eq!(stdout(&o), "\"x\\u202e\\u001b\"\n");
+    let o = run(&["--json", "-c", "print('\\x1b[2J\\u202e')\nreturn '\\x07'"]);
+    assert_eq!(stdout(&o), "{\"value\":\"\\u0007\",\"logs\":[\"\\u001b[2J\u{202e}\"]}\n");
+}
+
+// ---- files in and out ----
+
+#[test]
+fn inputs_and_output_with_relative_paths_in_both_isolations() {
+    for isolation in ["process", "sandbox"] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("in.txt"), "hello").unwrap();
+        std::fs::create_dir(dir.path().join("docs")).unwrap();
+        std::fs::write(dir.path().join("docs/a.md"), "# a").unwrap();
+        let program = "import os\nopen('out/copy.txt', 'w').write(open('in.txt').read().upper())\nos.symlink('/etc/passwd', 'out/link')\nreturn sorted(os.listdir('docs'))";
+        let o = pycage(dir.path())
+            .args(["run", "--isolation", isolation, "--input", "in.txt", "--input", "docs", "--output", "results"])
+            .args(["--allow-read", "docs", "-c", program])
+            .output()
+            .unwrap();
+        assert_exit(&o, 0);
+        assert_eq!(stdout(&o), "[\"a.md\"]\n", "{isolation}");
+        assert_eq!(
+            stderr(&o),
+            "pycage: warning: out/link not copied: a symlink: never followed or copied\n\
+             pycage: copied 1 file(s), 5 bytes, from out/ to results\n",
+            "{isolation}"
+        );
+        assert_eq!(std::fs::read_to_string(dir.path().join("results/copy.txt")).unwrap(), "HELLO");
+        assert!(!dir.path().join("results/link").exists());
+        let o = pycage(dir.path())
+            .args([
+                "run",
+                "--isolation",
+                isolation,
+                "--json",
+                "--output",
+                "results2",
+                "-c",
+                "open('out/x', 'w').write('y')",
+            ])
+            .output()
+            .unwrap();
+        assert_exit(&o, 0);
+        assert_eq!(
+            stdout(&o),
+            "{\"logs\":[],\"output\":{\"files\":[{\"path\":\"x\",\"bytes\":1}],\"skipped\":[],\"bytes\":1,\"truncated\":false}}\n"
+        );
+    }
+    let o = run(&["--input", "no-such-file", "-c", "return 1"]);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).starts_with("pycage: error: invalid input: input no-such-file:"), "{}", stderr(&o));
+}
+
+// ---- any user ----
+
+/// A directory the unprivileged user can work in.
+fn shared_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new().prefix("pycage-cli-nobody-").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    dir
+}
+
+fn as_nobody(dir: &Path, args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_pycage"))
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("TMPDIR", dir)
+        .env("HOME", dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv (util-linux)")
+}
+
+/// As root, the CLI again as `nobody`: the default (sandbox) isolation
+/// works without privileges, with inputs and outputs, and so does doctor.
+#[test]
+fn the_sandbox_works_for_an_unprivileged_user() {
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let dir = shared_dir();
+    let input = dir.path().join("data.txt");
+    std::fs::write(&input, "42").unwrap();
+    rustix::fs::chown(&input, Some(rustix::fs::Uid::from_raw(65534)), Some(rustix::fs::Gid::from_raw(65534))).unwrap();
+    let program = "import os, socket\nopen('out/r.txt', 'w').write(str(int(open('data.txt').read()) + 1))\nreturn [os.getuid(), os.getcwd(), socket.gethostname(), sorted(os.listdir('/'))[:3]]";
+    let o = as_nobody(
+        dir.path(),
+        &["run", "--json", "--python", "/usr/bin/python3", "--input", "data.txt", "--output", "res", "-c", program],
+    );
+    assert_exit(&o, 0);
+    assert!(
+        stdout(&o).starts_with("{\"value\":[1000,\"/work\",\"pycage\",[\"bin\",\"dev\",\"etc\"]],\"logs\":[],\"output\":{\"files\":[{\"path\":\"r.txt\",\"bytes\":2}]"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(std::fs::read_to_string(dir.path().join("res/r.txt")).unwrap(), "43");
+    let o = as_nobody(
+        dir.path(),
+        &["run", "--isolation", "process", "--python", "/usr/bin/python3", "-c", "import os\nreturn os.getuid()"],
+    );
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "65534\n");
+    let o = as_nobody(dir.path(), &["doctor", "--python", "/usr/bin/python3"]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("identity               supported     used    uid 65534"), "{}", stdout(&o));
+    // Nothing is left in its temp directory but what the test made.
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["data.txt", "res"]);
+}
+
+// ---- what a killed pycage leaves behind ----
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+/// A pycage killed with SIGKILL runs no destructor: its bootstrap, owner
+/// lock and (process isolation) run directory stay. The next pycage sweeps
+/// them, and never a live pycage's.
+#[test]
+fn a_killed_pycage_leaves_what_the_next_one_sweeps() {
+    for isolation in ["process", "sandbox"] {
+        let temp = tempfile::tempdir().unwrap();
+        let spawn_sleeper = || {
+            Command::new(env!("CARGO_BIN_EXE_pycage"))
+                .args([
+                    "run",
+                    "--isolation",
+                    isolation,
+                    "-c",
+                    "print('started', flush=True)\nimport time\ntime.sleep(300)",
+                ])
+                .env("TMPDIR", temp.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let wait_started = |child: &mut std::process::Child| {
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            assert_eq!(line, "started\n");
+        };
+        let mut killed = spawn_sleeper();
+        wait_started(&mut killed);
+        killed.kill().unwrap();
+        killed.wait().unwrap();
+        let left = entries(temp.path());
+        assert!(left.iter().any(|n| n.starts_with("pycage-bootstrap-")), "{isolation}: {left:?}");
+        assert!(left.iter().any(|n| n.starts_with("pycage-") && n.ends_with(".lock")), "{left:?}");
+        assert_eq!(left.iter().any(|n| n.starts_with("pycage-run-")), isolation == "process", "{left:?}");
+
+        // A live pycage meanwhile: its directories must survive the sweep.
+        let mut live = spawn_sleeper();
+        wait_started(&mut live);
+        let live_entries: Vec<String> = entries(temp.path()).into_iter().filter(|n| !left.contains(n)).collect();
+        assert!(!live_entries.is_empty());
+
+        let o = Command::new(env!("CARGO_BIN_EXE_pycage"))
+            .args(["run", "--isolation", isolation, "-c", "return 1"])
+            .env("TMPDIR", temp.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_exit(&o, 0);
+        assert_eq!(entries(temp.path()), live_entries, "{isolation}: the dead one's are swept, the live one's kept");
+        // SAFETY: SIGTERM to the live pycage we started: it cancels its run and cleans up.
+        assert_eq!(unsafe { libc::kill(live.id() as i32, libc::SIGTERM) }, 0);
+        live.wait().unwrap();
+        assert_eq!(entries(temp.path()), Vec::<String>::new(), "{isolation}");
+    }
 }

@@ -137,4 +137,43 @@ mod tests {
         assert!(total.truncated);
         assert_eq!(open_on(&path), 0, "every received descriptor was closed");
     }
+
+    /// The bug this module fixes: with every message queued before the
+    /// first read, a plain `read` returns one descriptor-carrying message,
+    /// tokio takes the short read for "drained", and the rest is never read.
+    #[tokio::test]
+    async fn a_plain_read_stalls_where_this_reader_does_not() {
+        use tokio::io::AsyncReadExt;
+        let marker = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+        let queue = |sock: &std::os::unix::net::UnixStream| {
+            for i in 0..5 {
+                send_with_fds(sock, format!("frame {i}\n").as_bytes(), &marker, 2);
+            }
+        };
+        let mut buf = [0u8; 4096];
+
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        queue(&ours);
+        theirs.set_nonblocking(true).unwrap();
+        let mut plain = UnixStream::from_std(theirs).unwrap();
+        assert_eq!(plain.read(&mut buf).await.unwrap(), 8, "one message per read");
+        let stalled = tokio::time::timeout(std::time::Duration::from_millis(300), plain.read(&mut buf)).await;
+        assert!(stalled.is_err(), "the control: a plain read no longer stalls here");
+
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        queue(&ours);
+        drop(ours);
+        theirs.set_nonblocking(true).unwrap();
+        let host = UnixStream::from_std(theirs).unwrap();
+        let mut all = Vec::new();
+        loop {
+            let n =
+                tokio::time::timeout(std::time::Duration::from_secs(10), read(&host, &mut buf)).await.unwrap().unwrap();
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(all, b"frame 0\nframe 1\nframe 2\nframe 3\nframe 4\n");
+    }
 }

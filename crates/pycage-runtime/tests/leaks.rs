@@ -82,6 +82,15 @@ async fn no_leftover_processes_fds_or_dirs() {
     control.kill().unwrap();
     control.wait().unwrap();
     assert_eq!(open_fds(), fds_before);
+    let runs: Vec<_> = std::fs::read_dir(parent.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pycage-run-")))
+        .collect();
+    assert!(runs.is_empty(), "{runs:?}");
+    assert_eq!(rt.cleanup_failures(), Vec::new());
+    drop(rt);
     let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().flatten().map(|e| e.path()).collect();
-    assert!(left.is_empty(), "{left:?}");
+    assert!(left.is_empty(), "the bootstrap and the owner lock go with the runtime: {left:?}");
 }
