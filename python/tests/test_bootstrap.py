@@ -127,10 +127,14 @@ class EncoderTest(unittest.TestCase):
         self.assertEqual(str(caught.exception), message)
 
     def test_non_json_values_name_path_and_type(self):
-        self.assert_not_json((1, 2), "value at $ is a tuple (use a list), which is not JSON")
+        self.assert_not_json({1, 2}, "value at $ is a set (use a list), which is not JSON")
         self.assert_not_json(
-            {"items": [0, 1, 2, (3,)]},
-            "value at $.items[3] is a tuple (use a list), which is not JSON",
+            {"items": [0, 1, 2, frozenset()]},
+            "value at $.items[3] is a frozenset (use a list), which is not JSON",
+        )
+        self.assert_not_json(
+            {"items": (0, (1, {2}))},
+            "value at $.items[1][1] is a set (use a list), which is not JSON",
         )
         self.assert_not_json({"my key": {1}}, 'value at $["my key"] is a set (use a list), which is not JSON')
         self.assert_not_json([b"x"], "value at $[0] is a bytes (decode it to a str), which is not JSON")
@@ -184,7 +188,7 @@ class EncoderTest(unittest.TestCase):
         )
 
     def test_deep_path_is_elided(self):
-        value = deep_list(1000, leaf=(1,))
+        value = deep_list(1000, leaf={1})
         with self.assertRaises(NotJsonError) as caught:
             encode_json(value)
         message = str(caught.exception)
@@ -213,7 +217,7 @@ class EncoderTest(unittest.TestCase):
             encode_json([{"k" * 2000: 1}], 1000)
         # Over budget wins over a later invalid item: work stops at the budget.
         with self.assertRaises(OverBudgetError):
-            encode_json(["x" * 100, (1,)], 50)
+            encode_json(["x" * 100, {1}], 50)
 
     def test_million_deep_list_round_trip(self):
         depth = 1_000_000
@@ -420,7 +424,8 @@ class EndToEndTest(unittest.TestCase):
         done, _, _, _ = run("x = 1\n\nraise ValueError('boom')\n")
         self.assertEqual(done["error"]["kind"], "exception")
         message = done["error"]["message"]
-        self.assertIn('File "<program>", line 3, in __dsh_main__', message)
+        self.assertIn('File "<program>", line 3, in <module>', message)
+        self.assertNotIn("__dsh_main__", message)
         self.assertIn("raise ValueError('boom')", message)
         self.assertTrue(message.endswith("ValueError: boom"), message)
         self.assertNotIn("bootstrap.py", message)
@@ -451,8 +456,14 @@ class EndToEndTest(unittest.TestCase):
             "return [sorted(globals()), f.__annotations__, sys.modules['__main__'].__dict__ is globals()]\n"
         )
         done, _, _, _ = run(program, namespaces=[TOOLS_WITH_ERRORS])
+        seeded = [
+            "__annotations__", "__builtins__", "__cached__", "__doc__", "__file__", "__loader__",
+            "__name__", "__package__", "__spec__",
+        ]
         self.assertEqual(
-            done["value"], [["ToolError", "__builtins__", "__name__", "tools"], {"x": "Undefined"}, True]
+            done["value"],
+            # `from __future__ import annotations` binds `annotations`, as in any script.
+            [sorted(seeded + ["ToolError", "annotations", "f", "sys", "tools"]), {"x": "Undefined"}, True],
         )
 
     def test_call_round_trip_with_error_class(self):
@@ -475,7 +486,7 @@ class EndToEndTest(unittest.TestCase):
             done["value"], [{"hits": [1, 2**70]}, ["no such thing", "__class__", "ToolError", True]]
         )
         self.assertEqual(lines[0], '{"type":"call","id":0,"global":"tools","name":"search","args":{"q":1}}')
-        self.assertEqual(lines[1], '{"type":"call","id":1,"global":"tools","name":"__class__","args":null}')
+        self.assertEqual(lines[1], '{"type":"call","id":1,"global":"tools","name":"__class__","args":{}}')
         self.assertEqual(len(calls), 2)
 
     def test_error_class_with_odd_property_name(self):
@@ -519,7 +530,7 @@ class EndToEndTest(unittest.TestCase):
         done, _, calls, _ = run(program, echo, namespaces=[TOOLS])
         self.assertEqual(
             done["value"],
-            ["__class__", "__init__", "__getattr__", "__dict__", "my-tool", "", None,
+            ["__class__", "__init__", "__getattr__", "__dict__", "my-tool", "", {},
              "namespace 'tools' has no member 'nope'", "<pycage namespace tools (7 members)>", "Namespace", True],
         )
         self.assertEqual([c["id"] for c in calls], list(range(7)))
@@ -527,7 +538,8 @@ class EndToEndTest(unittest.TestCase):
     def test_call_argument_validation(self):
         program = (
             "out = []\n"
-            "for call in (lambda: tools.search(1, 2), lambda: tools.search(q=1), lambda: tools.search({'a': (1,)})):\n"
+            "for call in (lambda: tools.search(1, 2), lambda: tools.search({}, q=1), lambda: tools.search({'a': {1}}),\n"
+            "             lambda: tools.search(q={1: 2})):\n"
             "    try:\n        await call()\n    except TypeError as e:\n        out.append(str(e))\n"
             "return out\n"
         )
@@ -535,9 +547,12 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(
             done["value"],
             [
-                "tools.search() takes at most 1 argument (2 given)",
-                "tools.search() takes no keyword arguments; pass one JSON value (e.g. a dict) as its only argument",
-                "argument of tools.search() is not JSON: value at $.a is a tuple (use a list), which is not JSON",
+                "tools.search() takes keyword arguments or one positional argument (2 positional given)",
+                "tools.search() takes keyword arguments or one positional argument, not both "
+                "(got 1 positional and 1 keyword)",
+                "argument of tools.search() is not JSON: value at $.a is a set (use a list), which is not JSON",
+                "argument of tools.search() is not JSON: dict key at $.q is an int, which is not JSON "
+                "(object keys must be str)",
             ],
         )
         self.assertEqual(calls, [])
@@ -627,12 +642,12 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(done["value"], "x" * 98)
 
     def test_invalid_output(self):
-        done, _, _, _ = run("return {'items': [1, 2, 3, (4, 5)]}")
+        done, _, _, _ = run("return {'items': [1, 2, 3, {4, 5}]}")
         self.assertEqual(
             done["error"],
             {
                 "kind": "invalid-output",
-                "message": "return value is not JSON: value at $.items[3] is a tuple (use a list), which is not JSON",
+                "message": "return value is not JSON: value at $.items[3] is a set (use a list), which is not JSON",
             },
         )
         done, _, _, _ = run("return float('nan')")

@@ -20,6 +20,7 @@ const PYTHON_FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
     ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
+    ("script.py", include_str!("../../../python/pycage/script.py")),
 ];
 
 /// Why a runtime could not be built. Each message says what to do.
