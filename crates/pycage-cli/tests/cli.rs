@@ -169,11 +169,17 @@ fn misuse_exits_2_with_a_message() {
 
     let o = run(&["--memory-mb", "1", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert!(stderr(&o).contains("address_space_bytes must be at least"), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "pycage: error: --memory-mb must be at least 64: CPython cannot start in less\n");
 
     let o = run(&["--wall-ms", "0", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert!(stderr(&o).contains("wall_time must be greater than zero"), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "pycage: error: --wall-ms must be at least 1\n");
+
+    for (flag, value) in [("--cpu-seconds", "0"), ("--max-value-bytes", "0")] {
+        let o = run(&[flag, value, "-c", "return 1"]);
+        assert_exit(&o, 2);
+        assert_eq!(stderr(&o), format!("pycage: error: {flag} must be at least 1\n"));
+    }
 }
 
 #[test]
@@ -373,7 +379,6 @@ fn frames_validate_transcript() {
         .args(["frames", "validate", "fd3.jsonl", "--max-line-bytes", "1024", "--max-value-bytes", "20"])
         .output()
         .unwrap();
-    assert_exit(&o, 0);
     let want = [
         r#"{"type":"boot-ack"}"#,
         r#"{"type":"call","id":7,"global":"tools","name":"my-tool","args":{"n":1.50,"big":123456789012345678901234567890}}"#,
@@ -389,8 +394,9 @@ fn frames_validate_transcript() {
         r#"{"type":"done","error":{"kind":"exception","message":"boom"}}"#,
         "drop",
     ];
+    assert_exit(&o, 1);
     assert_eq!(stdout(&o), want.map(|l| format!("{l}\n")).concat());
-    assert_eq!(stderr(&o), "");
+    assert_eq!(stderr(&o), "frames validate: 12 lines: 8 kept, 0 forged, 3 dropped, 1 oversized\n");
 
     // --explain, from stdin.
     let mut child = pycage(dir.path())
@@ -401,8 +407,22 @@ fn frames_validate_transcript() {
         .unwrap();
     child.stdin.take().unwrap().write_all(b"[]\n{\"type\":\"reply\"}\n{\"type\":\"done\"}\n").unwrap();
     let o = child.wait_with_output().unwrap();
-    assert_exit(&o, 0);
+    assert_exit(&o, 1);
     assert_eq!(stdout(&o), "drop\tnot a JSON object\ndrop\tunknown frame type\n{\"type\":\"done\"}\n");
+
+    // A clean transcript exits 0; a forged done (value and error) does not.
+    let clean = "{\"type\":\"boot-ack\"}\n{\"type\":\"done\",\"value\":1}\n";
+    std::fs::write(dir.path().join("clean.jsonl"), clean).unwrap();
+    let o = pycage(dir.path()).args(["frames", "validate", "clean.jsonl"]).output().unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), clean);
+    assert_eq!(stderr(&o), "frames validate: 2 lines: 2 kept, 0 forged, 0 dropped, 0 oversized\n");
+    let forged = "{\"type\":\"done\",\"value\":1,\"error\":{\"kind\":\"exception\",\"message\":\"m\"}}\n";
+    std::fs::write(dir.path().join("forged.jsonl"), forged).unwrap();
+    let o = pycage(dir.path()).args(["frames", "validate", "forged.jsonl"]).output().unwrap();
+    assert_exit(&o, 1);
+    assert_eq!(stdout(&o), format!("forged\t{forged}"));
+    assert_eq!(stderr(&o), "frames validate: 1 lines: 0 kept, 1 forged, 0 dropped, 0 oversized\n");
 }
 
 /// Peak resident memory of a live process, from /proc (Linux).
@@ -435,7 +455,7 @@ fn frames_validate_huge_line_without_newline() {
     }
     drop(stdin);
     let o = child.wait_with_output().unwrap();
-    assert_exit(&o, 0);
+    assert_exit(&o, 1);
     assert_eq!(stdout(&o), "oversized\n");
 }
 
