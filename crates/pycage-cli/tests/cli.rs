@@ -1,49 +1,14 @@
-//! End-to-end tests of the `pycage` binary with a real python3.
-//!
-//! Every run passes `--isolation process` (the sandbox is tested in its own
-//! crate) and works in its own temporary directory, so tests run in
-//! parallel without sharing files.
+//! End-to-end tests of the `pycage` binary with a real python3 (helpers in
+//! `support/`: every run passes `--isolation process` and works in its own
+//! temporary directory). Program semantics are tested in `semantics.rs`.
+
+mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn pycage(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pycage"));
-    cmd.current_dir(dir).stdin(Stdio::null());
-    cmd
-}
-
-/// `pycage run --isolation process <args>` in `dir`.
-fn run_in(dir: &Path, args: &[&str]) -> Output {
-    pycage(dir).args(["run", "--isolation", "process"]).args(args).output().unwrap()
-}
-
-fn run(args: &[&str]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    run_in(dir.path(), args)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
-}
-
-#[track_caller]
-fn assert_exit(o: &Output, code: i32) {
-    assert_eq!(o.status.code(), Some(code), "stdout: {}\nstderr: {}", stdout(o), stderr(o));
-}
-
-fn write_script(dir: &Path, name: &str, body: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
+use support::{assert_exit, pycage, run, run_in, stderr, stdout, write_script};
 
 // ---- run: output forms and exit codes ----
 

@@ -182,7 +182,10 @@ mod tests {
         let e = probe(Some(Path::new("/bin/ls"))).unwrap_err();
         assert!(matches!(e, InterpreterError::ProbeFailed { .. }), "{e}");
         let text = e.to_string();
-        assert!(text.starts_with("/bin/ls is not a CPython >= 3.10: it failed when run as one (exit status: "), "{text}");
+        assert!(
+            text.starts_with("/bin/ls is not a CPython >= 3.10: it failed when run as one (exit status: "),
+            "{text}"
+        );
         assert!(!text.contains("import") && !text.contains('\n'), "{text}");
     }
 }
