@@ -12,7 +12,7 @@ use crate::bindings::Namespace;
 use crate::config::{ConfigError, Isolation, RuntimeConfig};
 use crate::interpreter::{self, Interpreter, InterpreterError};
 use crate::names::{self, NameError};
-use crate::spawn::{PreExec, SpawnSpec, Worker};
+use crate::spawn::{PreExec, SpawnError, SpawnSpec, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
 /// The Python package shipped inside the binary.
@@ -189,7 +189,7 @@ impl Runtime {
         Ok(result)
     }
 
-    fn spawn_worker(&self) -> Result<Worker, String> {
+    fn spawn_worker(&self) -> Result<Worker, SpawnError> {
         let shared = &self.shared;
         let config = &shared.config;
         let mut builder = tempfile::Builder::new();
@@ -198,7 +198,7 @@ impl Runtime {
             Some(parent) => builder.tempdir_in(parent),
             None => builder.tempdir(),
         }
-        .map_err(|e| format!("could not create the run directory: {e}"))?;
+        .map_err(SpawnError::RunDir)?;
         let (pre_exec, staging): (Option<Box<dyn PreExec>>, Option<tempfile::TempDir>) = match config.isolation {
             Isolation::Process => (None, None),
             Isolation::Sandbox => {
@@ -209,11 +209,8 @@ impl Runtime {
                     Some(rustix::fs::Uid::from_raw(uid)),
                     Some(rustix::fs::Gid::from_raw(uid)),
                 )
-                .map_err(|e| format!("could not hand the run directory to uid {uid}: {e}"))?;
-                let staging = tempfile::Builder::new()
-                    .prefix("pycage-root-")
-                    .tempdir()
-                    .map_err(|e| format!("could not create the sandbox staging directory: {e}"))?;
+                .map_err(|e| SpawnError::RunDirOwner { uid, source: e.into() })?;
+                let staging = tempfile::Builder::new().prefix("pycage-root-").tempdir().map_err(SpawnError::RunDir)?;
                 let policy = pycage_sandbox::SandboxPolicy {
                     read_only: shared.sandbox_read_only.clone(),
                     read_write: vec![run_dir.path().to_path_buf()],
@@ -225,7 +222,7 @@ impl Runtime {
                     max_open_files: config.max_open_files,
                     staging_dir: staging.path().to_path_buf(),
                 };
-                let prepared = pycage_sandbox::Prepared::new(&policy).map_err(|e| format!("sandbox: {e}"))?;
+                let prepared = pycage_sandbox::Prepared::new(&policy)?;
                 (Some(Box::new(SandboxHook(prepared))), Some(staging))
             }
         };
@@ -236,7 +233,6 @@ impl Runtime {
             staging,
             pre_exec,
         })
-        .map_err(|e| e.to_string())
     }
 
     /// Settles every in-flight run as `abort` and returns once each child
@@ -257,8 +253,8 @@ impl PreExec for SandboxHook {
         unsafe { self.0.enter() }
     }
 
-    fn explain(&self, e: std::io::Error) -> String {
-        self.0.explain_spawn_error(e).to_string()
+    fn explain(&self, e: std::io::Error) -> SpawnError {
+        SpawnError::Sandbox(self.0.explain_spawn_error(e))
     }
 }
 

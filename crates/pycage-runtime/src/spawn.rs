@@ -12,11 +12,13 @@
 //!   with a `getppid` re-check so a dying host takes the child with it;
 //! - a pidfd, so the host learns of the exit without reaping: the group is
 //!   killed while the child is a zombie (its pid, and so the group id,
-//!   cannot be reused yet), and only then is the child reaped with `wait4`,
-//!   which also reports its CPU time.
+//!   cannot be reused yet), and only then is the child reaped with
+//!   `wait4(WNOHANG)`, which also reports its CPU time. No tokio worker
+//!   thread ever blocks in a wait: the exit is awaited on the pidfd first.
 //!
-//! Dropping a `Worker` always kills the group and reaps the child: no
-//! zombie, no orphan, no fd or directory left behind.
+//! Dropping a `Worker` always kills the group and reaps the child (at once
+//! if it is already dead, else on a dedicated reaper thread): no zombie, no
+//! orphan, no fd or directory left behind.
 //!
 //! `PR_SET_PDEATHSIG` fires when the *thread* that forked exits, not the
 //! process. Workers are spawned from the run's own future, i.e. on a tokio
@@ -29,7 +31,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use rustix::process::{Pid, PidfdFlags, Signal};
@@ -43,10 +45,38 @@ pub(crate) trait PreExec: Send + Sync + 'static {
     /// only async-signal-safe work is allowed.
     unsafe fn pre_exec(&self) -> io::Result<()>;
 
-    /// Turns a spawn error into a message naming what failed in the child.
-    fn explain(&self, e: io::Error) -> String {
-        e.to_string()
+    /// Turns a failed spawn into the error naming what failed in the child
+    /// (the sandbox's step and errno), if the hook recorded one.
+    fn explain(&self, e: io::Error) -> SpawnError {
+        SpawnError::Exec(e)
     }
+}
+
+/// Why a child could not be started. A run whose child cannot start settles
+/// as `worker-exit` with this error's message: the program never ran, and
+/// the caller did nothing wrong (misuse is caught before anything is spawned).
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The run directory could not be created or prepared.
+    #[error("could not prepare the run directory: {0}")]
+    RunDir(#[source] io::Error),
+    /// The run directory could not be handed to the run's uid.
+    #[error("could not hand the run directory to uid {uid}: {source}")]
+    RunDirOwner {
+        uid: u32,
+        #[source]
+        source: io::Error,
+    },
+    /// The sandbox could not be prepared in the parent, or a step of it
+    /// failed in the child (the error names the step and errno).
+    #[error(transparent)]
+    Sandbox(#[from] pycage_sandbox::SandboxError),
+    /// The socketpair, pipe or pidfd for the child could not be created.
+    #[error("could not set up the child's channels: {0}")]
+    Channel(#[source] io::Error),
+    /// The interpreter could not be executed.
+    #[error("could not execute the interpreter: {0}")]
+    Exec(#[source] io::Error),
 }
 
 /// How a reaped child ended.
@@ -58,8 +88,11 @@ pub(crate) struct Exit {
 }
 
 pub(crate) struct Worker {
-    child: Child,
-    pidfd: AsyncFd<OwnedFd>,
+    /// The child's pid; it names the child (and its process group) until
+    /// the child is reaped.
+    pid: i32,
+    /// `None` only while `spawn` is still building the worker.
+    pidfd: Option<AsyncFd<OwnedFd>>,
     pub sock: Option<tokio::net::UnixStream>,
     /// The read end of the one pipe that is both the child's fd 1 and fd 2.
     pub output: Option<pipe::Receiver>,
@@ -89,10 +122,10 @@ fn loader(bootstrap_dir: &Path) -> String {
 }
 
 impl Worker {
-    pub(crate) fn spawn(spec: SpawnSpec<'_>) -> io::Result<Worker> {
-        let (host_end, child_end) = UnixStream::pair()?;
+    pub(crate) fn spawn(spec: SpawnSpec<'_>) -> Result<Worker, SpawnError> {
+        let (host_end, child_end) = UnixStream::pair().map_err(SpawnError::Channel)?;
         // One pipe for fd 1 and fd 2: raw writes to either keep their order.
-        let (out_rx, out_tx) = std::io::pipe()?;
+        let (out_rx, out_tx) = std::io::pipe().map_err(SpawnError::Channel)?;
         let child_fd = child_end.as_raw_fd();
         let parent = rustix::process::getpid();
         let run_path = spec.run_dir.path();
@@ -105,7 +138,7 @@ impl Worker {
             .env("LANG", "C.UTF-8")
             .current_dir(run_path)
             .stdin(Stdio::null())
-            .stdout(out_tx.try_clone()?)
+            .stdout(out_tx.try_clone().map_err(SpawnError::Channel)?)
             .stderr(out_tx)
             .process_group(0);
         let extra: Option<std::sync::Arc<dyn PreExec>> = spec.pre_exec.map(std::sync::Arc::from);
@@ -123,44 +156,41 @@ impl Worker {
                 Ok(())
             });
         }
-        let mut child = match cmd.spawn() {
+        let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
                 return Err(match &extra {
-                    Some(h) => io::Error::new(e.kind(), h.explain(e)),
-                    None => e,
+                    Some(h) => h.explain(e),
+                    None => SpawnError::Exec(e),
                 })
             }
         };
         drop(child_end);
-        let pid = Pid::from_raw(child.id() as i32).ok_or_else(|| io::Error::other("child has pid 0"))?;
-        let pidfd = match register_pidfd(pid) {
-            Ok(fd) => fd,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e);
-            }
-        };
-        host_end.set_nonblocking(true)?;
-        let sock = tokio::net::UnixStream::from_std(host_end)?;
         // The write ends were moved into `cmd`: drop it so only the child
         // holds them, or EOF would never come.
         drop(cmd);
-        let output = Some(pipe::Receiver::from_owned_fd(OwnedFd::from(out_rx))?);
-        Ok(Worker {
-            child,
-            pidfd,
-            sock: Some(sock),
-            output,
+        // From here on the child runs: any failure must kill and reap it,
+        // which dropping the half-built worker does.
+        let pid = child.id() as i32;
+        let mut worker = Worker {
+            pid,
+            pidfd: None,
+            sock: None,
+            output: None,
             exit: None,
             _run_dir: spec.run_dir,
             _staging: spec.staging,
-        })
+        };
+        let pid = Pid::from_raw(pid).ok_or_else(|| SpawnError::Channel(io::Error::other("child has pid 0")))?;
+        worker.pidfd = Some(register_pidfd(pid).map_err(SpawnError::Channel)?);
+        host_end.set_nonblocking(true).map_err(SpawnError::Channel)?;
+        worker.sock = Some(tokio::net::UnixStream::from_std(host_end).map_err(SpawnError::Channel)?);
+        worker.output = Some(pipe::Receiver::from_owned_fd(OwnedFd::from(out_rx)).map_err(SpawnError::Channel)?);
+        Ok(worker)
     }
 
     fn pid(&self) -> Option<Pid> {
-        Pid::from_raw(self.child.id() as i32)
+        Pid::from_raw(self.pid)
     }
 
     /// Signals the whole process group (no-op once reaped).
@@ -177,8 +207,9 @@ impl Worker {
         if self.exit.is_some() {
             return;
         }
+        let Some(pidfd) = &self.pidfd else { return };
         loop {
-            match self.pidfd.readable().await {
+            match pidfd.readable().await {
                 // A pidfd stays readable once the process has exited.
                 Ok(_guard) => return,
                 Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
@@ -186,18 +217,25 @@ impl Worker {
         }
     }
 
-    /// Kills what is left of the group and reaps the child. Call after
-    /// `exited` resolved, or to force an end (it sends SIGKILL first).
-    pub(crate) fn reap(&mut self) -> Exit {
+    /// Kills what is left of the group, waits (without blocking a thread)
+    /// until the child has exited, and reaps it.
+    pub(crate) async fn kill_and_reap(&mut self) -> Exit {
         if let Some(e) = self.exit {
             return e;
         }
         // The child is a zombie or still running: either way its pid still
         // names this group, so no other process can be hit.
         self.signal_group(Signal::KILL);
-        let exit = wait4(self.child.id() as i32);
-        self.exit = Some(exit);
-        exit
+        self.exited().await;
+        self.try_reap().unwrap_or(Exit { status: ExitStatus::from_raw(libc::SIGKILL), cpu: Duration::ZERO })
+    }
+
+    /// Reaps the child if it has exited; never blocks.
+    fn try_reap(&mut self) -> Option<Exit> {
+        if self.exit.is_none() {
+            self.exit = wait4(self.pid, libc::WNOHANG);
+        }
+        self.exit
     }
 
     /// Ends the child: SIGTERM to the group, `grace`, SIGKILL; then reaps.
@@ -209,13 +247,51 @@ impl Worker {
                 let _ = tokio::time::timeout(grace, self.exited()).await;
             }
         }
-        self.reap()
+        self.kill_and_reap().await
     }
 }
 
 impl Drop for Worker {
+    /// Kills the group; reaps the child now if it is already dead, else
+    /// hands it to the reaper thread (it dies at once from SIGKILL, but a
+    /// drop must not wait for that on an async worker thread).
     fn drop(&mut self) {
-        self.reap();
+        if self.exit.is_some() {
+            return;
+        }
+        self.signal_group(Signal::KILL);
+        if self.try_reap().is_none() {
+            reaper::adopt(self.pid);
+        }
+    }
+}
+
+/// One thread that reaps killed children nobody waits for anymore.
+mod reaper {
+    use std::sync::mpsc::{channel, Sender};
+    use std::sync::{Mutex, OnceLock};
+
+    static REAPER: OnceLock<Mutex<Sender<i32>>> = OnceLock::new();
+
+    /// Reaps `pid` (already sent SIGKILL) in the background.
+    pub(super) fn adopt(pid: i32) {
+        let tx = REAPER.get_or_init(|| {
+            let (tx, rx) = channel::<i32>();
+            let spawned = std::thread::Builder::new().name("pycage-reaper".into()).spawn(move || {
+                for pid in rx {
+                    // Blocks only this thread, until the killed child is gone.
+                    let _ = super::wait4(pid, 0);
+                }
+            });
+            if spawned.is_err() {
+                // No thread: the zombie stays until the host exits; nothing
+                // better can be done without blocking the caller.
+            }
+            Mutex::new(tx)
+        });
+        if let Ok(tx) = tx.lock() {
+            let _ = tx.send(pid);
+        }
     }
 }
 
@@ -227,23 +303,28 @@ fn register_pidfd(pid: Pid) -> io::Result<AsyncFd<OwnedFd>> {
         .map_err(|e| io::Error::other(e.to_string()))
 }
 
-fn wait4(pid: i32) -> Exit {
+/// `wait4` on `pid`: `Some` once reaped. With `WNOHANG`, `None` while it
+/// still runs; `ECHILD` (someone else reaped it, which should not happen)
+/// reads as a kill.
+fn wait4(pid: i32, flags: libc::c_int) -> Option<Exit> {
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: an all-zero rusage is a valid value of this plain C struct.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: both pointers are to live locals of the right types; wait4
         // only writes through them.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        let r = unsafe { libc::wait4(pid, &mut status, flags, &mut usage) };
         if r == pid {
             let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-            return Exit { status: ExitStatus::from_raw(status), cpu: tv(usage.ru_utime) + tv(usage.ru_stime) };
+            return Some(Exit { status: ExitStatus::from_raw(status), cpu: tv(usage.ru_utime) + tv(usage.ru_stime) });
+        }
+        if r == 0 {
+            return None;
         }
         if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
             continue;
         }
-        // ECHILD: someone else reaped it (should not happen); report a kill.
-        return Exit { status: ExitStatus::from_raw(libc::SIGKILL), cpu: Duration::ZERO };
+        return Some(Exit { status: ExitStatus::from_raw(libc::SIGKILL), cpu: Duration::ZERO });
     }
 }
 
