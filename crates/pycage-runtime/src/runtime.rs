@@ -9,9 +9,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bindings::Namespace;
-use crate::config::{ConfigError, Isolation, RuntimeConfig};
+use crate::config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
 use crate::interpreter::{self, Interpreter, InterpreterError};
 use crate::names::{self, NameError};
+use crate::pool::{Pool, PoolConfig};
 use crate::spawn::{PreExec, SpawnError, SpawnSpec, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
@@ -20,6 +21,7 @@ const PYTHON_FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
     ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
+    ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
 ];
 
 /// Why a runtime could not be built. Each message says what to do.
@@ -82,6 +84,12 @@ impl RunRequest {
 
 struct Shared {
     config: RuntimeConfig,
+    /// Children forked from a zygote, when runs use one.
+    pool: Option<Pool>,
+    /// Why runs use `exec` although the configuration asks for a zygote.
+    spawn_fallback: Option<String>,
+    /// FIFO admission of runs (`max_concurrent_runs`).
+    admission: tokio::sync::Semaphore,
     /// Read-only paths of every sandboxed run (system, interpreter, bootstrap, --allow-read).
     sandbox_read_only: Vec<PathBuf>,
     next_uid: std::sync::atomic::AtomicU32,
@@ -113,8 +121,30 @@ impl Runtime {
             Isolation::Process => Vec::new(),
             Isolation::Sandbox => sandbox_paths(&config, &interpreter, bootstrap.path())?,
         };
+        let spawn_fallback = match (config.spawn, config.isolation, &interpreter.zygote_error) {
+            (SpawnMode::Exec, _, _) => None,
+            (SpawnMode::Zygote, _, Some(e)) => Some(format!("the zygote cannot run on this interpreter: {e}")),
+            (SpawnMode::Zygote, Isolation::Sandbox, None) => {
+                Some("sandbox isolation does not run through the zygote yet".to_owned())
+            }
+            (SpawnMode::Zygote, Isolation::Process, None) => None,
+        };
+        let pool = (config.spawn == SpawnMode::Zygote && spawn_fallback.is_none()).then(|| {
+            Pool::new(PoolConfig {
+                python: interpreter.executable.clone(),
+                bootstrap_dir: bootstrap.path().to_path_buf(),
+                size: config.pool_size,
+                zygote_max_runs: config.zygote_max_runs,
+                zygote_max_age: config.zygote_max_age,
+                run_dir_parent: config.run_dir_parent.clone(),
+                rlimits: Vec::new(),
+            })
+        });
         Ok(Runtime {
             shared: Arc::new(Shared {
+                pool,
+                spawn_fallback,
+                admission: tokio::sync::Semaphore::new(config.max_concurrent_runs),
                 sandbox_read_only,
                 next_uid: std::sync::atomic::AtomicU32::new(0),
                 config,
@@ -134,6 +164,20 @@ impl Runtime {
     /// The probed interpreter.
     pub fn interpreter(&self) -> &Interpreter {
         &self.shared.interpreter
+    }
+
+    /// How runs are spawned in fact: the configured mode, or `Exec` with
+    /// the reason when the zygote cannot be used.
+    pub fn spawn_mode(&self) -> (SpawnMode, Option<&str>) {
+        match &self.shared.spawn_fallback {
+            Some(reason) => (SpawnMode::Exec, Some(reason)),
+            None => (self.shared.config.spawn, None),
+        }
+    }
+
+    /// The pid of the zygote serving runs now, if there is one.
+    pub fn zygote_pid(&self) -> Option<u32> {
+        self.shared.pool.as_ref().and_then(Pool::zygote_pid).and_then(|p| u32::try_from(p).ok())
     }
 
     /// Runs one program. `Err` only for misuse; every program outcome is `Ok`.
@@ -162,8 +206,20 @@ impl Runtime {
         }
         // Held until the run (and its child) is settled; shutdown waits on it.
         let _token = shared.tracker.token();
+        // FIFO admission; shutdown releases the queue (as an abort).
+        let _permit = tokio::select! {
+            permit = shared.admission.acquire() => permit.ok(),
+            _ = shared.shutdown.cancelled() => None,
+        };
+        if _permit.is_none() {
+            return Ok(RunResult::failed(FailureKind::Abort, "the runtime was shut down".into(), Vec::new()));
+        }
         let deadline = Instant::now() + shared.config.wall_time;
-        let worker = match self.spawn_worker() {
+        let spawned = match &shared.pool {
+            Some(pool) => pool.take().await,
+            None => self.spawn_worker(),
+        };
+        let worker = match spawned {
             Ok(w) => w,
             Err(e) => {
                 return Ok(RunResult::failed(
@@ -241,6 +297,9 @@ impl Runtime {
         self.shared.tracker.close();
         self.shared.shutdown.cancel();
         self.shared.tracker.wait().await;
+        if let Some(pool) = &self.shared.pool {
+            pool.close().await;
+        }
     }
 }
 

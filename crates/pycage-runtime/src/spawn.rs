@@ -38,6 +38,8 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
+use crate::zygote::{Spawned, Zygote, ZygoteError};
+
 /// Work done in the forked child right before exec (e.g. entering the sandbox).
 pub(crate) trait PreExec: Send + Sync + 'static {
     /// # Safety
@@ -77,6 +79,9 @@ pub enum SpawnError {
     /// The interpreter could not be executed.
     #[error("could not execute the interpreter: {0}")]
     Exec(#[source] io::Error),
+    /// The zygote could not fork the child.
+    #[error(transparent)]
+    Zygote(#[from] ZygoteError),
 }
 
 /// How a reaped child ended.
@@ -97,10 +102,20 @@ pub(crate) struct Worker {
     /// The read end of the one pipe that is both the child's fd 1 and fd 2.
     pub output: Option<pipe::Receiver>,
     exit: Option<Exit>,
+    /// Who reaps the child.
+    parent: Parent,
     /// Removed on drop, after the child is dead.
     _run_dir: tempfile::TempDir,
     /// The sandbox's (empty, host-side) staging directory, if any.
     _staging: Option<tempfile::TempDir>,
+}
+
+/// The child's parent, which alone can reap it.
+enum Parent {
+    /// This process (an exec'd child).
+    Host,
+    /// A zygote, which reaps child `id` when asked.
+    Zygote { zygote: Zygote, id: u64 },
 }
 
 /// What to start.
@@ -112,25 +127,43 @@ pub(crate) struct SpawnSpec<'a> {
     pub pre_exec: Option<Box<dyn PreExec>>,
 }
 
-fn loader(bootstrap_dir: &Path) -> String {
+/// The `-c` program that puts `bootstrap_dir` on `sys.path` and runs
+/// `module.main()` (`pycage.bootstrap` or `pycage.zygote`).
+pub(crate) fn loader(bootstrap_dir: &Path, module: &str) -> String {
     let mut quoted = Vec::new();
     pycage_protocol::write_json_string(&mut quoted, &bootstrap_dir.to_string_lossy());
-    format!(
-        "import sys; sys.path.insert(0, {}); from pycage.bootstrap import main; main()",
-        String::from_utf8_lossy(&quoted)
-    )
+    format!("import sys; sys.path.insert(0, {}); from {module} import main; main()", String::from_utf8_lossy(&quoted))
+}
+
+/// Host-side ends of a child's channels, made before it exists.
+pub(crate) struct Channels {
+    /// Our end of the fd-3 socketpair.
+    pub host: UnixStream,
+    /// The child's end (its fd 3).
+    pub child: UnixStream,
+    /// Read end of the fd 1/fd 2 pipe.
+    pub output_rx: std::io::PipeReader,
+    /// Write end (the child's fd 1 and fd 2).
+    pub output_tx: std::io::PipeWriter,
+}
+
+impl Channels {
+    pub(crate) fn new() -> Result<Channels, SpawnError> {
+        let (host, child) = UnixStream::pair().map_err(SpawnError::Channel)?;
+        // One pipe for fd 1 and fd 2: raw writes to either keep their order.
+        let (output_rx, output_tx) = std::io::pipe().map_err(SpawnError::Channel)?;
+        Ok(Channels { host, child, output_rx, output_tx })
+    }
 }
 
 impl Worker {
     pub(crate) fn spawn(spec: SpawnSpec<'_>) -> Result<Worker, SpawnError> {
-        let (host_end, child_end) = UnixStream::pair().map_err(SpawnError::Channel)?;
-        // One pipe for fd 1 and fd 2: raw writes to either keep their order.
-        let (out_rx, out_tx) = std::io::pipe().map_err(SpawnError::Channel)?;
+        let Channels { host: host_end, child: child_end, output_rx: out_rx, output_tx: out_tx } = Channels::new()?;
         let child_fd = child_end.as_raw_fd();
         let parent = rustix::process::getpid();
         let run_path = spec.run_dir.path();
         let mut cmd = Command::new(spec.python);
-        cmd.args(["-I", "-B", "-c", &loader(spec.bootstrap_dir)])
+        cmd.args(["-I", "-B", "-c", &loader(spec.bootstrap_dir, "pycage.bootstrap")])
             .env_clear()
             .env("HOME", run_path)
             .env("TMPDIR", run_path)
@@ -149,6 +182,7 @@ impl Worker {
         unsafe {
             cmd.pre_exec(move || {
                 install_fd3(child_fd)?;
+                cloexec_above_fd3();
                 die_with_parent(parent)?;
                 if let Some(hook) = &hook {
                     hook.pre_exec()?;
@@ -178,15 +212,52 @@ impl Worker {
             sock: None,
             output: None,
             exit: None,
+            parent: Parent::Host,
             _run_dir: spec.run_dir,
             _staging: spec.staging,
         };
-        let pid = Pid::from_raw(pid).ok_or_else(|| SpawnError::Channel(io::Error::other("child has pid 0")))?;
-        worker.pidfd = Some(register_pidfd(pid).map_err(SpawnError::Channel)?);
-        host_end.set_nonblocking(true).map_err(SpawnError::Channel)?;
-        worker.sock = Some(tokio::net::UnixStream::from_std(host_end).map_err(SpawnError::Channel)?);
-        worker.output = Some(pipe::Receiver::from_owned_fd(OwnedFd::from(out_rx)).map_err(SpawnError::Channel)?);
+        let pidfd = Pid::from_raw(pid)
+            .ok_or_else(|| io::Error::other("child has pid 0"))
+            .and_then(|pid| rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK).map_err(io::Error::from))
+            .map_err(SpawnError::Channel)?;
+        worker.attach(pidfd, host_end, OwnedFd::from(out_rx))?;
         Ok(worker)
+    }
+
+    /// A child a zygote forked, with the host ends of its channels. Needs a
+    /// tokio runtime (the channels are registered with it).
+    pub(crate) fn from_zygote(
+        zygote: Zygote,
+        spawned: Spawned,
+        host: UnixStream,
+        output_rx: OwnedFd,
+        run_dir: tempfile::TempDir,
+    ) -> Result<Worker, SpawnError> {
+        let mut worker = Worker {
+            pid: spawned.pid,
+            pidfd: None,
+            sock: None,
+            output: None,
+            exit: None,
+            parent: Parent::Zygote { zygote, id: spawned.id },
+            _run_dir: run_dir,
+            _staging: None,
+        };
+        rustix::io::ioctl_fionbio(&spawned.pidfd, true).map_err(|e| SpawnError::Channel(e.into()))?;
+        worker.attach(spawned.pidfd, host, output_rx)?;
+        Ok(worker)
+    }
+
+    fn attach(&mut self, pidfd: OwnedFd, host: UnixStream, output_rx: OwnedFd) -> Result<(), SpawnError> {
+        // SAFETY: the AsyncFd owns this OwnedFd, which stays open and names
+        // the same pidfd until the AsyncFd is dropped.
+        let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
+            .map_err(|e| SpawnError::Channel(io::Error::other(e.to_string())))?;
+        self.pidfd = Some(pidfd);
+        host.set_nonblocking(true).map_err(SpawnError::Channel)?;
+        self.sock = Some(tokio::net::UnixStream::from_std(host).map_err(SpawnError::Channel)?);
+        self.output = Some(pipe::Receiver::from_owned_fd(output_rx).map_err(SpawnError::Channel)?);
+        Ok(())
     }
 
     fn pid(&self) -> Option<Pid> {
@@ -227,15 +298,15 @@ impl Worker {
         // names this group, so no other process can be hit.
         self.signal_group(Signal::KILL);
         self.exited().await;
-        self.try_reap().unwrap_or(Exit { status: ExitStatus::from_raw(libc::SIGKILL), cpu: Duration::ZERO })
-    }
-
-    /// Reaps the child if it has exited; never blocks.
-    fn try_reap(&mut self) -> Option<Exit> {
-        if self.exit.is_none() {
-            self.exit = wait4(self.pid, libc::WNOHANG);
-        }
-        self.exit
+        let exit = match &self.parent {
+            Parent::Host => wait4(self.pid, libc::WNOHANG),
+            Parent::Zygote { zygote, id } => zygote.reap(*id).await,
+        };
+        // `None`: someone else reaped it, or its zygote died (and the child
+        // with it, by its death signal); either way it is gone.
+        let exit = exit.unwrap_or(Exit { status: ExitStatus::from_raw(libc::SIGKILL), cpu: Duration::ZERO });
+        self.exit = Some(exit);
+        exit
     }
 
     /// Ends the child: SIGTERM to the group, `grace`, SIGKILL; then reaps.
@@ -260,8 +331,13 @@ impl Drop for Worker {
             return;
         }
         self.signal_group(Signal::KILL);
-        if self.try_reap().is_none() {
-            reaper::adopt(self.pid);
+        match &self.parent {
+            Parent::Host => {
+                if wait4(self.pid, libc::WNOHANG).is_none() {
+                    reaper::adopt(self.pid);
+                }
+            }
+            Parent::Zygote { zygote, id } => zygote.reap_later(*id),
         }
     }
 }
@@ -295,14 +371,6 @@ mod reaper {
     }
 }
 
-fn register_pidfd(pid: Pid) -> io::Result<AsyncFd<OwnedFd>> {
-    let fd = rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK)?;
-    // SAFETY: the AsyncFd owns this OwnedFd, which stays open and names the
-    // same pidfd until the AsyncFd is dropped.
-    unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-        .map_err(|e| io::Error::other(e.to_string()))
-}
-
 /// `wait4` on `pid`: `Some` once reaped. With `WNOHANG`, `None` while it
 /// still runs; `ECHILD` (someone else reaped it, which should not happen)
 /// reads as a kill.
@@ -328,8 +396,14 @@ fn wait4(pid: i32, flags: libc::c_int) -> Option<Exit> {
     }
 }
 
+/// Blocking `wait4` for a child known to be dead or dying (a dedicated
+/// thread's use only).
+pub(crate) fn wait4_blocking(pid: i32) -> Option<Exit> {
+    wait4(pid, 0)
+}
+
 /// Makes `fd` the child's fd 3, inheritable across exec.
-fn install_fd3(fd: i32) -> io::Result<()> {
+pub(crate) fn install_fd3(fd: i32) -> io::Result<()> {
     let target = pycage_protocol::PROTOCOL_FD;
     if fd == target {
         // dup2 onto itself keeps FD_CLOEXEC: clear it instead.
@@ -347,9 +421,31 @@ fn install_fd3(fd: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Marks every descriptor above fd 3 close-on-exec, so nothing the host
+/// holds without `O_CLOEXEC` (cargo's jobserver pipes, a C library's files)
+/// reaches the child. Async-signal-safe; no allocation.
+pub(crate) fn cloexec_above_fd3() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    let first = pycage_protocol::PROTOCOL_FD as libc::c_uint + 1;
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on
+    // descriptors; nothing is closed and no memory is passed.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) };
+    if ret == 0 {
+        return;
+    }
+    // Kernels before 5.11: one fcntl per descriptor up to the soft limit
+    // (capped: a huge limit would make every spawn slow).
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(65_536).min(65_536);
+    for fd in first..limit as libc::c_uint {
+        // SAFETY: fcntl on a descriptor number that may or may not be open;
+        // EBADF is harmless, and setting FD_CLOEXEC changes nothing else.
+        unsafe { libc::fcntl(fd as libc::c_int, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
 /// `PR_SET_PDEATHSIG(SIGKILL)`, then checks the parent did not die before
 /// the call took effect (the signal would never come).
-fn die_with_parent(parent: Pid) -> io::Result<()> {
+pub(crate) fn die_with_parent(parent: Pid) -> io::Result<()> {
     // SAFETY: prctl with integer arguments is async-signal-safe.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } < 0 {
         return Err(io::Error::last_os_error());
