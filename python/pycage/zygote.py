@@ -138,8 +138,8 @@ class _Zygote:
             message = json.loads(data)
             kind = message.get("type")
             if kind == "spawn":
-                self.spawn(message, fds)
-                fds = []
+                taken, fds = fds, []
+                self.spawn(message, taken)
             elif kind == "reap":
                 self.reap(message.get("id"))
             elif kind == "quit":
@@ -152,6 +152,15 @@ class _Zygote:
         return True
 
     def spawn(self, message, fds):
+        try:
+            self._spawn(message, fds)
+        finally:
+            # The child's ends are the child's alone (it never returns from
+            # _spawn): holding them here would keep its pipe from EOF.
+            for fd in fds:
+                os.close(fd)
+
+    def _spawn(self, message, fds):
         ident = message.get("id")
         if self.quitting:
             self.send({"type": "spawn-failed", "id": ident, "message": "the zygote is retiring"})

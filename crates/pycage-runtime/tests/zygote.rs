@@ -50,6 +50,25 @@ async fn runs_are_forked_from_a_single_threaded_zygote() {
     rt.shutdown().await;
 }
 
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// The zygote closes each child's descriptors after the fork: holding them
+/// would leak two per run and keep every run's output pipe from EOF.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zygote_holds_no_descriptor_of_its_children() {
+    let rt = zygote_runtime(|c| c.pool_size = 0);
+    assert_eq!(value(&run(&rt, "return 0").await), "0");
+    let zygote = rt.zygote_pid().unwrap();
+    let before = fds_of(zygote);
+    for i in 0..10 {
+        assert_eq!(value(&run(&rt, &format!("print('x')\nreturn {i}")).await), i.to_string());
+    }
+    assert_eq!(fds_of(zygote), before);
+    rt.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_child_reseeds_random_and_starts_pristine() {
     let rt = zygote_runtime(|_| {});
