@@ -9,10 +9,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bindings::Namespace;
-use crate::config::{ConfigError, Isolation, RuntimeConfig};
+use crate::config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
 use crate::interpreter::{self, Interpreter, InterpreterError};
 use crate::names::{self, NameError};
-use crate::spawn::{PreExec, SpawnSpec, Worker};
+use crate::pool::{Pool, PoolConfig};
+use crate::spawn::{PreExec, SpawnError, SpawnSpec, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
 /// The Python package shipped inside the binary.
@@ -21,6 +22,7 @@ const PYTHON_FILES: &[(&str, &str)] = &[
     ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
     ("script.py", include_str!("../../../python/pycage/script.py")),
+    ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
 ];
 
 /// Why a runtime could not be built. Each message says what to do.
@@ -83,6 +85,12 @@ impl RunRequest {
 
 struct Shared {
     config: RuntimeConfig,
+    /// Children forked from a zygote, when runs use one.
+    pool: Option<Pool>,
+    /// Why runs use `exec` although the configuration asks for a zygote.
+    spawn_fallback: Option<String>,
+    /// FIFO admission of runs (`max_concurrent_runs`).
+    admission: tokio::sync::Semaphore,
     /// Read-only paths of every sandboxed run (system, interpreter, bootstrap, --allow-read).
     sandbox_read_only: Vec<PathBuf>,
     next_uid: std::sync::atomic::AtomicU32,
@@ -114,8 +122,30 @@ impl Runtime {
             Isolation::Process => Vec::new(),
             Isolation::Sandbox => sandbox_paths(&config, &interpreter, bootstrap.path())?,
         };
+        let spawn_fallback = match (config.spawn, config.isolation, &interpreter.zygote_error) {
+            (SpawnMode::Exec, _, _) => None,
+            (SpawnMode::Zygote, _, Some(e)) => Some(format!("the zygote cannot run on this interpreter: {e}")),
+            (SpawnMode::Zygote, Isolation::Sandbox, None) => {
+                Some("sandbox isolation does not run through the zygote yet".to_owned())
+            }
+            (SpawnMode::Zygote, Isolation::Process, None) => None,
+        };
+        let pool = (config.spawn == SpawnMode::Zygote && spawn_fallback.is_none()).then(|| {
+            Pool::new(PoolConfig {
+                python: interpreter.executable.clone(),
+                bootstrap_dir: bootstrap.path().to_path_buf(),
+                size: config.pool_size,
+                zygote_max_runs: config.zygote_max_runs,
+                zygote_max_age: config.zygote_max_age,
+                run_dir_parent: config.run_dir_parent.clone(),
+                rlimits: Vec::new(),
+            })
+        });
         Ok(Runtime {
             shared: Arc::new(Shared {
+                pool,
+                spawn_fallback,
+                admission: tokio::sync::Semaphore::new(config.max_concurrent_runs),
                 sandbox_read_only,
                 next_uid: std::sync::atomic::AtomicU32::new(0),
                 config,
@@ -135,6 +165,20 @@ impl Runtime {
     /// The probed interpreter.
     pub fn interpreter(&self) -> &Interpreter {
         &self.shared.interpreter
+    }
+
+    /// How runs are spawned in fact: the configured mode, or `Exec` with
+    /// the reason when the zygote cannot be used.
+    pub fn spawn_mode(&self) -> (SpawnMode, Option<&str>) {
+        match &self.shared.spawn_fallback {
+            Some(reason) => (SpawnMode::Exec, Some(reason)),
+            None => (self.shared.config.spawn, None),
+        }
+    }
+
+    /// The pid of the zygote serving runs now, if there is one.
+    pub fn zygote_pid(&self) -> Option<u32> {
+        self.shared.pool.as_ref().and_then(Pool::zygote_pid).and_then(|p| u32::try_from(p).ok())
     }
 
     /// Runs one program. `Err` only for misuse; every program outcome is `Ok`.
@@ -163,8 +207,20 @@ impl Runtime {
         }
         // Held until the run (and its child) is settled; shutdown waits on it.
         let _token = shared.tracker.token();
+        // FIFO admission; shutdown releases the queue (as an abort).
+        let _permit = tokio::select! {
+            permit = shared.admission.acquire() => permit.ok(),
+            _ = shared.shutdown.cancelled() => None,
+        };
+        if _permit.is_none() {
+            return Ok(RunResult::failed(FailureKind::Abort, "the runtime was shut down".into(), Vec::new()));
+        }
         let deadline = Instant::now() + shared.config.wall_time;
-        let worker = match self.spawn_worker() {
+        let spawned = match &shared.pool {
+            Some(pool) => pool.take().await,
+            None => self.spawn_worker(),
+        };
+        let worker = match spawned {
             Ok(w) => w,
             Err(e) => {
                 return Ok(RunResult::failed(
@@ -190,7 +246,7 @@ impl Runtime {
         Ok(result)
     }
 
-    fn spawn_worker(&self) -> Result<Worker, String> {
+    fn spawn_worker(&self) -> Result<Worker, SpawnError> {
         let shared = &self.shared;
         let config = &shared.config;
         let mut builder = tempfile::Builder::new();
@@ -199,7 +255,7 @@ impl Runtime {
             Some(parent) => builder.tempdir_in(parent),
             None => builder.tempdir(),
         }
-        .map_err(|e| format!("could not create the run directory: {e}"))?;
+        .map_err(SpawnError::RunDir)?;
         let (pre_exec, staging): (Option<Box<dyn PreExec>>, Option<tempfile::TempDir>) = match config.isolation {
             Isolation::Process => (None, None),
             Isolation::Sandbox => {
@@ -210,11 +266,8 @@ impl Runtime {
                     Some(rustix::fs::Uid::from_raw(uid)),
                     Some(rustix::fs::Gid::from_raw(uid)),
                 )
-                .map_err(|e| format!("could not hand the run directory to uid {uid}: {e}"))?;
-                let staging = tempfile::Builder::new()
-                    .prefix("pycage-root-")
-                    .tempdir()
-                    .map_err(|e| format!("could not create the sandbox staging directory: {e}"))?;
+                .map_err(|e| SpawnError::RunDirOwner { uid, source: e.into() })?;
+                let staging = tempfile::Builder::new().prefix("pycage-root-").tempdir().map_err(SpawnError::RunDir)?;
                 let policy = pycage_sandbox::SandboxPolicy {
                     read_only: shared.sandbox_read_only.clone(),
                     read_write: vec![run_dir.path().to_path_buf()],
@@ -226,7 +279,7 @@ impl Runtime {
                     max_open_files: config.max_open_files,
                     staging_dir: staging.path().to_path_buf(),
                 };
-                let prepared = pycage_sandbox::Prepared::new(&policy).map_err(|e| format!("sandbox: {e}"))?;
+                let prepared = pycage_sandbox::Prepared::new(&policy)?;
                 (Some(Box::new(SandboxHook(prepared))), Some(staging))
             }
         };
@@ -237,7 +290,6 @@ impl Runtime {
             staging,
             pre_exec,
         })
-        .map_err(|e| e.to_string())
     }
 
     /// Settles every in-flight run as `abort` and returns once each child
@@ -246,6 +298,9 @@ impl Runtime {
         self.shared.tracker.close();
         self.shared.shutdown.cancel();
         self.shared.tracker.wait().await;
+        if let Some(pool) = &self.shared.pool {
+            pool.close().await;
+        }
     }
 }
 
@@ -258,8 +313,8 @@ impl PreExec for SandboxHook {
         unsafe { self.0.enter() }
     }
 
-    fn explain(&self, e: std::io::Error) -> String {
-        self.0.explain_spawn_error(e).to_string()
+    fn explain(&self, e: std::io::Error) -> SpawnError {
+        SpawnError::Sandbox(self.0.explain_spawn_error(e))
     }
 }
 
