@@ -62,7 +62,6 @@ import builtins as _builtins_module
 _PRIVATE_BUILTINS = dict(_builtins_module.__dict__)
 __builtins__ = _PRIVATE_BUILTINS
 
-import ast  # noqa: E402
 import asyncio  # noqa: E402
 import codecs  # noqa: E402
 import gc  # noqa: E402

@@ -5,7 +5,6 @@ way the bootstrap does (``exec`` without an event loop, or the coroutine on
 a loop when the program awaits at top level).
 """
 
-import ast
 import asyncio
 import builtins
 import os
