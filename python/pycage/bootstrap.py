@@ -787,16 +787,31 @@ def _watch(loop):
 
 
 def _unwatch(loop):
+    """One call of ``loop`` finished. The reader stays until the loop's next
+    iteration: sequential awaits then keep one registration instead of
+    paying an add_reader/remove_reader (two epoll_ctl calls and the
+    selector's bookkeeping) per call."""
     entry = _watched.get(id(loop))
     if entry is None:
         return
     entry[1] -= 1
     if entry[1] <= 0:
-        del _watched[id(loop)]
         try:
-            loop.remove_reader(_FD)
+            loop.call_soon(_release, loop)
         except Exception:  # the program closed the loop meanwhile
-            pass
+            _release(loop)
+
+
+def _release(loop):
+    """Stop ``loop`` reading fd 3 unless a call started again meanwhile."""
+    entry = _watched.get(id(loop))
+    if entry is None or entry[1] > 0:
+        return
+    del _watched[id(loop)]
+    try:
+        loop.remove_reader(_FD)
+    except Exception:  # closed
+        pass
 
 
 def _resolve(future, result):
