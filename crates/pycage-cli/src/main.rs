@@ -11,6 +11,7 @@
 //! the shape of a run result, `{"logs":[],"error":{"kind":"misuse","message":...}}`
 //! (exit status 2), so a caller parsing JSON never has to scrape stderr.
 
+mod bench;
 mod bindings_file;
 mod command;
 mod doctor;
@@ -48,6 +49,11 @@ enum Command {
     /// Tools for the fd-3 wire protocol.
     #[command(subcommand)]
     Frames(FramesCommand),
+    /// Measure whole runs on this machine, each figure beside its floor.
+    ///
+    /// Trivial-run latency for every spawn mode and isolation, runs per
+    /// second, a binding call's round trip, memory. Takes about a minute.
+    Bench(bench::BenchArgs),
     /// Show the interpreter and each isolation layer: supported here? used?
     ///
     /// Exits 1 when the chosen (default: the default) configuration cannot run.
@@ -185,6 +191,10 @@ impl RunArgs {
             max_value_bytes: self.max_value_bytes,
             isolation: self.isolation.into(),
             allow_read: self.allow_read.clone(),
+            // One run per process: a new interpreter is cheaper than a
+            // zygote plus a pool; the probe is cached across invocations.
+            spawn: pycage_runtime::SpawnMode::Exec,
+            cache_dir: pycage_runtime::default_cache_dir(),
             ..RuntimeConfig::default()
         };
         config.validate().map_err(|e| anyhow::anyhow!(flag_message(&e)))?;
@@ -228,6 +238,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Frames(FramesCommand::Validate(args)) => frames::validate(&args),
         Command::Doctor(args) => doctor::main(args),
+        Command::Bench(args) => bench::main(args),
     };
     match result {
         Ok(code) => code,

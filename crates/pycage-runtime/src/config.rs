@@ -63,6 +63,10 @@ pub struct RuntimeConfig {
     /// to the real executable (`sys.executable`), so a pyenv shim is paid at
     /// construction only.
     pub python: Option<PathBuf>,
+    /// Where the probe's answer and the compiled bootstrap are kept between
+    /// processes (see `probe_cache`); `None` probes at every construction.
+    /// [`crate::default_cache_dir`] is the user's cache directory.
+    pub cache_dir: Option<PathBuf>,
     /// Wall-clock budget of one run, spawn to settlement.
     pub wall_time: Duration,
     /// `RLIMIT_CPU` of the child, in seconds (reported as `timeout`).
@@ -114,6 +118,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             python: None,
+            cache_dir: None,
             wall_time: Duration::from_secs(60),
             cpu_seconds: 30,
             address_space_bytes: 512 * 1024 * 1024,

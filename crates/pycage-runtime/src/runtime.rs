@@ -10,14 +10,15 @@ use tokio_util::task::TaskTracker;
 
 use crate::bindings::Namespace;
 use crate::config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
-use crate::interpreter::{self, Interpreter, InterpreterError};
+use crate::interpreter::{Interpreter, InterpreterError};
 use crate::names::{self, NameError};
 use crate::pool::{Pool, PoolConfig};
+use crate::probe_cache::{self, BootstrapDir, PrepareError};
 use crate::spawn::{PreExec, SpawnError, SpawnSpec, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
 /// The Python package shipped inside the binary.
-const PYTHON_FILES: &[(&str, &str)] = &[
+pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
     ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
@@ -95,7 +96,7 @@ struct Shared {
     sandbox_read_only: Vec<PathBuf>,
     next_uid: std::sync::atomic::AtomicU32,
     interpreter: Interpreter,
-    bootstrap: tempfile::TempDir,
+    bootstrap: BootstrapDir,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -111,13 +112,12 @@ impl Runtime {
     /// bootstrap. Fails here, not at the first run, when something is wrong.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
         config.validate()?;
-        let bootstrap = write_bootstrap().map_err(RuntimeError::Bootstrap)?;
-        let (interpreter, imported) =
-            interpreter::probe_with_bootstrap(config.python.as_deref(), Some(bootstrap.path()))?;
-        if let Err(stderr) = imported {
-            return Err(RuntimeError::BootstrapImport { python: interpreter.executable, stderr });
-        }
-        share_bytecode(bootstrap.path());
+        let (interpreter, bootstrap) = probe_cache::prepare(config.python.as_deref(), config.cache_dir.as_deref())
+            .map_err(|e| match e {
+                PrepareError::Interpreter(e) => RuntimeError::Interpreter(e),
+                PrepareError::Write(e) => RuntimeError::Bootstrap(e),
+                PrepareError::Import { python, stderr } => RuntimeError::BootstrapImport { python, stderr },
+            })?;
         let sandbox_read_only = match config.isolation {
             Isolation::Process => Vec::new(),
             Isolation::Sandbox => sandbox_paths(&config, &interpreter, bootstrap.path())?,
@@ -240,6 +240,7 @@ impl Runtime {
                 shutdown: shared.shutdown.clone(),
                 events,
                 deadline,
+                background: shared.tracker.clone(),
             },
         )
         .await;
@@ -361,34 +362,4 @@ fn sandbox_paths(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path)
         add(p);
     }
     Ok(paths)
-}
-
-fn write_bootstrap() -> std::io::Result<tempfile::TempDir> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new().prefix("pycage-bootstrap-").tempdir()?;
-    // Readable by the unprivileged uid a sandboxed child runs as; the
-    // content is not secret, and only the host can write it.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
-    let pkg = dir.path().join("pycage");
-    std::fs::create_dir(&pkg)?;
-    std::fs::set_permissions(&pkg, std::fs::Permissions::from_mode(0o755))?;
-    for (name, text) in PYTHON_FILES {
-        let path = pkg.join(name);
-        std::fs::write(&path, text)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-    }
-    Ok(dir)
-}
-
-/// Lets the sandboxed uid read the bytecode the probe compiled (children
-/// run with `-B`, so they read it and never write their own).
-fn share_bytecode(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(entries) = std::fs::read_dir(dir.join("pycage").join("__pycache__")) {
-        let _ =
-            std::fs::set_permissions(dir.join("pycage").join("__pycache__"), std::fs::Permissions::from_mode(0o755));
-        for e in entries.flatten() {
-            let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o644));
-        }
-    }
 }
