@@ -232,6 +232,7 @@ fn main() -> ExitCode {
     let json = match &cli.command {
         Command::Run(args) => args.json,
         Command::Doctor(args) => args.json(),
+        Command::Bench(args) => args.json(),
         Command::Frames(_) => false,
     };
     let result = match cli.command {
