@@ -960,3 +960,25 @@ class SignalsTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WarmUpTest(unittest.TestCase):
+    """``warm_up`` runs in a pooled child before its run: it must leave
+    nothing a run could notice."""
+
+    def test_warm_up_leaves_no_state(self):
+        script = (
+            "import asyncio, linecache, signal, sys\n"
+            f"sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})\n"
+            "from pycage import bootstrap\n"
+            "mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])\n"
+            "handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}\n"
+            "bootstrap.warm_up()\n"
+            "assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask, 'signal mask changed'\n"
+            "assert {s: signal.getsignal(s) for s in handlers} == handlers, 'handlers changed'\n"
+            "assert '<program>' not in linecache.cache\n"
+            "assert asyncio.get_event_loop_policy()._local._loop is None, 'an event loop is set'\n"
+            "print('ok')\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.stdout.strip(), "ok", out.stderr)
