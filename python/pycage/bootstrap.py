@@ -992,6 +992,10 @@ def _check_boot(frame):
         if type(v) is not int or v < 0:
             _bad_boot(f"{key} must be a non-negative integer")
         limits[key] = v
+    session = frame.get("session", False)
+    if type(session) is not bool:
+        _bad_boot("session must be a boolean")
+    limits["session"] = session
     entries = frame.get("namespaces")
     if type(entries) is not list:
         _bad_boot("namespaces must be a list")
@@ -1044,11 +1048,40 @@ def _set_limit(which, soft, hard):
 
 def _apply_limits(limits):
     cpu = limits["cpuSeconds"]
-    if cpu:
+    if cpu and not limits["session"]:
         _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
     address_space = limits["addressSpaceBytes"]
     if address_space:
         _set_limit(resource.RLIMIT_AS, address_space, address_space)
+
+
+def _run_budgets(run, limits):
+    """A run's budgets: its own (a session run carries them) or boot's."""
+    budgets = {}
+    for key in ("cpuSeconds", "maxLogBytes", "maxValueBytes"):
+        v = run.get(key, limits[key])
+        if type(v) is not int or v < 0:
+            _die(_EXIT_BAD_HOST_FRAME, f"run.{key} must be a non-negative integer")
+        budgets[key] = v
+    return budgets
+
+
+def _start_run(budgets, session):
+    """Per-run state: the log ledger, and in a session the CPU budget counted
+    from now (the soft RLIMIT_CPU moves; SIGXCPU ends the session's process
+    when a run overspends, and each run's wall clock bounds one that
+    handles SIGXCPU)."""
+    global _log_left, _marker_frame
+    max_log_bytes = budgets["maxLogBytes"]
+    _log_left = max_log_bytes
+    marker = _quote(log_truncation_marker(max_log_bytes))
+    _marker_frame = ('{"type":"log","text":' + marker + ',"truncated":true}\n').encode("utf-8")
+    cpu = budgets["cpuSeconds"]
+    if session and cpu:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        used = int(usage.ru_utime + usage.ru_stime) + 1
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        _set_limit(resource.RLIMIT_CPU, used + cpu, hard)
 
 
 def _call_label(glob, name):
@@ -1539,36 +1572,45 @@ def main():
 
 
 def _serve():
-    global _log_left, _marker_frame
     try:
         os.set_blocking(_FD, False)
     except OSError as e:
         _die(_EXIT_HOST_GONE, f"fd {_FD} is not usable: {e}")
 
     limits, namespaces = _check_boot(_read_frame())
+    session = limits["session"]
     _apply_limits(limits)
-    max_log_bytes = limits["maxLogBytes"]
-    _log_left = max_log_bytes
-    marker = _quote(log_truncation_marker(max_log_bytes))
-    _marker_frame = ('{"type":"log","text":' + marker + ',"truncated":true}\n').encode("utf-8")
     injected = _build_globals(namespaces)
     _send(b'{"type":"boot-ack"}\n')
 
-    run = _read_frame()
-    if run["type"] != "run" or type(run.get("program")) is not str:
-        _die(_EXIT_BAD_HOST_FRAME, "expected a run frame with a string program")
-    source = run["program"]
-
-    program_globals = new_program_globals(injected)
-    sys.stdout = _stdout  # from here on, compile warnings included, output is log frames
-    sys.stderr = _stderr
-    try:
-        program = compile_for(source)
-    except BaseException as exc:  # SyntaxError, ValueError (NUL), RecursionError, ...
-        _finish(_done_error("exception", _format_compile_error(exc, source)))
-    outcome = run_program(program, program_globals)
-    # Encode first: the loop's cleanup runs program code that could change the value.
-    frame = outcome_frame(outcome, limits["maxValueBytes"])
-    close_outcome(outcome)
-    _pending.clear()
-    _finish(frame)
+    program_globals = None
+    # One run, or in a session one run after another in the same globals.
+    while True:
+        run = _read_frame()
+        if run["type"] != "run" or type(run.get("program")) is not str:
+            _die(_EXIT_BAD_HOST_FRAME, "expected a run frame with a string program")
+        source = run["program"]
+        budgets = _run_budgets(run, limits)
+        _start_run(budgets, session)
+        if program_globals is None:
+            program_globals = new_program_globals(injected)
+            sys.stdout = _stdout  # from here on, compile warnings included, output is log frames
+            sys.stderr = _stderr
+        try:
+            program = compile_for(source)
+        except BaseException as exc:  # SyntaxError, ValueError (NUL), RecursionError, ...
+            frame = _done_error("exception", _format_compile_error(exc, source))
+            if not session:
+                _finish(frame)
+            _send(frame)
+            continue
+        outcome = run_program(program, program_globals)
+        # Encode first: the loop's cleanup runs program code that could change the value.
+        frame = outcome_frame(outcome, budgets["maxValueBytes"])
+        close_outcome(outcome)
+        _pending.clear()
+        if not session:
+            _finish(frame)
+        # The session goes on: the program's signal handlers come back.
+        _restore_signals(outcome.signals)
+        _send(frame)
