@@ -90,6 +90,17 @@ pub fn stdout_line(line: &str) -> io::Result<()> {
     out.flush()
 }
 
+/// Writes several lines to stdout under one lock, as they are (pycage's
+/// own text, such as a benchmark report).
+pub fn stdout_lines<'a>(lines: impl IntoIterator<Item = &'a str>) -> io::Result<()> {
+    let mut out = BufWriter::new(io::stdout().lock());
+    for line in lines {
+        out.write_all(line.as_bytes())?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()
+}
+
 /// Writes one line to stderr. Errors are ignored: stderr is the channel of
 /// last resort and there is nowhere left to report them.
 pub fn stderr_line(line: &str) {
@@ -105,6 +116,34 @@ pub fn misuse(message: &str) {
 /// A warning: `pycage: warning: <message>` on stderr.
 pub fn warning(message: &str) {
     stderr_text(&format!("pycage: warning: {message}"));
+}
+
+/// A misuse message for `--json` callers: one line on stdout in the shape
+/// of a run result, `{"logs":[],"error":{"kind":"misuse","message":...}}`.
+/// Write errors are ignored, as for [`misuse`].
+pub fn misuse_json(message: &str) {
+    let mut b = pycage_protocol::JsonBuilder::new();
+    let built = (|| -> Result<(), pycage_protocol::BuildError> {
+        b.begin_object()?;
+        b.key("logs")?;
+        b.begin_array()?;
+        b.end()?;
+        b.key("error")?;
+        b.begin_object()?;
+        b.key("kind")?;
+        b.string("misuse")?;
+        b.key("message")?;
+        b.string(message)?;
+        b.end()?;
+        b.end()
+    })();
+    match built.and_then(|()| b.finish()) {
+        Ok(v) => {
+            let _ = stdout_line(&v.to_canonical_string());
+        }
+        // Unreachable (each step is valid); fall back to the plain form.
+        Err(_) => misuse(message),
+    }
 }
 
 /// A buffered writer over locked stdout, for line-per-record output

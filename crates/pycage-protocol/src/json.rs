@@ -2,8 +2,8 @@
 //!
 //! # Why this type is ours and not `serde_json::Value`
 //!
-//! Everything the child sends is hostile, and the contract (DESIGN.md §2) says
-//! a 1,000,000-deep array below the byte budget must cross intact, with every
+//! Everything the child sends is hostile, and the protocol (`docs/protocol.md`)
+//! promises that a 1,000,000-deep array below the byte budget must cross intact, with every
 //! number's decimal text preserved. `serde_json::Value` cannot do that:
 //!
 //! - its parser recurses (and refuses past depth 128 unless the recursion
@@ -625,106 +625,6 @@ impl JsonBuilder {
     }
 }
 
-/// Deepest value [`JsonValue::to_serde`] converts: `serde_json::Value` drops
-/// recursively, so deeper values would risk the caller's stack. Matches
-/// `serde_json`'s own parser limit.
-pub const SERDE_MAX_DEPTH: usize = 128;
-
-/// Why a conversion to `serde_json::Value` was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ToSerdeError {
-    #[error("value is {0} levels deep; serde_json::Value conversion stops at {SERDE_MAX_DEPTH}")]
-    TooDeep(usize),
-    #[error("number {0} is not representable by serde_json")]
-    Number(String),
-}
-
-impl JsonValue {
-    /// Converts to `serde_json::Value`. Numbers keep their value exactly (the
-    /// workspace builds serde_json with `arbitrary_precision`) but serde_json
-    /// may re-spell them (`1E5` becomes `1e+5`); objects follow serde_json's
-    /// map semantics (keys sorted, the last of duplicate keys kept). Refuses
-    /// values deeper than [`SERDE_MAX_DEPTH`]. Use the tape itself when the
-    /// exact text matters.
-    pub fn to_serde(&self) -> Result<serde_json::Value, ToSerdeError> {
-        let depth = self.depth();
-        if depth > SERDE_MAX_DEPTH {
-            return Err(ToSerdeError::TooDeep(depth));
-        }
-        to_serde_bounded(self.root())
-    }
-
-    /// Converts from `serde_json::Value`, iteratively.
-    pub fn from_serde(v: &serde_json::Value) -> Result<Self, BuildError> {
-        enum It<'a> {
-            Arr(std::slice::Iter<'a, serde_json::Value>),
-            Obj(serde_json::map::Iter<'a>),
-        }
-        let mut b = JsonBuilder::new();
-        let mut stack: Vec<It<'_>> = Vec::new();
-        let mut next = Some(v);
-        loop {
-            if let Some(v) = next.take() {
-                match v {
-                    serde_json::Value::Null => b.null()?,
-                    serde_json::Value::Bool(x) => b.bool(*x)?,
-                    serde_json::Value::Number(n) => b.number(&n.to_string())?,
-                    serde_json::Value::String(s) => b.string(s)?,
-                    serde_json::Value::Array(a) => {
-                        b.begin_array()?;
-                        stack.push(It::Arr(a.iter()));
-                    }
-                    serde_json::Value::Object(o) => {
-                        b.begin_object()?;
-                        stack.push(It::Obj(o.iter()));
-                    }
-                }
-            }
-            match stack.last_mut() {
-                None => break,
-                Some(It::Arr(it)) => match it.next() {
-                    Some(v) => next = Some(v),
-                    None => {
-                        stack.pop();
-                        b.end()?;
-                    }
-                },
-                Some(It::Obj(it)) => match it.next() {
-                    Some((k, v)) => {
-                        b.key(k)?;
-                        next = Some(v);
-                    }
-                    None => {
-                        stack.pop();
-                        b.end()?;
-                    }
-                },
-            }
-        }
-        b.finish()
-    }
-}
-
-// Recursion here is bounded by SERDE_MAX_DEPTH, checked by the caller.
-fn to_serde_bounded(v: ValueRef<'_>) -> Result<serde_json::Value, ToSerdeError> {
-    Ok(match v.kind() {
-        Kind::Null => serde_json::Value::Null,
-        Kind::Bool(b) => serde_json::Value::Bool(b),
-        Kind::Number(n) => {
-            serde_json::Value::Number(n.as_str().parse().map_err(|_| ToSerdeError::Number(n.as_str().to_owned()))?)
-        }
-        Kind::String(s) => serde_json::Value::String(s.to_owned()),
-        Kind::Array(it) => serde_json::Value::Array(it.map(to_serde_bounded).collect::<Result<_, _>>()?),
-        Kind::Object(it) => {
-            let mut m = serde_json::Map::new();
-            for (k, v) in it {
-                m.insert(k.to_owned(), to_serde_bounded(v)?);
-            }
-            serde_json::Value::Object(m)
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -770,24 +670,5 @@ mod tests {
         let v = JsonValue::parse(br#"{"a":1,"a":2}"#).unwrap();
         assert_eq!(v.root().get("a").unwrap().as_number().unwrap().as_str(), "2");
         assert_eq!(v.to_canonical_string(), r#"{"a":1,"a":2}"#);
-    }
-
-    #[test]
-    fn serde_round_trip_keeps_numbers_exact() {
-        let src = br#"{"big":123456789012345678901234567890,"f":1.10,"e":-0.0,"s":"\u00e9\n","a":[[],{}]}"#;
-        let v = JsonValue::parse(src).unwrap();
-        let s = v.to_serde().unwrap();
-        assert_eq!(s["big"].to_string(), "123456789012345678901234567890");
-        let back = JsonValue::from_serde(&s).unwrap();
-        assert_eq!(back.root().get("f").unwrap().as_number().unwrap().as_str(), "1.10");
-        assert_eq!(back.root().get("e").unwrap().as_number().unwrap().as_str(), "-0.0");
-    }
-
-    #[test]
-    fn to_serde_refuses_deep_values() {
-        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
-        let v = JsonValue::parse(deep.as_bytes()).unwrap();
-        assert_eq!(v.depth(), 200);
-        assert_eq!(v.to_serde(), Err(ToSerdeError::TooDeep(200)));
     }
 }

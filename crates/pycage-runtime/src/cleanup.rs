@@ -295,6 +295,34 @@ impl Drop for RunDir {
     }
 }
 
+/// Makes the run directories of one runtime: named for its [`Owner`], each
+/// with an empty `out/`, failures of their removal logged.
+#[derive(Debug)]
+pub struct RunDirs {
+    parent: PathBuf,
+    owner: Owner,
+    log: Arc<CleanupLog>,
+}
+
+impl RunDirs {
+    /// Lock an owner in `parent` (sweeping what dead owners left there
+    /// first, failures into `log`).
+    pub fn new(parent: PathBuf, log: Arc<CleanupLog>) -> io::Result<RunDirs> {
+        for failure in sweep(&parent).failed {
+            log.record(&failure.path, &io::Error::other(failure.error));
+        }
+        let owner = Owner::new(std::slice::from_ref(&parent))?;
+        Ok(RunDirs { parent, owner, log })
+    }
+
+    /// A new run directory (mode 0700) with an empty `out/`.
+    pub fn create(&self) -> io::Result<RunDir> {
+        let dir = RunDir::create(&self.parent, "run", &self.owner, Arc::clone(&self.log))?;
+        std::fs::create_dir(dir.path().join(crate::site::OUTPUT_DIR_NAME))?;
+        Ok(dir)
+    }
+}
+
 /// A live runtime's claim on the directories it creates; see the module
 /// docs. Dropping it removes its lock files.
 #[derive(Debug)]

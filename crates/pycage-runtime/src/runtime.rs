@@ -9,19 +9,24 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bindings::Namespace;
-use crate::cleanup::{self, CleanupFailure, CleanupLog, Owner, RunDir};
-use crate::config::{ConfigError, Isolation, RuntimeConfig};
-use crate::interpreter::{self, Interpreter, InterpreterError};
+use crate::cleanup::{CleanupFailure, CleanupLog, RunDirs};
+use crate::config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
+use crate::interpreter::{Interpreter, InterpreterError};
 use crate::names::{self, NameError};
+use crate::pool::{Pool, PoolConfig};
+use crate::probe_cache::{self, BootstrapDir, PrepareError};
+use crate::session::{Session, SessionOptions};
 use crate::site::{self, RunSite, SandboxLayout};
-use crate::spawn::{Guard, PreExec, SpawnSpec, Worker};
+use crate::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
 /// The Python package shipped inside the binary.
-const PYTHON_FILES: &[(&str, &str)] = &[
+pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
     ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
+    ("script.py", include_str!("../../../python/pycage/script.py")),
+    ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
 ];
 
 /// Why a runtime could not be built. Each message says what to do.
@@ -45,6 +50,8 @@ pub enum RuntimeError {
     SandboxPolicy(#[from] pycage_sandbox::SandboxError),
     #[error("{0}")]
     AllowRead(String),
+    #[error("could not set up the run directories: {0}")]
+    RunDirs(std::io::Error),
 }
 
 /// Caller misuse: the only `Err` a run returns.
@@ -109,15 +116,21 @@ impl RunRequest {
 
 struct Shared {
     config: RuntimeConfig,
+    /// Children forked from a zygote, when runs use one.
+    pool: Option<Pool>,
+    /// Why runs use `exec` although the configuration asks for a zygote.
+    spawn_fallback: Option<String>,
+    /// FIFO admission of runs (`max_concurrent_runs`).
+    admission: tokio::sync::Semaphore,
     /// What every sandboxed run sees of the host.
     layout: Option<SandboxLayout>,
+    /// Process isolation's run directories (and this runtime's owner lock).
+    run_dirs: Arc<RunDirs>,
+    cleanup: Arc<CleanupLog>,
     interpreter: Interpreter,
-    bootstrap: RunDir,
+    bootstrap: BootstrapDir,
     shutdown: CancellationToken,
     tracker: TaskTracker,
-    cleanup: Arc<CleanupLog>,
-    /// Dropped after `bootstrap` (fields drop in order): its lock goes last.
-    owner: Owner,
 }
 
 /// Runs programs; cheap to clone (clones share children and shutdown).
@@ -131,47 +144,55 @@ impl Runtime {
     /// bootstrap. Fails here, not at the first run, when something is wrong.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
         config.validate()?;
-        let temp = config.run_dir_parent.clone().unwrap_or_else(std::env::temp_dir);
-        let parents = vec![temp.clone()];
-        // Directories left by pycage processes that died without cleaning up.
-        let cleanup = Arc::new(CleanupLog::default());
-        for parent in &parents {
-            for failure in cleanup::sweep(parent).failed {
-                cleanup.record(&failure.path, &std::io::Error::other(failure.error));
-            }
-        }
-        let owner = Owner::new(&parents).map_err(RuntimeError::Bootstrap)?;
-        let bootstrap = write_bootstrap(&temp, &owner, Arc::clone(&cleanup)).map_err(RuntimeError::Bootstrap)?;
-        let (interpreter, imported) =
-            interpreter::probe_with_bootstrap(config.python.as_deref(), Some(bootstrap.path()))?;
-        if let Err(stderr) = imported {
-            return Err(RuntimeError::BootstrapImport { python: interpreter.executable, stderr });
-        }
-        share_bytecode(bootstrap.path());
+        let (interpreter, bootstrap) = probe_cache::prepare(config.python.as_deref(), config.cache_dir.as_deref())
+            .map_err(|e| match e {
+                PrepareError::Interpreter(e) => RuntimeError::Interpreter(e),
+                PrepareError::Write(e) => RuntimeError::Bootstrap(e),
+                PrepareError::Import { python, stderr } => RuntimeError::BootstrapImport { python, stderr },
+            })?;
         let layout = match config.isolation {
             Isolation::Process => None,
             Isolation::Sandbox => Some(sandbox_layout(&config, &interpreter, bootstrap.path())?),
         };
+        // Directories left by pycage processes that died without cleaning
+        // up are swept here; this runtime's own are named for its lock.
+        let cleanup = Arc::new(CleanupLog::default());
+        let parent = config.run_dir_parent.clone().unwrap_or_else(std::env::temp_dir);
+        let run_dirs = Arc::new(RunDirs::new(parent, Arc::clone(&cleanup)).map_err(RuntimeError::RunDirs)?);
+        let spawn_fallback = match (config.spawn, config.isolation, &interpreter.zygote_error) {
+            (SpawnMode::Exec, _, _) => None,
+            (SpawnMode::Zygote, _, Some(e)) => Some(format!("the zygote cannot run on this interpreter: {e}")),
+            (SpawnMode::Zygote, Isolation::Sandbox, None) => {
+                Some("sandbox isolation does not run through the zygote yet".to_owned())
+            }
+            (SpawnMode::Zygote, Isolation::Process, None) => None,
+        };
+        let pool = (config.spawn == SpawnMode::Zygote && spawn_fallback.is_none()).then(|| {
+            Pool::new(PoolConfig {
+                python: interpreter.executable.clone(),
+                bootstrap_dir: bootstrap.path().to_path_buf(),
+                size: config.pool_size,
+                zygote_max_runs: config.zygote_max_runs,
+                zygote_max_age: config.zygote_max_age,
+                run_dirs: Arc::clone(&run_dirs),
+                rlimits: Vec::new(),
+            })
+        });
         Ok(Runtime {
             shared: Arc::new(Shared {
+                pool,
+                spawn_fallback,
+                admission: tokio::sync::Semaphore::new(config.max_concurrent_runs),
                 layout,
+                run_dirs,
+                cleanup,
                 config,
                 interpreter,
                 bootstrap,
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
-                cleanup,
-                owner,
             }),
         })
-    }
-
-    /// Directories pycage created and could not remove since the last
-    /// call (each was also logged with `tracing::warn!`). A run's files are
-    /// removed when it settles; a failure never fails the run, so it is
-    /// reported here.
-    pub fn cleanup_failures(&self) -> Vec<CleanupFailure> {
-        self.shared.cleanup.drain()
     }
 
     /// The configuration in force.
@@ -182,6 +203,28 @@ impl Runtime {
     /// The probed interpreter.
     pub fn interpreter(&self) -> &Interpreter {
         &self.shared.interpreter
+    }
+
+    /// How runs are spawned in fact: the configured mode, or `Exec` with
+    /// the reason when the zygote cannot be used.
+    pub fn spawn_mode(&self) -> (SpawnMode, Option<&str>) {
+        match &self.shared.spawn_fallback {
+            Some(reason) => (SpawnMode::Exec, Some(reason)),
+            None => (self.shared.config.spawn, None),
+        }
+    }
+
+    /// Directories pycage created and could not remove since the last
+    /// call (each was also logged with `tracing::warn!`). A run's files are
+    /// removed when it settles; a failure never fails the run, so it is
+    /// reported here.
+    pub fn cleanup_failures(&self) -> Vec<CleanupFailure> {
+        self.shared.cleanup.drain()
+    }
+
+    /// The pid of the zygote serving runs now, if there is one.
+    pub fn zygote_pid(&self) -> Option<u32> {
+        self.shared.pool.as_ref().and_then(Pool::zygote_pid).and_then(|p| u32::try_from(p).ok())
     }
 
     /// Runs one program. `Err` only for misuse; every program outcome is `Ok`.
@@ -198,29 +241,78 @@ impl Runtime {
         self.run_inner(request, Some(events)).await
     }
 
+    /// Opens a session: one process that keeps its globals across runs.
+    /// `Err` for misuse (bindings that break the name rules, a shut-down
+    /// runtime). Its process is started at its first run.
+    pub fn session(&self, options: SessionOptions) -> Result<Session, MisuseError> {
+        Session::open(self.clone(), options)
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shared.shutdown.is_cancelled() || self.shared.tracker.is_closed()
+    }
+
+    pub(crate) fn shutdown_token(&self) -> CancellationToken {
+        self.shared.shutdown.clone()
+    }
+
+    /// Tasks shutdown waits for.
+    pub(crate) fn background(&self) -> &TaskTracker {
+        &self.shared.tracker
+    }
+
+    /// A place among the runs in flight (FIFO); `None` once shut down.
+    pub(crate) async fn admit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        tokio::select! {
+            permit = self.shared.admission.acquire() => permit.ok(),
+            _ = self.shared.shutdown.cancelled() => None,
+        }
+    }
+
+    /// A child ready for `boot`, or why none could be started.
+    pub(crate) async fn take_worker(&self) -> Result<Worker, String> {
+        self.take_worker_with(&[]).await.map(|(worker, _)| worker)
+    }
+
+    /// A child ready for `boot` with `inputs` in its working directory, and
+    /// where its files are.
+    async fn take_worker_with(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), String> {
+        let failed = |e: &dyn std::fmt::Display| {
+            format!("could not start {}: {e}", self.shared.interpreter.executable.display())
+        };
+        let (worker, site) = match &self.shared.pool {
+            Some(pool) => {
+                let worker = pool.take().await.map_err(|e| failed(&e))?;
+                let Some(dir) = worker.run_dir().cloned() else { return Err(failed(&"no run directory")) };
+                site::copy_inputs(dir.path(), inputs).map_err(|e| failed(&e))?;
+                (worker, RunSite::Host(dir))
+            }
+            None => self.spawn_worker(inputs).map_err(|e| failed(&e))?,
+        };
+        Ok((worker, site))
+    }
+
     async fn run_inner(
         &self,
         request: RunRequest,
         events: Option<mpsc::UnboundedSender<RunEvent>>,
     ) -> Result<RunResult, MisuseError> {
         names::check_bindings(&request.bindings)?;
+        let inputs = site::resolve_inputs(&request.inputs).map_err(MisuseError::Input)?;
         let shared = &self.shared;
         if shared.shutdown.is_cancelled() || shared.tracker.is_closed() {
             return Err(MisuseError::ShutDown);
         }
         // Held until the run (and its child) is settled; shutdown waits on it.
         let _token = shared.tracker.token();
-        let inputs = site::resolve_inputs(&request.inputs).map_err(MisuseError::Input)?;
+        // FIFO admission; shutdown releases the queue (as an abort).
+        let Some(_permit) = self.admit().await else {
+            return Ok(RunResult::failed(FailureKind::Abort, "the runtime was shut down".into(), Vec::new()));
+        };
         let deadline = Instant::now() + shared.config.wall_time;
-        let (worker, run_site) = match self.spawn_worker(&inputs) {
+        let (mut worker, run_site) = match self.take_worker_with(&inputs).await {
             Ok(w) => w,
-            Err(e) => {
-                return Ok(RunResult::failed(
-                    FailureKind::WorkerExit,
-                    format!("could not start {}: {e}", shared.interpreter.executable.display()),
-                    Vec::new(),
-                ))
-            }
+            Err(message) => return Ok(RunResult::failed(FailureKind::WorkerExit, message, Vec::new())),
         };
         let scope = match run_site.init_pid() {
             Some(init) => Some(crate::watchdog::Scope::PidNamespace { init }),
@@ -231,38 +323,44 @@ impl Runtime {
             cpu: std::time::Duration::from_secs(shared.config.cpu_seconds),
             memory_bytes: shared.config.address_space_bytes,
         };
-        let mut result = run::execute(
-            worker,
-            run::RunInputs {
-                config: &shared.config,
-                program: request.program,
-                bindings: request.bindings,
-                cancel: request.cancel.unwrap_or_default(),
-                shutdown: shared.shutdown.clone(),
-                events,
-                deadline,
-                budget: crate::watchdog::budget_watch(scope, budget),
-            },
-        )
-        .await;
-        if let Some(dest) = &request.output_dir {
-            let dest = site::absolute(dest).unwrap_or_else(|_| dest.clone());
-            result.output = Some(run_site.collect_output(&dest, shared.config.max_output_bytes));
-        }
+        let inputs = run::RunInputs {
+            config: &shared.config,
+            cancel: request.cancel.unwrap_or_default(),
+            shutdown: shared.shutdown.clone(),
+            events,
+            deadline,
+            budget: crate::watchdog::budget_watch(scope, budget),
+        };
+        let Some(dest) = &request.output_dir else {
+            return Ok(run::execute_once(worker, request.program, request.bindings, inputs, &shared.tracker).await);
+        };
+        // The output is copied once every process of the run is gone, so
+        // what is copied is what the run left.
+        let m = run::RunMachine::new(
+            &shared.config,
+            run::Opening::OneShot,
+            request.program,
+            request.bindings,
+            inputs.events.is_some(),
+        );
+        let (mut result, _) = run::execute(&mut worker, m, inputs).await;
+        worker.stop(shared.config.grace).await;
+        drop(worker);
+        let dest = site::absolute(dest).unwrap_or_else(|_| dest.clone());
+        result.output = Some(run_site.collect_output(&dest, shared.config.max_output_bytes));
         Ok(result)
     }
 
-    /// Starts the child of one run: its directory (process isolation) or
-    /// its sandbox, with `inputs` in its working directory.
-    fn spawn_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), String> {
+    /// Starts the child of one run by exec: its directory (process
+    /// isolation) or its sandbox, with `inputs` in its working directory.
+    fn spawn_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), SpawnError> {
         let shared = &self.shared;
         let config = &shared.config;
         let mut guards: Vec<Guard> = Vec::new();
         let Some(layout) = &shared.layout else {
-            let run_site = RunSite::host(config, &shared.owner, Arc::clone(&shared.cleanup), inputs)?;
-            let RunSite::Host(dir) = &run_site else { return Err("no run directory".into()) };
+            let dir = Arc::new(shared.run_dirs.create().map_err(SpawnError::RunDir)?);
+            site::copy_inputs(dir.path(), inputs).map_err(|e| SpawnError::RunDir(std::io::Error::other(e)))?;
             let path = dir.path().to_path_buf();
-            guards.push(Box::new(Arc::clone(dir)));
             let worker = Worker::spawn(SpawnSpec {
                 python: &shared.interpreter.executable,
                 bootstrap_dir: shared.bootstrap.path(),
@@ -270,16 +368,16 @@ impl Runtime {
                 tmp: &path,
                 cwd: Some(&path),
                 env: &[],
+                run_dir: Some(Arc::clone(&dir)),
                 guards,
                 pre_exec: None,
-            })
-            .map_err(|e| e.to_string())?;
-            return Ok((worker, run_site));
+            })?;
+            return Ok((worker, RunSite::Host(dir)));
         };
         let host_ids = if rustix::process::geteuid().is_root() {
             let dir = config.uid_lease_dir.clone().unwrap_or_else(|| PathBuf::from(crate::lease::DEFAULT_LEASE_DIR));
             let lease = crate::lease::lease_uid(&dir, config.sandbox_uid_base, config.sandbox_uid_count)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| SpawnError::RunDir(std::io::Error::other(e.to_string())))?;
             let ids = pycage_sandbox::HostIds { uid: lease.uid(), gid: lease.uid() };
             guards.push(Box::new(lease));
             Some(ids)
@@ -299,7 +397,7 @@ impl Runtime {
             disk_bytes: config.disk_bytes,
             sysv_shm_bytes: config.sysv_shm_bytes,
         };
-        let prepared = Arc::new(pycage_sandbox::Prepared::new(&policy).map_err(|e| format!("sandbox: {e}"))?);
+        let prepared = Arc::new(pycage_sandbox::Prepared::new(&policy)?);
         let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(&prepared)));
         let worker = Worker::spawn(SpawnSpec {
             python: &layout.python,
@@ -308,10 +406,10 @@ impl Runtime {
             tmp: Path::new(pycage_sandbox::TMP_DIR),
             cwd: None,
             env: &layout.env,
+            run_dir: None,
             guards,
             pre_exec: Some(hook),
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         Ok((worker, RunSite::sandboxed(&prepared)))
     }
 
@@ -321,6 +419,9 @@ impl Runtime {
         self.shared.tracker.close();
         self.shared.shutdown.cancel();
         self.shared.tracker.wait().await;
+        if let Some(pool) = &self.shared.pool {
+            pool.close().await;
+        }
     }
 }
 
@@ -333,8 +434,8 @@ impl PreExec for SandboxHook {
         unsafe { self.0.enter() }
     }
 
-    fn explain(&self, e: std::io::Error) -> String {
-        self.0.explain_spawn_error(e).to_string()
+    fn explain(&self, e: std::io::Error) -> SpawnError {
+        SpawnError::Sandbox(self.0.explain_spawn_error(e))
     }
 }
 
@@ -356,34 +457,4 @@ fn sandbox_layout(
         return Err(RuntimeError::SandboxUnavailable { layers: missing.join(", "), reasons: reasons.join("; ") });
     }
     SandboxLayout::new(config, interp, bootstrap).map_err(RuntimeError::AllowRead)
-}
-
-fn write_bootstrap(temp: &Path, owner: &Owner, log: Arc<CleanupLog>) -> std::io::Result<RunDir> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = RunDir::create(temp, "bootstrap", owner, log)?;
-    // Readable by the unprivileged uid a sandboxed child runs as; the
-    // content is not secret, and only the host can write it.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
-    let pkg = dir.path().join("pycage");
-    std::fs::create_dir(&pkg)?;
-    std::fs::set_permissions(&pkg, std::fs::Permissions::from_mode(0o755))?;
-    for (name, text) in PYTHON_FILES {
-        let path = pkg.join(name);
-        std::fs::write(&path, text)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-    }
-    Ok(dir)
-}
-
-/// Lets the sandboxed uid read the bytecode the probe compiled (children
-/// run with `-B`, so they read it and never write their own).
-fn share_bytecode(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(entries) = std::fs::read_dir(dir.join("pycage").join("__pycache__")) {
-        let _ =
-            std::fs::set_permissions(dir.join("pycage").join("__pycache__"), std::fs::Permissions::from_mode(0o755));
-        for e in entries.flatten() {
-            let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o644));
-        }
-    }
 }

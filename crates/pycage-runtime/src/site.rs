@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use pycage_sandbox::{Handoff, Prepared, Remap};
 
-use crate::cleanup::{CleanupLog, Owner, RunDir};
+use crate::cleanup::RunDir;
 use crate::config::RuntimeConfig;
 use crate::files::{self, Access, CopyLimits, CopyReport};
 use crate::interpreter::Interpreter;
@@ -151,6 +151,37 @@ pub(crate) fn resolve_inputs(inputs: &[PathBuf]) -> Result<Vec<Input>, String> {
     Ok(resolved)
 }
 
+/// Copy `inputs` read-only into a process-isolated run's directory.
+pub(crate) fn copy_inputs(dir: &Path, inputs: &[Input]) -> Result<(), String> {
+    if inputs.is_empty() {
+        return Ok(());
+    }
+    let dst = files::create_dir_all(dir).map_err(|e| format!("could not open the run directory: {e}"))?;
+    for input in inputs {
+        let Some(parent) = input.host.parent() else { continue };
+        let src = rustix::fs::open(
+            parent,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| format!("input {}: {e}", input.host.display()))?;
+        let limits = CopyLimits { max_bytes: u64::MAX, max_entries: u64::MAX, max_depth: 256 };
+        let report = files::copy_entry(
+            src.as_fd(),
+            &input.name,
+            dst.as_fd(),
+            &input.name,
+            Path::new(&input.name),
+            limits,
+            Access::ReadOnly,
+        );
+        if let Some(skipped) = report.skipped.first() {
+            return Err(format!("input {}: {} ({})", input.host.display(), skipped.reason, skipped.path.display()));
+        }
+    }
+    Ok(())
+}
+
 /// One run's files.
 pub(crate) enum RunSite {
     /// Process isolation: a host directory (removed when the last holder
@@ -161,45 +192,6 @@ pub(crate) enum RunSite {
 }
 
 impl RunSite {
-    /// Create the host directory of a process-isolated run, with `out/`
-    /// and the inputs (copied read-only).
-    pub(crate) fn host(
-        config: &RuntimeConfig,
-        owner: &Owner,
-        log: Arc<CleanupLog>,
-        inputs: &[Input],
-    ) -> Result<RunSite, String> {
-        let parent = config.run_dir_parent.clone().unwrap_or_else(std::env::temp_dir);
-        let dir = RunDir::create(&parent, "run", owner, log)
-            .map_err(|e| format!("could not create the run directory: {e}"))?;
-        std::fs::create_dir(dir.path().join(OUTPUT_DIR_NAME))
-            .map_err(|e| format!("could not create the run's {OUTPUT_DIR_NAME}/ directory: {e}"))?;
-        let dst = files::create_dir_all(dir.path()).map_err(|e| format!("could not open the run directory: {e}"))?;
-        for input in inputs {
-            let Some(parent) = input.host.parent() else { continue };
-            let src = rustix::fs::open(
-                parent,
-                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            )
-            .map_err(|e| format!("input {}: {e}", input.host.display()))?;
-            let limits = CopyLimits { max_bytes: u64::MAX, max_entries: u64::MAX, max_depth: 256 };
-            let report = files::copy_entry(
-                src.as_fd(),
-                &input.name,
-                dst.as_fd(),
-                &input.name,
-                Path::new(&input.name),
-                limits,
-                Access::ReadOnly,
-            );
-            if let Some(skipped) = report.skipped.first() {
-                return Err(format!("input {}: {} ({})", input.host.display(), skipped.reason, skipped.path.display()));
-            }
-        }
-        Ok(RunSite::Host(Arc::new(dir)))
-    }
-
     /// The remaps that show `inputs` read-only in a sandboxed run's
     /// working directory.
     pub(crate) fn input_remaps(inputs: &[Input]) -> Vec<Remap> {
@@ -266,6 +258,7 @@ mod tests {
             version: (3, 11, 7),
             prefixes: prefixes.iter().map(PathBuf::from).collect(),
             sys_path: sys_path.iter().map(PathBuf::from).collect(),
+            zygote_error: None,
         }
     }
 
@@ -280,6 +273,7 @@ mod tests {
             version: (3, 11, 7),
             prefixes: vec![prefix.clone()],
             sys_path: vec![prefix.join("lib/python3.11")],
+            zygote_error: None,
         };
         let layout =
             SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Some(home.path())).unwrap();

@@ -91,6 +91,11 @@ pub struct Budget {
     pub memory_bytes: u64,
 }
 
+impl Budget {
+    /// No budget (nothing is ever exceeded).
+    pub const UNLIMITED: Budget = Budget { cpu: Duration::MAX, memory_bytes: u64::MAX };
+}
+
 /// A budget a sample went over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exceeded {

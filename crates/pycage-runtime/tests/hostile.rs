@@ -306,8 +306,17 @@ async fn suite() {
     assert_eq!(std::fs::read_to_string(&canary).unwrap(), "top secret");
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(common::processes_with_marker(&marker()), Vec::<String>::new());
+    // A child killed on drop is reaped by a background thread: give it time.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !children_of_self().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(children_of_self(), Vec::<String>::new());
     if rustix::process::geteuid().is_root() {
+        // A killed supervisor's init dies of its death signal an instant later.
+        while !sandbox_uid_processes().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         assert_eq!(sandbox_uid_processes(), Vec::<String>::new());
     }
     for p in [
