@@ -56,6 +56,14 @@ pub(crate) async fn read_counting(stream: &UnixStream, buf: &mut [u8]) -> io::Re
     }
 }
 
+/// Read what `stream` holds right now, without waiting and whatever
+/// tokio last saw of its readiness (`WouldBlock` when it holds nothing).
+/// For the moment the child is known to have exited: every write it made
+/// is in the socket already, but its readiness may not be observed yet.
+pub(crate) fn read_now(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
+    recv_dropping_control(stream, buf).map(|(n, _)| n)
+}
+
 fn recv_dropping_control(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Dropped)> {
     let mut space = [MaybeUninit::<u8>::uninit(); CONTROL_SPACE];
     let mut control = RecvAncillaryBuffer::new(&mut space);

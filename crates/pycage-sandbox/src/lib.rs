@@ -1,30 +1,27 @@
-//! pycage's `sandbox` isolation for the CPython child, on Linux.
+//! pycage's `sandbox` isolation for the CPython child, on Linux, for any
+//! user: built from an unprivileged user namespace (as bubblewrap and
+//! Chromium's namespace sandbox are), with no setuid helper.
 //!
-//! The runtime spawns `python3 -I` with `std`/`tokio` `Command` and, in
-//! `pre_exec`, calls [`Prepared::enter`]. The child then runs:
+//! The runtime spawns the interpreter with `std`/`tokio` `Command` and, in
+//! `pre_exec`, calls [`Prepared::enter`]. The program then runs:
 //!
-//! - in a private root: a read-only tmpfs holding only the exposed paths,
-//!   each bind-mounted at its own absolute path (read-only, nosuid, nodev),
-//!   the run dir read-write, four device nodes, and no `/proc`;
-//! - as a per-run unprivileged uid, in a new user namespace that maps only
-//!   that uid, and new PID, network (no interface up), IPC and UTS
-//!   namespaces; the interpreter is PID 1, so every process it starts dies
-//!   with it, `setsid` and double-forked daemons included;
-//! - under Landlock (read-only beneath the exposed paths, read-write beneath
-//!   the run dir, nothing else; TCP and scoping where the ABI has them),
-//!   required to be fully enforced;
-//! - with only fds 0-3 inherited, `no_new_privs`, `RLIMIT_NPROC`, `RLIMIT_FSIZE`, `RLIMIT_NOFILE` and
-//!   no core dumps;
-//! - under a seccomp filter that denies non-`AF_UNIX` sockets, `ptrace`,
-//!   mounts, namespaces, `bpf`, keyrings and other host-facing calls (a deny
-//!   list; [`seccomp`] explains why and what backs it up).
+//! - as uid 1000 of a nested user namespace, PID 2 of its own PID namespace
+//!   (under a reaping init), in its own mount, network (no interface up),
+//!   IPC and UTS (hostname `pycage`) namespaces; on a root host as a
+//!   per-run unprivileged host uid, otherwise as the caller's uid;
+//! - in a small real Linux: a read-only tmpfs root with the exposed host
+//!   paths ([`MountPlan`]), `/proc` of its PID namespace, a generated
+//!   `/etc`, and `/work`, `/tmp`, `/dev/shm` on one size-capped tmpfs;
+//! - under Landlock (the same view, enforced a second time), with no
+//!   capabilities, `no_new_privs`, rlimits, SysV IPC limits, and a seccomp
+//!   allow list ([`seccomp`]).
 //!
 //! The work is split the way the project's style asks: a pure plan
-//! ([`MountPlan`], the seccomp table, the Landlock access table), unit-tested
-//! anywhere, and thin apply functions that make the syscalls in the forked
-//! child ([`prepared`] documents every step, its order and the reason for
-//! it). [`probe`] reports which layers the machine supports. The host must be
-//! root; cgroup limits are not applied (see [`Availability::cgroup_v2`]).
+//! ([`MountPlan`], the seccomp policy, the Landlock access table),
+//! unit-tested anywhere, and thin apply functions that make the syscalls in
+//! the forked child ([`prepared`] documents every step, its order and the
+//! reason for it). [`probe`] reports which layers the machine supports and
+//! why one is missing; [`cgroup`] finds a delegated cgroup v2 subtree.
 //!
 //! ```no_run
 //! use std::os::unix::process::CommandExt;

@@ -934,3 +934,41 @@ fn timing() {
     }
     eprintln!("Prepared::new median {:?}", median(prepare));
 }
+
+/// The compiled filters as bytes, installed from Python with
+/// `prctl(PR_SET_SECCOMP)` (as a zygote's child does): the same verdicts
+/// as when the sandbox installs them.
+#[test]
+fn filter_bytes_install_from_python() {
+    let filters = pycage_sandbox::seccomp::compile(pycage_sandbox::seccomp::native_arch().unwrap()).unwrap();
+    let hex: Vec<String> = filters.to_bytes().iter().map(|b| b.iter().map(|x| format!("{x:02x}")).collect()).collect();
+    let code = r#"
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+assert libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+keep = []
+for text in sys.argv[1:]:
+    raw = bytes.fromhex(text)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+    keep.append(buf)
+    prog = SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    assert libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0, ctypes.get_errno()
+def call(fn):
+    ctypes.set_errno(0)
+    r = fn()
+    return errno.errorcode.get(ctypes.get_errno(), "ok") if r == -1 else "ok"
+import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    inet = "ok"
+except OSError as e:
+    inet = errno.errorcode[e.errno]
+print(call(lambda: libc.ptrace(0, 0, None, None)), call(lambda: libc.memfd_create(b"x", 0)), inet, call(lambda: libc.getpid()))
+"#;
+    let out = Command::new(&python().executable).args(["-I", "-c", code]).args(&hex).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "EPERM ENOSYS EPERM ok\n");
+}

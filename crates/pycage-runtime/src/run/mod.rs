@@ -210,7 +210,18 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                     write_failed = true;
                 }
             }
-            _ = worker.exited() => m.child_exited(),
+            _ = worker.exited() => {
+                // Its last frames (`done`) may be in fd 3 although their
+                // readiness was not seen before the exit: take them first.
+                while m.settled().is_none() {
+                    match crate::channel::read_now(&sock, &mut sock_buf) {
+                        Ok(0) => m.receive_eof(),
+                        Ok(n) => m.receive(sock_buf.get(..n).unwrap_or_default()),
+                        Err(_) => break,
+                    }
+                }
+                m.child_exited();
+            }
         }
     }
     // In-flight calls are abandoned: their replies would never be read.
