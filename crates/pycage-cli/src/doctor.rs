@@ -80,9 +80,8 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         json.begin_array()?;
         for (name, layer) in avail.layers() {
             // "Used" means a run with this configuration applies it: only a
-            // supported layer can be, and cgroup v2 limits are not applied
-            // to runs yet.
-            let used = uses_sandbox && layer.supported && name != "cgroup-v2";
+            // supported layer can be (a delegated cgroup v2 included).
+            let used = uses_sandbox && layer.supported;
             json.begin_object()?;
             json.key("name")?;
             json.string(name)?;
@@ -153,10 +152,8 @@ fn mib(bytes: u64) -> String {
 fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<(&'static str, Vec<String>)> {
     let period = pycage_runtime::watchdog::PERIOD.as_millis();
     let memory = mib(config.address_space_bytes);
-    let cgroup = match &avail.cgroup {
-        Some(found) => {
-            format!("a delegated cgroup v2 exists at {} but pycage does not place runs in it yet", found.path.display())
-        }
+    let cgroup = |what: String| match &avail.cgroup {
+        Some(found) => format!("cgroup v2 under {}: {what}", found.path.display()),
         None => "no delegated cgroup v2 (see cgroup-v2 above)".to_string(),
     };
     match config.isolation {
@@ -174,7 +171,10 @@ fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<
                             mib(config.sysv_shm_bytes)
                         ),
                         format!("hard ceiling without the watchdog: {processes} processes x {memory}"),
-                        cgroup.clone(),
+                        cgroup(format!(
+                            "memory.max {} (the budget plus the tmpfs), memory.swap.max 0",
+                            mib(config.address_space_bytes.saturating_add(config.disk_bytes))
+                        )),
                     ],
                 ),
                 (
@@ -186,14 +186,14 @@ fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<
                             config.cpu_seconds
                         ),
                         format!("wall clock {} ms", config.wall_time.as_millis()),
-                        cgroup.clone(),
                     ],
                 ),
                 (
                     "processes",
-                    vec![format!(
-                        "RLIMIT_NPROC {processes} processes and threads, counted in the run's own user namespace"
-                    )],
+                    vec![
+                        format!("RLIMIT_NPROC {processes} processes and threads, counted in the run's own user namespace"),
+                        cgroup(format!("pids.max {}", processes.saturating_add(2))),
+                    ],
                 ),
                 (
                     "disk",

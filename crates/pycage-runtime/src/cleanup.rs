@@ -315,6 +315,11 @@ impl RunDirs {
         Ok(RunDirs { parent, owner, log })
     }
 
+    /// The owner id the directories (and run cgroups) are named after.
+    pub fn owner_id(&self) -> &str {
+        self.owner.id()
+    }
+
     /// A new run directory (mode 0700) with an empty `out/`.
     pub fn create(&self) -> io::Result<RunDir> {
         let dir = RunDir::create(&self.parent, "run", &self.owner, Arc::clone(&self.log))?;

@@ -124,6 +124,11 @@ struct Shared {
     admission: tokio::sync::Semaphore,
     /// What every sandboxed run sees of the host.
     layout: Option<SandboxLayout>,
+    /// A cgroup v2 subtree delegated to pycage, if any: each sandboxed run
+    /// gets a child of it with its budgets.
+    cgroup: Option<pycage_sandbox::cgroup::Cgroup>,
+    /// Names run cgroups.
+    next_cgroup: std::sync::atomic::AtomicU64,
     /// Process isolation's run directories (and this runtime's owner lock).
     run_dirs: Arc<RunDirs>,
     cleanup: Arc<CleanupLog>,
@@ -150,9 +155,12 @@ impl Runtime {
                 PrepareError::Write(e) => RuntimeError::Bootstrap(e),
                 PrepareError::Import { python, stderr } => RuntimeError::BootstrapImport { python, stderr },
             })?;
-        let layout = match config.isolation {
-            Isolation::Process => None,
-            Isolation::Sandbox => Some(sandbox_layout(&config, &interpreter, bootstrap.path())?),
+        let (layout, cgroup) = match config.isolation {
+            Isolation::Process => (None, None),
+            Isolation::Sandbox => {
+                let (layout, cgroup) = sandbox_layout(&config, &interpreter, bootstrap.path())?;
+                (Some(layout), cgroup)
+            }
         };
         // Directories left by pycage processes that died without cleaning
         // up are swept here; this runtime's own are named for its lock.
@@ -184,6 +192,8 @@ impl Runtime {
                 spawn_fallback,
                 admission: tokio::sync::Semaphore::new(config.max_concurrent_runs),
                 layout,
+                cgroup,
+                next_cgroup: std::sync::atomic::AtomicU64::new(0),
                 run_dirs,
                 cleanup,
                 config,
@@ -397,7 +407,11 @@ impl Runtime {
             disk_bytes: config.disk_bytes,
             sysv_shm_bytes: config.sysv_shm_bytes,
         };
-        let prepared = Arc::new(pycage_sandbox::Prepared::new(&policy)?);
+        let mut prepared = pycage_sandbox::Prepared::new(&policy)?;
+        if let Some(parent) = &shared.cgroup {
+            guards.push(Box::new(self.join_run_cgroup(parent, &mut prepared)?));
+        }
+        let prepared = Arc::new(prepared);
         let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(&prepared)));
         let worker = Worker::spawn(SpawnSpec {
             python: &layout.python,
@@ -411,6 +425,30 @@ impl Runtime {
             pre_exec: Some(hook),
         })?;
         Ok((worker, RunSite::sandboxed(&prepared)))
+    }
+
+    /// Creates the run's cgroup under the delegated `parent`, with the run's
+    /// budgets as kernel limits, and has the sandbox join it first thing.
+    fn join_run_cgroup(
+        &self,
+        parent: &pycage_sandbox::cgroup::Cgroup,
+        prepared: &mut pycage_sandbox::Prepared,
+    ) -> Result<site::CgroupGuard, SpawnError> {
+        use pycage_sandbox::cgroup::{CgroupLimits, RealCgroupFs, RunCgroup};
+        let config = &self.shared.config;
+        let n = self.shared.next_cgroup.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("pycage-{}-{n}", self.shared.run_dirs.owner_id());
+        let limits = CgroupLimits {
+            // The tmpfs's pages are charged to the run's cgroup too.
+            memory_bytes: config.address_space_bytes.saturating_add(config.disk_bytes),
+            max_processes: config.max_processes.saturating_add(2),
+            cpu_max: None,
+        };
+        let run = RunCgroup::create(&RealCgroupFs, parent, &name, &limits).map_err(SpawnError::Cgroup)?;
+        let guard = site::CgroupGuard(run);
+        let procs = std::fs::OpenOptions::new().write(true).open(guard.0.procs_file()).map_err(SpawnError::Cgroup)?;
+        prepared.join_cgroup(procs.into());
+        Ok(guard)
     }
 
     /// Settles every in-flight run as `abort` and returns once each child
@@ -439,12 +477,13 @@ impl PreExec for SandboxHook {
     }
 }
 
-/// Checks every layer and decides what a sandboxed run sees of the host.
+/// Checks every layer, decides what a sandboxed run sees of the host, and
+/// finds a delegated cgroup v2 subtree if there is one.
 fn sandbox_layout(
     config: &RuntimeConfig,
     interp: &Interpreter,
     bootstrap: &Path,
-) -> Result<SandboxLayout, RuntimeError> {
+) -> Result<(SandboxLayout, Option<pycage_sandbox::cgroup::Cgroup>), RuntimeError> {
     let avail = pycage_sandbox::probe();
     let missing = avail.missing();
     if !missing.is_empty() {
@@ -456,5 +495,6 @@ fn sandbox_layout(
             .collect();
         return Err(RuntimeError::SandboxUnavailable { layers: missing.join(", "), reasons: reasons.join("; ") });
     }
-    SandboxLayout::new(config, interp, bootstrap).map_err(RuntimeError::AllowRead)
+    let layout = SandboxLayout::new(config, interp, bootstrap).map_err(RuntimeError::AllowRead)?;
+    Ok((layout, avail.cgroup))
 }

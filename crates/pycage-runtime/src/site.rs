@@ -248,6 +248,30 @@ impl RunSite {
     }
 }
 
+/// A sandboxed run's cgroup (when one is delegated to pycage): killed and
+/// removed once the run's supervisor is reaped. The kernel refuses to
+/// remove a cgroup until its last process is gone, so a removal that finds
+/// it busy is retried on a short-lived thread instead of blocking here.
+pub(crate) struct CgroupGuard(pub(crate) pycage_sandbox::cgroup::RunCgroup);
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        use pycage_sandbox::cgroup::RealCgroupFs;
+        if self.0.kill_and_remove(&RealCgroupFs).is_ok() {
+            return;
+        }
+        let path = self.0.path().to_path_buf();
+        let _ = std::thread::Builder::new().name("pycage-cgroup-rm".into()).spawn(move || {
+            for _ in 0..250 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                if std::fs::remove_dir(&path).is_ok() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

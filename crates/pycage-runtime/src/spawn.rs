@@ -85,6 +85,10 @@ pub enum SpawnError {
     /// The zygote could not fork the child.
     #[error(transparent)]
     Zygote(#[from] ZygoteError),
+    /// The run's cgroup (under a delegated cgroup v2 subtree) could not be
+    /// created or joined.
+    #[error("could not set up the run's cgroup: {0}")]
+    Cgroup(#[source] io::Error),
 }
 
 /// How a reaped child ended.

@@ -197,11 +197,33 @@ fn memory_of(pid: i32) -> Option<u64> {
 }
 
 /// How children are found: the kernel's per-task `children` files
-/// (`CONFIG_PROC_CHILDREN`), or one scan of every `/proc/<pid>/stat`.
+/// (`CONFIG_PROC_CHILDREN`), or a scan of every `/proc/<pid>/stat`, shared
+/// by every run's watchdog and redone at most every half [`PERIOD`] (a
+/// process younger than that may be missed by one sample).
 enum Children {
     Files,
-    /// `(parent, child)` pairs, sorted by parent.
-    Scanned(Vec<(i32, i32)>),
+    Scanned(ParentIndex),
+}
+
+/// `(parent, child)` pairs of one scan of `/proc`, sorted by parent.
+type ParentIndex = std::sync::Arc<Vec<(i32, i32)>>;
+
+/// The shared scan: when it was taken, and its pairs.
+static SCAN: std::sync::Mutex<Option<(std::time::Instant, ParentIndex)>> = std::sync::Mutex::new(None);
+
+fn scan_parents() -> Vec<(i32, i32)> {
+    let mut pairs = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+            let Some(stat) = read_proc(&format!("/proc/{pid}/stat")) else { continue };
+            if let Some(ppid) = stat_fields(&stat).and_then(|f| f.get(1).and_then(|p| p.parse::<i32>().ok())) {
+                pairs.push((ppid, pid));
+            }
+        }
+    }
+    pairs.sort_unstable();
+    pairs
 }
 
 impl Children {
@@ -209,18 +231,18 @@ impl Children {
         if std::path::Path::new(&format!("/proc/{root}/task/{root}/children")).exists() {
             return Children::Files;
         }
-        let mut pairs = Vec::new();
-        if let Ok(entries) = std::fs::read_dir("/proc") {
-            for entry in entries.flatten() {
-                let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-                let Some(stat) = read_proc(&format!("/proc/{pid}/stat")) else { continue };
-                if let Some(ppid) = stat_fields(&stat).and_then(|f| f.get(1).and_then(|p| p.parse::<i32>().ok())) {
-                    pairs.push((ppid, pid));
+        let fresh = PERIOD / 2;
+        if let Ok(mut cached) = SCAN.lock() {
+            if let Some((taken, pairs)) = cached.as_ref() {
+                if taken.elapsed() < fresh {
+                    return Children::Scanned(std::sync::Arc::clone(pairs));
                 }
             }
+            let pairs = std::sync::Arc::new(scan_parents());
+            *cached = Some((std::time::Instant::now(), std::sync::Arc::clone(&pairs)));
+            return Children::Scanned(pairs);
         }
-        pairs.sort_unstable();
-        Children::Scanned(pairs)
+        Children::Scanned(std::sync::Arc::new(scan_parents()))
     }
 
     /// Append the children of `pid` to `out`.

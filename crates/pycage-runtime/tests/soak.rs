@@ -158,6 +158,9 @@ async fn soak_through_the_zygote() {
     // Children of settled runs are reaped in the background; shutdown waits.
     rt.shutdown().await;
     assert_eq!(descendants(), Vec::<u32>::new(), "processes left after shutdown");
+    assert_eq!(rt.cleanup_failures(), Vec::new(), "run directories that could not be removed");
+    // The runtime's owner lock (a descriptor and a file) goes with it.
+    drop(rt);
     assert_eq!(open_fds(), fds_before, "descriptors leaked");
     let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "run directories left: {} (first {:?})", left.len(), left.first());

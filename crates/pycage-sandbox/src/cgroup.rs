@@ -203,6 +203,24 @@ fn unescape(field: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Check a detected cgroup can hold run cgroups: create a child with the
+/// controllers enabled, and remove it. This fails (`EBUSY`) when the
+/// delegated cgroup itself holds processes, pycage's own among them (the
+/// kernel's "no internal processes" rule): pycage must then run in a leaf of
+/// its delegated subtree.
+pub fn check_usable(fs: &dyn CgroupFs, cgroup: &Cgroup) -> Result<(), String> {
+    let name = format!("pycage-probe-{}", std::process::id());
+    let limits = CgroupLimits { memory_bytes: 64 << 20, max_processes: 8, cpu_max: None };
+    let run = RunCgroup::create(fs, cgroup, &name, &limits).map_err(|e| {
+        format!(
+            "{} is delegated, but a child cgroup with the memory, pids and cpu controllers cannot be made in it ({e}); \
+             run pycage in a leaf cgroup of the delegated subtree",
+            cgroup.path.display()
+        )
+    })?;
+    fs.rmdir(run.path()).map_err(|e| format!("cannot remove the probe cgroup {}: {e}", run.path().display()))
+}
+
 /// Run-wide limits of a run cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CgroupLimits {
@@ -428,6 +446,19 @@ mod tests {
             .writable("/mnt/cg x/a b/cgroup.subtree_control")
             .writable("/mnt/cg x/a b/cgroup.procs");
         assert_eq!(detect(&fs).unwrap().path, PathBuf::from("/mnt/cg x/a b"));
+    }
+
+    #[test]
+    fn a_delegated_cgroup_must_take_a_child() {
+        let fs = delegated();
+        assert_eq!(check_usable(&fs, &detect(&fs).unwrap()), Ok(()));
+        // The same cgroup, but its subtree_control refuses (EBUSY in the
+        // kernel; here not writable): reported with what to do.
+        let mut fs = delegated();
+        fs.writable.remove(Path::new("/sys/fs/cgroup/system.slice/pycage.service/cgroup.subtree_control"));
+        let cgroup = Cgroup { path: PathBuf::from("/sys/fs/cgroup/system.slice/pycage.service") };
+        let err = check_usable(&fs, &cgroup).unwrap_err();
+        assert!(err.contains("run pycage in a leaf cgroup"), "{err}");
     }
 
     #[test]

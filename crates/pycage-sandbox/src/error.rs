@@ -162,8 +162,10 @@ pub enum SandboxError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Step {
+    /// Joining the run's cgroup (writing `0` to its `cgroup.procs`).
+    JoinCgroup = 1,
     /// Opening `/proc/self` before the namespaces change.
-    OpenProcSelf = 1,
+    OpenProcSelf,
     /// Raising a hard rlimit (root host only) so the program can be given it.
     RaiseHardLimit,
     /// Cloning a path to expose (`open_tree(OPEN_TREE_CLONE)`).
@@ -266,7 +268,8 @@ pub enum Step {
 
 impl Step {
     /// All steps, in the order [`crate::Prepared::enter`] runs them.
-    pub const ALL: [Step; 50] = [
+    pub const ALL: [Step; 51] = [
+        Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
         Step::CloneMount,
@@ -332,6 +335,7 @@ impl Step {
     /// The isolation layer this step belongs to.
     pub fn layer(self) -> &'static str {
         match self {
+            Step::JoinCgroup => "cgroup v2",
             Step::OpenProcSelf => "user namespace",
             Step::RaiseHardLimit => "rlimits",
             Step::CloneMount => "mount namespace",
@@ -388,6 +392,7 @@ impl Step {
     /// What the step does, for messages.
     pub fn describe(self) -> &'static str {
         match self {
+            Step::JoinCgroup => "joining the run's cgroup (cgroup.procs)",
             Step::OpenProcSelf => "opening /proc/self",
             Step::RaiseHardLimit => "raising a hard rlimit",
             Step::CloneMount => "cloning a path to expose (open_tree)",

@@ -21,7 +21,9 @@
 //!
 //! In C:
 //! 1. Reset every signal disposition to `SIG_DFL` (tokio's handlers would
-//!    make C survive the host's SIGTERM to the group).
+//!    make C survive the host's SIGTERM to the group). With a delegated
+//!    cgroup ([`Prepared::join_cgroup`]), join it: every later process of
+//!    the run starts inside it.
 //! 2. Open `/proc/self` (an `O_PATH` fd) for the map files of step 5.
 //! 3. On a root host only: raise the hard rlimits the policy asks for,
 //!    clone every path to expose (`open_tree(OPEN_TREE_CLONE)`: detached
@@ -306,6 +308,8 @@ pub struct Prepared {
     diag_write: OwnedFd,
     handoff_read: OwnedFd,
     handoff_write: OwnedFd,
+    /// The run's `cgroup.procs`, opened for writing by the host.
+    cgroup_procs: Option<OwnedFd>,
 }
 
 /// Which Landlock rights a directory of the new root gets.
@@ -453,8 +457,17 @@ impl Prepared {
             diag_write,
             handoff_read,
             handoff_write,
+            cgroup_procs: None,
             plan,
         })
+    }
+
+    /// Put the run in a cgroup: `procs` is that cgroup's `cgroup.procs`,
+    /// opened for writing by the host (the kernel checks the opener's
+    /// rights). The supervisor joins it before anything else, so every
+    /// process of the run is in it from the start.
+    pub fn join_cgroup(&mut self, procs: OwnedFd) {
+        self.cgroup_procs = Some(procs);
     }
 
     /// The resolved mount plan (for `pycage doctor` and diagnostics).
@@ -597,6 +610,10 @@ impl Prepared {
     /// Single-threaded forked child only.
     unsafe fn supervisor(&self) -> Result<(), Failure> {
         sys::reset_signal_dispositions();
+        if let Some(procs) = &self.cgroup_procs {
+            // "0": the writing process; one write, as the kernel parses it.
+            write_all(procs, b"0").map_err(|errno| Failure::new(Step::JoinCgroup, errno))?;
+        }
         let proc_self =
             rustix::fs::open(c"/proc/self", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
                 .map_err(at(Step::OpenProcSelf))?;

@@ -972,3 +972,38 @@ print(call(lambda: libc.ptrace(0, 0, None, None)), call(lambda: libc.memfd_creat
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "EPERM ENOSYS EPERM ok\n");
 }
+
+/// With a cgroup, the supervisor joins it before anything else: it writes
+/// "0" to the `cgroup.procs` descriptor the host opened. (No cgroup v2 is
+/// delegated on the machines this runs on, so a plain file stands in for
+/// `cgroup.procs`; a descriptor it cannot write fails the named step.)
+#[test]
+fn the_supervisor_joins_the_run_cgroup_first() {
+    let fx = Fixture::new(17);
+    let procs = tempfile::NamedTempFile::new().unwrap();
+    let mut prepared = Prepared::new(&fx.policy).unwrap();
+    prepared.join_cgroup(std::fs::OpenOptions::new().write(true).open(procs.path()).unwrap().into());
+    let prepared = Arc::new(prepared);
+    let in_child = Arc::clone(&prepared);
+    let mut command = Command::new(&python().inside);
+    command.args(["-I", "-c", "pass"]).env_clear().envs(python().env.iter().map(|(k, v)| (k, v)));
+    // SAFETY: the hook only calls `Prepared::enter`.
+    unsafe { command.pre_exec(move || in_child.enter()) };
+    let status = command.status().unwrap_or_else(|e| panic!("{}", prepared.explain_spawn_error(e)));
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(procs.path()).unwrap(), "0");
+
+    let mut prepared = Prepared::new(&fx.policy).unwrap();
+    prepared.join_cgroup(std::fs::File::open(procs.path()).unwrap().into());
+    let prepared = Arc::new(prepared);
+    let in_child = Arc::clone(&prepared);
+    let mut command = Command::new(&python().inside);
+    command.args(["-I", "-c", "pass"]).env_clear();
+    // SAFETY: the hook only calls `Prepared::enter`.
+    unsafe { command.pre_exec(move || in_child.enter()) };
+    let err = command.spawn().expect_err("a read-only cgroup.procs");
+    match prepared.explain_spawn_error(err) {
+        SandboxError::Child(failure) => assert_eq!((failure.step, failure.errno), (Step::JoinCgroup, libc::EBADF)),
+        other => panic!("unexpected {other:?}"),
+    }
+}
