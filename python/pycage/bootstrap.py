@@ -826,7 +826,7 @@ def _utf8_str(x):
 
 
 def _check_boot(frame):
-    """Validate ``boot``; return (limits dict, [(global, names, error_class)])."""
+    """Validate ``boot``; return (limits dict, [(global, names, error_class, docs)])."""
     if frame["type"] != "boot":
         _bad_boot(f"expected boot, got {frame['type']!r}")
     limits = {}
@@ -870,8 +870,20 @@ def _check_boot(frame):
             if name in seen:
                 _bad_boot(f"global {name} is injected twice")
             seen.add(name)
-        namespaces.append((glob, names, error_class))
+        docs = _check_docs(glob, entry.get("doc"), entry.get("docs"))
+        namespaces.append((glob, names, error_class, docs))
     return limits, namespaces
+
+
+def _check_docs(glob, doc, docs):
+    """``(namespace doc or None, {member: doc})`` from a namespace entry."""
+    if doc is not None and not _utf8_str(doc):
+        _bad_boot(f"doc of {glob} must be a string")
+    if docs is None:
+        docs = {}
+    if type(docs) is not dict or not all(_utf8_str(d) for d in docs.values()):
+        _bad_boot(f"docs of {glob} must be an object of strings")
+    return doc, docs
 
 
 def _set_limit(which, soft, hard):
@@ -937,9 +949,10 @@ def _make_member(loop, glob, name, error_class, prop):
     return member
 
 
-def _make_namespace(glob, members):
+def _make_namespace(glob, members, doc=None):
     """The program's ``<glob>`` object: every member name, dunders included,
-    is an attribute; other dunders fall back to ``object``."""
+    is an attribute; other dunders fall back to ``object``. ``doc`` is what
+    ``help(<glob>)`` shows."""
 
     def __getattribute__(self, attr):
         try:
@@ -970,6 +983,7 @@ def _make_namespace(glob, members):
             "__repr__": __repr__,
             "__dir__": __dir__,
             "__module__": "pycage",
+            "__doc__": doc,
         },
     )
     return cls()
@@ -977,7 +991,7 @@ def _make_namespace(glob, members):
 
 def _build_globals(loop, namespaces):
     injected = {}
-    for glob, names, error_class in namespaces:
+    for glob, names, error_class, (doc, docs) in namespaces:
         cls = prop = None
         if error_class is not None:
             class_name, prop = error_class
@@ -989,7 +1003,10 @@ def _build_globals(loop, namespaces):
             )
             injected[class_name] = cls
         members = {name: _make_member(loop, glob, name, cls, prop) for name in names}
-        injected[glob] = _make_namespace(glob, members)
+        for name, text in docs.items():
+            if name in members:
+                members[name].__doc__ = text
+        injected[glob] = _make_namespace(glob, members, doc)
     return injected
 
 

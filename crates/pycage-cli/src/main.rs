@@ -5,8 +5,6 @@
 //! (bad flags, unreadable program, bad bindings file, broken name rule, no
 //! usable interpreter). Clap's own usage errors also exit 2.
 
-mod bindings_file;
-mod command;
 mod doctor;
 mod frames;
 mod output;
