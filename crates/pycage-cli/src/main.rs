@@ -7,6 +7,7 @@
 
 mod doctor;
 mod frames;
+mod mcp;
 mod output;
 mod run;
 
@@ -40,6 +41,11 @@ enum Command {
     ///
     /// Exits 1 when the chosen (default: the default) configuration cannot run.
     Doctor(doctor::DoctorArgs),
+    /// Serve code mode over MCP: one tool, `run_python`, whose description
+    /// carries typed stubs of the bindings (stdio, or --http ADDR).
+    Mcp(mcp::McpArgs),
+    /// Print the typed Python stubs of a bindings file (connects to its MCP servers).
+    Stubs(mcp::StubsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -101,17 +107,9 @@ fn default_isolation() -> IsolationArg {
     RuntimeConfig::default().isolation.into()
 }
 
+/// Budgets, interpreter and isolation of runs: shared by `run` and `mcp`.
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("program").required(true).multiple(false).args(["file", "code"]))]
-struct RunArgs {
-    /// Print the result as one line of canonical JSON: {"value"?, "logs", "error"?}.
-    #[arg(long)]
-    json: bool,
-
-    /// TOML file declaring binding namespaces (external commands).
-    #[arg(long, value_name = "FILE.toml")]
-    bindings: Option<PathBuf>,
-
+struct RuntimeArgs {
     /// Wall-clock budget of the run, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = default_wall_ms())]
     wall_ms: u64,
@@ -143,6 +141,21 @@ struct RunArgs {
     /// Extra read-only path for sandboxed runs (repeatable), e.g. a virtualenv.
     #[arg(long, value_name = "PATH")]
     allow_read: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("program").required(true).multiple(false).args(["file", "code"]))]
+struct RunArgs {
+    /// Print the result as one line of canonical JSON: {"value"?, "logs", "error"?}.
+    #[arg(long)]
+    json: bool,
+
+    /// TOML file declaring binding namespaces (commands, HTTP endpoints, MCP servers).
+    #[arg(long, value_name = "FILE.toml")]
+    bindings: Option<PathBuf>,
+
+    #[command(flatten)]
+    runtime: RuntimeArgs,
 
     /// Program text to run instead of a file.
     #[arg(short = 'c', value_name = "CODE")]
@@ -154,6 +167,13 @@ struct RunArgs {
 }
 
 impl RunArgs {
+    /// The runtime configuration these flags describe.
+    fn config(&self) -> anyhow::Result<RuntimeConfig> {
+        self.runtime.config()
+    }
+}
+
+impl RuntimeArgs {
     /// The runtime configuration these flags describe. Range checks beyond
     /// arithmetic are `RuntimeConfig::validate`'s job (at `Runtime::new`).
     fn config(&self) -> anyhow::Result<RuntimeConfig> {
@@ -181,6 +201,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Frames(FramesCommand::Validate(args)) => frames::validate(&args),
         Command::Doctor(args) => doctor::main(args),
+        Command::Mcp(args) => mcp::serve(args),
+        Command::Stubs(args) => mcp::stubs(args),
     };
     match result {
         Ok(code) => code,
