@@ -991,7 +991,7 @@ def _make_namespace(glob, members, doc=None):
 
 def _build_globals(loop, namespaces):
     injected = {}
-    for glob, names, error_class, (doc, docs) in namespaces:
+    for glob, names, error_class, (ns_doc, docs) in namespaces:
         cls = prop = None
         if error_class is not None:
             class_name, prop = error_class
@@ -1006,7 +1006,7 @@ def _build_globals(loop, namespaces):
         for name, text in docs.items():
             if name in members:
                 members[name].__doc__ = text
-        injected[glob] = _make_namespace(glob, members, doc)
+        injected[glob] = _make_namespace(glob, members, ns_doc)
     return injected
 
 

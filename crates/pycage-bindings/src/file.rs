@@ -183,7 +183,8 @@ pub fn parse(
     base_dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<BindingsFile, FileError> {
-    let file: FileToml = toml::from_str(text).map_err(|e| FileError(format!("{label}: {}", e.to_string().trim_end())))?;
+    let file: FileToml =
+        toml::from_str(text).map_err(|e| FileError(format!("{label}: {}", e.to_string().trim_end())))?;
     let mut out = BindingsFile::default();
     for (i, ns) in file.namespace.into_iter().enumerate() {
         let at = format!("{label}: namespace[{i}] ({})", ns.global);
@@ -191,7 +192,8 @@ pub fn parse(
         check_one(&ns.global, &error_class).map_err(|e| FileError(format!("{at}: {e}")))?;
         let mut functions = BTreeMap::new();
         for (name, f) in ns.functions {
-            let decl = function(f, base_dir, env).map_err(|e| FileError(format!("{at}: function {name:?}: {}", e.0)))?;
+            let decl =
+                function(f, base_dir, env).map_err(|e| FileError(format!("{at}: function {name:?}: {}", e.0)))?;
             functions.insert(name, decl);
         }
         out.namespaces.push(NamespaceDecl { global: ns.global, error_class, doc: ns.doc, functions });
@@ -293,11 +295,7 @@ fn mcp(
         bail!("give include or exclude, not both");
     }
     Ok(McpDecl {
-        spec: UpstreamSpec {
-            global: m.global,
-            transport,
-            timeout: timeout(m.timeout_ms, upstream::DEFAULT_TIMEOUT)?,
-        },
+        spec: UpstreamSpec { global: m.global, transport, timeout: timeout(m.timeout_ms, upstream::DEFAULT_TIMEOUT)? },
         error_class,
         doc: m.doc,
         include,
@@ -508,7 +506,10 @@ mod tests {
                             program: "npx".into(),
                             args: vec!["server".into()],
                             cwd: "/base".into(),
-                            env: vec![("MODE".into(), Secret::new("ro")), ("TOKEN".into(), Secret::new("Bearer s3cret"))],
+                            env: vec![
+                                ("MODE".into(), Secret::new("ro")),
+                                ("TOKEN".into(), Secret::new("Bearer s3cret"))
+                            ],
                         },
                         timeout: Duration::from_millis(1234),
                     },
@@ -565,12 +566,21 @@ mod tests {
             ("w = { timeout_ms = 5 }", "needs command = [...] or http = \"http://...\""),
             ("w = { command = [\"x\"], http = \"http://a\" }", "give either command or http, not both"),
             ("w = { http = \"ftp://a\" }", "\"ftp://a\" is not an http:// or https:// URL"),
-            ("w = { http = \"http://a\", headers = { A = { env = \"NOPE\" } } }", "header A: the environment variable NOPE is not set"),
-            ("w = { http = \"http://a\", headers = { A = { env = \"BAD\" } } }", "header A: the value is not a valid header value"),
+            (
+                "w = { http = \"http://a\", headers = { A = { env = \"NOPE\" } } }",
+                "header A: the environment variable NOPE is not set",
+            ),
+            (
+                "w = { http = \"http://a\", headers = { A = { env = \"BAD\" } } }",
+                "header A: the value is not a valid header value",
+            ),
             ("w = { http = \"http://a\", headers = { A = 1 } }", "header A must be a string or { env = \"NAME\" }"),
             ("w = { http = \"http://a\", headers = { \"a b\" = \"x\" } }", "header name \"a b\" is not valid"),
             ("w = { command = [\"x\"], headers = { A = \"x\" } }", "headers are for http functions"),
-            ("w = { command = [\"x\"], input_schema = \"[1\" }", "input_schema is not JSON: EOF while parsing a list at line 1 column 2"),
+            (
+                "w = { command = [\"x\"], input_schema = \"[1\" }",
+                "input_schema is not JSON: EOF while parsing a list at line 1 column 2",
+            ),
             ("w = { command = [\"x\"], output_schema = [1] }", "output_schema must be a JSON Schema object"),
         ];
         for (entry, want) in cases {

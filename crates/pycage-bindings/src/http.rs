@@ -108,8 +108,9 @@ async fn exchange(
     if over {
         return Err(BindingError::new(format!("POST {label}: the response is over {MAX_RESPONSE_BYTES} bytes")));
     }
-    JsonValue::parse(&body)
-        .map_err(|e| BindingError::new(format!("POST {label} answered {status} but the body is not one JSON document ({e})")))
+    JsonValue::parse(&body).map_err(|e| {
+        BindingError::new(format!("POST {label} answered {status} but the body is not one JSON document ({e})"))
+    })
 }
 
 /// An error and its causes on one line (reqwest's own text is terse).

@@ -49,8 +49,7 @@ fn base_spelling(name: &str) -> String {
 /// are identifiers map to themselves; the others follow the module rule.
 pub fn spell_all<'a>(names: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, String> {
     let names: BTreeSet<&str> = names.into_iter().collect();
-    let mut taken: BTreeSet<String> =
-        names.iter().filter(|n| is_python_identifier(n)).map(|n| n.to_string()).collect();
+    let mut taken: BTreeSet<String> = names.iter().filter(|n| is_python_identifier(n)).map(|n| n.to_string()).collect();
     let mut out = BTreeMap::new();
     for name in names {
         if is_python_identifier(name) {

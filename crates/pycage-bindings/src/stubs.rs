@@ -283,7 +283,10 @@ enum Params {
     Keywords(Vec<Param>),
     /// Some key cannot be a keyword argument: the whole object is one
     /// `TypedDict`, passed with `**`.
-    Unpacked { typed_dict: String, docs: Vec<String> },
+    Unpacked {
+        typed_dict: String,
+        docs: Vec<String>,
+    },
 }
 
 struct Param {
@@ -378,8 +381,11 @@ impl Gen<'_> {
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(alts) = obj.get(key).and_then(Value::as_array) {
-                let parts: Vec<String> =
-                    alts.iter().enumerate().map(|(i, a)| self.ty(a, root, &format!("{hint}{}", i + 1), depth + 1)).collect();
+                let parts: Vec<String> = alts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| self.ty(a, root, &format!("{hint}{}", i + 1), depth + 1))
+                    .collect();
                 return union(parts);
             }
         }
@@ -403,8 +409,11 @@ impl Gen<'_> {
         match obj.get("type") {
             Some(Value::String(t)) => self.typed(t, obj, schema, root, hint, depth),
             Some(Value::Array(ts)) => {
-                let parts: Vec<String> =
-                    ts.iter().filter_map(Value::as_str).map(|t| self.typed(t, obj, schema, root, hint, depth)).collect();
+                let parts: Vec<String> = ts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(|t| self.typed(t, obj, schema, root, hint, depth))
+                    .collect();
                 union(parts)
             }
             _ if obj.contains_key("properties") => self.object(schema, root, hint, depth),
@@ -452,7 +461,9 @@ impl Gen<'_> {
 
     /// A TypedDict for an object schema with properties; returns its name.
     fn object(&mut self, schema: &Value, root: &Value, hint: &str, depth: usize) -> String {
-        let name = self.namer.fresh(schema.get("title").and_then(Value::as_str).filter(|t| is_python_identifier(t)).unwrap_or(hint));
+        let name = self
+            .namer
+            .fresh(schema.get("title").and_then(Value::as_str).filter(|t| is_python_identifier(t)).unwrap_or(hint));
         self.typed_dict(&name, schema, root, depth);
         name
     }
@@ -535,7 +546,11 @@ impl Gen<'_> {
 }
 
 fn required_set(schema: &Value) -> BTreeSet<&str> {
-    schema.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 /// A property's description and value constraints, on one line.
@@ -657,7 +672,10 @@ pub fn py_literal(v: &Value) -> String {
         Value::String(s) => py_str(s),
         Value::Array(items) => format!("[{}]", items.iter().map(py_literal).collect::<Vec<_>>().join(", ")),
         Value::Object(m) => {
-            format!("{{{}}}", m.iter().map(|(k, v)| format!("{}: {}", py_str(k), py_literal(v))).collect::<Vec<_>>().join(", "))
+            format!(
+                "{{{}}}",
+                m.iter().map(|(k, v)| format!("{}: {}", py_str(k), py_literal(v))).collect::<Vec<_>>().join(", ")
+            )
         }
     }
 }
@@ -869,7 +887,10 @@ class gh:
 "#;
         assert_eq!(text, want, "got:\n{text}");
         let f = &stubs[0].functions[0];
-        assert_eq!(f.summary, "gh.search_issues(query, limit?, state?, labels?, since?) -> SearchIssuesResult: Search issues.");
+        assert_eq!(
+            f.summary,
+            "gh.search_issues(query, limit?, state?, labels?, since?) -> SearchIssuesResult: Search issues."
+        );
         assert!(f.help_text().starts_with("class Issue(TypedDict):"));
         assert!(f.help_text().contains("async def search_issues(*, query: str"));
     }

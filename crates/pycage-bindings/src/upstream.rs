@@ -15,7 +15,7 @@
 //!
 //! A stdio server starts with a scrubbed environment: [`BASE_ENV`] taken
 //! from pycage's own, plus exactly the `env` entries of its `[[mcp]]` table.
-//! Its stderr is read into a bounded tail that connection errors quote.
+//! Its stderr is read into a bounded tail that a failed start quotes.
 //!
 //! Results map to values by [`result_value`].
 
@@ -181,6 +181,9 @@ impl Upstream {
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(|e| format!("could not start {argv0}: {e}"))?;
+                if let Ok(mut t) = self.stderr_tail.lock() {
+                    t.clear();
+                }
                 if let Some(stderr) = stderr {
                     let tail = Arc::clone(&self.stderr_tail);
                     tokio::spawn(keep_tail(stderr, tail));
@@ -240,7 +243,7 @@ impl Upstream {
             // Dropping this future (timeout, run settled) sends notifications/cancelled.
             match peer.call_tool(params).await {
                 Ok(result) => result_value(tool, result),
-                Err(e) => Err(BindingError::new(format!("{tool}: MCP server `{}`: {e}{}", self.label, self.stderr_note()))),
+                Err(e) => Err(BindingError::new(format!("{tool}: MCP server `{}`: {e}", self.label))),
             }
         };
         match tokio::time::timeout(timeout, work).await {

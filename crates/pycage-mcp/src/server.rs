@@ -144,15 +144,20 @@ impl CodeModeServer {
         let result = self.inner.runtime.run_with_events(request, tx).await;
         // The sender went with the run; wait so every line precedes the result.
         let _ = forward.await;
-        let result =
-            result.map_err(|e| McpError::internal_error(format!("the run could not start: {e}"), None))?;
+        let result = result.map_err(|e| McpError::internal_error(format!("the run could not start: {e}"), None))?;
         Ok(tool_result(&result))
     }
 
     async fn forward(&self, exposed: Exposed, request: CallToolRequestParams) -> Result<CallToolResult, McpError> {
         let peer = exposed.upstream.peer().await.map_err(|e| McpError::internal_error(e, None))?;
         match peer.call_tool(request).await {
-            Ok(result) => Ok(result),
+            Ok(mut result) => {
+                // A result from an older-protocol server has no resultType,
+                // which a 2026-07-28 client requires; the SDK drops it again
+                // for older clients.
+                result.result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
+                Ok(result)
+            }
             Err(rmcp::ServiceError::McpError(e)) => Err(e),
             Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                 "MCP server `{}`: {e}",
