@@ -256,7 +256,7 @@ fn server_members(
     let mut items = Vec::new();
     for tool in &server.tools {
         let name = tool.name.to_string();
-        let wanted = m.include.as_ref().map_or(true, |inc| inc.contains(&name)) && !m.exclude.contains(&name);
+        let wanted = m.include.as_ref().is_none_or(|inc| inc.contains(&name)) && !m.exclude.contains(&name);
         if !wanted || items.iter().any(|(n, _, _): &(String, Binding, stubs::FunctionDoc)| *n == name) {
             continue;
         }
