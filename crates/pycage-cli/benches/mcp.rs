@@ -58,10 +58,7 @@ async fn connect(argv: &[String]) -> rmcp::service::RunningService<RoleClient, C
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]);
     let (transport, _) = TokioChildProcess::builder(cmd).stderr(std::process::Stdio::null()).spawn().unwrap();
-    ClientConfig::new(Default::default(), Implementation::new("pycage-bench", "0"))
-        .serve(transport)
-        .await
-        .unwrap()
+    ClientConfig::new(Default::default(), Implementation::new("pycage-bench", "0")).serve(transport).await.unwrap()
 }
 
 async fn direct_calls(peer: &Peer<RoleClient>, u: &Upstream, n: usize, concurrent: bool) -> Duration {
@@ -95,20 +92,25 @@ async fn binding_overhead(u: &Upstream, rounds: usize, per_round: usize) {
     let path = dir.path().join("b.toml");
     std::fs::write(&path, bindings_toml(u)).unwrap();
     let bindings = Bindings::load(&path).await.unwrap();
-    let runtime =
-        Runtime::new(RuntimeConfig { isolation: Isolation::Process, ..RuntimeConfig::default() }).unwrap();
+    let runtime = Runtime::new(RuntimeConfig { isolation: Isolation::Process, ..RuntimeConfig::default() }).unwrap();
     let peer = bindings.servers[0].upstream.peer().await.unwrap();
     let ident = pycage_bindings::spelling::spell_all([u.tool])[u.tool].clone();
     let program = format!(
         "import time\nts = []\nfor _ in range({per_round}):\n    t = time.perf_counter_ns()\n    await up.{ident}({})\n    ts.append(time.perf_counter_ns() - t)\nreturn ts",
         u.py_args
     );
-    let (mut floor, mut subject) = (Vec::new(), Vec::new());
+    let (mut floor, mut subject, mut direct) = (Vec::new(), Vec::new(), Vec::new());
+    let binding = bindings.namespaces[0].functions[&ident].clone();
+    let args = pycage_protocol::JsonValue::from_serde(&u.args).unwrap();
     for _ in 0..rounds {
         for _ in 0..per_round {
             let t = Instant::now();
             peer.call_tool(params(u)).await.unwrap();
             floor.push(t.elapsed());
+            // The same binding called from Rust: its own cost without the child.
+            let t = Instant::now();
+            binding.call(args.clone()).await.unwrap();
+            direct.push(t.elapsed());
         }
         let r = runtime
             .run(RunRequest { program: program.clone(), bindings: bindings.namespaces.clone(), cancel: None })
@@ -121,10 +123,8 @@ async fn binding_overhead(u: &Upstream, rounds: usize, per_round: usize) {
     }
     // The runtime's own binding round trip, with an in-process echo binding:
     // what any binding costs before the upstream.
-    let echo = pycage_runtime::Namespace::new("up").with_function(
-        ident.clone(),
-        pycage_runtime::Binding::new(|a| async move { Ok(a) }),
-    );
+    let echo = pycage_runtime::Namespace::new("up")
+        .with_function(ident.clone(), pycage_runtime::Binding::new(|a| async move { Ok(a) }));
     let mut local = Vec::new();
     for _ in 0..rounds {
         let r = runtime
@@ -136,6 +136,7 @@ async fn binding_overhead(u: &Upstream, rounds: usize, per_round: usize) {
         }
     }
     println!("| (in-process echo binding, same program) | {} | | |", us(median(local)));
+    println!("| (the MCP binding called from Rust, no child) | {} | | |", us(median(direct)));
     let (f, s) = (median(floor), median(subject));
     println!(
         "| binding call, {} `{}` | {} | {} | {:.2}x |",
@@ -191,9 +192,10 @@ async fn run_python_vs_direct(u: &Upstream, rounds: usize) {
             let t = Instant::now();
             let r = code_mode
                 .peer()
-                .call_tool(CallToolRequestParams::new("run_python").with_arguments(
-                    json!({"code": code}).as_object().unwrap().clone(),
-                ))
+                .call_tool(
+                    CallToolRequestParams::new("run_python")
+                        .with_arguments(json!({"code": code}).as_object().unwrap().clone()),
+                )
                 .await
                 .unwrap();
             subject.push(t.elapsed());
