@@ -65,7 +65,7 @@ class ProtocolMirrorTest(unittest.TestCase):
                     ["addressSpaceBytes", "cpuSeconds", "maxLogBytes", "maxValueBytes", "namespaces", "type"],
                     [],
                 ),
-                "namespace": (["global", "names"], ["errorClass"]),
+                "namespace": (["global", "names"], ["doc", "docs", "errorClass"]),
                 "errorClass": (["memberNameProperty", "name"], []),
                 "run": (["program", "type"], []),
                 "reply-ok": (["id", "ok", "type", "value"], []),

@@ -15,6 +15,7 @@
 //! `cargo bench -p pycage-cli --bench mcp` (add `-- --quick` for fewer rounds).
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::unwrap_used, clippy::expect_used)]
 
+#[allow(dead_code)] // the tests use more of it
 #[path = "../tests/mcp/mod.rs"]
 mod deps;
 

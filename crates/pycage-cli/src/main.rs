@@ -5,6 +5,7 @@
 //! (bad flags, unreadable program, bad bindings file, broken name rule, no
 //! usable interpreter). Clap's own usage errors also exit 2.
 
+mod bench;
 mod doctor;
 mod frames;
 mod mcp;
@@ -37,6 +38,11 @@ enum Command {
     /// Tools for the fd-3 wire protocol.
     #[command(subcommand)]
     Frames(FramesCommand),
+    /// Measure whole runs on this machine, each figure beside its floor.
+    ///
+    /// Trivial-run latency for every spawn mode and isolation, runs per
+    /// second, a binding call's round trip, memory. Takes about a minute.
+    Bench(bench::BenchArgs),
     /// Show the interpreter and each isolation layer: supported here? used?
     ///
     /// Exits 1 when the chosen (default: the default) configuration cannot run.
@@ -190,6 +196,10 @@ impl RuntimeArgs {
             max_value_bytes: self.max_value_bytes,
             isolation: self.isolation.into(),
             allow_read: self.allow_read.clone(),
+            // One run per process: a new interpreter is cheaper than a
+            // zygote plus a pool; the probe is cached across invocations.
+            spawn: pycage_runtime::SpawnMode::Exec,
+            cache_dir: pycage_runtime::default_cache_dir(),
             ..RuntimeConfig::default()
         })
     }
@@ -203,6 +213,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor::main(args),
         Command::Mcp(args) => mcp::serve(args),
         Command::Stubs(args) => mcp::stubs(args),
+        Command::Bench(args) => bench::main(args),
     };
     match result {
         Ok(code) => code,
