@@ -70,7 +70,10 @@ pub fn stubs(args: StubsArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
-    let config = args.runtime.config()?;
+    let mut config = args.runtime.config()?;
+    // A server runs many programs: the zygote's ~1 ms fork beats an
+    // interpreter start per run (`run`'s one-shot choice).
+    config.spawn = pycage_runtime::SpawnMode::Zygote;
     if let Some(path) = &args.bindings {
         // Checked before anything starts, so a bad file is misuse at once.
         pycage_bindings::file::read(path)?;
