@@ -279,7 +279,7 @@ fn server_members(
     let (functions, bindings) = with_spellings(items);
     let doc = stubs::NamespaceDoc {
         global: m.spec.global.clone(),
-        source: format!("the MCP server `{}`", m.spec.label()),
+        source: format!("the MCP server `{}`", server.upstream.display_name()),
         error_class: m.error_class.as_ref().map(|e| (e.name.clone(), e.member_name_property.clone())),
         functions,
     };

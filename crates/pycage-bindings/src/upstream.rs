@@ -92,7 +92,10 @@ type Conn = RunningService<RoleClient, ClientConfig>;
 /// A shared connection to one server, reopened when it dies.
 pub struct Upstream {
     spec: UpstreamSpec,
+    /// The command line or endpoint: for the operator's messages only.
     label: String,
+    /// The server's own name (from `initialize`): what programs and models see.
+    name: std::sync::OnceLock<String>,
     conn: tokio::sync::Mutex<Option<Conn>>,
     stderr_tail: Arc<StdMutex<Vec<u8>>>,
     closed: std::sync::atomic::AtomicBool,
@@ -110,6 +113,7 @@ impl Upstream {
     pub async fn connect(spec: UpstreamSpec) -> Result<(Arc<Self>, Vec<Tool>), ConnectError> {
         let up = Arc::new(Upstream {
             label: spec.label(),
+            name: std::sync::OnceLock::new(),
             spec,
             conn: tokio::sync::Mutex::new(None),
             stderr_tail: Arc::new(StdMutex::new(Vec::new())),
@@ -117,6 +121,10 @@ impl Upstream {
             connects: std::sync::atomic::AtomicU64::new(0),
         });
         let peer = up.peer().await.map_err(|e| up.connect_error(e))?;
+        // A 2026-era server may not name itself; then the namespace stands in.
+        if let Some(name) = peer.peer_info().and_then(|i| i.server_info.as_ref().map(|s| s.name.clone())) {
+            let _ = up.name.set(name);
+        }
         let tools = tokio::time::timeout(CONNECT_TIMEOUT, peer.list_all_tools())
             .await
             .map_err(|_| up.connect_error(format!("listing tools timed out after {} s", CONNECT_TIMEOUT.as_secs())))?
@@ -131,6 +139,13 @@ impl Upstream {
     /// The configuration this connection was made from.
     pub fn spec(&self) -> &UpstreamSpec {
         &self.spec
+    }
+
+    /// How programs and models see the server: its own name from
+    /// `initialize`, never its command line or URL (either may hold a
+    /// secret the operator put there).
+    pub fn display_name(&self) -> &str {
+        self.name.get().map(String::as_str).unwrap_or(self.spec.global.as_str())
     }
 
     /// How many times a connection was opened (1 after [`Upstream::connect`]).
@@ -235,7 +250,10 @@ impl Upstream {
         };
         let timeout = self.spec.timeout;
         let work = async {
-            let peer = self.peer().await.map_err(|e| BindingError::new(format!("MCP server `{}`: {e}", self.label)))?;
+            let peer = self
+                .peer()
+                .await
+                .map_err(|e| BindingError::new(format!("MCP server `{}`: {e}", self.display_name())))?;
             let mut params = CallToolRequestParams::new(tool.to_string());
             if let Some(m) = arguments {
                 params = params.with_arguments(m);
@@ -243,7 +261,7 @@ impl Upstream {
             // Dropping this future (timeout, run settled) sends notifications/cancelled.
             match peer.call_tool(params).await {
                 Ok(result) => result_value(tool, result),
-                Err(e) => Err(BindingError::new(format!("{tool}: MCP server `{}`: {e}", self.label))),
+                Err(e) => Err(BindingError::new(format!("{tool}: MCP server `{}`: {e}", self.display_name()))),
             }
         };
         match tokio::time::timeout(timeout, work).await {

@@ -136,7 +136,27 @@ async fn binding_overhead(u: &Upstream, rounds: usize, per_round: usize) {
             local.push(Duration::from_nanos(ns.as_number().unwrap().as_u64().unwrap()));
         }
     }
+    // The same, but the binding's future is pending once (as any I/O-bound
+    // binding's is): the runtime's path for calls that do not finish inline.
+    let pending = pycage_runtime::Namespace::new("up").with_function(
+        ident.clone(),
+        pycage_runtime::Binding::new(|a| async move {
+            tokio::task::yield_now().await;
+            Ok(a)
+        }),
+    );
+    let mut yielded = Vec::new();
+    for _ in 0..rounds {
+        let r = runtime
+            .run(RunRequest { program: program.clone(), bindings: vec![pending.clone()], cancel: None })
+            .await
+            .unwrap();
+        for ns in r.value.unwrap().root().as_array().unwrap() {
+            yielded.push(Duration::from_nanos(ns.as_number().unwrap().as_u64().unwrap()));
+        }
+    }
     println!("| (in-process echo binding, same program) | {} | | |", us(median(local)));
+    println!("| (in-process echo binding pending once, same program) | {} | | |", us(median(yielded)));
     println!("| (the MCP binding called from Rust, no child) | {} | | |", us(median(direct)));
     let (f, s) = (median(floor), median(subject));
     println!(

@@ -371,6 +371,10 @@ fn code_mode_over_stdio() {
         assert!(desc.contains(want), "missing {want:?} in {desc}");
     }
     assert_eq!(tools[0]["inputSchema"]["required"], json!(["code"]));
+    // Servers are named by what they call themselves, never by a command
+    // line (which may hold a secret).
+    assert!(desc.contains("8 functions from the MCP server `pycage-test-upstream`"), "{desc}");
+    assert!(!desc.contains("upstream.py") && !desc.contains(&events.display().to_string()), "{desc}");
     assert_eq!(
         r[1],
         json!({

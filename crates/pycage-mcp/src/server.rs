@@ -161,7 +161,7 @@ impl CodeModeServer {
             Err(rmcp::ServiceError::McpError(e)) => Err(e),
             Err(e) => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                 "MCP server `{}`: {e}",
-                exposed.upstream.spec().label()
+                exposed.upstream.display_name()
             ))])),
         }
     }
