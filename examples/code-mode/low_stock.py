@@ -3,8 +3,8 @@
 #   cargo run -q -p pycage-cli -- run --bindings examples/code-mode/bindings.toml examples/code-mode/low_stock.py
 import asyncio
 
-warehouses = (await wh.list_warehouses({}))["warehouses"]
-skus = (await wh.list_skus({}))["skus"]
-levels = await asyncio.gather(*[wh.get_stock({"warehouse": w, "sku": s}) for w in warehouses for s in skus])
+warehouses = (await wh.list_warehouses())["warehouses"]
+skus = (await wh.list_skus())["skus"]
+levels = await asyncio.gather(*[wh.get_stock(warehouse=w, sku=s) for w in warehouses for s in skus])
 low = [f"{x['sku']}@{x['warehouse']}: {x['units']}" for x in levels if x["units"] <= x["reorder_point"]]
 return {"checked": len(levels), "low": low}

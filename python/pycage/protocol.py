@@ -1,4 +1,4 @@
-"""The fd-3 wire vocabulary, mirrored from the Rust host (DESIGN.md §2).
+"""The fd-3 wire vocabulary, mirrored from the Rust host (docs/protocol.md).
 
 Frames are JSON lines on file descriptor ``PROTOCOL_FD``. This module only
 declares their shapes and the two surfaces both sides execute against
@@ -58,9 +58,7 @@ class NamespaceEntry(_NamespaceEntryRequired, total=False):
     docs: Dict[str, str]
 
 
-class BootFrame(TypedDict):
-    """First host frame: limits and namespaces. Answered by ``boot-ack``."""
-
+class _BootFrameRequired(TypedDict):
     type: Literal["boot"]
     cpuSeconds: int
     addressSpaceBytes: int
@@ -69,11 +67,27 @@ class BootFrame(TypedDict):
     namespaces: List[NamespaceEntry]
 
 
-class RunFrame(TypedDict):
-    """The program to run, sent after ``boot-ack``."""
+class BootFrame(_BootFrameRequired, total=False):
+    """First host frame: limits and namespaces. Answered by ``boot-ack``.
+    ``session``: after each ``done``, wait for another ``run`` in the same
+    module globals."""
 
+    session: bool
+
+
+class _RunFrameRequired(TypedDict):
     type: Literal["run"]
     program: str
+
+
+class RunFrame(_RunFrameRequired, total=False):
+    """The program to run. May follow ``boot`` at once (read after ``boot``
+    is applied) and, in a session, each ``done``; a session run carries its
+    own budgets (``cpuSeconds`` counted from the run's start)."""
+
+    cpuSeconds: int
+    maxLogBytes: int
+    maxValueBytes: int
 
 
 class ReplyOkFrame(TypedDict):

@@ -7,8 +7,8 @@
 //! Needs `.ci/mcp-deps.sh` (see `tests/mcp/mod.rs`); without it each test
 //! prints why and passes, unless `PYCAGE_REQUIRE_ALL_TESTS=1`.
 //!
-//! Programs call bindings with one dict argument, which the child sends as
-//! the arguments object; `await ns.tool(name=value)` is the same call.
+//! Programs call bindings with keyword arguments (`await ns.tool(name=value)`)
+//! or one dict, which the child sends as the same arguments object.
 
 #[path = "mcp/mod.rs"]
 mod deps;
@@ -126,8 +126,8 @@ fn run_calls_mcp_tools_over_stdio_and_http() {
 import asyncio, pydoc
 s = await everything.get_structured_content({"location": "Chicago"})
 by_name = await getattr(everything, "get-sum")({"a": 2, "b": 3})
-by_spelling = await everything.get_sum({"a": 2, "b": 3})
-stock = await up.lookup({"sku": "A-1"})
+by_spelling = await everything.get_sum(a=2, b=3)
+stock = await up.lookup(sku="A-1")
 try:
     await up.fail({"message": "no luck"})
 except UpError as e:
@@ -136,7 +136,7 @@ try:
     await everything.echo({})
 except EverythingError as e:
     invalid = [e.tool, "message" in str(e)]
-xs = await asyncio.gather(*[up.add({"a": i, "b": 1}) for i in range(100)])
+xs = await asyncio.gather(*[up.add(a=i, b=1) for i in range(100)])
 return {
     "structured": sorted(s),
     "by_name": by_name,
@@ -145,7 +145,7 @@ return {
     "failed": failed,
     "invalid": invalid,
     "sum": sum(x["result"] for x in xs),
-    "tagged": await up.tag_item({"item": "x"}),
+    "tagged": await up.tag_item(item="x"),
     "doc": "async def lookup(*, sku: str) -> Stock:" in up.lookup.__doc__,
     "help": pydoc.render_doc(everything.get_sum, renderer=pydoc.plaintext).count("async def get_sum(*, a: float, b: float) -> Any:"),
     "ns_help": "13 functions from the MCP server" in pydoc.render_doc(everything, renderer=pydoc.plaintext) or pydoc.render_doc(everything, renderer=pydoc.plaintext)[:300],
