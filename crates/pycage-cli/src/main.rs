@@ -186,7 +186,6 @@ struct RunArgs {
 }
 
 impl RunArgs {
-<<<<<<< HEAD
     /// The runtime configuration these flags describe.
     fn config(&self) -> anyhow::Result<RuntimeConfig> {
         self.runtime.config()
@@ -194,12 +193,8 @@ impl RunArgs {
 }
 
 impl RuntimeArgs {
-    /// The runtime configuration these flags describe. Range checks beyond
-    /// arithmetic are `RuntimeConfig::validate`'s job (at `Runtime::new`).
-=======
     /// The runtime configuration these flags describe, validated here so a
     /// bad value is reported by the flag that set it.
->>>>>>> main
     fn config(&self) -> anyhow::Result<RuntimeConfig> {
         let address_space_bytes = self
             .memory_mb
@@ -256,7 +251,7 @@ fn main() -> ExitCode {
         Command::Run(args) => args.json,
         Command::Doctor(args) => args.json(),
         Command::Bench(args) => args.json(),
-        Command::Frames(_) => false,
+        Command::Frames(_) | Command::Mcp(_) | Command::Stubs(_) => false,
     };
     let result = match cli.command {
         Command::Run(args) => run::main(args),

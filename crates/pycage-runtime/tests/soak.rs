@@ -10,11 +10,7 @@
 //!
 //! `PYCAGE_SOAK_SEQUENTIAL` and `PYCAGE_SOAK_CONCURRENT` override the run
 //! counts (10,000 and 2,000).
-<<<<<<< HEAD
-#![allow(clippy::print_stdout)] // the soak reports its figures
-=======
 #![allow(clippy::print_stdout)] // the soak reports its figures with --nocapture
->>>>>>> main
 
 mod common;
 
