@@ -78,7 +78,9 @@ fn main() {
 
         // Code mode: the run_python definition and one round trip.
         let runtime = Runtime::new(RuntimeConfig { isolation: Isolation::Process, ..RuntimeConfig::default() }).unwrap();
-        let description = pycage_mcp::description(&runtime, &bindings, 16 * 1024);
+        let options = pycage_mcp::ServerOptions::default();
+        let description =
+            pycage_mcp::description(&runtime, &bindings, options.max_description_bytes, options.session_idle);
         let cm_def = json!([{
             "name": "run_python",
             "description": description,

@@ -37,6 +37,14 @@ pub struct McpArgs {
     #[arg(long, value_name = "N", default_value_t = ServerOptions::default().max_description_bytes)]
     max_description_bytes: usize,
 
+    /// Named sessions (run_python's `session`) open at once.
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().max_sessions)]
+    max_sessions: usize,
+
+    /// A session ends after this many seconds without a run.
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().session_idle.as_secs())]
+    session_idle_seconds: u64,
+
     #[command(flatten)]
     runtime: RuntimeArgs,
 }
@@ -89,8 +97,12 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
                 return Err(e);
             }
         };
-        let options =
-            ServerOptions { max_description_bytes: args.max_description_bytes, expose_tools: args.expose_tools };
+        let options = ServerOptions {
+            max_description_bytes: args.max_description_bytes,
+            expose_tools: args.expose_tools,
+            max_sessions: args.max_sessions,
+            session_idle: std::time::Duration::from_secs(args.session_idle_seconds),
+        };
         let outcome = async {
             let server = CodeModeServer::new(runtime.clone(), bindings.clone(), &options)?;
             let shutdown = tokio_util::sync::CancellationToken::new();

@@ -476,3 +476,39 @@ fn small_description_lists_summaries_and_help_has_the_rest() {
     assert!(logs.contains("async def get_sum(*, a: float, b: float) -> Any:"), "{logs}");
     assert!(logs.contains("8 functions from the MCP server"), "{logs}");
 }
+
+#[test]
+fn named_sessions_keep_state_and_are_capped() {
+    let Some(d) = Deps::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let b = bindings(dir.path(), &d, &stdio_up(&d, &dir.path().join("ev")), "");
+    let call = |code: &str, session: &str| json!({"op": "call", "tool": "run_python", "args": {"code": code, "session": session}});
+    let plan = json!({
+        "server": mcp_stdio(&b, &["--max-sessions", "2", "--wall-ms", "3000"]),
+        "steps": [
+            call("n = (await up.add(a=40, b=1))['result']", "s1"),
+            call("n += 1\nreturn n", "s1"),
+            call("return 'n' in globals()", "s2"),
+            run_python("return 'n' in globals()"),
+            call("return 1", "s3"),
+            call("import time\ntime.sleep(30)", "s1"),
+            call("return n", "s1"),
+            call("return n", "s1"),
+            call("return 'fresh'", "s3"),
+        ]
+    });
+    let r = d.drive(&plan, &[]);
+    assert_eq!(r[0]["isError"], json!(false), "{}", r[0]);
+    assert_eq!(r[1]["structured"]["value"], json!(42));
+    assert_eq!(r[2]["structured"]["value"], json!(false));
+    assert_eq!(r[3]["structured"]["value"], json!(false));
+    // Two sessions are open: a third name is refused, naming them.
+    assert_eq!(r[4]["isError"], json!(true));
+    assert!(r[4]["text"].as_str().unwrap().starts_with("2 sessions are open"), "{}", r[4]);
+    // A run that times out ends its session; the next call says so, the one
+    // after starts afresh (and frees the slot for s3).
+    assert_eq!(r[5]["structured"]["error"]["kind"], json!("timeout"), "{}", r[5]);
+    assert!(r[6]["text"].as_str().unwrap().starts_with("the session `s1` has ended"), "{}", r[6]);
+    assert_eq!(r[7]["structured"]["error"]["kind"], json!("exception"), "{}", r[7]);
+    assert_eq!(r[8]["isError"], json!(true), "s1 and s2 hold both slots again: {}", r[8]);
+}

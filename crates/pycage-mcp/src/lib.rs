@@ -16,7 +16,10 @@
 //! goes to the client as a progress notification (when the request carries a
 //! progress token). A `notifications/cancelled` from the client aborts the
 //! run (which cancels the program's own in-flight upstream calls in turn).
-//! Runs from concurrent calls run concurrently.
+//! Runs from concurrent calls run concurrently. A call naming a `session`
+//! runs in that named runtime session (globals kept across calls; a cap on
+//! open sessions, idle expiry; an ended session is reported once, then
+//! started afresh).
 //!
 //! With [`ServerOptions::expose_tools`], every upstream MCP tool is also
 //! listed and forwarded unchanged under its own name, so a client keeps

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pycage_bindings::Bindings;
-use pycage_runtime::{RunEvent, RunRequest, RunResult, Runtime};
+use pycage_runtime::{RunEvent, RunRequest, RunResult, Runtime, Session, SessionError, SessionOptions, SessionRun};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
     PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
@@ -25,13 +25,25 @@ pub struct ServerOptions {
     pub max_description_bytes: usize,
     /// Also list and forward every upstream MCP tool unchanged.
     pub expose_tools: bool,
+    /// Named sessions open at once (`run_python`'s `session` argument).
+    pub max_sessions: usize,
+    /// A session ends after this long without a run.
+    pub session_idle: std::time::Duration,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        ServerOptions { max_description_bytes: 16 * 1024, expose_tools: false }
+        ServerOptions {
+            max_description_bytes: 16 * 1024,
+            expose_tools: false,
+            max_sessions: 16,
+            session_idle: std::time::Duration::from_secs(600),
+        }
     }
 }
+
+/// Longest session name.
+pub const MAX_SESSION_NAME: usize = 64;
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +70,9 @@ struct Inner {
     bindings: Bindings,
     run_python: Tool,
     exposed: BTreeMap<String, Exposed>,
+    sessions: tokio::sync::Mutex<BTreeMap<String, Session>>,
+    max_sessions: usize,
+    session_idle: std::time::Duration,
 }
 
 /// The MCP handler: cheap to clone (one per HTTP session).
@@ -75,7 +90,7 @@ impl std::fmt::Debug for CodeModeServer {
 impl CodeModeServer {
     /// A server running programs in `runtime` against `bindings`.
     pub fn new(runtime: Runtime, bindings: Bindings, options: &ServerOptions) -> Result<Self, ServeError> {
-        let description = description(&runtime, &bindings, options.max_description_bytes);
+        let description = description(&runtime, &bindings, options.max_description_bytes, options.session_idle);
         let run_python = Tool::new(RUN_PYTHON, description, Arc::new(object(input_schema())))
             .with_raw_output_schema(Arc::new(object(output_schema())));
         let mut exposed: BTreeMap<String, Exposed> = BTreeMap::new();
@@ -98,7 +113,17 @@ impl CodeModeServer {
                 }
             }
         }
-        Ok(CodeModeServer { inner: Arc::new(Inner { runtime, bindings, run_python, exposed }) })
+        Ok(CodeModeServer {
+            inner: Arc::new(Inner {
+                runtime,
+                bindings,
+                run_python,
+                exposed,
+                sessions: tokio::sync::Mutex::new(BTreeMap::new()),
+                max_sessions: options.max_sessions,
+                session_idle: options.session_idle,
+            }),
+        })
     }
 
     /// The `run_python` tool as listed.
@@ -116,15 +141,31 @@ impl CodeModeServer {
             Some(Value::String(code)) => code.clone(),
             _ => return Err(McpError::invalid_params("run_python needs `code`: the program text, a string", None)),
         };
-        if let Some(extra) = args.keys().find(|k| k.as_str() != "code") {
-            return Err(McpError::invalid_params(format!("run_python takes only `code`, not `{extra}`"), None));
+        if let Some(extra) = args.keys().find(|k| k.as_str() != "code" && k.as_str() != "session") {
+            return Err(McpError::invalid_params(
+                format!("run_python takes `code` and optionally `session`, not `{extra}`"),
+                None,
+            ));
         }
-        let request = RunRequest {
-            program: code,
-            bindings: self.inner.bindings.namespaces.clone(),
-            // Cancelled when the client sends notifications/cancelled.
-            cancel: Some(context.ct.child_token()),
+        let session = match args.get("session") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(name)) if !name.is_empty() && name.len() <= MAX_SESSION_NAME => Some(name.clone()),
+            Some(_) => {
+                return Err(McpError::invalid_params(
+                    format!("`session` must be a name of 1 to {MAX_SESSION_NAME} bytes"),
+                    None,
+                ))
+            }
         };
+        let session = match session {
+            None => None,
+            Some(name) => match self.session(&name).await {
+                Ok(s) => Some((name, s)),
+                Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
+            },
+        };
+        // Cancelled when the client sends notifications/cancelled.
+        let cancel = context.ct.child_token();
         let (tx, mut rx) = mpsc::unbounded_channel();
         let progress = context.meta.get_progress_token();
         let peer = context.peer.clone();
@@ -141,11 +182,65 @@ impl CodeModeServer {
                 }
             }
         });
-        let result = self.inner.runtime.run_with_events(request, tx).await;
+        let result = match session {
+            None => {
+                let request = RunRequest {
+                    program: code,
+                    bindings: self.inner.bindings.namespaces.clone(),
+                    cancel: Some(cancel),
+                };
+                self.inner.runtime.run_with_events(request, tx).await.map_err(|e| e.to_string())
+            }
+            Some((name, s)) => match s.run_with(SessionRun { program: code, cancel: Some(cancel) }, Some(tx)).await {
+                Ok(r) => Ok(r),
+                Err(SessionError::Ended(why)) => {
+                    self.inner.sessions.lock().await.remove(&name);
+                    Err(ended_message(&name, &why))
+                }
+                Err(SessionError::Misuse(e)) => Err(e.to_string()),
+            },
+        };
         // The sender went with the run; wait so every line precedes the result.
         let _ = forward.await;
-        let result = result.map_err(|e| McpError::internal_error(format!("the run could not start: {e}"), None))?;
-        Ok(tool_result(&result))
+        match result {
+            Ok(result) => Ok(tool_result(&result)),
+            Err(message) => Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
+        }
+    }
+
+    /// The open session called `name`, or a new one. A session that has
+    /// ended (a failed run, idle, too old) is reported once, so the model
+    /// knows its state is gone, and forgotten: the next call starts afresh.
+    async fn session(&self, name: &str) -> Result<Session, String> {
+        let mut sessions = self.inner.sessions.lock().await;
+        if let Some(s) = sessions.get(name) {
+            match s.ended() {
+                None => return Ok(s.clone()),
+                Some(why) => {
+                    sessions.remove(name);
+                    return Err(ended_message(name, &why));
+                }
+            }
+        }
+        // Other ended sessions free their slots silently.
+        sessions.retain(|_, s| s.ended().is_none());
+        if sessions.len() >= self.inner.max_sessions {
+            return Err(format!(
+                "{} sessions are open, the most this server keeps; reuse one of their names ({}) or wait for one to \
+                 expire ({} s without a run)",
+                sessions.len(),
+                sessions.keys().cloned().collect::<Vec<_>>().join(", "),
+                self.inner.session_idle.as_secs()
+            ));
+        }
+        let options = SessionOptions {
+            bindings: self.inner.bindings.namespaces.clone(),
+            idle_timeout: self.inner.session_idle,
+            ..SessionOptions::default()
+        };
+        let s = self.inner.runtime.session(options).map_err(|e| format!("cannot open a session: {e}"))?;
+        sessions.insert(name.to_string(), s.clone());
+        Ok(s)
     }
 
     async fn forward(&self, exposed: Exposed, request: CallToolRequestParams) -> Result<CallToolResult, McpError> {
@@ -165,6 +260,10 @@ impl CodeModeServer {
             ))])),
         }
     }
+}
+
+fn ended_message(name: &str, why: &str) -> String {
+    format!("the session `{name}` has ended ({why}); the next call naming it starts a new, empty one")
 }
 
 /// A run's outcome as a tool result: `{value?, logs, error?}` as
@@ -198,7 +297,8 @@ fn input_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
-            "code": {"type": "string", "description": "The Python program to run (see the tool description for the rules)."}
+            "code": {"type": "string", "description": "The Python program to run (see the tool description for the rules)."},
+            "session": {"type": "string", "description": "Optional: run in this named session, whose globals survive to the next call naming it."}
         },
         "required": ["code"],
         "additionalProperties": false
@@ -226,14 +326,21 @@ fn output_schema() -> Value {
 
 /// The `run_python` description: rules, budgets and the stubs (or one-line
 /// summaries when the stubs would take it over `max_bytes`).
-pub fn description(runtime: &Runtime, bindings: &Bindings, max_bytes: usize) -> String {
+pub fn description(
+    runtime: &Runtime,
+    bindings: &Bindings,
+    max_bytes: usize,
+    session_idle: std::time::Duration,
+) -> String {
     let c = runtime.config();
     let mut d = format!(
         "Run a Python {}.{} program and get back only its result. Use it to call the functions below: \
          one program can make many calls, loop, filter and combine their results, so you do not need one tool call per step.\n\
          \n\
          Rules:\n\
-         - The program runs as a script in a fresh process; nothing survives between calls. \
+         - The program runs as a script in a fresh process; nothing survives between calls, \
+         unless you pass `session`: calls naming the same session share one process and its globals \
+         (a failed or timed-out run ends the session; it also ends after {} s without a call). \
          Top-level `await` works: `r = await ns.function(name=value)`. \
          Run independent calls concurrently with `asyncio.gather(...)`.\n\
          - The result's value is the program's top-level `return` value, else the value of its last expression statement. \
@@ -246,6 +353,7 @@ pub fn description(runtime: &Runtime, bindings: &Bindings, max_bytes: usize) -> 
          Result: {{\"value\": ..., \"logs\": [...], \"error\": {{\"kind\": ..., \"message\": ...}}}} (error only when the run failed).\n",
         runtime.interpreter().version.0,
         runtime.interpreter().version.1,
+        session_idle.as_secs(),
         c.max_log_bytes,
         c.max_value_bytes,
         c.wall_time.as_secs_f64(),
