@@ -185,9 +185,16 @@ pub fn py_to_json(value: &Bound<'_, PyAny>) -> Result<JsonValue, ToJsonError> {
         } else if let Ok(f) = current.cast::<PyFloat>() {
             let f = f.value();
             if !f.is_finite() {
+                let shown = if f.is_nan() {
+                    "nan"
+                } else if f > 0.0 {
+                    "inf"
+                } else {
+                    "-inf"
+                };
                 return Err(invalid(
                     &stack,
-                    format!("float {f} is not JSON (NaN and infinities are not numbers in JSON)"),
+                    format!("float {shown} is not JSON (NaN and infinities are not numbers in JSON)"),
                 ));
             }
             built(b.f64(f), &stack)?;
