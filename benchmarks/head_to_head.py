@@ -54,7 +54,14 @@ EXPECTED = {
 }
 
 
+#: perf_counter() at each call of `add`: the interval between two calls of
+#: a sequential loop is one full round trip (host -> program -> host), free of
+#: the run's start-up noise.
+CALL_STAMPS: list[float] = []
+
+
 def add(a: int, b: int) -> int:
+    CALL_STAMPS.append(time.perf_counter())
     return a + b
 
 
@@ -88,6 +95,18 @@ class Pycage:
         if case == "loop_fn":
             return lambda: rt.run(FN_LOOP + "return f()").unwrap()
         return None
+
+    def inner_loop(self, case: str) -> InnerTimed:
+        """The loop alone, timed by the program itself: CPython's speed in the child."""
+        body = TOP_LOOP if case == "loop_top" else FN_LOOP + "t = f()\n"
+        code = "import time\nt0 = time.perf_counter()\n" + body + "return [t, time.perf_counter() - t0]"
+
+        def run() -> float:
+            t, elapsed = self.rt.run(code).unwrap()
+            assert t == EXPECTED[case]
+            return elapsed
+
+        return InnerTimed(run)
 
     def close(self) -> None:
         self.rt.close()
@@ -189,6 +208,16 @@ class Smolagents:
         pass
 
 
+class InnerTimed:
+    """A runner that reports its own duration (seconds) instead of being timed."""
+
+    def __init__(self, fn: Callable[[], float]) -> None:
+        self.fn = fn
+
+    def __call__(self) -> float:
+        return self.fn()
+
+
 # --- floors
 
 
@@ -211,6 +240,7 @@ class PipeEcho:
     def round_trips(self, n: int) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         for _ in range(n):
+            CALL_STAMPS.append(time.perf_counter())
             self.proc.stdin.write(self.line)
             self.proc.stdout.readline()
 
@@ -229,6 +259,8 @@ def floor_exec(code: str) -> Callable[[], Any]:
 
 
 def sample(fn: Callable[[], Any]) -> float:
+    if isinstance(fn, InnerTimed):
+        return fn()
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
@@ -242,13 +274,21 @@ def stats(xs: list[float]) -> dict[str, float]:
 def measure_case(case: str, runners: dict[str, Callable[[], Any]], rounds: int) -> dict[str, dict[str, float]]:
     for name, fn in runners.items():  # warm-up, and check every engine computes the same value
         value = fn()
-        if not name.startswith("floor") and value != EXPECTED[case]:
+        if not name.startswith("floor") and not isinstance(fn, InnerTimed) and value != EXPECTED[case]:
             raise SystemExit(f"{name} computed {value!r} for {case}, expected {EXPECTED[case]!r}")
     samples: dict[str, list[float]] = {name: [] for name in runners}
+    intervals: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(rounds):
         for name, fn in runners.items():
+            CALL_STAMPS.clear()
             samples[name].append(sample(fn))
-    return {name: stats(xs) for name, xs in samples.items()}
+            intervals[name].extend(b - a for a, b in zip(CALL_STAMPS, CALL_STAMPS[1:]))
+    out = {name: stats(xs) for name, xs in samples.items()}
+    for name, xs in intervals.items():
+        if xs:
+            out[name]["call_p50"] = statistics.median(xs)
+            out[name]["call_p90"] = sorted(xs)[int(0.9 * len(xs))]
+    return out
 
 
 MEMORY_PROGRAM = "xs = list(range(1_000_000))\n"
@@ -342,6 +382,7 @@ def main() -> None:
         if case in ("loop_top", "loop_fn"):
             code = TOP_LOOP if case == "loop_top" else FN_LOOP + "f()\n"
             runners["floor: host CPython exec"] = floor_exec(code)
+            runners["pycage (process): the loop alone, timed in the child"] = pycages[0].inner_loop(case)
         if case in ("loop_top", "loop_fn") and smol.name in runners:
             # One sample first: the AST interpreter may take many seconds.
             if sample(runners[smol.name]) > 20:
@@ -375,19 +416,20 @@ def report(results: dict[str, Any]) -> None:
             ratio = f"{s['p50'] / monty:.2f}" if monty else "—"
             print(f"| {name} | {ms(s['p50'])} | {ms(s['p90'])} | {ratio} |")
         print()
-    # Per-call round trip: (calls100 - trivial) / 100.
-    print("### per call (calls100 - trivial) / 100, in µs\n")
-    print("| row | µs per call | / monty |")
-    print("|---|---|---|")
-    per_call = {}
-    for name, s in cases["calls100"].items():
-        if name.startswith("floor"):
-            per_call[name] = s["p50"] / 100
-        elif name in cases["trivial"]:
-            per_call[name] = (s["p50"] - cases["trivial"][name]["p50"]) / 100
-    m = per_call.get("pydantic-monty")
-    for name, v in per_call.items():
-        print(f"| {name} | {v * 1e6:.1f} | {v / m:.2f} |" if m else f"| {name} | {v * 1e6:.1f} | — |")
+    print("### one call round trip (host -> program -> host), in µs\n")
+    print("The interval between two consecutive calls of the host function in calls100's")
+    print("sequential loop (all intervals of all samples); the floor is one JSON line")
+    print("echoed by a Python child over a pipe.\n")
+    print("| row | p50 | p90 | / monty p50 | / pipe floor p50 |")
+    print("|---|---|---|---|---|")
+    rows = cases["calls100"]
+    m = rows.get("pydantic-monty", {}).get("call_p50")
+    f = rows.get("floor: 100 pipe round trips", {}).get("call_p50")
+    for name, r in rows.items():
+        if "call_p50" in r:
+            vs_m = f"{r['call_p50'] / m:.2f}" if m else "—"
+            vs_f = f"{r['call_p50'] / f:.2f}" if f else "—"
+            print(f"| {name} | {r['call_p50'] * 1e6:.1f} | {r['call_p90'] * 1e6:.1f} | {vs_m} | {vs_f} |")
     print()
     print("### peak RSS (VmHWM) running list(range(1_000_000)) once from a fresh process, in MiB\n")
     print("| engine | host process | process that ran the program | sum |")
