@@ -11,6 +11,11 @@ echo "== python package: venv $venv"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r crates/pycage-py/tests/requirements.txt
 
+echo "== python package: ruff (the package, its tests, the benchmark)"
+py_paths=(crates/pycage-py/python crates/pycage-py/tests benchmarks)
+"$venv/bin/ruff" check --select E,F,W,B,I "${py_paths[@]}"
+"$venv/bin/ruff" format --check "${py_paths[@]}"
+
 echo "== python package: pip install . (release build of crates/pycage-py)"
 start=$SECONDS
 PATH="$PWD/$venv/bin:$PATH" \

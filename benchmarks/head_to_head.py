@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -282,7 +280,7 @@ def measure_case(case: str, runners: dict[str, Callable[[], Any]], rounds: int) 
         for name, fn in runners.items():
             CALL_STAMPS.clear()
             samples[name].append(sample(fn))
-            intervals[name].extend(b - a for a, b in zip(CALL_STAMPS, CALL_STAMPS[1:]))
+            intervals[name].extend(b - a for a, b in zip(CALL_STAMPS, CALL_STAMPS[1:], strict=False))
     out = {name: stats(xs) for name, xs in samples.items()}
     for name, xs in intervals.items():
         if xs:

@@ -10,7 +10,6 @@ import time
 import pytest
 
 import pycage
-
 from conftest import kwargs_supported
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
@@ -51,7 +50,8 @@ def test_keyword_arguments_and_an_arguments_object_call_the_same(process_rt):
 
 def test_non_object_argument_is_one_positional(rt):
     r = rt.run(
-        "return [await ns.f([1, 2]), await ns.f(3), await ns.f('s'), await ns.f(None)]", {"ns": {"f": lambda x: repr(x)}}
+        "return [await ns.f([1, 2]), await ns.f(3), await ns.f('s'), await ns.f(None)]",
+        {"ns": {"f": lambda x: repr(x)}},
     )
     assert r.value == ["[1, 2]", "3", "'s'", "None"]
 
@@ -148,7 +148,11 @@ def test_binding_exception_rejects_the_call_with_its_message(rt, kind):
 
     boom = boom_sync if kind == "sync" else boom_async
     program = "try:\n    await ns.boom(1)\nexcept RuntimeError as e:\n    return str(e)"
-    r = rt.run(program, {"ns": {"boom": boom}}) if kind == "sync" else asyncio.run(rt.arun(program, {"ns": {"boom": boom}}))
+    r = (
+        rt.run(program, {"ns": {"boom": boom}})
+        if kind == "sync"
+        else asyncio.run(rt.arun(program, {"ns": {"boom": boom}}))
+    )
     assert r.value == "no such user: 42"
 
 
@@ -157,7 +161,8 @@ def test_error_class(rt):
         raise KeyError("gone")
 
     r = rt.run(
-        "try:\n    await tools.lookup(1)\nexcept ToolError as e:\n    return [type(e).__name__, str(e), e.tool, isinstance(e, Exception)]",
+        "try:\n    await tools.lookup(1)\n"
+        "except ToolError as e:\n    return [type(e).__name__, str(e), e.tool, isinstance(e, Exception)]",
         {"tools": pycage.Namespace({"lookup": lookup}, error_class=pycage.ErrorClass("ToolError", "tool"))},
     )
     assert r.value == ["ToolError", "'gone'", "lookup", True]
@@ -203,9 +208,7 @@ def test_namespace_object(process_rt):
         def _private(self, x):
             return x
 
-    r = process_rt.run(
-        "return [await calc.scale(2), await calc.ascale(3), sorted(dir(calc))]", {"calc": Calculator()}
-    )
+    r = process_rt.run("return [await calc.scale(2), await calc.ascale(3), sorted(dir(calc))]", {"calc": Calculator()})
     assert r.value == [20, -30, ["ascale", "scale"]]
 
 

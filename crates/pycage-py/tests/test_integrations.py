@@ -10,9 +10,8 @@ from typing import Optional
 import pytest
 
 import pycage
-from pycage.fastmcp import PycageSandboxProvider, prelude
-
 from conftest import unavailable
+from pycage.fastmcp import PycageSandboxProvider, prelude
 
 
 async def search(query: str, limit: int = 10, *, lang: Optional[str] = None) -> list[dict[str, str]]:
@@ -164,7 +163,9 @@ def test_provider_errors_name_the_models_lines(process_rt):
 
     with pytest.raises(ToolError) as e:
         asyncio.run(
-            provider.run("print('working')\nx = 1\nawait call_tool('nope', {})", external_functions={"call_tool": call_tool})
+            provider.run(
+                "print('working')\nx = 1\nawait call_tool('nope', {})", external_functions={"call_tool": call_tool}
+            )
         )
     text = str(e.value)
     assert text.startswith("exception: Traceback")

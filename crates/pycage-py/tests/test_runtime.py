@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -139,7 +138,8 @@ def test_runs_from_many_threads_at_once(rt):
     def run(i):
         try:
             r = rt.run(
-                f"import asyncio\nvals = await asyncio.gather(*[ns.f(k) for k in range(20)])\nprint('thread {i}')\nreturn sum(vals)",
+                "import asyncio\nvals = await asyncio.gather(*[ns.f(k) for k in range(20)])\n"
+                f"print('thread {i}')\nreturn sum(vals)",
                 {"ns": {"f": work(i)}},
             )
             results[i] = r
@@ -171,7 +171,8 @@ def test_streaming_events_in_order(rt):
         return x * 2
 
     r = rt.run(
-        "print('one')\nv = await ns.double(21)\nprint('two', v)\ntry:\n    await ns.fail(0)\nexcept RuntimeError:\n    pass\nreturn v",
+        "print('one')\nv = await ns.double(21)\nprint('two', v)\n"
+        "try:\n    await ns.fail(0)\nexcept RuntimeError:\n    pass\nreturn v",
         {"ns": {"double": double, "fail": lambda _: 1 / 0}},
         on_log=lambda line: events.append(("log", line)),
         on_call=events.append,

@@ -13,7 +13,6 @@ import textwrap
 import pytest
 
 import pycage
-
 from conftest import unavailable
 
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -49,7 +48,19 @@ def test_runs_as_an_unprivileged_user():
         shutil.copytree(os.path.dirname(pycage.__file__), os.path.join(root, "pycage"))
         subprocess.run(["chmod", "-R", "a+rX", root], check=True)
         out = subprocess.run(
-            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", SYSTEM_PYTHON, "-I", "-c", SCRIPT, root],
+            [
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                SYSTEM_PYTHON,
+                "-I",
+                "-c",
+                SCRIPT,
+                root,
+            ],
             capture_output=True,
             text=True,
             timeout=120,

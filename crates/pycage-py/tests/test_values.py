@@ -38,7 +38,9 @@ def test_exact_numbers_from_a_program(rt):
 
 def test_huge_int_beyond_int_max_str_digits(process_rt):
     n = 7**20000  # ~16,900 digits: over Python's default 4300-digit limit
-    r = process_rt.run(f"import sys\nsys.set_int_max_str_digits(0)\nreturn await ns.echo(7**20000)", {"ns": {"echo": lambda x: x}})
+    r = process_rt.run(
+        "import sys\nsys.set_int_max_str_digits(0)\nreturn await ns.echo(7**20000)", {"ns": {"echo": lambda x: x}}
+    )
     assert r.error is None, r.error
     assert r.value == n
 

@@ -160,7 +160,7 @@ def _is_async(func: Callable[..., Any]) -> bool:
         return True
     if inspect.isroutine(func) or inspect.isclass(func):
         return False
-    call = getattr(type(func), "__call__", None)
+    call = getattr(type(func), "__call__", None)  # noqa: B004 - the class's __call__, not callability
     return call is not None and inspect.iscoroutinefunction(call)
 
 

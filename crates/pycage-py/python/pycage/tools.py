@@ -25,6 +25,9 @@ from .errors import InvalidBindingsError
 
 __all__ = ["Toolset", "python_tools"]
 
+#: The error class of :func:`python_tools` unless told otherwise.
+DEFAULT_ERROR_CLASS = ErrorClass("ToolError", "tool")
+
 ToolLike = Union[Callable[..., Any], "tuple[str, Callable[..., Any]]", Any]
 
 
@@ -120,7 +123,9 @@ def _docstring(text: Optional[str], indent: str) -> list[str]:
     return [f'{indent}"""{lines[0]}', *[f"{indent}{ln}" if ln else "" for ln in lines[1:]], f'{indent}"""']
 
 
-def _stubs(global_name: str, tools: list[tuple[str, Callable[..., Any], Optional[str]]], error: Optional[ErrorClass]) -> str:
+def _stubs(
+    global_name: str, tools: list[tuple[str, Callable[..., Any], Optional[str]]], error: Optional[ErrorClass]
+) -> str:
     out: list[str] = []
     if error is not None:
         out += [
@@ -155,7 +160,7 @@ def python_tools(
     tools: Union[Iterable[ToolLike], Mapping[str, Callable[..., Any]]],
     *,
     global_name: str = "tools",
-    error_class: Union[ErrorClass, str, None] = ErrorClass("ToolError", "tool"),
+    error_class: Union[ErrorClass, str, None] = DEFAULT_ERROR_CLASS,
 ) -> Toolset:
     """Turns Python tools into one namespace and its stub text.
 
