@@ -172,6 +172,10 @@ impl RunArgs {
             max_value_bytes: self.max_value_bytes,
             isolation: self.isolation.into(),
             allow_read: self.allow_read.clone(),
+            // One run per process: a new interpreter is cheaper than a
+            // zygote plus a pool; the probe is cached across invocations.
+            spawn: pycage_runtime::SpawnMode::Exec,
+            cache_dir: pycage_runtime::default_cache_dir(),
             ..RuntimeConfig::default()
         })
     }

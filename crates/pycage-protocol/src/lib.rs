@@ -27,6 +27,8 @@ pub mod json;
 pub mod number;
 mod parse;
 mod reader;
+#[cfg(feature = "serde")]
+mod serde;
 mod validate;
 
 pub use encode::{json_string_len, write_json_string};
@@ -34,10 +36,12 @@ pub use frames::{
     frame_fields, log_truncation_marker, BootFrame, ChildError, ChildErrorKind, ChildFrame, ErrorClassEntry,
     FrameFields, NamespaceEntry, ReplyFrame, RunFrame, FRAME_FIELDS, MAX_CALL_ID, PROTOCOL_FD,
 };
-pub use json::{ArrayIter, BuildError, JsonBuilder, JsonValue, Kind, ObjectIter, ToSerdeError, ValueRef};
+pub use json::{ArrayIter, BuildError, JsonBuilder, JsonValue, Kind, ObjectIter, ValueRef};
 pub use number::Number;
 pub use parse::{ParseError, ParseErrorKind};
 pub use reader::{FrameReader, LineEvent, LineSplitter, READ_CHUNK};
+#[cfg(feature = "serde")]
+pub use serde::{ToSerdeError, SERDE_MAX_DEPTH};
 pub use validate::{parse_child_frame, validate_child_frame, FrameError};
 
 /// Default caps. The runtime's configuration starts from these; every one is

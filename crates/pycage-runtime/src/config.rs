@@ -32,6 +32,30 @@ impl Isolation {
     }
 }
 
+/// How a run's fresh process comes to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpawnMode {
+    /// Forked from a zygote: a trusted Python process that has imported
+    /// everything a run needs; a small pool of children is forked ahead of
+    /// demand. About a millisecond per run instead of an interpreter start.
+    #[default]
+    Zygote,
+    /// A new interpreter per run (`python3 -I`, then the bootstrap). For a
+    /// single run (starting a zygote and a pool costs more than one start)
+    /// and for interpreters the zygote cannot use (no `ctypes`).
+    Exec,
+}
+
+impl SpawnMode {
+    /// The CLI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpawnMode::Zygote => "zygote",
+            SpawnMode::Exec => "exec",
+        }
+    }
+}
+
 /// Everything a [`crate::Runtime`] needs to know before its first run.
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -39,6 +63,10 @@ pub struct RuntimeConfig {
     /// to the real executable (`sys.executable`), so a pyenv shim is paid at
     /// construction only.
     pub python: Option<PathBuf>,
+    /// Where the probe's answer and the compiled bootstrap are kept between
+    /// processes (see `probe_cache`); `None` probes at every construction.
+    /// [`crate::default_cache_dir`] is the user's cache directory.
+    pub cache_dir: Option<PathBuf>,
     /// Wall-clock budget of one run, spawn to settlement.
     pub wall_time: Duration,
     /// `RLIMIT_CPU` of the child, in seconds (reported as `timeout`).
@@ -72,12 +100,25 @@ pub struct RuntimeConfig {
     pub sandbox_uid_base: u32,
     /// How many uids the range has.
     pub sandbox_uid_count: u32,
+    /// How run processes are made.
+    pub spawn: SpawnMode,
+    /// Children forked ahead of demand (zygote spawn). 0 forks on demand.
+    pub pool_size: usize,
+    /// A zygote is replaced after forking this many children: all its
+    /// children share its hash seed and address-space layout.
+    pub zygote_max_runs: u64,
+    /// ... or after this long, whichever comes first.
+    pub zygote_max_age: Duration,
+    /// Runs in flight at once; more wait in FIFO order. Their wall clock
+    /// starts when they leave the queue.
+    pub max_concurrent_runs: usize,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             python: None,
+            cache_dir: None,
             wall_time: Duration::from_secs(60),
             cpu_seconds: 30,
             address_space_bytes: 512 * 1024 * 1024,
@@ -94,6 +135,11 @@ impl Default for RuntimeConfig {
             max_open_files: 256,
             sandbox_uid_base: 1_500_000,
             sandbox_uid_count: 65_536,
+            spawn: SpawnMode::Zygote,
+            pool_size: 4,
+            zygote_max_runs: 1000,
+            zygote_max_age: Duration::from_secs(300),
+            max_concurrent_runs: 64,
         }
     }
 }
@@ -139,6 +185,15 @@ impl RuntimeConfig {
         }
         if self.max_processes == 0 || self.max_open_files < 16 {
             return err("max_processes/max_open_files", "max_processes must be >= 1 and max_open_files >= 16");
+        }
+        if self.zygote_max_runs == 0 || self.zygote_max_age.is_zero() {
+            return err("zygote_max_runs/zygote_max_age", "must be greater than zero");
+        }
+        if self.max_concurrent_runs == 0 {
+            return err("max_concurrent_runs", "must be at least 1");
+        }
+        if self.pool_size > 1024 {
+            return err("pool_size", "must be at most 1024");
         }
         if self.sandbox_uid_count == 0
             || self.sandbox_uid_base == 0

@@ -28,11 +28,16 @@ info = {
 }
 if len(sys.argv) > 1:
     sys.path.insert(0, sys.argv[1])
+    import traceback
     try:
         import pycage.bootstrap
     except BaseException:
-        import traceback
         info["bootstrapError"] = traceback.format_exc()
+    else:
+        try:
+            import pycage.zygote
+        except BaseException:
+            info["zygoteError"] = traceback.format_exc()
 print(json.dumps(info))
 "#;
 
@@ -47,6 +52,9 @@ pub struct Interpreter {
     pub prefixes: Vec<PathBuf>,
     /// Non-empty `sys.path` entries of an isolated interpreter.
     pub sys_path: Vec<PathBuf>,
+    /// Why the zygote cannot run on this interpreter (e.g. no `ctypes`),
+    /// when the probe imported the bootstrap and the zygote failed.
+    pub zygote_error: Option<String>,
 }
 
 /// Why the interpreter cannot be used; each message says what to do.
@@ -145,6 +153,7 @@ pub fn probe_with_bootstrap(
         version: (major, minor, micro),
         prefixes: strings("prefixes"),
         sys_path: strings("path"),
+        zygote_error: root.get("zygoteError").and_then(|e| e.as_str()).map(|e| e.chars().take(4000).collect()),
     };
     Ok((interpreter, bootstrap))
 }

@@ -31,17 +31,23 @@ pub mod config;
 pub mod interpreter;
 pub mod ledger;
 pub mod names;
+mod pool;
+mod probe_cache;
 mod run;
 mod runtime;
 mod spawn;
+mod zygote;
 
 pub use bindings::{Binding, BindingError, BindingFuture, ErrorClass, Namespace};
-pub use config::{ConfigError, Isolation, RuntimeConfig};
+pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
 pub use interpreter::{Interpreter, InterpreterError};
 pub use names::NameError;
+pub use probe_cache::default_cache_dir;
 pub use pycage_protocol::JsonValue;
 pub use runtime::{MisuseError, RunRequest, Runtime, RuntimeError};
+pub use spawn::SpawnError;
 pub use tokio_util::sync::CancellationToken;
+pub use zygote::ZygoteError;
 
 /// Why a run failed. The kinds are orthogonal (DESIGN.md §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -9,17 +9,20 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bindings::Namespace;
-use crate::config::{ConfigError, Isolation, RuntimeConfig};
-use crate::interpreter::{self, Interpreter, InterpreterError};
+use crate::config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
+use crate::interpreter::{Interpreter, InterpreterError};
 use crate::names::{self, NameError};
-use crate::spawn::{PreExec, SpawnSpec, Worker};
+use crate::pool::{Pool, PoolConfig};
+use crate::probe_cache::{self, BootstrapDir, PrepareError};
+use crate::spawn::{PreExec, SpawnError, SpawnSpec, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
 /// The Python package shipped inside the binary.
-const PYTHON_FILES: &[(&str, &str)] = &[
+pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
     ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
+    ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
 ];
 
 /// Why a runtime could not be built. Each message says what to do.
@@ -82,11 +85,17 @@ impl RunRequest {
 
 struct Shared {
     config: RuntimeConfig,
+    /// Children forked from a zygote, when runs use one.
+    pool: Option<Pool>,
+    /// Why runs use `exec` although the configuration asks for a zygote.
+    spawn_fallback: Option<String>,
+    /// FIFO admission of runs (`max_concurrent_runs`).
+    admission: tokio::sync::Semaphore,
     /// Read-only paths of every sandboxed run (system, interpreter, bootstrap, --allow-read).
     sandbox_read_only: Vec<PathBuf>,
     next_uid: std::sync::atomic::AtomicU32,
     interpreter: Interpreter,
-    bootstrap: tempfile::TempDir,
+    bootstrap: BootstrapDir,
     shutdown: CancellationToken,
     tracker: TaskTracker,
 }
@@ -102,19 +111,40 @@ impl Runtime {
     /// bootstrap. Fails here, not at the first run, when something is wrong.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
         config.validate()?;
-        let bootstrap = write_bootstrap().map_err(RuntimeError::Bootstrap)?;
-        let (interpreter, imported) =
-            interpreter::probe_with_bootstrap(config.python.as_deref(), Some(bootstrap.path()))?;
-        if let Err(stderr) = imported {
-            return Err(RuntimeError::BootstrapImport { python: interpreter.executable, stderr });
-        }
-        share_bytecode(bootstrap.path());
+        let (interpreter, bootstrap) = probe_cache::prepare(config.python.as_deref(), config.cache_dir.as_deref())
+            .map_err(|e| match e {
+                PrepareError::Interpreter(e) => RuntimeError::Interpreter(e),
+                PrepareError::Write(e) => RuntimeError::Bootstrap(e),
+                PrepareError::Import { python, stderr } => RuntimeError::BootstrapImport { python, stderr },
+            })?;
         let sandbox_read_only = match config.isolation {
             Isolation::Process => Vec::new(),
             Isolation::Sandbox => sandbox_paths(&config, &interpreter, bootstrap.path())?,
         };
+        let spawn_fallback = match (config.spawn, config.isolation, &interpreter.zygote_error) {
+            (SpawnMode::Exec, _, _) => None,
+            (SpawnMode::Zygote, _, Some(e)) => Some(format!("the zygote cannot run on this interpreter: {e}")),
+            (SpawnMode::Zygote, Isolation::Sandbox, None) => {
+                Some("sandbox isolation does not run through the zygote yet".to_owned())
+            }
+            (SpawnMode::Zygote, Isolation::Process, None) => None,
+        };
+        let pool = (config.spawn == SpawnMode::Zygote && spawn_fallback.is_none()).then(|| {
+            Pool::new(PoolConfig {
+                python: interpreter.executable.clone(),
+                bootstrap_dir: bootstrap.path().to_path_buf(),
+                size: config.pool_size,
+                zygote_max_runs: config.zygote_max_runs,
+                zygote_max_age: config.zygote_max_age,
+                run_dir_parent: config.run_dir_parent.clone(),
+                rlimits: Vec::new(),
+            })
+        });
         Ok(Runtime {
             shared: Arc::new(Shared {
+                pool,
+                spawn_fallback,
+                admission: tokio::sync::Semaphore::new(config.max_concurrent_runs),
                 sandbox_read_only,
                 next_uid: std::sync::atomic::AtomicU32::new(0),
                 config,
@@ -134,6 +164,20 @@ impl Runtime {
     /// The probed interpreter.
     pub fn interpreter(&self) -> &Interpreter {
         &self.shared.interpreter
+    }
+
+    /// How runs are spawned in fact: the configured mode, or `Exec` with
+    /// the reason when the zygote cannot be used.
+    pub fn spawn_mode(&self) -> (SpawnMode, Option<&str>) {
+        match &self.shared.spawn_fallback {
+            Some(reason) => (SpawnMode::Exec, Some(reason)),
+            None => (self.shared.config.spawn, None),
+        }
+    }
+
+    /// The pid of the zygote serving runs now, if there is one.
+    pub fn zygote_pid(&self) -> Option<u32> {
+        self.shared.pool.as_ref().and_then(Pool::zygote_pid).and_then(|p| u32::try_from(p).ok())
     }
 
     /// Runs one program. `Err` only for misuse; every program outcome is `Ok`.
@@ -162,8 +206,20 @@ impl Runtime {
         }
         // Held until the run (and its child) is settled; shutdown waits on it.
         let _token = shared.tracker.token();
+        // FIFO admission; shutdown releases the queue (as an abort).
+        let _permit = tokio::select! {
+            permit = shared.admission.acquire() => permit.ok(),
+            _ = shared.shutdown.cancelled() => None,
+        };
+        if _permit.is_none() {
+            return Ok(RunResult::failed(FailureKind::Abort, "the runtime was shut down".into(), Vec::new()));
+        }
         let deadline = Instant::now() + shared.config.wall_time;
-        let worker = match self.spawn_worker() {
+        let spawned = match &shared.pool {
+            Some(pool) => pool.take().await,
+            None => self.spawn_worker(),
+        };
+        let worker = match spawned {
             Ok(w) => w,
             Err(e) => {
                 return Ok(RunResult::failed(
@@ -189,7 +245,7 @@ impl Runtime {
         Ok(result)
     }
 
-    fn spawn_worker(&self) -> Result<Worker, String> {
+    fn spawn_worker(&self) -> Result<Worker, SpawnError> {
         let shared = &self.shared;
         let config = &shared.config;
         let mut builder = tempfile::Builder::new();
@@ -198,7 +254,7 @@ impl Runtime {
             Some(parent) => builder.tempdir_in(parent),
             None => builder.tempdir(),
         }
-        .map_err(|e| format!("could not create the run directory: {e}"))?;
+        .map_err(SpawnError::RunDir)?;
         let (pre_exec, staging): (Option<Box<dyn PreExec>>, Option<tempfile::TempDir>) = match config.isolation {
             Isolation::Process => (None, None),
             Isolation::Sandbox => {
@@ -209,11 +265,8 @@ impl Runtime {
                     Some(rustix::fs::Uid::from_raw(uid)),
                     Some(rustix::fs::Gid::from_raw(uid)),
                 )
-                .map_err(|e| format!("could not hand the run directory to uid {uid}: {e}"))?;
-                let staging = tempfile::Builder::new()
-                    .prefix("pycage-root-")
-                    .tempdir()
-                    .map_err(|e| format!("could not create the sandbox staging directory: {e}"))?;
+                .map_err(|e| SpawnError::RunDirOwner { uid, source: e.into() })?;
+                let staging = tempfile::Builder::new().prefix("pycage-root-").tempdir().map_err(SpawnError::RunDir)?;
                 let policy = pycage_sandbox::SandboxPolicy {
                     read_only: shared.sandbox_read_only.clone(),
                     read_write: vec![run_dir.path().to_path_buf()],
@@ -225,7 +278,7 @@ impl Runtime {
                     max_open_files: config.max_open_files,
                     staging_dir: staging.path().to_path_buf(),
                 };
-                let prepared = pycage_sandbox::Prepared::new(&policy).map_err(|e| format!("sandbox: {e}"))?;
+                let prepared = pycage_sandbox::Prepared::new(&policy)?;
                 (Some(Box::new(SandboxHook(prepared))), Some(staging))
             }
         };
@@ -236,7 +289,6 @@ impl Runtime {
             staging,
             pre_exec,
         })
-        .map_err(|e| e.to_string())
     }
 
     /// Settles every in-flight run as `abort` and returns once each child
@@ -245,6 +297,9 @@ impl Runtime {
         self.shared.tracker.close();
         self.shared.shutdown.cancel();
         self.shared.tracker.wait().await;
+        if let Some(pool) = &self.shared.pool {
+            pool.close().await;
+        }
     }
 }
 
@@ -257,8 +312,8 @@ impl PreExec for SandboxHook {
         unsafe { self.0.enter() }
     }
 
-    fn explain(&self, e: std::io::Error) -> String {
-        self.0.explain_spawn_error(e).to_string()
+    fn explain(&self, e: std::io::Error) -> SpawnError {
+        SpawnError::Sandbox(self.0.explain_spawn_error(e))
     }
 }
 
@@ -305,34 +360,4 @@ fn sandbox_paths(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path)
         add(p);
     }
     Ok(paths)
-}
-
-fn write_bootstrap() -> std::io::Result<tempfile::TempDir> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new().prefix("pycage-bootstrap-").tempdir()?;
-    // Readable by the unprivileged uid a sandboxed child runs as; the
-    // content is not secret, and only the host can write it.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
-    let pkg = dir.path().join("pycage");
-    std::fs::create_dir(&pkg)?;
-    std::fs::set_permissions(&pkg, std::fs::Permissions::from_mode(0o755))?;
-    for (name, text) in PYTHON_FILES {
-        let path = pkg.join(name);
-        std::fs::write(&path, text)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
-    }
-    Ok(dir)
-}
-
-/// Lets the sandboxed uid read the bytecode the probe compiled (children
-/// run with `-B`, so they read it and never write their own).
-fn share_bytecode(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(entries) = std::fs::read_dir(dir.join("pycage").join("__pycache__")) {
-        let _ =
-            std::fs::set_permissions(dir.join("pycage").join("__pycache__"), std::fs::Permissions::from_mode(0o755));
-        for e in entries.flatten() {
-            let _ = std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(0o644));
-        }
-    }
 }

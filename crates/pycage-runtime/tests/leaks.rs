@@ -36,14 +36,15 @@ fn children_of_self() -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_leftover_processes_fds_or_dirs() {
     let parent = tempfile::tempdir().unwrap();
+    // Before the runtime: its zygote, pool and their channels must all be
+    // closed again after shutdown.
+    let fds_before = open_fds();
     let rt = runtime_with(|c| {
         c.run_dir_parent = Some(parent.path().to_path_buf());
         c.wall_time = Duration::from_secs(3);
         c.max_line_bytes = 4096;
     });
-    // Warm up lazily created runtime fds (tokio, signal pipes).
     run(&rt, "return 1").await;
-    let fds_before = open_fds();
     let programs = [
         "return 1",
         "1/0",
@@ -68,6 +69,8 @@ async fn no_leftover_processes_fds_or_dirs() {
     token.cancel();
     assert_eq!(h.await.unwrap().unwrap().error.unwrap().kind, FailureKind::Abort);
 
+    let zygote_pid = rt.zygote_pid();
+    assert!(zygote_pid.is_some(), "process isolation runs through a zygote by default");
     rt.shutdown().await;
     assert_eq!(children_of_self(), Vec::<String>::new());
     assert_eq!(processes_with_marker("31.73"), Vec::<String>::new());
@@ -82,6 +85,10 @@ async fn no_leftover_processes_fds_or_dirs() {
     control.kill().unwrap();
     control.wait().unwrap();
     assert_eq!(open_fds(), fds_before);
+    // The zygote is gone too.
+    if let Some(pid) = zygote_pid {
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "zygote {pid} survived shutdown");
+    }
     let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().flatten().map(|e| e.path()).collect();
     assert!(left.is_empty(), "{left:?}");
 }

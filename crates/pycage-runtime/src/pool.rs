@@ -1,0 +1,294 @@
+//! Children forked ahead of demand, and the zygote's life cycle.
+//!
+//! The pool keeps up to `pool_size` children that a zygote has forked and
+//! set up, each blocked reading its `boot` frame, each with its own run
+//! directory and channels. A run takes one (a few microseconds) and a
+//! refill is requested at once; the zygote's supervisor thread puts the
+//! new child into the idle list when the zygote answers, so neither the
+//! interpreter start nor the fork is on a run's critical path. When the
+//! list is empty, the run asks the zygote directly (one fork).
+//!
+//! Zygote life cycle: every child of one zygote shares its hash seed and
+//! address-space layout, so a zygote is replaced once it has forked
+//! `zygote_max_runs` children or is `zygote_max_age` old. Its successor is
+//! started in the background, and the switch happens once the successor
+//! says it is ready; until then the old zygote keeps serving, so the bound
+//! can be exceeded by the runs of one interpreter start. At the switch the
+//! old zygote's idle children are discarded; its running children finish
+//! their runs, and it exits when the last one is reaped. A zygote that died
+//! is replaced at once (runs then wait for the new one's start).
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::spawn::{Channels, SpawnError, Worker};
+use crate::zygote::{ChildSpec, PendingChild, PoolSink, Spawned, Zygote, ZygoteError, ZygoteSpec};
+
+/// How the pool builds children.
+pub(crate) struct PoolConfig {
+    pub python: PathBuf,
+    pub bootstrap_dir: PathBuf,
+    pub size: usize,
+    pub zygote_max_runs: u64,
+    pub zygote_max_age: std::time::Duration,
+    pub run_dir_parent: Option<PathBuf>,
+    /// rlimits every child gets before its run (`(name, soft, hard)`).
+    pub rlimits: Vec<(&'static str, u64, u64)>,
+}
+
+/// Host-side resources of a child: kept while it is being forked and while
+/// it waits in the pool.
+struct HostSide {
+    zygote: Zygote,
+    sock: UnixStream,
+    output_rx: OwnedFd,
+    run_dir: tempfile::TempDir,
+}
+
+/// A forked child not handed to a run yet. Dropping it kills it and has
+/// its zygote reap it.
+struct Idle(Option<(HostSide, Spawned)>);
+
+impl Idle {
+    fn zygote(&self) -> Option<&Zygote> {
+        self.0.as_ref().map(|(host, _)| &host.zygote)
+    }
+
+    fn usable(&self) -> bool {
+        self.0.as_ref().is_some_and(|(host, spawned)| !host.zygote.is_dead() && !exited(&spawned.pidfd))
+    }
+
+    fn into_worker(mut self) -> Result<Worker, SpawnError> {
+        let (host, spawned) = self.0.take().ok_or(SpawnError::Zygote(ZygoteError::Gone(String::new())))?;
+        Worker::from_zygote(host.zygote, spawned, host.sock, host.output_rx, host.run_dir)
+    }
+}
+
+impl Drop for Idle {
+    fn drop(&mut self) {
+        if let Some((host, spawned)) = self.0.take() {
+            if let Some(pid) = rustix::process::Pid::from_raw(spawned.pid) {
+                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+            host.zygote.reap_later(spawned.id);
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    current: Option<Zygote>,
+    successor: Option<Zygote>,
+    idle: VecDeque<Idle>,
+    /// Spawns requested for the pool and not answered yet.
+    filling: usize,
+    closed: bool,
+}
+
+struct Inner {
+    config: PoolConfig,
+    state: Mutex<State>,
+    me: Weak<Inner>,
+}
+
+/// See the module docs.
+pub(crate) struct Pool {
+    inner: Arc<Inner>,
+}
+
+impl Pool {
+    /// Starts the first zygote and fills the pool in the background.
+    pub(crate) fn new(config: PoolConfig) -> Pool {
+        let inner = Arc::new_cyclic(|me| Inner { config, state: Mutex::new(State::default()), me: me.clone() });
+        inner.refill();
+        Pool { inner }
+    }
+
+    /// A child ready for its `boot` frame. Needs a tokio runtime.
+    pub(crate) async fn take(&self) -> Result<Worker, SpawnError> {
+        // One retry: a zygote that died between the check and the fork is
+        // replaced, and the second one answers or its error is returned.
+        for attempt in 0..2 {
+            let idle = self.inner.take_idle();
+            self.inner.refill();
+            if let Some(idle) = idle {
+                return idle.into_worker();
+            }
+            let zygote = self.inner.current()?;
+            let (host, child_fds) = self.inner.host_side(&zygote)?;
+            match zygote.spawn(self.inner.child_spec(&host), child_fds).await {
+                Ok(spawned) => return Idle(Some((host, spawned))).into_worker(),
+                Err(ZygoteError::Gone(_)) if attempt == 0 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(SpawnError::Zygote(ZygoteError::Gone(String::new())))
+    }
+
+    /// The current zygote's pid, if one runs (for tests and diagnostics).
+    pub(crate) fn zygote_pid(&self) -> Option<i32> {
+        let state = self.inner.state.lock().ok()?;
+        state.current.as_ref().map(Zygote::pid).filter(|&p| p > 0)
+    }
+
+    /// Discards idle children, retires every zygote and waits until each
+    /// has exited. Runs must be settled first.
+    pub(crate) async fn close(&self) {
+        let (idle, zygotes) = {
+            let Ok(mut state) = self.inner.state.lock() else { return };
+            state.closed = true;
+            let idle: Vec<Idle> = state.idle.drain(..).collect();
+            let zygotes: Vec<Zygote> = state.current.take().into_iter().chain(state.successor.take()).collect();
+            (idle, zygotes)
+        };
+        drop(idle);
+        for zygote in zygotes {
+            zygote.finished().await;
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.inner.state.lock() {
+            state.closed = true;
+            state.idle.clear();
+            state.current = None;
+            state.successor = None;
+        }
+    }
+}
+
+impl Inner {
+    fn start_zygote(&self) -> Result<Zygote, ZygoteError> {
+        Zygote::start(ZygoteSpec {
+            python: self.config.python.clone(),
+            bootstrap_dir: self.config.bootstrap_dir.clone(),
+        })
+    }
+
+    /// Replaces a dead zygote, starts a successor for a due one, switches
+    /// to a ready successor. Called with the state locked.
+    fn maintain(&self, state: &mut State) -> Result<(), ZygoteError> {
+        if let Some(successor) = &state.successor {
+            if successor.is_dead() {
+                state.successor = None;
+            } else if successor.is_ready() {
+                state.current = state.successor.take();
+                // The old zygote's idle children have its layout: discard them.
+                let current = state.current.clone();
+                state.idle.retain(|i| same(i.zygote(), current.as_ref()));
+            }
+        }
+        let replace = state.current.as_ref().is_none_or(Zygote::is_dead);
+        if replace {
+            state.idle.clear();
+            state.current = match state.successor.take() {
+                Some(s) => Some(s),
+                None => Some(self.start_zygote()?),
+            };
+        } else if let Some(current) = &state.current {
+            let due = current.spawns() >= self.config.zygote_max_runs || current.age() >= self.config.zygote_max_age;
+            if due && state.successor.is_none() {
+                state.successor = Some(self.start_zygote()?);
+            }
+        }
+        Ok(())
+    }
+
+    fn current(&self) -> Result<Zygote, SpawnError> {
+        let mut state = self.state.lock().map_err(|_| ZygoteError::Gone("the pool lock is poisoned".into()))?;
+        if state.closed {
+            return Err(ZygoteError::Gone("the runtime is shutting down".into()).into());
+        }
+        self.maintain(&mut state)?;
+        state.current.clone().ok_or_else(|| ZygoteError::Gone(String::new()).into())
+    }
+
+    fn take_idle(&self) -> Option<Idle> {
+        let mut state = self.state.lock().ok()?;
+        let _ = self.maintain(&mut state);
+        while let Some(idle) = state.idle.pop_front() {
+            if idle.usable() {
+                return Some(idle);
+            }
+            // Dropped: killed and reaped.
+        }
+        None
+    }
+
+    /// Requests spawns until idle plus pending reaches the pool size.
+    fn refill(&self) {
+        let Ok(mut state) = self.state.lock() else { return };
+        if state.closed || self.maintain(&mut state).is_err() {
+            return;
+        }
+        let Some(zygote) = state.current.clone() else { return };
+        while state.idle.len() + state.filling < self.config.size {
+            let Ok((host, fds)) = self.host_side(&zygote) else { return };
+            let spec = self.child_spec(&host);
+            let sink: Weak<dyn PoolSink> = self.me.clone();
+            if !zygote.spawn_into(spec, fds, Box::new(host), sink) {
+                return;
+            }
+            state.filling += 1;
+        }
+    }
+
+    fn host_side(&self, zygote: &Zygote) -> Result<(HostSide, [OwnedFd; 2]), SpawnError> {
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("pycage-run-");
+        let run_dir = match &self.config.run_dir_parent {
+            Some(parent) => builder.tempdir_in(parent),
+            None => builder.tempdir(),
+        }
+        .map_err(SpawnError::RunDir)?;
+        let ch = Channels::new()?;
+        let host = HostSide { zygote: zygote.clone(), sock: ch.host, output_rx: OwnedFd::from(ch.output_rx), run_dir };
+        Ok((host, [OwnedFd::from(ch.child), OwnedFd::from(ch.output_tx)]))
+    }
+
+    fn child_spec(&self, host: &HostSide) -> ChildSpec {
+        let dir = host.run_dir.path().to_string_lossy().into_owned();
+        ChildSpec {
+            cwd: host.run_dir.path().to_path_buf(),
+            env: vec![("HOME".into(), dir.clone()), ("TMPDIR".into(), dir)],
+            rlimits: self.config.rlimits.clone(),
+        }
+    }
+}
+
+impl PoolSink for Inner {
+    fn child_ready(&self, pending: PendingChild, spawned: Spawned) {
+        let Ok(host) = pending.downcast::<HostSide>() else { return };
+        let idle = Idle(Some((*host, spawned)));
+        let Ok(mut state) = self.state.lock() else { return };
+        state.filling = state.filling.saturating_sub(1);
+        if !state.closed && same(idle.zygote(), state.current.as_ref()) {
+            state.idle.push_back(idle);
+        }
+        // Otherwise `idle` drops here: killed and reaped.
+    }
+
+    fn child_failed(&self, _error: ZygoteError) {
+        if let Ok(mut state) = self.state.lock() {
+            state.filling = state.filling.saturating_sub(1);
+        }
+    }
+}
+
+/// Whether a pidfd says its process has exited (without waiting).
+fn exited(pidfd: &OwnedFd) -> bool {
+    let mut fds = [rustix::event::PollFd::new(pidfd, rustix::event::PollFlags::IN)];
+    matches!(rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
+}
+
+fn same(a: Option<&Zygote>, b: Option<&Zygote>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.same(b),
+        _ => false,
+    }
+}

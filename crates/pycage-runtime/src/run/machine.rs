@@ -1,0 +1,613 @@
+//! The run's protocol state, without I/O: bytes and events in; bytes to
+//! write, calls to start, events to stream and the outcome out.
+//!
+//! The driver (`super::execute`) owns the sockets, the clock and the child
+//! process; this machine owns every rule about what the child may say:
+//! line and control budgets, frame validation (one path for every line,
+//! the last unterminated one at EOF included), call dispatch with each id
+//! answered at most once, the log ledger, and the first `done` settling the
+//! run. Because it does no I/O, its unit tests reach what end-to-end tests
+//! reach only by luck: a forged `done` with calls in flight, duplicate and
+//! late replies, a child that never reads what we write.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use pycage_protocol::{
+    meter_value, validate_child_frame, BootFrame, ChildError, ChildErrorKind, ChildFrame, ErrorClassEntry, JsonValue,
+    LineEvent, LineSplitter, NamespaceEntry, ReplyFrame, RunFrame,
+};
+
+use crate::bindings::{Binding, BindingError, Namespace};
+use crate::config::RuntimeConfig;
+use crate::ledger::{LogLedger, Source};
+use crate::{FailureKind, RunEvent, RunFailure, RunResult};
+
+/// Why the run stopped taking input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The child's first `done`.
+    Done { value: Option<JsonValue>, error: Option<ChildError> },
+    /// The host settled it: a budget, a cancel, a protocol violation.
+    Fail(FailureKind, String),
+    /// fd 3 reached EOF, or the child exited, before any `done`.
+    Ended,
+}
+
+/// A binding call the driver must start; its result goes back through
+/// [`RunMachine::call_finished`].
+pub(crate) struct StartCall {
+    pub id: u64,
+    pub binding: Binding,
+    pub args: JsonValue,
+}
+
+/// How the child process ended, as the driver observed it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChildEnd {
+    /// The wait status.
+    pub status: std::process::ExitStatus,
+    /// CPU time of the child and its reaped descendants.
+    pub cpu: Duration,
+    /// Whether it exited by itself (rather than being stopped by the host).
+    pub by_itself: bool,
+}
+
+/// The budgets the machine enforces (copied from the configuration).
+#[derive(Debug, Clone, Copy)]
+struct Budgets {
+    max_control_bytes: u64,
+    max_value_bytes: u64,
+    cpu_seconds: u64,
+}
+
+pub(crate) struct RunMachine {
+    budgets: Budgets,
+    splitter: LineSplitter,
+    ledger: LogLedger,
+    /// Encoded frames for fd 3; `out[out_sent..]` is not written yet.
+    out: Vec<u8>,
+    out_sent: usize,
+    table: BTreeMap<(String, String), Binding>,
+    /// Every call id the child used: a repeat is dropped, never re-dispatched.
+    seen_ids: HashSet<u64>,
+    /// Calls started and not yet answered: a reply is written only for these.
+    in_flight: HashSet<u64>,
+    program: Option<String>,
+    calls: VecDeque<StartCall>,
+    /// `None` when nobody listens: no event is built.
+    events: Option<VecDeque<RunEvent>>,
+    dropped_frames: u64,
+    settled: Option<Settled>,
+}
+
+impl RunMachine {
+    /// A machine whose first output is `boot` for these bindings; `run`
+    /// follows `boot-ack`.
+    pub(crate) fn new(config: &RuntimeConfig, program: String, bindings: Vec<Namespace>, streaming: bool) -> Self {
+        let mut boot = BootFrame {
+            cpu_seconds: config.cpu_seconds,
+            address_space_bytes: config.address_space_bytes,
+            max_log_bytes: config.max_log_bytes,
+            max_value_bytes: config.max_value_bytes,
+            namespaces: Vec::with_capacity(bindings.len()),
+        };
+        let mut table = BTreeMap::new();
+        for ns in bindings {
+            boot.namespaces.push(NamespaceEntry {
+                global: ns.global.clone(),
+                names: ns.functions.keys().cloned().collect(),
+                error_class: ns
+                    .error_class
+                    .map(|ec| ErrorClassEntry { name: ec.name, member_name_property: ec.member_name_property }),
+            });
+            for (name, b) in ns.functions {
+                table.insert((ns.global.clone(), name), b);
+            }
+        }
+        let mut out = Vec::with_capacity(4096);
+        boot.encode(&mut out);
+        RunMachine {
+            budgets: Budgets {
+                max_control_bytes: config.max_control_bytes,
+                max_value_bytes: config.max_value_bytes,
+                cpu_seconds: config.cpu_seconds,
+            },
+            splitter: LineSplitter::new(config.max_line_bytes),
+            ledger: LogLedger::new(config.max_log_bytes),
+            out,
+            out_sent: 0,
+            table,
+            seen_ids: HashSet::new(),
+            in_flight: HashSet::new(),
+            program: Some(program),
+            calls: VecDeque::new(),
+            events: streaming.then(VecDeque::new),
+            dropped_frames: 0,
+            settled: None,
+        }
+    }
+
+    /// The outcome, once settled. Input after that is ignored.
+    pub(crate) fn settled(&self) -> Option<&Settled> {
+        self.settled.as_ref()
+    }
+
+    /// Settles the run unless it already is (the first cause wins).
+    pub(crate) fn settle(&mut self, kind: FailureKind, message: String) {
+        if self.settled.is_none() {
+            self.settled = Some(Settled::Fail(kind, message));
+        }
+    }
+
+    /// Bytes of fd 3 from the child.
+    pub(crate) fn receive(&mut self, mut data: &[u8]) {
+        while !data.is_empty() && self.settled.is_none() {
+            let (used, event) = self.splitter.feed(data);
+            data = data.get(used..).unwrap_or_default();
+            match event {
+                None => {}
+                Some(LineEvent::Oversized) => {
+                    let cap = self.splitter.max_line_bytes();
+                    self.settle(
+                        FailureKind::OutputLimit,
+                        format!("a protocol line on fd 3 exceeded the {cap}-byte line cap"),
+                    );
+                }
+                Some(LineEvent::Line(line)) => {
+                    let frame = validate_child_frame(line);
+                    self.frame(frame);
+                }
+            }
+        }
+        if self.settled.is_none() && self.splitter.total_bytes() > self.budgets.max_control_bytes {
+            let cap = self.budgets.max_control_bytes;
+            self.settle(
+                FailureKind::OutputLimit,
+                format!("the program sent more than {cap} bytes of protocol traffic on fd 3"),
+            );
+        }
+    }
+
+    /// fd 3 reached EOF: a final unterminated line can still be a frame.
+    pub(crate) fn receive_eof(&mut self) {
+        if self.settled.is_some() {
+            return;
+        }
+        if let Some(LineEvent::Line(line)) = self.splitter.finish() {
+            let frame = validate_child_frame(line);
+            self.frame(frame);
+        }
+        if self.settled.is_none() {
+            self.settled = Some(Settled::Ended);
+        }
+    }
+
+    /// The child exited (the driver saw it) before settling the run.
+    pub(crate) fn child_exited(&mut self) {
+        if self.settled.is_none() {
+            self.settled = Some(Settled::Ended);
+        }
+    }
+
+    /// Bytes of the child's raw fd 1 / fd 2. Taken after settlement too:
+    /// output written before the end is still drained into the logs.
+    pub(crate) fn receive_raw(&mut self, data: &[u8]) {
+        self.ledger.push(Source::Raw, data);
+        self.stream_lines();
+    }
+
+    /// One line, validated or not (`None`): the single dispatch path.
+    fn frame(&mut self, frame: Option<ChildFrame>) {
+        let Some(frame) = frame else {
+            self.dropped_frames += 1;
+            return;
+        };
+        match frame {
+            ChildFrame::BootAck => {
+                // A second boot-ack has no program left to send: ignored.
+                if let Some(program) = self.program.take() {
+                    RunFrame { program }.encode(&mut self.out);
+                }
+            }
+            ChildFrame::Call { id, global, name, args } => {
+                if !self.seen_ids.insert(id) {
+                    self.dropped_frames += 1;
+                    return;
+                }
+                let binding = self.table.get(&(global.clone(), name.clone())).cloned();
+                if let Some(events) = &mut self.events {
+                    events.push_back(RunEvent::Call {
+                        id,
+                        global: global.clone(),
+                        name: name.clone(),
+                        args: args.clone(),
+                    });
+                }
+                match binding {
+                    Some(binding) => {
+                        self.in_flight.insert(id);
+                        self.calls.push_back(StartCall { id, binding, args });
+                    }
+                    None => {
+                        self.in_flight.insert(id);
+                        let message = format!("{global}.{name} is not a binding of this run");
+                        self.call_finished(id, Err(BindingError::new(message)));
+                    }
+                }
+            }
+            ChildFrame::Log { text, truncated } => {
+                if truncated {
+                    self.ledger.truncate();
+                } else {
+                    self.ledger.push(Source::Frames, text.as_bytes());
+                }
+                self.stream_lines();
+            }
+            ChildFrame::Done { value, error } => self.settled = Some(Settled::Done { value, error }),
+        }
+    }
+
+    fn stream_lines(&mut self) {
+        if let Some(events) = &mut self.events {
+            for line in self.ledger.take_new() {
+                events.push_back(RunEvent::Log(line.clone()));
+            }
+        }
+    }
+
+    /// Ends the partial lines of every source (the run is over) and streams them.
+    pub(crate) fn flush_logs(&mut self) {
+        self.ledger.finish();
+        self.stream_lines();
+    }
+
+    /// The next call to start.
+    pub(crate) fn next_call(&mut self) -> Option<StartCall> {
+        self.calls.pop_front()
+    }
+
+    /// A call's result. Written as a `reply` only if the call is in flight
+    /// and the run is not settled: each id is answered at most once.
+    pub(crate) fn call_finished(&mut self, id: u64, result: Result<JsonValue, BindingError>) {
+        if !self.in_flight.remove(&id) || self.settled.is_some() {
+            return;
+        }
+        let error = result.as_ref().err().map(|e| e.message.clone());
+        match result {
+            Ok(value) => ReplyFrame::Ok { id, value }.encode(&mut self.out),
+            Err(e) => ReplyFrame::Err { id, message: e.message }.encode(&mut self.out),
+        }
+        if let Some(events) = &mut self.events {
+            events.push_back(RunEvent::CallFinished { id, error });
+        }
+    }
+
+    /// Calls started and not yet answered.
+    #[cfg(test)]
+    pub(crate) fn calls_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The next event for the caller.
+    pub(crate) fn next_event(&mut self) -> Option<RunEvent> {
+        self.events.as_mut().and_then(VecDeque::pop_front)
+    }
+
+    /// What is waiting to be written to fd 3 (empty once settled).
+    pub(crate) fn pending_output(&self) -> &[u8] {
+        if self.settled.is_some() {
+            return &[];
+        }
+        self.out.get(self.out_sent..).unwrap_or_default()
+    }
+
+    /// `n` bytes of [`Self::pending_output`] were written.
+    pub(crate) fn wrote(&mut self, n: usize) {
+        self.out_sent = (self.out_sent + n).min(self.out.len());
+        if self.out_sent == self.out.len() {
+            self.out.clear();
+            self.out_sent = 0;
+        } else if self.out_sent > self.out.len() / 2 {
+            // Compact now and then: amortized O(1) per byte, however slowly
+            // the child reads.
+            self.out.drain(..self.out_sent);
+            self.out_sent = 0;
+        }
+    }
+
+    /// Frames dropped so far (invalid, or a repeated call id).
+    #[cfg(test)]
+    pub(crate) fn dropped_frames(&self) -> u64 {
+        self.dropped_frames
+    }
+
+    /// The result. `end` is how the child ended (needed when it ended
+    /// without `done`); logs get their partial lines flushed.
+    pub(crate) fn finish(mut self, end: Option<ChildEnd>) -> RunResult {
+        self.ledger.finish();
+        let settled = self.settled.take().unwrap_or(Settled::Ended);
+        let logs = self.ledger.into_lines();
+        let failed = |kind, message| RunResult::failed(kind, message, Vec::new());
+        let mut result = match settled {
+            Settled::Done { error: Some(e), .. } => failed(
+                match e.kind {
+                    ChildErrorKind::Exception => FailureKind::Exception,
+                    ChildErrorKind::InvalidOutput => FailureKind::InvalidOutput,
+                    ChildErrorKind::OutputLimit => FailureKind::OutputLimit,
+                },
+                e.message,
+            ),
+            Settled::Done { value: Some(v), error: None } => match meter_value(&v, self.budgets.max_value_bytes) {
+                Some(_) => RunResult { value: Some(v), logs: Vec::new(), error: None, dropped_frames: 0 },
+                None => failed(
+                    FailureKind::OutputLimit,
+                    format!("the return value is over the {}-byte value budget", self.budgets.max_value_bytes),
+                ),
+            },
+            Settled::Done { value: None, error: None } => {
+                RunResult { value: None, logs: Vec::new(), error: None, dropped_frames: 0 }
+            }
+            Settled::Fail(kind, message) => failed(kind, message),
+            Settled::Ended => {
+                let RunFailure { kind, message } = classify_end(self.budgets.cpu_seconds, end);
+                failed(kind, message)
+            }
+        };
+        result.logs = logs;
+        result.dropped_frames = self.dropped_frames;
+        result
+    }
+}
+
+/// A child that ended without `done`: a CPU-budget kill is a `timeout`,
+/// anything else is `worker-exit`.
+fn classify_end(cpu_seconds: u64, end: Option<ChildEnd>) -> RunFailure {
+    use std::os::unix::process::ExitStatusExt;
+    let Some(end) = end else {
+        return RunFailure {
+            kind: FailureKind::WorkerExit,
+            message: "the Python process ended without finishing the run".into(),
+        };
+    };
+    let sig = end.status.signal();
+    let cpu_kill =
+        sig == Some(libc::SIGXCPU) || (sig == Some(libc::SIGKILL) && end.cpu >= Duration::from_secs(cpu_seconds));
+    if cpu_kill {
+        return RunFailure {
+            kind: FailureKind::Timeout,
+            message: format!("the CPU budget of {cpu_seconds} s was exceeded ({:.1} s used)", end.cpu.as_secs_f64()),
+        };
+    }
+    let how = crate::spawn::describe_status(end.status);
+    let message = if end.by_itself {
+        format!("the Python process {how} before finishing the run")
+    } else {
+        format!(
+            "the Python process closed its protocol channel (fd 3) without finishing the run and was stopped; it {how}"
+        )
+    };
+    RunFailure { kind: FailureKind::WorkerExit, message }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    fn config() -> RuntimeConfig {
+        RuntimeConfig { max_line_bytes: 1024, max_control_bytes: 8192, max_log_bytes: 64, ..RuntimeConfig::default() }
+    }
+
+    fn echo_ns() -> Namespace {
+        Namespace::new("tools").with_function("echo", Binding::new(|a| async move { Ok(a) }))
+    }
+
+    fn machine(streaming: bool) -> RunMachine {
+        RunMachine::new(&config(), "return 1".into(), vec![echo_ns()], streaming)
+    }
+
+    /// The frames waiting on fd 3, as lines; marks them written.
+    fn drain(m: &mut RunMachine) -> Vec<String> {
+        let text = String::from_utf8(m.pending_output().to_vec()).unwrap();
+        let n = m.pending_output().len();
+        m.wrote(n);
+        text.lines().map(str::to_owned).collect()
+    }
+
+    fn call(id: u64) -> String {
+        format!(r#"{{"type":"call","id":{id},"global":"tools","name":"echo","args":[{id}]}}"#) + "\n"
+    }
+
+    fn booted() -> RunMachine {
+        let mut m = machine(true);
+        let out = drain(&mut m);
+        assert!(out[0].starts_with(r#"{"type":"boot","#), "{out:?}");
+        m.receive(b"{\"type\":\"boot-ack\"}\n");
+        assert_eq!(drain(&mut m), [r#"{"type":"run","program":"return 1"}"#]);
+        m
+    }
+
+    #[test]
+    fn boot_then_run_after_ack_once() {
+        let mut m = booted();
+        m.receive(b"{\"type\":\"boot-ack\"}\n");
+        assert!(m.pending_output().is_empty(), "a second boot-ack sends nothing");
+    }
+
+    #[test]
+    fn each_call_id_is_answered_once() {
+        let mut m = booted();
+        m.receive(call(7).as_bytes());
+        m.receive(call(7).as_bytes()); // a repeat: dropped, not dispatched
+        let started = m.next_call().unwrap();
+        assert_eq!(started.id, 7);
+        assert!(m.next_call().is_none());
+        assert_eq!(m.dropped_frames(), 1);
+        m.call_finished(7, Ok(JsonValue::parse(b"[7]").unwrap()));
+        m.call_finished(7, Ok(JsonValue::parse(b"[8]").unwrap())); // late duplicate result
+        m.call_finished(99, Ok(JsonValue::null())); // never called
+        assert_eq!(drain(&mut m), [r#"{"type":"reply","id":7,"ok":true,"value":[7]}"#]);
+        // Even after the reply, the id stays used.
+        m.receive(call(7).as_bytes());
+        assert!(m.next_call().is_none());
+        assert_eq!(m.dropped_frames(), 2);
+    }
+
+    #[test]
+    fn unknown_binding_is_rejected_at_once() {
+        let mut m = booted();
+        m.receive(b"{\"type\":\"call\",\"id\":1,\"global\":\"tools\",\"name\":\"nope\",\"args\":null}\n");
+        assert!(m.next_call().is_none());
+        assert_eq!(
+            drain(&mut m),
+            [r#"{"type":"reply","id":1,"ok":false,"message":"tools.nope is not a binding of this run"}"#]
+        );
+        assert_eq!(m.calls_in_flight(), 0);
+    }
+
+    #[test]
+    fn forged_done_with_calls_in_flight_settles_and_silences_replies() {
+        let mut m = booted();
+        m.receive(call(1).as_bytes());
+        m.receive(call(2).as_bytes());
+        assert_eq!(m.calls_in_flight(), 2);
+        // A forged done carrying both value and error: the error wins.
+        m.receive(br#"{"type":"done","value":1,"error":{"kind":"exception","message":"forged"}}"#);
+        m.receive(b"\n");
+        assert!(matches!(m.settled(), Some(Settled::Done { .. })));
+        m.call_finished(1, Ok(JsonValue::null()));
+        assert!(m.pending_output().is_empty(), "no reply after settlement");
+        // Everything after the first done is ignored.
+        m.receive(b"{\"type\":\"done\",\"value\":2}\n");
+        m.receive(call(3).as_bytes());
+        assert!(m.next_call().is_some_and(|c| c.id == 1));
+        assert!(m.next_call().is_some_and(|c| c.id == 2));
+        assert!(m.next_call().is_none());
+        let r = m.finish(None);
+        let e = r.error.unwrap();
+        assert_eq!((e.kind, e.message.as_str()), (FailureKind::Exception, "forged"));
+        assert!(r.value.is_none());
+    }
+
+    #[test]
+    fn write_backpressure_keeps_order_and_compacts() {
+        let mut m = booted();
+        for id in 0..50 {
+            m.receive(call(id).as_bytes());
+        }
+        while let Some(c) = m.next_call() {
+            m.call_finished(c.id, Ok(c.args));
+        }
+        // The child reads a few bytes at a time.
+        let mut written = Vec::new();
+        loop {
+            let pending = m.pending_output();
+            if pending.is_empty() {
+                break;
+            }
+            let n = pending.len().min(7);
+            written.extend_from_slice(&pending[..n]);
+            m.wrote(n);
+            assert!(m.out.len() <= 50 * 64, "buffer compacted");
+        }
+        let text = String::from_utf8(written).unwrap();
+        let lines: Vec<_> = text.lines().collect();
+        assert_eq!(lines.len(), 50);
+        for (id, line) in lines.iter().enumerate() {
+            assert_eq!(*line, format!(r#"{{"type":"reply","id":{id},"ok":true,"value":[{id}]}}"#));
+        }
+    }
+
+    #[test]
+    fn oversized_line_and_control_budget_settle_as_output_limit() {
+        let mut m = booted();
+        m.receive(&vec![b'x'; 2000]);
+        assert!(matches!(m.settled(), Some(Settled::Fail(FailureKind::OutputLimit, msg)) if msg.contains("line cap")));
+        let mut m = booted();
+        for _ in 0..1000 {
+            m.receive(b"{\"junk\":1}\n");
+        }
+        assert!(
+            matches!(m.settled(), Some(Settled::Fail(FailureKind::OutputLimit, msg)) if msg.contains("protocol traffic"))
+        );
+        assert!(m.dropped_frames() > 100);
+    }
+
+    #[test]
+    fn unterminated_last_line_is_a_frame_at_eof() {
+        let mut m = booted();
+        m.receive(b"{\"type\":\"log\",\"text\":\"hi\\n\"}\n{\"type\":\"done\",\"value\":5}");
+        assert!(m.settled().is_none());
+        m.receive_eof();
+        let r = m.finish(None);
+        assert_eq!(r.value.unwrap().to_string(), "5");
+        assert_eq!(r.logs, ["hi"]);
+    }
+
+    #[test]
+    fn eof_without_done_is_worker_exit_and_cpu_kill_is_timeout() {
+        let mut m = booted();
+        m.receive(b"{\"type\":\"log\",\"text\":\"partial\"}\n");
+        m.receive_eof();
+        let end = ChildEnd { status: std::process::ExitStatus::from_raw(3 << 8), cpu: Duration::ZERO, by_itself: true };
+        let r = m.finish(Some(end));
+        let e = r.error.unwrap();
+        assert_eq!(e.kind, FailureKind::WorkerExit);
+        assert!(e.message.contains("exited with status 3"), "{}", e.message);
+        assert_eq!(r.logs, ["partial"]);
+
+        let mut m = booted();
+        m.child_exited();
+        let end = ChildEnd {
+            status: std::process::ExitStatus::from_raw(libc::SIGKILL),
+            cpu: Duration::from_secs(31),
+            by_itself: false,
+        };
+        let e = m.finish(Some(end)).error.unwrap();
+        assert_eq!(e.kind, FailureKind::Timeout);
+        assert!(e.message.contains("CPU budget"), "{}", e.message);
+    }
+
+    #[test]
+    fn first_settlement_wins_and_logs_survive() {
+        let mut m = booted();
+        m.receive(b"{\"type\":\"log\",\"text\":\"before\\n\"}\n");
+        m.settle(FailureKind::Timeout, "wall".into());
+        m.settle(FailureKind::Abort, "cancel".into());
+        m.receive(b"{\"type\":\"done\",\"value\":1}\n");
+        m.receive_raw(b"raw tail");
+        let r = m.finish(None);
+        let e = r.error.unwrap();
+        assert_eq!((e.kind, e.message.as_str()), (FailureKind::Timeout, "wall"));
+        assert_eq!(r.logs, ["before", "raw tail"]);
+    }
+
+    #[test]
+    fn value_over_budget_is_output_limit() {
+        let mut c = config();
+        c.max_value_bytes = 4;
+        let mut m = RunMachine::new(&c, "x".into(), Vec::new(), false);
+        m.receive(b"{\"type\":\"done\",\"value\":\"abcdef\"}\n");
+        assert_eq!(m.finish(None).error.unwrap().kind, FailureKind::OutputLimit);
+    }
+
+    #[test]
+    fn events_only_when_streaming() {
+        let mut m = machine(false);
+        m.receive(b"{\"type\":\"boot-ack\"}\n");
+        m.receive(b"{\"type\":\"log\",\"text\":\"x\\n\"}\n");
+        m.receive(call(1).as_bytes());
+        assert!(m.next_event().is_none());
+        let mut m = booted();
+        m.receive(b"{\"type\":\"log\",\"text\":\"x\\n\"}\n");
+        m.receive(call(1).as_bytes());
+        let c = m.next_call().unwrap();
+        m.call_finished(c.id, Err(BindingError::new("no")));
+        let events: Vec<_> = std::iter::from_fn(|| m.next_event()).collect();
+        assert_eq!(events[0], RunEvent::Log("x".into()));
+        assert!(matches!(&events[1], RunEvent::Call { id: 1, .. }));
+        assert_eq!(events[2], RunEvent::CallFinished { id: 1, error: Some("no".into()) });
+    }
+}

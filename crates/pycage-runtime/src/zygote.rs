@@ -1,0 +1,727 @@
+//! The zygote: one trusted Python fork server, and the thread that supervises it.
+//!
+//! A zygote is `python3 -I -B` running `pycage.zygote` (see its module docs
+//! for the control protocol). It has imported everything a run needs, runs
+//! no model code and has no threads; each `spawn` forks one child that sets
+//! itself up and serves exactly one run. Forking a warm interpreter costs
+//! about a millisecond where starting one costs tens.
+//!
+//! Each zygote has one dedicated OS thread on the host (not a tokio task):
+//!
+//! - it spawns the zygote process, so the zygote's `PR_SET_PDEATHSIG` is tied
+//!   to a thread that lives exactly as long as the zygote (the signal fires
+//!   when the *thread* that forked exits), and a dying host takes the zygote,
+//!   and through theirs, every child, with it;
+//! - it owns the control socket (`SOCK_SEQPACKET`: one JSON message per
+//!   packet, descriptors attached with `SCM_RIGHTS`), writes requests as the
+//!   socket takes them and routes each answer to whoever waits for it, so
+//!   it works whatever async runtime (or none) the caller uses;
+//! - it watches the zygote's pidfd: when the zygote dies, every pending
+//!   request fails with the zygote's last diagnostics, and later requests
+//!   fail at once. A dead zygote is replaced by the pool, not here.
+//!
+//! The zygote never reaps a child on its own: the host asks (`reap`) once it
+//! has killed what is left of the child's process group, so the child's pid
+//! (its group id) cannot be reused while the host may still signal it.
+//!
+//! The zygote is trusted, but its answers are still parsed with bounds:
+//! packets over [`MAX_PACKET`] or that do not parse are counted and dropped.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use pycage_protocol::{JsonBuilder, JsonValue};
+use rustix::event::{EventfdFlags, PollFd, PollFlags};
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags, SocketFlags, SocketType,
+};
+use tokio::sync::oneshot;
+
+use crate::spawn::{self, Exit};
+
+/// Largest control packet accepted from the zygote.
+pub(crate) const MAX_PACKET: usize = 64 * 1024;
+
+/// Bytes of the zygote's own stderr kept for error messages.
+const DIAGNOSTICS_TAIL: usize = 4096;
+
+/// Why the zygote could not do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ZygoteError {
+    /// The zygote process could not be started.
+    #[error("the zygote could not be started: {0}")]
+    Start(String),
+    /// The zygote exited (or was killed); its last diagnostics follow.
+    #[error("the zygote exited{}", diagnostics_suffix(.0))]
+    Gone(String),
+    /// The zygote refused the request (e.g. fork failed).
+    #[error("the zygote could not fork a child: {0}")]
+    Refused(String),
+}
+
+fn diagnostics_suffix(d: &str) -> String {
+    if d.is_empty() {
+        String::new()
+    } else {
+        format!(": {d}")
+    }
+}
+
+/// What a child is set up with before it serves its run.
+#[derive(Debug, Clone)]
+pub(crate) struct ChildSpec {
+    /// Its working directory (the run dir).
+    pub cwd: PathBuf,
+    /// Environment variables set in the child on top of the zygote's.
+    pub env: Vec<(String, String)>,
+    /// `(name, soft, hard)`; names as in `pycage.zygote._RLIMITS`.
+    pub rlimits: Vec<(&'static str, u64, u64)>,
+}
+
+/// A forked child, as the zygote reported it.
+#[derive(Debug)]
+pub(crate) struct Spawned {
+    pub id: u64,
+    pub pid: i32,
+    pub pidfd: OwnedFd,
+}
+
+/// Where the answer to a spawn goes.
+pub(crate) enum SpawnReply {
+    /// To one waiting caller.
+    Caller(oneshot::Sender<Result<Spawned, ZygoteError>>),
+    /// Into a pool's idle list (see `crate::pool`).
+    Pool(Weak<dyn PoolSink>),
+}
+
+/// A pool receiving children forked ahead of demand.
+pub(crate) trait PoolSink: Send + Sync {
+    /// A child is ready; `pending` is the token given with the request.
+    fn child_ready(&self, pending: PendingChild, spawned: Spawned);
+    /// The spawn failed; the pending child's resources are dropped.
+    fn child_failed(&self, error: ZygoteError);
+}
+
+/// Host-side resources of a child being spawned, kept until the answer.
+pub(crate) type PendingChild = Box<dyn std::any::Any + Send>;
+
+enum Request {
+    Spawn { spec: ChildSpec, fds: [OwnedFd; 2], pending: Option<PendingChild>, reply: SpawnReply },
+    Reap { id: u64, reply: Option<oneshot::Sender<Exit>> },
+    Quit,
+}
+
+struct Shared {
+    requests: Mutex<Option<mpsc::Sender<Request>>>,
+    wake: OwnedFd,
+    /// 0 until the process exists.
+    pid: AtomicI32,
+    started: Instant,
+    spawns: AtomicU64,
+    ready: AtomicBool,
+    dead: AtomicBool,
+    diagnostics: Mutex<Vec<u8>>,
+    /// Resolved when the supervisor thread is done (the zygote reaped).
+    finished: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+impl Shared {
+    fn send(&self, request: Request) -> bool {
+        let sent = match self.requests.lock() {
+            Ok(guard) => guard.as_ref().is_some_and(|tx| tx.send(request).is_ok()),
+            Err(_) => false,
+        };
+        if sent {
+            let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        }
+        sent
+    }
+
+    fn diagnostics(&self) -> String {
+        let tail = self.diagnostics.lock().map(|d| d.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&tail).trim().to_owned()
+    }
+}
+
+/// A running zygote. Cheap to clone; when the last clone is dropped the
+/// zygote is asked to quit, and exits once its last child is reaped.
+#[derive(Clone)]
+pub(crate) struct Zygote {
+    shared: Arc<Shared>,
+    _quit_on_drop: Arc<QuitOnDrop>,
+}
+
+struct QuitOnDrop(Arc<Shared>);
+
+impl Drop for QuitOnDrop {
+    fn drop(&mut self) {
+        self.0.send(Request::Quit);
+        if let Ok(mut tx) = self.0.requests.lock() {
+            *tx = None;
+        }
+    }
+}
+
+/// How to start a zygote.
+pub(crate) struct ZygoteSpec {
+    pub python: PathBuf,
+    pub bootstrap_dir: PathBuf,
+}
+
+impl Zygote {
+    /// Starts the zygote process on its own supervisor thread. Returns once
+    /// the process exists; it is ready for requests at once (they queue
+    /// until it has imported everything).
+    pub(crate) fn start(spec: ZygoteSpec) -> Result<Zygote, ZygoteError> {
+        let start_err = |e: io::Error| ZygoteError::Start(e.to_string());
+        let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| start_err(e.into()))?;
+        let thread_wake = wake.try_clone().map_err(start_err)?;
+        let (tx, rx) = mpsc::channel();
+        let (finished_tx, finished_rx) = oneshot::channel();
+        let shared = Arc::new(Shared {
+            requests: Mutex::new(Some(tx)),
+            wake,
+            pid: AtomicI32::new(0),
+            started: Instant::now(),
+            spawns: AtomicU64::new(0),
+            ready: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+            diagnostics: Mutex::new(Vec::new()),
+            finished: Mutex::new(Some(finished_rx)),
+        });
+        let thread_shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("pycage-zygote".into())
+            .spawn(move || {
+                match launch(&spec) {
+                    Ok(launched) => {
+                        thread_shared.pid.store(launched.pid, Ordering::Release);
+                        Supervisor::new(launched, rx, thread_wake, thread_shared).run();
+                    }
+                    Err(e) => {
+                        if let Ok(mut d) = thread_shared.diagnostics.lock() {
+                            d.extend_from_slice(e.to_string().as_bytes());
+                        }
+                        fail_all(&thread_shared, &rx);
+                    }
+                }
+                let _ = finished_tx.send(());
+            })
+            .map_err(start_err)?;
+        Ok(Zygote { _quit_on_drop: Arc::new(QuitOnDrop(Arc::clone(&shared))), shared })
+    }
+
+    /// The zygote's pid.
+    pub(crate) fn pid(&self) -> i32 {
+        self.shared.pid.load(Ordering::Acquire)
+    }
+
+    /// Whether both handles name the same zygote.
+    pub(crate) fn same(&self, other: &Zygote) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// Whether the zygote said it is ready (everything imported).
+    pub(crate) fn is_ready(&self) -> bool {
+        self.shared.ready.load(Ordering::Acquire)
+    }
+
+    /// Whether the zygote is gone.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.shared.dead.load(Ordering::Acquire)
+    }
+
+    /// Children forked so far.
+    pub(crate) fn spawns(&self) -> u64 {
+        self.shared.spawns.load(Ordering::Relaxed)
+    }
+
+    /// Time since it was started.
+    pub(crate) fn age(&self) -> Duration {
+        self.shared.started.elapsed()
+    }
+
+    fn gone(&self) -> ZygoteError {
+        ZygoteError::Gone(self.shared.diagnostics())
+    }
+
+    /// Asks for a child; `fds` become its fd 3 and its fd 1/fd 2.
+    pub(crate) async fn spawn(&self, spec: ChildSpec, fds: [OwnedFd; 2]) -> Result<Spawned, ZygoteError> {
+        let (tx, rx) = oneshot::channel();
+        self.shared.spawns.fetch_add(1, Ordering::Relaxed);
+        if !self.shared.send(Request::Spawn { spec, fds, pending: None, reply: SpawnReply::Caller(tx) }) {
+            return Err(self.gone());
+        }
+        rx.await.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// Asks for a child whose answer goes to `sink` with `pending`.
+    pub(crate) fn spawn_into(
+        &self,
+        spec: ChildSpec,
+        fds: [OwnedFd; 2],
+        pending: PendingChild,
+        sink: Weak<dyn PoolSink>,
+    ) -> bool {
+        self.shared.spawns.fetch_add(1, Ordering::Relaxed);
+        self.shared.send(Request::Spawn { spec, fds, pending: Some(pending), reply: SpawnReply::Pool(sink) })
+    }
+
+    /// Reaps child `id` once it has exited; `None` if the zygote is gone
+    /// (the child then died with it, and its status is unknown).
+    pub(crate) async fn reap(&self, id: u64) -> Option<Exit> {
+        let (tx, rx) = oneshot::channel();
+        if !self.shared.send(Request::Reap { id, reply: Some(tx) }) {
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    /// Asks for child `id` to be reaped, without waiting.
+    pub(crate) fn reap_later(&self, id: u64) {
+        self.shared.send(Request::Reap { id, reply: None });
+    }
+
+    /// Waits until the supervisor thread has reaped the zygote (after
+    /// `quit`, or after it died). Call after dropping every child.
+    pub(crate) async fn finished(self) {
+        let rx = self.shared.finished.lock().ok().and_then(|mut f| f.take());
+        drop(self);
+        if let Some(rx) = rx {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// A zygote process just spawned.
+struct Launched {
+    pid: i32,
+    pidfd: OwnedFd,
+    ctl: OwnedFd,
+    stderr: OwnedFd,
+}
+
+fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
+    let err = |what: &str, e: io::Error| ZygoteError::Start(format!("{what}: {e}"));
+    let (host, child) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )
+    .map_err(|e| err("socketpair", e.into()))?;
+    // The child end must block: the zygote uses plain blocking calls.
+    rustix::io::ioctl_fionbio(&child, false).map_err(|e| err("socketpair", e.into()))?;
+    let (diag_rx, diag_tx) = std::io::pipe().map_err(|e| err("pipe", e))?;
+    let child_fd = child.as_raw_fd();
+    let parent = rustix::process::getpid();
+    let loader = spawn::loader(&spec.bootstrap_dir, "pycage.zygote");
+    let mut cmd = Command::new(&spec.python);
+    cmd.args(["-I", "-B", "-c", &loader])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LANG", "C.UTF-8")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(diag_tx.try_clone().map_err(|e| err("pipe", e))?)
+        .stderr(diag_tx)
+        // Its own group: a Ctrl-C in the host's terminal does not reach it.
+        .process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and makes only
+    // async-signal-safe calls (dup2/fcntl, prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            spawn::install_fd3(child_fd)?;
+            spawn::cloexec_above_fd3();
+            spawn::die_with_parent(parent)
+        });
+    }
+    let process = cmd.spawn().map_err(|e| err(&format!("could not execute {}", spec.python.display()), e))?;
+    drop(cmd);
+    drop(child);
+    let pid = process.id() as i32;
+    let pidfd = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| ZygoteError::Start("the zygote has pid 0".into()))
+        .and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::NONBLOCK)
+                .map_err(|e| err("pidfd_open", e.into()))
+        })?;
+    let stderr = OwnedFd::from(diag_rx);
+    rustix::io::ioctl_fionbio(&stderr, true).map_err(|e| err("pipe", e.into()))?;
+    Ok(Launched { pid, pidfd, ctl: host, stderr })
+}
+
+/// A request written (or being written) to the control socket.
+struct Outgoing {
+    bytes: Vec<u8>,
+    fds: Vec<OwnedFd>,
+}
+
+enum Waiting {
+    Spawn { pending: Option<PendingChild>, reply: SpawnReply },
+}
+
+struct Supervisor {
+    launched: Launched,
+    requests: mpsc::Receiver<Request>,
+    wake: OwnedFd,
+    shared: Arc<Shared>,
+    outgoing: VecDeque<Outgoing>,
+    spawns: HashMap<u64, Waiting>,
+    reaps: HashMap<u64, Option<oneshot::Sender<Exit>>>,
+    next_id: u64,
+    quit_sent: bool,
+    stderr_open: bool,
+}
+
+impl Supervisor {
+    fn new(launched: Launched, requests: mpsc::Receiver<Request>, wake: OwnedFd, shared: Arc<Shared>) -> Self {
+        Supervisor {
+            launched,
+            requests,
+            wake,
+            shared,
+            outgoing: VecDeque::new(),
+            spawns: HashMap::new(),
+            reaps: HashMap::new(),
+            next_id: 0,
+            quit_sent: false,
+            stderr_open: true,
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            let want_out = !self.outgoing.is_empty();
+            let mut ctl_flags = PollFlags::IN;
+            if want_out {
+                ctl_flags |= PollFlags::OUT;
+            }
+            let (ctl_ready, wake_ready, zygote_exited, stderr_ready) = {
+                let mut fds = vec![
+                    PollFd::new(&self.launched.ctl, ctl_flags),
+                    PollFd::new(&self.wake, PollFlags::IN),
+                    PollFd::new(&self.launched.pidfd, PollFlags::IN),
+                ];
+                if self.stderr_open {
+                    fds.push(PollFd::new(&self.launched.stderr, PollFlags::IN));
+                }
+                if let Err(e) = rustix::event::poll(&mut fds, None) {
+                    if e == rustix::io::Errno::INTR {
+                        continue;
+                    }
+                    break;
+                }
+                let r = |i: usize| fds.get(i).map(|f| !f.revents().is_empty()).unwrap_or(false);
+                (r(0), r(1), r(2), r(3))
+            };
+            if wake_ready {
+                let mut buf = [0u8; 8];
+                let _ = rustix::io::read(&self.wake, &mut buf);
+            }
+            self.take_requests();
+            self.flush();
+            if stderr_ready {
+                self.read_stderr();
+            }
+            let ctl_open = if ctl_ready { self.receive() } else { true };
+            if zygote_exited || !ctl_open {
+                break;
+            }
+        }
+        self.shutdown();
+    }
+
+    /// Moves queued requests to the outgoing queue.
+    fn take_requests(&mut self) {
+        while let Ok(request) = self.requests.try_recv() {
+            match request {
+                Request::Spawn { spec, fds, pending, reply } => {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let bytes = encode_spawn(id, &spec);
+                    self.outgoing.push_back(Outgoing { bytes, fds: fds.into() });
+                    self.spawns.insert(id, Waiting::Spawn { pending, reply });
+                }
+                Request::Reap { id, reply } => {
+                    self.outgoing.push_back(Outgoing { bytes: encode_simple("reap", Some(id)), fds: Vec::new() });
+                    self.reaps.insert(id, reply);
+                }
+                Request::Quit => self.quit(),
+            }
+        }
+    }
+
+    fn quit(&mut self) {
+        if !self.quit_sent {
+            self.quit_sent = true;
+            self.outgoing.push_back(Outgoing { bytes: encode_simple("quit", None), fds: Vec::new() });
+        }
+    }
+
+    /// Writes what the socket takes now.
+    fn flush(&mut self) {
+        while let Some(out) = self.outgoing.front() {
+            let borrowed: Vec<BorrowedFd<'_>> = out.fds.iter().map(AsFd::as_fd).collect();
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            if !borrowed.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&borrowed)) {
+                // Cannot happen: the space fits two descriptors.
+                self.outgoing.pop_front();
+                continue;
+            }
+            match rustix::net::sendmsg(
+                &self.launched.ctl,
+                &[IoSlice::new(&out.bytes)],
+                &mut control,
+                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+            ) {
+                Ok(_) => {
+                    // The descriptors are the child's now; ours close here.
+                    self.outgoing.pop_front();
+                }
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(rustix::io::Errno::INTR) => {}
+                // The zygote is gone; its pidfd tells the loop.
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Reads every packet waiting; false once the zygote closed its end.
+    fn receive(&mut self) -> bool {
+        let mut buf = vec![0u8; MAX_PACKET];
+        loop {
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let got = rustix::net::recvmsg(
+                &self.launched.ctl,
+                &mut [IoSliceMut::new(&mut buf)],
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+            );
+            let msg = match got {
+                Ok(m) => m,
+                Err(rustix::io::Errno::AGAIN) => return true,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return false,
+            };
+            let mut fds: Vec<OwnedFd> = Vec::new();
+            for message in control.drain() {
+                if let RecvAncillaryMessage::ScmRights(rights) = message {
+                    fds.extend(rights);
+                }
+            }
+            if msg.bytes == 0 {
+                return false;
+            }
+            if msg.flags.contains(rustix::net::ReturnFlags::TRUNC) {
+                continue;
+            }
+            let data = buf.get(..msg.bytes).unwrap_or_default();
+            if let Ok(value) = JsonValue::parse(data) {
+                self.dispatch(&value, fds);
+            }
+        }
+    }
+
+    fn dispatch(&mut self, message: &JsonValue, mut fds: Vec<OwnedFd>) {
+        let root = message.root();
+        let id = root.get("id").and_then(|v| v.as_number()).and_then(|n| n.as_u64());
+        match root.get("type").and_then(|v| v.as_str()) {
+            Some("ready") => self.shared.ready.store(true, Ordering::Release),
+            Some("spawned") => {
+                let pid = root.get("pid").and_then(|v| v.as_number()).and_then(|n| n.as_i64());
+                let (Some(id), Some(pid), Some(pidfd)) = (id, pid, fds.pop()) else { return };
+                let Some(Waiting::Spawn { pending, reply }) = self.spawns.remove(&id) else { return };
+                let spawned = Spawned { id, pid: pid as i32, pidfd };
+                match reply {
+                    SpawnReply::Caller(tx) => {
+                        if let Err(Ok(unwanted)) = tx.send(Ok(spawned)) {
+                            // The caller went away: the child is not wanted.
+                            self.discard(unwanted);
+                        }
+                    }
+                    SpawnReply::Pool(sink) => match (sink.upgrade(), pending) {
+                        (Some(sink), Some(pending)) => sink.child_ready(pending, spawned),
+                        _ => self.discard(spawned),
+                    },
+                }
+            }
+            Some("spawn-failed") => {
+                let message = root.get("message").and_then(|v| v.as_str()).unwrap_or("unknown reason").to_owned();
+                let Some(Waiting::Spawn { reply, .. }) = id.and_then(|id| self.spawns.remove(&id)) else { return };
+                fail(reply, ZygoteError::Refused(message));
+            }
+            Some("reaped") => {
+                let status = root.get("status").and_then(|v| v.as_number()).and_then(|n| n.as_i64());
+                let cpu = root.get("cpuNs").and_then(|v| v.as_number()).and_then(|n| n.as_u64());
+                let (Some(id), Some(status), Some(cpu)) = (id, status, cpu) else { return };
+                if let Some(Some(tx)) = self.reaps.remove(&id) {
+                    let _ =
+                        tx.send(Exit { status: ExitStatus::from_raw(status as i32), cpu: Duration::from_nanos(cpu) });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A child nobody wants: kill its group and have it reaped.
+    fn discard(&mut self, spawned: Spawned) {
+        if let Some(pid) = rustix::process::Pid::from_raw(spawned.pid) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+        self.outgoing.push_back(Outgoing { bytes: encode_simple("reap", Some(spawned.id)), fds: Vec::new() });
+        self.reaps.insert(spawned.id, None);
+        self.flush();
+    }
+
+    fn read_stderr(&mut self) {
+        let mut buf = [0u8; 4096];
+        loop {
+            match rustix::io::read(&self.launched.stderr, &mut buf) {
+                Ok(0) => {
+                    self.stderr_open = false;
+                    return;
+                }
+                Ok(n) => {
+                    if let Ok(mut d) = self.shared.diagnostics.lock() {
+                        d.extend_from_slice(buf.get(..n).unwrap_or_default());
+                        let excess = d.len().saturating_sub(DIAGNOSTICS_TAIL);
+                        d.drain(..excess);
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The zygote exited (or closed its socket): fail everything pending,
+    /// make sure it is dead, reap it.
+    fn shutdown(mut self) {
+        self.shared.dead.store(true, Ordering::Release);
+        // Late answers that were already in the socket still count.
+        self.receive();
+        if self.stderr_open {
+            self.read_stderr();
+        }
+        if let Some(pid) = rustix::process::Pid::from_raw(self.launched.pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        // It is dead or dying from SIGKILL: this thread may block on it.
+        let _ = spawn::wait4_blocking(self.launched.pid);
+        let gone = ZygoteError::Gone(self.shared.diagnostics());
+        for (_, Waiting::Spawn { reply, .. }) in self.spawns.drain() {
+            fail(reply, gone.clone());
+        }
+        // Reap waiters see their sender dropped: status unknown.
+        self.reaps.clear();
+        fail_all(&self.shared, &self.requests);
+    }
+}
+
+/// The zygote is gone: refuse every queued request and every later one.
+fn fail_all(shared: &Shared, requests: &mpsc::Receiver<Request>) {
+    shared.dead.store(true, Ordering::Release);
+    // Requests that arrive from now on fail at once: nobody reads them.
+    if let Ok(mut tx) = shared.requests.lock() {
+        *tx = None;
+    }
+    let gone = ZygoteError::Gone(shared.diagnostics());
+    while let Ok(request) = requests.try_recv() {
+        if let Request::Spawn { reply, .. } = request {
+            fail(reply, gone.clone());
+        }
+    }
+}
+
+fn fail(reply: SpawnReply, error: ZygoteError) {
+    match reply {
+        SpawnReply::Caller(tx) => {
+            let _ = tx.send(Err(error));
+        }
+        SpawnReply::Pool(sink) => {
+            if let Some(sink) = sink.upgrade() {
+                sink.child_failed(error);
+            }
+        }
+    }
+}
+
+fn encode_simple(kind: &str, id: Option<u64>) -> Vec<u8> {
+    let mut b = JsonBuilder::new();
+    let _ = (|| -> Result<(), pycage_protocol::BuildError> {
+        b.begin_object()?;
+        b.key("type")?;
+        b.string(kind)?;
+        if let Some(id) = id {
+            b.key("id")?;
+            b.number(&id.to_string())?;
+        }
+        b.end()
+    })();
+    b.finish().map(|v| v.to_canonical_string().into_bytes()).unwrap_or_default()
+}
+
+fn encode_spawn(id: u64, spec: &ChildSpec) -> Vec<u8> {
+    let mut b = JsonBuilder::new();
+    let _ = (|| -> Result<(), pycage_protocol::BuildError> {
+        b.begin_object()?;
+        b.key("type")?;
+        b.string("spawn")?;
+        b.key("id")?;
+        b.number(&id.to_string())?;
+        b.key("cwd")?;
+        b.string(&spec.cwd.to_string_lossy())?;
+        b.key("env")?;
+        b.begin_object()?;
+        for (k, v) in &spec.env {
+            b.key(k)?;
+            b.string(v)?;
+        }
+        b.end()?;
+        b.key("rlimits")?;
+        b.begin_object()?;
+        for (name, soft, hard) in &spec.rlimits {
+            b.key(name)?;
+            b.begin_array()?;
+            b.number(&soft.to_string())?;
+            b.number(&hard.to_string())?;
+            b.end()?;
+        }
+        b.end()?;
+        b.end()
+    })();
+    b.finish().map(|v| v.to_canonical_string().into_bytes()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spawn_message_is_the_documented_shape() {
+        let spec = ChildSpec {
+            cwd: PathBuf::from("/tmp/run \"x\""),
+            env: vec![("HOME".into(), "/tmp/run".into())],
+            rlimits: vec![("nproc", 64, 64)],
+        };
+        assert_eq!(
+            String::from_utf8(encode_spawn(7, &spec)).unwrap(),
+            r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{"HOME":"/tmp/run"},"rlimits":{"nproc":[64,64]}}"#
+        );
+        assert_eq!(String::from_utf8(encode_simple("reap", Some(3))).unwrap(), r#"{"type":"reap","id":3}"#);
+        assert_eq!(String::from_utf8(encode_simple("quit", None)).unwrap(), r#"{"type":"quit"}"#);
+    }
+}

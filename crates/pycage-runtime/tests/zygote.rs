@@ -1,0 +1,211 @@
+//! Runs through the zygote: per-run guarantees, fork hazards, supervision.
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::*;
+use pycage_protocol::ValueRef;
+use pycage_runtime::*;
+
+fn zygote_runtime(f: impl FnOnce(&mut RuntimeConfig)) -> Runtime {
+    let rt = runtime_with(|c| {
+        c.spawn = SpawnMode::Zygote;
+        f(c);
+    });
+    assert_eq!(rt.spawn_mode(), (SpawnMode::Zygote, None));
+    rt
+}
+
+fn text(v: &ValueRef<'_>) -> String {
+    v.to_owned().to_canonical_string()
+}
+
+fn threads_of(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_forked_from_a_single_threaded_zygote() {
+    let rt = zygote_runtime(|_| {});
+    let r =
+        run(&rt, "import os\nreturn [os.getppid(), os.getpid(), os.getpgid(0), sorted(os.listdir('/proc/self/fd'))]")
+            .await;
+    let v = r.value.unwrap();
+    let zygote = rt.zygote_pid().unwrap();
+    let items: Vec<_> = v.root().as_array().unwrap().collect();
+    assert_eq!(items[0].as_number().unwrap().as_u64(), Some(u64::from(zygote)), "parent is the zygote");
+    // Its own process group (the host signals the whole group).
+    assert_eq!(text(&items[1]), text(&items[2]));
+    // Stdio, fd 3 and what the bootstrap's own loop opens: exactly what an
+    // exec'd child has, so nothing of the zygote's leaks in.
+    let fds = text(&items[3]);
+    let exec = runtime_with(|c| c.spawn = SpawnMode::Exec);
+    let r = run(&exec, "import os\nreturn sorted(os.listdir('/proc/self/fd'))").await;
+    assert_eq!(fds, value(&r));
+    exec.shutdown().await;
+    assert_eq!(threads_of(zygote), 1, "the zygote never has threads");
+    rt.shutdown().await;
+}
+
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+/// The zygote closes each child's descriptors after the fork: holding them
+/// would leak two per run and keep every run's output pipe from EOF.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zygote_holds_no_descriptor_of_its_children() {
+    let rt = zygote_runtime(|c| c.pool_size = 0);
+    assert_eq!(value(&run(&rt, "return 0").await), "0");
+    let zygote = rt.zygote_pid().unwrap();
+    let before = fds_of(zygote);
+    for i in 0..10 {
+        assert_eq!(value(&run(&rt, &format!("print('x')\nreturn {i}")).await), i.to_string());
+    }
+    assert_eq!(fds_of(zygote), before);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_child_reseeds_random_and_starts_pristine() {
+    let rt = zygote_runtime(|_| {});
+    let mut seen = HashSet::new();
+    let mut dirs = HashSet::new();
+    for _ in 0..6 {
+        let r = run(
+            &rt,
+            "import random, os, json\n\
+             assert not hasattr(json, 'leak'), 'module state leaked'\n\
+             assert os.listdir('.') == [], os.listdir('.')\n\
+             json.leak = 1\n\
+             open('left-behind', 'w').write('x')\n\
+             return [random.random(), os.getcwd(), os.environ['HOME'] == os.getcwd()]",
+        )
+        .await;
+        let v = value(&r);
+        let parsed = JsonValue::parse(v.as_bytes()).unwrap();
+        let items: Vec<_> = parsed.root().as_array().unwrap().collect();
+        assert!(seen.insert(text(&items[0])), "random repeated across children: {v}");
+        assert!(dirs.insert(items[1].as_str().unwrap().to_owned()), "run dir reused: {v}");
+        assert_eq!(text(&items[2]), "true");
+    }
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zygote_is_replaced_after_its_run_budget() {
+    let rt = zygote_runtime(|c| {
+        c.zygote_max_runs = 3;
+        c.pool_size = 1;
+    });
+    assert_eq!(value(&run(&rt, "return 0").await), "0");
+    let first = rt.zygote_pid().unwrap();
+    let mut zygotes = HashSet::new();
+    let mut seeds = HashSet::new();
+    // The successor starts once the first is due and takes over once ready.
+    for _ in 0..40 {
+        let r = run(&rt, "import os\nreturn [os.getppid(), hash('pycage')]").await;
+        let v = JsonValue::parse(value(&r).as_bytes()).unwrap();
+        let items: Vec<_> = v.root().as_array().unwrap().collect();
+        zygotes.insert(text(&items[0]));
+        seeds.insert(text(&items[1]));
+        if zygotes.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(zygotes.len() >= 2, "the zygote was never replaced: {zygotes:?}");
+    assert_ne!(rt.zygote_pid().unwrap(), first);
+    // A new zygote means a new hash seed (str hashing is randomized per process).
+    assert!(seeds.len() >= 2, "{seeds:?}");
+    // The retired zygote exits once its last child is reaped.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{first}")).exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!std::path::Path::new(&format!("/proc/{first}")).exists(), "retired zygote {first} still runs");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_zygote_fails_runs_in_flight_and_is_replaced() {
+    let rt = zygote_runtime(|c| c.pool_size = 0);
+    let zygote = rt.zygote_pid();
+    // Make sure it is up, then kill it while a run is in flight.
+    assert_eq!(value(&run(&rt, "return 1").await), "1");
+    let zygote = rt.zygote_pid().or(zygote).unwrap();
+    let rt2 = rt.clone();
+    let h = tokio::spawn(async move { run(&rt2, "print('started', flush=True)\nimport time\ntime.sleep(30)").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(zygote as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), h).await.unwrap().unwrap();
+    let (kind, _) = failure(&r);
+    assert_eq!(kind, FailureKind::WorkerExit, "{r:?}");
+    assert_eq!(r.logs, ["started"]);
+    // The next run gets a new zygote.
+    assert_eq!(value(&run(&rt, "return 2").await), "2");
+    assert_ne!(rt.zygote_pid().unwrap(), zygote);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signals_end_the_run_as_a_script_expects() {
+    let rt = zygote_runtime(|c| {
+        c.cpu_seconds = 1;
+        c.wall_time = Duration::from_secs(30);
+    });
+    let r = run(&rt, "import os, signal\nprint('a', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)").await;
+    let (kind, msg) = failure(&r);
+    assert_eq!(kind, FailureKind::WorkerExit);
+    assert!(msg.contains("SIGKILL"), "{msg}");
+    assert_eq!(r.logs, ["a"]);
+    let r = run(&rt, "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nimport time\ntime.sleep(5)").await;
+    let (kind, msg) = failure(&r);
+    assert_eq!(kind, FailureKind::WorkerExit);
+    assert!(msg.contains("SIGTERM"), "{msg}");
+    // RLIMIT_CPU's SIGXCPU at the soft limit ends it as a CPU timeout.
+    let r = run(&rt, "while True: pass").await;
+    let (kind, msg) = failure(&r);
+    assert_eq!(kind, FailureKind::Timeout);
+    assert!(msg.contains("CPU"), "{msg}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_wait_in_fifo_order() {
+    let rt = zygote_runtime(|c| c.max_concurrent_runs = 1);
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for i in 0..4 {
+        let rt = rt.clone();
+        let order = order.clone();
+        handles.push(tokio::spawn(async move {
+            let r = run(&rt, &format!("import time\ntime.sleep(0.05)\nreturn {i}")).await;
+            order.lock().unwrap().push(value(&r));
+        }));
+        // Queue them in a known order.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), ["0", "1", "2", "3"]);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_mode_still_works() {
+    let rt = runtime_with(|c| c.spawn = SpawnMode::Exec);
+    assert_eq!(rt.spawn_mode(), (SpawnMode::Exec, None));
+    assert!(rt.zygote_pid().is_none());
+    let r = run(&rt, "import os\nreturn os.getppid()").await;
+    assert_eq!(value(&r), std::process::id().to_string());
+    rt.shutdown().await;
+}

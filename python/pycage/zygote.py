@@ -1,0 +1,273 @@
+"""The pycage zygote: a trusted fork server for run children.
+
+The host starts it once per runtime as::
+
+    python3 -I -B -c "import sys; sys.path.insert(0, '<DIR>'); from pycage.zygote import main; main()"
+
+with fd 3 a ``SOCK_SEQPACKET`` control socket to the host. Importing this
+module imports the bootstrap, and with it everything a run needs (asyncio,
+the codec, the loop classes), so a child forked from here starts a run
+without an interpreter start or an import. The zygote itself never runs
+model code, never starts a thread, and holds no descriptor a child keeps.
+
+Control messages are JSON objects, one per packet. Host to zygote:
+
+``spawn`` ``{type, id, cwd, env, rlimits}`` with two descriptors attached
+    (the child's fd 3 socket and the write end of its fd 1/fd 2 pipe):
+    fork one child; answer ``spawned {type, id, pid}`` with a pidfd of the
+    child attached, or ``spawn-failed {type, id, message}``.
+``reap`` ``{type, id}``: once the child has exited, reap it and answer
+    ``reaped {type, id, status, cpuNs}`` (a ``wait4`` status and the CPU time
+    of the child and its reaped descendants). The zygote never reaps a child
+    on its own: until the host asks, the zombie keeps the child's pid, and so
+    its process group id, from being reused while the host may signal it.
+``quit`` ``{type}``: take no more spawns; exit once every child is reaped.
+
+Zygote to host: ``ready {type, pid, threads}`` once everything is imported.
+EOF on the control socket means the host is gone: the zygote exits at once
+(its children die with it through their parent-death signal).
+
+A forked child, before it reads anything a run sends: starts a session (its
+own process group, so the host can signal everything it starts), arms
+``PR_SET_PDEATHSIG`` against the zygote, installs its descriptors (fd 0
+``/dev/null``, fd 1 and fd 2 the run's pipe, fd 3 the run's socket; nothing
+else stays open), enters the run directory, sets ``HOME`` and ``TMPDIR``
+there, applies the requested rlimits, and then serves exactly one run with
+the bootstrap. ``random`` reseeds itself in every child (it registers an
+``os.register_at_fork`` hook when imported, which happens here); the hash
+seed and the address-space layout are the zygote's, which is why the host
+replaces a zygote after a bounded number of runs or seconds.
+"""
+
+import ctypes
+import gc
+import json
+import os
+import random  # noqa: F401  (imported for its at-fork reseed hook)
+import resource
+import select
+import signal
+import socket
+import sys
+import tempfile
+import threading
+
+from pycage import bootstrap
+
+_CTL_FD = 3
+#: Largest control packet accepted from the host.
+_MAX_PACKET = 1 << 16
+#: Ancillary space for the descriptors a packet may carry.
+_MAX_FDS = 4
+_PR_SET_PDEATHSIG = 1
+#: Exit status of a child whose setup failed before the run (the reason is
+#: written to its fd 2, which the host captures as the run's logs).
+_EXIT_SETUP_FAILED = 127
+
+_RLIMITS = {
+    "cpu": resource.RLIMIT_CPU,
+    "as": resource.RLIMIT_AS,
+    "nproc": resource.RLIMIT_NPROC,
+    "fsize": resource.RLIMIT_FSIZE,
+    "nofile": resource.RLIMIT_NOFILE,
+    "core": resource.RLIMIT_CORE,
+}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option, arg):
+    if _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+def _diag(message):
+    try:
+        os.write(2, ("pycage zygote: " + message + "\n").encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+class _Zygote:
+    def __init__(self, ctl):
+        self.ctl = ctl
+        self.pid = os.getpid()
+        # id -> [pid, pidfd, reap requested]
+        self.children = {}
+        self.quitting = False
+        self.poll = select.poll()
+        self.poll.register(ctl.fileno(), select.POLLIN)
+
+    def send(self, message, fds=()):
+        data = json.dumps(message, separators=(",", ":")).encode("utf-8")
+        if fds:
+            self.ctl.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_fd_array(fds)))])
+        else:
+            self.ctl.send(data)
+
+    def serve(self):
+        self.send({"type": "ready", "pid": self.pid, "threads": threading.active_count()})
+        while True:
+            for fd, _events in self.poll.poll():
+                if fd == self.ctl.fileno():
+                    if not self.receive():
+                        return
+                else:
+                    self.child_exited(fd)
+            if self.quitting and not self.children:
+                return
+
+    def receive(self):
+        """One control packet; False when the host is gone."""
+        try:
+            data, ancdata, flags, _ = self.ctl.recvmsg(_MAX_PACKET, socket.CMSG_SPACE(_MAX_FDS * 4))
+        except InterruptedError:
+            return True
+        fds = []
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                fds.extend(_fd_array_from(payload[:usable]))
+        try:
+            if not data:
+                return False
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                _diag("dropped a truncated control packet")
+                return True
+            message = json.loads(data)
+            kind = message.get("type")
+            if kind == "spawn":
+                taken, fds = fds, []
+                self.spawn(message, taken)
+            elif kind == "reap":
+                self.reap(message.get("id"))
+            elif kind == "quit":
+                self.quitting = True
+            else:
+                _diag(f"unknown control message {kind!r}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return True
+
+    def spawn(self, message, fds):
+        try:
+            self._spawn(message, fds)
+        finally:
+            # The child's ends are the child's alone (it never returns from
+            # _spawn): holding them here would keep its pipe from EOF.
+            for fd in fds:
+                os.close(fd)
+
+    def _spawn(self, message, fds):
+        ident = message.get("id")
+        if self.quitting:
+            self.send({"type": "spawn-failed", "id": ident, "message": "the zygote is retiring"})
+            return
+        if len(fds) != 2:
+            self.send({"type": "spawn-failed", "id": ident, "message": "spawn needs two descriptors"})
+            return
+        threads = threading.active_count()
+        if threads != 1:
+            # Forking a process with threads is what a zygote must never do.
+            self.send({"type": "spawn-failed", "id": ident, "message": f"the zygote has {threads} threads"})
+            return
+        try:
+            pid = os.fork()
+        except OSError as e:
+            self.send({"type": "spawn-failed", "id": ident, "message": f"fork failed: {e}"})
+            return
+        if pid == 0:
+            _child(message, fds[0], fds[1], self.pid, self.ctl.fileno())
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as e:
+            # Cannot watch it: kill and reap it now, and say so.
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            self.send({"type": "spawn-failed", "id": ident, "message": f"pidfd_open failed: {e}"})
+            return
+        self.children[ident] = [pid, pidfd, False]
+        self.send({"type": "spawned", "id": ident, "pid": pid}, (pidfd,))
+
+    def reap(self, ident):
+        child = self.children.get(ident)
+        if child is None:
+            return
+        child[2] = True
+        # Poll its pidfd: readable once it has exited, then it is reaped.
+        self.poll.register(child[1], select.POLLIN)
+
+    def child_exited(self, pidfd):
+        for ident, (pid, fd, requested) in list(self.children.items()):
+            if fd != pidfd:
+                continue
+            self.poll.unregister(fd)
+            if not requested:
+                return
+            _, status, usage = os.wait4(pid, 0)
+            os.close(fd)
+            del self.children[ident]
+            cpu_ns = int((usage.ru_utime + usage.ru_stime) * 1e9)
+            self.send({"type": "reaped", "id": ident, "status": status, "cpuNs": cpu_ns})
+            return
+
+
+def _fd_array(fds):
+    import array
+
+    return array.array("i", fds)
+
+
+def _fd_array_from(payload):
+    import array
+
+    out = array.array("i")
+    out.frombytes(payload)
+    return list(out)
+
+
+def _child(message, sock_fd, out_fd, zygote_pid, ctl_fd):
+    """The forked child: set up, then serve one run. Never returns."""
+    try:
+        os.setsid()
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != zygote_pid:
+            os._exit(_EXIT_SETUP_FAILED)  # the zygote died before the signal was armed
+        os.close(ctl_fd)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(sock_fd, bootstrap.PROTOCOL_FD)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.closerange(bootstrap.PROTOCOL_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        cwd = message["cwd"]
+        os.chdir(cwd)
+        for key, value in message.get("env", {}).items():
+            os.environ[key] = value
+        tempfile.tempdir = None  # recomputed from TMPDIR on first use
+        for name, (soft, hard) in message.get("rlimits", {}).items():
+            resource.setrlimit(_RLIMITS[name], (soft, hard))
+        gc.unfreeze()
+    except BaseException as e:  # noqa: BLE001 - report any setup failure, then exit
+        _diag(f"child setup failed: {type(e).__name__}: {e}")
+        os._exit(_EXIT_SETUP_FAILED)
+    bootstrap.main()
+    os._exit(bootstrap._EXIT_INTERNAL)
+
+
+def main():
+    """Serve the host on fd 3 until it quits or goes away (never returns)."""
+    try:
+        ctl = socket.socket(fileno=_CTL_FD)
+        os.set_inheritable(_CTL_FD, False)
+        # Everything imported, nothing left to collect: freeze the heap so a
+        # child's collections do not write to (and so copy) shared pages.
+        gc.collect()
+        gc.freeze()
+        _Zygote(ctl).serve()
+    except BaseException as e:  # noqa: BLE001
+        _diag(f"internal error: {type(e).__name__}: {e}")
+        os._exit(3)
+    os._exit(0)
