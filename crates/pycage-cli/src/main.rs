@@ -5,6 +5,7 @@
 //! (bad flags, unreadable program, bad bindings file, broken name rule, no
 //! usable interpreter). Clap's own usage errors also exit 2.
 
+mod bench;
 mod bindings_file;
 mod command;
 mod doctor;
@@ -38,6 +39,11 @@ enum Command {
     /// Tools for the fd-3 wire protocol.
     #[command(subcommand)]
     Frames(FramesCommand),
+    /// Measure whole runs on this machine, each figure beside its floor.
+    ///
+    /// Trivial-run latency for every spawn mode and isolation, runs per
+    /// second, a binding call's round trip, memory. Takes about a minute.
+    Bench(bench::BenchArgs),
     /// Show the interpreter and each isolation layer: supported here? used?
     ///
     /// Exits 1 when the chosen (default: the default) configuration cannot run.
@@ -187,6 +193,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Frames(FramesCommand::Validate(args)) => frames::validate(&args),
         Command::Doctor(args) => doctor::main(args),
+        Command::Bench(args) => bench::main(args),
     };
     match result {
         Ok(code) => code,

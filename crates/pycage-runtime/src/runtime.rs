@@ -239,6 +239,7 @@ impl Runtime {
                 shutdown: shared.shutdown.clone(),
                 events,
                 deadline,
+                background: shared.tracker.clone(),
             },
         )
         .await;

@@ -73,7 +73,6 @@ pub(crate) struct RunMachine {
     seen_ids: HashSet<u64>,
     /// Calls started and not yet answered: a reply is written only for these.
     in_flight: HashSet<u64>,
-    program: Option<String>,
     calls: VecDeque<StartCall>,
     /// `None` when nobody listens: no event is built.
     events: Option<VecDeque<RunEvent>>,
@@ -82,8 +81,10 @@ pub(crate) struct RunMachine {
 }
 
 impl RunMachine {
-    /// A machine whose first output is `boot` for these bindings; `run`
-    /// follows `boot-ack`.
+    /// A machine whose first output is `boot` for these bindings, followed
+    /// at once by `run`: the child applies `boot` (limits, namespaces) and
+    /// answers `boot-ack` before it reads `run`, so waiting for the ack
+    /// would only add a round trip to every run.
     pub(crate) fn new(config: &RuntimeConfig, program: String, bindings: Vec<Namespace>, streaming: bool) -> Self {
         let mut boot = BootFrame {
             cpu_seconds: config.cpu_seconds,
@@ -105,8 +106,9 @@ impl RunMachine {
                 table.insert((ns.global.clone(), name), b);
             }
         }
-        let mut out = Vec::with_capacity(4096);
+        let mut out = Vec::with_capacity(4096 + program.len());
         boot.encode(&mut out);
+        RunFrame { program }.encode(&mut out);
         RunMachine {
             budgets: Budgets {
                 max_control_bytes: config.max_control_bytes,
@@ -120,7 +122,6 @@ impl RunMachine {
             table,
             seen_ids: HashSet::new(),
             in_flight: HashSet::new(),
-            program: Some(program),
             calls: VecDeque::new(),
             events: streaming.then(VecDeque::new),
             dropped_frames: 0,
@@ -204,12 +205,8 @@ impl RunMachine {
             return;
         };
         match frame {
-            ChildFrame::BootAck => {
-                // A second boot-ack has no program left to send: ignored.
-                if let Some(program) = self.program.take() {
-                    RunFrame { program }.encode(&mut self.out);
-                }
-            }
+            // `run` went out with `boot`; the ack tells nothing new.
+            ChildFrame::BootAck => {}
             ChildFrame::Call { id, global, name, args } => {
                 if !self.seen_ids.insert(id) {
                     self.dropped_frames += 1;
@@ -423,14 +420,15 @@ mod tests {
     fn booted() -> RunMachine {
         let mut m = machine(true);
         let out = drain(&mut m);
+        assert_eq!(out.len(), 2, "{out:?}");
         assert!(out[0].starts_with(r#"{"type":"boot","#), "{out:?}");
+        assert_eq!(out[1], r#"{"type":"run","program":"return 1"}"#);
         m.receive(b"{\"type\":\"boot-ack\"}\n");
-        assert_eq!(drain(&mut m), [r#"{"type":"run","program":"return 1"}"#]);
         m
     }
 
     #[test]
-    fn boot_then_run_after_ack_once() {
+    fn boot_and_run_go_out_together_and_acks_send_nothing() {
         let mut m = booted();
         m.receive(b"{\"type\":\"boot-ack\"}\n");
         assert!(m.pending_output().is_empty(), "a second boot-ack sends nothing");

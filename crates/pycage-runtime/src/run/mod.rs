@@ -37,6 +37,9 @@ pub(crate) struct RunInputs<'a> {
     pub shutdown: CancellationToken,
     pub events: Option<mpsc::UnboundedSender<RunEvent>>,
     pub deadline: Instant,
+    /// Where a child that finished with `done` is ended and reaped after
+    /// the result is returned (shutdown waits for these tasks).
+    pub background: tokio_util::task::TaskTracker,
 }
 
 /// The child's raw fd 1 and fd 2 (one pipe), read until EOF.
@@ -52,6 +55,17 @@ impl RawPipe {
 
     fn closed(&self) -> bool {
         self.rx.is_none()
+    }
+
+    /// What the pipe holds now, without waiting.
+    fn drain_now(&mut self, m: &mut RunMachine) {
+        while let Some(rx) = &self.rx {
+            match rx.try_read(&mut self.buf) {
+                Ok(n) if n > 0 => m.receive_raw(self.buf.get(..n).unwrap_or_default()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Ok(_) | Err(_) => self.rx = None,
+            }
+        }
     }
 
     /// The next chunk (empty once closed: EOF or an error closes it).
@@ -169,17 +183,35 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     // In-flight calls are abandoned: their replies would never be read.
     tasks.abort_all();
 
-    // Settle: the child gets `grace` to exit by itself only after `done`,
-    // or when it already closed fd 3 / exited; otherwise it is stopped now.
+    if let Some(Settled::Done { .. }) = m.settled() {
+        // The outcome is known. Whatever the child wrote to fd 1/2 before
+        // sending `done` is in the pipe already (its writes completed
+        // first), so take it without waiting for EOF; the child gets
+        // `grace` to exit and is then killed and reaped off the critical
+        // path. Its run directory goes with it, after the reap.
+        raw.drain_now(&mut m);
+        let grace = config.grace;
+        inputs.background.spawn(async move {
+            let _ = worker.stop(grace).await;
+            drop(worker);
+        });
+        m.flush_logs();
+        forward_events(&mut m, &inputs.events);
+        return m.finish(None);
+    }
+
+    // Without `done`, the outcome depends on how the child ended: it gets
+    // `grace` to exit by itself when it already closed fd 3 / exited;
+    // otherwise it is stopped now.
     let (exit, by_itself): (Exit, bool) = match m.settled() {
-        Some(Settled::Done { .. } | Settled::Ended) => {
+        Some(Settled::Ended) => {
             if tokio::time::timeout(config.grace, worker.exited()).await.is_ok() {
                 (worker.kill_and_reap().await, true)
             } else {
                 (worker.stop(config.grace).await, false)
             }
         }
-        Some(Settled::Fail(..)) | None => (worker.stop(config.grace).await, false),
+        Some(Settled::Fail(..) | Settled::Done { .. }) | None => (worker.stop(config.grace).await, false),
     };
     // Drain what the pipe still holds: output written before the end.
     let drain_until = Instant::now() + config.grace.min(DRAIN_LIMIT);
