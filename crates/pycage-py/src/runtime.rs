@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use pycage_runtime::{
     CancellationToken, ErrorClass, Isolation, MisuseError, Namespace, RunEvent, RunRequest, RunResult, Runtime,
-    RuntimeConfig, RuntimeError,
+    RuntimeConfig, RuntimeError, SpawnMode,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple, PyType};
@@ -77,6 +77,7 @@ fn python_name(field: &str) -> &str {
         "wall_time" => "wall_seconds",
         "grace" => "grace_seconds",
         "max_processes/max_open_files" => "max_processes / max_open_files",
+        "zygote_max_runs/zygote_max_age" => "zygote_max_runs / zygote_max_age_seconds",
         other => other,
     }
 }
@@ -240,7 +241,9 @@ impl NativeRuntime {
     #[new]
     #[pyo3(signature = (*, python=None, isolation=None, wall_seconds=None, cpu_seconds=None, address_space_bytes=None,
         max_log_bytes=None, max_value_bytes=None, max_line_bytes=None, max_control_bytes=None, grace_seconds=None,
-        allow_read=None, run_dir_parent=None, max_processes=None, max_file_bytes=None, max_open_files=None))]
+        allow_read=None, run_dir_parent=None, max_processes=None, max_file_bytes=None, max_open_files=None,
+        spawn=None, pool_size=None, max_concurrent_runs=None, zygote_max_runs=None, zygote_max_age_seconds=None,
+        cache_dir=None, probe_cache=true))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn new(
         py: Python<'_>,
@@ -259,8 +262,33 @@ impl NativeRuntime {
         max_processes: Option<u64>,
         max_file_bytes: Option<u64>,
         max_open_files: Option<u64>,
+        spawn: Option<&str>,
+        pool_size: Option<usize>,
+        max_concurrent_runs: Option<usize>,
+        zygote_max_runs: Option<u64>,
+        zygote_max_age_seconds: Option<f64>,
+        cache_dir: Option<PathBuf>,
+        probe_cache: bool,
     ) -> PyResult<Self> {
-        let mut c = RuntimeConfig { python, run_dir_parent, ..RuntimeConfig::default() };
+        let cache_dir = if probe_cache { cache_dir.or_else(pycage_runtime::default_cache_dir) } else { None };
+        let mut c = RuntimeConfig { python, run_dir_parent, cache_dir, ..RuntimeConfig::default() };
+        match spawn {
+            None | Some("zygote") => c.spawn = SpawnMode::Zygote,
+            Some("exec") => c.spawn = SpawnMode::Exec,
+            Some(other) => {
+                return Err(error(
+                    py,
+                    "ConfigError",
+                    format!("invalid pycage.Runtime argument: spawn must be \"zygote\" or \"exec\", got {other:?}"),
+                ))
+            }
+        }
+        if let Some(s) = zygote_max_age_seconds {
+            c.zygote_max_age = seconds(py, "zygote_max_age_seconds", s)?;
+        }
+        c.pool_size = pool_size.unwrap_or(c.pool_size);
+        c.max_concurrent_runs = max_concurrent_runs.unwrap_or(c.max_concurrent_runs);
+        c.zygote_max_runs = zygote_max_runs.unwrap_or(c.zygote_max_runs);
         match isolation {
             None | Some("sandbox") => c.isolation = Isolation::Sandbox,
             Some("process") => c.isolation = Isolation::Process,
@@ -315,6 +343,12 @@ impl NativeRuntime {
         d.set_item("max_processes", c.max_processes)?;
         d.set_item("max_file_bytes", c.max_file_bytes)?;
         d.set_item("max_open_files", c.max_open_files)?;
+        d.set_item("spawn", c.spawn.as_str())?;
+        d.set_item("pool_size", c.pool_size)?;
+        d.set_item("max_concurrent_runs", c.max_concurrent_runs)?;
+        d.set_item("zygote_max_runs", c.zygote_max_runs)?;
+        d.set_item("zygote_max_age_seconds", c.zygote_max_age.as_secs_f64())?;
+        d.set_item("cache_dir", c.cache_dir.clone())?;
         Ok(d.into_any())
     }
 

@@ -18,9 +18,9 @@ HANG = "print('up', flush=True)\nimport time\ntime.sleep(3600)"
 
 
 def child_pids() -> set[int]:
-    """Live (non-zombie) children of this process."""
-    me = os.getpid()
-    pids = set()
+    """Live (non-zombie) descendants of this process: run processes are
+    children of the zygote, itself a child of this process."""
+    parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -30,9 +30,14 @@ def child_pids() -> set[int]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[1]) == me and fields[0] != "Z":
-            pids.add(int(entry))
-    return pids
+        if fields[0] != "Z":
+            parents[int(entry)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
 
 
 @pytest.mark.parametrize(

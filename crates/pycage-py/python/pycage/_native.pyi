@@ -50,6 +50,13 @@ class NativeRuntime:
         max_processes: Optional[int] = None,
         max_file_bytes: Optional[int] = None,
         max_open_files: Optional[int] = None,
+        spawn: Optional[str] = None,
+        pool_size: Optional[int] = None,
+        max_concurrent_runs: Optional[int] = None,
+        zygote_max_runs: Optional[int] = None,
+        zygote_max_age_seconds: Optional[float] = None,
+        cache_dir: Optional[str] = None,
+        probe_cache: bool = True,
     ) -> None: ...
     @property
     def python_version(self) -> tuple[int, int, int]: ...

@@ -428,7 +428,17 @@ class Runtime:
     take ``max_processes`` (64), ``max_file_bytes`` (64 MiB) and
     ``max_open_files`` (256), and see ``allow_read`` paths read-only.
     ``python`` is the interpreter for runs (default: ``python3`` on
-    ``PATH``); it is probed once, here.
+    ``PATH``); it is probed once, here, and the answer is kept in
+    ``cache_dir`` (default: ``$XDG_CACHE_HOME/pycage`` or
+    ``~/.cache/pycage``; ``False`` probes every time).
+
+    Processes: ``spawn="zygote"`` (the default) forks each run's process
+    from a warm fork server, with ``pool_size`` (4) children forked ahead of
+    demand, the zygote replaced after ``zygote_max_runs`` (1000) runs or
+    ``zygote_max_age_seconds`` (300); ``spawn="exec"`` starts a new
+    interpreter per run. At most ``max_concurrent_runs`` (64) run at once;
+    more wait in FIFO order, their wall clock starting when they leave the
+    queue.
 
     Thread-safe: any number of threads may call :meth:`run` at once, and
     runs from :meth:`arun` may overlap freely. Use it as a context manager,
@@ -453,7 +463,15 @@ class Runtime:
         max_processes: Optional[int] = None,
         max_file_bytes: Optional[int] = None,
         max_open_files: Optional[int] = None,
+        spawn: Literal["zygote", "exec"] = "zygote",
+        pool_size: Optional[int] = None,
+        max_concurrent_runs: Optional[int] = None,
+        zygote_max_runs: Optional[int] = None,
+        zygote_max_age_seconds: Optional[float] = None,
+        cache_dir: Union[str, os.PathLike[str], None, Literal[False]] = None,
     ) -> None:
+        if spawn not in ("zygote", "exec"):
+            raise ConfigError(f'invalid pycage.Runtime argument: spawn must be "zygote" or "exec", got {spawn!r}')
         if isolation not in ("sandbox", "process"):
             raise ConfigError(
                 f'invalid pycage.Runtime argument: isolation must be "sandbox" or "process", got {isolation!r}'
@@ -476,6 +494,13 @@ class Runtime:
             max_processes=_check_int("max_processes", max_processes, 0),
             max_file_bytes=_check_int("max_file_bytes", max_file_bytes, 0),
             max_open_files=_check_int("max_open_files", max_open_files, 0),
+            spawn=spawn,
+            pool_size=_check_int("pool_size", pool_size, 0),
+            max_concurrent_runs=_check_int("max_concurrent_runs", max_concurrent_runs, 1),
+            zygote_max_runs=_check_int("zygote_max_runs", zygote_max_runs, 1),
+            zygote_max_age_seconds=_check_seconds("zygote_max_age_seconds", zygote_max_age_seconds),
+            cache_dir=None if cache_dir is None or cache_dir is False else _check_path("cache_dir", cache_dir),
+            probe_cache=cache_dir is not False,
         )
         self._lock = threading.Lock()
         self._loop_thread: Optional[_LoopThread] = None
