@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -71,15 +72,18 @@ async def aadd(a: int, b: int) -> int:
 
 
 class Pycage:
-    def __init__(self, isolation: str) -> None:
-        self.name = f"pycage ({isolation})"
-        self.rt = pycage.Runtime(isolation=isolation)
+    def __init__(self, isolation: str, spawn: str = "zygote") -> None:
+        self.name = f"pycage ({isolation}, {spawn})"
+        self.spawn = spawn
+        self.rt = pycage.Runtime(isolation=isolation, spawn=spawn)
         self.sync_bindings = {"tools": {"add": add}}
         self.async_bindings = {"tools": {"add": aadd}}
         self.loop = asyncio.new_event_loop()
 
     def case(self, case: str) -> Callable[[], Any] | None:
         rt = self.rt
+        if self.spawn == "exec" and case != "trivial":
+            return None  # the exec rows show the interpreter-start cost only
         if case == "trivial":
             return lambda: rt.run("return 1 + 1").unwrap()
         if case == "calls100":
@@ -303,20 +307,56 @@ def vm_hwm_kib(pid: str = "self") -> int:
     return 0
 
 
+def helpers_pss_kib() -> int:
+    """Proportional set size of this process's live descendants (a zygote and
+    its pool, a worker pool): what the engine keeps running between runs."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    total = 0
+    for pid in found:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
 def memory_child(engine: str) -> None:
     """Runs in a fresh process: one run of MEMORY_PROGRAM; prints the peak
-    RSS of this (host) process and of the process that ran the program."""
+    RSS of this (host) process and of the process that ran the program, and
+    the PSS of the helper processes alive after the run."""
     run_kib = 0
+    helpers = 0
     if engine.startswith("pycage"):
         with pycage.Runtime(isolation=engine.split(":")[1]) as rt:
             r = rt.run(MEMORY_PROGRAM + "try:\n    return " + HWM + "\nexcept OSError:\n    return 0")
             run_kib = r.unwrap()
+            time.sleep(0.5)  # the run's process is reaped and the pool refilled
+            helpers = helpers_pss_kib()
     elif engine == "monty":
         import pydantic_monty
 
-        with pydantic_monty.Monty() as pool, pool.checkout() as s:
-            s.feed_run(MEMORY_PROGRAM + "len(xs)")
-            run_kib = vm_hwm_kib(str(s.worker_pid))
+        with pydantic_monty.Monty() as pool:
+            with pool.checkout() as s:
+                s.feed_run(MEMORY_PROGRAM + "len(xs)")
+                run_kib = vm_hwm_kib(str(s.worker_pid))
+            time.sleep(0.5)
+            helpers = helpers_pss_kib()
     elif engine == "smolagents":
         from smolagents.local_python_executor import LocalPythonExecutor
 
@@ -325,7 +365,7 @@ def memory_child(engine: str) -> None:
         ex(MEMORY_PROGRAM + "len(xs)")
     elif engine == "cpython":
         exec(MEMORY_PROGRAM, {})
-    print(json.dumps({"host_kib": vm_hwm_kib(), "run_kib": run_kib}))
+    print(json.dumps({"host_kib": vm_hwm_kib(), "run_kib": run_kib, "helpers_pss_kib": helpers}))
 
 
 def measure_memory(engines: list[str]) -> dict[str, dict[str, float]]:
@@ -356,7 +396,7 @@ def main() -> None:
     def rounds(n: int) -> int:
         return max(3, int(n * args.rounds))
 
-    pycages = [Pycage("process")] + ([] if args.no_sandbox else [Pycage("sandbox")])
+    pycages = [Pycage("process")] + ([] if args.no_sandbox else [Pycage("sandbox")]) + [Pycage("process", "exec")]
     monty = Monty()
     monty_async = AsyncMontyWarm()
     smol = Smolagents()
@@ -380,7 +420,7 @@ def main() -> None:
         if case in ("loop_top", "loop_fn"):
             code = TOP_LOOP if case == "loop_top" else FN_LOOP + "f()\n"
             runners["floor: host CPython exec"] = floor_exec(code)
-            runners["pycage (process): the loop alone, timed in the child"] = pycages[0].inner_loop(case)
+            runners["pycage (process, zygote): the loop alone, timed in the child"] = pycages[0].inner_loop(case)
         if case in ("loop_top", "loop_fn") and smol.name in runners:
             # One sample first: the AST interpreter may take many seconds.
             if sample(runners[smol.name]) > 20:
@@ -430,14 +470,14 @@ def report(results: dict[str, Any]) -> None:
             print(f"| {name} | {r['call_p50'] * 1e6:.1f} | {r['call_p90'] * 1e6:.1f} | {vs_m} | {vs_f} |")
     print()
     print("### peak RSS (VmHWM) running list(range(1_000_000)) once from a fresh process, in MiB\n")
-    print("| engine | host process | process that ran the program | sum |")
+    print("| engine | host process | process that ran the program | helpers alive after the run (PSS) |")
     print("|---|---|---|---|")
     for name, r in results["memory"].items():
-        h, c = r["host_kib"] / 1024, r["run_kib"] / 1024
+        h, c, k = r["host_kib"] / 1024, r["run_kib"] / 1024, r["helpers_pss_kib"] / 1024
         if name == "pycage:sandbox" and c == 0:  # a sandboxed run has no /proc to read its peak from
-            print(f"| {name} | {h:.1f} | n/a (no /proc in the sandbox; same interpreter as process) | — |")
+            print(f"| {name} | {h:.1f} | n/a (no /proc in the sandbox) | {k:.1f} |")
         else:
-            print(f"| {name} | {h:.1f} | {c:.1f} | {h + c:.1f} |")
+            print(f"| {name} | {h:.1f} | {c:.1f} | {k:.1f} |")
 
 
 if __name__ == "__main__":
