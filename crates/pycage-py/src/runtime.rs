@@ -384,15 +384,12 @@ impl NativeRuntime {
         let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
+        // The run itself goes on the runtime's workers, where its socket is
+        // polled: a call then costs no hop to and from this thread, which
+        // only waits for events and the result.
+        let (run, mut rx) = spawn_run(&rt, runtime, req, on_event.is_some());
         let (result, raised) = py.detach(|| {
             rt.block_on(async move {
-                let (tx, mut rx) = mpsc::unbounded_channel();
-                let run = if on_event.is_some() {
-                    futures_run(runtime.run_with_events(req, tx))
-                } else {
-                    drop(tx);
-                    futures_run(runtime.run(req))
-                };
                 tokio::pin!(run);
                 let mut tick = tokio::time::interval(SIGNAL_POLL);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -433,8 +430,9 @@ impl NativeRuntime {
             return Err(e);
         }
         match result {
-            Ok(r) => result_parts(py, &r),
-            Err(e) => Err(misuse(py, e)),
+            Ok(Ok(r)) => result_parts(py, &r),
+            Ok(Err(e)) => Err(misuse(py, e)),
+            Err(e) => Err(error(py, "PycageError", format!("the run's task failed: {e}"))),
         }
     }
 
@@ -458,14 +456,8 @@ impl NativeRuntime {
         let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
+        let (run, mut rx) = spawn_run(&rt, runtime, req, on_event.is_some());
         rt.spawn(async move {
-            let (tx, mut rx) = mpsc::unbounded_channel();
-            let run = if on_event.is_some() {
-                futures_run(runtime.run_with_events(req, tx))
-            } else {
-                drop(tx);
-                futures_run(runtime.run(req))
-            };
             tokio::pin!(run);
             let deliver = |batch: Vec<RunEvent>| {
                 if let Some(cb) = &on_event {
@@ -486,6 +478,18 @@ impl NativeRuntime {
             while let Some(ev) = rx.recv().await {
                 deliver(drain(ev, &mut rx));
             }
+            // A panicked run task: report it as a failed run rather than never settling.
+            let result = result.unwrap_or_else(|e| {
+                Ok(RunResult {
+                    value: None,
+                    logs: Vec::new(),
+                    error: Some(pycage_runtime::RunFailure {
+                        kind: pycage_runtime::FailureKind::WorkerExit,
+                        message: format!("the run's task failed: {e}"),
+                    }),
+                    dropped_frames: 0,
+                })
+            });
             Python::try_attach(|py| {
                 if let Ok(outcome) = Py::new(py, RunOutcome { result: Mutex::new(Some(result)) }) {
                     // A closed loop raises; nobody is waiting then.
@@ -507,9 +511,24 @@ impl NativeRuntime {
     }
 }
 
-/// Boxes a run future so both branches of an `if` have one type.
-fn futures_run<'a>(
-    f: impl std::future::Future<Output = Result<RunResult, MisuseError>> + Send + 'a,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<RunResult, MisuseError>> + Send + 'a>> {
-    Box::pin(f)
+type RunJoin = tokio::task::JoinHandle<Result<RunResult, MisuseError>>;
+
+/// Spawns a run on the runtime's workers; its events (when asked for) come
+/// through the receiver, which closes when the run is over.
+fn spawn_run(
+    rt: &tokio::runtime::Runtime,
+    runtime: Runtime,
+    req: RunRequest,
+    events: bool,
+) -> (RunJoin, mpsc::UnboundedReceiver<RunEvent>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let join = rt.spawn(async move {
+        if events {
+            runtime.run_with_events(req, tx).await
+        } else {
+            drop(tx);
+            runtime.run(req).await
+        }
+    });
+    (join, rx)
 }
