@@ -32,6 +32,7 @@ without fastmcp installed.
 
 from __future__ import annotations
 
+import asyncio
 import keyword
 import re
 import threading
@@ -129,6 +130,8 @@ class PycageSandboxProvider:
         external_functions: Optional[dict[str, Callable[..., Any]]] = None,
     ) -> Any:
         head, bindings = prelude(inputs, external_functions)
+        if self._runtime is None:  # the first run: probe the interpreter off the event loop
+            await asyncio.get_running_loop().run_in_executor(None, lambda: self.runtime)
         result = await self.runtime.arun(head + code, bindings=bindings)
         if result.error is None:
             if not result.has_value and result.logs:
