@@ -19,11 +19,28 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers: [`config`] (validated budgets), [`interpreter`] (resolving and
-//! probing CPython once), [`names`] (the portable identifier rules),
-//! `spawn` (the only `unsafe`: fork/exec, fd 3, kill and reap), `run` (the
-//! supervisor loop) and [`ledger`] (logs). The Python side is embedded from
-//! `python/pycage/`.
+//! # Errors: `Err` or a failed run
+//!
+//! - Building a [`Runtime`] fails with [`RuntimeError`] when the
+//!   configuration, the interpreter or a requested isolation layer cannot
+//!   work: nothing is ever run with less than was asked.
+//! - [`Runtime::run`] returns `Err` ([`MisuseError`]) only for the caller's
+//!   misuse: bindings that break the name rules, or a run after shutdown.
+//! - Everything else is a [`RunResult`] with `error` set, host-side failures
+//!   included: a child that cannot be started (its [`SpawnError`], with the
+//!   sandbox step and errno when a sandbox step failed, becomes the message
+//!   of a `worker-exit`), a zygote that died (`worker-exit` for the runs it
+//!   took with it; the next run gets a new zygote), a wall-clock deadline, a
+//!   cancel or a shutdown (`timeout`, `abort`).
+//!
+//! # Layers
+//!
+//! [`config`] (validated budgets), [`interpreter`] (resolving and probing
+//! CPython once; the probe cache), [`names`] (the portable identifier
+//! rules), `spawn` (fork/exec, fd 3, kill and reap), `zygote` and `pool`
+//! (the fork server and the children forked ahead of demand), `run` (a
+//! sans-I/O protocol machine and its driver) and [`ledger`] (logs). The
+//! Python side is embedded from `python/pycage/`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod bindings;

@@ -57,12 +57,15 @@ impl RawPipe {
         self.rx.is_none()
     }
 
-    /// What the pipe holds now, without waiting.
+    /// What the pipe holds now, without waiting. (A plain non-blocking
+    /// `read`: tokio's `try_read` answers `WouldBlock` without asking the
+    /// kernel until its reactor has seen the pipe become readable.)
     fn drain_now(&mut self, m: &mut RunMachine) {
         while let Some(rx) = &self.rx {
-            match rx.try_read(&mut self.buf) {
+            match rustix::io::read(rx, &mut self.buf) {
                 Ok(n) if n > 0 => m.receive_raw(self.buf.get(..n).unwrap_or_default()),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(rustix::io::Errno::INTR) => {}
                 Ok(_) | Err(_) => self.rx = None,
             }
         }
