@@ -7,15 +7,23 @@ The host starts it as::
 where ``<DIR>`` holds the ``pycage`` package. Importing this module does every
 import a run needs, so a warm pool can start children before their request is
 known; ``main()`` then blocks on fd 3 for ``boot``. Per process, exactly one
-run (DESIGN.md §3):
+run (the wire protocol is described in ``docs/protocol.md``):
 
 1. ``boot``: apply ``RLIMIT_CPU`` / ``RLIMIT_AS``, build the namespace objects
    and error classes, answer ``boot-ack``.
-2. ``run``: compile the program as the body of ``async def __dsh_main__()``
-   (file name ``<program>``), run it on a fresh asyncio loop. Binding calls go
-   out as ``call`` frames; ``reply`` frames are dispatched by id from a loop
-   reader, so any number of calls can be in flight.
+2. ``run``: compile the program as the script ``__main__`` (file name
+   ``<program>``; see ``pycage.script`` for top-level ``return`` and the final
+   expression's value) and run it: with no event loop at all, or, when it
+   awaits at top level, as a coroutine on a private loop. Binding calls go out
+   as ``call`` frames from whichever loop awaits them; ``reply`` frames are
+   dispatched by id, so any number of calls can be in flight in any number of
+   loops (see "the fd-3 channel" below).
 3. Send ``done`` (value, no value, or error) and ``os._exit(0)``.
+
+The run path is three functions a long-lived child can call once per run:
+``new_program_globals`` + ``compile_for`` (compile a program for given module
+globals), ``run_program`` (run it; returns an ``Outcome``), ``outcome_frame``
+(encode the outcome as a ``done`` frame), then ``close_outcome``.
 
 Exit statuses without a ``done``: 1 the host is gone (EOF or error on fd 3),
 2 the host sent a malformed frame, 3 a bug in this file. The reason goes to
@@ -28,13 +36,19 @@ what it needs out of its reach:
   (``__builtins__`` is rebound below, before anything else is defined; on
   CPython >= 3.10 a function keeps the builtins it was created with). A program
   that sets ``builtins.len = None`` cannot break frame emission. The shared
-  builtins are restored from that copy once the program's coroutine finishes,
-  so the loop's own cleanup and traceback formatting work again.
-* Module references (``os.write``, the JSON pieces, the writers) are captured
-  at import time; the program rebinding ``sys.stdout``, ``print``, ``json`` or
-  deleting ``sys.modules`` entries does not reach them.
+  builtins are restored from that copy once the program finishes, so the
+  loop's own cleanup and traceback formatting work again.
+* Module references (``os.write``, the JSON pieces, the writers, the asyncio
+  functions) are captured at import time; the program rebinding
+  ``sys.stdout``, ``print``, ``json``, ``asyncio`` or deleting ``sys.modules``
+  entries does not reach them.
 * The JSON encoder below never runs program code (exact type checks only; no
-  ``__eq__``, ``__hash__``, ``__iter__`` or ``__repr__`` of program objects).
+  ``__eq__``, ``__hash__``, ``__iter__``, ``__len__`` or ``__repr__`` of
+  program objects).
+* Once the program has finished, its signal handlers are silenced (signals
+  blocked in this thread, Python-level handlers set to ``SIG_IGN``) before the
+  value is encoded: an interval timer whose handler raises cannot turn a good
+  value into a failed encoding or cut a frame in half.
 
 Everything that touches values crossing the wire is iterative: a
 1,000,000-deep list encodes and decodes without ``RecursionError``.
@@ -48,7 +62,6 @@ import builtins as _builtins_module
 _PRIVATE_BUILTINS = dict(_builtins_module.__dict__)
 __builtins__ = _PRIVATE_BUILTINS
 
-import ast  # noqa: E402
 import asyncio  # noqa: E402
 import codecs  # noqa: E402
 import gc  # noqa: E402
@@ -60,14 +73,16 @@ import re  # noqa: E402
 import resource  # noqa: E402
 import select  # noqa: E402
 import selectors  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import traceback  # noqa: E402
 from json import JSONDecoder  # noqa: E402
 from json.decoder import scanstring as _scanstring  # noqa: E402
 from json.encoder import encode_basestring as _quote  # noqa: E402
-from types import CodeType, FunctionType, ModuleType  # noqa: E402
+from types import CoroutineType, FunctionType, ModuleType  # noqa: E402
 
+from pycage import script  # noqa: E402
 from pycage.protocol import PROTOCOL_FD, log_truncation_marker  # noqa: E402
 
 if hasattr(sys, "set_int_max_str_digits"):
@@ -75,9 +90,11 @@ if hasattr(sys, "set_int_max_str_digits"):
     sys.set_int_max_str_digits(0)
 
 _FD = PROTOCOL_FD
-_PROGRAM = "<program>"
-_MAIN_NAME = "__dsh_main__"
-_THIS_FILE = (lambda: None).__code__.co_filename
+_PROGRAM = script.PROGRAM_FILENAME
+#: Files whose frames tracebacks never show: this one and the compiler's.
+_OWN_FILES = frozenset(
+    ((lambda: None).__code__.co_filename, script.compile_program.__code__.co_filename)
+)
 
 #: Bytes asked of fd 3 per read.
 _READ_CHUNK = 1 << 18
@@ -94,11 +111,35 @@ _EXIT_HOST_GONE = 1
 _EXIT_BAD_HOST_FRAME = 2
 _EXIT_INTERNAL = 3
 
-#: Globals the program gets that are not namespaces or error classes.
-_RESERVED_GLOBALS = frozenset(
-    ("__builtins__", "__name__", "__debug__", "__dsh_main__", "console")
+#: Module globals every program starts with, besides its namespaces and
+#: error classes: those of a script read from stdin (``python3 -``), with
+#: ``__file__`` set to ``<program>``.
+_SEEDED_GLOBALS = (
+    "__annotations__",
+    "__builtins__",
+    "__cached__",
+    "__doc__",
+    "__file__",
+    "__loader__",
+    "__name__",
+    "__package__",
+    "__spec__",
 )
-_CO_ASYNC_GENERATOR = 0x200
+#: Names no namespace global or error class may take: the seeded globals,
+#: ``__debug__`` (a constant the compiler owns), and the globals other
+#: pycage runtimes own (``console``, ``__dsh_main__``), so one binding list
+#: stays valid for every runtime. The host lists the same names
+#: (``RUNTIME_GLOBALS`` in crates/pycage-runtime/src/names.rs; a test
+#: compares them).
+_RESERVED_GLOBALS = frozenset(_SEEDED_GLOBALS + ("__debug__", "__dsh_main__", "console"))
+#: Seconds a blocking binding call waits in one ``select`` before it checks
+#: again whether another thread has read its reply.
+_BLOCKING_POLL_SECONDS = 0.05
+#: Encoding attempts before a value that keeps failing to encode (another
+#: thread of the program changing it mid-walk) is reported as an exception.
+_ENCODE_ATTEMPTS = 5
+#: Attempts at silencing signals, each of which a program handler may interrupt.
+_QUIET_ATTEMPTS = 100
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _os_write = os.write
@@ -110,6 +151,18 @@ _float_repr = float.__repr__
 _object_getattribute = object.__getattribute__
 _type_name = type.__dict__["__name__"].__get__
 _Future = asyncio.Future
+_get_running_loop = asyncio.events._get_running_loop
+_set_event_loop = asyncio.set_event_loop
+_pthread_sigmask = signal.pthread_sigmask
+_getsignal = signal.getsignal
+_setsignal = signal.signal
+_SIG_BLOCK = signal.SIG_BLOCK
+_SIG_SETMASK = signal.SIG_SETMASK
+_SIG_IGN = signal.SIG_IGN
+_ALL_SIGNALS = signal.valid_signals()
+_HANDLER_SIGNALS = tuple(
+    sorted(sig for sig in _ALL_SIGNALS if sig not in (signal.SIGKILL, signal.SIGSTOP))
+)
 _gc_isenabled = gc.isenabled
 _gc_disable = gc.disable
 _gc_enable = gc.enable
@@ -205,13 +258,14 @@ class OverBudgetError(Exception):
 
 
 _END = object()
+_tuple_iter = tuple.__iter__
 _UNLIMITED = sys.maxsize
 _HINTS = (
-    (tuple, " (use a list)"),
     (set, " (use a list)"),
     (frozenset, " (use a list)"),
     (bytes, " (decode it to a str)"),
     (bytearray, " (decode it to a str)"),
+    (CoroutineType, " (did you mean to await it?)"),
 )
 _JSON_TYPES = (bool, int, float, str, list, dict)
 
@@ -247,7 +301,9 @@ def _path(frames, depth):
     """
     segments = []
     for container, it, is_dict in frames[1:depth]:
-        index = len(container) - it.__length_hint__() - 1
+        # The exact type's __len__: a tuple subclass may override len().
+        size = dict.__len__ if is_dict else list.__len__ if type(container) is list else tuple.__len__
+        index = size(container) - it.__length_hint__() - 1
         if not is_dict:
             segments.append(f"[{index}]")
             continue
@@ -271,8 +327,9 @@ def encode_json(value, budget=_UNLIMITED):
     """The canonical JSON text of ``value`` (compact ``JSON.stringify``).
 
     Only exact ``None``, ``bool``, ``int``, ``float``, ``str``, ``list`` and
-    ``dict`` with ``str`` keys are JSON; anything else raises ``NotJsonError``
-    naming the path and the type. Floats are written as ``float.__repr__``
+    ``dict`` with ``str`` keys are JSON, plus tuples (named tuples included),
+    which become arrays as ``json.dumps`` writes them; anything else raises
+    ``NotJsonError`` naming the path and the type. Floats are written as ``float.__repr__``
     (shortest round trip), ints exactly. Raises ``OverBudgetError`` as soon as
     the UTF-8 length of the text is known to exceed ``budget`` bytes.
     Iterative, so depth is unbounded; never calls program code. The cyclic GC
@@ -380,7 +437,7 @@ def _encode(value, budget):
                 else:
                     size += 5
                     put("false")
-            elif t is list or t is dict:
+            elif t is list or t is dict or t is tuple or issubclass(t, tuple):
                 ident = id(x)
                 if ident in open_ids:
                     raise NotJsonError(
@@ -388,12 +445,13 @@ def _encode(value, budget):
                         "contains itself, which JSON cannot represent"
                     )
                 open_ids.add(ident)
-                if t is list:
-                    frames.append((x, iter(x), False))
-                    put("[")
-                else:
+                if t is dict:
                     frames.append((x, iter(x.items()), True))
                     put("{")
+                else:
+                    # tuple.__iter__: a named tuple's class may override __iter__.
+                    frames.append((x, iter(x) if t is list else _tuple_iter(x), False))
+                    put("[")
                 size += 1
                 fresh = True
                 break
@@ -573,22 +631,40 @@ def _decode_deep(s):
 
 # --- the fd-3 channel ----------------------------------------------------
 #
-# fd 3 is non-blocking from the start of main(). Reads: blocking phases wait
-# in select(); during the run the loop's reader calls _on_readable. Writes:
-# a frame goes out whole (one os.write when the socket has room; otherwise
-# wait in select() for writability, reading meanwhile so a host that writes
-# synchronously cannot deadlock us). _lock serializes frames across threads
-# (a program thread may print); a re-entrant send on the same thread (a
-# signal handler printing mid-write) is queued behind the frame in progress.
+# fd 3 is non-blocking from the start of main(). Writes: a frame goes out
+# whole (one os.write when the socket has room; otherwise wait in select()
+# for writability, reading meanwhile so a host that writes synchronously
+# cannot deadlock us). _lock serializes frames across threads (a program
+# thread may print); a re-entrant send on the same thread (a signal handler
+# printing mid-write) is queued behind the frame in progress.
+#
+# Reads. Boot and run frames are read by blocking in select(). Replies are
+# read by whichever event loop awaits a binding call: the program may run
+# no loop, one, several in a row (asyncio.run twice), nested ones in threads,
+# or the private loop of a program that awaits at top level. So a call
+# creates its future on the loop running it *at call time*, and that loop
+# gets a reader for fd 3 while it has calls pending (_watch/_unwatch; each
+# loop has its own selector, so several loops may watch fd 3 at once). A
+# reader parses every complete reply line and settles each reply's future:
+# directly when the future belongs to the reader's own loop, otherwise with
+# the future's loop's call_soon_threadsafe. A call with no running loop (a
+# coroutine driven by hand) or on a loop that cannot watch a file
+# descriptor blocks in select() until its reply is in: slower, never wrong.
 
 _lock = threading.RLock()
 _inbuf = bytearray()
 _scan_from = 0  # _inbuf[:_scan_from] holds no newline
 _sending = False
 _backlog = []
-_loop = None  # the run's loop while replies are dispatched
-_pending = {}  # call id -> Future of (ok, value_or_message)
+_pending = {}  # call id -> asyncio Future, or a _Slot for a blocking call
+_watched = {}  # id(loop) -> [loop, calls pending on it]; it reads fd 3 meanwhile
 _ids = itertools.count()
+
+
+class _Slot(list):
+    """Where a blocking call's reply lands: ``[(ok, value_or_message)]``."""
+
+    __slots__ = ()
 
 
 # Reads land in one preallocated buffer: os.read(fd, n) would allocate
@@ -670,8 +746,8 @@ def _write_all(data):
             readable, _, _ = _select((_FD,), (_FD,), ())
         except (OSError, ValueError) as e:
             _die(_EXIT_HOST_GONE, f"waiting on fd {_FD} failed: {e}")
-        if readable and _pump() and _loop is not None:
-            _loop.call_soon_threadsafe(_dispatch_replies)
+        if readable and _pump():
+            _dispatch_replies()
 
 
 def _send(data):
@@ -691,13 +767,60 @@ def _send(data):
 
 
 def _on_readable():
-    """Loop reader for fd 3 during the run."""
+    """A watching loop's reader for fd 3."""
     with _lock:
         _pump()
     _dispatch_replies()
 
 
+def _watch(loop):
+    """Have ``loop`` read fd 3 while it has calls pending; False if it cannot."""
+    entry = _watched.get(id(loop))
+    if entry is None:
+        try:
+            loop.add_reader(_FD, _on_readable)
+        except Exception:  # closed, or a loop without add_reader
+            return False
+        entry = _watched[id(loop)] = [loop, 0]
+    entry[1] += 1
+    return True
+
+
+def _unwatch(loop):
+    """One call of ``loop`` finished. The reader stays until the loop's next
+    iteration: sequential awaits then keep one registration instead of
+    paying an add_reader/remove_reader (two epoll_ctl calls and the
+    selector's bookkeeping) per call."""
+    entry = _watched.get(id(loop))
+    if entry is None:
+        return
+    entry[1] -= 1
+    if entry[1] <= 0:
+        try:
+            loop.call_soon(_release, loop)
+        except Exception:  # the program closed the loop meanwhile
+            _release(loop)
+
+
+def _release(loop):
+    """Stop ``loop`` reading fd 3 unless a call started again meanwhile."""
+    entry = _watched.get(id(loop))
+    if entry is None or entry[1] > 0:
+        return
+    del _watched[id(loop)]
+    try:
+        loop.remove_reader(_FD)
+    except Exception:  # closed
+        pass
+
+
+def _resolve(future, result):
+    if not future.done():
+        future.set_result(result)
+
+
 def _dispatch_replies():
+    """Settle the call of every complete reply line buffered so far."""
     while True:
         with _lock:
             line = _take_line()
@@ -715,9 +838,43 @@ def _dispatch_replies():
             or (not ok and type(frame.get("message")) is not str)
         ):
             _die(_EXIT_BAD_HOST_FRAME, "expected a reply frame with id, ok and value or message")
-        future = _pending.pop(call_id, None)
-        if future is not None and not future.done():
-            future.set_result((ok, frame["value"] if ok else frame["message"]))
+        target = _pending.pop(call_id, None)
+        if target is None:
+            continue
+        result = (ok, frame["value"] if ok else frame["message"])
+        if type(target) is _Slot:
+            target.append(result)
+            continue
+        loop = target.get_loop()
+        if loop is _get_running_loop():
+            _resolve(target, result)
+        else:
+            try:
+                loop.call_soon_threadsafe(_resolve, target, result)
+            except Exception:  # the loop is closed: nobody awaits this call
+                pass
+
+
+def _call_blocking(call_id, frame):
+    """One call round trip without an event loop: ``(ok, value_or_message)``."""
+    slot = _Slot()
+    _pending[call_id] = slot
+    try:
+        _send(frame)
+        while True:
+            _dispatch_replies()
+            if slot:
+                return slot[0]
+            try:
+                # A timeout: another thread's loop may read this reply.
+                readable, _, _ = _select((_FD,), (), (), _BLOCKING_POLL_SECONDS)
+            except (OSError, ValueError) as e:
+                _die(_EXIT_HOST_GONE, f"waiting on fd {_FD} failed: {e}")
+            if readable:
+                with _lock:
+                    _pump()
+    finally:
+        _pending.pop(call_id, None)
 
 
 # --- logs ----------------------------------------------------------------
@@ -898,32 +1055,53 @@ def _call_label(glob, name):
     return f"{glob}.{name}" if _IDENT.match(name) else f"getattr({glob}, {name!r})"
 
 
-def _make_member(loop, glob, name, error_class, prop):
+def _call_payload(label, args, kwargs):
+    """The JSON text a call sends: keyword arguments as an object, one
+    positional argument as it is, no argument as ``{}``."""
+    if kwargs:
+        if args:
+            raise TypeError(
+                f"{label}() takes keyword arguments or one positional argument, not both "
+                f"(got {len(args)} positional and {len(kwargs)} keyword)"
+            )
+        value = kwargs
+    elif len(args) == 1:
+        value = args[0]
+    elif not args:
+        value = {}
+    else:
+        raise TypeError(
+            f"{label}() takes keyword arguments or one positional argument "
+            f"({len(args)} positional given)"
+        )
+    try:
+        return encode_json(value)
+    except NotJsonError as e:
+        raise TypeError(f"argument of {label}() is not JSON: {e}") from None
+
+
+def _make_member(glob, name, error_class, prop):
     """The async callable behind ``<glob>.<name>``."""
     head = '{"type":"call","id":'
     tail = ',"global":' + _quote(glob) + ',"name":' + _quote(name) + ',"args":'
     label = _call_label(glob, name)
 
     async def member(*args, **kwargs):
-        if kwargs:
-            raise TypeError(
-                f"{label}() takes no keyword arguments; pass one JSON value "
-                "(e.g. a dict) as its only argument"
-            )
-        if len(args) > 1:
-            raise TypeError(f"{label}() takes at most 1 argument ({len(args)} given)")
-        try:
-            payload = encode_json(args[0] if args else None)
-        except NotJsonError as e:
-            raise TypeError(f"argument of {label}() is not JSON: {e}") from None
+        payload = _call_payload(label, args, kwargs)
         call_id = next(_ids)
-        future = _Future(loop=loop)
-        _pending[call_id] = future
-        try:
-            _send((head + str(call_id) + tail + payload + "}\n").encode("utf-8"))
-            ok, result = await future
-        finally:
-            _pending.pop(call_id, None)
+        frame = (head + str(call_id) + tail + payload + "}\n").encode("utf-8")
+        loop = _get_running_loop()
+        if loop is not None and _watch(loop):
+            try:
+                future = _Future(loop=loop)
+                _pending[call_id] = future
+                _send(frame)
+                ok, result = await future
+            finally:
+                _pending.pop(call_id, None)
+                _unwatch(loop)
+        else:
+            ok, result = _call_blocking(call_id, frame)
         if ok:
             return result
         if error_class is None:
@@ -975,7 +1153,7 @@ def _make_namespace(glob, members):
     return cls()
 
 
-def _build_globals(loop, namespaces):
+def _build_globals(namespaces):
     injected = {}
     for glob, names, error_class in namespaces:
         cls = prop = None
@@ -988,93 +1166,207 @@ def _build_globals(loop, namespaces):
                 {"__module__": "__main__", "__qualname__": class_name, "__doc__": doc},
             )
             injected[class_name] = cls
-        members = {name: _make_member(loop, glob, name, cls, prop) for name in names}
+        members = {name: _make_member(glob, name, cls, prop) for name in names}
         injected[glob] = _make_namespace(glob, members)
     return injected
 
 
-# --- compile -------------------------------------------------------------
+# --- run ----------------------------------------------------------------
 
 
-def _syntax_error(message, node, lines):
-    line = lines[node.lineno - 1] if 0 < node.lineno <= len(lines) else None
-    end_col = node.end_col_offset + 1 if node.end_col_offset is not None else None
-    return SyntaxError(
-        message, (_PROGRAM, node.lineno, node.col_offset + 1, line, node.end_lineno, end_col)
+def new_program_globals(injected):
+    """Fresh globals of a new module ``__main__`` holding ``injected`` (the
+    namespaces and error classes); the module replaces ``sys.modules["__main__"]``
+    and ``sys.argv`` becomes a script's."""
+    module = ModuleType("__main__")
+    program_globals = module.__dict__
+    program_globals.clear()
+    program_globals.update(
+        __annotations__={},
+        __builtins__=_builtins_module,
+        __cached__=None,
+        __doc__=None,
+        __file__=_PROGRAM,
+        __loader__=None,
+        __name__="__main__",
+        __package__=None,
+        __spec__=None,
     )
+    program_globals.update(injected)
+    sys.modules["__main__"] = module
+    sys.argv = [_PROGRAM]
+    return program_globals
 
 
-def _rewrite_returns(body, lines):
-    """Make every top-level ``return X`` a ``return (X,)`` so that falling off
-    the end (None) differs from ``return None`` ((None,)). Rejects a top-level
-    ``yield``. Iterative; does not enter nested functions or classes."""
-    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-    todo = list(body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, scopes):
+def compile_for(source):
+    """The program compiled as a script (``pycage.script``); its lines go
+    into ``linecache`` so tracebacks quote them. Raises what ``compile`` raises."""
+    linecache.cache[_PROGRAM] = (len(source), None, source.splitlines(True), _PROGRAM)
+    return script.compile_program(source)
+
+
+class Outcome:
+    """How a run ended: ``error`` (the exception that ended it, or None),
+    else ``has_value``/``value``. ``loop`` is the private loop of a program
+    that awaited at top level, closed by ``close_outcome``; ``signals`` is
+    what ``_quiet_signals`` changed."""
+
+    __slots__ = ("error", "has_value", "value", "loop", "signals")
+
+    def __init__(self):
+        self.error = None
+        self.has_value = False
+        self.value = None
+        self.loop = None
+        self.signals = _SignalState()
+
+
+def run_program(program, program_globals):
+    """Run a compiled program in ``program_globals``: with no event loop
+    running, or on a fresh private loop when it awaits at top level.
+
+    When this returns, the shared builtins are restored and the program's
+    signal handlers are quiet, so encoding the value cannot be interrupted.
+    """
+    outcome = Outcome()
+    try:
+        try:
+            if program.is_coroutine:
+                _run_in_loop(program.code, program_globals, outcome)
+            else:
+                eval(program.code, program_globals)
+        finally:
+            # First thing after the program, whichever way it ended. A
+            # handler that raises before the signals are quiet raises here,
+            # inside the try: the run then ends with that exception.
+            _restore_builtins()
+            _quiet_signals(outcome.signals)
+    except BaseException as exc:
+        outcome.error = exc
+    if outcome.error is None:
+        outcome.has_value, outcome.value = program.value()
+    return outcome
+
+
+async def _await_program(code, program_globals):
+    """The program's coroutine, with its exception (or None) as the result."""
+    try:
+        await eval(code, program_globals)
+    except BaseException as exc:
+        _restore_builtins()
+        return exc
+    _restore_builtins()
+    return None
+
+
+def _run_in_loop(code, program_globals, outcome):
+    loop = outcome.loop = _Loop(_Selector())
+    _set_event_loop(loop)
+    task = loop.create_task(_await_program(code, program_globals))
+    loop_error = None
+    try:
+        loop.run_until_complete(task)
+    except BaseException as exc:  # the program broke the loop or stopped it
+        loop_error = exc
+    _restore_builtins()
+    if task.done() and not task.cancelled() and task.exception() is None:
+        outcome.error = task.result()
+    else:
+        outcome.error = loop_error or RuntimeError("the program's main task did not finish")
+
+
+def close_outcome(outcome):
+    """Cancel what a top-level-await program left running on its loop,
+    give it a grace period, close the loop. Runs program code (``finally``
+    blocks of cancelled tasks): call it after ``outcome_frame``."""
+    loop = outcome.loop
+    outcome.loop = None
+    if loop is None:
+        return
+    try:
+        tasks = [t for t in _all_tasks(loop) if not t.done()]
+        for t in tasks:
+            t.cancel()
+        # Nothing left running and no async generator to finalize (the
+        # common case): skip the loop iterations a cleanup costs.
+        if tasks or loop._asyncgens:
+            tasks.append(loop.create_task(loop.shutdown_asyncgens()))
+            loop.run_until_complete(_wait(tasks, timeout=_CLEANUP_GRACE_SECONDS))
+    except BaseException:
+        pass
+    try:
+        loop.close()
+    except BaseException:
+        pass
+    try:
+        _set_event_loop(None)
+    except BaseException:
+        pass
+
+
+# --- signals after the program --------------------------------------------
+
+
+class _SignalState:
+    """What ``_quiet_signals`` changed: the thread's signal mask before (None
+    until blocked) and each Python-level handler it replaced."""
+
+    __slots__ = ("mask", "handlers")
+
+    def __init__(self):
+        self.mask = None
+        self.handlers = {}
+
+
+def _quiet_once(state):
+    if state.mask is None:
+        state.mask = _pthread_sigmask(_SIG_BLOCK, _ALL_SIGNALS)
+    for sig in _HANDLER_SIGNALS:
+        handler = _getsignal(sig)
+        # None: not set from Python; SIG_DFL / SIG_IGN are ints (an IntEnum).
+        if handler is None or issubclass(type(handler), int):
             continue
-        if isinstance(node, ast.Return):
-            value = node.value
-            if value is None:
-                value = ast.copy_location(ast.Constant(None), node)
-            node.value = ast.copy_location(ast.Tuple([value], ast.Load()), value)
-        elif isinstance(node, (ast.Yield, ast.YieldFrom)):
-            raise _syntax_error("'yield' outside function", node, lines)
-        todo.extend(ast.iter_child_nodes(node))
+        state.handlers.setdefault(sig, handler)
+        try:
+            _setsignal(sig, _SIG_IGN)
+        except (OSError, ValueError):
+            pass
 
 
-def _is_future_import(node):
-    return isinstance(node, ast.ImportFrom) and node.module == "__future__"
+def _quiet_signals(state):
+    """Block every signal in this thread and set every Python-level handler
+    to ``SIG_IGN``, so no program handler runs while the outcome is encoded
+    and sent.
+
+    Blocking alone is not enough: a signal may already be pending, or be
+    delivered to another thread of the program, and CPython runs Python
+    handlers in the main thread either way; a handler replaced by SIG_IGN
+    is skipped even when its signal is pending. A handler may raise while
+    this runs; that attempt is retried (the state records what was already
+    changed, so nothing is saved twice). The host's SIGTERM/SIGKILL still end
+    the process: SIGKILL cannot be blocked, and a one-shot child exits right
+    after ``done`` (a session calls ``_restore_signals`` instead).
+    """
+    for _ in range(_QUIET_ATTEMPTS):
+        try:
+            _quiet_once(state)
+            return
+        except BaseException:  # a program handler raised meanwhile
+            pass
 
 
-def _compile(source, program_globals):
-    """The program as a coroutine function bound to ``program_globals``."""
-    lines = source.splitlines(True)
-    linecache.cache[_PROGRAM] = (len(source), None, lines, _PROGRAM)
-    tree = ast.parse(source, _PROGRAM)
-    body = tree.body
-    # `from __future__ import ...` must stay at module level.
-    start = 0
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        start = 1 if type(body[0].value.value) is str else 0  # a docstring may precede them
-    end = start
-    while end < len(body) and _is_future_import(body[end]):
-        end += 1
-    hoisted = body[start:end]
-    rest = body[:start] + body[end:]
-    _rewrite_returns(rest, lines)
-    if not rest:
-        rest = [ast.Pass(lineno=1, col_offset=0, end_lineno=1, end_col_offset=0)]
-    no_args = ast.arguments(
-        posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
-    )
-    fields = {
-        "name": _MAIN_NAME,
-        "args": no_args,
-        "body": rest,
-        "decorator_list": [],
-        "returns": None,
-        "type_comment": None,
-    }
-    if "type_params" in ast.AsyncFunctionDef._fields:  # Python >= 3.12
-        fields["type_params"] = []
-    last = rest[-1]
-    function = ast.AsyncFunctionDef(
-        **fields,
-        lineno=1,
-        col_offset=0,
-        end_lineno=getattr(last, "end_lineno", None) or 1,
-        end_col_offset=0,
-    )
-    module = ast.Module(body=hoisted + [function], type_ignores=[])
-    code = compile(module, _PROGRAM, "exec", dont_inherit=True)
-    for const in code.co_consts:
-        if type(const) is CodeType and const.co_name == _MAIN_NAME:
-            if const.co_flags & _CO_ASYNC_GENERATOR:
-                raise SyntaxError("'yield' is not allowed at the top level of the program")
-            return FunctionType(const, program_globals, _MAIN_NAME)
-    raise RuntimeError("compiled program has no main function")
+def _restore_signals(state):
+    """Undo ``_quiet_signals``: handlers first, then the mask (pending
+    signals are delivered once the mask is restored)."""
+    for sig, handler in state.handlers.items():
+        try:
+            _setsignal(sig, handler)
+        except (OSError, ValueError, TypeError):
+            pass
+    state.handlers = {}
+    if state.mask is not None:
+        _pthread_sigmask(_SIG_SETMASK, state.mask)
+        state.mask = None
 
 
 # --- outcome -------------------------------------------------------------
@@ -1085,7 +1377,7 @@ def _restore_builtins():
 
 
 def _drop_bootstrap_frames(te):
-    """Remove this file's frames from a TracebackException and its chain."""
+    """Remove pycage's own frames from a TracebackException and its chain."""
     seen = set()
     todo = [te]
     while todo:
@@ -1094,7 +1386,7 @@ def _drop_bootstrap_frames(te):
             continue
         seen.add(id(t))
         stack = t.stack
-        kept = [f for f in stack if f.filename != _THIS_FILE]
+        kept = [f for f in stack if f.filename not in _OWN_FILES]
         if len(kept) != len(stack):
             stack[:] = kept
         todo.append(t.__cause__)
@@ -1103,7 +1395,7 @@ def _drop_bootstrap_frames(te):
 
 
 def _format_exception(exc):
-    """Traceback text pointing at ``<program>`` lines, without bootstrap frames."""
+    """Traceback text pointing at ``<program>`` lines, without pycage's frames."""
     try:
         te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
         _drop_bootstrap_frames(te)
@@ -1136,49 +1428,55 @@ def _done_error(kind, message):
     return (head + _quote(_clean(message)) + "}}\n").encode("utf-8")
 
 
-def _done_frame(ok, result, max_value_bytes):
-    """The ``done`` frame for the program's outcome, as bytes."""
-    if not ok:
-        return _done_error("exception", _format_exception(result))
-    if result is None:  # fell off the end: no value
-        return b'{"type":"done"}\n'
+_DONE_NO_VALUE = b'{"type":"done"}\n'
+
+
+def _is_clean_exit(exc):
+    """``sys.exit()``, ``sys.exit(0)``, ``exit()``: a script that exits 0."""
+    if type(exc) is not SystemExit:
+        return False
+    code = exc.code
+    return code is None or code is False or (type(code) is int and code == 0)
+
+
+def outcome_frame(outcome, max_value_bytes):
+    """The ``done`` frame for an outcome, as bytes.
+
+    ``invalid-output`` means only that the value is not JSON. Any other
+    failure to encode (a thread of the program changing the value mid-walk,
+    or running out of memory) is retried and then reported as an
+    ``exception``.
+    """
+    error = outcome.error
+    if error is not None:
+        if _is_clean_exit(error):
+            return _DONE_NO_VALUE
+        return _done_error("exception", _format_exception(error))
+    if not outcome.has_value:
+        return _DONE_NO_VALUE
+    _quiet_signals(outcome.signals)  # again: a no-op unless interrupted before
+    failure = None
+    for _ in range(_ENCODE_ATTEMPTS):
+        try:
+            body = encode_json(outcome.value, max_value_bytes)
+        except NotJsonError as e:
+            return _done_error("invalid-output", f"return value is not JSON: {e}")
+        except OverBudgetError:
+            message = f"return value is over the {max_value_bytes}-byte value budget"
+            return _done_error("output-limit", message)
+        except BaseException as e:
+            failure = e
+            continue
+        return ('{"type":"done","value":' + body + "}\n").encode("utf-8")
     try:
-        body = encode_json(result[0], max_value_bytes)
-    except NotJsonError as e:
-        return _done_error("invalid-output", f"return value is not JSON: {e}")
-    except OverBudgetError:
-        message = f"return value is over the {max_value_bytes}-byte value budget"
-        return _done_error("output-limit", message)
-    except Exception as e:  # e.g. another program thread resized a dict mid-walk
-        message = f"return value could not be encoded: {_type_name(type(e))}: {e}"
-        return _done_error("invalid-output", message)
-    return ('{"type":"done","value":' + body + "}\n").encode("utf-8")
-
-
-async def _runner(main_function):
-    try:
-        result = await main_function()
-    except BaseException as exc:
-        _restore_builtins()
-        return False, exc
-    _restore_builtins()
-    return True, result
-
-
-def _cleanup(loop):
-    """Cancel what the program left running, give it a grace period, close."""
-    try:
-        tasks = [t for t in _all_tasks(loop) if not t.done()]
-        for t in tasks:
-            t.cancel()
-        tasks.append(loop.create_task(loop.shutdown_asyncgens()))
-        loop.run_until_complete(_wait(tasks, timeout=_CLEANUP_GRACE_SECONDS))
+        reason = f"{_type_name(type(failure))}: {failure}"
     except BaseException:
-        pass
-    try:
-        loop.close()
-    except BaseException:
-        pass
+        reason = "an error that could not be formatted"
+    return _done_error(
+        "exception",
+        f"the return value could not be encoded ({reason}); "
+        "did another thread of the program change it while it was read?",
+    )
 
 
 def _finish(frame):
@@ -1186,6 +1484,43 @@ def _finish(frame):
     with _lock:
         _send(frame)
         _os_exit(0)
+
+
+# --- warm-up --------------------------------------------------------------
+
+_WARM_UP_PROGRAM = """\
+import asyncio
+async def _f(x):
+    await asyncio.sleep(0)
+    return {"a": [x, 2.5, "s", None, True], "t": (1, 2)}
+value = await _f(1)
+try:
+    raise ValueError("warm")
+except ValueError:
+    pass
+return value
+"""
+
+
+def warm_up():
+    """Exercise a run's common path once, with nothing sent: compile, a
+    loop, the codec, traceback formatting.
+
+    A child forked from the zygote shares the zygote's memory copy-on-write,
+    and CPython writes to every object it touches (reference counts), so the
+    first run in a fresh child takes hundreds of page faults. A pooled child
+    calls this while it waits for its run, which moves those faults off the
+    run's critical path. Leaves no state behind: the globals, loop and
+    signal state it used are discarded or restored.
+    """
+    program = compile_for(_WARM_UP_PROGRAM)
+    outcome = run_program(program, new_program_globals({}))
+    if outcome.has_value:
+        decode_json(encode_json(outcome.value))
+    _format_exception(ValueError("warm"))
+    close_outcome(outcome)
+    _restore_signals(outcome.signals)
+    linecache.cache.pop(_PROGRAM, None)
 
 
 # --- main ----------------------------------------------------------------
@@ -1204,12 +1539,11 @@ def main():
 
 
 def _serve():
-    global _log_left, _marker_frame, _loop
+    global _log_left, _marker_frame
     try:
         os.set_blocking(_FD, False)
     except OSError as e:
         _die(_EXIT_HOST_GONE, f"fd {_FD} is not usable: {e}")
-    loop = _Loop(_Selector())
 
     limits, namespaces = _check_boot(_read_frame())
     _apply_limits(limits)
@@ -1217,7 +1551,7 @@ def _serve():
     _log_left = max_log_bytes
     marker = _quote(log_truncation_marker(max_log_bytes))
     _marker_frame = ('{"type":"log","text":' + marker + ',"truncated":true}\n').encode("utf-8")
-    injected = _build_globals(loop, namespaces)
+    injected = _build_globals(namespaces)
     _send(b'{"type":"boot-ack"}\n')
 
     run = _read_frame()
@@ -1225,39 +1559,16 @@ def _serve():
         _die(_EXIT_BAD_HOST_FRAME, "expected a run frame with a string program")
     source = run["program"]
 
-    main_module = ModuleType("__main__")
-    program_globals = main_module.__dict__
-    program_globals.clear()
-    program_globals["__builtins__"] = _builtins_module
-    program_globals["__name__"] = "__main__"
-    program_globals.update(injected)
-    sys.modules["__main__"] = main_module
+    program_globals = new_program_globals(injected)
     sys.stdout = _stdout  # from here on, compile warnings included, output is log frames
     sys.stderr = _stderr
     try:
-        main_function = _compile(source, program_globals)
+        program = compile_for(source)
     except BaseException as exc:  # SyntaxError, ValueError (NUL), RecursionError, ...
         _finish(_done_error("exception", _format_compile_error(exc, source)))
-
-    asyncio.set_event_loop(loop)
-    _loop = loop
-    loop.add_reader(_FD, _on_readable)
-    task = loop.create_task(_runner(main_function))
-    loop_error = None
-    try:
-        loop.run_until_complete(task)
-    except BaseException as exc:  # the program broke the loop or stopped it
-        loop_error = exc
-    _restore_builtins()
-    if task.done() and not task.cancelled() and task.exception() is None:
-        ok, result = task.result()
-    else:
-        if loop_error is None:
-            loop_error = RuntimeError("the program's main task did not finish")
-        ok, result = False, loop_error
-    # Encode now: cleanup runs program code that could change the value.
-    frame = _done_frame(ok, result, limits["maxValueBytes"])
-    _cleanup(loop)
-    _loop = None
+    outcome = run_program(program, program_globals)
+    # Encode first: the loop's cleanup runs program code that could change the value.
+    frame = outcome_frame(outcome, limits["maxValueBytes"])
+    close_outcome(outcome)
     _pending.clear()
     _finish(frame)

@@ -1,4 +1,4 @@
-"""The fd-3 wire vocabulary, mirrored from the Rust host (DESIGN.md §2).
+"""The fd-3 wire vocabulary, mirrored from the Rust host (docs/protocol.md).
 
 Frames are JSON lines on file descriptor ``PROTOCOL_FD``. This module only
 declares their shapes and the two surfaces both sides execute against

@@ -249,10 +249,13 @@ def _child(message, sock_fd, out_fd, zygote_pid, ctl_fd):
         tempfile.tempdir = None  # recomputed from TMPDIR on first use
         for name, (soft, hard) in message.get("rlimits", {}).items():
             resource.setrlimit(_RLIMITS[name], (soft, hard))
-        gc.unfreeze()
     except BaseException as e:  # noqa: BLE001 - report any setup failure, then exit
         _diag(f"child setup failed: {type(e).__name__}: {e}")
         os._exit(_EXIT_SETUP_FAILED)
+    try:
+        bootstrap.warm_up()
+    except BaseException as e:  # noqa: BLE001 - a cold run is slower, not wrong
+        _diag(f"warm-up failed: {type(e).__name__}: {e}")
     bootstrap.main()
     os._exit(bootstrap._EXIT_INTERNAL)
 

@@ -127,10 +127,14 @@ class EncoderTest(unittest.TestCase):
         self.assertEqual(str(caught.exception), message)
 
     def test_non_json_values_name_path_and_type(self):
-        self.assert_not_json((1, 2), "value at $ is a tuple (use a list), which is not JSON")
+        self.assert_not_json({1, 2}, "value at $ is a set (use a list), which is not JSON")
         self.assert_not_json(
-            {"items": [0, 1, 2, (3,)]},
-            "value at $.items[3] is a tuple (use a list), which is not JSON",
+            {"items": [0, 1, 2, frozenset()]},
+            "value at $.items[3] is a frozenset (use a list), which is not JSON",
+        )
+        self.assert_not_json(
+            {"items": (0, (1, {2}))},
+            "value at $.items[1][1] is a set (use a list), which is not JSON",
         )
         self.assert_not_json({"my key": {1}}, 'value at $["my key"] is a set (use a list), which is not JSON')
         self.assert_not_json([b"x"], "value at $[0] is a bytes (decode it to a str), which is not JSON")
@@ -184,7 +188,7 @@ class EncoderTest(unittest.TestCase):
         )
 
     def test_deep_path_is_elided(self):
-        value = deep_list(1000, leaf=(1,))
+        value = deep_list(1000, leaf={1})
         with self.assertRaises(NotJsonError) as caught:
             encode_json(value)
         message = str(caught.exception)
@@ -213,7 +217,7 @@ class EncoderTest(unittest.TestCase):
             encode_json([{"k" * 2000: 1}], 1000)
         # Over budget wins over a later invalid item: work stops at the budget.
         with self.assertRaises(OverBudgetError):
-            encode_json(["x" * 100, (1,)], 50)
+            encode_json(["x" * 100, {1}], 50)
 
     def test_million_deep_list_round_trip(self):
         depth = 1_000_000
@@ -420,7 +424,8 @@ class EndToEndTest(unittest.TestCase):
         done, _, _, _ = run("x = 1\n\nraise ValueError('boom')\n")
         self.assertEqual(done["error"]["kind"], "exception")
         message = done["error"]["message"]
-        self.assertIn('File "<program>", line 3, in __dsh_main__', message)
+        self.assertIn('File "<program>", line 3, in <module>', message)
+        self.assertNotIn("__dsh_main__", message)
         self.assertIn("raise ValueError('boom')", message)
         self.assertTrue(message.endswith("ValueError: boom"), message)
         self.assertNotIn("bootstrap.py", message)
@@ -451,8 +456,14 @@ class EndToEndTest(unittest.TestCase):
             "return [sorted(globals()), f.__annotations__, sys.modules['__main__'].__dict__ is globals()]\n"
         )
         done, _, _, _ = run(program, namespaces=[TOOLS_WITH_ERRORS])
+        seeded = [
+            "__annotations__", "__builtins__", "__cached__", "__doc__", "__file__", "__loader__",
+            "__name__", "__package__", "__spec__",
+        ]
         self.assertEqual(
-            done["value"], [["ToolError", "__builtins__", "__name__", "tools"], {"x": "Undefined"}, True]
+            done["value"],
+            # `from __future__ import annotations` binds `annotations`, as in any script.
+            [sorted(seeded + ["ToolError", "annotations", "f", "sys", "tools"]), {"x": "Undefined"}, True],
         )
 
     def test_call_round_trip_with_error_class(self):
@@ -475,7 +486,7 @@ class EndToEndTest(unittest.TestCase):
             done["value"], [{"hits": [1, 2**70]}, ["no such thing", "__class__", "ToolError", True]]
         )
         self.assertEqual(lines[0], '{"type":"call","id":0,"global":"tools","name":"search","args":{"q":1}}')
-        self.assertEqual(lines[1], '{"type":"call","id":1,"global":"tools","name":"__class__","args":null}')
+        self.assertEqual(lines[1], '{"type":"call","id":1,"global":"tools","name":"__class__","args":{}}')
         self.assertEqual(len(calls), 2)
 
     def test_error_class_with_odd_property_name(self):
@@ -519,7 +530,7 @@ class EndToEndTest(unittest.TestCase):
         done, _, calls, _ = run(program, echo, namespaces=[TOOLS])
         self.assertEqual(
             done["value"],
-            ["__class__", "__init__", "__getattr__", "__dict__", "my-tool", "", None,
+            ["__class__", "__init__", "__getattr__", "__dict__", "my-tool", "", {},
              "namespace 'tools' has no member 'nope'", "<pycage namespace tools (7 members)>", "Namespace", True],
         )
         self.assertEqual([c["id"] for c in calls], list(range(7)))
@@ -527,7 +538,8 @@ class EndToEndTest(unittest.TestCase):
     def test_call_argument_validation(self):
         program = (
             "out = []\n"
-            "for call in (lambda: tools.search(1, 2), lambda: tools.search(q=1), lambda: tools.search({'a': (1,)})):\n"
+            "for call in (lambda: tools.search(1, 2), lambda: tools.search({}, q=1), lambda: tools.search({'a': {1}}),\n"
+            "             lambda: tools.search(q={1: 2})):\n"
             "    try:\n        await call()\n    except TypeError as e:\n        out.append(str(e))\n"
             "return out\n"
         )
@@ -535,9 +547,12 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(
             done["value"],
             [
-                "tools.search() takes at most 1 argument (2 given)",
-                "tools.search() takes no keyword arguments; pass one JSON value (e.g. a dict) as its only argument",
-                "argument of tools.search() is not JSON: value at $.a is a tuple (use a list), which is not JSON",
+                "tools.search() takes keyword arguments or one positional argument (2 positional given)",
+                "tools.search() takes keyword arguments or one positional argument, not both "
+                "(got 1 positional and 1 keyword)",
+                "argument of tools.search() is not JSON: value at $.a is a set (use a list), which is not JSON",
+                "argument of tools.search() is not JSON: dict key at $.q is an int, which is not JSON "
+                "(object keys must be str)",
             ],
         )
         self.assertEqual(calls, [])
@@ -627,12 +642,12 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(done["value"], "x" * 98)
 
     def test_invalid_output(self):
-        done, _, _, _ = run("return {'items': [1, 2, 3, (4, 5)]}")
+        done, _, _, _ = run("return {'items': [1, 2, 3, {4, 5}]}")
         self.assertEqual(
             done["error"],
             {
                 "kind": "invalid-output",
-                "message": "return value is not JSON: value at $.items[3] is a tuple (use a list), which is not JSON",
+                "message": "return value is not JSON: value at $.items[3] is a set (use a list), which is not JSON",
             },
         )
         done, _, _, _ = run("return float('nan')")
@@ -712,5 +727,258 @@ class EndToEndTest(unittest.TestCase):
                 self.assertIn(b"pycage bootstrap:", err)
 
 
+
+def echo_args(child, frame):
+    child.send({"type": "reply", "id": frame["id"], "ok": True, "value": frame["args"]})
+
+
+def reply_reversed_after(n):
+    """Hold calls until ``n`` are in flight, then answer them last first
+    with ``args["n"] * 10``: replies cross between whichever loops wait."""
+    held = []
+
+    def on_call(child, frame):
+        held.append(frame)
+        if len(held) == n:
+            for f in reversed(held):
+                child.send({"type": "reply", "id": f["id"], "ok": True, "value": f["args"]["n"] * 10})
+
+    return on_call
+
+
+class ScriptSemanticsTest(unittest.TestCase):
+    """The program is the script __main__: examples a model writes."""
+
+    def value_of(self, program, **kw):
+        done, _, _, _ = run(program, **kw)
+        self.assertNotIn("error", done, done.get("error"))
+        return done.get("value", "<no value>")
+
+    def test_examples(self):
+        self.assertEqual(self.value_of("x = 1\ndef f():\n    global x\n    x = 2\nf()\nreturn x"), 2)
+        self.assertEqual(
+            self.value_of("import asyncio\nasync def main(): return 1\nreturn asyncio.run(main())"), 1
+        )
+        self.assertEqual(self.value_of("from math import *\nreturn floor(2.5)"), 2)
+        self.assertEqual(self.value_of('exec("y = 3")\nreturn y'), 3)
+        self.assertEqual(self.value_of('return "a", 1'), ["a", 1])
+        self.assertEqual(self.value_of("20 + 22"), 42)
+        self.assertEqual(self.value_of("x = 20\nx + 22\n"), 42)
+        self.assertEqual(self.value_of("None"), "<no value>")
+        self.assertEqual(self.value_of("print('x')"), "<no value>")
+
+    def test_what_a_script_sees(self):
+        program = (
+            "import sys, asyncio\n"
+            "try:\n    asyncio.get_running_loop()\n    running = True\nexcept RuntimeError:\n    running = False\n"
+            "return [__name__, __file__, sys.argv, sys.modules['__main__'].__dict__ is globals(), running]\n"
+        )
+        self.assertEqual(self.value_of(program), ["__main__", "<program>", ["<program>"], True, False])
+
+    def test_tuples_and_named_tuples_are_arrays(self):
+        program = (
+            "import collections\n"
+            "P = collections.namedtuple('P', 'x y')\n"
+            "class Odd(tuple):\n    def __iter__(self): raise RuntimeError('program code ran')\n"
+            "    def __len__(self): raise RuntimeError('program code ran')\n"
+            "return {'t': (1, (2, [3])), 'p': P(1, 2), 'o': Odd((4,)), 'e': ()}\n"
+        )
+        self.assertEqual(self.value_of(program), {"t": [1, [2, [3]]], "p": [1, 2], "o": [4], "e": []})
+        done, _, _, _ = run("class Odd(tuple):\n    def __len__(self): raise RuntimeError('ran')\nreturn Odd((1, {2}))")
+        self.assertEqual(
+            done["error"]["message"], "return value is not JSON: value at $[1] is a set (use a list), which is not JSON"
+        )
+
+    def test_final_expression_must_be_json(self):
+        done, _, _, _ = run("async def main():\n    return 1\nmain()")
+        self.assertEqual(done["error"]["kind"], "invalid-output")
+        self.assertIn("coroutine (did you mean to await it?)", done["error"]["message"])
+
+    def test_sys_exit(self):
+        for program in ("import sys\nsys.exit()", "import sys\nsys.exit(0)", "exit()", "raise SystemExit(False)"):
+            with self.subTest(program=program):
+                done, _, _, _ = run("print('before')\n" + program + "\nreturn 'not reached'")
+                self.assertEqual(done, {"type": "done"})
+        done, _, _, _ = run("import sys\nsys.exit('bad input')")
+        self.assertEqual(done["error"]["kind"], "exception")
+        self.assertIn("SystemExit: bad input", done["error"]["message"])
+
+    def test_asyncio_run_traceback_shows_program_and_library_frames(self):
+        done, _, _, _ = run("import asyncio\nasync def main():\n    raise ValueError('inner')\nasyncio.run(main())\n")
+        message = done["error"]["message"]
+        self.assertIn('File "<program>", line 4, in <module>', message)
+        self.assertIn('File "<program>", line 3, in main', message)
+        self.assertIn("asyncio", message)  # the library frames the program called
+        self.assertNotIn("bootstrap.py", message)
+        self.assertNotIn("script.py", message)
+
+
+class EventLoopTest(unittest.TestCase):
+    """Binding calls work in whichever loop the program runs, or none."""
+
+    def test_bindings_in_sequential_asyncio_runs(self):
+        program = (
+            "import asyncio\n"
+            "async def one(n):\n    return await tools.search({'n': n})\n"
+            "a = asyncio.run(one(1))\n"
+            "b = asyncio.run(one(2))\n"
+            "loop = asyncio.new_event_loop()\n"
+            "c = loop.run_until_complete(one(3))\n"
+            "loop.close()\n"
+            "return [a, b, c]\n"
+        )
+        done, _, calls, _ = run(program, echo_args, namespaces=[TOOLS])
+        self.assertEqual(done["value"], [{"n": 1}, {"n": 2}, {"n": 3}])
+        self.assertEqual([c["id"] for c in calls], [0, 1, 2])
+
+    def test_gather_inside_asyncio_run_out_of_order(self):
+        program = (
+            "import asyncio\n"
+            "async def main():\n    return await asyncio.gather(*(tools.search({'n': n}) for n in range(30)))\n"
+            "return asyncio.run(main())\n"
+        )
+        done, _, _, _ = run(program, reply_reversed_after(30), namespaces=[TOOLS])
+        self.assertEqual(done["value"], [n * 10 for n in range(30)])
+
+    def test_two_loops_in_two_threads_at_once(self):
+        # Each loop's calls are answered only once all 20 are in flight, last
+        # first: one loop's reader reads the replies of the other's calls.
+        program = (
+            "import asyncio, threading\n"
+            "out = {}\n"
+            "async def batch(base):\n"
+            "    return await asyncio.gather(*(tools.search({'n': base + i}) for i in range(10)))\n"
+            "t = threading.Thread(target=lambda: out.update(thread=asyncio.run(batch(100))))\n"
+            "t.start()\n"
+            "out['main'] = asyncio.run(batch(0))\n"
+            "t.join()\n"
+            "return out\n"
+        )
+        done, _, _, _ = run(program, reply_reversed_after(20), namespaces=[TOOLS])
+        self.assertEqual(done["value"], {"main": [i * 10 for i in range(10)], "thread": [(100 + i) * 10 for i in range(10)]})
+
+    def test_top_level_await_and_gather(self):
+        program = "import asyncio\nr = await asyncio.gather(*(tools.search({'n': n}) for n in range(5)))\nr"
+        done, _, _, _ = run(program, reply_reversed_after(5), namespaces=[TOOLS])
+        self.assertEqual(done["value"], [0, 10, 20, 30, 40])
+
+    def test_asyncio_run_under_top_level_await_fails_as_in_python(self):
+        done, _, _, _ = run("import asyncio\nawait asyncio.sleep(0)\nasync def f(): pass\nasyncio.run(f())")
+        self.assertIn("asyncio.run() cannot be called from a running event loop", done["error"]["message"])
+
+    def test_coroutine_driven_by_hand_blocks_for_its_reply(self):
+        program = (
+            "coro = tools.search(n=7)\n"
+            "try:\n    coro.send(None)\nexcept StopIteration as stop:\n    return stop.value\n"
+        )
+        done, _, calls, _ = run(program, echo_args, namespaces=[TOOLS])
+        self.assertEqual(done["value"], {"n": 7})
+
+    def test_loop_that_cannot_watch_fd3_falls_back_to_blocking(self):
+        program = (
+            "import asyncio\n"
+            "class NoReader(asyncio.SelectorEventLoop):\n"
+            "    def add_reader(self, *a):\n        raise NotImplementedError\n"
+            "async def main():\n    return await asyncio.gather(tools.search(n=1), tools.search(n=2))\n"
+            "loop = NoReader()\n"
+            "r = loop.run_until_complete(main())\n"
+            "loop.close()\n"
+            "return r\n"
+        )
+        done, _, _, _ = run(program, echo_args, namespaces=[TOOLS])
+        self.assertEqual(done["value"], [{"n": 1}, {"n": 2}])
+
+
+class BindingArgumentsTest(unittest.TestCase):
+    def test_argument_forms(self):
+        program = (
+            "await tools.search(a=1, b=[2], c=('t', None))\n"
+            "await tools.search({'q': 1})\n"
+            "await tools.search([1])\n"
+            "await tools.search(None)\n"
+            "await tools.search()\n"
+            "await tools.search(**{'not an identifier': 1})\n"
+        )
+        done, _, _, lines = run(program, echo_args, namespaces=[TOOLS])
+        self.assertEqual(done, {"type": "done", "value": {"not an identifier": 1}})  # the final expression
+        args = [line.split('"args":', 1)[1][:-1] for line in lines if line.startswith('{"type":"call"')]
+        self.assertEqual(
+            args, ['{"a":1,"b":[2],"c":["t",null]}', '{"q":1}', "[1]", "null", "{}", '{"not an identifier":1}']
+        )
+
+
+class SignalsTest(unittest.TestCase):
+    def test_raising_timer_handler_never_makes_invalid_output(self):
+        # The value takes tens of milliseconds to encode; the program's timer
+        # fires every 0.5 ms and its handler raises. Before signals were
+        # quieted, encoding failed part-way and the run was invalid-output.
+        program = (
+            "import signal\n"
+            "class Tick(Exception):\n    pass\n"
+            "def handler(signum, frame):\n    raise Tick()\n"
+            "value = [{'k': 'x' * 40, 'n': list(range(30))} for _ in range(20000)]\n"
+            "signal.signal(signal.SIGALRM, handler)\n"
+            "signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)\n"
+            "return value\n"
+        )
+        expected = [{"k": "x" * 40, "n": list(range(30))} for _ in range(20000)]
+        for _ in range(3):
+            done, _, _, _ = run(program, max_value=64 << 20)
+            if "error" in done:
+                # Only if the timer fired before the program's last line
+                # finished (a loaded machine): then the program raised.
+                self.assertEqual(done["error"]["kind"], "exception", done["error"])
+                self.assertTrue(done["error"]["message"].startswith("Traceback"), done["error"])
+                self.assertIn('File "<program>", line', done["error"]["message"])
+            else:
+                self.assertEqual(done["value"], expected)
+
+    def test_quiet_and_restore_signals(self):
+        import signal
+
+        from pycage.bootstrap import _quiet_signals, _restore_signals, _SignalState
+
+        hits = []
+        previous = signal.signal(signal.SIGUSR1, lambda signum, frame: hits.append(signum))
+        mask_before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        try:
+            state = _SignalState()
+            _quiet_signals(state)
+            self.assertEqual(signal.getsignal(signal.SIGUSR1), signal.SIG_IGN)
+            self.assertIn(signal.SIGUSR1, signal.pthread_sigmask(signal.SIG_BLOCK, []))
+            signal.raise_signal(signal.SIGUSR1)
+            self.assertEqual(hits, [])
+            _quiet_signals(state)  # idempotent: the saved handler is still the program's
+            _restore_signals(state)
+            self.assertEqual(signal.pthread_sigmask(signal.SIG_BLOCK, []), mask_before)
+            self.assertIsNot(signal.getsignal(signal.SIGUSR1), signal.SIG_IGN)
+            self.assertTrue(callable(signal.getsignal(signal.SIGUSR1)))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask_before)
+            signal.signal(signal.SIGUSR1, previous)
+
+
 if __name__ == "__main__":
     unittest.main()
+
+
+class WarmUpTest(unittest.TestCase):
+    """``warm_up`` runs in a pooled child before its run: it must leave
+    nothing a run could notice."""
+
+    def test_warm_up_leaves_no_state(self):
+        script = (
+            "import asyncio, linecache, signal, sys\n"
+            f"sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})\n"
+            "from pycage import bootstrap\n"
+            "mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])\n"
+            "handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}\n"
+            "bootstrap.warm_up()\n"
+            "assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask, 'signal mask changed'\n"
+            "assert {s: signal.getsignal(s) for s in handlers} == handlers, 'handlers changed'\n"
+            "assert '<program>' not in linecache.cache\n"
+            "assert asyncio.get_event_loop_policy()._local._loop is None, 'an event loop is set'\n"
+            "print('ok')\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.stdout.strip(), "ok", out.stderr)

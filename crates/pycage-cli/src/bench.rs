@@ -194,6 +194,13 @@ fn children_of(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+impl BenchArgs {
+    /// Whether output (misuse included) is JSON.
+    pub fn json(&self) -> bool {
+        self.json
+    }
+}
+
 pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;

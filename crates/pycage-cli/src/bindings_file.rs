@@ -12,7 +12,7 @@
 //!
 //! Every function is an external command run once per call (see
 //! [`crate::command`]). Loading is strict: unknown keys, wrong types, an
-//! empty command and broken name rules (DESIGN.md §1) are all errors, and
+//! empty command and broken name rules (`docs/semantics.md`) are all errors, and
 //! each names the offending entry, e.g.
 //! `bindings.toml: namespace[0] (tools): function "echo": command must be a non-empty array of strings`.
 //! Parsing and checking ([`parse`]) are pure; [`into_namespaces`] turns the

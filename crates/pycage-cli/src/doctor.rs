@@ -25,6 +25,13 @@ pub struct DoctorArgs {
     isolation: Option<IsolationArg>,
 }
 
+impl DoctorArgs {
+    /// Whether output (misuse included) is JSON.
+    pub fn json(&self) -> bool {
+        self.json
+    }
+}
+
 pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let mut config = RuntimeConfig { python: args.python.clone(), ..RuntimeConfig::default() };
     if let Some(i) = args.isolation {

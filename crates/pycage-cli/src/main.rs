@@ -4,6 +4,12 @@
 //! Exit status: 0 success, 1 the run failed (its `error` is set), 2 misuse
 //! (bad flags, unreadable program, bad bindings file, broken name rule, no
 //! usable interpreter). Clap's own usage errors also exit 2.
+//!
+//! Misuse is reported in the user's terms: messages name the flags as typed
+//! (`--memory-mb must be at least 64`), never a configuration field. When
+//! the command line asks for `--json`, misuse is one JSON line on stdout in
+//! the shape of a run result, `{"logs":[],"error":{"kind":"misuse","message":...}}`
+//! (exit status 2), so a caller parsing JSON never has to scrape stderr.
 
 mod bench;
 mod bindings_file;
@@ -13,11 +19,13 @@ mod frames;
 mod output;
 mod run;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use pycage_runtime::{Isolation, RuntimeConfig};
+use pycage_runtime::config::MIN_ADDRESS_SPACE_BYTES;
+use pycage_runtime::{ConfigError, Isolation, RuntimeConfig};
 
 /// Exit status of a misuse error.
 const EXIT_MISUSE: u8 = 2;
@@ -33,8 +41,10 @@ struct Cli {
 enum Command {
     /// Run one program and print its result.
     ///
-    /// The program is the body of an async function: top-level `await` and
-    /// `return` work. Exit status: 0 success, 1 the run failed, 2 misuse.
+    /// The program runs as a script (the module `__main__`), with top-level
+    /// `await` and `return` allowed; without a `return`, the value of a final
+    /// expression statement is its value. Exit status: 0 success, 1 the run
+    /// failed, 2 misuse.
     Run(RunArgs),
     /// Tools for the fd-3 wire protocol.
     #[command(subcommand)]
@@ -54,12 +64,15 @@ enum Command {
 enum FramesCommand {
     /// Validate a captured child→host transcript, one output line per input line.
     ///
-    /// Each line becomes the rebuilt frame as compact JSON, `drop` (not a
-    /// valid frame) or `oversized` (over --max-line-bytes).
+    /// Each line becomes the rebuilt frame as compact JSON, `forged<TAB>frame`
+    /// (a `done` with both value and error), `drop` (not a valid frame) or
+    /// `oversized` (over --max-line-bytes). A summary line goes to stderr.
+    /// Exit status: 0 every line kept, 1 some line forged, dropped or
+    /// oversized, 2 misuse.
     Validate(frames::ValidateArgs),
 }
 
-/// Containment level (DESIGN.md §5).
+/// Containment level (see the README's "Isolation and threat model").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum IsolationArg {
     /// A fresh process with rlimits, its own process group and a scrubbed environment.
@@ -162,14 +175,14 @@ struct RunArgs {
 }
 
 impl RunArgs {
-    /// The runtime configuration these flags describe. Range checks beyond
-    /// arithmetic are `RuntimeConfig::validate`'s job (at `Runtime::new`).
+    /// The runtime configuration these flags describe, validated here so a
+    /// bad value is reported by the flag that set it.
     fn config(&self) -> anyhow::Result<RuntimeConfig> {
         let address_space_bytes = self
             .memory_mb
             .checked_mul(MIB)
             .ok_or_else(|| anyhow::anyhow!("--memory-mb {} is too large", self.memory_mb))?;
-        Ok(RuntimeConfig {
+        let config = RuntimeConfig {
             python: self.python.clone(),
             wall_time: std::time::Duration::from_millis(self.wall_ms),
             cpu_seconds: self.cpu_seconds,
@@ -183,12 +196,45 @@ impl RunArgs {
             spawn: pycage_runtime::SpawnMode::Exec,
             cache_dir: pycage_runtime::default_cache_dir(),
             ..RuntimeConfig::default()
-        })
+        };
+        config.validate().map_err(|e| anyhow::anyhow!(flag_message(&e)))?;
+        Ok(config)
+    }
+}
+
+/// A configuration error in the words of the flag that set the field
+/// (`RuntimeConfig::validate` owns the rules; the test
+/// `flag_messages_match_validate` keeps the numbers here in step with it).
+fn flag_message(e: &ConfigError) -> String {
+    match e.field {
+        "wall_time" => "--wall-ms must be at least 1".to_owned(),
+        "cpu_seconds" => "--cpu-seconds must be at least 1".to_owned(),
+        "address_space_bytes" => {
+            format!("--memory-mb must be at least {}: CPython cannot start in less", MIN_ADDRESS_SPACE_BYTES / MIB)
+        }
+        "max_value_bytes" => "--max-value-bytes must be at least 1".to_owned(),
+        // Fields no flag sets: the defaults are valid, so this is a bug.
+        _ => e.to_string(),
     }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        // `--help` and `--version` are "errors" that print to stdout.
+        Err(e) if e.use_stderr() && asks_for_json(&argv) => {
+            output::misuse_json(&clap_message(&e));
+            return ExitCode::from(EXIT_MISUSE);
+        }
+        Err(e) => e.exit(),
+    };
+    let json = match &cli.command {
+        Command::Run(args) => args.json,
+        Command::Doctor(args) => args.json(),
+        Command::Bench(args) => args.json(),
+        Command::Frames(_) => false,
+    };
     let result = match cli.command {
         Command::Run(args) => run::main(args),
         Command::Frames(FramesCommand::Validate(args)) => frames::validate(&args),
@@ -197,11 +243,29 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if json => {
+            output::misuse_json(&error_chain(&e));
+            ExitCode::from(EXIT_MISUSE)
+        }
         Err(e) => {
             output::misuse(&error_chain(&e));
             ExitCode::from(EXIT_MISUSE)
         }
     }
+}
+
+/// Whether a command line that clap rejected asked for JSON output: a
+/// `--json` before any `--` (after it, words are the program's).
+fn asks_for_json(argv: &[OsString]) -> bool {
+    argv.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "--json")
+}
+
+/// Clap's message without its `error: ` prefix, usage block and tip: the
+/// first line says what was wrong.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or_default();
+    first.strip_prefix("error: ").unwrap_or(first).trim().to_owned()
 }
 
 /// `outer: cause: cause`, skipping a cause whose text the message already
@@ -284,6 +348,41 @@ mod tests {
             (c.wall_time, c.cpu_seconds, c.address_space_bytes, c.max_log_bytes, c.max_value_bytes, c.isolation),
             (d.wall_time, d.cpu_seconds, d.address_space_bytes, d.max_log_bytes, d.max_value_bytes, d.isolation)
         );
+    }
+
+    fn run_config(args: &[&str]) -> anyhow::Result<RuntimeConfig> {
+        let argv = ["pycage", "run"].iter().chain(args).chain(&["-c", "return 1"]);
+        let Command::Run(args) = Cli::try_parse_from(argv).unwrap().command else { panic!("not run") };
+        args.config()
+    }
+
+    /// Each flag's message states the boundary `validate` enforces: the
+    /// value it names is accepted, one below is refused with that message.
+    #[test]
+    fn flag_messages_match_validate() {
+        let min_mb = (MIN_ADDRESS_SPACE_BYTES / MIB).to_string();
+        let cases = [
+            ("--wall-ms", "1", "0"),
+            ("--cpu-seconds", "1", "0"),
+            ("--memory-mb", min_mb.as_str(), "63"),
+            ("--max-value-bytes", "1", "0"),
+        ];
+        for (flag, ok, bad) in cases {
+            run_config(&[flag, ok]).unwrap();
+            let message = run_config(&[flag, bad]).unwrap_err().to_string();
+            assert!(message.starts_with(&format!("{flag} must be at least {ok}")), "{message}");
+        }
+        assert_eq!(MIN_ADDRESS_SPACE_BYTES, 64 * MIB, "update the `63` above");
+    }
+
+    #[test]
+    fn json_is_detected_before_the_program_words() {
+        let argv = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(asks_for_json(&argv(&["pycage", "run", "--json", "--nope"])));
+        assert!(!asks_for_json(&argv(&["pycage", "run", "--nope", "--", "--json"])));
+        assert!(!asks_for_json(&argv(&["pycage", "run", "--nope"])));
+        let e = Cli::try_parse_from(["pycage", "run", "--json", "--nope", "-c", "1"]).unwrap_err();
+        assert_eq!(clap_message(&e), "unexpected argument '--nope' found");
     }
 
     #[test]

@@ -36,6 +36,34 @@ pub fn misuse(message: &str) {
     stderr_line(&format!("pycage: error: {message}"));
 }
 
+/// A misuse message for `--json` callers: one line on stdout in the shape
+/// of a run result, `{"logs":[],"error":{"kind":"misuse","message":...}}`.
+/// Write errors are ignored, as for [`misuse`].
+pub fn misuse_json(message: &str) {
+    let mut b = pycage_protocol::JsonBuilder::new();
+    let built = (|| -> Result<(), pycage_protocol::BuildError> {
+        b.begin_object()?;
+        b.key("logs")?;
+        b.begin_array()?;
+        b.end()?;
+        b.key("error")?;
+        b.begin_object()?;
+        b.key("kind")?;
+        b.string("misuse")?;
+        b.key("message")?;
+        b.string(message)?;
+        b.end()?;
+        b.end()
+    })();
+    match built.and_then(|()| b.finish()) {
+        Ok(v) => {
+            let _ = stdout_line(&v.to_canonical_string());
+        }
+        // Unreachable (each step is valid); fall back to the plain form.
+        Err(_) => misuse(message),
+    }
+}
+
 /// A buffered writer over locked stdout, for line-per-record output
 /// (`frames validate`). The caller flushes.
 pub fn stdout_buffered() -> BufWriter<StdoutLock<'static>> {

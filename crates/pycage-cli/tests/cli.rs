@@ -1,49 +1,14 @@
-//! End-to-end tests of the `pycage` binary with a real python3.
-//!
-//! Every run passes `--isolation process` (the sandbox is tested in its own
-//! crate) and works in its own temporary directory, so tests run in
-//! parallel without sharing files.
+//! End-to-end tests of the `pycage` binary with a real python3 (helpers in
+//! `support/`: every run passes `--isolation process` and works in its own
+//! temporary directory). Program semantics are tested in `semantics.rs`.
+
+mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn pycage(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pycage"));
-    cmd.current_dir(dir).stdin(Stdio::null());
-    cmd
-}
-
-/// `pycage run --isolation process <args>` in `dir`.
-fn run_in(dir: &Path, args: &[&str]) -> Output {
-    pycage(dir).args(["run", "--isolation", "process"]).args(args).output().unwrap()
-}
-
-fn run(args: &[&str]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    run_in(dir.path(), args)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).unwrap()
-}
-
-#[track_caller]
-fn assert_exit(o: &Output, code: i32) {
-    assert_eq!(o.status.code(), Some(code), "stdout: {}\nstderr: {}", stdout(o), stderr(o));
-}
-
-fn write_script(dir: &Path, name: &str, body: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
+use support::{assert_exit, pycage, run, run_in, stderr, stdout, write_script};
 
 // ---- run: output forms and exit codes ----
 
@@ -169,11 +134,17 @@ fn misuse_exits_2_with_a_message() {
 
     let o = run(&["--memory-mb", "1", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert!(stderr(&o).contains("address_space_bytes must be at least"), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "pycage: error: --memory-mb must be at least 64: CPython cannot start in less\n");
 
     let o = run(&["--wall-ms", "0", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert!(stderr(&o).contains("wall_time must be greater than zero"), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "pycage: error: --wall-ms must be at least 1\n");
+
+    for (flag, value) in [("--cpu-seconds", "0"), ("--max-value-bytes", "0")] {
+        let o = run(&[flag, value, "-c", "return 1"]);
+        assert_exit(&o, 2);
+        assert_eq!(stderr(&o), format!("pycage: error: {flag} must be at least 1\n"));
+    }
 }
 
 #[test]
@@ -373,7 +344,6 @@ fn frames_validate_transcript() {
         .args(["frames", "validate", "fd3.jsonl", "--max-line-bytes", "1024", "--max-value-bytes", "20"])
         .output()
         .unwrap();
-    assert_exit(&o, 0);
     let want = [
         r#"{"type":"boot-ack"}"#,
         r#"{"type":"call","id":7,"global":"tools","name":"my-tool","args":{"n":1.50,"big":123456789012345678901234567890}}"#,
@@ -389,8 +359,9 @@ fn frames_validate_transcript() {
         r#"{"type":"done","error":{"kind":"exception","message":"boom"}}"#,
         "drop",
     ];
+    assert_exit(&o, 1);
     assert_eq!(stdout(&o), want.map(|l| format!("{l}\n")).concat());
-    assert_eq!(stderr(&o), "");
+    assert_eq!(stderr(&o), "frames validate: 12 lines: 8 kept, 0 forged, 3 dropped, 1 oversized\n");
 
     // --explain, from stdin.
     let mut child = pycage(dir.path())
@@ -401,8 +372,22 @@ fn frames_validate_transcript() {
         .unwrap();
     child.stdin.take().unwrap().write_all(b"[]\n{\"type\":\"reply\"}\n{\"type\":\"done\"}\n").unwrap();
     let o = child.wait_with_output().unwrap();
-    assert_exit(&o, 0);
+    assert_exit(&o, 1);
     assert_eq!(stdout(&o), "drop\tnot a JSON object\ndrop\tunknown frame type\n{\"type\":\"done\"}\n");
+
+    // A clean transcript exits 0; a forged done (value and error) does not.
+    let clean = "{\"type\":\"boot-ack\"}\n{\"type\":\"done\",\"value\":1}\n";
+    std::fs::write(dir.path().join("clean.jsonl"), clean).unwrap();
+    let o = pycage(dir.path()).args(["frames", "validate", "clean.jsonl"]).output().unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), clean);
+    assert_eq!(stderr(&o), "frames validate: 2 lines: 2 kept, 0 forged, 0 dropped, 0 oversized\n");
+    let forged = "{\"type\":\"done\",\"value\":1,\"error\":{\"kind\":\"exception\",\"message\":\"m\"}}\n";
+    std::fs::write(dir.path().join("forged.jsonl"), forged).unwrap();
+    let o = pycage(dir.path()).args(["frames", "validate", "forged.jsonl"]).output().unwrap();
+    assert_exit(&o, 1);
+    assert_eq!(stdout(&o), format!("forged\t{forged}"));
+    assert_eq!(stderr(&o), "frames validate: 1 lines: 0 kept, 1 forged, 0 dropped, 0 oversized\n");
 }
 
 /// Peak resident memory of a live process, from /proc (Linux).
@@ -435,7 +420,7 @@ fn frames_validate_huge_line_without_newline() {
     }
     drop(stdin);
     let o = child.wait_with_output().unwrap();
-    assert_exit(&o, 0);
+    assert_exit(&o, 1);
     assert_eq!(stdout(&o), "oversized\n");
 }
 

@@ -1,4 +1,5 @@
-//! The frame vocabulary of DESIGN.md §2, with encoders and the field table.
+//! The frame vocabulary of the fd-3 wire protocol (`docs/protocol.md`), with
+//! encoders and the field table.
 //!
 //! Host→child frames ([`BootFrame`], [`RunFrame`], [`ReplyFrame`]) are built by
 //! the host and encoded here. Child→host frames ([`ChildFrame`]) only come out

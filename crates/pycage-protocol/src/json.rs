@@ -2,8 +2,8 @@
 //!
 //! # Why this type is ours and not `serde_json::Value`
 //!
-//! Everything the child sends is hostile, and the contract (DESIGN.md §2) says
-//! a 1,000,000-deep array below the byte budget must cross intact, with every
+//! Everything the child sends is hostile, and the protocol (`docs/protocol.md`)
+//! promises that a 1,000,000-deep array below the byte budget must cross intact, with every
 //! number's decimal text preserved. `serde_json::Value` cannot do that:
 //!
 //! - its parser recurses (and refuses past depth 128 unless the recursion

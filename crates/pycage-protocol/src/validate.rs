@@ -5,7 +5,8 @@
 //! which builds the frame from the fields it knows: unknown fields never ride
 //! along, and junk is an error the caller drops (and counts) — never a panic.
 //!
-//! Rules (DESIGN.md §2), plus decisions where the contract is silent:
+//! Rules (`docs/protocol.md`, "The host trusts nothing"), including these
+//! decisions:
 //! - the line is one JSON object; a UTF-8 BOM or invalid UTF-8 is junk;
 //! - a frame that repeats one of its own field names is junk (which copy is
 //!   meant would be ambiguous); duplicate keys nested inside `args` or

@@ -454,8 +454,8 @@ proptest! {
     }
 }
 
-/// DESIGN.md §2: "A 1,000,000-deep array below the byte budget crosses
-/// intact." Parse, validate, meter, re-encode and drop on a 256 KiB stack,
+/// The protocol's promise (`docs/protocol.md`): "a 1,000,000-deep array below
+/// the byte budget crosses intact." Parse, validate, meter, re-encode and drop on a 256 KiB stack,
 /// through the public API only.
 #[test]
 fn million_deep_value_crosses_on_a_small_stack() {

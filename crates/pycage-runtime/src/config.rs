@@ -1,8 +1,8 @@
 //! Runtime configuration: every budget is a named, validated field.
 //!
-//! Defaults come from DESIGN.md §4 and [`pycage_protocol::limits`]. They live
-//! here, in one place, and [`RuntimeConfig::validate`] runs when the runtime
-//! is built, so `run()` never invents a limit of its own.
+//! Defaults (listed in `docs/semantics.md`, "Budgets") live here and in
+//! [`pycage_protocol::limits`], in one place, and [`RuntimeConfig::validate`]
+//! runs when the runtime is built, so `run()` never invents a limit of its own.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,7 +17,7 @@ pub enum Isolation {
     /// not attacks.
     Process,
     /// `Process` plus Linux namespaces, a private filesystem view, Landlock,
-    /// seccomp and an unprivileged uid (DESIGN.md §5).
+    /// seccomp and an unprivileged uid (see the README's threat model).
     #[default]
     Sandbox,
 }

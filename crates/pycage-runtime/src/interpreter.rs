@@ -64,9 +64,14 @@ pub enum InterpreterError {
     NotFound,
     #[error("could not run {path}: {source}; check the path, or pass another interpreter (--python)")]
     Spawn { path: PathBuf, source: std::io::Error },
-    #[error("{path} failed its probe (exit {status}): {stderr}")]
+    /// The program ran but failed when asked, CPython-style, for its version.
+    /// `stderr` (its head) is kept for diagnostics, not shown: for a program
+    /// that is not Python it often echoes the probe script.
+    #[error("{path} is not a CPython >= 3.10: it failed when run as one ({status}); pass another with --python")]
     ProbeFailed { path: PathBuf, status: String, stderr: String },
-    #[error("{path} answered the probe with something unexpected: {answer:?}")]
+    /// The program exited 0 but printed something other than the probe's
+    /// JSON answer (kept in `answer`, not shown: `echo` prints the probe).
+    #[error("{path} is not a CPython >= 3.10: it did not answer as one; pass another with --python")]
     BadAnswer { path: PathBuf, answer: String },
     #[error("{path} is {implementation} {version}; pycage needs CPython >= 3.10 (pass another with --python)")]
     Unsupported { path: PathBuf, implementation: String, version: String },
@@ -178,5 +183,18 @@ mod tests {
         assert!(matches!(e, InterpreterError::ProbeFailed { .. }), "{e}");
         let e = probe(Some(Path::new("/bin/echo"))).unwrap_err();
         assert!(matches!(e, InterpreterError::BadAnswer { .. }), "{e}");
+        // One line, without the probe script the program echoed.
+        assert_eq!(
+            e.to_string(),
+            "/bin/echo is not a CPython >= 3.10: it did not answer as one; pass another with --python"
+        );
+        let e = probe(Some(Path::new("/bin/ls"))).unwrap_err();
+        assert!(matches!(e, InterpreterError::ProbeFailed { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("/bin/ls is not a CPython >= 3.10: it failed when run as one (exit status: "),
+            "{text}"
+        );
+        assert!(!text.contains("import") && !text.contains('\n'), "{text}");
     }
 }

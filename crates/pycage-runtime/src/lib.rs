@@ -66,7 +66,7 @@ pub use spawn::SpawnError;
 pub use tokio_util::sync::CancellationToken;
 pub use zygote::ZygoteError;
 
-/// Why a run failed. The kinds are orthogonal (DESIGN.md §1).
+/// Why a run failed. The kinds are orthogonal (`docs/semantics.md`, "Outcomes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FailureKind {
     /// The program raised, or failed to compile.
@@ -113,7 +113,8 @@ pub struct RunFailure {
 /// Every outcome of a run. When `error` is set, `value` is `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunResult {
-    /// The top-level `return` value; `None` if the program did not return.
+    /// The program's value: its top-level `return`, or else its final
+    /// expression statement unless that is `None`; `None` when it has none.
     pub value: Option<JsonValue>,
     /// Output lines, without trailing newlines: Python-level output (sent as
     /// `log` frames) in the order written, raw fd 1/fd 2 output in the order

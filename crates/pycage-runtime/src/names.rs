@@ -1,12 +1,202 @@
-//! The portable-identifier rules of DESIGN.md §1, checked before anything
-//! is spawned. A binding list that passes is valid for any code runtime,
-//! whatever its language, so the rules include ECMAScript's reserved words
-//! as well as Python's (soft keywords included).
+//! The name rules of a binding list, checked before anything is spawned
+//! (documented in `docs/semantics.md`, "Name rules").
+//!
+//! A binding list that passes is valid for any code runtime, whatever its
+//! language, so the rules include ECMAScript's reserved words as well as
+//! Python's (soft keywords included). An injected global may not shadow a
+//! Python builtin either: a namespace called `print` or an error class
+//! called `ValueError` would silently replace what every program relies on.
+//!
+//! Every reserved global is listed here, once: [`RUNTIME_GLOBALS`] (mirrored
+//! by the bootstrap's `_RESERVED_GLOBALS`) and [`PYTHON_BUILTINS`]. The test
+//! `tests/names_mirror.rs` spawns the interpreter and compares both lists
+//! with the bootstrap's and with its real `builtins` module.
 
 use crate::bindings::Namespace;
 
-/// Globals the bootstrap owns in the program's namespace.
-pub const RUNTIME_GLOBALS: &[&str] = &["console", "__dsh_main__", "__builtins__", "__name__", "__debug__"];
+/// Globals the runtime owns: the module globals every program starts with
+/// (those of a script read from stdin: `__annotations__` ... `__spec__`),
+/// `__debug__`, and the globals other pycage runtimes own (`console`,
+/// `__dsh_main__`), so that one binding list is valid for all of them.
+pub const RUNTIME_GLOBALS: &[&str] = &[
+    "__annotations__",
+    "__builtins__",
+    "__cached__",
+    "__debug__",
+    "__doc__",
+    "__dsh_main__",
+    "__file__",
+    "__loader__",
+    "__name__",
+    "__package__",
+    "__spec__",
+    "console",
+];
+
+/// Every identifier in `dir(builtins)` of CPython 3.10 to 3.13 (with the
+/// `site` additions such as `exit` and `help`). A newer interpreter that adds
+/// one fails `tests/names_mirror.rs` until it is listed here.
+pub const PYTHON_BUILTINS: &[&str] = &[
+    "ArithmeticError",
+    "AssertionError",
+    "AttributeError",
+    "BaseException",
+    "BaseExceptionGroup",
+    "BlockingIOError",
+    "BrokenPipeError",
+    "BufferError",
+    "BytesWarning",
+    "ChildProcessError",
+    "ConnectionAbortedError",
+    "ConnectionError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "DeprecationWarning",
+    "EOFError",
+    "Ellipsis",
+    "EncodingWarning",
+    "EnvironmentError",
+    "Exception",
+    "ExceptionGroup",
+    "False",
+    "FileExistsError",
+    "FileNotFoundError",
+    "FloatingPointError",
+    "FutureWarning",
+    "GeneratorExit",
+    "IOError",
+    "ImportError",
+    "ImportWarning",
+    "IndentationError",
+    "IndexError",
+    "InterruptedError",
+    "IsADirectoryError",
+    "KeyError",
+    "KeyboardInterrupt",
+    "LookupError",
+    "MemoryError",
+    "ModuleNotFoundError",
+    "NameError",
+    "None",
+    "NotADirectoryError",
+    "NotImplemented",
+    "NotImplementedError",
+    "OSError",
+    "OverflowError",
+    "PendingDeprecationWarning",
+    "PermissionError",
+    "ProcessLookupError",
+    "PythonFinalizationError",
+    "RecursionError",
+    "ReferenceError",
+    "ResourceWarning",
+    "RuntimeError",
+    "RuntimeWarning",
+    "StopAsyncIteration",
+    "StopIteration",
+    "SyntaxError",
+    "SyntaxWarning",
+    "SystemError",
+    "SystemExit",
+    "TabError",
+    "TimeoutError",
+    "True",
+    "TypeError",
+    "UnboundLocalError",
+    "UnicodeDecodeError",
+    "UnicodeEncodeError",
+    "UnicodeError",
+    "UnicodeTranslateError",
+    "UnicodeWarning",
+    "UserWarning",
+    "ValueError",
+    "Warning",
+    "ZeroDivisionError",
+    "_IncompleteInputError",
+    "__build_class__",
+    "__debug__",
+    "__doc__",
+    "__import__",
+    "__loader__",
+    "__name__",
+    "__package__",
+    "__spec__",
+    "abs",
+    "aiter",
+    "all",
+    "anext",
+    "any",
+    "ascii",
+    "bin",
+    "bool",
+    "breakpoint",
+    "bytearray",
+    "bytes",
+    "callable",
+    "chr",
+    "classmethod",
+    "compile",
+    "complex",
+    "copyright",
+    "credits",
+    "delattr",
+    "dict",
+    "dir",
+    "divmod",
+    "enumerate",
+    "eval",
+    "exec",
+    "exit",
+    "filter",
+    "float",
+    "format",
+    "frozenset",
+    "getattr",
+    "globals",
+    "hasattr",
+    "hash",
+    "help",
+    "hex",
+    "id",
+    "input",
+    "int",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "license",
+    "list",
+    "locals",
+    "map",
+    "max",
+    "memoryview",
+    "min",
+    "next",
+    "object",
+    "oct",
+    "open",
+    "ord",
+    "pow",
+    "print",
+    "property",
+    "quit",
+    "range",
+    "repr",
+    "reversed",
+    "round",
+    "set",
+    "setattr",
+    "slice",
+    "sorted",
+    "staticmethod",
+    "str",
+    "sum",
+    "super",
+    "tuple",
+    "type",
+    "vars",
+    "zip",
+];
 
 /// Python keywords and soft keywords.
 const PYTHON_RESERVED: &[&str] = &[
@@ -83,6 +273,8 @@ pub enum NameError {
     Reserved { what: &'static str, name: String },
     #[error("{what} {name:?} is a global the runtime owns")]
     RuntimeOwned { what: &'static str, name: String },
+    #[error("{what} {name:?} would shadow the Python builtin {name}; choose another name")]
+    ShadowsBuiltin { what: &'static str, name: String },
     #[error("the global {name:?} is injected twice (namespace globals and error class names must be distinct)")]
     Duplicate { name: String },
     #[error("member_name_property {name:?} of error class {class:?} is not allowed: {why}")]
@@ -104,6 +296,9 @@ fn check_global(what: &'static str, name: &str) -> Result<(), NameError> {
     }
     if RUNTIME_GLOBALS.contains(&name) {
         return Err(NameError::RuntimeOwned { what, name: name.to_owned() });
+    }
+    if PYTHON_BUILTINS.contains(&name) {
+        return Err(NameError::ShadowsBuiltin { what, name: name.to_owned() });
     }
     Ok(())
 }
@@ -162,6 +357,13 @@ mod tests {
     }
 
     #[test]
+    fn lists_are_sorted_and_distinct() {
+        for list in [RUNTIME_GLOBALS, PYTHON_BUILTINS] {
+            assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
+        }
+    }
+
+    #[test]
     fn rejects_each_rule() {
         let e = |v: Vec<Namespace>| check_bindings(&v).unwrap_err();
         assert!(matches!(e(vec![ns("1x")]), NameError::NotIdentifier { .. }));
@@ -174,6 +376,19 @@ mod tests {
         for r in RUNTIME_GLOBALS {
             assert!(matches!(e(vec![ns(r)]), NameError::RuntimeOwned { .. }), "{r}");
         }
+        for b in ["print", "len", "open", "json_", "ValueError", "exit", "help", "__import__", "ExceptionGroup"] {
+            let err = check_bindings(&[ns(b)]);
+            if b == "json_" {
+                assert!(err.is_ok(), "{b}");
+            } else {
+                assert!(matches!(err, Err(NameError::ShadowsBuiltin { .. })), "{b}: {err:?}");
+            }
+        }
+        assert!(matches!(e(vec![with_class("t", "Exception", "p")]), NameError::ShadowsBuiltin { .. }));
+        assert_eq!(
+            e(vec![ns("print")]).to_string(),
+            "namespace global \"print\" would shadow the Python builtin print; choose another name"
+        );
         assert!(matches!(e(vec![ns("a"), ns("a")]), NameError::Duplicate { .. }));
         assert!(matches!(e(vec![with_class("a", "a", "p")]), NameError::Duplicate { .. }));
         assert!(matches!(e(vec![with_class("a", "E", "p"), with_class("b", "E", "p")]), NameError::Duplicate { .. }));

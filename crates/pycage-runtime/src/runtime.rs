@@ -22,6 +22,7 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
     ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
+    ("script.py", include_str!("../../../python/pycage/script.py")),
     ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
 ];
 

@@ -39,10 +39,10 @@ async fn exception_traceback_names_program_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_output_names_path_and_type() {
     let rt = runtime();
-    let r = run(&rt, "return {'items': [1, 2, 3, (4, 5)]}").await;
+    let r = run(&rt, "return {'items': [1, 2, 3, {4, 5}]}").await;
     let (kind, msg) = failure(&r);
     assert_eq!(kind, FailureKind::InvalidOutput);
-    assert!(msg.contains("$.items[3]") && msg.contains("tuple"), "{msg}");
+    assert!(msg.contains("$.items[3]") && msg.contains("set"), "{msg}");
     let r = run(&rt, "a = []\na.append(a)\nreturn a").await;
     assert_eq!(failure(&r).0, FailureKind::InvalidOutput);
     assert!(failure(&r).1.contains("cycle"), "{}", failure(&r).1);

@@ -10,6 +10,8 @@
 //!
 //! `PYCAGE_SOAK_SEQUENTIAL` and `PYCAGE_SOAK_CONCURRENT` override the run
 //! counts (10,000 and 2,000).
+#![allow(clippy::print_stdout)] // the soak reports its figures with --nocapture
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,46 @@
+//! Helpers shared by the CLI's integration tests: the real `pycage` binary,
+//! run with `--isolation process` (the sandbox is tested in its own crate)
+//! in a temporary directory of its own, so tests run in parallel.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// The `pycage` binary, in `dir`, stdin closed.
+pub fn pycage(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pycage"));
+    cmd.current_dir(dir).stdin(Stdio::null());
+    cmd
+}
+
+/// `pycage run --isolation process <args>` in `dir`.
+pub fn run_in(dir: &Path, args: &[&str]) -> Output {
+    pycage(dir).args(["run", "--isolation", "process"]).args(args).output().unwrap()
+}
+
+/// `pycage run --isolation process <args>` in a fresh temporary directory.
+pub fn run(args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    run_in(dir.path(), args)
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+#[track_caller]
+pub fn assert_exit(o: &Output, code: i32) {
+    assert_eq!(o.status.code(), Some(code), "stdout: {}\nstderr: {}", stdout(o), stderr(o));
+}
+
+/// Writes an executable script.
+pub fn write_script(dir: &Path, name: &str, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
