@@ -44,11 +44,3 @@ def sandbox_rt():
 def rt(request):
     """A shared runtime of each isolation."""
     return request.getfixturevalue(f"{request.param}_rt")
-
-
-def kwargs_supported() -> bool:
-    """Whether the child's namespace members accept keyword arguments
-    (DESIGN.md §1; the bootstrap gains them on another branch)."""
-    with pycage.Runtime(isolation="process", python=sys.executable) as rt:
-        r = rt.run("return await ns.f(a=1)", {"ns": {"f": lambda a: a}})
-    return r.value == 1

@@ -18,6 +18,8 @@ def test_no_value_versus_none(rt):
     assert rt.run("x = 1").has_value is False
     r = rt.run("return None")
     assert (r.has_value, r.value, r.error) == (True, None, None)
+    r = rt.run("x = 2\nx + 1")  # a final expression is the value
+    assert (r.has_value, r.value) == (True, 3)
 
 
 def test_exception(rt):
