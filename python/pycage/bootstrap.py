@@ -76,6 +76,7 @@ import selectors  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 from json import JSONDecoder  # noqa: E402
 from json.decoder import scanstring as _scanstring  # noqa: E402
@@ -135,6 +136,9 @@ _RESERVED_GLOBALS = frozenset(_SEEDED_GLOBALS + ("__debug__", "__dsh_main__", "c
 #: Seconds a blocking binding call waits in one ``select`` before it checks
 #: again whether another thread has read its reply.
 _BLOCKING_POLL_SECONDS = 0.05
+#: Longest a call waits for its reply outside the loop before it lets the
+#: loop check its own business (a signal's wake-up, say) and waits its way.
+_INLINE_WAIT_SECONDS = 0.05
 #: Encoding attempts before a value that keeps failing to encode (another
 #: thread of the program changing it mid-walk) is reported as an exception.
 _ENCODE_ATTEMPTS = 5
@@ -146,6 +150,7 @@ _os_write = os.write
 _os_readv = os.readv
 _os_exit = os._exit
 _select = select.select
+_monotonic = time.monotonic
 _int_repr = int.__repr__
 _float_repr = float.__repr__
 _object_getattribute = object.__getattribute__
@@ -855,6 +860,72 @@ def _dispatch_replies():
                 pass
 
 
+#: Modules whose selector loop classes ``_idle_wait`` can read: the
+#: bootstrap's own loop and the standard ones (``asyncio.run`` makes a
+#: ``_UnixSelectorEventLoop``). A program's subclass may override anything.
+_INLINE_LOOP_MODULES = frozenset(("asyncio.unix_events", "asyncio.selector_events", __name__))
+_BaseSelectorEventLoop = asyncio.selector_events.BaseSelectorEventLoop
+
+
+def _idle_wait(loop):
+    """How long ``loop`` would now wait in its selector for nothing but its
+    own wake-up pipe and fd 3, or None when it has other work: a callback
+    ready, a timer due, another file descriptor to watch.
+
+    When it has none, a call can wait for its reply right here (see
+    ``_call_inline``) and the loop loses nothing: it would have blocked on
+    the same descriptors for as long.
+    """
+    kind = type(loop)
+    if kind.__dict__.get("__module__") not in _INLINE_LOOP_MODULES or not issubclass(kind, _BaseSelectorEventLoop):
+        return None
+    try:
+        if loop._ready or loop._stopping:
+            return None
+        wake = loop._ssock.fileno()
+        for fd in loop._selector.get_map():
+            if fd != wake and fd != _FD:
+                return None
+        scheduled = loop._scheduled
+        if not scheduled:
+            return _INLINE_WAIT_SECONDS
+        timeout = scheduled[0]._when - loop.time()
+        if timeout <= 0:
+            return None
+        return min(timeout, _INLINE_WAIT_SECONDS)
+    except Exception:  # not the loop internals we know: take the loop's path
+        return None
+
+
+def _call_inline(loop, call_id, frame, timeout):
+    """Send a call and wait for its reply without an iteration of ``loop``
+    (which ``_idle_wait`` found idle): ``(ok, value_or_message)``, or None
+    when the loop must take over first (a timer came due, another thread
+    woke it). The call is then still pending under ``call_id``, and the
+    caller awaits it the loop's way."""
+    slot = _Slot()
+    _pending[call_id] = slot
+    wake = loop._ssock.fileno()
+    _send(frame)
+    deadline = _monotonic() + timeout
+    while True:
+        _dispatch_replies()
+        if slot:
+            return slot[0]
+        left = deadline - _monotonic()
+        if left <= 0:
+            return None
+        try:
+            readable, _, _ = _select((_FD, wake), (), (), left)
+        except (OSError, ValueError) as e:
+            _die(_EXIT_HOST_GONE, f"waiting on fd {_FD} failed: {e}")
+        if wake in readable:
+            return None
+        if readable:
+            with _lock:
+                _pump()
+
+
 def _call_blocking(call_id, frame):
     """One call round trip without an event loop: ``(ok, value_or_message)``."""
     slot = _Slot()
@@ -992,6 +1063,10 @@ def _check_boot(frame):
         if type(v) is not int or v < 0:
             _bad_boot(f"{key} must be a non-negative integer")
         limits[key] = v
+    session = frame.get("session", False)
+    if type(session) is not bool:
+        _bad_boot("session must be a boolean")
+    limits["session"] = session
     entries = frame.get("namespaces")
     if type(entries) is not list:
         _bad_boot("namespaces must be a list")
@@ -1044,11 +1119,40 @@ def _set_limit(which, soft, hard):
 
 def _apply_limits(limits):
     cpu = limits["cpuSeconds"]
-    if cpu:
+    if cpu and not limits["session"]:
         _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
     address_space = limits["addressSpaceBytes"]
     if address_space:
         _set_limit(resource.RLIMIT_AS, address_space, address_space)
+
+
+def _run_budgets(run, limits):
+    """A run's budgets: its own (a session run carries them) or boot's."""
+    budgets = {}
+    for key in ("cpuSeconds", "maxLogBytes", "maxValueBytes"):
+        v = run.get(key, limits[key])
+        if type(v) is not int or v < 0:
+            _die(_EXIT_BAD_HOST_FRAME, f"run.{key} must be a non-negative integer")
+        budgets[key] = v
+    return budgets
+
+
+def _start_run(budgets, session):
+    """Per-run state: the log ledger, and in a session the CPU budget counted
+    from now (the soft RLIMIT_CPU moves; SIGXCPU ends the session's process
+    when a run overspends, and each run's wall clock bounds one that
+    handles SIGXCPU)."""
+    global _log_left, _marker_frame
+    max_log_bytes = budgets["maxLogBytes"]
+    _log_left = max_log_bytes
+    marker = _quote(log_truncation_marker(max_log_bytes))
+    _marker_frame = ('{"type":"log","text":' + marker + ',"truncated":true}\n').encode("utf-8")
+    cpu = budgets["cpuSeconds"]
+    if session and cpu:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        used = int(usage.ru_utime + usage.ru_stime) + 1
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        _set_limit(resource.RLIMIT_CPU, used + cpu, hard)
 
 
 def _call_label(glob, name):
@@ -1091,16 +1195,36 @@ def _make_member(glob, name, error_class, prop):
         call_id = next(_ids)
         frame = (head + str(call_id) + tail + payload + "}\n").encode("utf-8")
         loop = _get_running_loop()
-        if loop is not None and _watch(loop):
+        reply = None
+        sent = False
+        if loop is not None:
+            timeout = _idle_wait(loop)
+            if timeout is not None:
+                # Nothing else to run: answer it here, without a loop
+                # iteration (the sequential-await fast path).
+                sent = True
+                try:
+                    reply = _call_inline(loop, call_id, frame, timeout)
+                finally:
+                    if reply is not None:
+                        _pending.pop(call_id, None)
+        if reply is not None:
+            ok, result = reply
+        elif loop is not None and _watch(loop):
             try:
                 future = _Future(loop=loop)
                 _pending[call_id] = future
-                _send(frame)
+                if not sent:
+                    _send(frame)
                 ok, result = await future
             finally:
                 _pending.pop(call_id, None)
                 _unwatch(loop)
         else:
+            if sent:
+                # Cannot happen: a loop that _idle_wait accepts can watch fd 3.
+                _pending.pop(call_id, None)
+                raise RuntimeError(f"{label}(): the event loop cannot wait for the reply")
             ok, result = _call_blocking(call_id, frame)
         if ok:
             return result
@@ -1539,36 +1663,45 @@ def main():
 
 
 def _serve():
-    global _log_left, _marker_frame
     try:
         os.set_blocking(_FD, False)
     except OSError as e:
         _die(_EXIT_HOST_GONE, f"fd {_FD} is not usable: {e}")
 
     limits, namespaces = _check_boot(_read_frame())
+    session = limits["session"]
     _apply_limits(limits)
-    max_log_bytes = limits["maxLogBytes"]
-    _log_left = max_log_bytes
-    marker = _quote(log_truncation_marker(max_log_bytes))
-    _marker_frame = ('{"type":"log","text":' + marker + ',"truncated":true}\n').encode("utf-8")
     injected = _build_globals(namespaces)
     _send(b'{"type":"boot-ack"}\n')
 
-    run = _read_frame()
-    if run["type"] != "run" or type(run.get("program")) is not str:
-        _die(_EXIT_BAD_HOST_FRAME, "expected a run frame with a string program")
-    source = run["program"]
-
-    program_globals = new_program_globals(injected)
-    sys.stdout = _stdout  # from here on, compile warnings included, output is log frames
-    sys.stderr = _stderr
-    try:
-        program = compile_for(source)
-    except BaseException as exc:  # SyntaxError, ValueError (NUL), RecursionError, ...
-        _finish(_done_error("exception", _format_compile_error(exc, source)))
-    outcome = run_program(program, program_globals)
-    # Encode first: the loop's cleanup runs program code that could change the value.
-    frame = outcome_frame(outcome, limits["maxValueBytes"])
-    close_outcome(outcome)
-    _pending.clear()
-    _finish(frame)
+    program_globals = None
+    # One run, or in a session one run after another in the same globals.
+    while True:
+        run = _read_frame()
+        if run["type"] != "run" or type(run.get("program")) is not str:
+            _die(_EXIT_BAD_HOST_FRAME, "expected a run frame with a string program")
+        source = run["program"]
+        budgets = _run_budgets(run, limits)
+        _start_run(budgets, session)
+        if program_globals is None:
+            program_globals = new_program_globals(injected)
+            sys.stdout = _stdout  # from here on, compile warnings included, output is log frames
+            sys.stderr = _stderr
+        try:
+            program = compile_for(source)
+        except BaseException as exc:  # SyntaxError, ValueError (NUL), RecursionError, ...
+            frame = _done_error("exception", _format_compile_error(exc, source))
+            if not session:
+                _finish(frame)
+            _send(frame)
+            continue
+        outcome = run_program(program, program_globals)
+        # Encode first: the loop's cleanup runs program code that could change the value.
+        frame = outcome_frame(outcome, budgets["maxValueBytes"])
+        close_outcome(outcome)
+        _pending.clear()
+        if not session:
+            _finish(frame)
+        # The session goes on: the program's signal handlers come back.
+        _restore_signals(outcome.signals)
+        _send(frame)

@@ -52,9 +52,7 @@ class NamespaceEntry(_NamespaceEntryRequired, total=False):
     errorClass: ErrorClassEntry
 
 
-class BootFrame(TypedDict):
-    """First host frame: limits and namespaces. Answered by ``boot-ack``."""
-
+class _BootFrameRequired(TypedDict):
     type: Literal["boot"]
     cpuSeconds: int
     addressSpaceBytes: int
@@ -63,11 +61,27 @@ class BootFrame(TypedDict):
     namespaces: List[NamespaceEntry]
 
 
-class RunFrame(TypedDict):
-    """The program to run, sent after ``boot-ack``."""
+class BootFrame(_BootFrameRequired, total=False):
+    """First host frame: limits and namespaces. Answered by ``boot-ack``.
+    ``session``: after each ``done``, wait for another ``run`` in the same
+    module globals."""
 
+    session: bool
+
+
+class _RunFrameRequired(TypedDict):
     type: Literal["run"]
     program: str
+
+
+class RunFrame(_RunFrameRequired, total=False):
+    """The program to run. May follow ``boot`` at once (read after ``boot``
+    is applied) and, in a session, each ``done``; a session run carries its
+    own budgets (``cpuSeconds`` counted from the run's start)."""
+
+    cpuSeconds: int
+    maxLogBytes: int
+    maxValueBytes: int
 
 
 class ReplyOkFrame(TypedDict):

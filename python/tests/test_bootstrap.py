@@ -63,11 +63,11 @@ class ProtocolMirrorTest(unittest.TestCase):
             {
                 "boot": (
                     ["addressSpaceBytes", "cpuSeconds", "maxLogBytes", "maxValueBytes", "namespaces", "type"],
-                    [],
+                    ["session"],
                 ),
                 "namespace": (["global", "names"], ["errorClass"]),
                 "errorClass": (["memberNameProperty", "name"], []),
-                "run": (["program", "type"], []),
+                "run": (["program", "type"], ["cpuSeconds", "maxLogBytes", "maxValueBytes"]),
                 "reply-ok": (["id", "ok", "type", "value"], []),
                 "reply-error": (["id", "message", "ok", "type"], []),
                 "boot-ack": (["type"], []),

@@ -37,11 +37,15 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
     FrameFields {
         frame: "boot",
         required: &["type", "cpuSeconds", "addressSpaceBytes", "maxLogBytes", "maxValueBytes", "namespaces"],
-        optional: &[],
+        optional: &["session"],
     },
     FrameFields { frame: "namespace", required: &["global", "names"], optional: &["errorClass"] },
     FrameFields { frame: "errorClass", required: &["name", "memberNameProperty"], optional: &[] },
-    FrameFields { frame: "run", required: &["type", "program"], optional: &[] },
+    FrameFields {
+        frame: "run",
+        required: &["type", "program"],
+        optional: &["cpuSeconds", "maxLogBytes", "maxValueBytes"],
+    },
     FrameFields { frame: "reply-ok", required: &["type", "id", "ok", "value"], optional: &[] },
     FrameFields { frame: "reply-error", required: &["type", "id", "ok", "message"], optional: &[] },
     FrameFields { frame: "boot-ack", required: &["type"], optional: &[] },
@@ -122,6 +126,10 @@ pub struct BootFrame {
     pub max_log_bytes: u64,
     pub max_value_bytes: u64,
     pub namespaces: Vec<NamespaceEntry>,
+    /// The child is a session: after each `done` it waits for another
+    /// `run` in the same module globals (`session: true` on the wire; absent
+    /// for a one-shot child).
+    pub session: bool,
 }
 
 impl BootFrame {
@@ -160,14 +168,29 @@ impl BootFrame {
             n.end();
         }
         nsout.push(b']');
+        if self.session {
+            o.bool("session", true);
+        }
         o.end().push(b'\n');
     }
 }
 
-/// `run`: the program, after `boot-ack`.
+/// The budgets of one run of a session, replacing `boot`'s for that run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunBudgets {
+    /// CPU seconds this run may use, counted from its start.
+    pub cpu_seconds: u64,
+    pub max_log_bytes: u64,
+    pub max_value_bytes: u64,
+}
+
+/// `run`: the program. It may follow `boot` at once (the child reads it
+/// after applying `boot`), and, in a session, each `done`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunFrame {
     pub program: String,
+    /// A session run's own budgets; `None` uses `boot`'s.
+    pub budgets: Option<RunBudgets>,
 }
 
 impl RunFrame {
@@ -176,6 +199,11 @@ impl RunFrame {
         let mut o = Obj::new(out);
         o.str("type", "run");
         o.str("program", &self.program);
+        if let Some(b) = &self.budgets {
+            o.u64("cpuSeconds", b.cpu_seconds);
+            o.u64("maxLogBytes", b.max_log_bytes);
+            o.u64("maxValueBytes", b.max_value_bytes);
+        }
         o.end().push(b'\n');
     }
 }
@@ -345,6 +373,7 @@ mod tests {
             max_log_bytes: 65536,
             max_value_bytes: 1 << 20,
             namespaces: vec![ns(false), ns(true)],
+            session: true,
         };
         let mut out = Vec::new();
         boot.encode(&mut out);
@@ -360,7 +389,11 @@ mod tests {
         assert_eq!(ec, expect("errorClass", true));
 
         let mut out = Vec::new();
-        RunFrame { program: "return 1".into() }.encode(&mut out);
+        RunFrame { program: "return 1".into(), budgets: None }.encode(&mut out);
+        assert_eq!(keys(&out), expect("run", false));
+        let mut out = Vec::new();
+        let budgets = RunBudgets { cpu_seconds: 1, max_log_bytes: 2, max_value_bytes: 3 };
+        RunFrame { program: "return 1".into(), budgets: Some(budgets) }.encode(&mut out);
         assert_eq!(keys(&out), expect("run", true));
         let mut out = Vec::new();
         ReplyFrame::Ok { id: 7, value: JsonValue::null() }.encode(&mut out);

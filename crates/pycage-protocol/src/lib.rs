@@ -34,7 +34,7 @@ mod validate;
 pub use encode::{json_string_len, write_json_string};
 pub use frames::{
     frame_fields, log_truncation_marker, BootFrame, ChildError, ChildErrorKind, ChildFrame, ErrorClassEntry,
-    FrameFields, NamespaceEntry, ReplyFrame, RunFrame, FRAME_FIELDS, MAX_CALL_ID, PROTOCOL_FD,
+    FrameFields, NamespaceEntry, ReplyFrame, RunBudgets, RunFrame, FRAME_FIELDS, MAX_CALL_ID, PROTOCOL_FD,
 };
 pub use json::{ArrayIter, BuildError, JsonBuilder, JsonValue, Kind, ObjectIter, ValueRef};
 pub use number::Number;

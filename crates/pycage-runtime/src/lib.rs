@@ -52,6 +52,7 @@ mod pool;
 mod probe_cache;
 mod run;
 mod runtime;
+mod session;
 mod spawn;
 mod zygote;
 
@@ -62,6 +63,7 @@ pub use names::NameError;
 pub use probe_cache::default_cache_dir;
 pub use pycage_protocol::JsonValue;
 pub use runtime::{MisuseError, RunRequest, Runtime, RuntimeError};
+pub use session::{Session, SessionError, SessionOptions, SessionRun};
 pub use spawn::SpawnError;
 pub use tokio_util::sync::CancellationToken;
 pub use zygote::ZygoteError;

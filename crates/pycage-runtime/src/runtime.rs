@@ -14,6 +14,7 @@ use crate::interpreter::{Interpreter, InterpreterError};
 use crate::names::{self, NameError};
 use crate::pool::{Pool, PoolConfig};
 use crate::probe_cache::{self, BootstrapDir, PrepareError};
+use crate::session::{Session, SessionOptions};
 use crate::spawn::{PreExec, SpawnError, SpawnSpec, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
@@ -195,6 +196,43 @@ impl Runtime {
         self.run_inner(request, Some(events)).await
     }
 
+    /// Opens a session: one process that keeps its globals across runs.
+    /// `Err` for misuse (bindings that break the name rules, a shut-down
+    /// runtime). Its process is started at its first run.
+    pub fn session(&self, options: SessionOptions) -> Result<Session, MisuseError> {
+        Session::open(self.clone(), options)
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shared.shutdown.is_cancelled() || self.shared.tracker.is_closed()
+    }
+
+    pub(crate) fn shutdown_token(&self) -> CancellationToken {
+        self.shared.shutdown.clone()
+    }
+
+    /// Tasks shutdown waits for.
+    pub(crate) fn background(&self) -> &TaskTracker {
+        &self.shared.tracker
+    }
+
+    /// A place among the runs in flight (FIFO); `None` once shut down.
+    pub(crate) async fn admit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        tokio::select! {
+            permit = self.shared.admission.acquire() => permit.ok(),
+            _ = self.shared.shutdown.cancelled() => None,
+        }
+    }
+
+    /// A child ready for `boot`, or why none could be started.
+    pub(crate) async fn take_worker(&self) -> Result<Worker, String> {
+        let spawned = match &self.shared.pool {
+            Some(pool) => pool.take().await,
+            None => self.spawn_worker(),
+        };
+        spawned.map_err(|e| format!("could not start {}: {e}", self.shared.interpreter.executable.display()))
+    }
+
     async fn run_inner(
         &self,
         request: RunRequest,
@@ -208,40 +246,26 @@ impl Runtime {
         // Held until the run (and its child) is settled; shutdown waits on it.
         let _token = shared.tracker.token();
         // FIFO admission; shutdown releases the queue (as an abort).
-        let _permit = tokio::select! {
-            permit = shared.admission.acquire() => permit.ok(),
-            _ = shared.shutdown.cancelled() => None,
-        };
-        if _permit.is_none() {
+        let Some(_permit) = self.admit().await else {
             return Ok(RunResult::failed(FailureKind::Abort, "the runtime was shut down".into(), Vec::new()));
-        }
+        };
         let deadline = Instant::now() + shared.config.wall_time;
-        let spawned = match &shared.pool {
-            Some(pool) => pool.take().await,
-            None => self.spawn_worker(),
-        };
-        let worker = match spawned {
+        let worker = match self.take_worker().await {
             Ok(w) => w,
-            Err(e) => {
-                return Ok(RunResult::failed(
-                    FailureKind::WorkerExit,
-                    format!("could not start {}: {e}", shared.interpreter.executable.display()),
-                    Vec::new(),
-                ))
-            }
+            Err(message) => return Ok(RunResult::failed(FailureKind::WorkerExit, message, Vec::new())),
         };
-        let result = run::execute(
+        let result = run::execute_once(
             worker,
+            request.program,
+            request.bindings,
             run::RunInputs {
                 config: &shared.config,
-                program: request.program,
-                bindings: request.bindings,
                 cancel: request.cancel.unwrap_or_default(),
                 shutdown: shared.shutdown.clone(),
                 events,
                 deadline,
-                background: shared.tracker.clone(),
             },
+            &shared.tracker,
         )
         .await;
         Ok(result)

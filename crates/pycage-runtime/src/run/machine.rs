@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use pycage_protocol::{
     meter_value, validate_child_frame, BootFrame, ChildError, ChildErrorKind, ChildFrame, ErrorClassEntry, JsonValue,
-    LineEvent, LineSplitter, NamespaceEntry, ReplyFrame, RunFrame,
+    LineEvent, LineSplitter, NamespaceEntry, ReplyFrame, RunBudgets, RunFrame,
 };
 
 use crate::bindings::{Binding, BindingError, Namespace};
@@ -32,6 +32,18 @@ pub(crate) enum Settled {
     Fail(FailureKind, String),
     /// fd 3 reached EOF, or the child exited, before any `done`.
     Ended,
+}
+
+/// How a run starts on its child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opening {
+    /// A fresh child serving one run: `boot`, then `run`.
+    OneShot,
+    /// A fresh session child: `boot` with `session: true`, then `run` with
+    /// the run's own budgets.
+    SessionFirst,
+    /// A later run of a session: `run` with its budgets, nothing else.
+    SessionNext,
 }
 
 /// A binding call the driver must start; its result goes back through
@@ -85,13 +97,21 @@ impl RunMachine {
     /// at once by `run`: the child applies `boot` (limits, namespaces) and
     /// answers `boot-ack` before it reads `run`, so waiting for the ack
     /// would only add a round trip to every run.
-    pub(crate) fn new(config: &RuntimeConfig, program: String, bindings: Vec<Namespace>, streaming: bool) -> Self {
+    pub(crate) fn new(
+        config: &RuntimeConfig,
+        opening: Opening,
+        program: String,
+        bindings: Vec<Namespace>,
+        streaming: bool,
+    ) -> Self {
+        let session = opening != Opening::OneShot;
         let mut boot = BootFrame {
             cpu_seconds: config.cpu_seconds,
             address_space_bytes: config.address_space_bytes,
             max_log_bytes: config.max_log_bytes,
             max_value_bytes: config.max_value_bytes,
             namespaces: Vec::with_capacity(bindings.len()),
+            session,
         };
         let mut table = BTreeMap::new();
         for ns in bindings {
@@ -107,8 +127,15 @@ impl RunMachine {
             }
         }
         let mut out = Vec::with_capacity(4096 + program.len());
-        boot.encode(&mut out);
-        RunFrame { program }.encode(&mut out);
+        if opening != Opening::SessionNext {
+            boot.encode(&mut out);
+        }
+        let budgets = session.then_some(RunBudgets {
+            cpu_seconds: config.cpu_seconds,
+            max_log_bytes: config.max_log_bytes,
+            max_value_bytes: config.max_value_bytes,
+        });
+        RunFrame { program, budgets }.encode(&mut out);
         RunMachine {
             budgets: Budgets {
                 max_control_bytes: config.max_control_bytes,
@@ -402,7 +429,7 @@ mod tests {
     }
 
     fn machine(streaming: bool) -> RunMachine {
-        RunMachine::new(&config(), "return 1".into(), vec![echo_ns()], streaming)
+        RunMachine::new(&config(), Opening::OneShot, "return 1".into(), vec![echo_ns()], streaming)
     }
 
     /// The frames waiting on fd 3, as lines; marks them written.
@@ -432,6 +459,24 @@ mod tests {
         let mut m = booted();
         m.receive(b"{\"type\":\"boot-ack\"}\n");
         assert!(m.pending_output().is_empty(), "a second boot-ack sends nothing");
+    }
+
+    #[test]
+    fn session_runs_carry_budgets_and_only_the_first_boots() {
+        let c = config();
+        let mut first = RunMachine::new(&c, Opening::SessionFirst, "x = 1".into(), vec![echo_ns()], false);
+        let out = drain(&mut first);
+        assert_eq!(out.len(), 2);
+        assert!(out[0].ends_with(r#","session":true}"#), "{}", out[0]);
+        assert!(
+            out[1].starts_with(r#"{"type":"run","program":"x = 1","cpuSeconds":30,"maxLogBytes":64,"#),
+            "{}",
+            out[1]
+        );
+        let mut next = RunMachine::new(&c, Opening::SessionNext, "x".into(), vec![echo_ns()], false);
+        let out = drain(&mut next);
+        assert_eq!(out.len(), 1);
+        assert!(out[0].starts_with(r#"{"type":"run","program":"x","#), "{}", out[0]);
     }
 
     #[test]
@@ -586,7 +631,7 @@ mod tests {
     fn value_over_budget_is_output_limit() {
         let mut c = config();
         c.max_value_bytes = 4;
-        let mut m = RunMachine::new(&c, "x".into(), Vec::new(), false);
+        let mut m = RunMachine::new(&c, Opening::OneShot, "x".into(), Vec::new(), false);
         m.receive(b"{\"type\":\"done\",\"value\":\"abcdef\"}\n");
         assert_eq!(m.finish(None).error.unwrap().kind, FailureKind::OutputLimit);
     }

@@ -21,6 +21,7 @@ use crate::bindings::{BindingError, Namespace};
 use crate::config::RuntimeConfig;
 use crate::spawn::{Exit, Worker};
 use crate::{FailureKind, RunEvent, RunResult};
+pub(crate) use machine::Opening;
 use machine::{ChildEnd, RunMachine, Settled};
 
 /// Read buffer for each of fd 3 and the raw output pipe.
@@ -31,15 +32,42 @@ const DRAIN_LIMIT: Duration = Duration::from_millis(200);
 
 pub(crate) struct RunInputs<'a> {
     pub config: &'a RuntimeConfig,
-    pub program: String,
-    pub bindings: Vec<Namespace>,
     pub cancel: CancellationToken,
     pub shutdown: CancellationToken,
     pub events: Option<mpsc::UnboundedSender<RunEvent>>,
     pub deadline: Instant,
-    /// Where a child that finished with `done` is ended and reaped after
-    /// the result is returned (shutdown waits for these tasks).
-    pub background: tokio_util::task::TaskTracker,
+}
+
+/// What became of the child when the run settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChildAfter {
+    /// It sent `done` and is still there: a session child waits for its
+    /// next `run`; a one-shot child is about to exit and must be stopped.
+    Finished,
+    /// It was stopped, or it died, and has been reaped.
+    Gone,
+}
+
+/// Runs a one-shot program on `worker`; after `done`, the child is stopped
+/// and reaped by a task of `background` (shutdown waits for it), off the
+/// run's critical path, and its run directory goes with it after the reap.
+pub(crate) async fn execute_once(
+    mut worker: Worker,
+    program: String,
+    bindings: Vec<Namespace>,
+    inputs: RunInputs<'_>,
+    background: &tokio_util::task::TaskTracker,
+) -> RunResult {
+    let m = RunMachine::new(inputs.config, Opening::OneShot, program, bindings, inputs.events.is_some());
+    let grace = inputs.config.grace;
+    let (result, after) = execute(&mut worker, m, inputs).await;
+    if after == ChildAfter::Finished {
+        background.spawn(async move {
+            let _ = worker.stop(grace).await;
+            drop(worker);
+        });
+    }
+    result
 }
 
 /// The child's raw fd 1 and fd 2 (one pipe), read until EOF.
@@ -129,12 +157,13 @@ fn forward_events(m: &mut RunMachine, events: &Option<mpsc::UnboundedSender<RunE
     }
 }
 
-pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunResult {
+/// Drives one run on `worker` until the machine settles.
+pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunInputs<'_>) -> (RunResult, ChildAfter) {
     let config = inputs.config;
     let Some(sock) = worker.sock.take() else {
-        return RunResult::failed(FailureKind::WorkerExit, "the worker has no protocol channel".into(), Vec::new());
+        let r = RunResult::failed(FailureKind::WorkerExit, "the worker has no protocol channel".into(), Vec::new());
+        return (r, ChildAfter::Gone);
     };
-    let mut m = RunMachine::new(config, inputs.program, inputs.bindings, inputs.events.is_some());
     let mut tasks = JoinSet::new();
     let mut sock_buf = vec![0u8; READ_BUF];
     let mut raw = RawPipe::new(worker.output.take());
@@ -189,19 +218,16 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
     if let Some(Settled::Done { .. }) = m.settled() {
         // The outcome is known. Whatever the child wrote to fd 1/2 before
         // sending `done` is in the pipe already (its writes completed
-        // first), so take it without waiting for EOF; the child gets
-        // `grace` to exit and is then killed and reaped off the critical
-        // path. Its run directory goes with it, after the reap.
+        // first), so take it without waiting for EOF. The channels stay
+        // with the worker for a session's next run.
         raw.drain_now(&mut m);
-        let grace = config.grace;
-        inputs.background.spawn(async move {
-            let _ = worker.stop(grace).await;
-            drop(worker);
-        });
+        worker.sock = Some(sock);
+        worker.output = raw.rx.take();
         m.flush_logs();
         forward_events(&mut m, &inputs.events);
-        return m.finish(None);
+        return (m.finish(None), ChildAfter::Finished);
     }
+    drop(sock);
 
     // Without `done`, the outcome depends on how the child ended: it gets
     // `grace` to exit by itself when it already closed fd 3 / exited;
@@ -224,8 +250,7 @@ pub(crate) async fn execute(mut worker: Worker, inputs: RunInputs<'_>) -> RunRes
             chunk = raw.read() => m.receive_raw(chunk),
         }
     }
-    drop(worker);
     m.flush_logs();
     forward_events(&mut m, &inputs.events);
-    m.finish(Some(ChildEnd { status: exit.status, cpu: exit.cpu, by_itself }))
+    (m.finish(Some(ChildEnd { status: exit.status, cpu: exit.cpu, by_itself })), ChildAfter::Gone)
 }
