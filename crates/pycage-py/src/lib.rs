@@ -9,7 +9,9 @@
 
 mod calls;
 mod convert;
+mod drive;
 mod runtime;
+mod session;
 
 use pyo3::prelude::*;
 
@@ -32,8 +34,9 @@ fn from_json<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::NativeRuntime>()?;
-    m.add_class::<runtime::RunHandle>()?;
-    m.add_class::<runtime::RunOutcome>()?;
+    m.add_class::<drive::RunHandle>()?;
+    m.add_class::<drive::RunOutcome>()?;
+    m.add_class::<session::NativeSession>()?;
     m.add_class::<calls::Reply>()?;
     m.add_function(wrap_pyfunction!(to_json, m)?)?;
     m.add_function(wrap_pyfunction!(from_json, m)?)?;

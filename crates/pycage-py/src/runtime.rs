@@ -13,24 +13,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pycage_runtime::{
-    CancellationToken, ErrorClass, Isolation, MisuseError, Namespace, RunEvent, RunRequest, RunResult, Runtime,
-    RuntimeConfig, RuntimeError, SpawnMode,
+    CancellationToken, ErrorClass, Isolation, MisuseError, Namespace, RunRequest, Runtime, RuntimeConfig, RuntimeError,
+    SessionOptions, SpawnMode,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple, PyType};
-use tokio::sync::mpsc;
+use pyo3::types::{PyTuple, PyType};
 
 use crate::calls::{binding, Site};
-use crate::convert::json_to_py;
-
-/// How often a blocking run on the main thread checks for signals.
-const SIGNAL_POLL: Duration = Duration::from_millis(100);
+use crate::drive::{self, RunErr, RunHandle};
+use crate::session::NativeSession;
 
 /// The process's tokio runtime, rebuilt in a forked child (whose copy of the
 /// parent's runtime has no threads).
 static TOKIO: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
 
-fn tokio_runtime(py: Python<'_>) -> PyResult<Arc<tokio::runtime::Runtime>> {
+pub fn tokio_runtime(py: Python<'_>) -> PyResult<Arc<tokio::runtime::Runtime>> {
     let pid = std::process::id();
     let mut slot = TOKIO.lock().map_err(|_| error(py, "PycageError", "the tokio runtime lock is poisoned".into()))?;
     if let Some((owner, rt)) = slot.as_ref() {
@@ -60,7 +57,7 @@ pub fn error(py: Python<'_>, class: &str, message: String) -> PyErr {
     }
 }
 
-fn misuse(py: Python<'_>, e: MisuseError) -> PyErr {
+pub fn misuse(py: Python<'_>, e: MisuseError) -> PyErr {
     match e {
         MisuseError::Names(n) => error(py, "InvalidBindingsError", format!("invalid bindings: {n}")),
         MisuseError::ShutDown => error(
@@ -98,7 +95,7 @@ fn start_error(py: Python<'_>, e: RuntimeError) -> PyErr {
     }
 }
 
-fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
+pub fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
         error(
             py,
@@ -109,7 +106,7 @@ fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
 }
 
 /// One namespace as Python hands it over: `(global, [(name, func, is_async)], error_class)`.
-type NamespaceSpec = (String, Vec<(String, Py<PyAny>, bool)>, Option<(String, String)>);
+pub type NamespaceSpec = (String, Vec<(String, Py<PyAny>, bool)>, Option<(String, String)>);
 
 fn request(program: String, namespaces: Vec<NamespaceSpec>, site: Site) -> RunRequest {
     let site = Arc::new(site);
@@ -126,77 +123,6 @@ fn request(program: String, namespaces: Vec<NamespaceSpec>, site: Site) -> RunRe
         request = request.with_namespace(ns);
     }
     request
-}
-
-/// Events as Python tuples: `("log", line)`, `("call", id, global, name,
-/// args)`, `("finished", id, error_or_None)`.
-fn event_batch<'py>(py: Python<'py>, events: Vec<RunEvent>) -> PyResult<Bound<'py, PyList>> {
-    let list = PyList::empty(py);
-    for ev in events {
-        let item = match ev {
-            RunEvent::Log(line) => ("log", line).into_pyobject(py)?.into_any(),
-            RunEvent::Call { id, global, name, args } => {
-                ("call", id, global, name, json_to_py(py, args.root())?).into_pyobject(py)?.into_any()
-            }
-            RunEvent::CallFinished { id, error } => ("finished", id, error).into_pyobject(py)?.into_any(),
-        };
-        list.append(item)?;
-    }
-    Ok(list)
-}
-
-/// Everything queued now, after `first`.
-fn drain(first: RunEvent, rx: &mut mpsc::UnboundedReceiver<RunEvent>) -> Vec<RunEvent> {
-    let mut batch = vec![first];
-    while let Ok(ev) = rx.try_recv() {
-        batch.push(ev);
-    }
-    batch
-}
-
-/// `(has_value, value, logs, error_kind, error_message, dropped_frames)`.
-fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, PyTuple>> {
-    let value = match &r.value {
-        Some(v) => json_to_py(py, v.root())?,
-        None => py.None().into_bound(py),
-    };
-    let (kind, message) = match &r.error {
-        Some(e) => (Some(e.kind.as_str()), Some(e.message.as_str())),
-        None => (None, None),
-    };
-    (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames).into_pyobject(py)
-}
-
-/// A finished `start()`ed run, handed to the loop's `on_done`.
-#[pyclass(frozen, module = "pycage._native")]
-pub struct RunOutcome {
-    result: Mutex<Option<Result<RunResult, MisuseError>>>,
-}
-
-#[pymethods]
-impl RunOutcome {
-    /// The result as a tuple (see `NativeRuntime.run`), or the misuse error raised.
-    fn parts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let taken = self.result.lock().ok().and_then(|mut r| r.take());
-        match taken {
-            Some(Ok(r)) => result_parts(py, &r),
-            Some(Err(e)) => Err(misuse(py, e)),
-            None => Err(error(py, "PycageError", "the outcome was already taken".into())),
-        }
-    }
-}
-
-/// Cancels a `start()`ed run: it settles as `abort`.
-#[pyclass(frozen, module = "pycage._native")]
-pub struct RunHandle {
-    token: CancellationToken,
-}
-
-#[pymethods]
-impl RunHandle {
-    fn cancel(&self) {
-        self.token.cancel();
-    }
 }
 
 /// The native runtime; `pycage.Runtime` wraps it.
@@ -384,56 +310,14 @@ impl NativeRuntime {
         let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
-        // The run itself goes on the runtime's workers, where its socket is
-        // polled: a call then costs no hop to and from this thread, which
-        // only waits for events and the result.
-        let (run, mut rx) = spawn_run(&rt, runtime, req, on_event.is_some());
-        let (result, raised) = py.detach(|| {
-            rt.block_on(async move {
-                tokio::pin!(run);
-                let mut tick = tokio::time::interval(SIGNAL_POLL);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-                let mut raised: Option<PyErr> = None;
-                let deliver = |batch: Vec<RunEvent>, raised: &mut Option<PyErr>| {
-                    if raised.is_some() {
-                        return;
-                    }
-                    if let Some(cb) = &on_event {
-                        let r = Python::attach(|py| event_batch(py, batch).and_then(|b| cb.call1(py, (b,)).map(drop)));
-                        if let Err(e) = r {
-                            *raised = Some(e);
-                            token.cancel();
-                        }
-                    }
-                };
-                let result = loop {
-                    tokio::select! {
-                        biased;
-                        Some(ev) = rx.recv() => deliver(drain(ev, &mut rx), &mut raised),
-                        r = &mut run => break r,
-                        _ = tick.tick(), if poll_signals && raised.is_none() => {
-                            if let Err(e) = Python::attach(|py| py.check_signals()) {
-                                raised = Some(e);
-                                token.cancel();
-                            }
-                        }
-                    }
-                };
-                // The run's sender is gone: deliver what is still queued.
-                while let Some(ev) = rx.recv().await {
-                    deliver(drain(ev, &mut rx), &mut raised);
-                }
-                (result, raised)
-            })
+        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
+            match events {
+                Some(tx) => runtime.run_with_events(req, tx).await,
+                None => runtime.run(req).await,
+            }
+            .map_err(RunErr::Misuse)
         });
-        if let Some(e) = raised {
-            return Err(e);
-        }
-        match result {
-            Ok(Ok(r)) => result_parts(py, &r),
-            Ok(Err(e)) => Err(misuse(py, e)),
-            Err(e) => Err(error(py, "PycageError", format!("the run's task failed: {e}"))),
-        }
+        drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
     }
 
     /// Starts a program on the shared tokio runtime and returns at once.
@@ -456,48 +340,43 @@ impl NativeRuntime {
         let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
-        let (run, mut rx) = spawn_run(&rt, runtime, req, on_event.is_some());
-        rt.spawn(async move {
-            tokio::pin!(run);
-            let deliver = |batch: Vec<RunEvent>| {
-                if let Some(cb) = &on_event {
-                    Python::try_attach(|py| {
-                        if let Ok(b) = event_batch(py, batch) {
-                            let _ = event_loop.call_method1(py, "call_soon_threadsafe", (cb, b));
-                        }
-                    });
-                }
-            };
-            let result = loop {
-                tokio::select! {
-                    biased;
-                    Some(ev) = rx.recv() => deliver(drain(ev, &mut rx)),
-                    r = &mut run => break r,
-                }
-            };
-            while let Some(ev) = rx.recv().await {
-                deliver(drain(ev, &mut rx));
+        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
+            match events {
+                Some(tx) => runtime.run_with_events(req, tx).await,
+                None => runtime.run(req).await,
             }
-            // A panicked run task: report it as a failed run rather than never settling.
-            let result = result.unwrap_or_else(|e| {
-                Ok(RunResult {
-                    value: None,
-                    logs: Vec::new(),
-                    error: Some(pycage_runtime::RunFailure {
-                        kind: pycage_runtime::FailureKind::WorkerExit,
-                        message: format!("the run's task failed: {e}"),
-                    }),
-                    dropped_frames: 0,
-                })
-            });
-            Python::try_attach(|py| {
-                if let Ok(outcome) = Py::new(py, RunOutcome { result: Mutex::new(Some(result)) }) {
-                    // A closed loop raises; nobody is waiting then.
-                    let _ = event_loop.call_method1(py, "call_soon_threadsafe", (on_done, outcome));
-                }
-            });
+            .map_err(RunErr::Misuse)
         });
+        drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
         Ok(RunHandle { token })
+    }
+
+    /// Opens a session: one child whose `__main__` globals live across its
+    /// runs, with these bindings for its whole life.
+    #[pyo3(signature = (namespaces, site, idle_timeout_seconds=None, max_lifetime_seconds=None, address_space_bytes=None))]
+    fn session(
+        &self,
+        py: Python<'_>,
+        namespaces: Vec<NamespaceSpec>,
+        site: &Bound<'_, PyAny>,
+        idle_timeout_seconds: Option<f64>,
+        max_lifetime_seconds: Option<f64>,
+        address_space_bytes: Option<u64>,
+    ) -> PyResult<NativeSession> {
+        let runtime = self.runtime(py)?;
+        let bindings = request(String::new(), namespaces, Site::from_py(site)?).bindings;
+        let mut options = SessionOptions { bindings, memory_bytes: address_space_bytes, ..SessionOptions::default() };
+        if let Some(s) = idle_timeout_seconds {
+            options.idle_timeout = seconds(py, "idle_timeout_seconds", s)?;
+        }
+        if let Some(s) = max_lifetime_seconds {
+            options.max_lifetime = seconds(py, "max_lifetime_seconds", s)?;
+        }
+        let rt = tokio_runtime(py)?;
+        // The session's watchdog is a task of this runtime.
+        let _entered = rt.enter();
+        let session = runtime.session(options).map_err(|e| misuse(py, e))?;
+        Ok(NativeSession::new(session))
     }
 
     /// Aborts every run in flight and returns once each child has exited
@@ -509,26 +388,4 @@ impl NativeRuntime {
         py.detach(|| rt.block_on(runtime.shutdown()));
         Ok(())
     }
-}
-
-type RunJoin = tokio::task::JoinHandle<Result<RunResult, MisuseError>>;
-
-/// Spawns a run on the runtime's workers; its events (when asked for) come
-/// through the receiver, which closes when the run is over.
-fn spawn_run(
-    rt: &tokio::runtime::Runtime,
-    runtime: Runtime,
-    req: RunRequest,
-    events: bool,
-) -> (RunJoin, mpsc::UnboundedReceiver<RunEvent>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let join = rt.spawn(async move {
-        if events {
-            runtime.run_with_events(req, tx).await
-        } else {
-            drop(tx);
-            runtime.run(req).await
-        }
-    });
-    (join, rx)
 }

@@ -13,31 +13,9 @@ import time
 import pytest
 
 import pycage
+from conftest import child_pids
 
 HANG = "print('up', flush=True)\nimport time\ntime.sleep(3600)"
-
-
-def child_pids() -> set[int]:
-    """Live (non-zombie) descendants of this process: run processes are
-    children of the zygote, itself a child of this process."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z":
-            parents[int(entry)] = int(fields[1])
-    found: set[int] = set()
-    frontier = {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    return found
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from ._runtime import (
     Namespace,
     Result,
     Runtime,
+    Session,
 )
 from .errors import (
     ConfigError,
@@ -34,11 +35,13 @@ from .errors import (
     RunError,
     RuntimeClosedError,
     SandboxUnavailableError,
+    SessionEndedError,
 )
 from .tools import Toolset, python_tools
 
 __all__ = [
     "Runtime",
+    "Session",
     "Result",
     "Failure",
     "FailureKind",
@@ -57,5 +60,6 @@ __all__ = [
     "SandboxUnavailableError",
     "InvalidBindingsError",
     "RuntimeClosedError",
+    "SessionEndedError",
     "RunError",
 ]

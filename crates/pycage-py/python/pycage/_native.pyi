@@ -79,4 +79,30 @@ class NativeRuntime:
         on_done: Callable[[RunOutcome], None],
         on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
     ) -> RunHandle: ...
+    def session(
+        self,
+        namespaces: list[NamespaceSpec],
+        site: object,
+        idle_timeout_seconds: Optional[float] = None,
+        max_lifetime_seconds: Optional[float] = None,
+        address_space_bytes: Optional[int] = None,
+    ) -> NativeSession: ...
+    def close(self) -> None: ...
+
+class NativeSession:
+    @property
+    def ended(self) -> Optional[str]: ...
+    def run(
+        self,
+        program: str,
+        on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
+        poll_signals: bool = False,
+    ) -> ResultParts: ...
+    def start(
+        self,
+        program: str,
+        event_loop: asyncio.AbstractEventLoop,
+        on_done: Callable[[RunOutcome], None],
+        on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
+    ) -> RunHandle: ...
     def close(self) -> None: ...

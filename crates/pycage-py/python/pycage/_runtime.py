@@ -32,6 +32,7 @@ __all__ = [
     "CallStarted",
     "CallFinished",
     "Bindings",
+    "Session",
 ]
 
 FailureKind = Literal["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit"]
@@ -293,6 +294,18 @@ class _Site:
             pass  # the loop is closed: nothing runs on it any more
 
 
+class _SessionSite(_Site):
+    """A session's bindings live as long as the session, and its runs may
+    come from different threads and loops: the site is pointed at each run's
+    loop and context while that run holds the session's lock."""
+
+    __slots__ = ()
+
+    def point(self, loop: Callable[[], asyncio.AbstractEventLoop], context: contextvars.Context) -> None:
+        self._loop = loop
+        self._context = context
+
+
 class _Events:
     """Turns the native event batches into ``on_log`` / ``on_call`` calls."""
 
@@ -374,26 +387,26 @@ class _LoopThread:
             self.loop.close()
 
 
-def _check_int(name: str, value: Optional[int], minimum: int) -> Optional[int]:
+def _check_int(name: str, value: Optional[int], minimum: int, owner: str = "pycage.Runtime") -> Optional[int]:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"pycage.Runtime: {name} must be an int, got {_describe(value)}")
+        raise TypeError(f"{owner}: {name} must be an int, got {_describe(value)}")
     if value < minimum:
-        raise ConfigError(f"invalid pycage.Runtime argument: {name} must be at least {minimum}, got {value}")
+        raise ConfigError(f"invalid {owner} argument: {name} must be at least {minimum}, got {value}")
     if value >= 1 << 64:
-        raise ConfigError(f"invalid pycage.Runtime argument: {name} must be below 2**64, got {value}")
+        raise ConfigError(f"invalid {owner} argument: {name} must be below 2**64, got {value}")
     return value
 
 
-def _check_seconds(name: str, value: Optional[float]) -> Optional[float]:
+def _check_seconds(name: str, value: Optional[float], owner: str = "pycage.Runtime") -> Optional[float]:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"pycage.Runtime: {name} must be a number of seconds, got {_describe(value)}")
+        raise TypeError(f"{owner}: {name} must be a number of seconds, got {_describe(value)}")
     value = float(value)
     if not (value >= 0 and value < float("inf")):
-        raise ConfigError(f"invalid pycage.Runtime argument: {name} must be a finite number >= 0, got {value}")
+        raise ConfigError(f"invalid {owner} argument: {name} must be a finite number >= 0, got {value}")
     return value
 
 
@@ -604,6 +617,37 @@ class Runtime:
             raise events.error
         return _result(outcome.parts())
 
+    def session(
+        self,
+        bindings: Optional[Bindings] = None,
+        *,
+        idle_timeout_seconds: float = 600.0,
+        max_lifetime_seconds: float = 3600.0,
+        address_space_bytes: Optional[int] = None,
+    ) -> Session:
+        """Opens a :class:`Session`: one process whose ``__main__`` globals
+        live across its runs (a notebook kernel), with ``bindings`` for its
+        whole life. It ends after ``idle_timeout_seconds`` without a run, at
+        ``max_lifetime_seconds``, when a run ends without finishing (timeout,
+        abort, a crash), or when closed; ``address_space_bytes`` is its
+        process's ``RLIMIT_AS`` (default: the runtime's)."""
+        owner = "pycage.Runtime.session"
+        for name, value in (
+            ("idle_timeout_seconds", idle_timeout_seconds),
+            ("max_lifetime_seconds", max_lifetime_seconds),
+        ):
+            if _check_seconds(name, value, owner) == 0:
+                raise ConfigError(f"invalid {owner} argument: {name} must be greater than zero")
+        site = _SessionSite(self._private_loop, contextvars.copy_context())
+        native = self._native.session(
+            _namespaces(bindings),
+            site,
+            idle_timeout_seconds=float(idle_timeout_seconds),
+            max_lifetime_seconds=float(max_lifetime_seconds),
+            address_space_bytes=_check_int("address_space_bytes", address_space_bytes, 0, owner),
+        )
+        return Session(self, native, site)
+
     def close(self) -> None:
         """Aborts every run in flight (they return ``abort``) and returns once
         each child process has exited and been reaped. Idempotent."""
@@ -625,6 +669,110 @@ class Runtime:
         self.close()
 
     async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Session:
+    """One process whose module globals live across runs, from
+    :meth:`Runtime.session`.
+
+    Each run has the runtime's wall-clock, CPU, log and value budgets of its
+    own; runs of one session take turns. A run that ends without finishing
+    (timeout, abort, its process dying) ends the session: that run returns
+    its :class:`Result` as usual, and later runs raise
+    :class:`pycage.SessionEndedError`. Use it as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(self, runtime: Runtime, native: Any, site: _SessionSite) -> None:
+        self._runtime = runtime
+        self._native = native
+        self._site = site
+        self._lock = threading.Lock()
+
+    @property
+    def ended(self) -> Optional[str]:
+        """Why the session ended, or ``None`` while it lives."""
+        return self._native.ended
+
+    def __repr__(self) -> str:
+        state = f" ended: {self.ended}" if self.ended else ""
+        return f"<pycage.Session{state}>"
+
+    def run(
+        self,
+        code: str,
+        *,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+    ) -> Result:
+        """Runs ``code`` in the session's globals, like :meth:`Runtime.run`."""
+        code = _check_code(code)
+        events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
+        main = threading.current_thread() is threading.main_thread()
+        with self._lock:
+            self._site.point(self._runtime._private_loop, contextvars.copy_context())
+            return _result(self._native.run(code, events, main))
+
+    async def arun(
+        self,
+        code: str,
+        *,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+    ) -> Result:
+        """Runs ``code`` in the session's globals, like :meth:`Runtime.arun`
+        (cancelling the task aborts the run, and so ends the session)."""
+        code = _check_code(code)
+        loop = asyncio.get_running_loop()
+        if not self._lock.acquire(blocking=False):
+            waiting = loop.run_in_executor(None, self._lock.acquire)
+            try:
+                await asyncio.shield(waiting)
+            except asyncio.CancelledError:
+                waiting.add_done_callback(lambda _: self._lock.release())
+                raise
+        try:
+            self._site.point(lambda: loop, contextvars.copy_context())
+            events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
+            done: asyncio.Future[Any] = loop.create_future()
+
+            def settle(outcome: Any) -> None:
+                if not done.done():
+                    done.set_result(outcome)
+
+            handle = self._native.start(code, loop, settle, None if events is None else events.on_loop)
+            if events is not None:
+                events.handle = handle
+            try:
+                outcome = await done
+            except asyncio.CancelledError:
+                handle.cancel()
+                raise
+        finally:
+            self._lock.release()
+        if events is not None and events.error is not None:
+            raise events.error
+        return _result(outcome.parts())
+
+    def close(self) -> None:
+        """Ends the session and returns once its process is reaped. Idempotent."""
+        self._native.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Session:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -15,6 +15,7 @@ __all__ = [
     "SandboxUnavailableError",
     "InvalidBindingsError",
     "RuntimeClosedError",
+    "SessionEndedError",
     "RunError",
 ]
 
@@ -44,6 +45,11 @@ class InvalidBindingsError(PycageError, ValueError):
 
 class RuntimeClosedError(PycageError):
     """The runtime was closed; create a new one to run more programs."""
+
+
+class SessionEndedError(PycageError):
+    """The session is over (the message says why: a run ended without
+    finishing, it was idle or old enough, it was closed); open a new one."""
 
 
 class RunError(PycageError):
