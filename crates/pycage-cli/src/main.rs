@@ -16,6 +16,7 @@ mod doctor;
 mod frames;
 mod mcp;
 mod output;
+mod repl;
 mod run;
 
 use std::ffi::OsString;
@@ -62,6 +63,9 @@ enum Command {
     Mcp(mcp::McpArgs),
     /// Print the typed Python stubs of a bindings file (connects to its MCP servers).
     Stubs(mcp::StubsArgs),
+    /// A session that keeps its globals across cells: on a terminal, or
+    /// one JSON request per line with --json.
+    Repl(repl::ReplArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -251,6 +255,7 @@ fn main() -> ExitCode {
         Command::Run(args) => args.json,
         Command::Doctor(args) => args.json(),
         Command::Bench(args) => args.json(),
+        Command::Repl(args) => args.json(),
         Command::Frames(_) | Command::Mcp(_) | Command::Stubs(_) => false,
     };
     let result = match cli.command {
@@ -258,6 +263,7 @@ fn main() -> ExitCode {
         Command::Frames(FramesCommand::Validate(args)) => frames::validate(&args),
         Command::Doctor(args) => doctor::main(args),
         Command::Mcp(args) => mcp::serve(args),
+        Command::Repl(args) => repl::main(args),
         Command::Stubs(args) => mcp::stubs(args),
         Command::Bench(args) => bench::main(args),
     };
