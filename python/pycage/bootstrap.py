@@ -76,6 +76,7 @@ import selectors  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 import traceback  # noqa: E402
 from json import JSONDecoder  # noqa: E402
 from json.decoder import scanstring as _scanstring  # noqa: E402
@@ -135,6 +136,9 @@ _RESERVED_GLOBALS = frozenset(_SEEDED_GLOBALS + ("__debug__", "__dsh_main__", "c
 #: Seconds a blocking binding call waits in one ``select`` before it checks
 #: again whether another thread has read its reply.
 _BLOCKING_POLL_SECONDS = 0.05
+#: Longest a call waits for its reply outside the loop before it lets the
+#: loop check its own business (a signal's wake-up, say) and waits its way.
+_INLINE_WAIT_SECONDS = 0.05
 #: Encoding attempts before a value that keeps failing to encode (another
 #: thread of the program changing it mid-walk) is reported as an exception.
 _ENCODE_ATTEMPTS = 5
@@ -146,6 +150,7 @@ _os_write = os.write
 _os_readv = os.readv
 _os_exit = os._exit
 _select = select.select
+_monotonic = time.monotonic
 _int_repr = int.__repr__
 _float_repr = float.__repr__
 _object_getattribute = object.__getattribute__
@@ -855,6 +860,72 @@ def _dispatch_replies():
                 pass
 
 
+#: Modules whose selector loop classes ``_idle_wait`` can read: the
+#: bootstrap's own loop and the standard ones (``asyncio.run`` makes a
+#: ``_UnixSelectorEventLoop``). A program's subclass may override anything.
+_INLINE_LOOP_MODULES = frozenset(("asyncio.unix_events", "asyncio.selector_events", __name__))
+_BaseSelectorEventLoop = asyncio.selector_events.BaseSelectorEventLoop
+
+
+def _idle_wait(loop):
+    """How long ``loop`` would now wait in its selector for nothing but its
+    own wake-up pipe and fd 3, or None when it has other work: a callback
+    ready, a timer due, another file descriptor to watch.
+
+    When it has none, a call can wait for its reply right here (see
+    ``_call_inline``) and the loop loses nothing: it would have blocked on
+    the same descriptors for as long.
+    """
+    kind = type(loop)
+    if kind.__dict__.get("__module__") not in _INLINE_LOOP_MODULES or not issubclass(kind, _BaseSelectorEventLoop):
+        return None
+    try:
+        if loop._ready or loop._stopping:
+            return None
+        wake = loop._ssock.fileno()
+        for fd in loop._selector.get_map():
+            if fd != wake and fd != _FD:
+                return None
+        scheduled = loop._scheduled
+        if not scheduled:
+            return _INLINE_WAIT_SECONDS
+        timeout = scheduled[0]._when - loop.time()
+        if timeout <= 0:
+            return None
+        return min(timeout, _INLINE_WAIT_SECONDS)
+    except Exception:  # not the loop internals we know: take the loop's path
+        return None
+
+
+def _call_inline(loop, call_id, frame, timeout):
+    """Send a call and wait for its reply without an iteration of ``loop``
+    (which ``_idle_wait`` found idle): ``(ok, value_or_message)``, or None
+    when the loop must take over first (a timer came due, another thread
+    woke it). The call is then still pending under ``call_id``, and the
+    caller awaits it the loop's way."""
+    slot = _Slot()
+    _pending[call_id] = slot
+    wake = loop._ssock.fileno()
+    _send(frame)
+    deadline = _monotonic() + timeout
+    while True:
+        _dispatch_replies()
+        if slot:
+            return slot[0]
+        left = deadline - _monotonic()
+        if left <= 0:
+            return None
+        try:
+            readable, _, _ = _select((_FD, wake), (), (), left)
+        except (OSError, ValueError) as e:
+            _die(_EXIT_HOST_GONE, f"waiting on fd {_FD} failed: {e}")
+        if wake in readable:
+            return None
+        if readable:
+            with _lock:
+                _pump()
+
+
 def _call_blocking(call_id, frame):
     """One call round trip without an event loop: ``(ok, value_or_message)``."""
     slot = _Slot()
@@ -983,7 +1054,7 @@ def _utf8_str(x):
 
 
 def _check_boot(frame):
-    """Validate ``boot``; return (limits dict, [(global, names, error_class)])."""
+    """Validate ``boot``; return (limits dict, [(global, names, error_class, docs)])."""
     if frame["type"] != "boot":
         _bad_boot(f"expected boot, got {frame['type']!r}")
     limits = {}
@@ -1031,8 +1102,20 @@ def _check_boot(frame):
             if name in seen:
                 _bad_boot(f"global {name} is injected twice")
             seen.add(name)
-        namespaces.append((glob, names, error_class))
+        docs = _check_docs(glob, entry.get("doc"), entry.get("docs"))
+        namespaces.append((glob, names, error_class, docs))
     return limits, namespaces
+
+
+def _check_docs(glob, doc, docs):
+    """``(namespace doc or None, {member: doc})`` from a namespace entry."""
+    if doc is not None and not _utf8_str(doc):
+        _bad_boot(f"doc of {glob} must be a string")
+    if docs is None:
+        docs = {}
+    if type(docs) is not dict or not all(_utf8_str(d) for d in docs.values()):
+        _bad_boot(f"docs of {glob} must be an object of strings")
+    return doc, docs
 
 
 def _set_limit(which, soft, hard):
@@ -1124,16 +1207,36 @@ def _make_member(glob, name, error_class, prop):
         call_id = next(_ids)
         frame = (head + str(call_id) + tail + payload + "}\n").encode("utf-8")
         loop = _get_running_loop()
-        if loop is not None and _watch(loop):
+        reply = None
+        sent = False
+        if loop is not None:
+            timeout = _idle_wait(loop)
+            if timeout is not None:
+                # Nothing else to run: answer it here, without a loop
+                # iteration (the sequential-await fast path).
+                sent = True
+                try:
+                    reply = _call_inline(loop, call_id, frame, timeout)
+                finally:
+                    if reply is not None:
+                        _pending.pop(call_id, None)
+        if reply is not None:
+            ok, result = reply
+        elif loop is not None and _watch(loop):
             try:
                 future = _Future(loop=loop)
                 _pending[call_id] = future
-                _send(frame)
+                if not sent:
+                    _send(frame)
                 ok, result = await future
             finally:
                 _pending.pop(call_id, None)
                 _unwatch(loop)
         else:
+            if sent:
+                # Cannot happen: a loop that _idle_wait accepts can watch fd 3.
+                _pending.pop(call_id, None)
+                raise RuntimeError(f"{label}(): the event loop cannot wait for the reply")
             ok, result = _call_blocking(call_id, frame)
         if ok:
             return result
@@ -1148,9 +1251,10 @@ def _make_member(glob, name, error_class, prop):
     return member
 
 
-def _make_namespace(glob, members):
+def _make_namespace(glob, members, doc=None):
     """The program's ``<glob>`` object: every member name, dunders included,
-    is an attribute; other dunders fall back to ``object``."""
+    is an attribute; other dunders fall back to ``object``. ``doc`` is what
+    ``help(<glob>)`` shows."""
 
     def __getattribute__(self, attr):
         try:
@@ -1181,6 +1285,7 @@ def _make_namespace(glob, members):
             "__repr__": __repr__,
             "__dir__": __dir__,
             "__module__": "pycage",
+            "__doc__": doc,
         },
     )
     return cls()
@@ -1188,7 +1293,7 @@ def _make_namespace(glob, members):
 
 def _build_globals(namespaces):
     injected = {}
-    for glob, names, error_class in namespaces:
+    for glob, names, error_class, (ns_doc, docs) in namespaces:
         cls = prop = None
         if error_class is not None:
             class_name, prop = error_class
@@ -1200,7 +1305,10 @@ def _build_globals(namespaces):
             )
             injected[class_name] = cls
         members = {name: _make_member(glob, name, cls, prop) for name in names}
-        injected[glob] = _make_namespace(glob, members)
+        for name, text in docs.items():
+            if name in members:
+                members[name].__doc__ = text
+        injected[glob] = _make_namespace(glob, members, ns_doc)
     return injected
 
 

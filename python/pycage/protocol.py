@@ -14,7 +14,7 @@ named like the keyword ``global`` use the functional ``TypedDict`` form.
 Keep this module import-light: the child imports it at start-up.
 """
 
-from typing import Any, List, Literal, TypedDict
+from typing import Any, Dict, List, Literal, TypedDict
 
 #: The child's end of the duplex channel (a Unix socketpair).
 PROTOCOL_FD = 3
@@ -47,9 +47,15 @@ _NamespaceEntryRequired = TypedDict(
 
 
 class NamespaceEntry(_NamespaceEntryRequired, total=False):
-    """One entry of ``boot.namespaces``: a global object and its members."""
+    """One entry of ``boot.namespaces``: a global object and its members.
+
+    ``doc`` is what ``help(<global>)`` shows; ``docs`` maps a member name to
+    what ``help(<global>.<member>)`` shows (names not in ``names`` are ignored).
+    """
 
     errorClass: ErrorClassEntry
+    doc: str
+    docs: Dict[str, str]
 
 
 class _BootFrameRequired(TypedDict):

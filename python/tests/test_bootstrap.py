@@ -65,7 +65,7 @@ class ProtocolMirrorTest(unittest.TestCase):
                     ["addressSpaceBytes", "cpuSeconds", "maxLogBytes", "maxValueBytes", "namespaces", "type"],
                     ["session"],
                 ),
-                "namespace": (["global", "names"], ["errorClass"]),
+                "namespace": (["global", "names"], ["doc", "docs", "errorClass"]),
                 "errorClass": (["memberNameProperty", "name"], []),
                 "run": (["program", "type"], ["cpuSeconds", "maxLogBytes", "maxValueBytes"]),
                 "reply-ok": (["id", "ok", "type", "value"], []),

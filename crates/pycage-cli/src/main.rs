@@ -12,11 +12,11 @@
 //! (exit status 2), so a caller parsing JSON never has to scrape stderr.
 
 mod bench;
-mod bindings_file;
-mod command;
 mod doctor;
 mod frames;
+mod mcp;
 mod output;
+mod repl;
 mod run;
 
 use std::ffi::OsString;
@@ -58,6 +58,14 @@ enum Command {
     ///
     /// Exits 1 when the chosen (default: the default) configuration cannot run.
     Doctor(doctor::DoctorArgs),
+    /// Serve code mode over MCP: one tool, `run_python`, whose description
+    /// carries typed stubs of the bindings (stdio, or --http ADDR).
+    Mcp(mcp::McpArgs),
+    /// Print the typed Python stubs of a bindings file (connects to its MCP servers).
+    Stubs(mcp::StubsArgs),
+    /// A session that keeps its globals across cells: on a terminal, or
+    /// one JSON request per line with --json.
+    Repl(repl::ReplArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -128,17 +136,9 @@ fn default_isolation() -> IsolationArg {
     RuntimeConfig::default().isolation.into()
 }
 
+/// Budgets, interpreter and isolation of runs: shared by `run` and `mcp`.
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("program").required(true).multiple(false).args(["file", "code"]))]
-struct RunArgs {
-    /// Print the result as one line of canonical JSON: {"value"?, "logs", "error"?}.
-    #[arg(long)]
-    json: bool,
-
-    /// TOML file declaring binding namespaces (external commands).
-    #[arg(long, value_name = "FILE.toml")]
-    bindings: Option<PathBuf>,
-
+struct RuntimeArgs {
     /// Wall-clock budget of the run, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = default_wall_ms())]
     wall_ms: u64,
@@ -167,9 +167,30 @@ struct RunArgs {
     #[arg(long, value_enum, default_value_t = default_isolation())]
     isolation: IsolationArg,
 
-    /// Extra read-only path for sandboxed runs (repeatable), e.g. a virtualenv.
+    /// Extra read-only path for sandboxed runs (repeatable), e.g. a
+    /// virtualenv; relative paths are taken from the current directory.
     #[arg(long, value_name = "PATH")]
     allow_read: Vec<PathBuf>,
+
+    /// Size of a sandboxed run's tmpfs (its working directory, /tmp and
+    /// /dev/shm together), in MiB.
+    #[arg(long, value_name = "N", default_value_t = default_disk_mb())]
+    disk_mb: u64,
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("program").required(true).multiple(false).args(["file", "code"]))]
+struct RunArgs {
+    /// Print the result as one line of canonical JSON: {"value"?, "logs", "error"?}.
+    #[arg(long)]
+    json: bool,
+
+    /// TOML file declaring binding namespaces (commands, HTTP endpoints, MCP servers).
+    #[arg(long, value_name = "FILE.toml")]
+    bindings: Option<PathBuf>,
+
+    #[command(flatten)]
+    runtime: RuntimeArgs,
 
     /// A file or directory the program reads (repeatable): read-only in its
     /// working directory, under its base name.
@@ -186,11 +207,6 @@ struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = default_max_output_bytes())]
     max_output_bytes: u64,
 
-    /// Size of a sandboxed run's tmpfs (its working directory, /tmp and
-    /// /dev/shm together), in MiB.
-    #[arg(long, value_name = "N", default_value_t = default_disk_mb())]
-    disk_mb: u64,
-
     /// Program text to run instead of a file.
     #[arg(short = 'c', value_name = "CODE")]
     code: Option<String>,
@@ -201,6 +217,15 @@ struct RunArgs {
 }
 
 impl RunArgs {
+    /// The runtime configuration these flags describe.
+    fn config(&self) -> anyhow::Result<RuntimeConfig> {
+        let config = RuntimeConfig { max_output_bytes: self.max_output_bytes, ..self.runtime.config()? };
+        config.validate().map_err(|e| anyhow::anyhow!(flag_message(&e)))?;
+        Ok(config)
+    }
+}
+
+impl RuntimeArgs {
     /// The runtime configuration these flags describe, validated here so a
     /// bad value is reported by the flag that set it.
     fn config(&self) -> anyhow::Result<RuntimeConfig> {
@@ -225,7 +250,6 @@ impl RunArgs {
             isolation: self.isolation.into(),
             allow_read,
             disk_bytes,
-            max_output_bytes: self.max_output_bytes,
             // One run per process: a new interpreter is cheaper than a
             // zygote plus a pool; the probe is cached across invocations.
             spawn: pycage_runtime::SpawnMode::Exec,
@@ -269,12 +293,16 @@ fn main() -> ExitCode {
         Command::Run(args) => args.json,
         Command::Doctor(args) => args.json(),
         Command::Bench(args) => args.json(),
-        Command::Frames(_) => false,
+        Command::Repl(args) => args.json(),
+        Command::Frames(_) | Command::Mcp(_) | Command::Stubs(_) => false,
     };
     let result = match cli.command {
         Command::Run(args) => run::main(args),
         Command::Frames(FramesCommand::Validate(args)) => frames::validate(&args),
         Command::Doctor(args) => doctor::main(args),
+        Command::Mcp(args) => mcp::serve(args),
+        Command::Repl(args) => repl::main(args),
+        Command::Stubs(args) => mcp::stubs(args),
         Command::Bench(args) => bench::main(args),
     };
     match result {

@@ -21,16 +21,19 @@ use pycage_runtime::{CancellationToken, RunEvent, RunRequest, RunResult, Runtime
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::{bindings_file, output, RunArgs};
+use pycage_bindings::Bindings;
+
+use crate::{output, RunArgs};
 
 /// Exit status of a run that settled with an error.
 const EXIT_RUN_FAILED: u8 = 1;
 
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let program = read_program(&args)?;
-    let bindings = match &args.bindings {
-        Some(path) => bindings_file::load(path)?,
-        None => Vec::new(),
+    // Checked before anything starts, so a bad file is misuse at once.
+    let file = match &args.bindings {
+        Some(path) => Some((pycage_bindings::file::read(path)?, path.display().to_string())),
+        None => None,
     };
     let config = args.config()?;
     let rt =
@@ -41,9 +44,19 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         let cancel = CancellationToken::new();
         let watcher = watch_signals(cancel.clone())?;
         let runtime = Runtime::new(config)?;
+        let bindings = match file {
+            Some((file, label)) => match Bindings::from_file(file, &label).await {
+                Ok(b) => b,
+                Err(e) => {
+                    runtime.shutdown().await;
+                    return Err(e.into());
+                }
+            },
+            None => Bindings::empty(),
+        };
         let request = RunRequest {
             program,
-            bindings,
+            bindings: bindings.namespaces.clone(),
             cancel: Some(cancel),
             inputs: args.inputs.clone(),
             output_dir: args.output.clone(),
@@ -51,6 +64,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         let outcome =
             if args.json { runtime.run(request).await.map(|r| (r, 0)) } else { run_streaming(&runtime, request).await };
         runtime.shutdown().await;
+        bindings.close().await;
         watcher.abort();
         let (result, printed) = outcome?;
         report(&result, args.json, printed)?;

@@ -39,7 +39,7 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
         required: &["type", "cpuSeconds", "addressSpaceBytes", "maxLogBytes", "maxValueBytes", "namespaces"],
         optional: &["session"],
     },
-    FrameFields { frame: "namespace", required: &["global", "names"], optional: &["errorClass"] },
+    FrameFields { frame: "namespace", required: &["global", "names"], optional: &["errorClass", "doc", "docs"] },
     FrameFields { frame: "errorClass", required: &["name", "memberNameProperty"], optional: &[] },
     FrameFields {
         frame: "run",
@@ -116,6 +116,12 @@ pub struct NamespaceEntry {
     pub global: String,
     pub names: Vec<String>,
     pub error_class: Option<ErrorClassEntry>,
+    /// `doc`: what `help(<global>)` shows; on the wire only when set.
+    pub doc: Option<String>,
+    /// `docs`: member name → what `help(<global>.<member>)` shows, as one
+    /// JSON object; on the wire only when non-empty. Names not in `names`
+    /// are ignored by the child.
+    pub docs: Vec<(String, String)>,
 }
 
 /// `boot`: the first frame; limits and namespaces. A zero limit means "not set".
@@ -164,6 +170,16 @@ impl BootFrame {
                 e.str("name", &ec.name);
                 e.str("memberNameProperty", &ec.member_name_property);
                 e.end();
+            }
+            if let Some(doc) = &ns.doc {
+                n.str("doc", doc);
+            }
+            if !ns.docs.is_empty() {
+                let mut d = Obj::new(n.key("docs"));
+                for (name, text) in &ns.docs {
+                    d.str(name, text);
+                }
+                d.end();
             }
             n.end();
         }
@@ -366,6 +382,8 @@ mod tests {
             global: "tools".into(),
             names: vec!["a".into(), "my-tool".into(), "".into()],
             error_class: ec.then(|| ErrorClassEntry { name: "ToolError".into(), member_name_property: "tool".into() }),
+            doc: ec.then(|| "the tools".into()),
+            docs: if ec { vec![("a".into(), "A.\n".into()), ("my-tool".into(), "\"x\"".into())] } else { vec![] },
         };
         let boot = BootFrame {
             cpu_seconds: 30,
@@ -387,6 +405,14 @@ mod tests {
         let ec: BTreeSet<String> =
             nss[1].get("errorClass").unwrap().as_object().unwrap().map(|(k, _)| k.to_owned()).collect();
         assert_eq!(ec, expect("errorClass", true));
+        let docs: Vec<(String, String)> = nss[1]
+            .get("docs")
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .map(|(k, v)| (k.to_owned(), v.as_str().unwrap().to_owned()))
+            .collect();
+        assert_eq!(docs, vec![("a".to_string(), "A.\n".to_string()), ("my-tool".to_string(), "\"x\"".to_string())]);
 
         let mut out = Vec::new();
         RunFrame { program: "return 1".into(), budgets: None }.encode(&mut out);

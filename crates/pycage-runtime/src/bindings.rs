@@ -72,12 +72,35 @@ pub struct Namespace {
     pub global: String,
     pub functions: BTreeMap<String, Binding>,
     pub error_class: Option<ErrorClass>,
+    /// What `help(<global>)` shows in the program.
+    pub doc: Option<String>,
+    /// Member name → what `help(<global>.<member>)` and its `__doc__` show.
+    /// Entries for names that are not in `functions` are ignored.
+    pub member_docs: BTreeMap<String, String>,
 }
 
 impl Namespace {
     /// An empty namespace.
     pub fn new(global: impl Into<String>) -> Self {
-        Namespace { global: global.into(), functions: BTreeMap::new(), error_class: None }
+        Namespace {
+            global: global.into(),
+            functions: BTreeMap::new(),
+            error_class: None,
+            doc: None,
+            member_docs: BTreeMap::new(),
+        }
+    }
+
+    /// Sets the namespace's own doc text.
+    pub fn with_doc(mut self, doc: impl Into<String>) -> Self {
+        self.doc = Some(doc.into());
+        self
+    }
+
+    /// Sets one member's doc text.
+    pub fn with_member_doc(mut self, name: impl Into<String>, doc: impl Into<String>) -> Self {
+        self.member_docs.insert(name.into(), doc.into());
+        self
     }
 
     /// Adds a member.

@@ -495,3 +495,33 @@ async fn bad_interpreters_fail_at_construction() {
     c.cpu_seconds = 0;
     assert!(matches!(Runtime::new(c), Err(RuntimeError::Config(_))));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_show_in_help() {
+    let rt = runtime();
+    let ns = echo_ns()
+        .with_function("my-tool", Binding::new(|a| async move { Ok(a) }))
+        .with_doc("Tools for \"tests\".")
+        .with_member_doc("echo", "async def echo(*, x: int) -> int:\n    \"\"\"Echoes.\"\"\"")
+        .with_member_doc("my-tool", "the tool")
+        .with_member_doc("absent", "ignored");
+    let program = r#"
+import pydoc
+text = pydoc.render_doc(tools.echo, renderer=pydoc.plaintext)
+return [
+    tools.echo.__doc__,
+    getattr(tools, "my-tool").__doc__,
+    tools.__doc__,
+    "async def echo(*, x: int) -> int:" in text,
+    "Tools for" in pydoc.render_doc(tools, renderer=pydoc.plaintext),
+]
+"#;
+    let r = run_ns(&rt, program, vec![ns]).await;
+    assert_eq!(
+        value(&r),
+        r#"["async def echo(*, x: int) -> int:\n    \"\"\"Echoes.\"\"\"","the tool","Tools for \"tests\".",true,true]"#
+    );
+    // A namespace without docs keeps Python's defaults.
+    let r = run_ns(&rt, "return [tools.echo.__doc__, tools.__doc__]", vec![echo_ns()]).await;
+    assert_eq!(value(&r), "[null,null]");
+}

@@ -50,6 +50,12 @@ async fn runs_are_forked_from_a_single_threaded_zygote() {
     rt.shutdown().await;
 }
 
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|t| t.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 fn fds_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
 }
@@ -61,11 +67,21 @@ async fn the_zygote_holds_no_descriptor_of_its_children() {
     let rt = zygote_runtime(|c| c.pool_size = 0);
     assert_eq!(value(&run(&rt, "return 0").await), "0");
     let zygote = rt.zygote_pid().unwrap();
-    let before = fds_of(zygote);
+    // A settled run's child is reaped in the background; until then the
+    // zygote holds its pidfd. Count only once it has no child left.
+    let settled_fds = || async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !children_of(zygote).is_empty() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(children_of(zygote), Vec::<u32>::new());
+        fds_of(zygote)
+    };
+    let before = settled_fds().await;
     for i in 0..10 {
         assert_eq!(value(&run(&rt, &format!("print('x')\nreturn {i}")).await), i.to_string());
     }
-    assert_eq!(fds_of(zygote), before);
+    assert_eq!(settled_fds().await, before);
     rt.shutdown().await;
 }
 

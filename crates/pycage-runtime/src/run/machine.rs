@@ -121,6 +121,8 @@ impl RunMachine {
                 error_class: ns
                     .error_class
                     .map(|ec| ErrorClassEntry { name: ec.name, member_name_property: ec.member_name_property }),
+                doc: ns.doc,
+                docs: ns.member_docs.into_iter().collect(),
             });
             for (name, b) in ns.functions {
                 table.insert((ns.global.clone(), name), b);

@@ -1,0 +1,365 @@
+//! `pycage repl`: a session on a terminal, or driven through a pipe.
+//!
+//! Both modes run every cell in one session (`Runtime::session`): names,
+//! imports and files of one cell are there in the next.
+//!
+//! - On a terminal: `>>> ` reads a cell with line editing and history
+//!   (kept in the user's cache directory). A cell goes on (`... `) while
+//!   its last line ends with `:` or `\`, a bracket or a triple quote is
+//!   open, or a block has started; an empty line ends a block. Log lines
+//!   print as the cell writes them, then its value as canonical JSON, or
+//!   `error: <kind>: <message>` on stderr. Ctrl-C at the prompt clears the
+//!   line; during a cell it aborts the cell (which ends the session, see
+//!   below); Ctrl-D leaves.
+//! - `--json`: one request per line on stdin, `{"program": "..."}`, answered
+//!   by one line on stdout in `pycage run --json`'s shape
+//!   (`{"value"?, "logs", "error"?}`). A line that is not such a request is
+//!   answered with `{"logs":[],"error":{"kind":"misuse","message":...}}`
+//!   and the session goes on. Any language can drive a session this way.
+//!
+//! A cell that ends without finishing (a budget ran out, it was aborted,
+//! its process died) ends the session, as sessions do. The next cell then
+//! starts a new, empty session: a terminal prints a notice on stderr, and
+//! in `--json` mode that cell's result carries `"restarted"` with the reason
+//! the previous session ended.
+
+use std::io::{BufRead, IsTerminal};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use pycage_bindings::Bindings;
+use pycage_protocol::{JsonBuilder, JsonValue};
+use pycage_runtime::{
+    CancellationToken, RunEvent, RunResult, Runtime, Session, SessionError, SessionOptions, SessionRun,
+};
+use tokio::sync::mpsc;
+
+use crate::{output, RuntimeArgs};
+
+#[derive(Debug, Args)]
+pub struct ReplArgs {
+    /// JSON lines: one {"program": "..."} per line on stdin, one result per line on stdout.
+    #[arg(long)]
+    json: bool,
+
+    /// TOML file declaring binding namespaces (commands, HTTP endpoints, MCP servers).
+    #[arg(long, value_name = "FILE.toml")]
+    bindings: Option<PathBuf>,
+
+    /// The session ends after this many seconds without a cell.
+    #[arg(long, value_name = "N", default_value_t = SessionOptions::default().idle_timeout.as_secs())]
+    idle_seconds: u64,
+
+    #[command(flatten)]
+    runtime: RuntimeArgs,
+}
+
+impl ReplArgs {
+    pub fn json(&self) -> bool {
+        self.json
+    }
+}
+
+/// The session, reopened after it ends.
+struct Repl {
+    runtime: Runtime,
+    options: SessionOptions,
+    session: Session,
+}
+
+impl Repl {
+    /// Runs a cell; when the session had ended, starts a new one for it and
+    /// says why the old one ended.
+    async fn cell(
+        &mut self,
+        program: String,
+        cancel: CancellationToken,
+        events: Option<mpsc::UnboundedSender<RunEvent>>,
+    ) -> anyhow::Result<(RunResult, Option<String>)> {
+        let request = SessionRun::new(program.clone()).with_cancel(cancel.clone());
+        match self.session.run_with(request, events.clone()).await {
+            Ok(r) => Ok((r, None)),
+            Err(SessionError::Ended(reason)) => {
+                self.session = self.runtime.session(self.options.clone())?;
+                let request = SessionRun::new(program).with_cancel(cancel);
+                let r = self.session.run_with(request, events).await?;
+                Ok((r, Some(reason)))
+            }
+            Err(SessionError::Misuse(e)) => Err(e.into()),
+        }
+    }
+}
+
+pub fn main(args: ReplArgs) -> anyhow::Result<ExitCode> {
+    let mut config = args.runtime.config()?;
+    // One long-lived session, and a fresh one at once when it ends.
+    config.spawn = pycage_runtime::SpawnMode::Zygote;
+    config.pool_size = 1;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let json = args.json;
+    let terminal = !json && std::io::stdin().is_terminal();
+    rt.block_on(async move {
+        let bindings = match &args.bindings {
+            Some(p) => Bindings::load(p).await?,
+            None => Bindings::empty(),
+        };
+        let runtime = Runtime::new(config)?;
+        let options = SessionOptions {
+            bindings: bindings.namespaces.clone(),
+            idle_timeout: std::time::Duration::from_secs(args.idle_seconds.max(1)),
+            ..SessionOptions::default()
+        };
+        let session = runtime.session(options.clone())?;
+        let mut repl = Repl { runtime: runtime.clone(), options, session };
+        let outcome = if json { json_loop(&mut repl).await } else { terminal_loop(&mut repl, terminal).await };
+        repl.session.close().await;
+        runtime.shutdown().await;
+        bindings.close().await;
+        outcome
+    })
+}
+
+/// Lines of stdin, read on a blocking thread.
+fn stdin_lines() -> mpsc::Receiver<std::io::Result<String>> {
+    let (tx, rx) = mpsc::channel(16);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            if tx.blocking_send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+async fn json_loop(repl: &mut Repl) -> anyhow::Result<ExitCode> {
+    let mut lines = stdin_lines();
+    while let Some(line) = lines.recv().await {
+        let line = line.context("cannot read stdin")?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let program = match request_program(&line) {
+            Ok(p) => p,
+            Err(message) => {
+                output::misuse_json(&message);
+                continue;
+            }
+        };
+        let (result, restarted) = repl.cell(program, CancellationToken::new(), None).await?;
+        let text = with_restarted(result.to_json(), restarted.as_deref());
+        output::stdout_line(&text).context("cannot write a result")?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The `program` of a `{"program": "..."}` request line.
+fn request_program(line: &str) -> Result<String, String> {
+    let v =
+        JsonValue::parse(line.as_bytes()).map_err(|e| format!("a request must be one JSON object per line: {e}"))?;
+    let root = v.root();
+    if root.as_object().is_none() {
+        return Err("a request must be a JSON object such as {\"program\": \"return 1\"}".into());
+    }
+    match root.get("program").map(|p| p.as_str()) {
+        Some(Some(p)) => Ok(p.to_owned()),
+        Some(None) => Err("\"program\" must be a string".into()),
+        None => Err("the request has no \"program\"".into()),
+    }
+}
+
+/// `result` with `"restarted": reason` added when a new session was started.
+fn with_restarted(result: JsonValue, restarted: Option<&str>) -> String {
+    let Some(reason) = restarted else { return result.to_canonical_string() };
+    let mut b = JsonBuilder::new();
+    let built = (|| -> Result<(), pycage_protocol::BuildError> {
+        b.begin_object()?;
+        if let Some(fields) = result.root().as_object() {
+            for (k, v) in fields {
+                b.key(k)?;
+                b.value(v)?;
+            }
+        }
+        b.key("restarted")?;
+        b.string(reason)?;
+        b.end()
+    })();
+    match built.and_then(|()| b.finish()) {
+        Ok(v) => v.to_canonical_string(),
+        Err(_) => result.to_canonical_string(),
+    }
+}
+
+/// Whether `cell` (its lines so far) needs more lines before it runs.
+fn needs_more(cell: &str) -> bool {
+    let last = cell.lines().last().unwrap_or("").trim_end();
+    if cell.matches("\"\"\"").count() % 2 == 1 || cell.matches("'''").count() % 2 == 1 {
+        return true;
+    }
+    let mut depth = 0i64;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for line in cell.lines() {
+        for ch in line.chars() {
+            if let Some(q) = quote {
+                if escaped {
+                    escaped = false;
+                } else if ch == '\\' {
+                    escaped = true;
+                } else if ch == q {
+                    quote = None;
+                }
+                continue;
+            }
+            match ch {
+                '#' => break,
+                '\'' | '"' => quote = Some(ch),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                _ => {}
+            }
+        }
+        quote = None; // single-quoted strings end at the line's end
+    }
+    if depth > 0 || last.ends_with('\\') {
+        return true;
+    }
+    // A block (a first line ending with ':') goes on until an empty line.
+    let first_opens_block = cell.lines().any(|l| l.trim_end().ends_with(':'));
+    first_opens_block && !cell.ends_with("\n\n")
+}
+
+async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCode> {
+    let history = pycage_runtime::default_cache_dir().map(|d| d.join("repl-history"));
+    let (line_tx, mut line_rx) = mpsc::channel::<Option<String>>(1);
+    let (prompt_tx, prompt_rx) = std::sync::mpsc::channel::<&'static str>();
+    // The editor blocks in `readline`; it lives on its own thread and reads
+    // one line per prompt it is given.
+    let editor_thread = std::thread::spawn(move || {
+        let Ok(mut editor) = rustyline::DefaultEditor::new() else { return };
+        if let Some(h) = &history {
+            let _ = editor.load_history(h);
+        }
+        while let Ok(prompt) = prompt_rx.recv() {
+            let line = loop {
+                match editor.readline(if terminal { prompt } else { "" }) {
+                    Ok(l) => break Some(l),
+                    // Ctrl-C at the prompt: a fresh line.
+                    Err(rustyline::error::ReadlineError::Interrupted) => continue,
+                    Err(_) => break None,
+                }
+            };
+            if let Some(l) = &line {
+                if !l.trim().is_empty() {
+                    let _ = editor.add_history_entry(l.as_str());
+                }
+            }
+            let end = line.is_none();
+            if line_tx.blocking_send(line).is_err() || end {
+                break;
+            }
+        }
+        if let Some(h) = &history {
+            if let Some(dir) = h.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let _ = editor.save_history(h);
+        }
+    });
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("cannot listen for SIGINT")?;
+    if terminal {
+        output::stderr_line("pycage repl: each cell runs in one session; Ctrl-D leaves.");
+    }
+    'cells: loop {
+        let mut cell = String::new();
+        let mut prompt = ">>> ";
+        loop {
+            if prompt_tx.send(prompt).is_err() {
+                break 'cells;
+            }
+            let Some(Some(line)) = line_rx.recv().await else { break 'cells };
+            if cell.is_empty() && line.trim().is_empty() {
+                continue;
+            }
+            cell.push_str(&line);
+            cell.push('\n');
+            if !needs_more(&cell) {
+                break;
+            }
+            prompt = "... ";
+        }
+        let cancel = CancellationToken::new();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let run = repl.cell(cell, cancel.clone(), Some(tx));
+        tokio::pin!(run);
+        let outcome = loop {
+            tokio::select! {
+                r = &mut run => break r,
+                Some(ev) = rx.recv() => {
+                    if let RunEvent::Log(line) = ev {
+                        let _ = output::stdout_line(&line);
+                    }
+                }
+                _ = interrupts.recv() => cancel.cancel(),
+            }
+        };
+        // Lines that arrived with the end of the run.
+        while let Ok(ev) = rx.try_recv() {
+            if let RunEvent::Log(line) = ev {
+                let _ = output::stdout_line(&line);
+            }
+        }
+        let (result, restarted) = outcome?;
+        if let Some(reason) = restarted {
+            output::stderr_line(&format!("(the session had ended: {reason}; this cell ran in a new, empty one)"));
+        }
+        if let Some(v) = &result.value {
+            let _ = output::stdout_line(&v.to_canonical_string());
+        }
+        if let Some(e) = &result.error {
+            output::stderr_line(&format!("error: {}: {}", e.kind, e.message));
+        }
+    }
+    drop(prompt_tx);
+    let _ = tokio::task::spawn_blocking(move || editor_thread.join()).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cells_continue_while_open() {
+        assert!(!needs_more("x = 1\n"));
+        assert!(needs_more("def f():\n"));
+        assert!(needs_more("def f():\n    return 1\n"));
+        assert!(!needs_more("def f():\n    return 1\n\n"));
+        assert!(needs_more("x = [1,\n"));
+        assert!(!needs_more("x = [1,\n 2]\n"));
+        assert!(needs_more("s = \"\"\"a\n"));
+        assert!(!needs_more("s = '('\n"));
+        assert!(!needs_more("x = 1  # (\n"));
+        assert!(needs_more("x = 1 + \\\n"));
+    }
+
+    #[test]
+    fn requests_are_checked() {
+        assert_eq!(request_program(r#"{"program":"return 1"}"#).unwrap(), "return 1");
+        assert!(request_program("return 1").unwrap_err().contains("one JSON object"));
+        assert!(request_program("[1]").unwrap_err().contains("JSON object"));
+        assert!(request_program(r#"{"program":1}"#).unwrap_err().contains("must be a string"));
+        assert!(request_program(r#"{}"#).unwrap_err().contains("no \"program\""));
+    }
+
+    #[test]
+    fn restarted_is_added_to_the_result() {
+        let r = JsonValue::parse(br#"{"value":1,"logs":[]}"#).unwrap();
+        assert_eq!(with_restarted(r.clone(), None), r#"{"value":1,"logs":[]}"#);
+        assert_eq!(with_restarted(r, Some("idle")), r#"{"value":1,"logs":[],"restarted":"idle"}"#);
+    }
+}

@@ -1,0 +1,115 @@
+"""Drives an MCP server with the official Python SDK client, for pycage's tests.
+
+Usage: client.py PLAN_JSON. The plan is
+  {"server": {"command": [argv...]} or {"url": "http://..."}, "steps": [step...]}
+and each step prints one JSON line on stdout:
+  {"op": "list"}                                   -> {"tools": [{name, description, inputSchema, outputSchema}]}
+  {"op": "call", "tool": T, "args": {...}}         -> {"isError", "structured", "text", "progress": [messages]}
+  {"op": "gather", "tool": T, "args": [{...}...]}  -> {"results": [call results, concurrently]}
+  {"op": "cancel", "tool": T, "args": {...}, "after_progress": N}
+      starts the call, cancels it after N progress messages (and, with "when": {"path", "line"},
+      once that line is in that file)              -> {"cancelled": true, "progress": [...]}
+  {"op": "wait_event", "path": P, "line": L, "timeout": S}
+      waits until file P has line L                 -> {"found": bool, "lines": [...]}
+Every call asks for progress (so the server gets a progress token).
+"""
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+import anyio
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+
+async def call(client, tool, args):
+    progress = []
+
+    async def on_progress(p, total, message):
+        progress.append(message)
+
+    r = await client.call_tool(tool, args, progress_callback=on_progress)
+    text = "".join(c.text for c in r.content if getattr(c, "type", None) == "text")
+    return {"isError": bool(r.is_error), "structured": r.structured_content, "text": text, "progress": progress}
+
+
+async def cancel(client, tool, args, after, when):
+    progress = []
+    enough = anyio.Event()
+
+    async def on_progress(p, total, message):
+        progress.append(message)
+        if len(progress) >= after:
+            enough.set()
+
+    async with anyio.create_task_group() as tg:
+
+        async def run():
+            await client.call_tool(tool, args, progress_callback=on_progress)
+
+        tg.start_soon(run)
+        with anyio.fail_after(60):
+            await enough.wait()
+            if when is not None:
+                await wait_event(when["path"], when["line"], 60)
+        tg.cancel_scope.cancel()
+    return {"cancelled": True, "progress": progress}
+
+
+async def wait_event(path, line, timeout):
+    deadline = time.monotonic() + timeout
+    lines = []
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            lines = []
+        if line in lines:
+            return {"found": True, "lines": lines}
+        await asyncio.sleep(0.05)
+    return {"found": False, "lines": lines}
+
+
+async def main():
+    plan = json.loads(sys.argv[1])
+    server = plan["server"]
+    if "url" in server:
+        target = server["url"]
+    else:
+        argv = server["command"]
+        target = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+    async with Client(target) as client:
+        for step in plan["steps"]:
+            op = step["op"]
+            if op == "list":
+                tools = (await client.list_tools()).tools
+                out = {
+                    "tools": [
+                        {
+                            "name": t.name,
+                            "description": t.description,
+                            "inputSchema": t.input_schema,
+                            "outputSchema": t.output_schema,
+                        }
+                        for t in tools
+                    ]
+                }
+            elif op == "call":
+                out = await call(client, step["tool"], step["args"])
+            elif op == "gather":
+                out = {"results": await asyncio.gather(*(call(client, step["tool"], a) for a in step["args"]))}
+            elif op == "cancel":
+                out = await cancel(client, step["tool"], step["args"], step.get("after_progress", 1), step.get("when"))
+            elif op == "wait_event":
+                out = await wait_event(step["path"], step["line"], step.get("timeout", 30))
+            else:
+                raise SystemExit(f"unknown op {op!r}")
+            print(json.dumps(out), flush=True)
+
+
+asyncio.run(main())

@@ -1,0 +1,33 @@
+//! `pycage mcp`: code mode for any MCP client.
+//!
+//! An MCP server with one tool, `run_python`, that runs a program against
+//! the configured bindings (commands, HTTP endpoints, other MCP servers) and
+//! returns only its result. The tool's description carries the rules of a
+//! program (top-level `await`, `return` or a last expression, budgets) and
+//! the typed Python stubs of every binding, so the model reads one
+//! description and writes one program instead of making twenty tool calls.
+//! When the stubs do not fit [`ServerOptions::max_description_bytes`], the
+//! description lists each function on one line and the program reads the
+//! rest with `help(ns.function)`.
+//!
+//! A call's result is `{value?, logs, error?}` (the run's outcome, as in
+//! `pycage run --json`), both as `structuredContent` and as its JSON text;
+//! a failed run also sets `isError`. While the program runs, each log line
+//! goes to the client as a progress notification (when the request carries a
+//! progress token). A `notifications/cancelled` from the client aborts the
+//! run (which cancels the program's own in-flight upstream calls in turn).
+//! Runs from concurrent calls run concurrently. A call naming a `session`
+//! runs in that named runtime session (globals kept across calls; a cap on
+//! open sessions, idle expiry; an ended session is reported once, then
+//! started afresh).
+//!
+//! With [`ServerOptions::expose_tools`], every upstream MCP tool is also
+//! listed and forwarded unchanged under its own name, so a client keeps
+//! direct calls too.
+//!
+//! Why its own crate: it is the one place that serves MCP (the bindings crate
+//! is a client), and the CLI only parses flags and picks a transport.
+
+mod server;
+
+pub use server::{description, serve_http, serve_stdio, CodeModeServer, ServeError, ServerOptions};

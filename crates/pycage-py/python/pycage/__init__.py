@@ -1,0 +1,65 @@
+"""pycage: run model-written Python in a fresh, sandboxed CPython process,
+with Python callables as the functions it may call.
+
+>>> import pycage
+>>> def add(a, b):
+...     return a + b
+>>> with pycage.Runtime(isolation="process") as rt:
+...     rt.run("return await tools.add(a=2**64, b=1)", bindings={"tools": {"add": add}}).value
+18446744073709551617
+
+See :class:`Runtime` for budgets and isolation, :class:`Result` for
+outcomes, :func:`python_tools` for turning a list of functions into a
+namespace plus the stub text a model needs, and ``pycage.fastmcp`` for a
+fastmcp code-mode sandbox provider.
+"""
+
+from ._native import from_json, to_json
+from ._runtime import (
+    Bindings,
+    CallFinished,
+    CallStarted,
+    ErrorClass,
+    Failure,
+    FailureKind,
+    Namespace,
+    Result,
+    Runtime,
+    Session,
+)
+from .errors import (
+    ConfigError,
+    InterpreterError,
+    InvalidBindingsError,
+    PycageError,
+    RunError,
+    RuntimeClosedError,
+    SandboxUnavailableError,
+    SessionEndedError,
+)
+from .tools import Toolset, python_tools
+
+__all__ = [
+    "Runtime",
+    "Session",
+    "Result",
+    "Failure",
+    "FailureKind",
+    "Namespace",
+    "ErrorClass",
+    "Bindings",
+    "CallStarted",
+    "CallFinished",
+    "Toolset",
+    "python_tools",
+    "to_json",
+    "from_json",
+    "PycageError",
+    "ConfigError",
+    "InterpreterError",
+    "SandboxUnavailableError",
+    "InvalidBindingsError",
+    "RuntimeClosedError",
+    "SessionEndedError",
+    "RunError",
+]

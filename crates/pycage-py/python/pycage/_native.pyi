@@ -1,0 +1,108 @@
+"""Type stubs of the compiled module (crates/pycage-py/src). Internal: use
+``pycage.Runtime``; ``to_json`` and ``from_json`` are re-exported by ``pycage``."""
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Optional
+
+NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool]], Optional[tuple[str, str]]]
+ResultParts = tuple[bool, Any, list[str], Optional[str], Optional[str], int]
+
+def to_json(value: object) -> str:
+    """The canonical JSON text of a value, as it would cross into a program.
+
+    Raises ``ValueError`` naming the path (``$.items[3]``) and type of the
+    first value JSON cannot carry exactly."""
+
+def from_json(text: str) -> Any:
+    """Parses JSON exactly: ints of any size, ``-0.0``, any depth."""
+
+class Reply:
+    """One async binding call's way back (internal)."""
+
+    task: Optional[asyncio.Task[Any]]
+    def resolve(self, value: object) -> None: ...
+    def reject(self, message: str) -> None: ...
+
+class RunHandle:
+    def cancel(self) -> None:
+        """Aborts the run: it settles as ``abort``."""
+
+class RunOutcome:
+    def parts(self) -> ResultParts: ...
+
+class NativeRuntime:
+    def __init__(
+        self,
+        *,
+        python: Optional[str] = None,
+        isolation: Optional[str] = None,
+        wall_seconds: Optional[float] = None,
+        cpu_seconds: Optional[int] = None,
+        address_space_bytes: Optional[int] = None,
+        max_log_bytes: Optional[int] = None,
+        max_value_bytes: Optional[int] = None,
+        max_line_bytes: Optional[int] = None,
+        max_control_bytes: Optional[int] = None,
+        grace_seconds: Optional[float] = None,
+        allow_read: Optional[list[str]] = None,
+        run_dir_parent: Optional[str] = None,
+        max_processes: Optional[int] = None,
+        max_file_bytes: Optional[int] = None,
+        max_open_files: Optional[int] = None,
+        spawn: Optional[str] = None,
+        pool_size: Optional[int] = None,
+        max_concurrent_runs: Optional[int] = None,
+        zygote_max_runs: Optional[int] = None,
+        zygote_max_age_seconds: Optional[float] = None,
+        cache_dir: Optional[str] = None,
+        probe_cache: bool = True,
+    ) -> None: ...
+    @property
+    def python_version(self) -> tuple[int, int, int]: ...
+    def config(self) -> dict[str, Any]: ...
+    def check(self, namespaces: list[NamespaceSpec], site: object) -> None: ...
+    def run(
+        self,
+        program: str,
+        namespaces: list[NamespaceSpec],
+        site: object,
+        on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
+        poll_signals: bool = False,
+    ) -> ResultParts: ...
+    def start(
+        self,
+        program: str,
+        namespaces: list[NamespaceSpec],
+        site: object,
+        event_loop: asyncio.AbstractEventLoop,
+        on_done: Callable[[RunOutcome], None],
+        on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
+    ) -> RunHandle: ...
+    def session(
+        self,
+        namespaces: list[NamespaceSpec],
+        site: object,
+        idle_timeout_seconds: Optional[float] = None,
+        max_lifetime_seconds: Optional[float] = None,
+        address_space_bytes: Optional[int] = None,
+    ) -> NativeSession: ...
+    def close(self) -> None: ...
+
+class NativeSession:
+    @property
+    def ended(self) -> Optional[str]: ...
+    def run(
+        self,
+        program: str,
+        on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
+        poll_signals: bool = False,
+    ) -> ResultParts: ...
+    def start(
+        self,
+        program: str,
+        event_loop: asyncio.AbstractEventLoop,
+        on_done: Callable[[RunOutcome], None],
+        on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
+    ) -> RunHandle: ...
+    def close(self) -> None: ...

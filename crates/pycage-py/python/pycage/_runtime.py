@@ -1,0 +1,780 @@
+"""The public API: :class:`Runtime`, :class:`Result`, bindings and events.
+
+This module checks what the caller passes (every error names the argument
+and what was given), turns bindings into the native module's namespace
+specs, and glues runs to threads and asyncio. The native half
+(``pycage._native``) runs the program, calls the bindings and converts
+values exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, Union
+
+from . import _native
+from .errors import ConfigError, InvalidBindingsError, RunError, RuntimeClosedError
+
+__all__ = [
+    "Runtime",
+    "Result",
+    "Failure",
+    "FailureKind",
+    "Namespace",
+    "ErrorClass",
+    "CallStarted",
+    "CallFinished",
+    "Bindings",
+    "Session",
+]
+
+FailureKind = Literal["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit"]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a run failed: ``kind`` (see :data:`FailureKind`) and ``message``
+    (for ``exception``, the program's traceback)."""
+
+    kind: FailureKind
+    message: str
+
+
+@dataclass(frozen=True)
+class Result:
+    """Every outcome of a run.
+
+    ``value`` is the program's value as plain Python objects (exact ``int``
+    of any size, ``float`` with ``-0.0`` kept, ``str``, ``bool``, ``None``,
+    ``list``, ``dict``), or ``None`` when it has none; ``has_value`` tells a
+    returned ``None`` from no value. ``logs`` holds the output lines
+    (``print``, ``sys.stdout``/``sys.stderr``, raw fd 1/2) without their
+    newlines. ``error`` is set when the run failed, and then ``value`` is
+    ``None``. ``dropped_frames`` counts protocol frames from the child that
+    failed validation (diagnostics; 0 for an honest program).
+    """
+
+    value: Any = None
+    logs: list[str] = field(default_factory=list)
+    error: Optional[Failure] = None
+    has_value: bool = False
+    dropped_frames: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run succeeded."""
+        return self.error is None
+
+    def unwrap(self) -> Any:
+        """The value, or :class:`pycage.RunError` if the run failed."""
+        if self.error is not None:
+            raise RunError(self.error.kind, self.error.message, list(self.logs))
+        return self.value
+
+
+@dataclass(frozen=True)
+class ErrorClass:
+    """The exception class a namespace's rejected calls raise in the program.
+
+    The program sees a global class ``name`` (an ``Exception`` subclass);
+    the exception's ``member_name_property`` attribute holds the name of the
+    member whose call failed.
+    """
+
+    name: str
+    member_name_property: str = "member"
+
+
+class Namespace:
+    """One global object of the program (e.g. ``tools``) and its members.
+
+    ``functions`` is a mapping of member name to callable, or any object
+    whose public (not ``_``-prefixed) callable attributes become the
+    members. ``error_class`` is an :class:`ErrorClass`, a class name (its
+    member attribute is ``member``), or ``None`` (rejected calls raise
+    ``RuntimeError``).
+    """
+
+    __slots__ = ("functions", "error_class")
+
+    def __init__(
+        self,
+        functions: Union[Mapping[str, Callable[..., Any]], object],
+        *,
+        error_class: Union[ErrorClass, str, None] = None,
+    ) -> None:
+        if isinstance(error_class, str):
+            error_class = ErrorClass(error_class)
+        elif error_class is not None and not isinstance(error_class, ErrorClass):
+            raise InvalidBindingsError(
+                f"error_class must be a str, a pycage.ErrorClass or None, got {_describe(error_class)}"
+            )
+        self.functions: Union[Mapping[str, Callable[..., Any]], object] = functions
+        self.error_class: Optional[ErrorClass] = error_class
+
+    def __repr__(self) -> str:
+        return f"Namespace({self.functions!r}, error_class={self.error_class!r})"
+
+
+Bindings = Mapping[str, Union[Mapping[str, Callable[..., Any]], Namespace, object]]
+"""``{global_name: {member_name: callable}}``; a value may also be a
+:class:`Namespace` or an object whose public callables are the members."""
+
+
+@dataclass(frozen=True)
+class CallStarted:
+    """``on_call`` event: the program called ``namespace.name(args)``."""
+
+    id: int
+    namespace: str
+    name: str
+    args: Any
+
+
+@dataclass(frozen=True)
+class CallFinished:
+    """``on_call`` event: the call settled; ``error`` is the rejection
+    message, ``None`` on success."""
+
+    id: int
+    namespace: str
+    name: str
+    error: Optional[str]
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(func):
+        return True
+    if inspect.isroutine(func) or inspect.isclass(func):
+        return False
+    call = getattr(type(func), "__call__", None)  # noqa: B004 - the class's __call__, not callability
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _members(where: str, functions: object) -> dict[str, Callable[..., Any]]:
+    if isinstance(functions, Mapping):
+        members = {}
+        for name, func in functions.items():
+            if not isinstance(name, str):
+                raise InvalidBindingsError(f"{where}: member names must be str, got {_describe(name)}")
+            if not callable(func):
+                raise InvalidBindingsError(f"{where}[{name!r}] is not callable: got {_describe(func)}")
+            members[name] = func
+        return members
+    if callable(functions) and (inspect.isroutine(functions) or isinstance(functions, type)):
+        raise InvalidBindingsError(
+            f"{where} is a function ({_describe(functions)}); bindings map a namespace global to its "
+            "functions, e.g. {'tools': {'search': search}}"
+        )
+    members = {}
+    for name in dir(functions):
+        if name.startswith("_"):
+            continue
+        try:
+            func = getattr(functions, name)
+        except AttributeError:
+            continue
+        if callable(func) and not isinstance(func, type):
+            members[name] = func
+    return members
+
+
+NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool]], Optional[tuple[str, str]]]
+
+
+def _namespaces(bindings: Optional[Bindings]) -> list[NamespaceSpec]:
+    """The native module's namespace specs, with every shape error named."""
+    if bindings is None:
+        return []
+    if not isinstance(bindings, Mapping):
+        raise InvalidBindingsError(
+            "bindings must be a dict of namespace global -> functions, e.g. "
+            f"{{'tools': {{'search': search}}}}; got {_describe(bindings)}"
+        )
+    specs: list[NamespaceSpec] = []
+    for glob, ns in bindings.items():
+        if not isinstance(glob, str):
+            raise InvalidBindingsError(f"bindings: namespace globals must be str, got {_describe(glob)}")
+        where = f"bindings[{glob!r}]"
+        error_class = None
+        if isinstance(ns, Namespace):
+            functions = ns.functions
+            if ns.error_class is not None:
+                error_class = (ns.error_class.name, ns.error_class.member_name_property)
+        else:
+            functions = ns
+        members = _members(where, functions)
+        specs.append((glob, [(name, f, _is_async(f)) for name, f in members.items()], error_class))
+    return specs
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except BaseException:
+        text = ""
+    return text or type(exc).__qualname__
+
+
+async def _awaiting(awaitable: Any) -> Any:
+    return await awaitable
+
+
+async def _guarded(awaitable: Any, reply: Any) -> None:
+    # Every outcome settles the reply here: a BaseException such as
+    # SystemExit would otherwise escape the task into the caller's loop.
+    try:
+        value = await awaitable
+    except asyncio.CancelledError:
+        reply.reject("the call was cancelled")
+        raise
+    except BaseException as e:  # noqa: BLE001 - a binding's failure is the program's to see
+        reply.reject(_message(e))
+        return
+    reply.resolve(value)
+
+
+def _start(func: Callable[..., Any], args: tuple, kwargs: Optional[dict], reply: Any) -> None:
+    """Runs on the event loop, in the run's context: starts one async call."""
+    try:
+        result = func(*args, **kwargs) if kwargs else func(*args)
+    except BaseException as e:  # noqa: BLE001
+        reply.reject(_message(e))
+        return
+    if not inspect.isawaitable(result):
+        reply.resolve(result)
+        return
+    reply.task = asyncio.ensure_future(_guarded(result, reply))
+
+
+def _cancel(reply: Any) -> None:
+    task = reply.task
+    if task is not None:
+        task.cancel()
+
+
+class _Site:
+    """The run's side of the binding bridge (called by ``pycage._native``)."""
+
+    __slots__ = ("_loop", "_context")
+
+    def __init__(self, loop: Callable[[], asyncio.AbstractEventLoop], context: contextvars.Context) -> None:
+        self._loop = loop
+        self._context = context
+
+    def call_sync(self, func: Callable[..., Any], args: tuple, kwargs: Optional[dict]) -> Any:
+        """On a worker thread: the call, in a copy of the caller's context."""
+        ctx = self._context.copy()
+        result = ctx.run(func, *args, **kwargs) if kwargs else ctx.run(func, *args)
+        if inspect.isawaitable(result):
+            result = asyncio.run_coroutine_threadsafe(_awaiting(result), self._loop()).result()
+        return result
+
+    def call_async(self, func: Callable[..., Any], args: tuple, kwargs: Optional[dict], reply: Any) -> None:
+        self._loop().call_soon_threadsafe(_start, func, args, kwargs, reply, context=self._context)
+
+    def cancel(self, reply: Any) -> None:
+        try:
+            self._loop().call_soon_threadsafe(_cancel, reply)
+        except RuntimeError:
+            pass  # the loop is closed: nothing runs on it any more
+
+
+class _SessionSite(_Site):
+    """A session's bindings live as long as the session, and its runs may
+    come from different threads and loops: the site is pointed at each run's
+    loop and context while that run holds the session's lock."""
+
+    __slots__ = ()
+
+    def point(self, loop: Callable[[], asyncio.AbstractEventLoop], context: contextvars.Context) -> None:
+        self._loop = loop
+        self._context = context
+
+
+class _Events:
+    """Turns the native event batches into ``on_log`` / ``on_call`` calls."""
+
+    __slots__ = ("on_log", "on_call", "names", "error", "handle")
+
+    def __init__(self, on_log: Optional[Callable[[str], Any]], on_call: Optional[Callable[[Any], Any]]) -> None:
+        self.on_log = on_log
+        self.on_call = on_call
+        self.names: dict[int, tuple[str, str]] = {}
+        self.error: Optional[BaseException] = None
+        self.handle: Any = None
+
+    def __call__(self, batch: list[tuple]) -> None:
+        for ev in batch:
+            if ev[0] == "log":
+                if self.on_log is not None:
+                    self.on_log(ev[1])
+            elif ev[0] == "call":
+                _, call_id, glob, name, args = ev
+                self.names[call_id] = (glob, name)
+                if self.on_call is not None:
+                    self.on_call(CallStarted(call_id, glob, name, args))
+            else:
+                _, call_id, error = ev
+                glob, name = self.names.pop(call_id, ("", ""))
+                if self.on_call is not None:
+                    self.on_call(CallFinished(call_id, glob, name, error))
+
+    def on_loop(self, batch: list[tuple]) -> None:
+        """The asyncio flavour: a callback's exception aborts the run and is
+        raised by ``arun`` once the run has settled."""
+        if self.error is not None:
+            return
+        try:
+            self(batch)
+        except BaseException as e:  # noqa: BLE001 - re-raised by arun
+            self.error = e
+            if self.handle is not None:
+                self.handle.cancel()
+
+
+def _result(parts: tuple) -> Result:
+    has_value, value, logs, kind, message, dropped = parts
+    error = Failure(kind, message) if kind is not None else None
+    return Result(value=value, logs=logs, error=error, has_value=has_value, dropped_frames=dropped)
+
+
+class _LoopThread:
+    """A private event loop for async bindings of synchronous runs."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._main, name="pycage-bindings-loop", daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    async def _cancel_all(self) -> None:
+        tasks = [t for t in asyncio.all_tasks(self.loop) if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        if threading.current_thread() is self.thread:
+            self.loop.call_soon(self.loop.stop)
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._cancel_all(), self.loop).result(timeout=10)
+        except Exception:  # noqa: BLE001 - best effort: the loop is going away
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+def _check_int(name: str, value: Optional[int], minimum: int, owner: str = "pycage.Runtime") -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}: {name} must be an int, got {_describe(value)}")
+    if value < minimum:
+        raise ConfigError(f"invalid {owner} argument: {name} must be at least {minimum}, got {value}")
+    if value >= 1 << 64:
+        raise ConfigError(f"invalid {owner} argument: {name} must be below 2**64, got {value}")
+    return value
+
+
+def _check_seconds(name: str, value: Optional[float], owner: str = "pycage.Runtime") -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{owner}: {name} must be a number of seconds, got {_describe(value)}")
+    value = float(value)
+    if not (value >= 0 and value < float("inf")):
+        raise ConfigError(f"invalid {owner} argument: {name} must be a finite number >= 0, got {value}")
+    return value
+
+
+def _check_path(name: str, value: Any) -> str:
+    try:
+        return os.fspath(value)
+    except TypeError:
+        raise TypeError(f"pycage.Runtime: {name} must be a path (str or os.PathLike), got {_describe(value)}") from None
+
+
+def _check_code(code: Any) -> str:
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a str holding a Python program, got {_describe(code)}")
+    return code
+
+
+class Runtime:
+    """Runs Python programs in fresh CPython processes, with host bindings.
+
+    Each run is a new ``python3 -I`` process: sandboxed by default
+    (``isolation="sandbox"``: Linux namespaces, a private root, Landlock,
+    seccomp, run-wide budgets; for any user, through unprivileged user
+    namespaces), or
+    ``isolation="process"`` (rlimits, a process group, a scrubbed
+    environment and a private directory; contains accidents, not attacks).
+
+    Budgets (``None`` keeps the default): ``wall_seconds`` (60),
+    ``cpu_seconds`` (30), ``address_space_bytes`` (512 MiB, as
+    ``RLIMIT_AS``), ``max_log_bytes`` (64 KiB), ``max_value_bytes`` (1 MiB,
+    the canonical JSON size of the value), ``max_line_bytes`` (8 MiB, one
+    protocol line), ``max_control_bytes`` (64 MiB of protocol traffic per
+    run), ``grace_seconds`` (0.25, SIGTERM to SIGKILL). Sandboxed runs also
+    take ``max_processes`` (64), ``max_file_bytes`` (64 MiB) and
+    ``max_open_files`` (256), and see ``allow_read`` paths read-only.
+    ``python`` is the interpreter for runs (default: ``python3`` on
+    ``PATH``); it is probed once, here, and the answer is kept in
+    ``cache_dir`` (default: ``$XDG_CACHE_HOME/pycage`` or
+    ``~/.cache/pycage``; ``False`` probes every time).
+
+    Processes: ``spawn="zygote"`` (the default) forks each run's process
+    from a warm fork server, with ``pool_size`` (4) children forked ahead of
+    demand, the zygote replaced after ``zygote_max_runs`` (1000) runs or
+    ``zygote_max_age_seconds`` (300); ``spawn="exec"`` starts a new
+    interpreter per run. At most ``max_concurrent_runs`` (64) run at once;
+    more wait in FIFO order, their wall clock starting when they leave the
+    queue.
+
+    Thread-safe: any number of threads may call :meth:`run` at once, and
+    runs from :meth:`arun` may overlap freely. Use it as a context manager,
+    or call :meth:`close`, to abort what is in flight and reap every child.
+    """
+
+    def __init__(
+        self,
+        *,
+        isolation: Literal["sandbox", "process"] = "sandbox",
+        python: Union[str, os.PathLike[str], None] = None,
+        wall_seconds: Optional[float] = None,
+        cpu_seconds: Optional[int] = None,
+        address_space_bytes: Optional[int] = None,
+        max_log_bytes: Optional[int] = None,
+        max_value_bytes: Optional[int] = None,
+        max_line_bytes: Optional[int] = None,
+        max_control_bytes: Optional[int] = None,
+        grace_seconds: Optional[float] = None,
+        allow_read: Iterable[Union[str, os.PathLike[str]]] = (),
+        run_dir_parent: Union[str, os.PathLike[str], None] = None,
+        max_processes: Optional[int] = None,
+        max_file_bytes: Optional[int] = None,
+        max_open_files: Optional[int] = None,
+        spawn: Literal["zygote", "exec"] = "zygote",
+        pool_size: Optional[int] = None,
+        max_concurrent_runs: Optional[int] = None,
+        zygote_max_runs: Optional[int] = None,
+        zygote_max_age_seconds: Optional[float] = None,
+        cache_dir: Union[str, os.PathLike[str], None, Literal[False]] = None,
+    ) -> None:
+        if spawn not in ("zygote", "exec"):
+            raise ConfigError(f'invalid pycage.Runtime argument: spawn must be "zygote" or "exec", got {spawn!r}')
+        if isolation not in ("sandbox", "process"):
+            raise ConfigError(
+                f'invalid pycage.Runtime argument: isolation must be "sandbox" or "process", got {isolation!r}'
+            )
+        if isinstance(allow_read, (str, bytes, os.PathLike)):
+            raise TypeError(f"pycage.Runtime: allow_read must be a list of paths, got {_describe(allow_read)}")
+        self._native = _native.NativeRuntime(
+            python=None if python is None else _check_path("python", python),
+            isolation=isolation,
+            wall_seconds=_check_seconds("wall_seconds", wall_seconds),
+            cpu_seconds=_check_int("cpu_seconds", cpu_seconds, 1),
+            address_space_bytes=_check_int("address_space_bytes", address_space_bytes, 0),
+            max_log_bytes=_check_int("max_log_bytes", max_log_bytes, 0),
+            max_value_bytes=_check_int("max_value_bytes", max_value_bytes, 0),
+            max_line_bytes=_check_int("max_line_bytes", max_line_bytes, 0),
+            max_control_bytes=_check_int("max_control_bytes", max_control_bytes, 0),
+            grace_seconds=_check_seconds("grace_seconds", grace_seconds),
+            allow_read=[_check_path("allow_read item", p) for p in allow_read],
+            run_dir_parent=None if run_dir_parent is None else _check_path("run_dir_parent", run_dir_parent),
+            max_processes=_check_int("max_processes", max_processes, 0),
+            max_file_bytes=_check_int("max_file_bytes", max_file_bytes, 0),
+            max_open_files=_check_int("max_open_files", max_open_files, 0),
+            spawn=spawn,
+            pool_size=_check_int("pool_size", pool_size, 0),
+            max_concurrent_runs=_check_int("max_concurrent_runs", max_concurrent_runs, 1),
+            zygote_max_runs=_check_int("zygote_max_runs", zygote_max_runs, 1),
+            zygote_max_age_seconds=_check_seconds("zygote_max_age_seconds", zygote_max_age_seconds),
+            cache_dir=None if cache_dir is None or cache_dir is False else _check_path("cache_dir", cache_dir),
+            probe_cache=cache_dir is not False,
+        )
+        self._lock = threading.Lock()
+        self._loop_thread: Optional[_LoopThread] = None
+        self._closed = False
+        self._finalizer: Optional[weakref.finalize] = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The effective configuration (the interpreter resolved to its real
+        executable), as keyword arguments of this class."""
+        return self._native.config()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def __repr__(self) -> str:
+        c = self.config
+        state = " closed" if self._closed else ""
+        return f"<pycage.Runtime isolation={c['isolation']!r} python={c['python']!r}{state}>"
+
+    def _private_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._closed:
+                raise RuntimeClosedError("the runtime is closed; create a new pycage.Runtime to run more programs")
+            if self._loop_thread is None:
+                self._loop_thread = _LoopThread()
+                self._finalizer = weakref.finalize(self, self._loop_thread.stop)
+            return self._loop_thread.loop
+
+    def check_bindings(self, bindings: Optional[Bindings]) -> None:
+        """Raises :class:`pycage.InvalidBindingsError` if ``bindings`` would
+        be refused by :meth:`run`, without running anything."""
+        self._native.check(_namespaces(bindings), _Site(self._private_loop, contextvars.copy_context()))
+
+    def run(
+        self,
+        code: str,
+        bindings: Optional[Bindings] = None,
+        *,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+    ) -> Result:
+        """Runs ``code`` to settlement and returns its :class:`Result`.
+
+        The calling thread waits with the GIL released. Sync bindings run on
+        a thread pool, async ones on a private event loop; both see a copy of
+        the caller's ``contextvars``. ``on_log(line)`` and ``on_call(event)``
+        are called on this thread while the run is in flight; an exception
+        from one of them (or Ctrl-C on the main thread) aborts the run and
+        is raised once its process is gone.
+
+        Raises only for misuse: :class:`pycage.InvalidBindingsError`,
+        :class:`pycage.RuntimeClosedError`, ``TypeError``. Every outcome of
+        the program itself, its crash included, is a :class:`Result`.
+        """
+        code = _check_code(code)
+        specs = _namespaces(bindings)
+        site = _Site(self._private_loop, contextvars.copy_context())
+        events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
+        main = threading.current_thread() is threading.main_thread()
+        return _result(self._native.run(code, specs, site, events, main))
+
+    async def arun(
+        self,
+        code: str,
+        bindings: Optional[Bindings] = None,
+        *,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+    ) -> Result:
+        """Runs ``code`` without blocking the event loop.
+
+        Async bindings run as tasks on the running loop, in a copy of the
+        caller's ``contextvars`` context; sync bindings run on a thread pool.
+        ``on_log`` and ``on_call`` are called on the loop. Cancelling the
+        awaiting task aborts the run (its process is killed and reaped, its
+        binding tasks cancelled) and raises ``CancelledError`` as usual.
+        """
+        code = _check_code(code)
+        specs = _namespaces(bindings)
+        loop = asyncio.get_running_loop()
+        site = _Site(lambda: loop, contextvars.copy_context())
+        events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
+        done: asyncio.Future[Any] = loop.create_future()
+
+        def settle(outcome: Any) -> None:
+            if not done.done():
+                done.set_result(outcome)
+
+        handle = self._native.start(code, specs, site, loop, settle, None if events is None else events.on_loop)
+        if events is not None:
+            events.handle = handle
+        try:
+            outcome = await done
+        except asyncio.CancelledError:
+            handle.cancel()
+            raise
+        if events is not None and events.error is not None:
+            raise events.error
+        return _result(outcome.parts())
+
+    def session(
+        self,
+        bindings: Optional[Bindings] = None,
+        *,
+        idle_timeout_seconds: float = 600.0,
+        max_lifetime_seconds: float = 3600.0,
+        address_space_bytes: Optional[int] = None,
+    ) -> Session:
+        """Opens a :class:`Session`: one process whose ``__main__`` globals
+        live across its runs (a notebook kernel), with ``bindings`` for its
+        whole life. It ends after ``idle_timeout_seconds`` without a run, at
+        ``max_lifetime_seconds``, when a run ends without finishing (timeout,
+        abort, a crash), or when closed; ``address_space_bytes`` is its
+        process's ``RLIMIT_AS`` (default: the runtime's)."""
+        owner = "pycage.Runtime.session"
+        for name, value in (
+            ("idle_timeout_seconds", idle_timeout_seconds),
+            ("max_lifetime_seconds", max_lifetime_seconds),
+        ):
+            if _check_seconds(name, value, owner) == 0:
+                raise ConfigError(f"invalid {owner} argument: {name} must be greater than zero")
+        site = _SessionSite(self._private_loop, contextvars.copy_context())
+        native = self._native.session(
+            _namespaces(bindings),
+            site,
+            idle_timeout_seconds=float(idle_timeout_seconds),
+            max_lifetime_seconds=float(max_lifetime_seconds),
+            address_space_bytes=_check_int("address_space_bytes", address_space_bytes, 0, owner),
+        )
+        return Session(self, native, site)
+
+    def close(self) -> None:
+        """Aborts every run in flight (they return ``abort``) and returns once
+        each child process has exited and been reaped. Idempotent."""
+        with self._lock:
+            self._closed = True
+            loop_thread, self._loop_thread = self._loop_thread, None
+        self._native.close()
+        if loop_thread is not None:
+            loop_thread.stop()
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Session:
+    """One process whose module globals live across runs, from
+    :meth:`Runtime.session`.
+
+    Each run has the runtime's wall-clock, CPU, log and value budgets of its
+    own; runs of one session take turns. A run that ends without finishing
+    (timeout, abort, its process dying) ends the session: that run returns
+    its :class:`Result` as usual, and later runs raise
+    :class:`pycage.SessionEndedError`. Use it as a context manager, or call
+    :meth:`close`.
+    """
+
+    def __init__(self, runtime: Runtime, native: Any, site: _SessionSite) -> None:
+        self._runtime = runtime
+        self._native = native
+        self._site = site
+        self._lock = threading.Lock()
+
+    @property
+    def ended(self) -> Optional[str]:
+        """Why the session ended, or ``None`` while it lives."""
+        return self._native.ended
+
+    def __repr__(self) -> str:
+        state = f" ended: {self.ended}" if self.ended else ""
+        return f"<pycage.Session{state}>"
+
+    def run(
+        self,
+        code: str,
+        *,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+    ) -> Result:
+        """Runs ``code`` in the session's globals, like :meth:`Runtime.run`."""
+        code = _check_code(code)
+        events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
+        main = threading.current_thread() is threading.main_thread()
+        with self._lock:
+            self._site.point(self._runtime._private_loop, contextvars.copy_context())
+            return _result(self._native.run(code, events, main))
+
+    async def arun(
+        self,
+        code: str,
+        *,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+    ) -> Result:
+        """Runs ``code`` in the session's globals, like :meth:`Runtime.arun`
+        (cancelling the task aborts the run, and so ends the session)."""
+        code = _check_code(code)
+        loop = asyncio.get_running_loop()
+        if not self._lock.acquire(blocking=False):
+            waiting = loop.run_in_executor(None, self._lock.acquire)
+            try:
+                await asyncio.shield(waiting)
+            except asyncio.CancelledError:
+                waiting.add_done_callback(lambda _: self._lock.release())
+                raise
+        try:
+            self._site.point(lambda: loop, contextvars.copy_context())
+            events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
+            done: asyncio.Future[Any] = loop.create_future()
+
+            def settle(outcome: Any) -> None:
+                if not done.done():
+                    done.set_result(outcome)
+
+            handle = self._native.start(code, loop, settle, None if events is None else events.on_loop)
+            if events is not None:
+                events.handle = handle
+            try:
+                outcome = await done
+            except asyncio.CancelledError:
+                handle.cancel()
+                raise
+        finally:
+            self._lock.release()
+        if events is not None and events.error is not None:
+            raise events.error
+        return _result(outcome.parts())
+
+    def close(self) -> None:
+        """Ends the session and returns once its process is reaped. Idempotent."""
+        self._native.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,67 @@
+"""Exceptions pycage raises for misuse.
+
+A program's own failure is never raised: it is a :class:`pycage.Result`
+whose ``error`` is set. These are raised when the caller got something
+wrong (a budget, a binding, a closed runtime), or by
+:meth:`pycage.Result.unwrap`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PycageError",
+    "ConfigError",
+    "InterpreterError",
+    "SandboxUnavailableError",
+    "InvalidBindingsError",
+    "RuntimeClosedError",
+    "SessionEndedError",
+    "RunError",
+]
+
+
+class PycageError(Exception):
+    """Base class of every exception pycage raises."""
+
+
+class ConfigError(PycageError, ValueError):
+    """A :class:`pycage.Runtime` argument cannot work (the message names it)."""
+
+
+class InterpreterError(PycageError):
+    """The interpreter for runs is missing, too old (CPython >= 3.10 is
+    needed) or cannot import pycage's bootstrap."""
+
+
+class SandboxUnavailableError(PycageError):
+    """``isolation="sandbox"`` needs a kernel feature this machine lacks (the
+    message names it). ``isolation="process"`` runs without the sandbox."""
+
+
+class InvalidBindingsError(PycageError, ValueError):
+    """The ``bindings`` argument breaks a rule (the message names the
+    namespace, member or error class, and what was passed)."""
+
+
+class RuntimeClosedError(PycageError):
+    """The runtime was closed; create a new one to run more programs."""
+
+
+class SessionEndedError(PycageError):
+    """The session is over (the message says why: a run ended without
+    finishing, it was idle or old enough, it was closed); open a new one."""
+
+
+class RunError(PycageError):
+    """Raised by :meth:`pycage.Result.unwrap` for a failed run.
+
+    ``kind`` is the failure kind (``"exception"``, ``"timeout"``, ``"abort"``,
+    ``"worker-exit"``, ``"invalid-output"`` or ``"output-limit"``),
+    ``message`` its message and ``logs`` the run's output lines.
+    """
+
+    def __init__(self, kind: str, message: str, logs: list[str]) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+        self.logs = logs

@@ -1,0 +1,237 @@
+//! Driving one run (of a runtime or of a session) to Python: spawned on the
+//! runtime's workers, where its socket is polled, then either waited for on
+//! the calling thread with the GIL released ([`wait_blocking`]) or handed to
+//! an asyncio loop ([`deliver_to_loop`]). Events stream in batches: on the
+//! calling thread, or on the loop.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pycage_runtime::{CancellationToken, MisuseError, RunEvent, RunResult, SessionError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use tokio::sync::mpsc;
+
+use crate::convert::json_to_py;
+use crate::runtime::{error, misuse};
+
+/// How often a blocking run on the main thread checks for signals.
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+/// Why a run produced no result.
+pub enum RunErr {
+    Misuse(MisuseError),
+    Session(SessionError),
+    /// The run's task panicked (a bug): reported, never hung on.
+    Task(String),
+}
+
+impl RunErr {
+    fn into_pyerr(self, py: Python<'_>) -> PyErr {
+        match self {
+            RunErr::Misuse(e) | RunErr::Session(SessionError::Misuse(e)) => misuse(py, e),
+            RunErr::Session(SessionError::Ended(why)) => {
+                error(py, "SessionEndedError", format!("the session has ended: {why}; open a new one"))
+            }
+            RunErr::Task(why) => error(py, "PycageError", format!("the run's task failed: {why}")),
+        }
+    }
+}
+
+pub type Outcome = Result<RunResult, RunErr>;
+
+/// A run on the runtime's workers and the receiver of its events (closed
+/// when the run is over; never fed when `events` is false).
+pub struct Spawned {
+    join: tokio::task::JoinHandle<Outcome>,
+    rx: mpsc::UnboundedReceiver<RunEvent>,
+}
+
+/// Spawns `make(events_sender)`.
+pub fn spawn<F, Fut>(rt: &tokio::runtime::Runtime, events: bool, make: F) -> Spawned
+where
+    F: FnOnce(Option<mpsc::UnboundedSender<RunEvent>>) -> Fut,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel();
+    let join = rt.spawn(make(events.then_some(tx)));
+    Spawned { join, rx }
+}
+
+/// Events as Python tuples: `("log", line)`, `("call", id, global, name,
+/// args)`, `("finished", id, error_or_None)`.
+fn event_batch<'py>(py: Python<'py>, events: Vec<RunEvent>) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for ev in events {
+        let item = match ev {
+            RunEvent::Log(line) => ("log", line).into_pyobject(py)?.into_any(),
+            RunEvent::Call { id, global, name, args } => {
+                ("call", id, global, name, json_to_py(py, args.root())?).into_pyobject(py)?.into_any()
+            }
+            RunEvent::CallFinished { id, error } => ("finished", id, error).into_pyobject(py)?.into_any(),
+        };
+        list.append(item)?;
+    }
+    Ok(list)
+}
+
+/// Everything queued now, after `first`.
+fn drain(first: RunEvent, rx: &mut mpsc::UnboundedReceiver<RunEvent>) -> Vec<RunEvent> {
+    let mut batch = vec![first];
+    while let Ok(ev) = rx.try_recv() {
+        batch.push(ev);
+    }
+    batch
+}
+
+fn joined(r: Result<Outcome, tokio::task::JoinError>) -> Outcome {
+    r.unwrap_or_else(|e| Err(RunErr::Task(e.to_string())))
+}
+
+/// `(has_value, value, logs, error_kind, error_message, dropped_frames)`.
+pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, PyTuple>> {
+    let value = match &r.value {
+        Some(v) => json_to_py(py, v.root())?,
+        None => py.None().into_bound(py),
+    };
+    let (kind, message) = match &r.error {
+        Some(e) => (Some(e.kind.as_str()), Some(e.message.as_str())),
+        None => (None, None),
+    };
+    (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames).into_pyobject(py)
+}
+
+/// Waits for a spawned run with the GIL released and returns its parts.
+/// `on_event(batch)` runs on this thread. An exception from it, or from a
+/// signal handler (when `poll_signals`), cancels `token` and is raised once
+/// the run has settled.
+pub fn wait_blocking<'py>(
+    py: Python<'py>,
+    rt: &tokio::runtime::Runtime,
+    run: Spawned,
+    token: CancellationToken,
+    on_event: Option<Py<PyAny>>,
+    poll_signals: bool,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let Spawned { join, mut rx } = run;
+    let (result, raised) = py.detach(|| {
+        rt.block_on(async move {
+            tokio::pin!(join);
+            let mut tick = tokio::time::interval(SIGNAL_POLL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut raised: Option<PyErr> = None;
+            let deliver = |batch: Vec<RunEvent>, raised: &mut Option<PyErr>| {
+                if raised.is_some() {
+                    return;
+                }
+                if let Some(cb) = &on_event {
+                    let r = Python::attach(|py| event_batch(py, batch).and_then(|b| cb.call1(py, (b,)).map(drop)));
+                    if let Err(e) = r {
+                        *raised = Some(e);
+                        token.cancel();
+                    }
+                }
+            };
+            let result = loop {
+                tokio::select! {
+                    biased;
+                    Some(ev) = rx.recv() => deliver(drain(ev, &mut rx), &mut raised),
+                    r = &mut join => break joined(r),
+                    _ = tick.tick(), if poll_signals && raised.is_none() => {
+                        if let Err(e) = Python::attach(|py| py.check_signals()) {
+                            raised = Some(e);
+                            token.cancel();
+                        }
+                    }
+                }
+            };
+            // The run's sender is gone: deliver what is still queued.
+            while let Some(ev) = rx.recv().await {
+                deliver(drain(ev, &mut rx), &mut raised);
+            }
+            (result, raised)
+        })
+    });
+    if let Some(e) = raised {
+        return Err(e);
+    }
+    match result {
+        Ok(r) => result_parts(py, &r),
+        Err(e) => Err(e.into_pyerr(py)),
+    }
+}
+
+/// Hands a spawned run to an asyncio loop: event batches go to
+/// `event_loop.call_soon_threadsafe(on_event, batch)`, then the
+/// [`RunOutcome`] to `event_loop.call_soon_threadsafe(on_done, outcome)`.
+pub fn deliver_to_loop(
+    rt: &tokio::runtime::Runtime,
+    run: Spawned,
+    event_loop: Py<PyAny>,
+    on_done: Py<PyAny>,
+    on_event: Option<Py<PyAny>>,
+) {
+    let Spawned { join, mut rx } = run;
+    let event_loop = Arc::new(event_loop);
+    rt.spawn(async move {
+        tokio::pin!(join);
+        let deliver = |batch: Vec<RunEvent>| {
+            if let Some(cb) = &on_event {
+                Python::try_attach(|py| {
+                    if let Ok(b) = event_batch(py, batch) {
+                        let _ = event_loop.call_method1(py, "call_soon_threadsafe", (cb, b));
+                    }
+                });
+            }
+        };
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(ev) = rx.recv() => deliver(drain(ev, &mut rx)),
+                r = &mut join => break joined(r),
+            }
+        };
+        while let Some(ev) = rx.recv().await {
+            deliver(drain(ev, &mut rx));
+        }
+        Python::try_attach(|py| {
+            if let Ok(outcome) = Py::new(py, RunOutcome { result: Mutex::new(Some(result)) }) {
+                // A closed loop raises; nobody is waiting then.
+                let _ = event_loop.call_method1(py, "call_soon_threadsafe", (on_done, outcome));
+            }
+        });
+    });
+}
+
+/// A finished `start()`ed run, handed to the loop's `on_done`.
+#[pyclass(frozen, module = "pycage._native")]
+pub struct RunOutcome {
+    result: Mutex<Option<Outcome>>,
+}
+
+#[pymethods]
+impl RunOutcome {
+    /// The result as a tuple (see `NativeRuntime.run`), or the error raised.
+    fn parts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let taken = self.result.lock().ok().and_then(|mut r| r.take());
+        match taken {
+            Some(Ok(r)) => result_parts(py, &r),
+            Some(Err(e)) => Err(e.into_pyerr(py)),
+            None => Err(error(py, "PycageError", "the outcome was already taken".into())),
+        }
+    }
+}
+
+/// Cancels a `start()`ed run: it settles as `abort`.
+#[pyclass(frozen, module = "pycage._native")]
+pub struct RunHandle {
+    pub(crate) token: CancellationToken,
+}
+
+#[pymethods]
+impl RunHandle {
+    fn cancel(&self) {
+        self.token.cancel();
+    }
+}

@@ -1,0 +1,44 @@
+//! `pycage._native`: the compiled half of the `pycage` Python package.
+//!
+//! The Python half (`crates/pycage-py/python/pycage/`) owns the public API,
+//! argument checking and the asyncio glue; this module owns what must not
+//! hold the GIL or must be exact: driving [`pycage_runtime::Runtime`]
+//! ([`runtime`]), calling Python callables as bindings ([`calls`]) and
+//! converting values between JSON and Python ([`convert`]).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+mod calls;
+mod convert;
+mod drive;
+mod runtime;
+mod session;
+
+use pyo3::prelude::*;
+
+/// `to_json(value) -> str`: the canonical JSON text of a Python value, as it
+/// would cross into a program (raises `ValueError` naming the path of a
+/// value that cannot).
+#[pyfunction]
+fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    convert::py_to_json(value).map(|v| v.to_canonical_string()).map_err(|e| e.into_pyerr(py, "not JSON"))
+}
+
+/// `from_json(text) -> object`: parses JSON exactly (big ints, `-0.0`, any depth).
+#[pyfunction]
+fn from_json<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    let value = pycage_protocol::JsonValue::parse(text.as_bytes())
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("invalid JSON: {e}")))?;
+    convert::json_to_py(py, value.root())
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<runtime::NativeRuntime>()?;
+    m.add_class::<drive::RunHandle>()?;
+    m.add_class::<drive::RunOutcome>()?;
+    m.add_class::<session::NativeSession>()?;
+    m.add_class::<calls::Reply>()?;
+    m.add_function(wrap_pyfunction!(to_json, m)?)?;
+    m.add_function(wrap_pyfunction!(from_json, m)?)?;
+    Ok(())
+}

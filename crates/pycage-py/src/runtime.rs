@@ -1,0 +1,394 @@
+//! `pycage._native.NativeRuntime`: a [`pycage_runtime::Runtime`] driven from
+//! Python, synchronously (the GIL released while the run is in flight) or
+//! from asyncio (the result delivered to the caller's loop).
+//!
+//! Every runtime of a process shares one multi-threaded tokio runtime. Runs
+//! stream their events to Python in batches: on the calling thread for
+//! `run`, on the caller's loop for `start`. A sync run on the main thread
+//! polls for signals, so Ctrl-C aborts the run and raises
+//! `KeyboardInterrupt` once the child is reaped.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pycage_runtime::{
+    CancellationToken, ErrorClass, Isolation, MisuseError, Namespace, RunRequest, Runtime, RuntimeConfig, RuntimeError,
+    SessionOptions, SpawnMode,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyTuple, PyType};
+
+use crate::calls::{binding, Site};
+use crate::drive::{self, RunErr, RunHandle};
+use crate::session::NativeSession;
+
+/// The process's tokio runtime, rebuilt in a forked child (whose copy of the
+/// parent's runtime has no threads).
+static TOKIO: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
+
+pub fn tokio_runtime(py: Python<'_>) -> PyResult<Arc<tokio::runtime::Runtime>> {
+    let pid = std::process::id();
+    let mut slot = TOKIO.lock().map_err(|_| error(py, "PycageError", "the tokio runtime lock is poisoned".into()))?;
+    if let Some((owner, rt)) = slot.as_ref() {
+        if *owner == pid {
+            return Ok(rt.clone());
+        }
+    }
+    if let Some((_, inherited)) = slot.take() {
+        // Dropping it would wait for worker threads that do not exist here.
+        std::mem::forget(inherited);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("pycage")
+        .build()
+        .map_err(|e| error(py, "PycageError", format!("could not start the tokio runtime: {e}")))?;
+    let rt = Arc::new(rt);
+    *slot = Some((pid, rt.clone()));
+    Ok(rt)
+}
+
+/// An instance of an exception class of `pycage.errors`.
+pub fn error(py: Python<'_>, class: &str, message: String) -> PyErr {
+    match py.import("pycage.errors").and_then(|m| m.getattr(class)).and_then(|c| Ok(c.cast_into::<PyType>()?)) {
+        Ok(ty) => PyErr::from_type(ty, message),
+        Err(e) => e,
+    }
+}
+
+pub fn misuse(py: Python<'_>, e: MisuseError) -> PyErr {
+    match e {
+        MisuseError::Names(n) => error(py, "InvalidBindingsError", format!("invalid bindings: {n}")),
+        MisuseError::ShutDown => error(
+            py,
+            "RuntimeClosedError",
+            "the runtime is closed; create a new pycage.Runtime to run more programs".into(),
+        ),
+        MisuseError::Input(m) => error(py, "PycageError", format!("invalid input: {m}")),
+    }
+}
+
+/// The Python keyword for a `RuntimeConfig` field.
+fn python_name(field: &str) -> &str {
+    match field {
+        "wall_time" => "wall_seconds",
+        "grace" => "grace_seconds",
+        "max_processes/max_open_files" => "max_processes / max_open_files",
+        "zygote_max_runs/zygote_max_age" => "zygote_max_runs / zygote_max_age_seconds",
+        other => other,
+    }
+}
+
+fn start_error(py: Python<'_>, e: RuntimeError) -> PyErr {
+    match e {
+        RuntimeError::Config(c) => {
+            error(py, "ConfigError", format!("invalid pycage.Runtime argument: {} {}", python_name(c.field), c.problem))
+        }
+        RuntimeError::Interpreter(_) | RuntimeError::BootstrapImport { .. } => {
+            error(py, "InterpreterError", e.to_string().replace("(--python / RuntimeConfig::python)", "(python=...)"))
+        }
+        RuntimeError::SandboxUnavailable { .. } => {
+            error(py, "SandboxUnavailableError", format!("{e}. From Python: pycage.Runtime(isolation=\"process\")"))
+        }
+        RuntimeError::SandboxPolicy(_) | RuntimeError::AllowRead(_) => {
+            error(py, "ConfigError", e.to_string().replace("--allow-read", "allow_read"))
+        }
+        RuntimeError::Bootstrap(_) | RuntimeError::RunDirs(_) => error(py, "PycageError", e.to_string()),
+    }
+}
+
+pub fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        error(
+            py,
+            "ConfigError",
+            format!("invalid pycage.Runtime argument: {name} must be a finite number >= 0, got {value}"),
+        )
+    })
+}
+
+/// One namespace as Python hands it over: `(global, [(name, func, is_async)], error_class)`.
+pub type NamespaceSpec = (String, Vec<(String, Py<PyAny>, bool)>, Option<(String, String)>);
+
+fn request(program: String, namespaces: Vec<NamespaceSpec>, site: Site) -> RunRequest {
+    let site = Arc::new(site);
+    let mut request = RunRequest::new(program);
+    for (global, members, error_class) in namespaces {
+        let mut ns = Namespace::new(global.clone());
+        for (name, func, is_async) in members {
+            let label = format!("{global}.{name}");
+            ns = ns.with_function(name, binding(label, func, is_async, site.clone()));
+        }
+        if let Some((name, member_name_property)) = error_class {
+            ns = ns.with_error_class(ErrorClass { name, member_name_property });
+        }
+        request = request.with_namespace(ns);
+    }
+    request
+}
+
+/// The native runtime; `pycage.Runtime` wraps it.
+#[pyclass(frozen, module = "pycage._native")]
+pub struct NativeRuntime {
+    /// Not dropped in a forked child: its temporary directories belong to
+    /// the parent.
+    inner: Option<Runtime>,
+    pid: u32,
+}
+
+impl Drop for NativeRuntime {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            std::mem::forget(self.inner.take());
+        }
+    }
+}
+
+impl NativeRuntime {
+    fn inner(&self, py: Python<'_>) -> PyResult<&Runtime> {
+        self.inner.as_ref().ok_or_else(|| error(py, "PycageError", "the runtime is gone".into()))
+    }
+
+    fn runtime(&self, py: Python<'_>) -> PyResult<Runtime> {
+        if std::process::id() != self.pid {
+            return Err(error(
+                py,
+                "PycageError",
+                format!(
+                    "this pycage.Runtime was created in process {} and cannot be used after fork(); create a new one in this process",
+                    self.pid
+                ),
+            ));
+        }
+        Ok(self.inner(py)?.clone())
+    }
+}
+
+#[pymethods]
+impl NativeRuntime {
+    #[new]
+    #[pyo3(signature = (*, python=None, isolation=None, wall_seconds=None, cpu_seconds=None, address_space_bytes=None,
+        max_log_bytes=None, max_value_bytes=None, max_line_bytes=None, max_control_bytes=None, grace_seconds=None,
+        allow_read=None, run_dir_parent=None, max_processes=None, max_file_bytes=None, max_open_files=None,
+        spawn=None, pool_size=None, max_concurrent_runs=None, zygote_max_runs=None, zygote_max_age_seconds=None,
+        cache_dir=None, probe_cache=true))]
+    #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
+    fn new(
+        py: Python<'_>,
+        python: Option<PathBuf>,
+        isolation: Option<&str>,
+        wall_seconds: Option<f64>,
+        cpu_seconds: Option<u64>,
+        address_space_bytes: Option<u64>,
+        max_log_bytes: Option<u64>,
+        max_value_bytes: Option<u64>,
+        max_line_bytes: Option<usize>,
+        max_control_bytes: Option<u64>,
+        grace_seconds: Option<f64>,
+        allow_read: Option<Vec<PathBuf>>,
+        run_dir_parent: Option<PathBuf>,
+        max_processes: Option<u64>,
+        max_file_bytes: Option<u64>,
+        max_open_files: Option<u64>,
+        spawn: Option<&str>,
+        pool_size: Option<usize>,
+        max_concurrent_runs: Option<usize>,
+        zygote_max_runs: Option<u64>,
+        zygote_max_age_seconds: Option<f64>,
+        cache_dir: Option<PathBuf>,
+        probe_cache: bool,
+    ) -> PyResult<Self> {
+        let cache_dir = if probe_cache { cache_dir.or_else(pycage_runtime::default_cache_dir) } else { None };
+        let mut c = RuntimeConfig { python, run_dir_parent, cache_dir, ..RuntimeConfig::default() };
+        match spawn {
+            None | Some("zygote") => c.spawn = SpawnMode::Zygote,
+            Some("exec") => c.spawn = SpawnMode::Exec,
+            Some(other) => {
+                return Err(error(
+                    py,
+                    "ConfigError",
+                    format!("invalid pycage.Runtime argument: spawn must be \"zygote\" or \"exec\", got {other:?}"),
+                ))
+            }
+        }
+        if let Some(s) = zygote_max_age_seconds {
+            c.zygote_max_age = seconds(py, "zygote_max_age_seconds", s)?;
+        }
+        c.pool_size = pool_size.unwrap_or(c.pool_size);
+        c.max_concurrent_runs = max_concurrent_runs.unwrap_or(c.max_concurrent_runs);
+        c.zygote_max_runs = zygote_max_runs.unwrap_or(c.zygote_max_runs);
+        match isolation {
+            None | Some("sandbox") => c.isolation = Isolation::Sandbox,
+            Some("process") => c.isolation = Isolation::Process,
+            Some(other) => {
+                return Err(error(
+                    py,
+                    "ConfigError",
+                    format!(
+                        "invalid pycage.Runtime argument: isolation must be \"sandbox\" or \"process\", got {other:?}"
+                    ),
+                ))
+            }
+        }
+        if let Some(s) = wall_seconds {
+            c.wall_time = seconds(py, "wall_seconds", s)?;
+        }
+        if let Some(s) = grace_seconds {
+            c.grace = seconds(py, "grace_seconds", s)?;
+        }
+        c.cpu_seconds = cpu_seconds.unwrap_or(c.cpu_seconds);
+        c.address_space_bytes = address_space_bytes.unwrap_or(c.address_space_bytes);
+        c.max_log_bytes = max_log_bytes.unwrap_or(c.max_log_bytes);
+        c.max_value_bytes = max_value_bytes.unwrap_or(c.max_value_bytes);
+        c.max_line_bytes = max_line_bytes.unwrap_or(c.max_line_bytes);
+        c.max_control_bytes = max_control_bytes.unwrap_or(c.max_control_bytes);
+        c.allow_read = allow_read.unwrap_or_default();
+        c.max_processes = max_processes.unwrap_or(c.max_processes);
+        c.max_file_bytes = max_file_bytes.unwrap_or(c.max_file_bytes);
+        c.max_open_files = max_open_files.unwrap_or(c.max_open_files);
+        // The probe starts an interpreter: let other Python threads run.
+        let runtime = py.detach(|| Runtime::new(c)).map_err(|e| start_error(py, e))?;
+        Ok(NativeRuntime { inner: Some(runtime), pid: std::process::id() })
+    }
+
+    /// The effective configuration, as the keyword arguments `pycage.Runtime` takes.
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner(py)?;
+        let c = inner.config();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("python", inner.interpreter().executable.clone())?;
+        d.set_item("isolation", c.isolation.as_str())?;
+        d.set_item("wall_seconds", c.wall_time.as_secs_f64())?;
+        d.set_item("cpu_seconds", c.cpu_seconds)?;
+        d.set_item("address_space_bytes", c.address_space_bytes)?;
+        d.set_item("max_log_bytes", c.max_log_bytes)?;
+        d.set_item("max_value_bytes", c.max_value_bytes)?;
+        d.set_item("max_line_bytes", c.max_line_bytes)?;
+        d.set_item("max_control_bytes", c.max_control_bytes)?;
+        d.set_item("grace_seconds", c.grace.as_secs_f64())?;
+        d.set_item("allow_read", c.allow_read.clone())?;
+        d.set_item("run_dir_parent", c.run_dir_parent.clone())?;
+        d.set_item("max_processes", c.max_processes)?;
+        d.set_item("max_file_bytes", c.max_file_bytes)?;
+        d.set_item("max_open_files", c.max_open_files)?;
+        d.set_item("spawn", c.spawn.as_str())?;
+        d.set_item("pool_size", c.pool_size)?;
+        d.set_item("max_concurrent_runs", c.max_concurrent_runs)?;
+        d.set_item("zygote_max_runs", c.zygote_max_runs)?;
+        d.set_item("zygote_max_age_seconds", c.zygote_max_age.as_secs_f64())?;
+        d.set_item("cache_dir", c.cache_dir.clone())?;
+        Ok(d.into_any())
+    }
+
+    /// The interpreter's version, `(major, minor, micro)`.
+    #[getter]
+    fn python_version(&self, py: Python<'_>) -> PyResult<(u64, u64, u64)> {
+        Ok(self.inner(py)?.interpreter().version)
+    }
+
+    /// Checks the name rules of a binding list without running anything.
+    fn check(&self, py: Python<'_>, namespaces: Vec<NamespaceSpec>, site: &Bound<'_, PyAny>) -> PyResult<()> {
+        let r = request(String::new(), namespaces, Site::from_py(site)?);
+        pycage_runtime::names::check_bindings(&r.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))
+    }
+
+    /// Runs a program to settlement with the GIL released; returns
+    /// `(has_value, value, logs, error_kind, error_message, dropped_frames)`.
+    /// `on_event(batch)` runs on this thread. An exception from it, or a
+    /// signal handler's (when `poll_signals`), aborts the run and is raised
+    /// once the run has settled.
+    #[pyo3(signature = (program, namespaces, site, on_event=None, poll_signals=false))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        program: String,
+        namespaces: Vec<NamespaceSpec>,
+        site: &Bound<'py, PyAny>,
+        on_event: Option<Py<PyAny>>,
+        poll_signals: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let runtime = self.runtime(py)?;
+        let token = CancellationToken::new();
+        let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
+        pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
+        let rt = tokio_runtime(py)?;
+        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
+            match events {
+                Some(tx) => runtime.run_with_events(req, tx).await,
+                None => runtime.run(req).await,
+            }
+            .map_err(RunErr::Misuse)
+        });
+        drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
+    }
+
+    /// Starts a program on the shared tokio runtime and returns at once.
+    /// Event batches go to `event_loop.call_soon_threadsafe(on_event, batch)`,
+    /// then the [`RunOutcome`] to `event_loop.call_soon_threadsafe(on_done, outcome)`.
+    #[pyo3(signature = (program, namespaces, site, event_loop, on_done, on_event=None))]
+    #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
+    fn start(
+        &self,
+        py: Python<'_>,
+        program: String,
+        namespaces: Vec<NamespaceSpec>,
+        site: &Bound<'_, PyAny>,
+        event_loop: Py<PyAny>,
+        on_done: Py<PyAny>,
+        on_event: Option<Py<PyAny>>,
+    ) -> PyResult<RunHandle> {
+        let runtime = self.runtime(py)?;
+        let token = CancellationToken::new();
+        let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
+        pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
+        let rt = tokio_runtime(py)?;
+        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
+            match events {
+                Some(tx) => runtime.run_with_events(req, tx).await,
+                None => runtime.run(req).await,
+            }
+            .map_err(RunErr::Misuse)
+        });
+        drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
+        Ok(RunHandle { token })
+    }
+
+    /// Opens a session: one child whose `__main__` globals live across its
+    /// runs, with these bindings for its whole life.
+    #[pyo3(signature = (namespaces, site, idle_timeout_seconds=None, max_lifetime_seconds=None, address_space_bytes=None))]
+    fn session(
+        &self,
+        py: Python<'_>,
+        namespaces: Vec<NamespaceSpec>,
+        site: &Bound<'_, PyAny>,
+        idle_timeout_seconds: Option<f64>,
+        max_lifetime_seconds: Option<f64>,
+        address_space_bytes: Option<u64>,
+    ) -> PyResult<NativeSession> {
+        let runtime = self.runtime(py)?;
+        let bindings = request(String::new(), namespaces, Site::from_py(site)?).bindings;
+        let mut options = SessionOptions { bindings, memory_bytes: address_space_bytes, ..SessionOptions::default() };
+        if let Some(s) = idle_timeout_seconds {
+            options.idle_timeout = seconds(py, "idle_timeout_seconds", s)?;
+        }
+        if let Some(s) = max_lifetime_seconds {
+            options.max_lifetime = seconds(py, "max_lifetime_seconds", s)?;
+        }
+        let rt = tokio_runtime(py)?;
+        // The session's watchdog is a task of this runtime.
+        let _entered = rt.enter();
+        let session = runtime.session(options).map_err(|e| misuse(py, e))?;
+        Ok(NativeSession::new(session))
+    }
+
+    /// Aborts every run in flight and returns once each child has exited
+    /// and been reaped (the GIL released meanwhile). Later runs raise
+    /// `RuntimeClosedError`.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let runtime = self.runtime(py)?;
+        let rt = tokio_runtime(py)?;
+        py.detach(|| rt.block_on(runtime.shutdown()));
+        Ok(())
+    }
+}

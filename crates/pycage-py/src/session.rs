@@ -1,0 +1,101 @@
+//! `pycage._native.NativeSession`: a [`pycage_runtime::Session`] (one child
+//! that keeps its `__main__` globals across runs) driven from Python, like
+//! a runtime's runs (see [`crate::drive`]).
+
+use pycage_runtime::{CancellationToken, Session, SessionRun};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::drive::{self, RunErr, RunHandle};
+use crate::runtime::{error, tokio_runtime};
+
+/// The native session; `pycage.Session` wraps it.
+#[pyclass(frozen, module = "pycage._native")]
+pub struct NativeSession {
+    /// Not dropped in a forked child: its process belongs to the parent.
+    inner: Option<Session>,
+    pid: u32,
+}
+
+impl NativeSession {
+    pub fn new(session: Session) -> Self {
+        NativeSession { inner: Some(session), pid: std::process::id() }
+    }
+
+    fn session(&self, py: Python<'_>) -> PyResult<Session> {
+        if std::process::id() != self.pid {
+            return Err(error(
+                py,
+                "PycageError",
+                format!("this pycage.Session was opened in process {} and cannot be used after fork()", self.pid),
+            ));
+        }
+        self.inner.clone().ok_or_else(|| error(py, "PycageError", "the session is gone".into()))
+    }
+}
+
+impl Drop for NativeSession {
+    fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            std::mem::forget(self.inner.take());
+        }
+    }
+}
+
+#[pymethods]
+impl NativeSession {
+    /// Runs a program in the session, like `NativeRuntime.run`.
+    #[pyo3(signature = (program, on_event=None, poll_signals=false))]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        program: String,
+        on_event: Option<Py<PyAny>>,
+        poll_signals: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let session = self.session(py)?;
+        let token = CancellationToken::new();
+        let request = SessionRun::new(program).with_cancel(token.clone());
+        let rt = tokio_runtime(py)?;
+        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
+            session.run_with(request, events).await.map_err(RunErr::Session)
+        });
+        drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
+    }
+
+    /// Starts a program in the session, like `NativeRuntime.start`.
+    #[pyo3(signature = (program, event_loop, on_done, on_event=None))]
+    fn start(
+        &self,
+        py: Python<'_>,
+        program: String,
+        event_loop: Py<PyAny>,
+        on_done: Py<PyAny>,
+        on_event: Option<Py<PyAny>>,
+    ) -> PyResult<RunHandle> {
+        let session = self.session(py)?;
+        let token = CancellationToken::new();
+        let request = SessionRun::new(program).with_cancel(token.clone());
+        let rt = tokio_runtime(py)?;
+        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
+            session.run_with(request, events).await.map_err(RunErr::Session)
+        });
+        drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
+        Ok(RunHandle { token })
+    }
+
+    /// Why the session ended, or `None` while it lives.
+    #[getter]
+    fn ended(&self) -> Option<String> {
+        self.inner.as_ref().and_then(|s| s.ended())
+    }
+
+    /// Ends the session and returns once its process is reaped (the GIL
+    /// released meanwhile).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let session = self.session(py)?;
+        let rt = tokio_runtime(py)?;
+        py.detach(|| rt.block_on(session.close()));
+        Ok(())
+    }
+}

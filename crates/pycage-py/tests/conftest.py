@@ -1,0 +1,70 @@
+"""Fixtures shared by the pycage package tests.
+
+Every test runs real programs in real CPython children. Sandbox isolation
+(the default) needs kernel support (user namespaces, Landlock, seccomp);
+where it is missing its tests skip, and fail instead when
+PYCAGE_REQUIRE_ALL_TESTS=1 (CI sets it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+import pycage
+
+REQUIRE_ALL = os.environ.get("PYCAGE_REQUIRE_ALL_TESTS") == "1"
+
+
+def unavailable(reason: str) -> None:
+    if REQUIRE_ALL:
+        pytest.fail(f"{reason} (PYCAGE_REQUIRE_ALL_TESTS=1 forbids skipping)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def process_rt():
+    rt = pycage.Runtime(isolation="process", python=sys.executable)
+    yield rt
+    rt.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_rt():
+    try:
+        rt = pycage.Runtime(python=sys.executable)
+    except pycage.SandboxUnavailableError as e:
+        unavailable(f"sandbox isolation is unavailable here: {e}")
+    yield rt
+    rt.close()
+
+
+@pytest.fixture(params=["process", "sandbox"])
+def rt(request):
+    """A shared runtime of each isolation."""
+    return request.getfixturevalue(f"{request.param}_rt")
+
+
+def child_pids() -> set[int]:
+    """Live (non-zombie) descendants of this process: run processes are
+    children of the zygote, itself a child of this process."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            parents[int(entry)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found

@@ -1,0 +1,277 @@
+"""Python callables as bindings: sync and async, errors, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+
+import pytest
+
+import pycage
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
+
+GATHER_200 = "import asyncio\nreturn await asyncio.gather(*[ns.f({'i': i}) for i in range(200)])"
+
+
+def test_sync_and_async_bindings(rt):
+    def add(a, b):
+        return a + b
+
+    async def mul(a, b):
+        await asyncio.sleep(0.001)
+        return a * b
+
+    r = rt.run(
+        "return [await ns.add({'a': 2, 'b': 3}), await ns.mul({'a': 4, 'b': 5})]", {"ns": {"add": add, "mul": mul}}
+    )
+    assert r.value == [5, 20]
+
+
+def test_keyword_arguments_and_an_arguments_object_call_the_same(process_rt):
+    calls = []
+
+    def search(query, limit=10):
+        calls.append((query, limit))
+        return len(calls)
+
+    r = process_rt.run(
+        "return [await tools.search(query='x'), await tools.search({'query': 'y', 'limit': 2}), "
+        "await tools.search(query='z', limit=3)]",
+        {"tools": {"search": search}},
+    )
+    assert r.value == [1, 2, 3]
+    assert calls == [("x", 10), ("y", 2), ("z", 3)]
+
+
+def test_no_argument_calls_with_no_arguments(rt):
+    r = rt.run("return await ns.now()", {"ns": {"now": lambda: "called with nothing"}})
+    assert r.value == "called with nothing"
+
+
+def test_non_object_argument_is_one_positional(rt):
+    r = rt.run(
+        "return [await ns.f([1, 2]), await ns.f(3), await ns.f('s'), await ns.f(None)]",
+        {"ns": {"f": lambda x: repr(x)}},
+    )
+    assert r.value == ["[1, 2]", "3", "'s'", "None"]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_200_gathered_calls(rt, kind):
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def f_sync(i):
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.02)
+        with lock:
+            active -= 1
+        return i * 2
+
+    async def f_async(i):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.02)
+        active -= 1
+        return i * 2
+
+    f = f_sync if kind == "sync" else f_async
+    if kind == "sync":
+        r = rt.run(GATHER_200, {"ns": {"f": f}})
+    else:
+        r = asyncio.run(rt.arun(GATHER_200, {"ns": {"f": f}}))
+    assert r.error is None, r.error
+    assert r.value == [i * 2 for i in range(200)]
+    assert peak > 1, "calls did not overlap"
+
+
+def test_async_bindings_run_on_the_callers_loop_with_its_context(process_rt):
+    seen = []
+
+    async def where(_):
+        seen.append((asyncio.get_running_loop(), request_id.get()))
+        return True
+
+    async def main():
+        request_id.set("req-42")
+        r = await process_rt.arun("return await ns.where(1)", {"ns": {"where": where}})
+        return r, asyncio.get_running_loop()
+
+    r, loop = asyncio.run(main())
+    assert r.value is True
+    assert seen == [(loop, "req-42")]
+
+
+def test_sync_bindings_see_the_callers_context_on_a_worker_thread(process_rt):
+    seen = []
+
+    def where(_):
+        seen.append((threading.current_thread() is threading.main_thread(), request_id.get()))
+        return True
+
+    token = request_id.set("sync-7")
+    try:
+        assert process_rt.run("return await ns.where(1)", {"ns": {"where": where}}).value is True
+    finally:
+        request_id.reset(token)
+    assert seen == [(False, "sync-7")]
+
+
+def test_async_binding_in_a_sync_run_uses_a_private_loop(process_rt):
+    async def f(x):
+        await asyncio.sleep(0)
+        return x + 1
+
+    assert process_rt.run("return await ns.f(1)", {"ns": {"f": f}}).value == 2
+
+
+def test_sync_callable_returning_an_awaitable(process_rt):
+    async def later(x):
+        return x * 3
+
+    r = process_rt.run("return await ns.f(2)", {"ns": {"f": lambda x: later(x)}})
+    assert r.value == 6
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_binding_exception_rejects_the_call_with_its_message(rt, kind):
+    def boom_sync(_):
+        raise LookupError("no such user: 42")
+
+    async def boom_async(_):
+        raise LookupError("no such user: 42")
+
+    boom = boom_sync if kind == "sync" else boom_async
+    program = "try:\n    await ns.boom(1)\nexcept RuntimeError as e:\n    return str(e)"
+    r = (
+        rt.run(program, {"ns": {"boom": boom}})
+        if kind == "sync"
+        else asyncio.run(rt.arun(program, {"ns": {"boom": boom}}))
+    )
+    assert r.value == "no such user: 42"
+
+
+def test_error_class(rt):
+    def lookup(_):
+        raise KeyError("gone")
+
+    r = rt.run(
+        "try:\n    await tools.lookup(1)\n"
+        "except ToolError as e:\n    return [type(e).__name__, str(e), e.tool, isinstance(e, Exception)]",
+        {"tools": pycage.Namespace({"lookup": lookup}, error_class=pycage.ErrorClass("ToolError", "tool"))},
+    )
+    assert r.value == ["ToolError", "'gone'", "lookup", True]
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit(), MemoryError("big")])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_crashing_binding_does_not_crash_the_host(process_rt, exc, kind):
+    def crash_sync(_):
+        raise exc
+
+    async def crash_async(_):
+        raise exc
+
+    crash = crash_sync if kind == "sync" else crash_async
+    program = "try:\n    await ns.crash(1)\nexcept RuntimeError as e:\n    return 'rejected: ' + str(e)"
+    if kind == "sync":
+        r = process_rt.run(program, {"ns": {"crash": crash}})
+    else:
+
+        async def main():
+            r = await process_rt.arun(program, {"ns": {"crash": crash}})
+            await asyncio.sleep(0)
+            return r
+
+        r = asyncio.run(main())
+    assert r.error is None, r.error
+    assert r.value.startswith("rejected: ")
+    # The host still works.
+    assert process_rt.run("return 1").value == 1
+
+
+def test_namespace_object(process_rt):
+    class Calculator:
+        factor = 10
+
+        def scale(self, x):
+            return x * self.factor
+
+        async def ascale(self, x):
+            return -x * self.factor
+
+        def _private(self, x):
+            return x
+
+    r = process_rt.run("return [await calc.scale(2), await calc.ascale(3), sorted(dir(calc))]", {"calc": Calculator()})
+    assert r.value == [20, -30, ["ascale", "scale"]]
+
+
+def test_member_names_are_any_strings(process_rt):
+    r = process_rt.run(
+        "return [await getattr(ns, 'my-tool')(1), await ns.__init__(2), await getattr(ns, '')(3)]",
+        {"ns": {"my-tool": lambda x: x, "__init__": lambda x: x * 2, "": lambda x: x * 3}},
+    )
+    assert r.value == [1, 4, 9]
+
+
+@pytest.mark.parametrize(
+    ("bindings", "message"),
+    [
+        ({"class": {}}, "reserved word"),
+        ({"print": {}, "tools": {}}, "would shadow the Python builtin print"),
+        ({"1abc": {}}, "not an identifier"),
+        ({"tools": {"f": 3}}, "bindings['tools']['f'] is not callable: got int 3"),
+        ({"search": len}, "bindings['search'] is a function"),
+        ([{"f": len}], "bindings must be a dict"),
+        ({"tools": {1: len}}, "member names must be str, got int 1"),
+        ({"a": pycage.Namespace({}, error_class="a")}, "distinct"),
+        ({"a": pycage.Namespace({}, error_class=pycage.ErrorClass("E", "message"))}, "member_name_property"),
+    ],
+)
+def test_invalid_bindings_name_what_was_passed(process_rt, bindings, message):
+    with pytest.raises(pycage.InvalidBindingsError) as e:
+        process_rt.run("return 1", bindings)
+    assert message in str(e.value)
+    with pytest.raises(pycage.InvalidBindingsError):
+        process_rt.check_bindings(bindings)
+
+
+def test_unknown_member_call_fails_in_the_program(process_rt):
+    r = process_rt.run("return await ns.missing(1)", {"ns": {}})
+    assert r.error.kind == "exception"
+    assert "no member 'missing'" in r.error.message
+
+
+def test_timeout_cancels_an_in_flight_async_binding():
+    cancelled = threading.Event()
+    started = threading.Event()
+
+    async def hang(_):
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def main():
+        with pycage.Runtime(isolation="process", wall_seconds=1) as rt:
+            r = await rt.arun("return await ns.hang(1)", {"ns": {"hang": hang}})
+            for _ in range(100):
+                if cancelled.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            return r
+
+    r = asyncio.run(main())
+    assert r.error.kind == "timeout"
+    assert started.is_set() and cancelled.is_set()

@@ -1,0 +1,304 @@
+"""The Runtime object: configuration, lifecycle, threads, asyncio, events."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import pycage
+from conftest import child_pids
+
+HANG = "print('up', flush=True)\nimport time\ntime.sleep(3600)"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"isolation": "vm"}, pycage.ConfigError, 'isolation must be "sandbox" or "process", got \'vm\''),
+        ({"wall_seconds": 0}, pycage.ConfigError, "wall_seconds must be greater than zero"),
+        ({"wall_seconds": -1}, pycage.ConfigError, "wall_seconds must be a finite number >= 0, got -1.0"),
+        ({"cpu_seconds": "10"}, TypeError, "cpu_seconds must be an int, got str '10'"),
+        ({"cpu_seconds": 0}, pycage.ConfigError, "cpu_seconds must be at least 1, got 0"),
+        ({"address_space_bytes": 1024}, pycage.ConfigError, "address_space_bytes must be at least 67108864"),
+        ({"max_log_bytes": True}, TypeError, "max_log_bytes must be an int, got bool True"),
+        ({"python": 3}, TypeError, "python must be a path"),
+        ({"allow_read": "/usr"}, TypeError, "allow_read must be a list of paths"),
+    ],
+)
+def test_bad_arguments_name_what_was_passed(kwargs, error, message):
+    with pytest.raises(error) as e:
+        pycage.Runtime(**{"isolation": "process", **kwargs})
+    assert message in str(e.value)
+
+
+def test_missing_interpreter():
+    with pytest.raises(pycage.InterpreterError, match="/no/such/python"):
+        pycage.Runtime(isolation="process", python="/no/such/python")
+
+
+def test_unknown_keyword_is_a_type_error():
+    with pytest.raises(TypeError, match="wall_ms"):
+        pycage.Runtime(wall_ms=10)  # type: ignore[call-arg]
+
+
+def test_config_reports_effective_values(process_rt):
+    c = process_rt.config
+    assert c["isolation"] == "process"
+    assert c["wall_seconds"] == 60.0 and c["cpu_seconds"] == 30
+    assert c["address_space_bytes"] == 512 << 20 and c["max_value_bytes"] == 1 << 20
+    assert os.path.isabs(c["python"])
+    assert "isolation='process'" in repr(process_rt)
+
+
+def test_code_must_be_str(process_rt):
+    with pytest.raises(TypeError, match="code must be a str holding a Python program, got bytes"):
+        process_rt.run(b"return 1")  # type: ignore[arg-type]
+
+
+def test_close_is_idempotent_and_later_runs_raise():
+    rt = pycage.Runtime(isolation="process")
+    assert rt.run("return 1").value == 1
+    rt.close()
+    rt.close()
+    assert rt.closed
+    with pytest.raises(pycage.RuntimeClosedError, match="create a new pycage.Runtime"):
+        rt.run("return 1")
+    with pytest.raises(pycage.RuntimeClosedError):
+        asyncio.run(rt.arun("return 1"))
+
+
+def test_context_managers():
+    with pycage.Runtime(isolation="process") as rt:
+        assert rt.run("return 2").value == 2
+    assert rt.closed
+
+    async def main():
+        async with pycage.Runtime(isolation="process") as art:
+            assert (await art.arun("return 3")).value == 3
+        return art
+
+    assert asyncio.run(main()).closed
+
+
+@pytest.mark.parametrize("isolation", ["process", "sandbox"])
+def test_no_leftover_process_after_close(isolation, request):
+    if isolation == "sandbox":
+        request.getfixturevalue("sandbox_rt")  # skips (or fails under CI) without a sandbox
+    before = child_pids()
+    rt = pycage.Runtime(isolation=isolation, python=sys.executable)
+    up = threading.Barrier(5)
+    results = []
+
+    def run():
+        results.append(rt.run(HANG + "\n", on_log=lambda _: up.wait(30)))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    up.wait(30)
+    assert len(child_pids() - before) >= 4
+    rt.close()
+    for t in threads:
+        t.join(30)
+    assert [r.error.kind for r in results] == ["abort"] * 4
+    assert child_pids() - before == set()
+
+
+def test_runs_from_many_threads_at_once(rt):
+    def work(i):
+        return lambda x: x + i
+
+    errors = []
+    results = {}
+
+    def run(i):
+        try:
+            r = rt.run(
+                "import asyncio\nvals = await asyncio.gather(*[ns.f(k) for k in range(20)])\n"
+                f"print('thread {i}')\nreturn sum(vals)",
+                {"ns": {"f": work(i)}},
+            )
+            results[i] = r
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    for i in range(8):
+        assert results[i].value == sum(range(20)) + 20 * i
+        assert results[i].logs == [f"thread {i}"]
+
+
+def test_concurrent_aruns(process_rt):
+    async def main():
+        return await asyncio.gather(*[process_rt.arun(f"return {i} * 2") for i in range(6)])
+
+    assert [r.value for r in asyncio.run(main())] == [0, 2, 4, 6, 8, 10]
+
+
+def test_streaming_events_in_order(rt):
+    events = []
+
+    def double(x):
+        return x * 2
+
+    r = rt.run(
+        "print('one')\nv = await ns.double(21)\nprint('two', v)\n"
+        "try:\n    await ns.fail(0)\nexcept RuntimeError:\n    pass\nreturn v",
+        {"ns": {"double": double, "fail": lambda _: 1 / 0}},
+        on_log=lambda line: events.append(("log", line)),
+        on_call=events.append,
+    )
+    assert r.value == 42
+    assert events == [
+        ("log", "one"),
+        pycage.CallStarted(0, "ns", "double", 21),
+        pycage.CallFinished(0, "ns", "double", None),
+        ("log", "two 42"),
+        pycage.CallStarted(1, "ns", "fail", 0),
+        pycage.CallFinished(1, "ns", "fail", "division by zero"),
+    ]
+
+
+def test_streaming_events_on_the_loop(process_rt):
+    async def main():
+        loop = asyncio.get_running_loop()
+        seen = []
+
+        def on_log(line):
+            assert asyncio.get_running_loop() is loop
+            seen.append(line)
+
+        r = await process_rt.arun("for i in range(3): print(i)\nreturn 'ok'", on_log=on_log)
+        return r, seen
+
+    r, seen = asyncio.run(main())
+    assert (r.value, seen) == ("ok", ["0", "1", "2"])
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_callback_exception_aborts_the_run_and_is_raised(process_rt):
+    def on_log(line):
+        raise Stop(line)
+
+    t0 = time.monotonic()
+    with pytest.raises(Stop, match="up"):
+        process_rt.run(HANG, on_log=on_log)
+    assert time.monotonic() - t0 < 30
+
+    async def main():
+        with pytest.raises(Stop, match="up"):
+            await process_rt.arun(HANG, on_log=on_log)
+
+    asyncio.run(main())
+
+
+def test_cancelling_arun_aborts_the_run_and_its_bindings():
+    cancelled = threading.Event()
+    before = child_pids()
+
+    async def main():
+        rt = pycage.Runtime(isolation="process")
+        running = asyncio.Event()
+
+        async def block(_):
+            running.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        task = asyncio.ensure_future(rt.arun("await ns.block(1)", {"ns": {"block": block}}))
+        await asyncio.wait_for(running.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(200):
+            if cancelled.is_set() and child_pids() - before == set():
+                break
+            await asyncio.sleep(0.05)
+        await rt.aclose()
+
+    asyncio.run(main())
+    assert cancelled.is_set(), "the binding's task was not cancelled"
+    assert child_pids() - before == set()
+
+
+def test_wait_for_timeout_aborts_the_run(process_rt):
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(process_rt.arun(HANG), 0.5)
+
+    asyncio.run(main())
+
+
+def test_ctrl_c_aborts_a_sync_run(tmp_path):
+    script = tmp_path / "interrupt.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, signal, threading, pycage
+            rt = pycage.Runtime(isolation="process")
+            up = threading.Event()
+            threading.Thread(target=lambda: (up.wait(30), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+            try:
+                rt.run("print('up', flush=True)\\nimport time\\ntime.sleep(3600)", on_log=lambda _: up.set())
+            except KeyboardInterrupt:
+                print("interrupted")
+            print("after", rt.run("return 5").value)
+            rt.close()
+            """
+        )
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["interrupted", "after", "5"]
+
+
+def test_use_after_fork_is_refused(process_rt):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            process_rt.run("return 1")
+        except pycage.PycageError as e:
+            code = 0 if "after fork" in str(e) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert process_rt.run("return 1").value == 1
+
+
+def test_gil_is_released_while_a_run_waits(process_rt):
+    ticks = 0
+    stop = threading.Event()
+
+    def spin():
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        process_rt.run("import time\ntime.sleep(0.5)")
+    finally:
+        stop.set()
+        t.join()
+    assert ticks > 1000
