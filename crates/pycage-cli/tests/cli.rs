@@ -740,3 +740,21 @@ fn a_killed_pycage_leaves_what_the_next_one_sweeps() {
         assert_eq!(entries(temp.path()), Vec::<String>::new(), "{isolation}");
     }
 }
+
+/// A host started with stdin and fds 3-4 closed runs in both isolations:
+/// the descriptors made for a run must not land on 0-3, where the child's
+/// stdio and fd 3 are installed (the sandbox crate's
+/// `a_host_without_fd_3_still_spawns` shows the failure this prevents).
+#[test]
+fn runs_work_when_the_host_has_low_descriptors_closed() {
+    for isolation in ["sandbox", "process"] {
+        let o = Command::new("sh")
+            .args(["-c", "exec 0<&- 3<&- 4<&-; exec \"$0\" run --json --isolation \"$1\" -c 'return 1'"])
+            .arg(env!("CARGO_BIN_EXE_pycage"))
+            .arg(isolation)
+            .output()
+            .unwrap();
+        assert_exit(&o, 0);
+        assert_eq!(stdout(&o), "{\"value\":1,\"logs\":[]}\n", "{isolation}");
+    }
+}

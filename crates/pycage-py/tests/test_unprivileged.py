@@ -28,7 +28,8 @@ SCRIPT = textwrap.dedent(
         out["process"] = [r.value, r.error and r.error.message]
     try:
         with pycage.Runtime(python=sys.executable) as rt:
-            out["sandbox"] = rt.run("return 7").value
+            r = rt.run("return 7")
+            out["sandbox"] = r.value if r.error is None else r.error.kind + ": " + r.error.message
     except pycage.SandboxUnavailableError as e:
         out["sandbox"] = str(e)
     print(json.dumps(out))

@@ -169,6 +169,8 @@ pub(crate) struct Channels {
 
 impl Channels {
     pub(crate) fn new() -> Result<Channels, SpawnError> {
+        // The child's end must not be numbered 0-2, where its stdio goes.
+        pycage_sandbox::occupy_low_fds();
         let (host, child) = UnixStream::pair().map_err(SpawnError::Channel)?;
         // One pipe for fd 1 and fd 2: raw writes to either keep their order.
         let (output_rx, output_tx) = std::io::pipe().map_err(SpawnError::Channel)?;

@@ -81,6 +81,37 @@ pub fn default_devices() -> Vec<PathBuf> {
     existing(&["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"])
 }
 
+/// Make sure descriptors 0 to 3 are open in this process (each free one
+/// gets `/dev/null`, close-on-exec, kept open for good).
+///
+/// Between fork and exec, the child's stdio and the protocol socket are
+/// installed with `dup2` onto 0-3: a descriptor the sandbox (or the spawn
+/// code) made earlier and that the kernel numbered 0-3, because the host
+/// had one of them closed (a Python host without fd 3, a daemon without
+/// stdin), would be silently replaced there. Filling the holes first makes
+/// every later descriptor land above 3.
+pub fn occupy_low_fds() {
+    for fd in 0..INHERITED_FDS as i32 {
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        let free = unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0;
+        if !free {
+            continue;
+        }
+        match rustix::fs::open(
+            c"/dev/null",
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            // The lowest free number is `fd`: keep it occupied for good.
+            Ok(placeholder) if std::os::fd::AsRawFd::as_raw_fd(&placeholder) == fd => {
+                std::mem::forget(placeholder);
+            }
+            // Another thread took the slot meanwhile: it is occupied anyway.
+            Ok(_) | Err(_) => {}
+        }
+    }
+}
+
 fn existing(candidates: &[&str]) -> Vec<PathBuf> {
     candidates.iter().map(Path::new).filter(|p| p.exists()).map(Path::to_path_buf).collect()
 }

@@ -331,6 +331,8 @@ impl Prepared {
     /// Works for any user: without root, the run is mapped to the caller's
     /// own ids ([`SandboxPolicy::host_ids`] must then be `None`).
     pub fn new(policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
+        // Every descriptor made below must land above 3 (see the function).
+        crate::occupy_low_fds();
         let euid = rustix::process::geteuid().as_raw();
         let root_host = euid == 0;
         let (host_uid, host_gid) = match (root_host, policy.host_ids) {

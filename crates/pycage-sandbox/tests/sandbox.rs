@@ -1007,3 +1007,58 @@ fn the_supervisor_joins_the_run_cgroup_first() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+/// In a host that has fd 3 closed (a Python host, say), the sandbox's own
+/// descriptors must not be numbered 3: the spawn's `dup2` of the protocol
+/// socket onto fd 3 would replace one of them. The test re-runs itself in
+/// a fresh process that closes fd 3 first.
+#[test]
+fn a_host_without_fd_3_still_spawns() {
+    if std::env::var_os("PYCAGE_TEST_FD3_CLOSED").is_some() {
+        return fd3_closed_child();
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_host_without_fd_3_still_spawns", "--test-threads", "1", "--nocapture"])
+        .env("PYCAGE_TEST_FD3_CLOSED", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stderr.contains("fd3-child: ok"), "{stdout}\n{stderr}");
+}
+
+fn fd3_closed_child() {
+    // SAFETY: closing fds 3 and 4 of this single-test process, which holds
+    // nothing it uses there.
+    unsafe {
+        libc::close(3);
+        libc::close(4);
+    }
+    let fx = Fixture::new(18);
+    let prepared = Arc::new(Prepared::new(&fx.policy).unwrap());
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let theirs_fd = std::os::fd::AsRawFd::as_raw_fd(&theirs);
+    let in_child = Arc::clone(&prepared);
+    let mut command = Command::new(&python().inside);
+    command
+        .args(["-I", "-c", "import os; os.write(3, b'hi')"])
+        .env_clear()
+        .envs(python().env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
+    let hook = move || {
+        // SAFETY: dup2 in the forked child, as the runtime does for fd 3.
+        if unsafe { libc::dup2(theirs_fd, 3) } != 3 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: pre_exec runs this in the forked, single-threaded child.
+        unsafe { in_child.enter() }
+    };
+    // SAFETY: the hook only makes syscalls and calls `Prepared::enter`.
+    unsafe { command.pre_exec(hook) };
+    let status = command.status().unwrap_or_else(|e| panic!("{}", prepared.explain_spawn_error(e)));
+    drop(theirs);
+    let mut got = String::new();
+    ours.read_to_string(&mut got).unwrap();
+    assert!(status.success());
+    assert_eq!(got, "hi");
+    eprintln!("fd3-child: ok");
+}
