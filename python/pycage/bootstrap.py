@@ -843,12 +843,16 @@ def _dispatch_replies():
             or (not ok and type(frame.get("message")) is not str)
         ):
             _die(_EXIT_BAD_HOST_FRAME, "expected a reply frame with id, ok and value or message")
-        target = _pending.pop(call_id, None)
-        if target is None:
-            continue
         result = (ok, frame["value"] if ok else frame["message"])
-        if type(target) is _Slot:
-            target.append(result)
+        # Under the lock: a call waiting inline may hand its entry over to
+        # a future (``_call_inline``), and must never miss a reply that
+        # landed in its slot meanwhile.
+        with _lock:
+            target = _pending.pop(call_id, None)
+            if type(target) is _Slot:
+                target.append(result)
+                continue
+        if target is None:
             continue
         loop = target.get_loop()
         if loop is _get_running_loop():
@@ -899,10 +903,13 @@ def _idle_wait(loop):
 
 def _call_inline(loop, call_id, frame, timeout):
     """Send a call and wait for its reply without an iteration of ``loop``
-    (which ``_idle_wait`` found idle): ``(ok, value_or_message)``, or None
-    when the loop must take over first (a timer came due, another thread
-    woke it). The call is then still pending under ``call_id``, and the
-    caller awaits it the loop's way."""
+    (which ``_idle_wait`` found idle).
+
+    Returns ``(True, (ok, value_or_message))``, or ``(False, future)`` when
+    the loop must take over first (a timer came due, another thread woke
+    it): the call is then pending as ``future`` on ``loop``, which is
+    watching fd 3, and the caller awaits it the loop's way (and unwatches).
+    """
     slot = _Slot()
     _pending[call_id] = slot
     wake = loop._ssock.fileno()
@@ -911,16 +918,30 @@ def _call_inline(loop, call_id, frame, timeout):
     while True:
         _dispatch_replies()
         if slot:
-            return slot[0]
+            return True, slot[0]
         left = deadline - _monotonic()
-        if left <= 0:
-            return None
-        try:
-            readable, _, _ = _select((_FD, wake), (), (), left)
-        except (OSError, ValueError) as e:
-            _die(_EXIT_HOST_GONE, f"waiting on fd {_FD} failed: {e}")
-        if wake in readable:
-            return None
+        readable = ()
+        if left > 0:
+            try:
+                readable, _, _ = _select((_FD, wake), (), (), left)
+            except (OSError, ValueError) as e:
+                _die(_EXIT_HOST_GONE, f"waiting on fd {_FD} failed: {e}")
+        if left <= 0 or wake in readable:
+            if not _watch(loop):
+                # It cannot read fd 3 after all (closed meanwhile): the
+                # reply can only be waited for here.
+                deadline = float("inf")
+                continue
+            # Hand the call to the loop. Under the lock, so a reply another
+            # thread dispatches lands either in the slot (seen here) or in
+            # the future.
+            with _lock:
+                if slot:
+                    _unwatch(loop)
+                    return True, slot[0]
+                future = _Future(loop=loop)
+                _pending[call_id] = future
+            return False, future
         if readable:
             with _lock:
                 _pump()
@@ -1207,36 +1228,31 @@ def _make_member(glob, name, error_class, prop):
         call_id = next(_ids)
         frame = (head + str(call_id) + tail + payload + "}\n").encode("utf-8")
         loop = _get_running_loop()
-        reply = None
-        sent = False
-        if loop is not None:
-            timeout = _idle_wait(loop)
-            if timeout is not None:
-                # Nothing else to run: answer it here, without a loop
-                # iteration (the sequential-await fast path).
-                sent = True
-                try:
-                    reply = _call_inline(loop, call_id, frame, timeout)
-                finally:
-                    if reply is not None:
-                        _pending.pop(call_id, None)
-        if reply is not None:
-            ok, result = reply
+        timeout = _idle_wait(loop) if loop is not None else None
+        if timeout is not None:
+            # Nothing else to run: answer it here, without a loop iteration
+            # (the sequential-await fast path), unless the loop must take over.
+            try:
+                answered, reply = _call_inline(loop, call_id, frame, timeout)
+                if answered:
+                    ok, result = reply
+                else:
+                    try:
+                        ok, result = await reply
+                    finally:
+                        _unwatch(loop)
+            finally:
+                _pending.pop(call_id, None)
         elif loop is not None and _watch(loop):
             try:
                 future = _Future(loop=loop)
                 _pending[call_id] = future
-                if not sent:
-                    _send(frame)
+                _send(frame)
                 ok, result = await future
             finally:
                 _pending.pop(call_id, None)
                 _unwatch(loop)
         else:
-            if sent:
-                # Cannot happen: a loop that _idle_wait accepts can watch fd 3.
-                _pending.pop(call_id, None)
-                raise RuntimeError(f"{label}(): the event loop cannot wait for the reply")
             ok, result = _call_blocking(call_id, frame)
         if ok:
             return result
