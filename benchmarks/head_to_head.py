@@ -9,6 +9,9 @@ the raw samples as JSON (``--json``).
 Cases (each engine runs the program in its own dialect):
 
 - ``trivial``: ``1 + 1`` as the value.
+- ``session_cell``: a trivial cell (``x = x + 1``, then ``x`` as the value)
+  in a warm session that keeps its globals (pycage's ``Runtime.session()``,
+  Monty's REPL ``checkout()`` + ``feed_run``), opened once.
 - ``calls100``: 100 sequential calls of a host function ``add(a, b)``;
   the per-call figure is (calls100 - trivial) / 100, against a floor of one
   JSON line echoed by a Python child over a pipe.
@@ -43,9 +46,11 @@ LOOP_N = 1_000_000
 TOP_LOOP = f"t = 0\nfor i in range({LOOP_N}):\n    t += i\n"
 FN_LOOP = f"def f():\n    t = 0\n    for i in range({LOOP_N}):\n        t += i\n    return t\n"
 CALLS = "t = 0\nfor i in range(100):\n    t = {call}\n"
+SESSION_CELL = "x = x + 1\nx"
 GATHER = "import asyncio\nr = await asyncio.gather(*[{call} for i in range(1000)])\n"
 EXPECTED = {
     "trivial": 2,
+    "session_cell": 1,  # checked once, on the first cell after x = 0
     "calls100": sum(range(100)),
     "gather1000": 1000,
     "loop_top": sum(range(LOOP_N)),
@@ -86,6 +91,10 @@ class Pycage:
             return None  # the exec rows show the interpreter-start cost only
         if case == "trivial":
             return lambda: rt.run("return 1 + 1").unwrap()
+        if case == "session_cell":
+            session = rt.session()
+            session.run("x = 0").unwrap()
+            return lambda: session.run(SESSION_CELL).unwrap()
         if case == "calls100":
             code = CALLS.format(call="await tools.add({'a': t, 'b': i})") + "return t"
             return lambda: rt.run(code, self.sync_bindings).unwrap()
@@ -124,6 +133,7 @@ class Monty:
         self.pool = pydantic_monty.Monty()
         self.pool.__enter__()
         self.limits = {"max_suspensions": 100_000}
+        self.repls: list[Any] = []
 
     def feed(self, code: str, **kw: Any) -> Any:
         with self.pool.checkout(limits=self.limits) as session:
@@ -132,6 +142,12 @@ class Monty:
     def case(self, case: str) -> Callable[[], Any] | None:
         if case == "trivial":
             return lambda: self.feed("1 + 1")
+        if case == "session_cell":
+            repl = self.pool.checkout(limits=self.limits)
+            session = repl.__enter__()
+            self.repls.append(repl)
+            session.feed_run("x = 0")
+            return lambda: session.feed_run(SESSION_CELL)
         if case == "calls100":
             code = CALLS.format(call="add(t, i)") + "t"
             return lambda: self.feed(code, external_lookup={"add": add})
@@ -142,6 +158,8 @@ class Monty:
         return None
 
     def close(self) -> None:
+        for repl in self.repls:
+            repl.__exit__(None, None, None)
         self.pool.__exit__(None, None, None)
 
 
@@ -404,7 +422,7 @@ def main() -> None:
     pipe = PipeEcho()
     results: dict[str, Any] = {"python": platform.python_version(), "cases": {}}
 
-    plan = [("trivial", 40), ("calls100", 20), ("gather1000", 10), ("loop_top", 6), ("loop_fn", 6)]
+    plan = [("trivial", 40), ("session_cell", 200), ("calls100", 20), ("gather1000", 10), ("loop_top", 6), ("loop_fn", 6)]
     for case, n in plan:
         runners: dict[str, Callable[[], Any]] = {}
         for e in engines:
@@ -417,6 +435,8 @@ def main() -> None:
             runners["floor: python -I -c pass"] = floor_python_start()
         if case == "calls100":
             runners["floor: 100 pipe round trips"] = lambda: pipe.round_trips(100)
+        if case == "session_cell":
+            runners["floor: 1 pipe round trip"] = lambda: pipe.round_trips(1)
         if case in ("loop_top", "loop_fn"):
             code = TOP_LOOP if case == "loop_top" else FN_LOOP + "f()\n"
             runners["floor: host CPython exec"] = floor_exec(code)

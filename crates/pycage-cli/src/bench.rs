@@ -13,8 +13,9 @@
 //!
 //! Rows: trivial-run latency (p50/p95/p99) for every spawn mode and
 //! isolation this machine can run; runs per second at concurrency 1, 2, 4
-//! and 16 through the zygote; a binding call's round trip; `asyncio.gather`
-//! throughput; the host's RSS and the private memory of an idle pooled child.
+//! and 16 through the zygote; a trivial cell in a warm session; a binding
+//! call's round trip; `asyncio.gather` throughput; the host's RSS and the
+//! private memory of an idle pooled child.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -281,6 +282,22 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     for _ in 0..(iterations / 3).max(5) {
         gathered.push(timed_inside(call_runtime, gather).await? / 1000);
     }
+    // A trivial cell in a warm session: no fork, no import, the child waits.
+    let mut cells = Vec::new();
+    for v in &zygote_rows {
+        let session = v.runtime.session(pycage_runtime::SessionOptions::default())?;
+        let first = session.run("x = 0").await?;
+        anyhow::ensure!(first.error.is_none(), "a session cell failed: {:?}", first.error);
+        let mut samples = Samples::default();
+        for _ in 0..(iterations * 20).max(100) {
+            let t = Instant::now();
+            let r = session.run("x = x + 1\nx").await?;
+            samples.push(t.elapsed());
+            anyhow::ensure!(r.error.is_none(), "a session cell failed: {:?}", r.error);
+        }
+        session.close().await;
+        cells.push((v.label(), samples));
+    }
     let host_rss = rss_kib("self").unwrap_or(0);
     let mut child_private = Vec::new();
     let mut zygote_private = None;
@@ -301,6 +318,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         variants: &variants,
         unavailable: &unavailable,
         rates: &rates,
+        cells: &cells,
         call,
         pipe,
         gathered,
@@ -327,6 +345,7 @@ struct Report<'a> {
     variants: &'a [Variant],
     unavailable: &'a [(String, String)],
     rates: &'a [(String, usize, f64)],
+    cells: &'a [(String, Samples)],
     call: Samples,
     pipe: Samples,
     gathered: Samples,
@@ -376,6 +395,18 @@ impl Report<'_> {
         l.push("runs per second (zygote)".into());
         for (label, c, rate) in self.rates {
             l.push(format!("  {label:<22} concurrency {c:>2}: {rate:>8.0} runs/s"));
+        }
+        l.push(String::new());
+        l.push("session cell (x = x + 1; x), warm session   p50        p95        p99    p50 / pipe floor".into());
+        for (label, s) in self.cells {
+            l.push(format!(
+                "  {:<22} {:>14.3} ms {:>7.3} ms {:>7.3} ms    {:.1}",
+                label,
+                ms(s.p50()),
+                ms(s.quantile(0.95)),
+                ms(s.quantile(0.99)),
+                s.p50().as_secs_f64() / self.pipe.p50().as_secs_f64()
+            ));
         }
         l.push(String::new());
         l.push(format!(
@@ -459,6 +490,19 @@ impl Report<'_> {
                 b.key("concurrency")?;
                 b.number(&c.to_string())?;
                 num(&mut b, "runsPerSecond", *rate)?;
+                b.end()?;
+            }
+            b.end()?;
+            b.key("sessionCell")?;
+            b.begin_array()?;
+            for (label, cell) in self.cells {
+                b.begin_object()?;
+                b.key("variant")?;
+                b.string(label)?;
+                num(&mut b, "p50Ms", ms(cell.p50()))?;
+                num(&mut b, "p95Ms", ms(cell.quantile(0.95)))?;
+                num(&mut b, "p99Ms", ms(cell.quantile(0.99)))?;
+                num(&mut b, "ratioToPipeFloor", cell.p50().as_secs_f64() / self.pipe.p50().as_secs_f64())?;
                 b.end()?;
             }
             b.end()?;
