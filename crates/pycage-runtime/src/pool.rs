@@ -25,8 +25,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cleanup::{RunDir, RunDirs};
-use crate::spawn::{Channels, SpawnError, Worker};
-use crate::zygote::{ChildSpec, PendingChild, PoolSink, Spawned, Zygote, ZygoteError, ZygoteSpec};
+use crate::spawn::{Channels, SpawnError, Spawner, Worker};
+use crate::zygote::{ChildSpec, JoinSpec, PendingChild, PoolSink, Spawned, Zygote, ZygoteError, ZygoteSpec};
 
 /// How the pool builds children.
 pub(crate) struct PoolConfig {
@@ -39,6 +39,31 @@ pub(crate) struct PoolConfig {
     pub run_dirs: Arc<RunDirs>,
     /// rlimits every child gets before its run (`(name, soft, hard)`).
     pub rlimits: Vec<(&'static str, u64, u64)>,
+    /// Sandbox isolation: each child joins a shell made by this.
+    pub shells: Option<Shells>,
+}
+
+/// How sandboxed children get their shells.
+pub(crate) struct Shells {
+    /// Builds one shell (runs on `spawner`).
+    pub make: Arc<dyn Fn() -> Result<Shell, SpawnError> + Send + Sync>,
+    /// The thread shells are forked from (see [`Spawner`]).
+    pub spawner: Arc<Spawner>,
+    /// The environment a sandboxed child gets (`HOME`, `TMPDIR`, the
+    /// interpreter's library path), as the sandbox shows paths.
+    pub env: Vec<(String, String)>,
+    /// Host prefixes and where the sandbox shows them.
+    pub remaps: Vec<(String, String)>,
+}
+
+/// A sandbox built by the host for one zygote child to join: its
+/// supervisor (this host's child), what its init handed over, and the
+/// program's own steps.
+pub(crate) struct Shell {
+    pub supervisor: Worker,
+    pub handoff: Option<pycage_sandbox::Handoff>,
+    pub join: pycage_sandbox::Join,
+    pub plan: pycage_sandbox::ProgramPlan,
 }
 
 /// Host-side resources of a child: kept while it is being forked and while
@@ -47,7 +72,10 @@ struct HostSide {
     zygote: Zygote,
     sock: UnixStream,
     output_rx: OwnedFd,
-    run_dir: RunDir,
+    /// Process isolation: the run's host directory.
+    run_dir: Option<RunDir>,
+    /// Sandbox isolation: the shell's supervisor and handoff.
+    shell: Option<(Worker, Option<pycage_sandbox::Handoff>)>,
 }
 
 /// A forked child not handed to a run yet. Dropping it kills it and has
@@ -63,9 +91,15 @@ impl Idle {
         self.0.as_ref().is_some_and(|(host, spawned)| !host.zygote.is_dead() && !exited(&spawned.pidfd))
     }
 
-    fn into_worker(mut self) -> Result<Worker, SpawnError> {
+    /// The child as a worker, and (sandboxed) what its shell handed over.
+    fn into_worker(mut self) -> Result<(Worker, Option<pycage_sandbox::Handoff>), SpawnError> {
         let (host, spawned) = self.0.take().ok_or(SpawnError::Zygote(ZygoteError::Gone(String::new())))?;
-        Worker::from_zygote(host.zygote, spawned, host.sock, host.output_rx, host.run_dir)
+        let (companion, handoff) = match host.shell {
+            Some((supervisor, handoff)) => (Some(supervisor), handoff),
+            None => (None, None),
+        };
+        let worker = Worker::from_zygote(host.zygote, spawned, host.sock, host.output_rx, host.run_dir, companion)?;
+        Ok((worker, handoff))
     }
 }
 
@@ -109,8 +143,9 @@ impl Pool {
         Pool { inner }
     }
 
-    /// A child ready for its `boot` frame. Needs a tokio runtime.
-    pub(crate) async fn take(&self) -> Result<Worker, SpawnError> {
+    /// A child ready for its `boot` frame, and (sandboxed) what its shell
+    /// handed over. Needs a tokio runtime.
+    pub(crate) async fn take(&self) -> Result<(Worker, Option<pycage_sandbox::Handoff>), SpawnError> {
         // One retry: a zygote that died between the check and the fork is
         // replaced, and the second one answers or its error is returned.
         for attempt in 0..2 {
@@ -120,8 +155,19 @@ impl Pool {
                 return idle.into_worker();
             }
             let zygote = self.inner.current()?;
-            let (host, child_fds) = self.inner.host_side(&zygote)?;
-            match zygote.spawn(self.inner.child_spec(&host), child_fds).await {
+            let (host, fds, spec) = match &self.inner.config.shells {
+                None => self.inner.host_side(&zygote)?,
+                Some(shells) => {
+                    let inner = Arc::clone(&self.inner);
+                    let z = zygote.clone();
+                    shells
+                        .spawner
+                        .run(move || inner.host_side(&z))
+                        .await
+                        .ok_or_else(|| SpawnError::Channel(std::io::Error::other("the spawner thread is gone")))??
+                }
+            };
+            match zygote.spawn(spec, fds).await {
                 Ok(spawned) => return Idle(Some((host, spawned))).into_worker(),
                 Err(ZygoteError::Gone(_)) if attempt == 0 => continue,
                 Err(e) => return Err(e.into()),
@@ -229,9 +275,36 @@ impl Inner {
             return;
         }
         let Some(zygote) = state.current.clone() else { return };
+        if let Some(shells) = &self.config.shells {
+            // Shells are forked on the spawner thread, and must register
+            // with a tokio runtime: without one (at construction), the pool
+            // fills at the first run instead.
+            if tokio::runtime::Handle::try_current().is_err() {
+                return;
+            }
+            while state.idle.len() + state.filling < self.config.size {
+                let Some(inner) = self.me.upgrade() else { return };
+                let z = zygote.clone();
+                let submitted = shells.spawner.submit(move || {
+                    let sink: Weak<dyn PoolSink> = inner.me.clone();
+                    match inner.host_side(&z) {
+                        Ok((host, fds, spec)) => {
+                            if !z.spawn_into(spec, fds, Box::new(host), sink) {
+                                inner.child_failed(ZygoteError::Gone(String::new()));
+                            }
+                        }
+                        Err(_) => inner.child_failed(ZygoteError::Refused("could not build a sandbox shell".into())),
+                    }
+                });
+                if !submitted {
+                    return;
+                }
+                state.filling += 1;
+            }
+            return;
+        }
         while state.idle.len() + state.filling < self.config.size {
-            let Ok((host, fds)) = self.host_side(&zygote) else { return };
-            let spec = self.child_spec(&host);
+            let Ok((host, fds, spec)) = self.host_side(&zygote) else { return };
             let sink: Weak<dyn PoolSink> = self.me.clone();
             if !zygote.spawn_into(spec, fds, Box::new(host), sink) {
                 return;
@@ -240,20 +313,47 @@ impl Inner {
         }
     }
 
-    fn host_side(&self, zygote: &Zygote) -> Result<(HostSide, [OwnedFd; 2]), SpawnError> {
-        let run_dir = self.config.run_dirs.create().map_err(SpawnError::RunDir)?;
+    /// Everything the host keeps of a child, the descriptors the child gets
+    /// and how it sets itself up. Sandboxed, this forks the child's shell:
+    /// call it on the spawner thread then.
+    fn host_side(&self, zygote: &Zygote) -> Result<(HostSide, Vec<OwnedFd>, ChildSpec), SpawnError> {
         let ch = Channels::new()?;
-        let host = HostSide { zygote: zygote.clone(), sock: ch.host, output_rx: OwnedFd::from(ch.output_rx), run_dir };
-        Ok((host, [OwnedFd::from(ch.child), OwnedFd::from(ch.output_tx)]))
-    }
-
-    fn child_spec(&self, host: &HostSide) -> ChildSpec {
-        let dir = host.run_dir.path().to_string_lossy().into_owned();
-        ChildSpec {
-            cwd: host.run_dir.path().to_path_buf(),
-            env: vec![("HOME".into(), dir.clone()), ("TMPDIR".into(), dir)],
-            rlimits: self.config.rlimits.clone(),
-        }
+        let mut fds = vec![OwnedFd::from(ch.child), OwnedFd::from(ch.output_tx)];
+        let Some(shells) = &self.config.shells else {
+            let run_dir = self.config.run_dirs.create().map_err(SpawnError::RunDir)?;
+            let dir = run_dir.path().to_string_lossy().into_owned();
+            let spec = ChildSpec {
+                cwd: run_dir.path().to_path_buf(),
+                env: vec![("HOME".into(), dir.clone()), ("TMPDIR".into(), dir)],
+                rlimits: self.config.rlimits.clone(),
+                join: None,
+            };
+            let host = HostSide {
+                zygote: zygote.clone(),
+                sock: ch.host,
+                output_rx: OwnedFd::from(ch.output_rx),
+                run_dir: Some(run_dir),
+                shell: None,
+            };
+            return Ok((host, fds, spec));
+        };
+        let Shell { supervisor, handoff, join, plan } = (shells.make)()?;
+        let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset } = join;
+        fds.extend([user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset]);
+        let spec = ChildSpec {
+            cwd: PathBuf::from(pycage_sandbox::WORK_DIR),
+            env: shells.env.clone(),
+            rlimits: Vec::new(),
+            join: Some(JoinSpec { plan, remaps: shells.remaps.clone() }),
+        };
+        let host = HostSide {
+            zygote: zygote.clone(),
+            sock: ch.host,
+            output_rx: OwnedFd::from(ch.output_rx),
+            run_dir: None,
+            shell: Some((supervisor, handoff)),
+        };
+        Ok((host, fds, spec))
     }
 }
 

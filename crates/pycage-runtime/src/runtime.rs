@@ -13,11 +13,11 @@ use crate::cleanup::{CleanupFailure, CleanupLog, RunDirs};
 use crate::config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
 use crate::interpreter::{Interpreter, InterpreterError};
 use crate::names::{self, NameError};
-use crate::pool::{Pool, PoolConfig};
+use crate::pool::{Pool, PoolConfig, Shell, Shells};
 use crate::probe_cache::{self, BootstrapDir, PrepareError};
 use crate::session::{Session, SessionOptions};
 use crate::site::{self, RunSite, SandboxLayout};
-use crate::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Worker};
+use crate::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Spawner, Worker};
 use crate::{run, FailureKind, RunEvent, RunResult};
 
 /// The Python package shipped inside the binary.
@@ -167,28 +167,47 @@ impl Runtime {
         let cleanup = Arc::new(CleanupLog::default());
         let parent = config.run_dir_parent.clone().unwrap_or_else(std::env::temp_dir);
         let run_dirs = Arc::new(RunDirs::new(parent, Arc::clone(&cleanup)).map_err(RuntimeError::RunDirs)?);
-        let spawn_fallback = match (config.spawn, config.isolation, &interpreter.zygote_error) {
-            (SpawnMode::Exec, _, _) => None,
-            (SpawnMode::Zygote, _, Some(e)) => Some(format!("the zygote cannot run on this interpreter: {e}")),
-            (SpawnMode::Zygote, Isolation::Sandbox, None) => {
-                Some("sandbox isolation does not run through the zygote yet".to_owned())
-            }
-            (SpawnMode::Zygote, Isolation::Process, None) => None,
+        let spawn_fallback = match (config.spawn, &interpreter.zygote_error) {
+            (SpawnMode::Exec, _) => None,
+            (SpawnMode::Zygote, Some(e)) => Some(format!("the zygote cannot run on this interpreter: {e}")),
+            (SpawnMode::Zygote, None) => None,
         };
-        let pool = (config.spawn == SpawnMode::Zygote && spawn_fallback.is_none()).then(|| {
-            Pool::new(PoolConfig {
-                python: interpreter.executable.clone(),
-                bootstrap_dir: bootstrap.path().to_path_buf(),
-                size: config.pool_size,
-                zygote_max_runs: config.zygote_max_runs,
-                zygote_max_age: config.zygote_max_age,
-                run_dirs: Arc::clone(&run_dirs),
-                rlimits: Vec::new(),
-            })
-        });
+        let use_zygote = config.spawn == SpawnMode::Zygote && spawn_fallback.is_none();
+        let spawner = match &layout {
+            Some(_) if use_zygote => Some(Arc::new(Spawner::new().map_err(RuntimeError::Bootstrap)?)),
+            _ => None,
+        };
         Ok(Runtime {
-            shared: Arc::new(Shared {
-                pool,
+            shared: Arc::new_cyclic(|me: &std::sync::Weak<Shared>| Shared {
+                pool: use_zygote.then(|| {
+                    Pool::new(PoolConfig {
+                        python: interpreter.executable.clone(),
+                        bootstrap_dir: bootstrap.path().to_path_buf(),
+                        size: config.pool_size,
+                        zygote_max_runs: config.zygote_max_runs,
+                        zygote_max_age: config.zygote_max_age,
+                        run_dirs: Arc::clone(&run_dirs),
+                        rlimits: Vec::new(),
+                        shells: layout.as_ref().zip(spawner.as_ref()).map(|(layout, spawner)| {
+                            let me = me.clone();
+                            Shells {
+                                make: Arc::new(move || match me.upgrade() {
+                                    Some(shared) => Runtime { shared }.spawn_shell(),
+                                    None => Err(SpawnError::Channel(std::io::Error::other("the runtime is gone"))),
+                                }),
+                                spawner: Arc::clone(spawner),
+                                env: shell_env(layout),
+                                remaps: layout
+                                    .remapped
+                                    .iter()
+                                    .map(|r| {
+                                        (r.host.to_string_lossy().into_owned(), r.inside.to_string_lossy().into_owned())
+                                    })
+                                    .collect(),
+                            }
+                        }),
+                    })
+                }),
                 spawn_fallback,
                 admission: tokio::sync::Semaphore::new(config.max_concurrent_runs),
                 layout,
@@ -290,13 +309,20 @@ impl Runtime {
         let failed = |e: &dyn std::fmt::Display| {
             format!("could not start {}: {e}", self.shared.interpreter.executable.display())
         };
-        let (worker, site) = match &self.shared.pool {
-            Some(pool) => {
-                let worker = pool.take().await.map_err(|e| failed(&e))?;
-                let Some(dir) = worker.run_dir().cloned() else { return Err(failed(&"no run directory")) };
-                site::copy_inputs(dir.path(), inputs).map_err(|e| failed(&e))?;
-                (worker, RunSite::Host(dir))
-            }
+        // A sandboxed child is built ahead of demand, before its inputs are
+        // known; a sandboxed run with inputs gets its own interpreter.
+        let pool = self.shared.pool.as_ref().filter(|_| inputs.is_empty() || self.shared.layout.is_none());
+        let (worker, site) = match pool {
+            Some(pool) => match pool.take().await.map_err(|e| failed(&e))? {
+                (worker, Some(handoff)) => (worker, RunSite::Sandbox(Some(handoff))),
+                (worker, None) => {
+                    let Some(dir) = worker.run_dir().cloned() else {
+                        return Err(failed(&"the sandbox handed nothing over"));
+                    };
+                    site::copy_inputs(dir.path(), inputs).map_err(|e| failed(&e))?;
+                    (worker, RunSite::Host(dir))
+                }
+            },
             None => self.spawn_worker(inputs).map_err(|e| failed(&e))?,
         };
         Ok((worker, site))
@@ -363,27 +389,50 @@ impl Runtime {
 
     /// Starts the child of one run by exec: its directory (process
     /// isolation) or its sandbox, with `inputs` in its working directory.
-    fn spawn_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), SpawnError> {
+    /// A sandbox shell for a zygote's child to join: the run built exactly
+    /// as for an exec'd run, its init stopped before the program (see
+    /// `Prepared::into_shell`). Call it on the spawner thread.
+    fn spawn_shell(&self) -> Result<Shell, SpawnError> {
         let shared = &self.shared;
-        let config = &shared.config;
-        let mut guards: Vec<Guard> = Vec::new();
         let Some(layout) = &shared.layout else {
-            let dir = Arc::new(shared.run_dirs.create().map_err(SpawnError::RunDir)?);
-            site::copy_inputs(dir.path(), inputs).map_err(|e| SpawnError::RunDir(std::io::Error::other(e)))?;
-            let path = dir.path().to_path_buf();
-            let worker = Worker::spawn(SpawnSpec {
-                python: &shared.interpreter.executable,
-                bootstrap_dir: shared.bootstrap.path(),
-                home: &path,
-                tmp: &path,
-                cwd: Some(&path),
-                env: &[],
-                run_dir: Some(Arc::clone(&dir)),
-                guards,
-                pre_exec: None,
-            })?;
-            return Ok((worker, RunSite::Host(dir)));
+            return Err(SpawnError::Channel(std::io::Error::other("a shell needs sandbox isolation")));
         };
+        let (prepared, guards) = self.prepare_sandbox(layout, &[])?;
+        let prepared = Arc::new(prepared.into_shell());
+        let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(&prepared)));
+        // Nothing is exec'd: the supervisor and init never return from the
+        // hook, and `spawn` returns once both have closed every descriptor,
+        // after their handoffs.
+        let supervisor = Worker::spawn(SpawnSpec {
+            python: &layout.python,
+            bootstrap_dir: &layout.bootstrap,
+            home: Path::new(pycage_sandbox::WORK_DIR),
+            tmp: Path::new(pycage_sandbox::TMP_DIR),
+            cwd: None,
+            env: &layout.env,
+            run_dir: None,
+            guards,
+            pre_exec: Some(hook),
+        })?;
+        let handoff = prepared.take_handoff();
+        let join = prepared.take_join().ok_or_else(|| {
+            SpawnError::Sandbox(prepared.take_child_failure().map(pycage_sandbox::SandboxError::Child).unwrap_or_else(
+                || pycage_sandbox::SandboxError::Spawn(std::io::Error::other("the shell handed nothing over")),
+            ))
+        })?;
+        Ok(Shell { supervisor, handoff, join, plan: prepared.program_plan() })
+    }
+
+    /// The sandbox policy of one run (leasing its uid on a root host, with
+    /// `inputs` shown in its working directory), prepared, and what the
+    /// run's process must keep until it is reaped.
+    fn prepare_sandbox(
+        &self,
+        layout: &SandboxLayout,
+        inputs: &[site::Input],
+    ) -> Result<(pycage_sandbox::Prepared, Vec<Guard>), SpawnError> {
+        let config = &self.shared.config;
+        let mut guards: Vec<Guard> = Vec::new();
         let host_ids = if rustix::process::geteuid().is_root() {
             let dir = config.uid_lease_dir.clone().unwrap_or_else(|| PathBuf::from(crate::lease::DEFAULT_LEASE_DIR));
             let lease = crate::lease::lease_uid(&dir, config.sandbox_uid_base, config.sandbox_uid_count)
@@ -408,9 +457,32 @@ impl Runtime {
             sysv_shm_bytes: config.sysv_shm_bytes,
         };
         let mut prepared = pycage_sandbox::Prepared::new(&policy)?;
-        if let Some(parent) = &shared.cgroup {
+        if let Some(parent) = &self.shared.cgroup {
             guards.push(Box::new(self.join_run_cgroup(parent, &mut prepared)?));
         }
+        Ok((prepared, guards))
+    }
+
+    fn spawn_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), SpawnError> {
+        let shared = &self.shared;
+        let Some(layout) = &shared.layout else {
+            let dir = Arc::new(shared.run_dirs.create().map_err(SpawnError::RunDir)?);
+            site::copy_inputs(dir.path(), inputs).map_err(|e| SpawnError::RunDir(std::io::Error::other(e)))?;
+            let path = dir.path().to_path_buf();
+            let worker = Worker::spawn(SpawnSpec {
+                python: &shared.interpreter.executable,
+                bootstrap_dir: shared.bootstrap.path(),
+                home: &path,
+                tmp: &path,
+                cwd: Some(&path),
+                env: &[],
+                run_dir: Some(Arc::clone(&dir)),
+                guards: Vec::new(),
+                pre_exec: None,
+            })?;
+            return Ok((worker, RunSite::Host(dir)));
+        };
+        let (prepared, guards) = self.prepare_sandbox(layout, inputs)?;
         let prepared = Arc::new(prepared);
         let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(&prepared)));
         let worker = Worker::spawn(SpawnSpec {
@@ -497,4 +569,14 @@ fn sandbox_layout(
     }
     let layout = SandboxLayout::new(config, interp, bootstrap).map_err(RuntimeError::AllowRead)?;
     Ok((layout, avail.cgroup))
+}
+
+/// The environment of a sandboxed zygote child, as the sandbox shows paths.
+fn shell_env(layout: &SandboxLayout) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("HOME".to_owned(), pycage_sandbox::WORK_DIR.to_owned()),
+        ("TMPDIR".to_owned(), pycage_sandbox::TMP_DIR.to_owned()),
+    ];
+    env.extend(layout.env.iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())));
+    env
 }

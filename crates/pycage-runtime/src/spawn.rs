@@ -114,6 +114,10 @@ pub(crate) struct Worker {
     /// The run's host directory (process isolation): removed when the last
     /// holder drops it, after the child is dead.
     run_dir: Option<Arc<RunDir>>,
+    /// Another process the run owns: the sandbox shell a zygote's child
+    /// joined (its supervisor is this host's child). Stopped and reaped
+    /// with this one; its guards (lease, cgroup) go with it.
+    companion: Option<Box<Worker>>,
     /// Dropped after the child is reaped (a uid lease, ...).
     _guards: Vec<Guard>,
 }
@@ -238,6 +242,7 @@ impl Worker {
             exit: None,
             parent: Parent::Host,
             run_dir: spec.run_dir,
+            companion: None,
             _guards: spec.guards,
         };
         let pidfd = Pid::from_raw(pid)
@@ -255,7 +260,8 @@ impl Worker {
         spawned: Spawned,
         host: UnixStream,
         output_rx: OwnedFd,
-        run_dir: RunDir,
+        run_dir: Option<RunDir>,
+        companion: Option<Worker>,
     ) -> Result<Worker, SpawnError> {
         let mut worker = Worker {
             pid: spawned.pid,
@@ -264,7 +270,8 @@ impl Worker {
             output: None,
             exit: None,
             parent: Parent::Zygote { zygote, id: spawned.id },
-            run_dir: Some(Arc::new(run_dir)),
+            run_dir: run_dir.map(Arc::new),
+            companion: companion.map(Box::new),
             _guards: Vec::new(),
         };
         rustix::io::ioctl_fionbio(&spawned.pidfd, true).map_err(|e| SpawnError::Channel(e.into()))?;
@@ -320,21 +327,29 @@ impl Worker {
     /// Kills what is left of the group, waits (without blocking a thread)
     /// until the child has exited, and reaps it.
     pub(crate) async fn kill_and_reap(&mut self) -> Exit {
-        if let Some(e) = self.exit {
-            return e;
-        }
-        // The child is a zombie or still running: either way its pid still
-        // names this group, so no other process can be hit.
-        self.signal_group(Signal::KILL);
-        self.exited().await;
-        let exit = match &self.parent {
-            Parent::Host => wait4(self.pid, libc::WNOHANG),
-            Parent::Zygote { zygote, id } => zygote.reap(*id).await,
+        let exit = match self.exit {
+            Some(e) => e,
+            None => {
+                // The child is a zombie or still running: either way its pid
+                // still names this group, so no other process can be hit.
+                self.signal_group(Signal::KILL);
+                self.exited().await;
+                let exit = match &self.parent {
+                    Parent::Host => wait4(self.pid, libc::WNOHANG),
+                    Parent::Zygote { zygote, id } => zygote.reap(*id).await,
+                };
+                // `None`: someone else reaped it, or its zygote died (and the
+                // child with it, by its death signal); either way it is gone.
+                let exit = exit.unwrap_or(Exit { status: ExitStatus::from_raw(libc::SIGKILL), cpu: Duration::ZERO });
+                self.exit = Some(exit);
+                exit
+            }
         };
-        // `None`: someone else reaped it, or its zygote died (and the child
-        // with it, by its death signal); either way it is gone.
-        let exit = exit.unwrap_or(Exit { status: ExitStatus::from_raw(libc::SIGKILL), cpu: Duration::ZERO });
-        self.exit = Some(exit);
+        if let Some(companion) = self.companion.as_mut() {
+            // The sandbox shell: its supervisor's death takes the run's whole
+            // PID namespace with it.
+            Box::pin(companion.kill_and_reap()).await;
+        }
         exit
     }
 
@@ -368,6 +383,49 @@ impl Drop for Worker {
             }
             Parent::Zygote { zygote, id } => zygote.reap_later(*id),
         }
+    }
+}
+
+/// A long-lived thread that forks sandbox shells. `PR_SET_PDEATHSIG` fires
+/// when the *thread* that forked a process exits, so processes that must
+/// live as long as the runtime are forked from a thread that does: never
+/// from a tokio worker that may be retired, nor a caller's thread (a Python
+/// host's, say) that may end first.
+pub(crate) struct Spawner {
+    jobs: std::sync::Mutex<std::sync::mpsc::Sender<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Spawner {
+    pub(crate) fn new() -> std::io::Result<Spawner> {
+        let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        std::thread::Builder::new().name("pycage-spawner".into()).spawn(move || {
+            for job in rx {
+                job();
+            }
+        })?;
+        Ok(Spawner { jobs: std::sync::Mutex::new(tx) })
+    }
+
+    /// Runs `job` on the spawner thread, inside the tokio runtime of the
+    /// caller (what it spawns registers with that runtime's reactor).
+    pub(crate) fn submit(&self, job: impl FnOnce() + Send + 'static) -> bool {
+        let handle = tokio::runtime::Handle::try_current().ok();
+        let job = Box::new(move || {
+            let _entered = handle.as_ref().map(tokio::runtime::Handle::enter);
+            job();
+        });
+        self.jobs.lock().is_ok_and(|tx| tx.send(job).is_ok())
+    }
+
+    /// Runs `job` on the spawner thread and waits for its result.
+    pub(crate) async fn run<T: Send + 'static>(&self, job: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if !self.submit(move || {
+            let _ = tx.send(job());
+        }) {
+            return None;
+        }
+        rx.await.ok()
     }
 }
 

@@ -51,6 +51,10 @@ use crate::spawn::{self, Exit};
 /// Largest control packet accepted from the zygote.
 pub(crate) const MAX_PACKET: usize = 64 * 1024;
 
+/// Most descriptors one control packet carries (a spawn that joins a
+/// sandbox shell: two channels and eight join descriptors).
+const MAX_SPAWN_FDS: usize = 10;
+
 /// Bytes of the zygote's own stderr kept for error messages.
 const DIAGNOSTICS_TAIL: usize = 4096;
 
@@ -79,12 +83,28 @@ fn diagnostics_suffix(d: &str) -> String {
 /// What a child is set up with before it serves its run.
 #[derive(Debug, Clone)]
 pub(crate) struct ChildSpec {
-    /// Its working directory (the run dir).
+    /// Its working directory (the run dir; inside the sandbox when joining).
     pub cwd: PathBuf,
     /// Environment variables set in the child on top of the zygote's.
     pub env: Vec<(String, String)>,
     /// `(name, soft, hard)`; names as in `pycage.zygote._RLIMITS`.
     pub rlimits: Vec<(&'static str, u64, u64)>,
+    /// Sandbox isolation: the child joins a shell built by the host (its
+    /// namespace, root and ruleset descriptors follow the two channel
+    /// descriptors, in [`pycage_sandbox::Join`]'s field order) and applies
+    /// the program's own steps.
+    pub join: Option<JoinSpec>,
+}
+
+/// How a zygote's child joins a sandbox shell.
+#[derive(Debug, Clone)]
+pub(crate) struct JoinSpec {
+    /// Steps 16-18 as data.
+    pub plan: pycage_sandbox::ProgramPlan,
+    /// Host path prefixes and where the sandbox shows them: the child,
+    /// forked from a zygote that runs on the host, rewrites `sys.path`,
+    /// `sys.prefix` and friends with them.
+    pub remaps: Vec<(String, String)>,
 }
 
 /// A forked child, as the zygote reported it.
@@ -115,7 +135,7 @@ pub(crate) trait PoolSink: Send + Sync {
 pub(crate) type PendingChild = Box<dyn std::any::Any + Send>;
 
 enum Request {
-    Spawn { spec: ChildSpec, fds: [OwnedFd; 2], pending: Option<PendingChild>, reply: SpawnReply },
+    Spawn { spec: Box<ChildSpec>, fds: Vec<OwnedFd>, pending: Option<PendingChild>, reply: SpawnReply },
     Reap { id: u64, reply: Option<oneshot::Sender<Exit>> },
     Quit,
 }
@@ -255,11 +275,12 @@ impl Zygote {
         ZygoteError::Gone(self.shared.diagnostics())
     }
 
-    /// Asks for a child; `fds` become its fd 3 and its fd 1/fd 2.
-    pub(crate) async fn spawn(&self, spec: ChildSpec, fds: [OwnedFd; 2]) -> Result<Spawned, ZygoteError> {
+    /// Asks for a child; `fds` become its fd 3 and its fd 1/fd 2 (then the
+    /// join descriptors, when `spec.join` is set).
+    pub(crate) async fn spawn(&self, spec: ChildSpec, fds: Vec<OwnedFd>) -> Result<Spawned, ZygoteError> {
         let (tx, rx) = oneshot::channel();
         self.shared.spawns.fetch_add(1, Ordering::Relaxed);
-        if !self.shared.send(Request::Spawn { spec, fds, pending: None, reply: SpawnReply::Caller(tx) }) {
+        if !self.shared.send(Request::Spawn { spec: Box::new(spec), fds, pending: None, reply: SpawnReply::Caller(tx) }) {
             return Err(self.gone());
         }
         rx.await.unwrap_or_else(|_| Err(self.gone()))
@@ -269,12 +290,12 @@ impl Zygote {
     pub(crate) fn spawn_into(
         &self,
         spec: ChildSpec,
-        fds: [OwnedFd; 2],
+        fds: Vec<OwnedFd>,
         pending: PendingChild,
         sink: Weak<dyn PoolSink>,
     ) -> bool {
         self.shared.spawns.fetch_add(1, Ordering::Relaxed);
-        self.shared.send(Request::Spawn { spec, fds, pending: Some(pending), reply: SpawnReply::Pool(sink) })
+        self.shared.send(Request::Spawn { spec: Box::new(spec), fds, pending: Some(pending), reply: SpawnReply::Pool(sink) })
     }
 
     /// Reaps child `id` once it has exited; `None` if the zygote is gone
@@ -450,7 +471,7 @@ impl Supervisor {
                     let id = self.next_id;
                     self.next_id += 1;
                     let bytes = encode_spawn(id, &spec);
-                    self.outgoing.push_back(Outgoing { bytes, fds: fds.into() });
+                    self.outgoing.push_back(Outgoing { bytes, fds });
                     self.spawns.insert(id, Waiting::Spawn { pending, reply });
                 }
                 Request::Reap { id, reply } => {
@@ -473,10 +494,10 @@ impl Supervisor {
     fn flush(&mut self) {
         while let Some(out) = self.outgoing.front() {
             let borrowed: Vec<BorrowedFd<'_>> = out.fds.iter().map(AsFd::as_fd).collect();
-            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_SPAWN_FDS))];
             let mut control = SendAncillaryBuffer::new(&mut space);
             if !borrowed.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&borrowed)) {
-                // Cannot happen: the space fits two descriptors.
+                // Cannot happen: the space fits every descriptor a spawn sends.
                 self.outgoing.pop_front();
                 continue;
             }
@@ -701,9 +722,61 @@ fn encode_spawn(id: u64, spec: &ChildSpec) -> Vec<u8> {
             b.end()?;
         }
         b.end()?;
+        if let Some(join) = &spec.join {
+            let plan = &join.plan;
+            b.key("join")?;
+            b.begin_object()?;
+            b.key("hostIds")?;
+            match plan.host_ids {
+                Some((uid, gid)) => {
+                    b.begin_array()?;
+                    b.number(&uid.to_string())?;
+                    b.number(&gid.to_string())?;
+                    b.end()?;
+                }
+                None => b.null()?,
+            }
+            b.key("uidMap")?;
+            b.string(&plan.uid_map)?;
+            b.key("gidMap")?;
+            b.string(&plan.gid_map)?;
+            b.key("limits")?;
+            b.begin_object()?;
+            for (name, value) in &plan.limits {
+                b.key(name)?;
+                b.number(&value.to_string())?;
+            }
+            b.end()?;
+            b.key("seccomp")?;
+            b.begin_array()?;
+            for filter in &plan.seccomp {
+                b.string(&hex(filter))?;
+            }
+            b.end()?;
+            b.key("remaps")?;
+            b.begin_array()?;
+            for (host, inside) in &join.remaps {
+                b.begin_array()?;
+                b.string(host)?;
+                b.string(inside)?;
+                b.end()?;
+            }
+            b.end()?;
+            b.end()?;
+        }
         b.end()
     })();
     b.finish().map(|v| v.to_canonical_string().into_bytes()).unwrap_or_default()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -716,6 +789,7 @@ mod tests {
             cwd: PathBuf::from("/tmp/run \"x\""),
             env: vec![("HOME".into(), "/tmp/run".into())],
             rlimits: vec![("nproc", 64, 64)],
+            join: None,
         };
         assert_eq!(
             String::from_utf8(encode_spawn(7, &spec)).unwrap(),
@@ -723,5 +797,20 @@ mod tests {
         );
         assert_eq!(String::from_utf8(encode_simple("reap", Some(3))).unwrap(), r#"{"type":"reap","id":3}"#);
         assert_eq!(String::from_utf8(encode_simple("quit", None)).unwrap(), r#"{"type":"quit"}"#);
+        let join = JoinSpec {
+            plan: pycage_sandbox::ProgramPlan {
+                limits: vec![("nproc", 66)],
+                uid_map: "1000 0 1\n".into(),
+                gid_map: "1000 0 1\n".into(),
+                seccomp: vec![vec![0x20, 0, 0xff]],
+                host_ids: Some((1_500_001, 1_500_001)),
+            },
+            remaps: vec![("/root/py".into(), "/opt/python".into())],
+        };
+        let spec = ChildSpec { cwd: "/work".into(), env: Vec::new(), rlimits: Vec::new(), join: Some(join) };
+        assert_eq!(
+            String::from_utf8(encode_spawn(1, &spec)).unwrap(),
+            r#"{"type":"spawn","id":1,"cwd":"/work","env":{},"rlimits":{},"join":{"hostIds":[1500001,1500001],"uidMap":"1000 0 1\n","gidMap":"1000 0 1\n","limits":{"nproc":66},"seccomp":["2000ff"],"remaps":[["/root/py","/opt/python"]]}}"#
+        );
     }
 }

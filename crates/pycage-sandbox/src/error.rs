@@ -264,11 +264,13 @@ pub enum Step {
     LandlockNotEnforced,
     /// Installing a seccomp filter.
     Seccomp,
+    /// A shell's init handing its namespaces, root and ruleset to the host.
+    JoinHandoff,
 }
 
 impl Step {
     /// All steps, in the order [`crate::Prepared::enter`] runs them.
-    pub const ALL: [Step; 51] = [
+    pub const ALL: [Step; 52] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
@@ -320,6 +322,7 @@ impl Step {
         Step::Landlock,
         Step::LandlockNotEnforced,
         Step::Seccomp,
+        Step::JoinHandoff,
     ];
 
     /// The wire code of this step on the diagnostics pipe.
@@ -386,6 +389,7 @@ impl Step {
             Step::Landlock => "landlock",
             Step::LandlockNotEnforced => "landlock",
             Step::Seccomp => "seccomp",
+            Step::JoinHandoff => "supervisor",
         }
     }
 
@@ -443,6 +447,7 @@ impl Step {
             Step::Landlock => "landlock_restrict_self",
             Step::LandlockNotEnforced => "checking Landlock reports the ruleset fully enforced",
             Step::Seccomp => "installing the seccomp filter",
+            Step::JoinHandoff => "sending the run's namespaces to the host (shell mode)",
         }
     }
 }

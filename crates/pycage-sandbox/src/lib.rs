@@ -60,7 +60,9 @@ pub use plan::{
     BYTES_PER_INODE, DISK_DIRS, FIXED_DIRS, GENERATED_FILES, HOSTNAME, INSIDE_GID, INSIDE_UID, MAX_BINDS,
     MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS, MIN_DISK_INODES, OUTPUT_DIR, PROC_DIR, SHM_DIR, TMP_DIR, USER_NAME, WORK_DIR,
 };
-pub use prepared::{Handoff, Prepared, INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
+pub use prepared::{
+    Handoff, Join, Prepared, ProgramPlan, INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS,
+};
 pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
 
 /// System paths a dynamically linked CPython and `subprocess` need, among

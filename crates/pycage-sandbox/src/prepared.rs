@@ -268,6 +268,50 @@ pub struct Handoff {
     pub work_dir: OwnedFd,
 }
 
+/// What a shell's init hands the host once the run's root is complete: what
+/// a process forked elsewhere (a zygote's child) needs to join the run.
+#[derive(Debug)]
+pub struct Join {
+    /// The run's user namespace ("userns1"); joining it comes first.
+    pub user_ns: OwnedFd,
+    /// Its mount namespace (the run's root is pivoted in it).
+    pub mount_ns: OwnedFd,
+    /// Its PID namespace: a joiner's children are born in it.
+    pub pid_ns: OwnedFd,
+    /// Its network namespace (a downed `lo` only).
+    pub net_ns: OwnedFd,
+    /// Its IPC namespace (SysV limits set).
+    pub ipc_ns: OwnedFd,
+    /// Its UTS namespace (hostname `pycage`).
+    pub uts_ns: OwnedFd,
+    /// The run's root directory (`O_PATH`): `fchdir` + `chroot(".")` there.
+    pub root: OwnedFd,
+    /// The Landlock ruleset with every rule of the run: the joiner's
+    /// program restricts itself with it.
+    pub ruleset: OwnedFd,
+}
+
+/// Steps 16-18 as data, for a program process that joins a shell: see
+/// [`Prepared::program_plan`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramPlan {
+    /// rlimits, soft = hard: `nproc`, `fsize`, `nofile`, `core`.
+    pub limits: Vec<(&'static str, u64)>,
+    /// The nested user namespace's `uid_map` line (uid 1000 = the run's 0).
+    pub uid_map: String,
+    /// Its `gid_map` line.
+    pub gid_map: String,
+    /// The seccomp filters' `sock_filter` arrays, in install order.
+    pub seccomp: Vec<Vec<u8>>,
+    /// On a root host, the run's leased host uid and gid: the joiner drops
+    /// to them before it joins (the run's user namespace maps only them).
+    pub host_ids: Option<(u32, u32)>,
+}
+
+/// Number of descriptors a [`Join`] carries, in its field order.
+const JOIN_FDS: usize = 8;
+const JOIN_TAG: [u8; 4] = *b"join";
+
 /// A sandbox ready to be entered by one forked child.
 ///
 /// Build one per run with [`Prepared::new`] (in the parent, before
@@ -310,6 +354,9 @@ pub struct Prepared {
     handoff_write: OwnedFd,
     /// The run's `cgroup.procs`, opened for writing by the host.
     cgroup_procs: Option<OwnedFd>,
+    /// Shell mode: the init process stops before the program and hands the
+    /// run to the host (see [`Prepared::into_shell`]).
+    shell: bool,
 }
 
 /// Which Landlock rights a directory of the new root gets.
@@ -459,6 +506,7 @@ impl Prepared {
             diag_write,
             handoff_read,
             handoff_write,
+            shell: false,
             cgroup_procs: None,
             plan,
         })
@@ -523,6 +571,78 @@ impl Prepared {
         }
         let init_pid = Pid::from_raw(i32::from_le_bytes([p0, p1, p2, p3]))?;
         Some(Handoff { init_pid, work_dir: fd? })
+    }
+
+    /// Shell mode: [`Prepared::enter`] builds the run exactly as usual (the
+    /// supervisor, the run's namespaces and root, its init process, the
+    /// Landlock rules), but the init process does not fork the program: it
+    /// hands the host a [`Join`] and stays the run's PID 1, reaping, until
+    /// the host kills the supervisor. Nothing execs: `spawn()` returns once
+    /// both processes have closed every descriptor, after the handoffs. The
+    /// program then comes from a process forked elsewhere (a zygote's child),
+    /// which joins the namespaces, enters the root, and applies the
+    /// program's own steps (16-18) itself.
+    pub fn into_shell(mut self) -> Prepared {
+        self.shell = true;
+        self
+    }
+
+    /// What the program's process applies to itself after joining a shell
+    /// (steps 16-18), as data a process that is not this one (a zygote's
+    /// child, in Python) can apply: the same values [`Prepared::enter`]
+    /// uses.
+    pub fn program_plan(&self) -> ProgramPlan {
+        let name = |r: Resource| match r {
+            Resource::Nproc => "nproc",
+            Resource::Fsize => "fsize",
+            Resource::Nofile => "nofile",
+            Resource::Core => "core",
+            _ => "other",
+        };
+        ProgramPlan {
+            limits: self.limits.iter().map(|(r, v)| (name(*r), *v)).collect(),
+            uid_map: String::from_utf8_lossy(&self.inner_uid_map).into_owned(),
+            gid_map: String::from_utf8_lossy(&self.inner_gid_map).into_owned(),
+            seccomp: self.filters.to_bytes(),
+            host_ids: self.root_host.then_some((self.host_uid, self.host_gid)),
+        }
+    }
+
+    /// What a shell's init handed over (see [`Prepared::into_shell`]);
+    /// `None` before, once taken, or if it could not be sent. Never blocks.
+    pub fn take_join(&self) -> Option<Join> {
+        let mut data = [0u8; 4];
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(JOIN_FDS))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut iov = [io::IoSliceMut::new(&mut data)];
+        let received = rustix::net::recvmsg(
+            &self.handoff_read,
+            &mut iov,
+            &mut control,
+            RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+        )
+        .ok()?;
+        let mut fds = Vec::with_capacity(JOIN_FDS);
+        for message in control.drain() {
+            if let rustix::net::RecvAncillaryMessage::ScmRights(received_fds) = message {
+                fds.extend(received_fds);
+            }
+        }
+        if received.bytes != data.len() || data != JOIN_TAG || fds.len() != JOIN_FDS {
+            return None;
+        }
+        let mut fds = fds.into_iter();
+        let mut next = || fds.next();
+        Some(Join {
+            user_ns: next()?,
+            mount_ns: next()?,
+            pid_ns: next()?,
+            net_ns: next()?,
+            ipc_ns: next()?,
+            uts_ns: next()?,
+            root: next()?,
+            ruleset: next()?,
+        })
     }
 
     /// The failure the child recorded, if `enter` failed in a spawn that
@@ -838,6 +958,56 @@ impl Prepared {
         }
     }
 
+    /// Shell mode: hand the host the run's namespaces, its root and the
+    /// finished ruleset (see [`Join`]).
+    fn send_join(&self, ruleset: BorrowedFd<'_>) -> Result<(), Failure> {
+        let mut opened: [Option<OwnedFd>; JOIN_FDS - 1] = [const { None }; JOIN_FDS - 1];
+        let names: [&CStr; 6] = [
+            c"/proc/self/ns/user",
+            c"/proc/self/ns/mnt",
+            c"/proc/self/ns/pid",
+            c"/proc/self/ns/net",
+            c"/proc/self/ns/ipc",
+            c"/proc/self/ns/uts",
+        ];
+        for (index, (slot, name)) in opened.iter_mut().zip(names).enumerate() {
+            *slot = Some(
+                rustix::fs::open(name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+                    .map_err(at_entry(Step::JoinHandoff, index))?,
+            );
+        }
+        if let Some(slot) = opened.last_mut() {
+            *slot = Some(
+                rustix::fs::open(c"/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                    .map_err(at_entry(Step::JoinHandoff, 6))?,
+            );
+        }
+        let mut fds: [Option<BorrowedFd<'_>>; JOIN_FDS] = [None; JOIN_FDS];
+        for (slot, fd) in fds.iter_mut().zip(opened.iter()) {
+            *slot = fd.as_ref().map(AsFd::as_fd);
+        }
+        if let Some(last) = fds.last_mut() {
+            *last = Some(ruleset);
+        }
+        let mut list: [BorrowedFd<'_>; JOIN_FDS] = [ruleset; JOIN_FDS];
+        for (slot, fd) in list.iter_mut().zip(fds) {
+            *slot = fd.ok_or(Failure::new(Step::JoinHandoff, libc::EBADF))?;
+        }
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(JOIN_FDS))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !control.push(SendAncillaryMessage::ScmRights(&list)) {
+            return Err(Failure::new(Step::JoinHandoff, libc::ENOBUFS));
+        }
+        rustix::net::sendmsg(
+            &self.handoff_write,
+            &[io::IoSlice::new(&JOIN_TAG)],
+            &mut control,
+            SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+        )
+        .map_err(at(Step::JoinHandoff))?;
+        Ok(())
+    }
+
     /// G: steps 11-15. Returns only on failure, or in P.
     fn init(&self, supervisor: OwnedFd, status_write: OwnedFd, go: OwnedFd) -> Result<(), Failure> {
         rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
@@ -893,6 +1063,17 @@ impl Prepared {
             ruleset = ruleset
                 .add_rule(PathBeneath::new(dir.as_fd(), access))
                 .map_err(|e| Failure::at(Step::LandlockRule, index, errno_of(&e, libc::EINVAL)))?;
+        }
+
+        if self.shell {
+            drop(status_write);
+            let ruleset: Option<OwnedFd> = ruleset.into();
+            let ruleset = ruleset.ok_or(Failure::new(Step::JoinHandoff, libc::EBADF))?;
+            self.send_join(ruleset.as_fd())?;
+            // Nothing of the run may trace, read or see this process.
+            let _ = rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable);
+            // SAFETY: single-threaded; it only reaps from now on.
+            unsafe { sys::reap_forever() }
         }
 
         // SAFETY: the process is single-threaded, so the child is a complete

@@ -277,3 +277,31 @@ pub(crate) unsafe fn reap_as_init(program: libc::pid_t, status_write: libc::c_in
         }
     }
 }
+
+/// A shell's init process after its handoff: close every fd, drop every
+/// capability, and reap whatever the PID namespace leaves it (a joined
+/// program reparented here, its orphans) until the host kills the
+/// supervisor, whose death signal then takes this process and the whole
+/// namespace with it. Never returns.
+///
+/// # Safety
+///
+/// The calling process must be single-threaded and own every fd it holds.
+pub(crate) unsafe fn reap_forever() -> ! {
+    // SAFETY: close_range only closes descriptors; this process uses none
+    // of them from now on.
+    unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) };
+    let _ = drop_capabilities();
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: `status` is a live c_int the kernel writes to.
+        let ret = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if ret < 0 && last_errno() == libc::ECHILD {
+            // No child yet (or any more): a joined process or an orphan may
+            // be reparented here later; look again in a while.
+            let pause = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+            // SAFETY: a live timespec; a null remainder pointer is allowed.
+            unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+        }
+    }
+}
