@@ -1533,8 +1533,27 @@ def _restore_builtins():
     _builtins_module.__dict__.update(_PRIVATE_BUILTINS)
 
 
+#: Host path prefixes and where the program sees them: set by a zygote's
+#: child that joined a sandbox (the zygote's modules were imported at host
+#: paths), so tracebacks name files the program can see, with their lines.
+_PATH_REMAPS = []
+
+
+def set_path_remaps(remaps):
+    """Use ``[(host_prefix, inside_prefix), ...]`` for traceback file names."""
+    _PATH_REMAPS[:] = [(h, i) for h, i in remaps]
+
+
+def _inside_path(path):
+    for host, shown in _PATH_REMAPS:
+        if path == host or path.startswith(host + "/"):
+            return shown + path[len(host) :]
+    return path
+
+
 def _drop_bootstrap_frames(te):
-    """Remove pycage's own frames from a TracebackException and its chain."""
+    """Remove pycage's own frames from a TracebackException and its chain,
+    and show the others' files as the program sees them."""
     seen = set()
     todo = [te]
     while todo:
@@ -1546,6 +1565,9 @@ def _drop_bootstrap_frames(te):
         kept = [f for f in stack if f.filename not in _OWN_FILES]
         if len(kept) != len(stack):
             stack[:] = kept
+        if _PATH_REMAPS:
+            for f in stack:
+                f.filename = _inside_path(f.filename)
         todo.append(t.__cause__)
         todo.append(t.__context__)
         todo.extend(getattr(t, "exceptions", None) or ())
@@ -1554,7 +1576,8 @@ def _drop_bootstrap_frames(te):
 def _format_exception(exc):
     """Traceback text pointing at ``<program>`` lines, without pycage's frames."""
     try:
-        te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+        # Lines are looked up when formatted, after the file names moved.
+        te = traceback.TracebackException(type(exc), exc, exc.__traceback__, lookup_lines=False)
         _drop_bootstrap_frames(te)
         text = "".join(te.format())
     except BaseException:

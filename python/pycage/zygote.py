@@ -389,9 +389,13 @@ def _mirror(program):
             os._exit(_EXIT_LOST)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-        os.kill(os.getpid(), sig)
+        try:
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            os.kill(os.getpid(), sig)
+        except (OSError, ValueError):
+            pass
         os._exit(128 + sig)
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else _EXIT_LOST)
 
@@ -463,7 +467,18 @@ def _remap_paths(remaps):
     for name in ("prefix", "base_prefix", "exec_prefix", "base_exec_prefix", "executable", "_base_executable"):
         if hasattr(sys, name):
             setattr(sys, name, inside(getattr(sys, name)))
+    # Packages imported in the zygote find their submodules through their
+    # __path__ (codecs' `encodings.idna`, say): it moves too.
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if type(search) is list:
+            search[:] = [inside(p) for p in search]
+        spec = getattr(module, "__spec__", None)
+        locations = getattr(spec, "submodule_search_locations", None)
+        if type(locations) is list and locations is not search:
+            locations[:] = [inside(p) for p in locations]
     sys.path_importer_cache.clear()
+    bootstrap.set_path_remaps(remaps)
 
 
 def main():

@@ -351,7 +351,11 @@ impl Runtime {
             Err(message) => return Ok(RunResult::failed(FailureKind::WorkerExit, message, Vec::new())),
         };
         let scope = match run_site.init_pid() {
-            Some(init) => Some(crate::watchdog::Scope::PidNamespace { init }),
+            Some(init) => Some(crate::watchdog::Scope::PidNamespace {
+                init,
+                // A zygote's child joined the namespace from outside.
+                joined: worker.is_zygote_child().then(|| worker.pid()).flatten(),
+            }),
             None if shared.layout.is_none() => worker.pid().map(|root| crate::watchdog::Scope::Descendants { root }),
             None => None,
         };

@@ -296,6 +296,11 @@ impl Worker {
     }
 
     /// The run's host directory, in process isolation.
+    /// Whether a zygote forked this child.
+    pub(crate) fn is_zygote_child(&self) -> bool {
+        matches!(self.parent, Parent::Zygote { .. })
+    }
+
     pub(crate) fn run_dir(&self) -> Option<&Arc<RunDir>> {
         self.run_dir.as_ref()
     }

@@ -60,6 +60,9 @@ pub enum Scope {
     PidNamespace {
         /// Host pid of PID 1 of the run's namespace.
         init: Pid,
+        /// A zygote's child that joined the namespace from outside: the
+        /// program is its child (born in the namespace), not the init's.
+        joined: Option<Pid>,
     },
     /// `root` and its descendants (process isolation: `root` is the run's
     /// first process).
@@ -277,13 +280,18 @@ pub fn sample(scope: Scope) -> Usage {
             usage.processes += 1;
         }
     };
-    let (root, skip_root_memory) = match scope {
-        Scope::PidNamespace { init } => (init.as_raw_nonzero().get(), true),
-        Scope::Descendants { root } => (root.as_raw_nonzero().get(), false),
+    // Roots whose memory is not the program's: pycage's own reaper (a copy
+    // of the host), the zygote child that joined (a copy of the zygote).
+    let (root, joined, skip_root_memory) = match scope {
+        Scope::PidNamespace { init, joined } => {
+            (init.as_raw_nonzero().get(), joined.map(|j| j.as_raw_nonzero().get()), true)
+        }
+        Scope::Descendants { root } => (root.as_raw_nonzero().get(), None, false),
     };
     let children = Children::new(root);
     // (pid, the parent it was found under)
     let mut queue = vec![(root, None)];
+    queue.extend(joined.map(|j| (j, None)));
     let mut seen = std::collections::HashSet::new();
     let mut found = Vec::new();
     while let Some((pid, parent)) = queue.pop() {
@@ -301,7 +309,7 @@ pub fn sample(scope: Scope) -> Usage {
         if parent.is_some() && ppid != parent {
             continue;
         }
-        if skip_root_memory && pid == root {
+        if skip_root_memory && (pid == root || Some(pid) == joined) {
             // pycage's own reaper: its CPU is what it reaped, its memory
             // (a copy of the host's) is not the program's.
             if let Some((_, t)) = parse_stat(&stat) {
@@ -401,7 +409,7 @@ mod tests {
     fn a_vanished_scope_is_empty_not_an_error() {
         // The highest pid number is never live.
         let gone = Pid::from_raw(i32::MAX).unwrap();
-        assert_eq!(sample(Scope::PidNamespace { init: gone }), Usage::default());
+        assert_eq!(sample(Scope::PidNamespace { init: gone, joined: None }), Usage::default());
         assert_eq!(sample(Scope::Descendants { root: gone }), Usage::default());
     }
 }

@@ -280,7 +280,8 @@ impl Zygote {
     pub(crate) async fn spawn(&self, spec: ChildSpec, fds: Vec<OwnedFd>) -> Result<Spawned, ZygoteError> {
         let (tx, rx) = oneshot::channel();
         self.shared.spawns.fetch_add(1, Ordering::Relaxed);
-        if !self.shared.send(Request::Spawn { spec: Box::new(spec), fds, pending: None, reply: SpawnReply::Caller(tx) }) {
+        if !self.shared.send(Request::Spawn { spec: Box::new(spec), fds, pending: None, reply: SpawnReply::Caller(tx) })
+        {
             return Err(self.gone());
         }
         rx.await.unwrap_or_else(|_| Err(self.gone()))
@@ -295,7 +296,12 @@ impl Zygote {
         sink: Weak<dyn PoolSink>,
     ) -> bool {
         self.shared.spawns.fetch_add(1, Ordering::Relaxed);
-        self.shared.send(Request::Spawn { spec: Box::new(spec), fds, pending: Some(pending), reply: SpawnReply::Pool(sink) })
+        self.shared.send(Request::Spawn {
+            spec: Box::new(spec),
+            fds,
+            pending: Some(pending),
+            reply: SpawnReply::Pool(sink),
+        })
     }
 
     /// Reaps child `id` once it has exited; `None` if the zygote is gone

@@ -103,7 +103,10 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
             keep, is_value("[-1,1,-1,1]")),
         c("raise rlimits back", "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_NPROC, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n    return 'raised'\nexcept (ValueError, OSError) as e:\n    return 'refused'",
             keep, is_value("\"refused\"")),
-        c("runs as an unprivileged uid", "import os\nreturn [os.getuid(), os.geteuid(), os.getgid(), os.getpid(), os.getppid()]", keep, is_value("[1000,1000,1000,2,1]")),
+        // The parent is the run's init (exec), or the zygote child that joined
+        // the run from outside its PID namespace (which reads as 0): never a
+        // host process the program can see.
+        c("runs as an unprivileged uid", "import os\nreturn [os.getuid(), os.geteuid(), os.getgid(), os.getpid(), os.getppid() in (0, 1)]", keep, is_value("[1000,1000,1000,2,true]")),
         c("flood stdout through print", "for i in range(200000):\n    print('x' * 100)\nreturn 'flooded'", keep,
             Box::new(|r| {
                 is_value("\"flooded\"")(r)?;
@@ -228,25 +231,43 @@ for i in range(8):
 import time
 time.sleep(60)";
 
-/// Processes whose parent is this test process (a sandbox's supervisor).
+/// Processes whose parent is this test process (a sandbox's supervisor, a
+/// zygote), but for the unprivileged test's own run of this test binary.
 fn children_of_self() -> Vec<String> {
     let me = std::process::id().to_string();
+    let this_binary = std::env::current_exe().ok();
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         if let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) {
             let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-            if after.split_whitespace().nth(1) == Some(me.as_str()) {
-                out.push(stat);
+            if after.split_whitespace().nth(1) != Some(me.as_str()) {
+                continue;
             }
+            let exe = std::fs::read_link(e.path().join("exe")).ok();
+            let setpriv = exe.as_ref().is_some_and(|x| x.file_name().is_some_and(|n| n == "setpriv"));
+            if setpriv || (exe.is_some() && exe == this_binary) {
+                continue;
+            }
+            out.push(stat);
         }
     }
     out
 }
 
-/// Processes of the sandbox's uid range on a root host.
-fn sandbox_uid_processes() -> Vec<String> {
-    let config = RuntimeConfig::default();
-    let range = config.sandbox_uid_base..config.sandbox_uid_base + config.sandbox_uid_count;
+/// Each suite leases run uids from its own range, so the two suites can run
+/// at once and each checks only its own runs' processes.
+fn uid_base(spawn: SpawnMode) -> u32 {
+    match spawn {
+        SpawnMode::Zygote => 2_100_000,
+        SpawnMode::Exec => 2_200_000,
+    }
+}
+
+const UID_COUNT: u32 = 10_000;
+
+/// Processes of a suite's uid range on a root host.
+fn sandbox_uid_processes(spawn: SpawnMode) -> Vec<String> {
+    let range = uid_base(spawn)..uid_base(spawn) + UID_COUNT;
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         if let Ok(status) = std::fs::read_to_string(e.path().join("status")) {
@@ -259,13 +280,17 @@ fn sandbox_uid_processes() -> Vec<String> {
     out
 }
 
+/// Every case through the zygote (a forked child joins a sandbox the host
+/// built), then through a new interpreter per run. One after the other:
+/// the checks after each suite look at every child of this process.
 #[test]
 fn hostile_programs_get_exact_outcomes() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(suite());
+    rt.block_on(suite(SpawnMode::Zygote));
+    rt.block_on(suite(SpawnMode::Exec));
 }
 
-async fn suite() {
+async fn suite(spawn: SpawnMode) {
     let python = std::env::var_os("PYCAGE_TEST_PYTHON").map(std::path::PathBuf::from);
     let canary_dir = tempfile::tempdir().unwrap();
     let canary = canary_dir.path().join("secret.txt");
@@ -284,10 +309,14 @@ async fn suite() {
             isolation: Isolation::Sandbox,
             run_dir_parent: Some(pycage_temp.path().to_path_buf()),
             python: python.clone(),
+            spawn,
+            sandbox_uid_base: uid_base(spawn),
+            sandbox_uid_count: UID_COUNT,
             ..RuntimeConfig::default()
         };
         (case.tweak)(&mut config);
         let rt = Runtime::new(config).unwrap();
+        assert_eq!(rt.spawn_mode(), (spawn, None), "{}", case.name);
         let r = rt.run(RunRequest::new(case.program.clone())).await.unwrap();
         if let Err(e) = (case.check)(&r) {
             failures.push(format!("{}: {e}", case.name));
@@ -314,10 +343,10 @@ async fn suite() {
     assert_eq!(children_of_self(), Vec::<String>::new());
     if rustix::process::geteuid().is_root() {
         // A killed supervisor's init dies of its death signal an instant later.
-        while !sandbox_uid_processes().is_empty() && std::time::Instant::now() < deadline {
+        while !sandbox_uid_processes(spawn).is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(sandbox_uid_processes(), Vec::<String>::new());
+        assert_eq!(sandbox_uid_processes(spawn), Vec::<String>::new());
     }
     for p in [
         "/tmp/pycage-hostile-w",
@@ -344,7 +373,12 @@ fn hostile_programs_get_exact_outcomes_as_an_unprivileged_user() {
     let out = std::process::Command::new("setpriv")
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
         .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "hostile_programs_get_exact_outcomes", "--nocapture"])
+        .args([
+            "--exact",
+            "hostile_programs_get_exact_outcomes",
+            "hostile_programs_get_exact_outcomes_exec",
+            "--nocapture",
+        ])
         .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
         .env("TMPDIR", "/tmp")
         .env("HOME", "/tmp")

@@ -158,6 +158,9 @@ async fn concurrent_runtimes_lease_distinct_uids() {
         c.sandbox_uid_base = 3_200_000;
         c.sandbox_uid_count = 3;
         c.uid_lease_dir = Some(lease_dir.clone());
+        // Pooled sandboxed children hold their leases while they wait: with
+        // three uids in all, none may wait here.
+        c.pool_size = 0;
         let rt = Runtime::new(c).unwrap();
         let marker = format!("40.{}{i}", std::process::id());
         let program =
