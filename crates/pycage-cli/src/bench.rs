@@ -41,6 +41,9 @@ pub struct BenchArgs {
     /// Python interpreter (CPython >= 3.10); default: `python3` on PATH.
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
+    /// Also draw the latency figures as an SVG bar chart (the README's).
+    #[arg(long, value_name = "FILE.svg")]
+    svg: Option<PathBuf>,
 }
 
 /// Latency samples and their summary.
@@ -326,6 +329,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         zygote_private,
         child_private_median,
     };
+    if let Some(path) = &args.svg {
+        std::fs::write(path, report.svg()).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if args.json {
         output::stdout_line(&report.json()).context("cannot write the report")?;
     } else {
@@ -425,6 +431,22 @@ impl Report<'_> {
             l.push(format!("idle pooled child private memory (median): {c} KiB"));
         }
         l
+    }
+
+    /// Medians as a bar chart, floors in grey.
+    fn svg(&self) -> String {
+        use crate::chart::Bar;
+        let mut bars = vec![
+            Bar { label: "python -I -c pass".into(), ms: ms(self.floor_pass.p50()), floor: true },
+            Bar { label: "python -I -c \"import asyncio, json\"".into(), ms: ms(self.floor_import.p50()), floor: true },
+        ];
+        for v in self.variants {
+            bars.push(Bar { label: format!("trivial run, {}", v.label()), ms: ms(v.samples.p50()), floor: false });
+        }
+        for (label, cell) in self.cells {
+            bars.push(Bar { label: format!("session cell, {label}"), ms: ms(cell.p50()), floor: false });
+        }
+        crate::chart::svg("pycage: a trivial run, p50 (log scale; grey: interpreter start)", &bars)
     }
 
     fn find(&self, spawn: SpawnMode, isolation: Isolation) -> Option<&Variant> {

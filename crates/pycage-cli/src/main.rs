@@ -12,6 +12,7 @@
 //! (exit status 2), so a caller parsing JSON never has to scrape stderr.
 
 mod bench;
+mod chart;
 mod doctor;
 mod frames;
 mod mcp;
