@@ -403,21 +403,10 @@ impl Runtime {
         };
         let (prepared, guards) = self.prepare_sandbox(layout, &[])?;
         let prepared = Arc::new(prepared.into_shell());
-        let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(&prepared)));
         // Nothing is exec'd: the supervisor and init never return from the
         // hook, and `spawn` returns once both have closed every descriptor,
         // after their handoffs.
-        let supervisor = Worker::spawn(SpawnSpec {
-            python: &layout.python,
-            bootstrap_dir: &layout.bootstrap,
-            home: Path::new(pycage_sandbox::WORK_DIR),
-            tmp: Path::new(pycage_sandbox::TMP_DIR),
-            cwd: None,
-            env: &layout.env,
-            run_dir: None,
-            guards,
-            pre_exec: Some(hook),
-        })?;
+        let supervisor = spawn_sandboxed(layout, &prepared, guards)?;
         let handoff = prepared.take_handoff();
         let join = prepared.take_join().ok_or_else(|| {
             SpawnError::Sandbox(prepared.take_child_failure().map(pycage_sandbox::SandboxError::Child).unwrap_or_else(
@@ -488,18 +477,7 @@ impl Runtime {
         };
         let (prepared, guards) = self.prepare_sandbox(layout, inputs)?;
         let prepared = Arc::new(prepared);
-        let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(&prepared)));
-        let worker = Worker::spawn(SpawnSpec {
-            python: &layout.python,
-            bootstrap_dir: &layout.bootstrap,
-            home: Path::new(pycage_sandbox::WORK_DIR),
-            tmp: Path::new(pycage_sandbox::TMP_DIR),
-            cwd: None,
-            env: &layout.env,
-            run_dir: None,
-            guards,
-            pre_exec: Some(hook),
-        })?;
+        let worker = spawn_sandboxed(layout, &prepared, guards)?;
         Ok((worker, RunSite::sandboxed(&prepared)))
     }
 
@@ -573,6 +551,27 @@ fn sandbox_layout(
     }
     let layout = SandboxLayout::new(config, interp, bootstrap).map_err(RuntimeError::AllowRead)?;
     Ok((layout, avail.cgroup))
+}
+
+/// Forks a sandboxed run (or a shell): the interpreter as the sandbox shows
+/// it, entered through `prepared`'s hook.
+fn spawn_sandboxed(
+    layout: &SandboxLayout,
+    prepared: &Arc<pycage_sandbox::Prepared>,
+    guards: Vec<Guard>,
+) -> Result<Worker, SpawnError> {
+    let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(prepared)));
+    Worker::spawn(SpawnSpec {
+        python: &layout.python,
+        bootstrap_dir: &layout.bootstrap,
+        home: Path::new(pycage_sandbox::WORK_DIR),
+        tmp: Path::new(pycage_sandbox::TMP_DIR),
+        cwd: None,
+        env: &layout.env,
+        run_dir: None,
+        guards,
+        pre_exec: Some(hook),
+    })
 }
 
 /// The environment of a sandboxed zygote child, as the sandbox shows paths.

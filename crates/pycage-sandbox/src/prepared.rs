@@ -547,9 +547,21 @@ impl Prepared {
     /// `None` before, or once taken. Never blocks.
     pub fn take_handoff(&self) -> Option<Handoff> {
         let mut data = [0u8; HANDOFF_LEN];
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let (bytes, fds) = self.receive_handoff(&mut data)?;
+        let [p0, p1, p2, p3, t0, t1, t2, t3] = data;
+        if bytes != HANDOFF_LEN || [t0, t1, t2, t3] != HANDOFF_TAG {
+            return None;
+        }
+        let init_pid = Pid::from_raw(i32::from_le_bytes([p0, p1, p2, p3]))?;
+        Some(Handoff { init_pid, work_dir: fds.into_iter().next()? })
+    }
+
+    /// One message of the handoff socket, without blocking: its length and
+    /// the descriptors it carried (closed by drop unless used).
+    fn receive_handoff(&self, data: &mut [u8]) -> Option<(usize, Vec<OwnedFd>)> {
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(JOIN_FDS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
-        let mut iov = [io::IoSliceMut::new(&mut data)];
+        let mut iov = [io::IoSliceMut::new(data)];
         let received = rustix::net::recvmsg(
             &self.handoff_read,
             &mut iov,
@@ -557,20 +569,13 @@ impl Prepared {
             RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
         )
         .ok()?;
-        let mut fd = None;
+        let mut fds = Vec::new();
         for message in control.drain() {
-            if let rustix::net::RecvAncillaryMessage::ScmRights(fds) = message {
-                for received_fd in fds {
-                    fd.get_or_insert(received_fd);
-                }
+            if let rustix::net::RecvAncillaryMessage::ScmRights(received_fds) = message {
+                fds.extend(received_fds);
             }
         }
-        let [p0, p1, p2, p3, t0, t1, t2, t3] = data;
-        if received.bytes != HANDOFF_LEN || [t0, t1, t2, t3] != HANDOFF_TAG {
-            return None;
-        }
-        let init_pid = Pid::from_raw(i32::from_le_bytes([p0, p1, p2, p3]))?;
-        Some(Handoff { init_pid, work_dir: fd? })
+        Some((received.bytes, fds))
     }
 
     /// Shell mode: [`Prepared::enter`] builds the run exactly as usual (the
@@ -612,23 +617,8 @@ impl Prepared {
     /// `None` before, once taken, or if it could not be sent. Never blocks.
     pub fn take_join(&self) -> Option<Join> {
         let mut data = [0u8; 4];
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(JOIN_FDS))];
-        let mut control = RecvAncillaryBuffer::new(&mut space);
-        let mut iov = [io::IoSliceMut::new(&mut data)];
-        let received = rustix::net::recvmsg(
-            &self.handoff_read,
-            &mut iov,
-            &mut control,
-            RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
-        )
-        .ok()?;
-        let mut fds = Vec::with_capacity(JOIN_FDS);
-        for message in control.drain() {
-            if let rustix::net::RecvAncillaryMessage::ScmRights(received_fds) = message {
-                fds.extend(received_fds);
-            }
-        }
-        if received.bytes != data.len() || data != JOIN_TAG || fds.len() != JOIN_FDS {
+        let (bytes, fds) = self.receive_handoff(&mut data)?;
+        if bytes != data.len() || data != JOIN_TAG || fds.len() != JOIN_FDS {
             return None;
         }
         let mut fds = fds.into_iter();
