@@ -422,7 +422,14 @@ def main() -> None:
     pipe = PipeEcho()
     results: dict[str, Any] = {"python": platform.python_version(), "cases": {}}
 
-    plan = [("trivial", 40), ("session_cell", 200), ("calls100", 20), ("gather1000", 10), ("loop_top", 6), ("loop_fn", 6)]
+    plan = [
+        ("trivial", 40),
+        ("session_cell", 200),
+        ("calls100", 20),
+        ("gather1000", 10),
+        ("loop_top", 6),
+        ("loop_fn", 6),
+    ]
     for case, n in plan:
         runners: dict[str, Callable[[], Any]] = {}
         for e in engines:
