@@ -12,7 +12,7 @@
 //!   re-encoded with `json`): the floor of a binding call's round trip.
 //!
 //! Rows: trivial-run latency (p50/p95/p99) for every spawn mode and
-//! isolation this machine can run; runs per second at concurrency 1, 2, 4
+//! isolation this machine can run, one run at a time, 20 ms apart; runs per second at concurrency 1, 2, 4
 //! and 16 through the zygote; a trivial cell in a warm session; a binding
 //! call's round trip; `asyncio.gather` throughput; the host's RSS and the
 //! private memory of an idle pooled child.
@@ -66,6 +66,9 @@ impl Samples {
         self.quantile(0.5)
     }
 }
+
+/// Pause before each latency sample.
+const LATENCY_GAP: Duration = Duration::from_millis(20);
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -252,6 +255,10 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         for v in &mut variants {
             let reps = if v.spawn == SpawnMode::Zygote { 10 } else { 1 };
             for _ in 0..reps {
+                // One run at a time, a little apart, as an agent sends them
+                // (the pool refills between runs); back-to-back runs are
+                // the throughput rows below.
+                tokio::time::sleep(LATENCY_GAP).await;
                 let d = trivial(&v.runtime).await?;
                 v.samples.push(d);
             }

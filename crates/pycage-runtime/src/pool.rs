@@ -150,10 +150,13 @@ impl Pool {
         // replaced, and the second one answers or its error is returned.
         for attempt in 0..2 {
             let idle = self.inner.take_idle();
-            self.inner.refill();
             if let Some(idle) = idle {
+                // The replacement is forked (and warms up) after this run,
+                // not during it: on a small machine its warm-up would take a
+                // core from the run (see `refill_after_run`).
                 return idle.into_worker();
             }
+            self.inner.refill();
             let zygote = self.inner.current()?;
             let (host, fds, spec) = match &self.inner.config.shells {
                 None => self.inner.host_side(&zygote)?,
@@ -174,6 +177,13 @@ impl Pool {
             }
         }
         Err(SpawnError::Zygote(ZygoteError::Gone(String::new())))
+    }
+
+    /// Tops the pool up again; called when a run has settled, so the fork
+    /// and warm-up of its replacement happen between runs. Cheap: it asks
+    /// the zygote (or the spawner thread) and returns.
+    pub(crate) fn refill_after_run(&self) {
+        self.inner.refill();
     }
 
     /// The current zygote's pid, if one runs (for tests and diagnostics).

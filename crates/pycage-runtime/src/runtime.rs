@@ -298,6 +298,13 @@ impl Runtime {
         }
     }
 
+    /// Tops the zygote's pool up after a run (off the run's critical path).
+    pub(crate) fn refill_pool(&self) {
+        if let Some(pool) = &self.shared.pool {
+            pool.refill_after_run();
+        }
+    }
+
     /// A child ready for `boot`, or why none could be started.
     pub(crate) async fn take_worker(&self) -> Result<Worker, String> {
         self.take_worker_with(&[]).await.map(|(worker, _)| worker)
@@ -372,7 +379,9 @@ impl Runtime {
             budget: crate::watchdog::budget_watch(scope, budget),
         };
         let Some(dest) = &request.output_dir else {
-            return Ok(run::execute_once(worker, request.program, request.bindings, inputs, &shared.tracker).await);
+            let result = run::execute_once(worker, request.program, request.bindings, inputs, &shared.tracker).await;
+            self.refill_pool();
+            return Ok(result);
         };
         // The output is copied once every process of the run is gone, so
         // what is copied is what the run left.
@@ -388,11 +397,10 @@ impl Runtime {
         drop(worker);
         let dest = site::absolute(dest).unwrap_or_else(|_| dest.clone());
         result.output = Some(run_site.collect_output(&dest, shared.config.max_output_bytes));
+        self.refill_pool();
         Ok(result)
     }
 
-    /// Starts the child of one run by exec: its directory (process
-    /// isolation) or its sandbox, with `inputs` in its working directory.
     /// A sandbox shell for a zygote's child to join: the run built exactly
     /// as for an exec'd run, its init stopped before the program (see
     /// `Prepared::into_shell`). Call it on the spawner thread.
@@ -456,6 +464,8 @@ impl Runtime {
         Ok((prepared, guards))
     }
 
+    /// Starts the child of one run by exec: its directory (process
+    /// isolation) or its sandbox, with `inputs` in its working directory.
     fn spawn_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), SpawnError> {
         let shared = &self.shared;
         let Some(layout) = &shared.layout else {

@@ -247,6 +247,10 @@ impl Session {
         if let Ok(mut last) = inner.last_used.lock() {
             *last = Instant::now();
         }
+        if opening == Opening::SessionFirst {
+            // This session took a pooled child: replace it, between runs.
+            runtime.refill_pool();
+        }
         if after == ChildAfter::Gone {
             state.worker = None;
             let why = match &result.error {
