@@ -73,6 +73,7 @@ import re  # noqa: E402
 import resource  # noqa: E402
 import select  # noqa: E402
 import selectors  # noqa: E402
+import _signal  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -158,13 +159,16 @@ _type_name = type.__dict__["__name__"].__get__
 _Future = asyncio.Future
 _get_running_loop = asyncio.events._get_running_loop
 _set_event_loop = asyncio.set_event_loop
-_pthread_sigmask = signal.pthread_sigmask
-_getsignal = signal.getsignal
-_setsignal = signal.signal
-_SIG_BLOCK = signal.SIG_BLOCK
-_SIG_SETMASK = signal.SIG_SETMASK
-_SIG_IGN = signal.SIG_IGN
-_ALL_SIGNALS = signal.valid_signals()
+# The C functions under `signal`: its Python wrappers turn every number they
+# return into an enum member, which made quieting and restoring ~62 handlers
+# after each program most of a trivial run's Python time (~80 of ~100 µs).
+_pthread_sigmask = _signal.pthread_sigmask
+_getsignal = _signal.getsignal
+_setsignal = _signal.signal
+_SIG_BLOCK = int(signal.SIG_BLOCK)
+_SIG_SETMASK = int(signal.SIG_SETMASK)
+_SIG_IGN = int(signal.SIG_IGN)
+_ALL_SIGNALS = _signal.valid_signals()
 _HANDLER_SIGNALS = tuple(
     sorted(sig for sig in _ALL_SIGNALS if sig not in (signal.SIGKILL, signal.SIGSTOP))
 )
@@ -1480,7 +1484,7 @@ def _quiet_once(state):
         state.mask = _pthread_sigmask(_SIG_BLOCK, _ALL_SIGNALS)
     for sig in _HANDLER_SIGNALS:
         handler = _getsignal(sig)
-        # None: not set from Python; SIG_DFL / SIG_IGN are ints (an IntEnum).
+        # None: not set from Python; SIG_DFL / SIG_IGN are ints.
         if handler is None or issubclass(type(handler), int):
             continue
         state.handlers.setdefault(sig, handler)

@@ -209,8 +209,10 @@ class _Zygote:
             self.poll.unregister(fd)
             if not requested:
                 return
-            _, status, usage = os.wait4(pid, 0)
+            # Close first: once the child is reaped it leaves the zygote's
+            # /proc children list, and by then nothing of it may stay open.
             os.close(fd)
+            _, status, usage = os.wait4(pid, 0)
             del self.children[ident]
             cpu_ns = int((usage.ru_utime + usage.ru_stime) * 1e9)
             self.send({"type": "reaped", "id": ident, "status": status, "cpuNs": cpu_ns})
