@@ -150,6 +150,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _os_write = os.write
 _os_readv = os.readv
 _os_exit = os._exit
+_sched_yield = os.sched_yield
 _select = select.select
 _monotonic = time.monotonic
 _int_repr = int.__repr__
@@ -1664,9 +1665,16 @@ def outcome_frame(outcome, max_value_bytes):
 
 
 def _finish(frame):
-    """Send ``done`` and exit; holding the lock keeps later frames out."""
+    """Send ``done`` and exit; holding the lock keeps later frames out.
+
+    The yield between them is for the host's sake: a write on a Unix socket
+    is a synchronous wake-up, so the scheduler tends to queue the host's
+    reader on this CPU, behind this process, and exiting (unmapping a
+    forked interpreter) kept it waiting ~0.6 ms of a ~1.3 ms trivial run.
+    """
     with _lock:
         _send(frame)
+        _sched_yield()
         _os_exit(0)
 
 
