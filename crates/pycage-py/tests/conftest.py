@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -68,3 +69,22 @@ def child_pids() -> set[int]:
         frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
         found |= frontier
     return found
+
+
+def settled_child_pids(quiet: float = 0.2, limit: float = 10.0) -> set[int]:
+    """``child_pids()`` once it has not changed for ``quiet`` seconds.
+
+    The shared runtimes of the session fixtures refill their pools in the
+    background after each run (a sandboxed child's shell is built on a
+    thread of its own); a snapshot taken while that happens would count
+    their new children as the test's leftovers.
+    """
+    deadline = time.monotonic() + limit
+    last = child_pids()
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = child_pids()
+        if now == last:
+            return now
+        last = now
+    return last

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import pycage
-from conftest import child_pids
+from conftest import child_pids, settled_child_pids
 
 HANG = "print('up', flush=True)\nimport time\ntime.sleep(3600)"
 
@@ -91,7 +91,7 @@ def test_context_managers():
 def test_no_leftover_process_after_close(isolation, request):
     if isolation == "sandbox":
         request.getfixturevalue("sandbox_rt")  # skips (or fails under CI) without a sandbox
-    before = child_pids()
+    before = settled_child_pids()
     rt = pycage.Runtime(isolation=isolation, python=sys.executable)
     up = threading.Barrier(5)
     results = []
@@ -209,7 +209,7 @@ def test_a_callback_exception_aborts_the_run_and_is_raised(process_rt):
 
 def test_cancelling_arun_aborts_the_run_and_its_bindings():
     cancelled = threading.Event()
-    before = child_pids()
+    before = settled_child_pids()
 
     async def main():
         rt = pycage.Runtime(isolation="process")

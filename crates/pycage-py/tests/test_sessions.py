@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import pycage
-from conftest import child_pids
+from conftest import child_pids, settled_child_pids
 
 
 def test_globals_live_across_runs(rt):
@@ -79,7 +79,7 @@ def test_session_events_and_cancellation(process_rt):
 
 
 def test_closing_the_runtime_ends_its_sessions_and_reaps_them():
-    before = child_pids()
+    before = settled_child_pids()
     rt = pycage.Runtime(isolation="process")
     sessions = [rt.session() for _ in range(3)]
     for i, s in enumerate(sessions):

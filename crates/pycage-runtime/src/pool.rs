@@ -297,6 +297,11 @@ impl Inner {
                 let z = zygote.clone();
                 let submitted = shells.spawner.submit(move || {
                     let sink: Weak<dyn PoolSink> = inner.me.clone();
+                    if inner.state.lock().map_or(true, |s| s.closed) {
+                        // Closed while this waited: no shell to build and kill.
+                        inner.child_failed(ZygoteError::Gone("the runtime is shutting down".into()));
+                        return;
+                    }
                     match inner.host_side(&z) {
                         Ok((host, fds, spec)) => {
                             if !z.spawn_into(spec, fds, Box::new(host), sink) {

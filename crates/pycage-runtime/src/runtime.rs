@@ -298,8 +298,12 @@ impl Runtime {
         }
     }
 
-    /// Tops the zygote's pool up after a run (off the run's critical path).
+    /// Tops the zygote's pool up after a run (off the run's critical path);
+    /// not once shutdown has begun (the children would be killed unused).
     pub(crate) fn refill_pool(&self) {
+        if self.shared.shutdown.is_cancelled() {
+            return;
+        }
         if let Some(pool) = &self.shared.pool {
             pool.refill_after_run();
         }
@@ -524,8 +528,20 @@ impl Runtime {
         if let Some(pool) = &self.shared.pool {
             pool.close().await;
         }
+        // Processes dropped rather than stopped (a sandbox shell's
+        // supervisor, a child killed on drop) were sent SIGKILL and handed
+        // to the reaper thread; a process tearing down its namespaces can
+        // take a while to die. Shutdown returns once they are reaped, or
+        // after a bound: a process stuck in the kernel must not hang it.
+        let bound = Instant::now() + REAPER_WAIT;
+        while !crate::spawn::reaper::idle() && Instant::now() < bound {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
     }
 }
+
+/// Longest [`Runtime::shutdown`] waits for killed processes to be reaped.
+const REAPER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The sandbox hook: enters every layer between fork and exec.
 struct SandboxHook(Arc<pycage_sandbox::Prepared>);

@@ -435,20 +435,25 @@ impl Spawner {
 }
 
 /// One thread that reaps killed children nobody waits for anymore.
-mod reaper {
+pub(crate) mod reaper {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc::{channel, Sender};
     use std::sync::{Mutex, OnceLock};
 
     static REAPER: OnceLock<Mutex<Sender<i32>>> = OnceLock::new();
+    /// Children handed over and not reaped yet (by every runtime of this
+    /// process: the thread is shared).
+    static PENDING: AtomicUsize = AtomicUsize::new(0);
 
     /// Reaps `pid` (already sent SIGKILL) in the background.
-    pub(super) fn adopt(pid: i32) {
+    pub(crate) fn adopt(pid: i32) {
         let tx = REAPER.get_or_init(|| {
             let (tx, rx) = channel::<i32>();
             let spawned = std::thread::Builder::new().name("pycage-reaper".into()).spawn(move || {
                 for pid in rx {
                     // Blocks only this thread, until the killed child is gone.
                     let _ = super::wait4(pid, 0);
+                    PENDING.fetch_sub(1, Ordering::AcqRel);
                 }
             });
             if spawned.is_err() {
@@ -458,8 +463,16 @@ mod reaper {
             Mutex::new(tx)
         });
         if let Ok(tx) = tx.lock() {
-            let _ = tx.send(pid);
+            PENDING.fetch_add(1, Ordering::AcqRel);
+            if tx.send(pid).is_err() {
+                PENDING.fetch_sub(1, Ordering::AcqRel);
+            }
         }
+    }
+
+    /// Whether every child handed over has been reaped.
+    pub(crate) fn idle() -> bool {
+        PENDING.load(Ordering::Acquire) == 0
     }
 }
 
