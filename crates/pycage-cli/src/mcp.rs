@@ -72,7 +72,8 @@ pub fn stubs(args: StubsArgs) -> anyhow::Result<ExitCode> {
         let bindings = load(Some(&args.bindings)).await?;
         let text = bindings.stubs_text();
         bindings.close().await;
-        output::stdout_lines([text.trim_end()]).context("cannot write the stubs")?;
+        // Docstrings come from the upstream servers: escaped for the terminal.
+        output::stdout_texts(text.trim_end().lines()).context("cannot write the stubs")?;
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -301,7 +301,7 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCo
                 r = &mut run => break r,
                 Some(ev) = rx.recv() => {
                     if let RunEvent::Log(line) = ev {
-                        let _ = output::stdout_line(&line);
+                        let _ = output::stdout_text(&line);
                     }
                 }
                 _ = interrupts.recv() => cancel.cancel(),
@@ -310,18 +310,18 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCo
         // Lines that arrived with the end of the run.
         while let Ok(ev) = rx.try_recv() {
             if let RunEvent::Log(line) = ev {
-                let _ = output::stdout_line(&line);
+                let _ = output::stdout_text(&line);
             }
         }
         let (result, restarted) = outcome?;
         if let Some(reason) = restarted {
-            output::stderr_line(&format!("(the session had ended: {reason}; this cell ran in a new, empty one)"));
+            output::stderr_text(&format!("(the session had ended: {reason}; this cell ran in a new, empty one)"));
         }
         if let Some(v) = &result.value {
-            let _ = output::stdout_line(&v.to_canonical_string());
+            let _ = output::stdout_text(&v.to_canonical_string());
         }
         if let Some(e) = &result.error {
-            output::stderr_line(&format!("error: {}: {}", e.kind, e.message));
+            output::stderr_text(&format!("error: {}: {}", e.kind, e.message));
         }
     }
     drop(prompt_tx);

@@ -106,3 +106,31 @@ fn cells_on_stdin_run_in_one_session() {
     assert_eq!(stdout(&out), "3\nlog\n1\n");
     assert!(stderr(&out).contains("error: exception: Traceback"), "{}", stderr(&out));
 }
+
+/// Cells' logs, values and errors are for a person: escape sequences are
+/// shown, never sent to the terminal (an OSC 52 clipboard write, a screen
+/// clear, a bidi override).
+#[test]
+fn cell_output_is_escaped_for_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = pycage(dir.path())
+        .args(["repl", "--isolation", "process"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"print('\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J')\n'\\u202e'\nraise ValueError('\\x1b[31mred')\n")
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert_exit(&out, 0);
+    for stream in [&out.stdout, &out.stderr] {
+        assert!(!stream.contains(&0x1b), "{}", String::from_utf8_lossy(stream));
+        assert!(!String::from_utf8_lossy(stream).contains('\u{202e}'));
+    }
+    assert_eq!(stdout(&out), "\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\n\"\\u202e\"\n");
+    assert!(stderr(&out).contains("ValueError: \\x1b[31mred"), "{}", stderr(&out));
+}

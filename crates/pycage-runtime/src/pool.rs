@@ -2,11 +2,14 @@
 //!
 //! The pool keeps up to `pool_size` children that a zygote has forked and
 //! set up, each blocked reading its `boot` frame, each with its own run
-//! directory and channels. A run takes one (a few microseconds) and a
-//! refill is requested at once; the zygote's supervisor thread puts the
-//! new child into the idle list when the zygote answers, so neither the
-//! interpreter start nor the fork is on a run's critical path. When the
-//! list is empty, the run asks the zygote directly (one fork).
+//! directory and channels. A run takes one (a few microseconds); once the
+//! run has settled a refill is requested (a replacement's fork and warm-up
+//! during the run would take a core from it), and the zygote's supervisor
+//! thread puts the new child into the idle list when the zygote answers,
+//! so neither the interpreter start nor the fork is on a run's critical
+//! path. When the list is empty, the run asks the zygote directly (one
+//! fork) and asks for a refill. No refill is requested once the runtime
+//! shuts down.
 //!
 //! Zygote life cycle: every child of one zygote shares its hash seed and
 //! address-space layout, so a zygote is replaced once it has forked
