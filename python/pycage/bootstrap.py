@@ -920,22 +920,25 @@ def _call_inline(loop, call_id, frame, timeout):
     wake = loop._ssock.fileno()
     _send(frame)
     deadline = _monotonic() + timeout
+    watched = (_FD, wake)
     while True:
         _dispatch_replies()
         if slot:
             return True, slot[0]
-        left = deadline - _monotonic()
+        left = None if deadline is None else deadline - _monotonic()
         readable = ()
-        if left > 0:
+        if left is None or left > 0:
             try:
-                readable, _, _ = _select((_FD, wake), (), (), left)
+                readable, _, _ = _select(watched, (), (), left)
             except (OSError, ValueError) as e:
                 _die(_EXIT_HOST_GONE, f"waiting on fd {_FD} failed: {e}")
-        if left <= 0 or wake in readable:
+        if (left is not None and left <= 0) or wake in readable:
             if not _watch(loop):
                 # It cannot read fd 3 after all (closed meanwhile): the
-                # reply can only be waited for here.
-                deadline = float("inf")
+                # reply can only be waited for here, on fd 3 alone (the
+                # wake fd stays readable) and with no deadline.
+                deadline = None
+                watched = (_FD,)
                 continue
             # Hand the call to the loop. Under the lock, so a reply another
             # thread dispatches lands either in the slot (seen here) or in

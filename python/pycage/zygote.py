@@ -455,15 +455,12 @@ def _confine(join, ruleset):
 def _remap_paths(remaps):
     """The zygote runs on the host: its interpreter's paths are the host's.
     Inside the sandbox they may be elsewhere (an interpreter under /root is
-    shown at /opt/python): rewrite what later imports and subprocesses use."""
+    shown at /opt/python): rewrite what later imports and subprocesses use
+    (with the bootstrap's mapping, which its tracebacks use too)."""
+    bootstrap.set_path_remaps(remaps)
 
     def inside(path):
-        if type(path) is not str:
-            return path
-        for host, shown in remaps:
-            if path == host or path.startswith(host + "/"):
-                return shown + path[len(host) :]
-        return path
+        return bootstrap._inside_path(path) if type(path) is str else path
 
     sys.path[:] = [inside(p) for p in sys.path]
     for name in ("prefix", "base_prefix", "exec_prefix", "base_exec_prefix", "executable", "_base_executable"):
@@ -480,7 +477,6 @@ def _remap_paths(remaps):
         if type(locations) is list and locations is not search:
             locations[:] = [inside(p) for p in locations]
     sys.path_importer_cache.clear()
-    bootstrap.set_path_remaps(remaps)
 
 
 def main():

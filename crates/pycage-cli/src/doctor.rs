@@ -138,11 +138,9 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-const MIB: u64 = 1024 * 1024;
-
 fn mib(bytes: u64) -> String {
-    if bytes.is_multiple_of(MIB) {
-        format!("{} MiB", bytes / MIB)
+    if bytes.is_multiple_of(crate::MIB) {
+        format!("{} MiB", bytes / crate::MIB)
     } else {
         format!("{bytes} bytes")
     }
@@ -201,7 +199,7 @@ fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<
                         format!(
                             "tmpfs of {} and {} inodes for /work, /tmp and /dev/shm together",
                             mib(config.disk_bytes),
-                            config.disk_bytes / pycage_sandbox::BYTES_PER_INODE.max(1)
+                            pycage_sandbox::disk_inodes(config.disk_bytes)
                         ),
                         format!("RLIMIT_FSIZE {} per file", mib(config.max_file_bytes)),
                         "nothing of a run is written to the host's disk".to_string(),

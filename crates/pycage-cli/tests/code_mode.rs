@@ -506,7 +506,7 @@ fn named_sessions_keep_state_and_are_capped() {
     assert_eq!(r[4]["isError"], json!(true));
     assert!(r[4]["text"].as_str().unwrap().starts_with("2 sessions are open"), "{}", r[4]);
     // A run that times out ends its session; the next call says so, the one
-    // after starts afresh (and frees the slot for s3).
+    // after starts s1 afresh (so s1 and s2 hold both slots again).
     assert_eq!(r[5]["structured"]["error"]["kind"], json!("timeout"), "{}", r[5]);
     assert!(r[6]["text"].as_str().unwrap().starts_with("the session `s1` has ended"), "{}", r[6]);
     assert_eq!(r[7]["structured"]["error"]["kind"], json!("exception"), "{}", r[7]);

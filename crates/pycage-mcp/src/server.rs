@@ -341,7 +341,7 @@ pub fn description(
          Rules:\n\
          - The program runs as a script in a fresh process; nothing survives between calls, \
          unless you pass `session`: calls naming the same session share one process and its globals \
-         (a failed or timed-out run ends the session; it also ends after {} s without a call). \
+         (a run that times out, is cancelled or crashes ends the session, an exception does not; it also ends after {} s without a call). \
          Top-level `await` works: `r = await ns.function(name=value)`. \
          Run independent calls concurrently with `asyncio.gather(...)`.\n\
          - The result's value is the program's top-level `return` value, else the value of its last expression statement. \

@@ -163,6 +163,31 @@ impl NativeRuntime {
         }
         Ok(self.inner(py)?.clone())
     }
+
+    /// `program` spawned on the shared tokio runtime (its events sent when
+    /// `events`), and the token that cancels it.
+    fn launch(
+        &self,
+        py: Python<'_>,
+        program: String,
+        namespaces: Vec<NamespaceSpec>,
+        site: &Bound<'_, PyAny>,
+        events: bool,
+    ) -> PyResult<(Arc<tokio::runtime::Runtime>, drive::Spawned, CancellationToken)> {
+        let runtime = self.runtime(py)?;
+        let token = CancellationToken::new();
+        let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
+        pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
+        let rt = tokio_runtime(py)?;
+        let run = drive::spawn(&rt, events, move |events| async move {
+            match events {
+                Some(tx) => runtime.run_with_events(req, tx).await,
+                None => runtime.run(req).await,
+            }
+            .map_err(RunErr::Misuse)
+        });
+        Ok((rt, run, token))
+    }
 }
 
 #[pymethods]
@@ -308,18 +333,7 @@ impl NativeRuntime {
         on_event: Option<Py<PyAny>>,
         poll_signals: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let runtime = self.runtime(py)?;
-        let token = CancellationToken::new();
-        let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
-        pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
-        let rt = tokio_runtime(py)?;
-        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
-            match events {
-                Some(tx) => runtime.run_with_events(req, tx).await,
-                None => runtime.run(req).await,
-            }
-            .map_err(RunErr::Misuse)
-        });
+        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some())?;
         drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
     }
 
@@ -338,18 +352,7 @@ impl NativeRuntime {
         on_done: Py<PyAny>,
         on_event: Option<Py<PyAny>>,
     ) -> PyResult<RunHandle> {
-        let runtime = self.runtime(py)?;
-        let token = CancellationToken::new();
-        let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
-        pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
-        let rt = tokio_runtime(py)?;
-        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
-            match events {
-                Some(tx) => runtime.run_with_events(req, tx).await,
-                None => runtime.run(req).await,
-            }
-            .map_err(RunErr::Misuse)
-        });
+        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some())?;
         drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
         Ok(RunHandle { token })
     }

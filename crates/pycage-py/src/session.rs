@@ -32,6 +32,24 @@ impl NativeSession {
         }
         self.inner.clone().ok_or_else(|| error(py, "PycageError", "the session is gone".into()))
     }
+
+    /// `program` spawned in the session on the shared tokio runtime (its
+    /// events sent when `events`), and the token that cancels it.
+    fn launch(
+        &self,
+        py: Python<'_>,
+        program: String,
+        events: bool,
+    ) -> PyResult<(std::sync::Arc<tokio::runtime::Runtime>, drive::Spawned, CancellationToken)> {
+        let session = self.session(py)?;
+        let token = CancellationToken::new();
+        let request = SessionRun::new(program).with_cancel(token.clone());
+        let rt = tokio_runtime(py)?;
+        let run = drive::spawn(&rt, events, move |events| async move {
+            session.run_with(request, events).await.map_err(RunErr::Session)
+        });
+        Ok((rt, run, token))
+    }
 }
 
 impl Drop for NativeSession {
@@ -53,13 +71,7 @@ impl NativeSession {
         on_event: Option<Py<PyAny>>,
         poll_signals: bool,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let session = self.session(py)?;
-        let token = CancellationToken::new();
-        let request = SessionRun::new(program).with_cancel(token.clone());
-        let rt = tokio_runtime(py)?;
-        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
-            session.run_with(request, events).await.map_err(RunErr::Session)
-        });
+        let (rt, run, token) = self.launch(py, program, on_event.is_some())?;
         drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
     }
 
@@ -73,13 +85,7 @@ impl NativeSession {
         on_done: Py<PyAny>,
         on_event: Option<Py<PyAny>>,
     ) -> PyResult<RunHandle> {
-        let session = self.session(py)?;
-        let token = CancellationToken::new();
-        let request = SessionRun::new(program).with_cancel(token.clone());
-        let rt = tokio_runtime(py)?;
-        let run = drive::spawn(&rt, on_event.is_some(), move |events| async move {
-            session.run_with(request, events).await.map_err(RunErr::Session)
-        });
+        let (rt, run, token) = self.launch(py, program, on_event.is_some())?;
         drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
         Ok(RunHandle { token })
     }

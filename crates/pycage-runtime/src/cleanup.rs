@@ -23,8 +23,11 @@
 //! # Leftovers of a dead pycage
 //!
 //! A pycage process killed with SIGKILL (or by the OOM killer) runs no
-//! destructor: its bootstrap directory and its process-isolation run
-//! directories stay in the temp directory. So each runtime is an
+//! destructor: its process-isolation run directories stay in the temp
+//! directory (the bootstrap lives in the user's cache directory, shared by
+//! every runtime and named by its content; only without a cache directory
+//! is it written to a temporary directory, which a SIGKILL leaves behind,
+//! unswept). So each runtime is an
 //! [`Owner`]: it holds an exclusive `flock` on `pycage-<id>.lock` for its
 //! whole life (the lock file is created under a temporary name, locked,
 //! then renamed into place, so a visible lock file is always already

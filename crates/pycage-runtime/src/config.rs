@@ -85,9 +85,10 @@ pub struct RuntimeConfig {
     pub max_control_bytes: u64,
     /// Time between SIGTERM and SIGKILL when a child must be stopped.
     pub grace: Duration,
-    /// Where pycage creates its directories: the bootstrap, process
-    /// isolation's run directories, the owner lock (default: the system
-    /// temp dir). Sandboxed runs create nothing there.
+    /// Where pycage creates its directories: process isolation's run
+    /// directories and the owner lock (default: the system temp dir; the
+    /// bootstrap goes to the cache directory). Sandboxed runs create
+    /// nothing there.
     pub run_dir_parent: Option<PathBuf>,
     /// Containment level.
     pub isolation: Isolation,

@@ -295,12 +295,12 @@ impl Worker {
         Pid::from_raw(self.pid)
     }
 
-    /// The run's host directory, in process isolation.
     /// Whether a zygote forked this child.
     pub(crate) fn is_zygote_child(&self) -> bool {
         matches!(self.parent, Parent::Zygote { .. })
     }
 
+    /// The run's host directory, in process isolation.
     pub(crate) fn run_dir(&self) -> Option<&Arc<RunDir>> {
         self.run_dir.as_ref()
     }

@@ -18,11 +18,11 @@
 //!
 //! Which processes: [`Scope::PidNamespace`] starts at the run's init
 //! process (PID 1 of the run's namespace, [`pycage_sandbox::Handoff`] gives
-//! its host pid) and walks `/proc/<pid>/task/<tid>/children`, keeping only
-//! processes in the init's PID namespace (same `/proc/<pid>/ns/pid`
-//! inode), so a pid recycled by an unrelated host process mid-walk is not
-//! counted. [`Scope::Descendants`] (process isolation) walks the same way
-//! from the run's first process without the namespace check; an orphan
+//! its host pid) and walks `/proc/<pid>/task/<tid>/children`, keeping a
+//! process only while its parent (`/proc/<pid>/stat`) is still the one it
+//! was found under, so a pid recycled by an unrelated host process
+//! mid-walk is not counted. [`Scope::Descendants`] (process isolation)
+//! walks the same way from the run's first process; an orphan
 //! (a double-forked daemon, reparented to the host's init) is not found,
 //! which is one reason process isolation contains accidents, not attacks.
 //!
@@ -33,7 +33,7 @@
 //!
 //! Memory outside every process (files in the run's tmpfs, detached SysV
 //! shared memory) is not in these sums: the tmpfs and the IPC namespace cap
-//! it ([`tmpfs_used`] reads the former).
+//! it ([`tmpfs_used`] reads the former, for callers that report it).
 //!
 //! [`watch`] samples a run every [`PERIOD`] and resolves when a budget is
 //! crossed; the runtime then ends the run (`timeout` for CPU, `worker-exit`

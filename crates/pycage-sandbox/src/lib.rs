@@ -56,9 +56,10 @@ use std::path::{Path, PathBuf};
 pub use error::{ChildFailure, SandboxError, Step};
 pub use landlock_rules::{MIN_ABI as MIN_LANDLOCK_ABI, TARGET_ABI as TARGET_LANDLOCK_ABI};
 pub use plan::{
-    Bind, Entry, GeneratedFile, HostFs, HostIds, MountKind, MountPlan, NodeKind, RealFs, Remap, SandboxPolicy, Symlink,
-    BYTES_PER_INODE, DISK_DIRS, FIXED_DIRS, GENERATED_FILES, HOSTNAME, INSIDE_GID, INSIDE_UID, MAX_BINDS,
-    MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS, MIN_DISK_INODES, OUTPUT_DIR, PROC_DIR, SHM_DIR, TMP_DIR, USER_NAME, WORK_DIR,
+    disk_inodes, Bind, Entry, GeneratedFile, HostFs, HostIds, MountKind, MountPlan, NodeKind, RealFs, Remap,
+    SandboxPolicy, Symlink, BYTES_PER_INODE, DISK_DIRS, FIXED_DIRS, GENERATED_FILES, HOSTNAME, INSIDE_GID, INSIDE_UID,
+    MAX_BINDS, MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS, MIN_DISK_INODES, OUTPUT_DIR, PROC_DIR, SHM_DIR, TMP_DIR, USER_NAME,
+    WORK_DIR,
 };
 pub use prepared::{
     Handoff, Join, Prepared, ProgramPlan, INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS,

@@ -176,8 +176,13 @@ pub const MIN_DISK_INODES: u64 = 1024;
 impl SandboxPolicy {
     /// `nr_inodes` of the run's tmpfs.
     pub fn disk_inodes(&self) -> u64 {
-        (self.disk_bytes / BYTES_PER_INODE).max(MIN_DISK_INODES)
+        disk_inodes(self.disk_bytes)
     }
+}
+
+/// `nr_inodes` of a run's tmpfs of `disk_bytes`.
+pub fn disk_inodes(disk_bytes: u64) -> u64 {
+    (disk_bytes / BYTES_PER_INODE).max(MIN_DISK_INODES)
 }
 
 /// How a bind mount is exposed.

@@ -202,9 +202,17 @@ fn exit_like(status: libc::c_int) -> ! {
     }
     if libc::WIFSIGNALED(status) {
         let signal = libc::WTERMSIG(status);
-        // SAFETY: resetting one disposition, unblocking it and signalling
-        // ourselves; none touches memory we do not own.
+        // No core file: this process is a fork of the host, so the dump of
+        // a program's SIGSEGV, SIGABRT or SIGXCPU re-raised here would be
+        // the host's whole address space.
+        let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: setting a resource limit and the dumpable flag of this
+        // process, resetting one disposition, unblocking it and signalling
+        // ourselves; none touches memory we do not own (`no_core` is a live
+        // local read by setrlimit).
         unsafe {
+            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
             libc::signal(signal, libc::SIG_DFL);
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);

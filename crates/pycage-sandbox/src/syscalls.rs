@@ -5,7 +5,7 @@
 //! added in Linux 6.13-6.17 (`setxattrat` .. `file_setattr`, numbers 463-469
 //! on both architectures). `None`: the call does not exist on that
 //! architecture (aarch64 has no legacy `open`, `stat`, `fork`, ...).
-//! `tests::native_numbers_match_libc` checks the native column against the
+//! `seccomp::tests::native_numbers_match_libc` checks the native column against the
 //! `libc` crate.
 
 /// `(name, x86_64 number, aarch64 number)`, sorted by name.

@@ -17,7 +17,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, TypeVar, Union
 
 from . import _native
 from .errors import ConfigError, InvalidBindingsError, RunError, RuntimeClosedError
@@ -311,6 +311,11 @@ class _Events:
 
     __slots__ = ("on_log", "on_call", "names", "error", "handle")
 
+    @staticmethod
+    def of(on_log: Optional[Callable[[str], Any]], on_call: Optional[Callable[[Any], Any]]) -> Optional[_Events]:
+        """The events of a run, or None when it has no callback."""
+        return None if on_log is None and on_call is None else _Events(on_log, on_call)
+
     def __init__(self, on_log: Optional[Callable[[str], Any]], on_call: Optional[Callable[[Any], Any]]) -> None:
         self.on_log = on_log
         self.on_call = on_call
@@ -345,6 +350,29 @@ class _Events:
             self.error = e
             if self.handle is not None:
                 self.handle.cancel()
+
+
+async def _settled(loop: asyncio.AbstractEventLoop, events: Optional[_Events], start: Callable[..., Any]) -> Result:
+    """Starts a native run with ``start(settle, on_events)`` and awaits its
+    result on ``loop``; cancelling the awaiting task aborts the run. A
+    callback's exception is raised once the run has settled."""
+    done: asyncio.Future[Any] = loop.create_future()
+
+    def settle(outcome: Any) -> None:
+        if not done.done():
+            done.set_result(outcome)
+
+    handle = start(settle, None if events is None else events.on_loop)
+    if events is not None:
+        events.handle = handle
+    try:
+        outcome = await done
+    except asyncio.CancelledError:
+        handle.cancel()
+        raise
+    if events is not None and events.error is not None:
+        raise events.error
+    return _result(outcome.parts())
 
 
 def _result(parts: tuple) -> Result:
@@ -423,7 +451,33 @@ def _check_code(code: Any) -> str:
     return code
 
 
-class Runtime:
+_C = TypeVar("_C", bound="_Closeable")
+
+
+class _Closeable:
+    """``aclose`` and the context managers, over a blocking ``close``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self: _C) -> _C:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Runtime(_Closeable):
     """Runs Python programs in fresh CPython processes, with host bindings.
 
     Each run is a new ``python3 -I`` process: sandboxed by default
@@ -575,7 +629,7 @@ class Runtime:
         code = _check_code(code)
         specs = _namespaces(bindings)
         site = _Site(self._private_loop, contextvars.copy_context())
-        events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
+        events = _Events.of(on_log, on_call)
         main = threading.current_thread() is threading.main_thread()
         return _result(self._native.run(code, specs, site, events, main))
 
@@ -599,24 +653,10 @@ class Runtime:
         specs = _namespaces(bindings)
         loop = asyncio.get_running_loop()
         site = _Site(lambda: loop, contextvars.copy_context())
-        events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
-        done: asyncio.Future[Any] = loop.create_future()
-
-        def settle(outcome: Any) -> None:
-            if not done.done():
-                done.set_result(outcome)
-
-        handle = self._native.start(code, specs, site, loop, settle, None if events is None else events.on_loop)
-        if events is not None:
-            events.handle = handle
-        try:
-            outcome = await done
-        except asyncio.CancelledError:
-            handle.cancel()
-            raise
-        if events is not None and events.error is not None:
-            raise events.error
-        return _result(outcome.parts())
+        events = _Events.of(on_log, on_call)
+        return await _settled(
+            loop, events, lambda settle, on_events: self._native.start(code, specs, site, loop, settle, on_events)
+        )
 
     def session(
         self,
@@ -659,24 +699,8 @@ class Runtime:
         if loop_thread is not None:
             loop_thread.stop()
 
-    async def aclose(self) -> None:
-        """:meth:`close` without blocking the event loop."""
-        await asyncio.get_running_loop().run_in_executor(None, self.close)
 
-    def __enter__(self) -> Runtime:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Runtime:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class Session:
+class Session(_Closeable):
     """One process whose module globals live across runs, from
     :meth:`Runtime.session`.
 
@@ -712,7 +736,7 @@ class Session:
     ) -> Result:
         """Runs ``code`` in the session's globals, like :meth:`Runtime.run`."""
         code = _check_code(code)
-        events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
+        events = _Events.of(on_log, on_call)
         main = threading.current_thread() is threading.main_thread()
         with self._lock:
             self._site.point(self._runtime._private_loop, contextvars.copy_context())
@@ -738,43 +762,13 @@ class Session:
                 raise
         try:
             self._site.point(lambda: loop, contextvars.copy_context())
-            events = _Events(on_log, on_call) if (on_log is not None or on_call is not None) else None
-            done: asyncio.Future[Any] = loop.create_future()
-
-            def settle(outcome: Any) -> None:
-                if not done.done():
-                    done.set_result(outcome)
-
-            handle = self._native.start(code, loop, settle, None if events is None else events.on_loop)
-            if events is not None:
-                events.handle = handle
-            try:
-                outcome = await done
-            except asyncio.CancelledError:
-                handle.cancel()
-                raise
+            events = _Events.of(on_log, on_call)
+            return await _settled(
+                loop, events, lambda settle, on_events: self._native.start(code, loop, settle, on_events)
+            )
         finally:
             self._lock.release()
-        if events is not None and events.error is not None:
-            raise events.error
-        return _result(outcome.parts())
 
     def close(self) -> None:
         """Ends the session and returns once its process is reaped. Idempotent."""
         self._native.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` without blocking the event loop."""
-        await asyncio.get_running_loop().run_in_executor(None, self.close)
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Session:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
