@@ -88,8 +88,8 @@ fn json_repl_has_the_bindings_of_its_file() {
     assert_exit(&d.finish(), 0);
 }
 
-#[test]
-fn cells_on_stdin_run_in_one_session() {
+/// `pycage repl` (process isolation) with `input` piped to its stdin, to the end.
+fn cells_on_stdin(input: &[u8]) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let mut child = pycage(dir.path())
         .args(["repl", "--isolation", "process"])
@@ -99,9 +99,14 @@ fn cells_on_stdin_run_in_one_session() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"x = 1\ndef f(a):\n    return a * 2\n\nf(x) + 1\nprint('log')\n1/0\nx\n").unwrap();
+    stdin.write_all(input).unwrap();
     drop(stdin);
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn cells_on_stdin_run_in_one_session() {
+    let out = cells_on_stdin(b"x = 1\ndef f(a):\n    return a * 2\n\nf(x) + 1\nprint('log')\n1/0\nx\n");
     assert_exit(&out, 0);
     assert_eq!(stdout(&out), "3\nlog\n1\n");
     assert!(stderr(&out).contains("error: exception: Traceback"), "{}", stderr(&out));
@@ -112,20 +117,8 @@ fn cells_on_stdin_run_in_one_session() {
 /// clear, a bidi override).
 #[test]
 fn cell_output_is_escaped_for_the_terminal() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = pycage(dir.path())
-        .args(["repl", "--isolation", "process"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin
-        .write_all(b"print('\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J')\n'\\u202e'\nraise ValueError('\\x1b[31mred')\n")
-        .unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
+    let out =
+        cells_on_stdin(b"print('\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J')\n'\\u202e'\nraise ValueError('\\x1b[31mred')\n");
     assert_exit(&out, 0);
     for stream in [&out.stdout, &out.stderr] {
         assert!(!stream.contains(&0x1b), "{}", String::from_utf8_lossy(stream));
