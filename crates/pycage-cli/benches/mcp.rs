@@ -110,7 +110,7 @@ async fn binding_overhead(u: &Upstream, rounds: usize, per_round: usize) {
             floor.push(t.elapsed());
             // The same binding called from Rust: its own cost without the child.
             let t = Instant::now();
-            binding.call(args.clone()).await.unwrap();
+            binding.call(args.clone(), pycage_runtime::CallContext::detached()).await.unwrap();
             direct.push(t.elapsed());
         }
         let r = runtime

@@ -76,7 +76,7 @@ impl Repl {
         &mut self,
         program: String,
         cancel: CancellationToken,
-        events: Option<mpsc::UnboundedSender<RunEvent>>,
+        events: Option<mpsc::Sender<RunEvent>>,
     ) -> anyhow::Result<(RunResult, Option<String>)> {
         let request = SessionRun::new(program.clone()).with_cancel(cancel.clone());
         match self.session.run_with(request, events.clone()).await {
@@ -293,7 +293,7 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCo
             prompt = "... ";
         }
         let cancel = CancellationToken::new();
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = repl.runtime.event_channel();
         let run = repl.cell(cell, cancel.clone(), Some(tx));
         tokio::pin!(run);
         let outcome = loop {

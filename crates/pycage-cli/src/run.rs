@@ -19,7 +19,6 @@ use std::process::ExitCode;
 use anyhow::Context;
 use pycage_runtime::{CancellationToken, RunEvent, RunRequest, RunResult, Runtime};
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
 
 use pycage_bindings::Bindings;
 
@@ -60,6 +59,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             cancel: Some(cancel),
             inputs: args.inputs.clone(),
             output_dir: args.output.clone(),
+            ..RunRequest::default()
         };
         let outcome =
             if args.json { runtime.run(request).await.map(|r| (r, 0)) } else { run_streaming(&runtime, request).await };
@@ -109,7 +109,7 @@ async fn run_streaming(
     runtime: &Runtime,
     request: RunRequest,
 ) -> Result<(RunResult, usize), pycage_runtime::MisuseError> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = runtime.event_channel();
     // Printing blocks when stdout stalls (a full pipe, Ctrl-S): do it on a
     // blocking thread, so the run's own loop keeps serving its deadline and
     // cancellation meanwhile.

@@ -12,7 +12,6 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
 /// The code-mode tool's name.
 pub const RUN_PYTHON: &str = "run_python";
@@ -166,7 +165,7 @@ impl CodeModeServer {
         };
         // Cancelled when the client sends notifications/cancelled.
         let cancel = context.ct.child_token();
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = self.inner.runtime.event_channel();
         let progress = context.meta.get_progress_token();
         let peer = context.peer.clone();
         let forward = tokio::spawn(async move {
@@ -192,7 +191,7 @@ impl CodeModeServer {
                 };
                 self.inner.runtime.run_with_events(request, tx).await.map_err(|e| e.to_string())
             }
-            Some((name, s)) => match s.run_with(SessionRun { program: code, cancel: Some(cancel) }, Some(tx)).await {
+            Some((name, s)) => match s.run_with(SessionRun::new(code).with_cancel(cancel), Some(tx)).await {
                 Ok(r) => Ok(r),
                 Err(SessionError::Ended(why)) => {
                     self.inner.sessions.lock().await.remove(&name);

@@ -45,17 +45,19 @@ pub type Outcome = Result<RunResult, RunErr>;
 /// when the run is over; never fed when `events` is false).
 pub struct Spawned {
     join: tokio::task::JoinHandle<Outcome>,
-    rx: mpsc::UnboundedReceiver<RunEvent>,
+    rx: mpsc::Receiver<RunEvent>,
 }
 
 /// Spawns `make(events_sender)`.
-pub fn spawn<F, Fut>(rt: &tokio::runtime::Runtime, events: bool, make: F) -> Spawned
+pub fn spawn<F, Fut>(rt: &tokio::runtime::Runtime, events: Option<usize>, make: F) -> Spawned
 where
-    F: FnOnce(Option<mpsc::UnboundedSender<RunEvent>>) -> Fut,
+    F: FnOnce(Option<mpsc::Sender<RunEvent>>) -> Fut,
     Fut: Future<Output = Outcome> + Send + 'static,
 {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let join = rt.spawn(make(events.then_some(tx)));
+    // A channel of the runtime's `max_buffered_events` (a closed one of 1
+    // without events).
+    let (tx, rx) = mpsc::channel(events.unwrap_or(1));
+    let join = rt.spawn(make(events.map(|_| tx)));
     Spawned { join, rx }
 }
 
@@ -77,7 +79,7 @@ fn event_batch<'py>(py: Python<'py>, events: Vec<RunEvent>) -> PyResult<Bound<'p
 }
 
 /// Everything queued now, after `first`.
-fn drain(first: RunEvent, rx: &mut mpsc::UnboundedReceiver<RunEvent>) -> Vec<RunEvent> {
+fn drain(first: RunEvent, rx: &mut mpsc::Receiver<RunEvent>) -> Vec<RunEvent> {
     let mut batch = vec![first];
     while let Ok(ev) = rx.try_recv() {
         batch.push(ev);

@@ -66,6 +66,9 @@ pub fn misuse(py: Python<'_>, e: MisuseError) -> PyErr {
             "the runtime is closed; create a new pycage.Runtime to run more programs".into(),
         ),
         MisuseError::Input(m) => error(py, "PycageError", format!("invalid input: {m}")),
+        MisuseError::Limits(e) => {
+            error(py, "PycageError", format!("invalid run limits: {} {}", python_name(e.field), e.problem))
+        }
     }
 }
 
@@ -179,7 +182,8 @@ impl NativeRuntime {
         let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
-        let run = drive::spawn(&rt, events, move |events| async move {
+        let capacity = events.then(|| runtime.config().max_buffered_events);
+        let run = drive::spawn(&rt, capacity, move |events| async move {
             match events {
                 Some(tx) => runtime.run_with_events(req, tx).await,
                 None => runtime.run(req).await,

@@ -45,7 +45,8 @@ impl NativeSession {
         let token = CancellationToken::new();
         let request = SessionRun::new(program).with_cancel(token.clone());
         let rt = tokio_runtime(py)?;
-        let run = drive::spawn(&rt, events, move |events| async move {
+        let capacity = events.then(|| session.config().max_buffered_events);
+        let run = drive::spawn(&rt, capacity, move |events| async move {
             session.run_with(request, events).await.map_err(RunErr::Session)
         });
         Ok((rt, run, token))

@@ -4,9 +4,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use pycage_protocol::JsonValue;
+use tokio_util::sync::CancellationToken;
 
 /// A binding's refusal; the program sees `message` on the raised exception.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,9 +27,50 @@ impl BindingError {
 /// The future a binding returns.
 pub type BindingFuture = Pin<Box<dyn Future<Output = Result<JsonValue, BindingError>> + Send>>;
 
+/// Names one run among every run of this process (sessions: one per run
+/// of the session). Bindings use it to share host resources fairly between
+/// runs (e.g. command-binding slots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunId(u64);
+
+impl RunId {
+    /// A new id, never handed out before in this process.
+    pub fn next() -> RunId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        RunId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The number behind the id.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// What a binding knows of the call it serves.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    /// The run that made the call.
+    pub run: RunId,
+    /// Cancelled once the run has settled: nobody will read the reply, so
+    /// a call that has not started its side effects must not start them
+    /// (a queued command, a sync function waiting for a thread). The call's
+    /// future is dropped at the same moment; this token is for work that
+    /// runs outside the future (threads, other processes).
+    pub settled: CancellationToken,
+}
+
+impl CallContext {
+    /// A context for a call outside any run (tests, benchmarks, direct use).
+    pub fn detached() -> CallContext {
+        CallContext { run: RunId::next(), settled: CancellationToken::new() }
+    }
+}
+
+type BindingFn = dyn Fn(JsonValue, CallContext) -> BindingFuture + Send + Sync;
+
 /// An async host function from JSON to JSON. Cheap to clone.
 #[derive(Clone)]
-pub struct Binding(Arc<dyn Fn(JsonValue) -> BindingFuture + Send + Sync>);
+pub struct Binding(Arc<BindingFn>);
 
 impl Binding {
     /// Wraps an async closure.
@@ -41,12 +84,21 @@ impl Binding {
         F: Fn(JsonValue) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<JsonValue, BindingError>> + Send + 'static,
     {
-        Binding(Arc::new(move |args| Box::pin(f(args))))
+        Binding(Arc::new(move |args, _| Box::pin(f(args))))
+    }
+
+    /// Wraps an async closure that also takes the call's [`CallContext`].
+    pub fn with_context<F, Fut>(f: F) -> Self
+    where
+        F: Fn(JsonValue, CallContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<JsonValue, BindingError>> + Send + 'static,
+    {
+        Binding(Arc::new(move |args, cx| Box::pin(f(args, cx))))
     }
 
     /// Starts one call.
-    pub fn call(&self, args: JsonValue) -> BindingFuture {
-        (self.0)(args)
+    pub fn call(&self, args: JsonValue, cx: CallContext) -> BindingFuture {
+        (self.0)(args, cx)
     }
 }
 

@@ -64,6 +64,22 @@ pub(crate) fn read_now(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize>
     recv_dropping_control(stream, buf).map(|(n, _)| n)
 }
 
+/// Kernel memory held for what was written to `stream` and not yet read by
+/// its peer (`SIOCOUTQ`: for a Unix stream socket, the true size of the
+/// buffers queued at the peer, not a byte count; zero exactly when the
+/// peer has read everything). The host learns from it whether the program
+/// has read its replies: there is no other signal, and none is trusted
+/// from the child.
+pub(crate) fn unread_by_peer(stream: &UnixStream) -> io::Result<usize> {
+    // SIOCOUTQ has TIOCOUTQ's number; the kernel writes one int.
+    const SIOCOUTQ: rustix::ioctl::Opcode = libc::TIOCOUTQ as rustix::ioctl::Opcode;
+    // SAFETY: SIOCOUTQ on a socket takes a pointer to one `c_int`, which
+    // `Getter` provides and reads back; the descriptor is borrowed for the call.
+    let queued = unsafe { rustix::ioctl::ioctl(stream.as_fd(), rustix::ioctl::Getter::<SIOCOUTQ, libc::c_int>::new()) }
+        .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
+    Ok(usize::try_from(queued).unwrap_or(0))
+}
+
 fn recv_dropping_control(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Dropped)> {
     let mut space = [MaybeUninit::<u8>::uninit(); CONTROL_SPACE];
     let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -108,6 +124,24 @@ mod tests {
         let mut control = SendAncillaryBuffer::new(&mut space);
         assert!(control.push(SendAncillaryMessage::ScmRights(&fds)));
         rustix::net::sendmsg(sock, &[io::IoSlice::new(data)], &mut control, SendFlags::empty()).unwrap();
+    }
+
+    #[tokio::test]
+    async fn unread_bytes_are_what_the_peer_has_not_read() {
+        let (theirs, ours) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let host = UnixStream::from_std(ours).unwrap();
+        assert_eq!(unread_by_peer(&host).unwrap(), 0);
+        assert_eq!(rustix::io::write(host.as_fd(), b"0123456789").unwrap(), 10);
+        // Memory of the queued buffer: at least the bytes.
+        assert!(unread_by_peer(&host).unwrap() >= 10);
+        let mut buf = [0u8; 4];
+        let mut theirs = theirs;
+        std::io::Read::read_exact(&mut theirs, &mut buf).unwrap();
+        assert!(unread_by_peer(&host).unwrap() > 0, "part of the buffer is unread");
+        std::io::Read::read_exact(&mut theirs, &mut buf[..3]).unwrap();
+        std::io::Read::read_exact(&mut theirs, &mut buf[..3]).unwrap();
+        assert_eq!(unread_by_peer(&host).unwrap(), 0, "all read");
     }
 
     #[tokio::test]

@@ -129,6 +129,21 @@ pub struct RuntimeConfig {
     pub sysv_shm_bytes: u64,
     /// Most bytes copied from `out/` to a request's output directory.
     pub max_output_bytes: u64,
+    /// Binding calls of one run whose reply the program has not read yet
+    /// (running, or answered and waiting in the channel). The child keeps
+    /// its own calls under it (more wait, in order, inside the program);
+    /// a child that does not is not read from until it has read replies,
+    /// so no binding starts beyond this many.
+    pub max_calls_in_flight: usize,
+    /// Bytes of replies written for a run and not yet read by its program.
+    /// Over it, the host reads nothing more from the child (no new call
+    /// starts) until the program has read them; a reply is never split.
+    pub max_unread_reply_bytes: u64,
+    /// Events (logs, calls) buffered for a streaming consumer. A consumer
+    /// that falls this far behind slows the run down (the host stops
+    /// reading the child until there is room), and never loses an event;
+    /// the run's wall clock keeps running meanwhile.
+    pub max_buffered_events: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -161,6 +176,9 @@ impl Default for RuntimeConfig {
             disk_bytes: 256 * 1024 * 1024,
             sysv_shm_bytes: 16 * 1024 * 1024,
             max_output_bytes: 64 * 1024 * 1024,
+            max_calls_in_flight: DEFAULT_MAX_CALLS_IN_FLIGHT,
+            max_unread_reply_bytes: 16 * 1024 * 1024,
+            max_buffered_events: 1024,
         }
     }
 }
@@ -172,6 +190,14 @@ pub struct ConfigError {
     pub field: &'static str,
     pub problem: String,
 }
+
+/// Default of [`RuntimeConfig::max_calls_in_flight`].
+pub const DEFAULT_MAX_CALLS_IN_FLIGHT: usize = 256;
+
+/// Smallest [`RuntimeConfig::max_unread_reply_bytes`]: a little more than
+/// the kernel buffers of one socket, so the budget is about memory the
+/// host holds, not about the channel's own buffer.
+pub const MIN_UNREAD_REPLY_BYTES: u64 = 256 * 1024;
 
 /// Smallest run tmpfs.
 pub const MIN_DISK_BYTES: u64 = 1024 * 1024;
@@ -225,6 +251,15 @@ impl RuntimeConfig {
         {
             return err("sandbox_uid_base", "the uid range must be non-empty, not include 0, and fit in u32");
         }
+        if self.max_calls_in_flight == 0 || self.max_calls_in_flight > 65_536 {
+            return err("max_calls_in_flight", "must be between 1 and 65536");
+        }
+        if self.max_unread_reply_bytes < MIN_UNREAD_REPLY_BYTES {
+            return err("max_unread_reply_bytes", &format!("must be at least {MIN_UNREAD_REPLY_BYTES} (256 KiB)"));
+        }
+        if self.max_buffered_events == 0 || self.max_buffered_events > 1 << 20 {
+            return err("max_buffered_events", "must be between 1 and 1048576");
+        }
         if self.disk_bytes < MIN_DISK_BYTES {
             return err("disk_bytes", &format!("must be at least {MIN_DISK_BYTES} (1 MiB)"));
         }
@@ -263,5 +298,8 @@ mod tests {
         assert_eq!(bad(|c| c.max_value_bytes = 0).field, "max_value_bytes");
         assert_eq!(bad(|c| c.sandbox_uid_base = 0).field, "sandbox_uid_base");
         assert_eq!(bad(|c| c.disk_bytes = 1000).field, "disk_bytes");
+        assert_eq!(bad(|c| c.max_calls_in_flight = 0).field, "max_calls_in_flight");
+        assert_eq!(bad(|c| c.max_unread_reply_bytes = 1024).field, "max_unread_reply_bytes");
+        assert_eq!(bad(|c| c.max_buffered_events = 0).field, "max_buffered_events");
     }
 }

@@ -17,8 +17,8 @@ use crate::pool::{Pool, PoolConfig, Shell, Shells};
 use crate::probe_cache::{self, BootstrapDir, PrepareError};
 use crate::session::{Session, SessionOptions};
 use crate::site::{self, RunSite, SandboxLayout};
-use crate::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Spawner, Worker};
-use crate::{run, FailureKind, RunEvent, RunResult};
+use crate::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Spawner, StartError, Worker};
+use crate::{RunEvent, RunResult};
 
 /// The Python package shipped inside the binary.
 pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
@@ -63,6 +63,9 @@ pub enum MisuseError {
     ShutDown,
     #[error("invalid input: {0}")]
     Input(String),
+    /// A run's own budget ([`RunLimits`]) the runtime would refuse.
+    #[error("invalid run limits: {0}")]
+    Limits(#[from] ConfigError),
 }
 
 /// One program and its bindings.
@@ -81,6 +84,47 @@ pub struct RunRequest {
     /// `RuntimeConfig::max_output_bytes`; symlinks and special files are
     /// never followed or copied). The report is `RunResult::output`.
     pub output_dir: Option<PathBuf>,
+    /// This run's own budgets, where they differ from the runtime's.
+    pub limits: RunLimits,
+}
+
+/// Budgets of one run that override the runtime's (`None` keeps the
+/// runtime's). Checked like the configuration: a value the runtime would
+/// refuse is a [`MisuseError::Limits`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunLimits {
+    /// [`RuntimeConfig::wall_time`].
+    pub wall_time: Option<std::time::Duration>,
+    /// [`RuntimeConfig::cpu_seconds`].
+    pub cpu_seconds: Option<u64>,
+    /// [`RuntimeConfig::address_space_bytes`]: the run's memory budget.
+    pub memory_bytes: Option<u64>,
+}
+
+impl RunLimits {
+    /// Whether nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        *self == RunLimits::default()
+    }
+
+    /// `config` with these overrides, checked.
+    pub(crate) fn apply(&self, config: &Arc<RuntimeConfig>) -> Result<Arc<RuntimeConfig>, ConfigError> {
+        if self.is_empty() {
+            return Ok(Arc::clone(config));
+        }
+        let mut c = RuntimeConfig::clone(config);
+        if let Some(wall) = self.wall_time {
+            c.wall_time = wall;
+        }
+        if let Some(cpu) = self.cpu_seconds {
+            c.cpu_seconds = cpu;
+        }
+        if let Some(memory) = self.memory_bytes {
+            c.address_space_bytes = memory;
+        }
+        c.validate()?;
+        Ok(Arc::new(c))
+    }
 }
 
 impl RunRequest {
@@ -112,10 +156,18 @@ impl RunRequest {
         self.cancel = Some(token);
         self
     }
+
+    /// Sets this run's own budgets.
+    pub fn with_limits(mut self, limits: RunLimits) -> Self {
+        self.limits = limits;
+        self
+    }
 }
 
 struct Shared {
-    config: RuntimeConfig,
+    config: Arc<RuntimeConfig>,
+    /// This runtime's scan of `/proc` (see `watchdog`), shared by its runs.
+    scan: Arc<crate::watchdog::ScanCache>,
     /// Children forked from a zygote, when runs use one.
     pool: Option<Pool>,
     /// Why runs use `exec` although the configuration asks for a zygote.
@@ -215,7 +267,8 @@ impl Runtime {
                 next_cgroup: std::sync::atomic::AtomicU64::new(0),
                 run_dirs,
                 cleanup,
-                config,
+                config: Arc::new(config),
+                scan: Arc::new(crate::watchdog::ScanCache::default()),
                 interpreter,
                 bootstrap,
                 shutdown: CancellationToken::new(),
@@ -261,13 +314,22 @@ impl Runtime {
         self.run_inner(request, None).await
     }
 
-    /// Like [`Runtime::run`], streaming [`RunEvent`]s while the run is in flight.
+    /// Like [`Runtime::run`], streaming [`RunEvent`]s while the run is in
+    /// flight. The channel is bounded ([`Runtime::event_channel`] makes
+    /// one of the configured size): a consumer that falls behind slows the
+    /// run down, within its wall clock, and loses no event.
     pub async fn run_with_events(
         &self,
         request: RunRequest,
-        events: mpsc::UnboundedSender<RunEvent>,
+        events: mpsc::Sender<RunEvent>,
     ) -> Result<RunResult, MisuseError> {
         self.run_inner(request, Some(events)).await
+    }
+
+    /// A channel for [`Runtime::run_with_events`] and
+    /// [`Session::run_with`] holding `max_buffered_events` events.
+    pub fn event_channel(&self) -> (mpsc::Sender<RunEvent>, mpsc::Receiver<RunEvent>) {
+        mpsc::channel(self.shared.config.max_buffered_events)
     }
 
     /// Opens a session: one process that keeps its globals across runs.
@@ -290,12 +352,24 @@ impl Runtime {
         &self.shared.tracker
     }
 
-    /// A place among the runs in flight (FIFO); `None` once shut down.
-    pub(crate) async fn admit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        tokio::select! {
-            permit = self.shared.admission.acquire() => permit.ok(),
-            _ = self.shared.shutdown.cancelled() => None,
-        }
+    /// FIFO admission of runs (`max_concurrent_runs`).
+    pub(crate) fn admission(&self) -> &tokio::sync::Semaphore {
+        &self.shared.admission
+    }
+
+    /// Whether runs are sandboxed.
+    pub(crate) fn sandboxed(&self) -> bool {
+        self.shared.layout.is_some()
+    }
+
+    /// The runtime's shared scan of `/proc`.
+    pub(crate) fn scan_cache(&self) -> Arc<crate::watchdog::ScanCache> {
+        Arc::clone(&self.shared.scan)
+    }
+
+    /// The configuration, shared.
+    pub(crate) fn config_arc(&self) -> &Arc<RuntimeConfig> {
+        &self.shared.config
     }
 
     /// Tops the zygote's pool up after a run (off the run's critical path);
@@ -309,32 +383,33 @@ impl Runtime {
         }
     }
 
-    /// A child ready for `boot`, or why none could be started.
-    pub(crate) async fn take_worker(&self) -> Result<Worker, String> {
-        self.take_worker_with(&[]).await.map(|(worker, _)| worker)
-    }
-
     /// A child ready for `boot` with `inputs` in its working directory, and
     /// where its files are.
-    async fn take_worker_with(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), String> {
-        let failed = |e: &dyn std::fmt::Display| {
-            format!("could not start {}: {e}", self.shared.interpreter.executable.display())
-        };
+    pub(crate) async fn take_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), StartError> {
+        let failed = |source: SpawnError| StartError { python: self.shared.interpreter.executable.clone(), source };
         // A sandboxed child is built ahead of demand, before its inputs are
         // known; a sandboxed run with inputs gets its own interpreter.
         let pool = self.shared.pool.as_ref().filter(|_| inputs.is_empty() || self.shared.layout.is_none());
         let (worker, site) = match pool {
-            Some(pool) => match pool.take().await.map_err(|e| failed(&e))? {
+            Some(pool) => match pool.take().await.map_err(failed)? {
                 (worker, Some(handoff)) => (worker, RunSite::Sandbox(Some(handoff))),
                 (worker, None) => {
                     let Some(dir) = worker.run_dir().cloned() else {
-                        return Err(failed(&"the sandbox handed nothing over"));
+                        return Err(failed(SpawnError::Channel(std::io::Error::other(
+                            "the sandbox handed nothing over",
+                        ))));
                     };
-                    site::copy_inputs(dir.path(), inputs).map_err(|e| failed(&e))?;
+                    let path = dir.path().to_path_buf();
+                    let inputs = inputs.to_vec();
+                    // Copying inputs is blocking file work of any size.
+                    tokio::task::spawn_blocking(move || site::copy_inputs(&path, &inputs))
+                        .await
+                        .map_err(|e| failed(SpawnError::Inputs(e.to_string())))?
+                        .map_err(|e| failed(SpawnError::Inputs(e)))?;
                     (worker, RunSite::Host(dir))
                 }
             },
-            None => self.spawn_worker(inputs).map_err(|e| failed(&e))?,
+            None => self.spawn_worker(inputs).map_err(failed)?,
         };
         Ok((worker, site))
     }
@@ -342,67 +417,25 @@ impl Runtime {
     async fn run_inner(
         &self,
         request: RunRequest,
-        events: Option<mpsc::UnboundedSender<RunEvent>>,
+        events: Option<mpsc::Sender<RunEvent>>,
     ) -> Result<RunResult, MisuseError> {
         names::check_bindings(&request.bindings)?;
         let inputs = site::resolve_inputs(&request.inputs).map_err(MisuseError::Input)?;
-        let shared = &self.shared;
-        if shared.shutdown.is_cancelled() || shared.tracker.is_closed() {
+        let config = request.limits.apply(&self.shared.config)?;
+        if self.is_shut_down() {
             return Err(MisuseError::ShutDown);
         }
-        // Held until the run (and its child) is settled; shutdown waits on it.
-        let _token = shared.tracker.token();
-        // FIFO admission; shutdown releases the queue (as an abort).
-        let Some(_permit) = self.admit().await else {
-            return Ok(RunResult::failed(FailureKind::Abort, "the runtime was shut down".into(), Vec::new()));
-        };
-        let deadline = Instant::now() + shared.config.wall_time;
-        let (mut worker, run_site) = match self.take_worker_with(&inputs).await {
-            Ok(w) => w,
-            Err(message) => return Ok(RunResult::failed(FailureKind::WorkerExit, message, Vec::new())),
-        };
-        let scope = match run_site.init_pid() {
-            Some(init) => Some(crate::watchdog::Scope::PidNamespace {
-                init,
-                // A zygote's child joined the namespace from outside.
-                joined: worker.is_zygote_child().then(|| worker.pid()).flatten(),
-            }),
-            None if shared.layout.is_none() => worker.pid().map(|root| crate::watchdog::Scope::Descendants { root }),
-            None => None,
-        };
-        let budget = crate::watchdog::Budget {
-            cpu: std::time::Duration::from_secs(shared.config.cpu_seconds),
-            memory_bytes: shared.config.address_space_bytes,
-        };
-        let inputs = run::RunInputs {
-            config: &shared.config,
+        let plan = crate::lifecycle::Plan {
+            program: request.program,
+            bindings: request.bindings,
             cancel: request.cancel.unwrap_or_default(),
-            shutdown: shared.shutdown.clone(),
+            stop: self.shared.shutdown.clone(),
             events,
-            deadline,
-            budget: crate::watchdog::budget_watch(scope, budget),
+            inputs,
+            output_dir: request.output_dir,
+            config,
         };
-        let Some(dest) = &request.output_dir else {
-            let result = run::execute_once(worker, request.program, request.bindings, inputs, &shared.tracker).await;
-            self.refill_pool();
-            return Ok(result);
-        };
-        // The output is copied once every process of the run is gone, so
-        // what is copied is what the run left.
-        let m = run::RunMachine::new(
-            &shared.config,
-            run::Opening::OneShot,
-            request.program,
-            request.bindings,
-            inputs.events.is_some(),
-        );
-        let (mut result, _) = run::execute(&mut worker, m, inputs).await;
-        worker.stop(shared.config.grace).await;
-        drop(worker);
-        let dest = site::absolute(dest).unwrap_or_else(|_| dest.clone());
-        result.output = Some(run_site.collect_output(&dest, shared.config.max_output_bytes));
-        self.refill_pool();
-        Ok(result)
+        Ok(crate::lifecycle::run(self, plan, crate::lifecycle::Keep::OneShot).await.result)
     }
 
     /// A sandbox shell for a zygote's child to join: the run built exactly
@@ -440,8 +473,7 @@ impl Runtime {
         let mut guards: Vec<Guard> = Vec::new();
         let host_ids = if rustix::process::geteuid().is_root() {
             let dir = config.uid_lease_dir.clone().unwrap_or_else(|| PathBuf::from(crate::lease::DEFAULT_LEASE_DIR));
-            let lease = crate::lease::lease_uid(&dir, config.sandbox_uid_base, config.sandbox_uid_count)
-                .map_err(|e| SpawnError::RunDir(std::io::Error::other(e.to_string())))?;
+            let lease = crate::lease::lease_uid(&dir, config.sandbox_uid_base, config.sandbox_uid_count)?;
             let ids = pycage_sandbox::HostIds { uid: lease.uid(), gid: lease.uid() };
             guards.push(Box::new(lease));
             Some(ids)
@@ -474,7 +506,7 @@ impl Runtime {
         let shared = &self.shared;
         let Some(layout) = &shared.layout else {
             let dir = Arc::new(shared.run_dirs.create().map_err(SpawnError::RunDir)?);
-            site::copy_inputs(dir.path(), inputs).map_err(|e| SpawnError::RunDir(std::io::Error::other(e)))?;
+            site::copy_inputs(dir.path(), inputs).map_err(SpawnError::Inputs)?;
             let path = dir.path().to_path_buf();
             let worker = Worker::spawn(SpawnSpec {
                 python: &shared.interpreter.executable,

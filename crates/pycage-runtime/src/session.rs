@@ -4,11 +4,19 @@
 //! A [`Session`] holds one child (taken from the pool, or spawned) booted
 //! with `session: true`: after each `done` it waits for the next `run` in
 //! the same `__main__` globals and the same working directory. Runs of one
-//! session are serialized; each has the runtime's wall-clock, CPU, log and
-//! value budgets of its own (CPU counted from the run's start, so a long
-//! session never dies of the sum of its runs). The session has an idle
-//! timeout, a maximum lifetime and a memory budget (`RLIMIT_AS` of its
-//! child, for its whole life).
+//! session are serialized, and each goes through the same run sequence as
+//! a one-shot run (`crate::lifecycle`), which keeps the process: each has
+//! the runtime's wall-clock, CPU, log and value budgets of its own (CPU
+//! counted from the run's start, so a long session never dies of the sum
+//! of its runs), watched run-wide: the CPU of every process of the session
+//! and the memory they hold together, as for any run.
+//!
+//! Between runs the session is watched too: its processes may use at most
+//! [`SessionOptions::idle_cpu`] of CPU in total while no run is in flight
+//! (a thread left spinning by a run cannot burn a core until the idle
+//! timeout) and hold at most the memory budget. The session has an idle
+//! timeout, a maximum lifetime and a memory budget (for every run, and
+//! between runs).
 //!
 //! A run that ends without `done` (its wall clock or CPU budget ran out, it
 //! was cancelled, its process died, it went over a protocol budget) takes
@@ -30,11 +38,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bindings::Namespace;
 use crate::config::RuntimeConfig;
-use crate::run::machine::RunMachine;
-use crate::run::{self, ChildAfter, Opening};
-use crate::runtime::{MisuseError, Runtime};
-use crate::spawn::Worker;
-use crate::{FailureKind, RunEvent, RunResult};
+use crate::lifecycle::{self, Keep, Kept, Plan};
+use crate::run::ChildAfter;
+use crate::runtime::{MisuseError, RunLimits, Runtime};
+use crate::sync::lock;
+use crate::{RunEvent, RunResult};
 
 /// How a session is made.
 #[derive(Debug, Clone)]
@@ -46,10 +54,21 @@ pub struct SessionOptions {
     /// ... and this long after it was opened, whatever it does (a run in
     /// flight then finishes first, within its own wall-clock budget).
     pub max_lifetime: Duration,
-    /// `RLIMIT_AS` of the session's process; `None` takes the runtime's
-    /// `address_space_bytes`.
+    /// Memory budget of the session's processes together (`RLIMIT_AS` of
+    /// each, and the run-wide watch, during runs and between them); `None`
+    /// takes the runtime's `address_space_bytes`.
     pub memory_bytes: Option<u64>,
+    /// CPU the session's processes may use, in total over its life, while
+    /// no run is in flight (threads or children a run left behind). Over
+    /// it the session ends.
+    pub idle_cpu: Duration,
 }
+
+/// Default of [`SessionOptions::idle_cpu`].
+pub const DEFAULT_IDLE_CPU: Duration = Duration::from_secs(2);
+
+/// How often a session is sampled between runs.
+const IDLE_SAMPLE: Duration = Duration::from_millis(500);
 
 impl Default for SessionOptions {
     fn default() -> Self {
@@ -58,6 +77,7 @@ impl Default for SessionOptions {
             idle_timeout: Duration::from_secs(600),
             max_lifetime: Duration::from_secs(3600),
             memory_bytes: None,
+            idle_cpu: DEFAULT_IDLE_CPU,
         }
     }
 }
@@ -86,14 +106,18 @@ pub enum SessionError {
 #[derive(Debug, Clone, Default)]
 pub struct SessionRun {
     pub program: String,
-    /// Cancelling it settles the run as `abort` (and ends the session).
+    /// Cancelling it settles the run as `abort` (and ends the session, if
+    /// the run had started).
     pub cancel: Option<CancellationToken>,
+    /// This run's own budgets (wall clock, CPU; a memory override is
+    /// refused: the session's memory budget is fixed when it opens).
+    pub limits: RunLimits,
 }
 
 impl SessionRun {
     /// A run of `program`.
     pub fn new(program: impl Into<String>) -> Self {
-        SessionRun { program: program.into(), cancel: None }
+        SessionRun { program: program.into(), ..SessionRun::default() }
     }
 
     /// Sets the cancel token.
@@ -101,16 +125,22 @@ impl SessionRun {
         self.cancel = Some(token);
         self
     }
+
+    /// Sets this run's own budgets.
+    pub fn with_limits(mut self, limits: RunLimits) -> Self {
+        self.limits = limits;
+        self
+    }
 }
 
 struct State {
-    worker: Option<Worker>,
+    kept: Option<Kept>,
     runs: u64,
 }
 
 struct Inner {
     runtime: Runtime,
-    config: RuntimeConfig,
+    config: Arc<RuntimeConfig>,
     bindings: Vec<Namespace>,
     options: SessionOptions,
     opened: Instant,
@@ -119,7 +149,7 @@ struct Inner {
     ended: Mutex<Option<String>>,
     last_used: Mutex<Instant>,
     /// Cancelled by `close` and by the runtime's shutdown (a child token):
-    /// a run in flight is aborted and the watchdog ends the session.
+    /// a run in flight or queued is aborted and the watchdog ends the session.
     closing: CancellationToken,
     /// Cancelled when the session is dropped, so the watchdog stops.
     _dropped: tokio_util::sync::DropGuard,
@@ -145,10 +175,8 @@ impl Session {
         if runtime.is_shut_down() {
             return Err(MisuseError::ShutDown);
         }
-        let mut config = runtime.config().clone();
-        if let Some(bytes) = options.memory_bytes {
-            config.address_space_bytes = bytes;
-        }
+        let config =
+            RunLimits { memory_bytes: options.memory_bytes, ..RunLimits::default() }.apply(runtime.config_arc())?;
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let dropped = CancellationToken::new();
         let now = Instant::now();
@@ -158,7 +186,7 @@ impl Session {
             config,
             options,
             opened: now,
-            state: tokio::sync::Mutex::new(State { worker: None, runs: 0 }),
+            state: tokio::sync::Mutex::new(State { kept: None, runs: 0 }),
             ended: Mutex::new(None),
             last_used: Mutex::new(now),
             closing: runtime.shutdown_token().child_token(),
@@ -169,9 +197,20 @@ impl Session {
         Ok(Session { inner })
     }
 
+    /// The budgets of the session's runs (the runtime's, with the
+    /// session's memory budget).
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
+    /// A channel for [`Session::run_with`]'s events, of the configured size.
+    pub fn event_channel(&self) -> (mpsc::Sender<RunEvent>, mpsc::Receiver<RunEvent>) {
+        mpsc::channel(self.inner.config.max_buffered_events)
+    }
+
     /// Why the session ended, if it has.
     pub fn ended(&self) -> Option<String> {
-        self.inner.ended.lock().ok().and_then(|e| e.clone())
+        lock(&self.inner.ended).clone()
     }
 
     /// Runs `program` in the session's globals.
@@ -179,11 +218,13 @@ impl Session {
         self.run_inner(SessionRun::new(program), None).await
     }
 
-    /// Like [`Session::run`], with a cancel token and streamed events.
+    /// Like [`Session::run`], with a cancel token, the run's own budgets
+    /// and streamed events (a bounded channel: see
+    /// [`crate::Runtime::run_with_events`]).
     pub async fn run_with(
         &self,
         request: SessionRun,
-        events: Option<mpsc::UnboundedSender<RunEvent>>,
+        events: Option<mpsc::Sender<RunEvent>>,
     ) -> Result<RunResult, SessionError> {
         self.run_inner(request, events).await
     }
@@ -191,15 +232,27 @@ impl Session {
     async fn run_inner(
         &self,
         request: SessionRun,
-        events: Option<mpsc::UnboundedSender<RunEvent>>,
+        events: Option<mpsc::Sender<RunEvent>>,
     ) -> Result<RunResult, SessionError> {
         let inner = &self.inner;
         let runtime = &inner.runtime;
         if runtime.is_shut_down() {
             return Err(MisuseError::ShutDown.into());
         }
-        let _token = runtime.background().token();
-        let mut state = inner.state.lock().await;
+        if request.limits.memory_bytes.is_some() {
+            return Err(SessionError::Misuse(MisuseError::Limits(crate::config::ConfigError {
+                field: "memory_bytes",
+                problem: "cannot change within a session: set SessionOptions::memory_bytes when opening it".into(),
+            })));
+        }
+        let config = request.limits.apply(&inner.config).map_err(MisuseError::from)?;
+        // Runs of one session are serialized; a close does not wait here.
+        let mut state = tokio::select! {
+            state = inner.state.lock() => state,
+            _ = inner.closing.cancelled() => {
+                return Err(SessionError::Ended(self.ended().unwrap_or_else(|| CLOSED.to_owned())));
+            }
+        };
         if let Some(reason) = self.ended() {
             return Err(SessionError::Ended(reason));
         }
@@ -208,102 +261,138 @@ impl Session {
             inner.end(&mut state, reason.clone()).await;
             return Err(SessionError::Ended(reason));
         }
-        let Some(_permit) = runtime.admit().await else {
-            return Err(MisuseError::ShutDown.into());
+        let plan = Plan {
+            program: request.program,
+            bindings: inner.bindings.clone(),
+            cancel: request.cancel.unwrap_or_default(),
+            stop: inner.closing.clone(),
+            events,
+            inputs: Vec::new(),
+            output_dir: None,
+            config,
         };
-        let deadline = Instant::now() + inner.config.wall_time;
-        let opening = if state.runs == 0 { Opening::SessionFirst } else { Opening::SessionNext };
-        if state.worker.is_none() {
-            match runtime.take_worker().await {
-                Ok(w) => state.worker = Some(w),
-                Err(message) => {
-                    inner.set_ended(format!("its process could not be started: {message}"));
-                    return Ok(RunResult::failed(FailureKind::WorkerExit, message, Vec::new()));
-                }
-            }
-        }
-        state.runs += 1;
+        let first = state.runs == 0;
         let state = &mut *state;
-        let Some(worker) = state.worker.as_mut() else {
-            return Err(SessionError::Ended("it has no process".into()));
-        };
-        let machine =
-            RunMachine::new(&inner.config, opening, request.program, inner.bindings.clone(), events.is_some());
-        let (result, after) = run::execute(
-            worker,
-            machine,
-            run::RunInputs {
-                config: &inner.config,
-                cancel: request.cancel.unwrap_or_default(),
-                shutdown: inner.closing.clone(),
-                events,
-                deadline,
-                // A session's CPU budget is per run (soft RLIMIT_CPU from
-                // each run's start); the run-wide watchdog is not applied.
-                budget: crate::watchdog::budget_watch(None, crate::watchdog::Budget::UNLIMITED),
-            },
-        )
-        .await;
-        if let Ok(mut last) = inner.last_used.lock() {
-            *last = Instant::now();
-        }
-        if opening == Opening::SessionFirst {
+        let outcome = lifecycle::run(runtime, plan, Keep::Session { kept: &mut state.kept, first }).await;
+        *lock(&inner.last_used) = Instant::now();
+        if outcome.took_worker {
             // This session took a pooled child: replace it, between runs.
             runtime.refill_pool();
         }
-        if after == ChildAfter::Gone {
-            state.worker = None;
-            let why = match &result.error {
-                Some(e) => format!("its last run ended as {}: {}", e.kind, e.message),
-                None => "its process exited".to_owned(),
-            };
-            inner.set_ended(why);
+        if outcome.ran {
+            state.runs += 1;
+        }
+        let result = outcome.result;
+        match (outcome.ran, outcome.after) {
+            (true, ChildAfter::Finished) => {}
+            (true, ChildAfter::Gone) => {
+                state.kept = None;
+                let why = match &result.error {
+                    Some(e) => format!("its last run ended as {}: {}", e.kind, e.message),
+                    None => "its process exited".to_owned(),
+                };
+                inner.set_ended(why);
+            }
+            (false, _) if outcome.took_worker && state.kept.is_none() => {
+                if let Some(e) = &result.error {
+                    if e.kind == crate::FailureKind::WorkerExit {
+                        inner.set_ended(format!("its process could not be started: {}", e.message));
+                    }
+                }
+            }
+            (false, _) => {}
         }
         Ok(result)
     }
 
     /// Ends the session and waits until its process is reaped. Later runs
-    /// fail with [`SessionError::Ended`].
+    /// fail with [`SessionError::Ended`]. Never waits for a run to be
+    /// admitted: a queued run is aborted.
     pub async fn close(&self) {
         self.inner.closing.cancel();
-        let rx = self.inner.watchdog_done.lock().ok().and_then(|mut d| d.take());
+        let rx = lock(&self.inner.watchdog_done).take();
         if let Some(rx) = rx {
             let _ = rx.await;
         }
     }
 }
 
+const CLOSED: &str = "it was closed, or the runtime was shut down";
+
 impl Inner {
     fn set_ended(&self, reason: String) {
-        if let Ok(mut ended) = self.ended.lock() {
-            ended.get_or_insert(reason);
-        }
+        lock(&self.ended).get_or_insert(reason);
     }
 
     /// Ends the session: its child is stopped and reaped.
     async fn end(&self, state: &mut State, reason: String) {
         self.set_ended(reason);
-        if let Some(mut worker) = state.worker.take() {
-            let _ = worker.stop(self.config.grace).await;
+        if let Some(mut kept) = state.kept.take() {
+            let _ = kept.worker.stop(self.config.grace).await;
         }
     }
 }
 
+/// What the watchdog learned of the session's processes between runs.
+#[derive(Default)]
+struct IdleWatch {
+    /// `(runs so far, CPU sampled)` at the last sample taken between runs.
+    last: Option<(u64, Duration)>,
+    /// CPU used between runs so far.
+    used: Duration,
+}
+
+impl IdleWatch {
+    /// A sample between runs; the reason to end the session, if any.
+    fn observe(
+        &mut self,
+        runs: u64,
+        usage: crate::watchdog::Usage,
+        options: &SessionOptions,
+        memory: u64,
+    ) -> Option<String> {
+        if let Some((at_runs, cpu)) = self.last {
+            // Only CPU between two samples with no run in between is idle CPU.
+            if at_runs == runs {
+                self.used += usage.cpu.saturating_sub(cpu);
+            }
+        }
+        self.last = Some((runs, usage.cpu));
+        if self.used > options.idle_cpu {
+            return Some(format!(
+                "its processes used {:.1} s of CPU between runs, over its budget of {:.1} s",
+                self.used.as_secs_f64(),
+                options.idle_cpu.as_secs_f64()
+            ));
+        }
+        if usage.memory_bytes > memory {
+            return Some(format!(
+                "its processes held {} MiB between runs, over its memory budget of {} MiB",
+                usage.memory_bytes >> 20,
+                memory >> 20
+            ));
+        }
+        None
+    }
+}
+
 /// Ends the session when it has been idle too long, is too old, is closed,
-/// or the runtime shuts down; then reaps its child. Holds the session only
-/// while it acts: a dropped session's child is killed by its `Worker`'s
-/// drop, and `dropped` stops this task.
+/// the runtime shuts down, or its processes go over their budgets between
+/// runs; then reaps its child. Holds the session only while it acts: a
+/// dropped session's child is killed by its `Worker`'s drop, and `dropped`
+/// stops this task.
 async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio::sync::oneshot::Sender<()>) {
+    let mut idle = IdleWatch::default();
     loop {
         let (closing, wake_at) = {
             let Some(inner) = session.upgrade() else { break };
-            if inner.ended.lock().map(|e| e.is_some()).unwrap_or(true)
-                && inner.state.try_lock().is_ok_and(|s| s.worker.is_none())
-            {
+            if lock(&inner.ended).is_some() && inner.state.try_lock().is_ok_and(|s| s.kept.is_none()) {
                 break; // a run already ended it and reaped its child
             }
-            let last = inner.last_used.lock().map(|l| *l).unwrap_or_else(|_| Instant::now());
-            let wake_at = (last + inner.options.idle_timeout).min(inner.opened + inner.options.max_lifetime);
+            let last = *lock(&inner.last_used);
+            let wake_at = (last + inner.options.idle_timeout)
+                .min(inner.opened + inner.options.max_lifetime)
+                .min(Instant::now() + IDLE_SAMPLE);
             (inner.closing.clone(), wake_at)
         };
         let closed = tokio::select! {
@@ -313,15 +402,33 @@ async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio:
         };
         let Some(inner) = session.upgrade() else { break };
         let now = Instant::now();
-        let last = inner.last_used.lock().map(|l| *l).unwrap_or(now);
+        let last = *lock(&inner.last_used);
         let reason = if closed {
-            "it was closed, or the runtime was shut down".to_owned()
+            CLOSED.to_owned()
         } else if now >= inner.opened + inner.options.max_lifetime {
             format!("it reached its maximum lifetime of {} s", inner.options.max_lifetime.as_secs())
         } else if now >= last + inner.options.idle_timeout {
             format!("it was idle for {} s", inner.options.idle_timeout.as_secs())
         } else {
-            continue; // used meanwhile: sleep again
+            // Between runs (no run holds the state): sample its processes.
+            let scoped =
+                inner.state.try_lock().ok().and_then(|s| {
+                    s.kept.as_ref().and_then(|k| k.scope(inner.runtime.sandboxed())).map(|sc| (sc, s.runs))
+                });
+            let Some((scope, runs)) = scoped else { continue };
+            let cache = inner.runtime.scan_cache();
+            let usage = tokio::task::spawn_blocking(move || crate::watchdog::sample_with(scope, &cache)).await;
+            let Ok(usage) = usage else { continue };
+            // A run that started meanwhile counts its own CPU.
+            let runs_now = inner.state.try_lock().map(|s| s.runs).ok();
+            if runs_now != Some(runs) {
+                idle.last = None;
+                continue;
+            }
+            match idle.observe(runs, usage, &inner.options, inner.config.address_space_bytes) {
+                Some(reason) => reason,
+                None => continue,
+            }
         };
         // A run in flight settles first: close and shutdown abort it, its
         // own budgets bound it otherwise.

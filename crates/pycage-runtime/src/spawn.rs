@@ -89,6 +89,24 @@ pub enum SpawnError {
     /// created or joined.
     #[error("could not set up the run's cgroup: {0}")]
     Cgroup(#[source] io::Error),
+    /// No sandbox uid could be leased for the run (root hosts).
+    #[error(transparent)]
+    Lease(#[from] crate::lease::LeaseError),
+    /// The request's inputs could not be placed in the run's directory.
+    #[error("could not copy the run's inputs: {0}")]
+    Inputs(String),
+}
+
+/// A run's process could not be started: which interpreter, and why. A run
+/// settles with it as `worker-exit` (the program never ran).
+#[derive(Debug, thiserror::Error)]
+#[error("could not start {}: {source}", python.display())]
+pub struct StartError {
+    /// The interpreter that was to run the program.
+    pub python: std::path::PathBuf,
+    /// What failed.
+    #[source]
+    pub source: SpawnError,
 }
 
 /// How a reaped child ended.

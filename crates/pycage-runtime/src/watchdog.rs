@@ -211,8 +211,11 @@ enum Children {
 /// `(parent, child)` pairs of one scan of `/proc`, sorted by parent.
 type ParentIndex = std::sync::Arc<Vec<(i32, i32)>>;
 
-/// The shared scan: when it was taken, and its pairs.
-static SCAN: std::sync::Mutex<Option<(std::time::Instant, ParentIndex)>> = std::sync::Mutex::new(None);
+/// A scan of `/proc` shared by the runs of one runtime (taken at most once
+/// per half period, however many runs are sampled), for kernels without
+/// `/proc/<pid>/task/<tid>/children`.
+#[derive(Default)]
+pub struct ScanCache(std::sync::Mutex<Option<(std::time::Instant, ParentIndex)>>);
 
 fn scan_parents() -> Vec<(i32, i32)> {
     let mut pairs = Vec::new();
@@ -230,22 +233,22 @@ fn scan_parents() -> Vec<(i32, i32)> {
 }
 
 impl Children {
-    fn new(root: i32) -> Children {
+    fn new(root: i32, cache: &ScanCache) -> Children {
         if std::path::Path::new(&format!("/proc/{root}/task/{root}/children")).exists() {
             return Children::Files;
         }
         let fresh = PERIOD / 2;
-        if let Ok(mut cached) = SCAN.lock() {
-            if let Some((taken, pairs)) = cached.as_ref() {
-                if taken.elapsed() < fresh {
-                    return Children::Scanned(std::sync::Arc::clone(pairs));
-                }
+        // A poisoned cache is still a cache: a panic elsewhere must not
+        // stop the sampling that bounds every run.
+        let mut cached = crate::sync::lock(&cache.0);
+        if let Some((taken, pairs)) = cached.as_ref() {
+            if taken.elapsed() < fresh {
+                return Children::Scanned(std::sync::Arc::clone(pairs));
             }
-            let pairs = std::sync::Arc::new(scan_parents());
-            *cached = Some((std::time::Instant::now(), std::sync::Arc::clone(&pairs)));
-            return Children::Scanned(pairs);
         }
-        Children::Scanned(std::sync::Arc::new(scan_parents()))
+        let pairs = std::sync::Arc::new(scan_parents());
+        *cached = Some((std::time::Instant::now(), std::sync::Arc::clone(&pairs)));
+        Children::Scanned(pairs)
     }
 
     /// Append the children of `pid` to `out`.
@@ -268,8 +271,14 @@ impl Children {
     }
 }
 
-/// Sum a run's CPU time and memory now. See the module docs.
+/// Sum a run's CPU time and memory now. See the module docs. Blocking:
+/// it reads `/proc` (call it off async worker threads).
 pub fn sample(scope: Scope) -> Usage {
+    sample_with(scope, &ScanCache::default())
+}
+
+/// [`sample`], sharing `cache`'s scan of `/proc` with other runs.
+pub fn sample_with(scope: Scope, cache: &ScanCache) -> Usage {
     let ticks_per_second = rustix::param::clock_ticks_per_second().max(1);
     let mut usage = Usage::default();
     let mut ticks = 0u64;
@@ -288,7 +297,7 @@ pub fn sample(scope: Scope) -> Usage {
         }
         Scope::Descendants { root } => (root.as_raw_nonzero().get(), None, false),
     };
-    let children = Children::new(root);
+    let children = Children::new(root, cache);
     // (pid, the parent it was found under)
     let mut queue = vec![(root, None)];
     queue.extend(joined.map(|j| (j, None)));
@@ -330,15 +339,32 @@ pub fn sample(scope: Scope) -> Usage {
 pub const PERIOD: Duration = Duration::from_millis(100);
 
 /// Sample `scope` every `period` (the first time after one period) until
-/// a budget is exceeded, and say which. Sampling a handful of processes
-/// reads a few small proc files: microseconds, not worth a thread.
+/// a budget is exceeded, and say which. Each sample reads `/proc` on
+/// tokio's blocking pool, never on an async worker thread.
 pub async fn watch(scope: Scope, budget: Budget, period: Duration) -> Exceeded {
+    watch_from(scope, budget, period, Duration::ZERO, std::sync::Arc::new(ScanCache::default())).await
+}
+
+/// [`watch`] with CPU counted from `cpu_baseline` (what the processes had
+/// used before: a session's earlier runs) and a shared scan cache.
+pub async fn watch_from(
+    scope: Scope,
+    budget: Budget,
+    period: Duration,
+    cpu_baseline: Duration,
+    cache: std::sync::Arc<ScanCache>,
+) -> Exceeded {
     let start = tokio::time::Instant::now() + period;
     let mut ticks = tokio::time::interval_at(start, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         ticks.tick().await;
-        if let Some(exceeded) = sample(scope).check(&budget) {
+        let cache = std::sync::Arc::clone(&cache);
+        let Ok(mut usage) = tokio::task::spawn_blocking(move || sample_with(scope, &cache)).await else {
+            continue;
+        };
+        usage.cpu = usage.cpu.saturating_sub(cpu_baseline);
+        if let Some(exceeded) = usage.check(&budget) {
             return exceeded;
         }
     }
@@ -348,11 +374,16 @@ pub async fn watch(scope: Scope, budget: Budget, period: Duration) -> Exceeded {
 /// with. Pending forever when there is nothing to watch.
 pub(crate) type BudgetWatch = std::pin::Pin<Box<dyn std::future::Future<Output = (crate::FailureKind, String)> + Send>>;
 
-/// The run loop's view of [`watch`].
-pub(crate) fn budget_watch(scope: Option<Scope>, budget: Budget) -> BudgetWatch {
+/// The run loop's view of [`watch_from`].
+pub(crate) fn budget_watch(
+    scope: Option<Scope>,
+    budget: Budget,
+    cpu_baseline: Duration,
+    cache: std::sync::Arc<ScanCache>,
+) -> BudgetWatch {
     Box::pin(async move {
         let Some(scope) = scope else { return std::future::pending().await };
-        let exceeded = watch(scope, budget, PERIOD).await;
+        let exceeded = watch_from(scope, budget, PERIOD, cpu_baseline, cache).await;
         let kind = match exceeded {
             Exceeded::Cpu { .. } => crate::FailureKind::Timeout,
             Exceeded::Memory { .. } => crate::FailureKind::WorkerExit,

@@ -349,7 +349,7 @@ async fn log_truncation_has_exactly_one_marker() {
 async fn cancellation_is_abort_with_logs() {
     let rt = runtime();
     let token = CancellationToken::new();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let req = RunRequest::new("print('started', flush=True)\nimport time\ntime.sleep(60)").with_cancel(token.clone());
     let rt2 = rt.clone();
     let handle = tokio::spawn(async move { rt2.run_with_events(req, tx).await });
@@ -370,7 +370,7 @@ async fn cancellation_is_abort_with_logs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_stream_logs_and_calls() {
     let rt = runtime();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let req = RunRequest::new("print('a')\nr = await tools.echo([1])\nreturn r").with_namespace(echo_ns());
     let r = rt.run_with_events(req, tx).await.unwrap();
     assert_eq!(value(&r), "[1]");
@@ -461,7 +461,7 @@ async fn runs_are_independent() {
 async fn shutdown_aborts_in_flight_runs_and_refuses_new_ones() {
     let rt = runtime();
     let mut handles = Vec::new();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     for _ in 0..3 {
         let rt = rt.clone();
         let tx = tx.clone();

@@ -39,7 +39,7 @@ async fn shutdown_with_sandboxed_runs_in_flight_leaves_no_process() {
             let rt = rt.clone();
             let up = up_tx.clone();
             runs.push(tokio::spawn(async move {
-                let (tx, mut rx) = mpsc::unbounded_channel();
+                let (tx, mut rx) = mpsc::channel(64);
                 let forward = tokio::spawn(async move {
                     while let Some(ev) = rx.recv().await {
                         if matches!(ev, RunEvent::Log(_)) {

@@ -9,6 +9,19 @@
 //! run. Because it does no I/O, its unit tests reach what end-to-end tests
 //! reach only by luck: a forged `done` with calls in flight, duplicate and
 //! late replies, a child that never reads what we write.
+//!
+//! What the host holds for a run is bounded here too. A call is *in
+//! flight* from its `call` frame until the program has read its reply
+//! (the driver reports when the child has read everything written so far,
+//! the one thing the kernel tells exactly, see [`RunMachine::child_read_to`]);
+//! at most `max_calls_in_flight` are, and while more than
+//! `max_unread_reply_bytes` of replies wait (queued here, or held by the
+//! kernel for the child) no call starts either. A call frame over either budget is *held*: the machine
+//! stops taking input after it ([`RunMachine::receive`] says how much it
+//! took), so the driver stops reading fd 3 until the program has read
+//! replies. A well-behaved child keeps under the call budget by itself;
+//! one that floods calls and never reads stalls itself, and no binding
+//! runs more than `max_calls_in_flight` times for it.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::time::Duration;
@@ -71,6 +84,17 @@ struct Budgets {
     max_control_bytes: u64,
     max_value_bytes: u64,
     cpu_seconds: u64,
+    max_calls_in_flight: usize,
+    max_unread_reply_bytes: u64,
+}
+
+/// A call frame that arrived while the run was at a budget of what the
+/// host holds; it starts once the program has read enough replies.
+struct HeldCall {
+    id: u64,
+    global: String,
+    name: String,
+    args: JsonValue,
 }
 
 pub(crate) struct RunMachine {
@@ -80,6 +104,19 @@ pub(crate) struct RunMachine {
     /// Encoded frames for fd 3; `out[out_sent..]` is not written yet.
     out: Vec<u8>,
     out_sent: usize,
+    /// Bytes ever written to fd 3 (the position of `out[out_sent]` in the
+    /// channel's byte stream).
+    written_total: u64,
+    /// How far into that stream the child is known to have read.
+    child_read: u64,
+    /// Kernel memory held for what the child has not read (last reported).
+    kernel_queued: u64,
+    /// Where each reply the child has not finished reading ends, in order.
+    unread_replies: VecDeque<u64>,
+    /// A call over a budget, waiting for the child to read (see module docs).
+    held: Option<HeldCall>,
+    /// The child is gone: calls that still arrive are not started.
+    child_gone: bool,
     table: BTreeMap<(String, String), Binding>,
     /// Every call id the child used: a repeat is dropped, never re-dispatched.
     seen_ids: HashSet<u64>,
@@ -143,11 +180,19 @@ impl RunMachine {
                 max_control_bytes: config.max_control_bytes,
                 max_value_bytes: config.max_value_bytes,
                 cpu_seconds: config.cpu_seconds,
+                max_calls_in_flight: config.max_calls_in_flight,
+                max_unread_reply_bytes: config.max_unread_reply_bytes,
             },
             splitter: LineSplitter::new(config.max_line_bytes),
             ledger: LogLedger::new(config.max_log_bytes),
             out,
             out_sent: 0,
+            written_total: 0,
+            child_read: 0,
+            kernel_queued: 0,
+            unread_replies: VecDeque::new(),
+            held: None,
+            child_gone: false,
             table,
             seen_ids: HashSet::new(),
             in_flight: HashSet::new(),
@@ -170,11 +215,14 @@ impl RunMachine {
         }
     }
 
-    /// Bytes of fd 3 from the child.
-    pub(crate) fn receive(&mut self, mut data: &[u8]) {
-        while !data.is_empty() && self.settled.is_none() {
-            let (used, event) = self.splitter.feed(data);
-            data = data.get(used..).unwrap_or_default();
+    /// Bytes of fd 3 from the child; returns how many were taken. Input
+    /// stops after a held call (see module docs): the driver keeps the
+    /// rest and offers it again once [`Self::wants_input`] says so.
+    pub(crate) fn receive(&mut self, data: &[u8]) -> usize {
+        let mut taken = 0;
+        while taken < data.len() && self.settled.is_none() && self.held.is_none() {
+            let (used, event) = self.splitter.feed(data.get(taken..).unwrap_or_default());
+            taken += used;
             match event {
                 None => {}
                 Some(LineEvent::Oversized) => {
@@ -196,6 +244,89 @@ impl RunMachine {
                 FailureKind::OutputLimit,
                 format!("the program sent more than {cap} bytes of protocol traffic on fd 3"),
             );
+        }
+        // Once settled, the rest is ignored: report it taken.
+        if self.settled.is_some() {
+            return data.len();
+        }
+        taken
+    }
+
+    /// Whether the machine takes more input from fd 3 (false while a call
+    /// is held, or once settled).
+    pub(crate) fn wants_input(&self) -> bool {
+        self.settled.is_none() && self.held.is_none()
+    }
+
+    /// Whether a call is held until the program reads replies: the driver
+    /// then checks, now and then, how far the child has read.
+    pub(crate) fn waiting_for_child_to_read(&self) -> bool {
+        self.held.is_some() && self.settled.is_none()
+    }
+
+    /// What the kernel holds for the child (memory of the unread buffers);
+    /// zero means the child has read everything written so far.
+    pub(crate) fn kernel_queued(&mut self, bytes: u64) {
+        self.kernel_queued = bytes;
+        if bytes == 0 {
+            self.child_read_to(self.written_total);
+        } else {
+            self.release_held();
+        }
+    }
+
+    /// The child has read the channel's byte stream up to `offset`. Replies
+    /// read in full leave flight; a held call starts when the budgets allow.
+    pub(crate) fn child_read_to(&mut self, offset: u64) {
+        self.child_read = self.child_read.max(offset.min(self.written_total));
+        while self.unread_replies.front().is_some_and(|&end| end <= self.child_read) {
+            self.unread_replies.pop_front();
+        }
+        self.release_held();
+    }
+
+    /// Whether replies are unread, so the driver should ask the kernel how
+    /// far the child has read before offering input.
+    pub(crate) fn has_unread_replies(&self) -> bool {
+        !self.unread_replies.is_empty()
+    }
+
+    /// Bytes written to fd 3 so far (for [`Self::child_read_to`]).
+    #[cfg(test)]
+    pub(crate) fn written_total(&self) -> u64 {
+        self.written_total
+    }
+
+    /// Calls in flight: started and unanswered, or answered and unread.
+    pub(crate) fn calls_in_flight(&self) -> usize {
+        self.in_flight.len() + self.unread_replies.len()
+    }
+
+    /// What unread replies hold: queued here, or in the kernel for the child.
+    fn unread_reply_bytes(&self) -> u64 {
+        ((self.out.len() - self.out_sent) as u64).saturating_add(self.kernel_queued)
+    }
+
+    fn over_budget(&self) -> bool {
+        self.calls_in_flight() >= self.budgets.max_calls_in_flight
+            || self.unread_reply_bytes() > self.budgets.max_unread_reply_bytes
+    }
+
+    fn release_held(&mut self) {
+        if self.held.is_some() && !self.over_budget() {
+            if let Some(HeldCall { id, global, name, args }) = self.held.take() {
+                self.dispatch_call(id, global, name, args);
+            }
+        }
+    }
+
+    /// The child is exiting or gone: calls that still arrive (while its
+    /// last frames are drained) are not started, a held one is dropped,
+    /// and input is no longer held back.
+    pub(crate) fn child_gone(&mut self) {
+        self.child_gone = true;
+        if self.held.take().is_some() {
+            self.dropped_frames += 1;
         }
     }
 
@@ -237,30 +368,15 @@ impl RunMachine {
             // `run` went out with `boot`; the ack tells nothing new.
             ChildFrame::BootAck => {}
             ChildFrame::Call { id, global, name, args } => {
-                if !self.seen_ids.insert(id) {
+                if !self.seen_ids.insert(id) || self.child_gone {
                     self.dropped_frames += 1;
                     return;
                 }
-                let binding = self.table.get(&(global.clone(), name.clone())).cloned();
-                if let Some(events) = &mut self.events {
-                    events.push_back(RunEvent::Call {
-                        id,
-                        global: global.clone(),
-                        name: name.clone(),
-                        args: args.clone(),
-                    });
+                if self.over_budget() {
+                    self.held = Some(HeldCall { id, global, name, args });
+                    return;
                 }
-                match binding {
-                    Some(binding) => {
-                        self.in_flight.insert(id);
-                        self.calls.push_back(StartCall { id, binding, args });
-                    }
-                    None => {
-                        self.in_flight.insert(id);
-                        let message = format!("{global}.{name} is not a binding of this run");
-                        self.call_finished(id, Err(BindingError::new(message)));
-                    }
-                }
+                self.dispatch_call(id, global, name, args);
             }
             ChildFrame::Log { text, truncated } => {
                 if truncated {
@@ -271,6 +387,22 @@ impl RunMachine {
                 self.stream_lines();
             }
             ChildFrame::Done { value, error } => self.settled = Some(Settled::Done { value, error }),
+        }
+    }
+
+    /// Starts a call (or answers it at once when the binding is unknown).
+    fn dispatch_call(&mut self, id: u64, global: String, name: String, args: JsonValue) {
+        let binding = self.table.get(&(global.clone(), name.clone())).cloned();
+        if let Some(events) = &mut self.events {
+            events.push_back(RunEvent::Call { id, global: global.clone(), name: name.clone(), args: args.clone() });
+        }
+        self.in_flight.insert(id);
+        match binding {
+            Some(binding) => self.calls.push_back(StartCall { id, binding, args }),
+            None => {
+                let message = format!("{global}.{name} is not a binding of this run");
+                self.call_finished(id, Err(BindingError::new(message)));
+            }
         }
     }
 
@@ -304,15 +436,28 @@ impl RunMachine {
             Ok(value) => ReplyFrame::Ok { id, value }.encode(&mut self.out),
             Err(e) => ReplyFrame::Err { id, message: e.message }.encode(&mut self.out),
         }
+        let end = self.written_total + (self.out.len() - self.out_sent) as u64;
+        self.unread_replies.push_back(end);
         if let Some(events) = &mut self.events {
             events.push_back(RunEvent::CallFinished { id, error });
         }
     }
 
-    /// Calls started and not yet answered.
-    #[cfg(test)]
-    pub(crate) fn calls_in_flight(&self) -> usize {
-        self.in_flight.len()
+    /// A streamed event the consumer had no room for: first in line again.
+    pub(crate) fn unshift_event(&mut self, event: RunEvent) {
+        if let Some(events) = &mut self.events {
+            events.push_front(event);
+        }
+    }
+
+    /// Whether events wait for the consumer.
+    pub(crate) fn has_events(&self) -> bool {
+        self.events.as_ref().is_some_and(|e| !e.is_empty())
+    }
+
+    /// The consumer went away: stop building events.
+    pub(crate) fn stop_streaming(&mut self) {
+        self.events = None;
     }
 
     /// The next event for the caller.
@@ -330,7 +475,9 @@ impl RunMachine {
 
     /// `n` bytes of [`Self::pending_output`] were written.
     pub(crate) fn wrote(&mut self, n: usize) {
-        self.out_sent = (self.out_sent + n).min(self.out.len());
+        let n = n.min(self.out.len() - self.out_sent);
+        self.written_total += n as u64;
+        self.out_sent += n;
         if self.out_sent == self.out.len() {
             self.out.clear();
             self.out_sent = 0;
@@ -507,6 +654,9 @@ mod tests {
             drain(&mut m),
             [r#"{"type":"reply","id":1,"ok":false,"message":"tools.nope is not a binding of this run"}"#]
         );
+        // Answered, but in flight until the child has read the reply.
+        assert_eq!(m.calls_in_flight(), 1);
+        m.child_read_to(m.written_total());
         assert_eq!(m.calls_in_flight(), 0);
     }
 
@@ -553,7 +703,9 @@ mod tests {
             let n = pending.len().min(7);
             written.extend_from_slice(&pending[..n]);
             m.wrote(n);
-            assert!(m.out.len() <= 50 * 64, "buffer compacted");
+            // What was written is dropped from the front once it is half
+            // the buffer: the dead prefix never grows past that.
+            assert!(m.out_sent <= m.out.len() / 2 + 7, "buffer compacted: {} of {} sent", m.out_sent, m.out.len());
         }
         let text = String::from_utf8(written).unwrap();
         let lines: Vec<_> = text.lines().collect();
@@ -561,6 +713,89 @@ mod tests {
         for (id, line) in lines.iter().enumerate() {
             assert_eq!(*line, format!(r#"{{"type":"reply","id":{id},"ok":true,"value":[{id}]}}"#));
         }
+    }
+
+    fn limited(calls: usize, unread: u64) -> RunMachine {
+        let c = RuntimeConfig { max_calls_in_flight: calls, max_unread_reply_bytes: unread, ..config() };
+        let mut m = RunMachine::new(&c, Opening::OneShot, "return 1".into(), vec![echo_ns()], false);
+        drain(&mut m);
+        m.kernel_queued(0);
+        m
+    }
+
+    #[test]
+    fn a_call_flood_starts_at_most_the_in_flight_budget() {
+        let mut m = limited(4, 1 << 20);
+        let flood: String = (0..10).map(call).collect();
+        let taken = m.receive(flood.as_bytes());
+        // Input stops right after the fifth call, which is held.
+        assert_eq!(taken, (0..5).map(|id| call(id).len()).sum::<usize>());
+        assert!(!m.wants_input() && m.waiting_for_child_to_read());
+        let started: Vec<u64> = std::iter::from_fn(|| m.next_call()).map(|c| c.id).collect();
+        assert_eq!(started, [0, 1, 2, 3]);
+        // Answered, written, but not read by the child: still in flight.
+        for id in 0..4 {
+            m.call_finished(id, Ok(JsonValue::null()));
+        }
+        drain(&mut m);
+        m.kernel_queued(512);
+        assert_eq!(m.calls_in_flight(), 4);
+        assert!(m.next_call().is_none(), "nothing starts while the child has not read");
+        // The child read everything: the held call starts, input resumes.
+        m.kernel_queued(0);
+        assert_eq!(m.next_call().map(|c| c.id), Some(4));
+        assert!(m.wants_input());
+        // Call 4 runs: three more start, the fourth (8) is held.
+        assert_eq!(m.receive(&flood.as_bytes()[taken..]), (5..9).map(|id| call(id).len()).sum::<usize>());
+        assert_eq!(std::iter::from_fn(|| m.next_call()).count(), 3);
+        assert!(!m.wants_input());
+    }
+
+    #[test]
+    fn unread_reply_bytes_hold_new_calls() {
+        let mut m = limited(100, 300);
+        m.receive(call(1).as_bytes());
+        let c = m.next_call().unwrap();
+        // A big reply the child does not take (it stays queued here).
+        let big = JsonValue::parse(format!("\"{}\"", "x".repeat(1000)).as_bytes()).unwrap();
+        m.call_finished(c.id, Ok(big));
+        m.receive(call(2).as_bytes());
+        assert!(m.next_call().is_none(), "held: over the unread-reply budget");
+        assert!(!m.wants_input());
+        drain(&mut m);
+        m.kernel_queued(4096);
+        assert!(m.next_call().is_none(), "the kernel holds it now: still unread");
+        m.kernel_queued(0);
+        assert_eq!(m.next_call().map(|c| c.id), Some(2));
+    }
+
+    #[test]
+    fn calls_after_the_child_is_gone_never_start() {
+        let mut m = limited(1, 1 << 20);
+        let two = call(1) + &call(2);
+        m.receive(two.as_bytes());
+        assert!(m.next_call().is_some());
+        assert!(!m.wants_input(), "call 2 is held");
+        m.child_gone();
+        assert!(m.wants_input());
+        m.receive(call(3).as_bytes());
+        assert!(m.next_call().is_none(), "neither the held call nor a later one starts");
+        assert_eq!(m.dropped_frames(), 2);
+    }
+
+    #[test]
+    fn events_the_consumer_has_no_room_for_wait_in_order() {
+        let mut m = booted();
+        m.receive(b"{\"type\":\"log\",\"text\":\"a\\nb\\n\"}\n");
+        let first = m.next_event().unwrap();
+        assert_eq!(first, RunEvent::Log("a".into()));
+        m.unshift_event(first);
+        assert!(m.has_events());
+        let all: Vec<_> = std::iter::from_fn(|| m.next_event()).collect();
+        assert_eq!(all, [RunEvent::Log("a".into()), RunEvent::Log("b".into())]);
+        m.stop_streaming();
+        m.receive(b"{\"type\":\"log\",\"text\":\"c\\n\"}\n");
+        assert!(!m.has_events());
     }
 
     #[test]

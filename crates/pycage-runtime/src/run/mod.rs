@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::bindings::{BindingError, Namespace};
+use crate::bindings::{BindingError, CallContext, RunId};
 use crate::config::RuntimeConfig;
 use crate::spawn::{Exit, Worker};
 use crate::{FailureKind, RunEvent, RunResult};
@@ -30,11 +30,17 @@ const READ_BUF: usize = 64 * 1024;
 /// Longest the raw pipe is drained after the run settled.
 const DRAIN_LIMIT: Duration = Duration::from_millis(200);
 
+/// How often the driver asks the kernel how far the child has read, while
+/// a call is held until it reads (see `machine`'s module docs).
+const READ_PROGRESS_POLL: Duration = Duration::from_millis(1);
+
 pub(crate) struct RunInputs<'a> {
     pub config: &'a RuntimeConfig,
+    /// Names the run to its bindings ([`CallContext`]).
+    pub run: RunId,
     pub cancel: CancellationToken,
     pub shutdown: CancellationToken,
-    pub events: Option<mpsc::UnboundedSender<RunEvent>>,
+    pub events: Option<mpsc::Sender<RunEvent>>,
     pub deadline: Instant,
     /// Resolves when a run-wide budget is crossed (the watchdog).
     pub budget: crate::watchdog::BudgetWatch,
@@ -48,28 +54,6 @@ pub(crate) enum ChildAfter {
     Finished,
     /// It was stopped, or it died, and has been reaped.
     Gone,
-}
-
-/// Runs a one-shot program on `worker`; after `done`, the child is stopped
-/// and reaped by a task of `background` (shutdown waits for it), off the
-/// run's critical path, and its run directory goes with it after the reap.
-pub(crate) async fn execute_once(
-    mut worker: Worker,
-    program: String,
-    bindings: Vec<Namespace>,
-    inputs: RunInputs<'_>,
-    background: &tokio_util::task::TaskTracker,
-) -> RunResult {
-    let m = RunMachine::new(inputs.config, Opening::OneShot, program, bindings, inputs.events.is_some());
-    let grace = inputs.config.grace;
-    let (result, after) = execute(&mut worker, m, inputs).await;
-    if after == ChildAfter::Finished {
-        background.spawn(async move {
-            let _ = worker.stop(grace).await;
-            drop(worker);
-        });
-    }
-    result
 }
 
 /// The child's raw fd 1 and fd 2 (one pipe), read until EOF.
@@ -134,11 +118,11 @@ async fn read_sock(sock: &tokio::net::UnixStream, buf: &mut [u8]) -> Option<usiz
 
 /// Starts what the machine asks: a call ready on its first poll is answered
 /// inline (no task, no wakeup); the rest run as tasks.
-fn start_calls(m: &mut RunMachine, tasks: &mut JoinSet<(u64, Result<JsonValue, BindingError>)>) {
+fn start_calls(m: &mut RunMachine, tasks: &mut JoinSet<(u64, Result<JsonValue, BindingError>)>, cx: &CallContext) {
     while let Some(call) = m.next_call() {
-        let mut fut = call.binding.call(call.args);
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match fut.as_mut().poll(&mut cx) {
+        let mut fut = call.binding.call(call.args, cx.clone());
+        let mut waker_cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match fut.as_mut().poll(&mut waker_cx) {
             std::task::Poll::Ready(result) => m.call_finished(call.id, result),
             std::task::Poll::Pending => {
                 let id = call.id;
@@ -148,13 +132,85 @@ fn start_calls(m: &mut RunMachine, tasks: &mut JoinSet<(u64, Result<JsonValue, B
     }
 }
 
-fn forward_events(m: &mut RunMachine, events: &Option<mpsc::UnboundedSender<RunEvent>>) {
-    if let Some(tx) = events {
-        while let Some(ev) = m.next_event() {
-            let _ = tx.send(ev);
+/// Hands the consumer what it has room for; the rest waits in the machine
+/// (the driver then reads nothing more until there is room).
+fn forward_events(m: &mut RunMachine, events: &mut Option<mpsc::Sender<RunEvent>>) {
+    let Some(tx) = events else { return };
+    while let Some(ev) = m.next_event() {
+        match tx.try_send(ev) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(ev)) => {
+                m.unshift_event(ev);
+                return;
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                // Nobody listens any more: stop building events.
+                m.stop_streaming();
+                *events = None;
+                return;
+            }
         }
     }
 }
+
+/// Room for one event, once the consumer takes one; `None` when the
+/// consumer is gone. Pends forever without a consumer.
+async fn event_room(events: &Option<mpsc::Sender<RunEvent>>) -> Option<mpsc::Permit<'_, RunEvent>> {
+    match events {
+        Some(tx) => tx.reserve().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// Tells the machine what the kernel holds for the child (zero: it has
+/// read everything written to fd 3).
+fn update_read_progress(m: &mut RunMachine, sock: &tokio::net::UnixStream) {
+    if m.has_unread_replies() || m.waiting_for_child_to_read() {
+        if let Ok(queued) = crate::channel::unread_by_peer(sock) {
+            m.kernel_queued(queued as u64);
+        }
+    }
+}
+
+/// Input read from fd 3 that the machine has not taken yet (it stops after
+/// a held call): at most one read's worth.
+struct Inbox {
+    buf: Vec<u8>,
+    /// `buf[from..len]` is not taken yet.
+    from: usize,
+    len: usize,
+}
+
+impl Inbox {
+    fn is_empty(&self) -> bool {
+        self.from >= self.len
+    }
+
+    /// Offers what is left to the machine.
+    fn feed(&mut self, m: &mut RunMachine) {
+        if !self.is_empty() && m.wants_input() {
+            let taken = m.receive(self.buf.get(self.from..self.len).unwrap_or_default());
+            self.from += taken;
+        }
+    }
+}
+
+/// Hands the consumer the run's last events, waiting for room (bounded: a
+/// consumer that stopped reading without dropping its receiver would hold
+/// the result back; after [`FINAL_EVENTS_WAIT`] the rest is dropped).
+async fn finish_events(m: &mut RunMachine, events: &mut Option<mpsc::Sender<RunEvent>>) {
+    let until = Instant::now() + FINAL_EVENTS_WAIT;
+    while let Some(ev) = m.next_event() {
+        let Some(tx) = events.as_ref() else { return };
+        match tokio::time::timeout_at(until, tx.send(ev)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => return,
+        }
+    }
+}
+
+/// Longest the result waits for a streaming consumer to take the last events.
+const FINAL_EVENTS_WAIT: Duration = Duration::from_secs(5);
 
 /// Drives one run on `worker` until the machine settles.
 pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunInputs<'_>) -> (RunResult, ChildAfter) {
@@ -163,14 +219,21 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
         let r = RunResult::failed(FailureKind::WorkerExit, "the worker has no protocol channel".into(), Vec::new());
         return (r, ChildAfter::Gone);
     };
+    let cx = CallContext { run: inputs.run, settled: CancellationToken::new() };
+    // Whatever happens below, calls still queued outside their futures
+    // (threads, processes) learn that nobody will read their replies.
+    let _settled = cx.settled.clone().drop_guard();
     let mut tasks = JoinSet::new();
-    let mut sock_buf = vec![0u8; READ_BUF];
+    let mut inbox = Inbox { buf: vec![0u8; READ_BUF], from: 0, len: 0 };
     let mut raw = RawPipe::new(worker.output.take());
     let mut write_failed = false;
     let mut budget = inputs.budget;
+    let mut events = inputs.events;
 
     while m.settled().is_none() {
-        start_calls(&mut m, &mut tasks);
+        update_read_progress(&mut m, &sock);
+        inbox.feed(&mut m);
+        start_calls(&mut m, &mut tasks, &cx);
         // Write what the socket takes now; the rest waits for writability.
         while !write_failed && !m.pending_output().is_empty() {
             match sock.try_write(m.pending_output()) {
@@ -181,11 +244,18 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                 Err(_) => write_failed = true,
             }
         }
-        forward_events(&mut m, &inputs.events);
+        forward_events(&mut m, &mut events);
         if m.settled().is_some() {
             break;
         }
         let want_write = !write_failed && !m.pending_output().is_empty();
+        // Input is read only when the machine takes it and the consumer
+        // keeps up: a slow consumer or a child over a budget of what the
+        // host holds stops the reading, not the host's memory.
+        let backlog = m.has_events();
+        let want_read = m.wants_input() && inbox.is_empty() && !backlog;
+        let poll_progress = m.waiting_for_child_to_read();
+        let mut consumer_gone = false;
         tokio::select! {
             biased;
             _ = inputs.cancel.cancelled() => m.settle(FailureKind::Abort, "the run was cancelled by the caller".into()),
@@ -195,11 +265,14 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                 format!("the wall-clock budget of {} ms was exceeded", config.wall_time.as_millis()),
             ),
             (kind, message) = &mut budget => m.settle(kind, message),
-            r = read_sock(&sock, &mut sock_buf) => match r {
-                Some(n) => m.receive(sock_buf.get(..n).unwrap_or_default()),
+            r = read_sock(&sock, &mut inbox.buf), if want_read => match r {
+                Some(n) => {
+                    inbox.from = 0;
+                    inbox.len = n;
+                }
                 None => m.receive_eof(),
             },
-            chunk = raw.read() => m.receive_raw(chunk),
+            chunk = raw.read(), if !backlog => m.receive_raw(chunk),
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Ok((id, result)) = joined {
                     m.call_finished(id, result);
@@ -210,18 +283,36 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                     write_failed = true;
                 }
             }
+            permit = event_room(&events), if backlog => match (permit, m.next_event()) {
+                (Some(permit), Some(ev)) => permit.send(ev),
+                (None, _) => consumer_gone = true,
+                (Some(_), None) => {}
+            },
+            _ = tokio::time::sleep(READ_PROGRESS_POLL), if poll_progress => {}
             _ = worker.exited() => {
                 // Its last frames (`done`) may be in fd 3 although their
                 // readiness was not seen before the exit: take them first.
+                // Calls among them are not started (nobody would read the
+                // reply), and none is held back any more.
+                m.child_gone();
+                inbox.feed(&mut m);
                 while m.settled().is_none() {
-                    match crate::channel::read_now(&sock, &mut sock_buf) {
+                    match crate::channel::read_now(&sock, &mut inbox.buf) {
                         Ok(0) => m.receive_eof(),
-                        Ok(n) => m.receive(sock_buf.get(..n).unwrap_or_default()),
+                        Ok(n) => {
+                            inbox.from = 0;
+                            inbox.len = n;
+                            inbox.feed(&mut m);
+                        }
                         Err(_) => break,
                     }
                 }
                 m.child_exited();
             }
+        }
+        if consumer_gone {
+            m.stop_streaming();
+            events = None;
         }
     }
     // In-flight calls are abandoned: their replies would never be read.
@@ -236,7 +327,7 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
         worker.sock = Some(sock);
         worker.output = raw.rx.take();
         m.flush_logs();
-        forward_events(&mut m, &inputs.events);
+        finish_events(&mut m, &mut events).await;
         return (m.finish(None), ChildAfter::Finished);
     }
     drop(sock);
@@ -263,6 +354,6 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
         }
     }
     m.flush_logs();
-    forward_events(&mut m, &inputs.events);
+    finish_events(&mut m, &mut events).await;
     (m.finish(Some(ChildEnd { status: exit.status, cpu: exit.cpu, by_itself })), ChildAfter::Gone)
 }

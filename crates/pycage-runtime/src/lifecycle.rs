@@ -1,0 +1,254 @@
+//! The one run sequence: admission, a worker, inputs, execution, settling,
+//! output collection and refill. One-shot runs, runs with an output
+//! directory and session runs all go through [`run`]; a session is a run
+//! sequence that keeps its worker ([`Keep::Session`]), not a copy of it.
+//!
+//! Every wait is raced against the caller's cancel, the stop token (the
+//! runtime's shutdown, or a session's closing, which is a child of it) and,
+//! once the run has left the queue, its wall-clock deadline:
+//!
+//! - waiting for a place among the runs in flight (`max_concurrent_runs`):
+//!   a run cancelled in the queue settles as `abort` at once and gives its
+//!   place up; its wall clock has not started;
+//! - waiting for a worker (a pooled child, a fork by the zygote, a sandbox
+//!   built for the run): a zygote that does not answer is the pool's
+//!   problem, never a reason for a run to outlive its wall clock;
+//! - the run itself (the driver in `crate::run`);
+//! - stopping the child and copying its output, bounded by the grace
+//!   period and the output budget.
+//!
+//! Every run, one-shot or in a session, is watched run-wide (CPU and
+//! memory of all its processes, see [`crate::watchdog`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::bindings::{Namespace, RunId};
+use crate::config::RuntimeConfig;
+use crate::run::{self, ChildAfter, Opening, RunMachine};
+use crate::runtime::Runtime;
+use crate::site::{self, RunSite};
+use crate::spawn::Worker;
+use crate::watchdog::{Budget, Scope};
+use crate::{FailureKind, RunEvent, RunResult};
+
+/// What one run needs, whatever keeps its worker.
+pub(crate) struct Plan {
+    pub program: String,
+    pub bindings: Vec<Namespace>,
+    /// The caller's cancel.
+    pub cancel: CancellationToken,
+    /// The runtime's shutdown, or a session's closing.
+    pub stop: CancellationToken,
+    pub events: Option<mpsc::Sender<RunEvent>>,
+    pub inputs: Vec<site::Input>,
+    pub output_dir: Option<PathBuf>,
+    /// The budgets of this run: the runtime's, with the request's overrides.
+    pub config: Arc<RuntimeConfig>,
+}
+
+/// A session's process between its runs.
+pub(crate) struct Kept {
+    pub worker: Worker,
+    pub site: RunSite,
+}
+
+impl Kept {
+    /// Which processes make up the session (for its watchdog).
+    pub(crate) fn scope(&self, sandboxed: bool) -> Option<Scope> {
+        scope_of(&self.worker, &self.site, sandboxed)
+    }
+}
+
+/// Who keeps the run's worker once it has settled.
+pub(crate) enum Keep<'a> {
+    /// Nobody: the worker serves this run only.
+    OneShot,
+    /// A session: its process (taken at its first run), kept after every
+    /// run that finished (`done`), gone after any other.
+    Session { kept: &'a mut Option<Kept>, first: bool },
+}
+
+/// How a run ended, beyond its result.
+pub(crate) struct Outcome {
+    pub result: RunResult,
+    /// Session runs: whether the process is still there for the next run.
+    pub after: ChildAfter,
+    /// Session runs: whether the run took a fresh process (from the pool).
+    pub took_worker: bool,
+    /// Whether the program was sent to a process (false: the run ended in
+    /// the queue, or while its process was being made).
+    pub ran: bool,
+}
+
+fn settled(kind: FailureKind, message: impl Into<String>) -> Outcome {
+    Outcome {
+        result: RunResult::failed(kind, message.into(), Vec::new()),
+        after: ChildAfter::Gone,
+        took_worker: false,
+        ran: false,
+    }
+}
+
+/// Runs `plan` through the whole sequence (see the module docs).
+pub(crate) async fn run(rt: &Runtime, plan: Plan, keep: Keep<'_>) -> Outcome {
+    let Plan { program, bindings, cancel, stop, events, inputs, output_dir, config } = plan;
+    // Held until the run (and its child) is settled; shutdown waits on it.
+    let _token = rt.background().token();
+
+    // 1. A place among the runs in flight (FIFO), raced against a cancel
+    //    and the stop: a run that leaves the queue that way never held one.
+    let _permit = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => {
+            return settled(FailureKind::Abort, "the run was cancelled by the caller before it started");
+        }
+        _ = stop.cancelled() => return settled(FailureKind::Abort, stop_message(rt)),
+        permit = rt.admission().acquire() => match permit {
+            Ok(p) => p,
+            Err(_) => return settled(FailureKind::Abort, stop_message(rt)),
+        },
+    };
+    let deadline = Instant::now() + config.wall_time;
+    let wall_exceeded = || format!("the wall-clock budget of {} ms was exceeded", config.wall_time.as_millis());
+
+    // 2. A worker: the session's own, or a new one, raced against the same
+    //    and the deadline. A half-made worker is dropped (killed, reaped).
+    let (opening, took_worker) = match &keep {
+        Keep::OneShot => (Opening::OneShot, true),
+        Keep::Session { kept, first } => {
+            let opening = if *first { Opening::SessionFirst } else { Opening::SessionNext };
+            (opening, kept.is_none())
+        }
+    };
+    let mut fresh = None;
+    if took_worker {
+        let taken = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return settled(FailureKind::Abort, "the run was cancelled by the caller"),
+            _ = stop.cancelled() => return settled(FailureKind::Abort, stop_message(rt)),
+            _ = tokio::time::sleep_until(deadline) => {
+                return settled(FailureKind::Timeout, format!("{} before a process could be started", wall_exceeded()));
+            }
+            taken = rt.take_worker(&inputs) => taken,
+        };
+        match taken {
+            Ok(w) => fresh = Some(w),
+            Err(e) => {
+                let mut outcome = settled(FailureKind::WorkerExit, e.to_string());
+                outcome.took_worker = true;
+                return outcome;
+            }
+        }
+    }
+    let (worker, site, session_slot) = match keep {
+        Keep::OneShot => match fresh.as_mut() {
+            Some((w, s)) => (w, &*s, None),
+            None => return settled(FailureKind::WorkerExit, "no process was started for the run"),
+        },
+        Keep::Session { kept, .. } => {
+            if let Some((worker, site)) = fresh.take() {
+                *kept = Some(Kept { worker, site });
+            }
+            match kept.as_mut() {
+                Some(k) => {
+                    let Kept { worker, site } = k;
+                    (worker, &*site, Some(()))
+                }
+                None => return settled(FailureKind::WorkerExit, "the session has no process"),
+            }
+        }
+    };
+
+    // 3. Execution, watched run-wide. A session's CPU is counted from the
+    //    run's start (its earlier runs are not this run's).
+    let sandboxed = rt.sandboxed();
+    let scope = scope_of(worker, site, sandboxed);
+    let budget = Budget { cpu: Duration::from_secs(config.cpu_seconds), memory_bytes: config.address_space_bytes };
+    let watch = match session_slot {
+        None => crate::watchdog::budget_watch(scope, budget, Duration::ZERO, rt.scan_cache()),
+        Some(()) => session_watch(scope, budget, rt.scan_cache()),
+    };
+    let machine = RunMachine::new(&config, opening, program, bindings, events.is_some());
+    let inputs =
+        run::RunInputs { config: &config, run: RunId::next(), cancel, shutdown: stop, events, deadline, budget: watch };
+    let (mut result, after) = run::execute(worker, machine, inputs).await;
+
+    // 4. Settling. A session keeps a process that finished; everything else
+    //    is stopped and reaped (off the critical path when nothing waits
+    //    for it), and its output is copied once no process of it is left.
+    if session_slot.is_some() {
+        return Outcome { result, after, took_worker, ran: true };
+    }
+    let Some((mut worker, site)) = fresh else {
+        return Outcome { result, after, took_worker, ran: true };
+    };
+    match &output_dir {
+        None => {
+            if after == ChildAfter::Finished {
+                let grace = config.grace;
+                rt.background().spawn(async move {
+                    let _ = worker.stop(grace).await;
+                    drop(worker);
+                });
+            }
+        }
+        Some(dest) => {
+            worker.stop(config.grace).await;
+            drop(worker);
+            let dest = site::absolute(dest).unwrap_or_else(|_| dest.clone());
+            let max = config.max_output_bytes;
+            // The copy walks what the program left: blocking file work,
+            // on the blocking pool.
+            let copied = tokio::task::spawn_blocking(move || site.collect_output(&dest, max)).await;
+            result.output = copied.ok();
+        }
+    }
+    rt.refill_pool();
+    Outcome { result, after, took_worker, ran: true }
+}
+
+/// Why a stopped run was stopped.
+fn stop_message(rt: &Runtime) -> &'static str {
+    if rt.is_shut_down() {
+        "the runtime was shut down"
+    } else {
+        "the session was closed"
+    }
+}
+
+/// The processes of a run on `worker`: its PID namespace when sandboxed,
+/// the child and its descendants otherwise.
+fn scope_of(worker: &Worker, site: &RunSite, sandboxed: bool) -> Option<Scope> {
+    match site.init_pid() {
+        Some(init) => Some(Scope::PidNamespace {
+            init,
+            // A zygote's child joined the namespace from outside.
+            joined: worker.is_zygote_child().then(|| worker.pid()).flatten(),
+        }),
+        None if !sandboxed => worker.pid().map(|root| Scope::Descendants { root }),
+        None => None,
+    }
+}
+
+/// A session run's watch: CPU counted from what the session's processes
+/// had used when the run started (sampled off the run's critical path).
+fn session_watch(
+    scope: Option<Scope>,
+    budget: Budget,
+    cache: Arc<crate::watchdog::ScanCache>,
+) -> crate::watchdog::BudgetWatch {
+    Box::pin(async move {
+        let Some(s) = scope else { return std::future::pending().await };
+        let c = Arc::clone(&cache);
+        let baseline = tokio::task::spawn_blocking(move || crate::watchdog::sample_with(s, &c).cpu)
+            .await
+            .unwrap_or(Duration::ZERO);
+        crate::watchdog::budget_watch(scope, budget, baseline, cache).await
+    })
+}
