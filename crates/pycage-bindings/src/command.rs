@@ -14,11 +14,13 @@
 //! or output that is not JSON rejects the call with a message built from the
 //! exit status and stderr; the program sees it as a raised exception.
 //!
-//! At most [`MAX_CONCURRENT_COMMANDS`] commands run at once per pycage
-//! process: the program decides how many calls it makes, and each one is a
-//! host process outside the sandbox, so `asyncio.gather` over thousands of
-//! calls must queue rather than fork-bomb the host. Queued time counts
-//! towards the run's wall clock, not the call's timeout.
+//! Commands run at most a few at a time ([`crate::slots`]: 16 for every run
+//! of one [`crate::Bindings`], 8 for one run, handed out fairly): the
+//! program decides how many calls it makes, and each one is a host process
+//! outside the sandbox, so `asyncio.gather` over thousands of calls must
+//! queue rather than fork-bomb the host, and must not starve another run's
+//! calls. Queued time counts towards the run's wall clock, not the call's
+//! timeout. A call still queued when its run settles never starts.
 //!
 //! When a call is abandoned (timeout, over-cap output, the run ending), the
 //! command's whole process group is killed, so a script's own children (a
@@ -30,19 +32,17 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use pycage_runtime::{BindingError, JsonValue};
+use pycage_runtime::{BindingError, CallContext, JsonValue};
+
+use crate::slots::CommandSlots;
 use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// Per-call timeout when the file sets none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest stdout a command may print (16 MiB); more rejects the call.
-/// With [`MAX_CONCURRENT_COMMANDS`] this bounds buffered output at 256 MiB.
+/// With [`crate::slots::DEFAULT_TOTAL`] slots this bounds buffered output at 256 MiB.
 pub const MAX_STDOUT_BYTES: usize = 16 * 1024 * 1024;
-/// Commands running at once; further calls wait for a slot.
-pub const MAX_CONCURRENT_COMMANDS: usize = 16;
-
-static SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_CONCURRENT_COMMANDS);
 /// Stderr kept for the rejection message (2 KiB); the rest is discarded.
 pub const MAX_STDERR_BYTES: usize = 2 * 1024;
 
@@ -71,14 +71,25 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Runs the command once for a call.
-pub async fn call(spec: &CommandSpec, args: JsonValue) -> Result<JsonValue, BindingError> {
+/// Runs the command once for a call of run `cx.run`, in one of `slots`.
+pub async fn call(
+    spec: &CommandSpec,
+    args: JsonValue,
+    cx: CallContext,
+    slots: &CommandSlots,
+) -> Result<JsonValue, BindingError> {
     let mut input = Vec::new();
     args.write_canonical(&mut input);
     drop(args);
 
-    // The semaphore is never closed, so acquiring only waits.
-    let _slot = SLOTS.acquire().await.map_err(|e| BindingError::new(e.to_string()))?;
+    let _slot = tokio::select! {
+        slot = slots.acquire(cx.run) => slot,
+        // Nobody will read the reply: the command never starts.
+        _ = cx.settled.cancelled() => return Err(BindingError::new("the run has ended")),
+    };
+    if cx.settled.is_cancelled() {
+        return Err(BindingError::new("the run has ended"));
+    }
     let mut cmd = tokio::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)
@@ -206,8 +217,12 @@ mod tests {
         }
     }
 
+    fn slots() -> CommandSlots {
+        CommandSlots::new(crate::slots::SlotLimits::default())
+    }
+
     async fn run(script: &str, args: &str) -> Result<String, String> {
-        call(&sh(script, 10_000), JsonValue::parse(args.as_bytes()).unwrap())
+        call(&sh(script, 10_000), JsonValue::parse(args.as_bytes()).unwrap(), CallContext::detached(), &slots())
             .await
             .map(|v| v.to_canonical_string())
             .map_err(|e| e.message)
@@ -241,7 +256,7 @@ mod tests {
     async fn timeout_kills_the_group() {
         let start = std::time::Instant::now();
         let spec = sh("sleep 30 & sleep 30; echo 1", 200);
-        let e = call(&spec, JsonValue::null()).await.unwrap_err().message;
+        let e = call(&spec, JsonValue::null(), CallContext::detached(), &slots()).await.unwrap_err().message;
         assert_eq!(e, "sh timed out after 200 ms");
         assert!(start.elapsed() < Duration::from_secs(5));
     }
@@ -251,7 +266,31 @@ mod tests {
         let mut spec = sh("", 1000);
         spec.program = "/nonexistent/pycage-tool".into();
         spec.argv0 = "pycage-tool".into();
-        let e = call(&spec, JsonValue::null()).await.unwrap_err().message;
+        let e = call(&spec, JsonValue::null(), CallContext::detached(), &slots()).await.unwrap_err().message;
         assert!(e.starts_with("could not start pycage-tool: "), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_call_queued_when_its_run_settles_never_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("started");
+        let slots = CommandSlots::new(crate::slots::SlotLimits { total: 1, per_run: 1 });
+        let holder = CallContext::detached();
+        // One call holds the only slot; the second queues behind it.
+        let busy = sh("sleep 1; echo 1", 10_000);
+        let s = slots.clone();
+        let first = tokio::spawn(async move { call(&busy, JsonValue::null(), holder, &s).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let queued = CallContext::detached();
+        let settled = queued.settled.clone();
+        let spec = sh(&format!("touch {}; echo 1", marker.display()), 10_000);
+        let s = slots.clone();
+        let second = tokio::spawn(async move { call(&spec, JsonValue::null(), queued, &s).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        settled.cancel();
+        let e = second.await.unwrap().unwrap_err().message;
+        assert_eq!(e, "the run has ended");
+        assert!(first.await.unwrap().is_ok());
+        assert!(!marker.exists(), "the queued command never ran");
     }
 }

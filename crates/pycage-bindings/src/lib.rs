@@ -19,9 +19,12 @@ pub mod command;
 pub mod file;
 pub mod http;
 pub mod secret;
+pub mod slots;
 pub mod spelling;
 pub mod stubs;
 pub mod upstream;
+
+use slots::{CommandSlots, SlotLimits};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -70,13 +73,25 @@ impl Bindings {
 
     /// Reads a bindings file and connects its MCP servers.
     pub async fn load(path: &Path) -> Result<Self, BindingsError> {
+        Self::load_with(path, SlotLimits::default()).await
+    }
+
+    /// [`Bindings::load`] with command slots of these limits.
+    pub async fn load_with(path: &Path, limits: SlotLimits) -> Result<Self, BindingsError> {
         let label = path.display().to_string();
-        Self::from_file(file::read(path)?, &label).await
+        Self::from_file_with(file::read(path)?, &label, limits).await
     }
 
     /// Connects a checked file's MCP servers (concurrently) and builds the
     /// namespaces. `label` prefixes messages.
     pub async fn from_file(file: BindingsFile, label: &str) -> Result<Self, BindingsError> {
+        Self::from_file_with(file, label, SlotLimits::default()).await
+    }
+
+    /// [`Bindings::from_file`] with command slots of these limits (shared
+    /// by every command of the file, fairly between runs: [`slots`]).
+    pub async fn from_file_with(file: BindingsFile, label: &str, limits: SlotLimits) -> Result<Self, BindingsError> {
+        let slots = CommandSlots::new(limits);
         let client = http::client().map_err(BindingsError::HttpClient)?;
         let mut connecting = tokio::task::JoinSet::new();
         for (i, m) in file.mcp.iter().enumerate() {
@@ -113,7 +128,7 @@ impl Bindings {
         let mut docs = Vec::new();
         let mut members: Vec<Vec<(String, Binding)>> = Vec::new();
         for ns in &file.namespaces {
-            let (doc, bindings) = namespace_members(ns, &client);
+            let (doc, bindings) = namespace_members(ns, &client, &slots);
             docs.push(doc);
             members.push(bindings);
         }
@@ -195,15 +210,18 @@ fn with_spellings(
 fn namespace_members(
     ns: &file::NamespaceDecl,
     client: &reqwest::Client,
+    slots: &CommandSlots,
 ) -> (stubs::NamespaceDoc, Vec<(String, Binding)>) {
     let mut items = Vec::with_capacity(ns.functions.len());
     for (name, f) in &ns.functions {
         let binding = match &f.kind {
             file::FunctionKind::Command(spec) => {
                 let spec = Arc::new(spec.clone());
-                Binding::new(move |args| {
+                let slots = slots.clone();
+                Binding::with_context(move |args, cx| {
                     let spec = Arc::clone(&spec);
-                    async move { command::call(&spec, args).await }
+                    let slots = slots.clone();
+                    async move { command::call(&spec, args, cx, &slots).await }
                 })
             }
             file::FunctionKind::Http(spec) => {

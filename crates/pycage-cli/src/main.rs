@@ -136,6 +136,15 @@ fn default_disk_mb() -> u64 {
 fn default_isolation() -> IsolationArg {
     RuntimeConfig::default().isolation.into()
 }
+fn default_max_calls_in_flight() -> usize {
+    RuntimeConfig::default().max_calls_in_flight
+}
+fn default_max_unread_reply_bytes() -> u64 {
+    RuntimeConfig::default().max_unread_reply_bytes
+}
+fn default_max_buffered_events() -> usize {
+    RuntimeConfig::default().max_buffered_events
+}
 
 /// Budgets, interpreter and isolation of runs: shared by `run` and `mcp`.
 #[derive(Debug, Args)]
@@ -177,6 +186,30 @@ struct RuntimeArgs {
     /// /dev/shm together), in MiB.
     #[arg(long, value_name = "N", default_value_t = default_disk_mb())]
     disk_mb: u64,
+
+    /// Binding calls of one run whose reply the program has not read yet;
+    /// more wait (in the program) until it has.
+    #[arg(long, value_name = "N", default_value_t = default_max_calls_in_flight())]
+    max_calls_in_flight: usize,
+
+    /// Bytes of replies a run's program has not read yet; over it no new
+    /// call starts until it has.
+    #[arg(long, value_name = "N", default_value_t = default_max_unread_reply_bytes())]
+    max_unread_reply_bytes: u64,
+
+    /// Log lines and call events buffered for the printer; a printer that
+    /// falls behind slows the run down instead of losing lines.
+    #[arg(long, value_name = "N", default_value_t = default_max_buffered_events())]
+    max_buffered_events: usize,
+
+    /// Command bindings running at once, for every run together.
+    #[arg(long, value_name = "N", default_value_t = pycage_bindings::slots::DEFAULT_TOTAL)]
+    command_slots: usize,
+
+    /// Command bindings running at once for one run (a freed slot goes to
+    /// the run holding the fewest).
+    #[arg(long, value_name = "N", default_value_t = pycage_bindings::slots::DEFAULT_PER_RUN)]
+    command_slots_per_run: usize,
 }
 
 #[derive(Debug, Args)]
@@ -227,6 +260,17 @@ impl RunArgs {
 }
 
 impl RuntimeArgs {
+    /// How many command bindings run at once.
+    fn slot_limits(&self) -> anyhow::Result<pycage_bindings::slots::SlotLimits> {
+        if self.command_slots == 0 || self.command_slots_per_run == 0 {
+            anyhow::bail!("--command-slots and --command-slots-per-run must be at least 1");
+        }
+        if self.command_slots_per_run > self.command_slots {
+            anyhow::bail!("--command-slots-per-run must be at most --command-slots ({})", self.command_slots);
+        }
+        Ok(pycage_bindings::slots::SlotLimits { total: self.command_slots, per_run: self.command_slots_per_run })
+    }
+
     /// The runtime configuration these flags describe, validated here so a
     /// bad value is reported by the flag that set it.
     fn config(&self) -> anyhow::Result<RuntimeConfig> {
@@ -251,6 +295,9 @@ impl RuntimeArgs {
             isolation: self.isolation.into(),
             allow_read,
             disk_bytes,
+            max_calls_in_flight: self.max_calls_in_flight,
+            max_unread_reply_bytes: self.max_unread_reply_bytes,
+            max_buffered_events: self.max_buffered_events,
             // One run per process: a new interpreter is cheaper than a
             // zygote plus a pool; the probe is cached across invocations.
             spawn: pycage_runtime::SpawnMode::Exec,
@@ -274,6 +321,11 @@ fn flag_message(e: &ConfigError) -> String {
         }
         "max_value_bytes" => "--max-value-bytes must be at least 1".to_owned(),
         "disk_bytes" => "--disk-mb must be at least 1".to_owned(),
+        "max_calls_in_flight" => "--max-calls-in-flight must be between 1 and 65536".to_owned(),
+        "max_unread_reply_bytes" => {
+            format!("--max-unread-reply-bytes must be at least {}", pycage_runtime::config::MIN_UNREAD_REPLY_BYTES)
+        }
+        "max_buffered_events" => "--max-buffered-events must be between 1 and 1048576".to_owned(),
         // Fields no flag sets: the defaults are valid, so this is a bug.
         _ => e.to_string(),
     }
@@ -464,6 +516,21 @@ mod tests {
             assert!(message.starts_with(&format!("{flag} must be at least {ok}")), "{message}");
         }
         assert_eq!(MIN_ADDRESS_SPACE_BYTES, 64 * MIB, "update the `63` above");
+        let min_unread = pycage_runtime::config::MIN_UNREAD_REPLY_BYTES.to_string();
+        let below = (pycage_runtime::config::MIN_UNREAD_REPLY_BYTES - 1).to_string();
+        run_config(&["--max-unread-reply-bytes", &min_unread]).unwrap();
+        let message = run_config(&["--max-unread-reply-bytes", &below]).unwrap_err().to_string();
+        assert_eq!(message, format!("--max-unread-reply-bytes must be at least {min_unread}"));
+        for (flag, top, over) in
+            [("--max-calls-in-flight", "65536", "65537"), ("--max-buffered-events", "1048576", "1048577")]
+        {
+            run_config(&[flag, "1"]).unwrap();
+            run_config(&[flag, top]).unwrap();
+            for bad in ["0", over] {
+                let message = run_config(&[flag, bad]).unwrap_err().to_string();
+                assert_eq!(message, format!("{flag} must be between 1 and {top}"));
+            }
+        }
     }
 
     #[test]

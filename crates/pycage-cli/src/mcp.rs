@@ -60,16 +60,16 @@ fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
 }
 
-async fn load(path: Option<&PathBuf>) -> anyhow::Result<Bindings> {
+async fn load(path: Option<&PathBuf>, limits: pycage_bindings::slots::SlotLimits) -> anyhow::Result<Bindings> {
     match path {
-        Some(p) => Ok(Bindings::load(p).await?),
+        Some(p) => Ok(Bindings::load_with(p, limits).await?),
         None => Ok(Bindings::empty()),
     }
 }
 
 pub fn stubs(args: StubsArgs) -> anyhow::Result<ExitCode> {
     tokio_runtime()?.block_on(async move {
-        let bindings = load(Some(&args.bindings)).await?;
+        let bindings = load(Some(&args.bindings), pycage_bindings::slots::SlotLimits::default()).await?;
         let text = bindings.stubs_text();
         bindings.close().await;
         // Docstrings come from the upstream servers: escaped for the terminal.
@@ -91,7 +91,7 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
         let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
         let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
         let runtime = Runtime::new(config)?;
-        let bindings = match load(args.bindings.as_ref()).await {
+        let bindings = match load(args.bindings.as_ref(), args.runtime.slot_limits()?).await {
             Ok(b) => b,
             Err(e) => {
                 runtime.shutdown().await;

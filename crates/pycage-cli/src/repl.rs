@@ -103,7 +103,7 @@ pub fn main(args: ReplArgs) -> anyhow::Result<ExitCode> {
     let terminal = !json && std::io::stdin().is_terminal();
     rt.block_on(async move {
         let bindings = match &args.bindings {
-            Some(p) => Bindings::load(p).await?,
+            Some(p) => Bindings::load_with(p, args.runtime.slot_limits()?).await?,
             None => Bindings::empty(),
         };
         let runtime = Runtime::new(config)?;

@@ -44,7 +44,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         let watcher = watch_signals(cancel.clone())?;
         let runtime = Runtime::new(config)?;
         let bindings = match file {
-            Some((file, label)) => match Bindings::from_file(file, &label).await {
+            Some((file, label)) => match Bindings::from_file_with(file, &label, args.runtime.slot_limits()?).await {
                 Ok(b) => b,
                 Err(e) => {
                     runtime.shutdown().await;
