@@ -7,6 +7,9 @@
 //! One test per binary process, run one case at a time: the host's RSS is
 //! this process's, so nothing else may allocate meanwhile.
 
+// The figures go to stderr for the closing notes and BENCHMARKS.md.
+#![allow(clippy::print_stderr)]
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
