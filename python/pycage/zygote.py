@@ -16,6 +16,10 @@ Control messages are JSON objects, one per packet. Host to zygote:
     (the child's fd 3 socket and the write end of its fd 1/fd 2 pipe):
     fork one child; answer ``spawned {type, id, pid}`` with a pidfd of the
     child attached, or ``spawn-failed {type, id, message}``.
+    With ``join`` (``{hostIds, remaps, confine}``: sandbox isolation) eight
+    more descriptors follow, and the child joins the run's sandbox shell,
+    then runs ``confine``, the program's final steps as the host ordered
+    them (see ``_confine``).
 ``reap`` ``{type, id}``: once the child has exited, reap it and answer
     ``reaped {type, id, status, cpuNs}`` (a ``wait4`` status and the CPU time
     of the child and its reaped descendants). The zygote never reaps a child
@@ -24,6 +28,9 @@ Control messages are JSON objects, one per packet. Host to zygote:
 ``quit`` ``{type}``: take no more spawns; exit once every child is reaped.
 
 Zygote to host: ``ready {type, pid, threads}`` once everything is imported.
+The host validates every answer key-exactly (``pycage_protocol::zygote``,
+which owns this table) and treats a zygote that answers malformed, late or
+not at all (stopped) as dead.
 EOF on the control socket means the host is gone: the zygote exits at once
 (its children die with it through their parent-death signal).
 
@@ -66,6 +73,7 @@ _PR_SET_PDEATHSIG = 1
 #: written to its fd 2, which the host captures as the run's logs).
 _EXIT_SETUP_FAILED = 127
 
+#: Limits by wire name (a confinement step's ``resource``, a spawn's ``rlimits``).
 _RLIMITS = {
     "cpu": resource.RLIMIT_CPU,
     "as": resource.RLIMIT_AS,
@@ -411,25 +419,63 @@ def _write_proc(name, text):
 
 
 def _confine(join, ruleset):
-    """Steps 16-18 of the sandbox, in the program's process."""
-    for name, value in join["limits"].items():
-        which = _RLIMITS[name]
-        _, hard = resource.getrlimit(which)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)  # without root, a hard limit cannot rise
-        resource.setrlimit(which, (value, value))
+    """The program's own final steps, in the program's process: the host's
+    ordered list (pycage-sandbox's `confine` module builds it; the exec path
+    runs the same list in Rust), each step through one function of
+    _CONFINE_OPS. A step this table does not know fails the setup: nothing
+    is ever run less confined than the host asked."""
+    state = {"ruleset": ruleset}
+    for step in join["confine"]:
+        op = _CONFINE_OPS.get(step.get("op")) if type(step) is dict else None
+        if op is None:
+            raise ValueError(f"unknown confinement step {step!r}")
+        op(step, state)
+    if state["ruleset"] is not None:
+        raise ValueError("the confinement list has no landlock step")
+    _remap_paths(join.get("remaps", ()))
+
+
+def _op_death_signal(step, state):
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _op_limit(step, state):
+    which = _RLIMITS[step["resource"]]
+    value = step["value"]
+    _, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)  # without root, a hard limit cannot rise
+    resource.setrlimit(which, (value, value))
+
+
+def _op_unshare_user(step, state):
     _check(_libc.unshare(_CLONE_NEWUSER), "unshare(user)")
+
+
+def _op_dumpable(step, state):
     # The credential changes of the join made this process non-dumpable,
     # which makes its /proc/self files root's: it writes its own maps.
     _check(_prctl5(_PR_SET_DUMPABLE, 1), "prctl(PR_SET_DUMPABLE)")
+
+
+def _op_id_maps(step, state):
     _write_proc("setgroups", "deny\n")
-    _write_proc("uid_map", join["uidMap"])
-    _write_proc("gid_map", join["gidMap"])
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    # Only stdio, fd 3 and the ruleset (closed below) stay open.
+    _write_proc("uid_map", step["uidMap"])
+    _write_proc("gid_map", step["gidMap"])
+
+
+def _op_close_fds(step, state):
+    # Only stdio, fd 3 and the ruleset (closed by its step) stay open.
+    ruleset = state["ruleset"]
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if ruleset is None:
+        os.closerange(bootstrap.PROTOCOL_FD + 1, nofile)
+        return
     os.closerange(bootstrap.PROTOCOL_FD + 1, ruleset)
     os.closerange(ruleset + 1, max(nofile, ruleset + 1))
+
+
+def _op_drop_caps(step, state):
     for cap in range(64):
         # Numbers past the kernel's last capability fail with EINVAL (22).
         if _prctl5(_PR_CAPBSET_DROP, cap) != 0 and ctypes.get_errno() != 22:
@@ -438,18 +484,48 @@ def _confine(join, ruleset):
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+def _op_no_new_privs(step, state):
     _check(_prctl5(_PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def _op_landlock(step, state):
+    # The ruleset was built with every right a hard requirement: the host
+    # refused to hand over one this kernel would not fully enforce.
+    ruleset = state["ruleset"]
+    if ruleset is None:
+        raise ValueError("a second landlock step")
     _check(
         _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_long(ruleset), ctypes.c_long(0)),
         "landlock_restrict_self",
     )
     os.close(ruleset)
-    for text in join["seccomp"]:
-        raw = bytes.fromhex(text)
-        buf = ctypes.create_string_buffer(raw, len(raw))
-        prog = _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
-        _check(_prctl5(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog)), "seccomp")
-    _remap_paths(join.get("remaps", ()))
+    state["ruleset"] = None
+
+
+def _op_seccomp(step, state):
+    raw = bytes.fromhex(step["filter"])
+    if not raw or len(raw) % 8:
+        raise ValueError("a seccomp filter is whole 8-byte instructions")
+    buf = ctypes.create_string_buffer(raw, len(raw))
+    prog = _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _check(_prctl5(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog)), "seccomp")
+
+
+#: One function per confinement step (pycage_protocol::zygote::ConfineStep).
+_CONFINE_OPS = {
+    "death-signal": _op_death_signal,
+    "limit": _op_limit,
+    "unshare-user": _op_unshare_user,
+    "dumpable": _op_dumpable,
+    "id-maps": _op_id_maps,
+    "close-fds": _op_close_fds,
+    "drop-caps": _op_drop_caps,
+    "no-new-privs": _op_no_new_privs,
+    "landlock": _op_landlock,
+    "seccomp": _op_seccomp,
+}
 
 
 def _remap_paths(remaps):

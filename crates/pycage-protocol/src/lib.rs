@@ -30,6 +30,7 @@ mod reader;
 #[cfg(feature = "serde")]
 mod serde;
 mod validate;
+pub mod zygote;
 
 pub use encode::{json_string_len, write_json_string};
 pub use frames::{

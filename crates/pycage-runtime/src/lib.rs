@@ -55,6 +55,7 @@ mod lifecycle;
 pub mod names;
 mod pool;
 mod probe_cache;
+mod process;
 mod run;
 mod runtime;
 mod session;

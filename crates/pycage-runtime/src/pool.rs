@@ -66,7 +66,7 @@ pub(crate) struct Shell {
     pub supervisor: Worker,
     pub handoff: Option<pycage_sandbox::Handoff>,
     pub join: pycage_sandbox::Join,
-    pub plan: pycage_sandbox::ProgramPlan,
+    pub plan: pycage_sandbox::JoinPlan,
 }
 
 /// Host-side resources of a child: kept while it is being forked and while
@@ -91,7 +91,9 @@ impl Idle {
     }
 
     fn usable(&self) -> bool {
-        self.0.as_ref().is_some_and(|(host, spawned)| !host.zygote.is_dead() && !exited(&spawned.pidfd))
+        self.0
+            .as_ref()
+            .is_some_and(|(host, spawned)| !host.zygote.is_dead() && !crate::process::has_exited(&spawned.pidfd))
     }
 
     /// The child as a worker, and (sandboxed) what its shell handed over.
@@ -109,9 +111,9 @@ impl Idle {
 impl Drop for Idle {
     fn drop(&mut self) {
         if let Some((host, spawned)) = self.0.take() {
-            if let Some(pid) = rustix::process::Pid::from_raw(spawned.pid) {
-                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-            }
+            // A dead zygote's children may have been reaped by another
+            // process already: then only the pidfd still names this one.
+            crate::process::kill_run_group(spawned.pid, &spawned.pidfd, host.zygote.holds_children());
             host.zygote.reap_later(spawned.id);
         }
     }
@@ -392,12 +394,6 @@ impl PoolSink for Inner {
             state.filling = state.filling.saturating_sub(1);
         }
     }
-}
-
-/// Whether a pidfd says its process has exited (without waiting).
-fn exited(pidfd: &OwnedFd) -> bool {
-    let mut fds = [rustix::event::PollFd::new(pidfd, rustix::event::PollFlags::IN)];
-    matches!(rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
 }
 
 fn same(a: Option<&Zygote>, b: Option<&Zygote>) -> bool {

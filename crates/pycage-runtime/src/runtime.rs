@@ -458,7 +458,7 @@ impl Runtime {
                 || pycage_sandbox::SandboxError::Spawn(std::io::Error::other("the shell handed nothing over")),
             ))
         })?;
-        Ok(Shell { supervisor, handoff, join, plan: prepared.program_plan() })
+        Ok(Shell { supervisor, handoff, join, plan: prepared.join_plan() })
     }
 
     /// The sandbox policy of one run (leasing its uid on a root host, with

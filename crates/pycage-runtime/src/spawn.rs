@@ -323,12 +323,28 @@ impl Worker {
         self.run_dir.as_ref()
     }
 
-    /// Signals the whole process group (no-op once reaped).
+    /// Signals the whole process group (no-op once reaped): by its group id
+    /// while the child is provably unreaped, else the child alone through
+    /// its pidfd (see `crate::process`).
     pub(crate) fn signal_group(&self, sig: Signal) {
-        if self.exit.is_none() {
-            if let Some(pid) = self.pid() {
-                let _ = rustix::process::kill_process_group(pid, sig);
+        if self.exit.is_some() {
+            return;
+        }
+        let leader_is_ours = match &self.parent {
+            // Our own child, not reaped yet (`exit` is unset).
+            Parent::Host => true,
+            // The zygote reaps only when asked, and it has not been: its
+            // child is unreaped while the zygote lives.
+            Parent::Zygote { zygote, .. } => zygote.holds_children(),
+        };
+        match &self.pidfd {
+            Some(pidfd) => crate::process::signal_run_group(self.pid, pidfd.get_ref(), leader_is_ours, sig),
+            None if leader_is_ours => {
+                if let Some(pid) = self.pid() {
+                    let _ = rustix::process::kill_process_group(pid, sig);
+                }
             }
+            None => {}
         }
     }
 

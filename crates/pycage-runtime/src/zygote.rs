@@ -38,7 +38,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use pycage_protocol::{JsonBuilder, JsonValue};
+use pycage_protocol::zygote::{
+    parse_zygote_answer, JoinRequest, SpawnRequest, ZygoteAnswer, ZygoteRequest, MAX_ZYGOTE_PACKET,
+};
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{
     AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
@@ -47,9 +49,23 @@ use rustix::net::{
 use tokio::sync::oneshot;
 
 use crate::spawn::{self, Exit};
+use crate::sync::lock;
 
 /// Largest control packet accepted from the zygote.
-pub(crate) const MAX_PACKET: usize = 64 * 1024;
+pub(crate) const MAX_PACKET: usize = MAX_ZYGOTE_PACKET;
+
+/// How long a request may wait for its answer once the zygote is ready.
+/// A zygote answers within milliseconds (a fork; a `waitpid` of a child
+/// that has exited); one that does not is treated as dead and replaced,
+/// and runs waiting on it are served by its successor.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a request waits before the supervisor looks at the zygote's
+/// state: a stopped zygote (`SIGSTOP`, a tracer) is replaced at once.
+const STATE_CHECK_AFTER: Duration = Duration::from_millis(200);
+
+/// How long a zygote may take to import everything and say it is ready.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Most descriptors one control packet carries (a spawn that joins a
 /// sandbox shell: two channels and eight join descriptors).
@@ -99,8 +115,8 @@ pub(crate) struct ChildSpec {
 /// How a zygote's child joins a sandbox shell.
 #[derive(Debug, Clone)]
 pub(crate) struct JoinSpec {
-    /// Steps 16-18 as data.
-    pub plan: pycage_sandbox::ProgramPlan,
+    /// The ids to drop to and the program's confinement steps.
+    pub plan: pycage_sandbox::JoinPlan,
     /// Host path prefixes and where the sandbox shows them: the child,
     /// forked from a zygote that runs on the host, rewrites `sys.path`,
     /// `sys.prefix` and friends with them.
@@ -149,6 +165,10 @@ struct Shared {
     spawns: AtomicU64,
     ready: AtomicBool,
     dead: AtomicBool,
+    /// A copy of the zygote's pidfd: readable once it has exited. While it
+    /// is not, the zygote holds every child it forked unreaped (it reaps
+    /// only when asked), so their pids, and process group ids, are ours.
+    pidfd: Mutex<Option<OwnedFd>>,
     diagnostics: Mutex<Vec<u8>>,
     /// Resolved when the supervisor thread is done (the zygote reaped).
     finished: Mutex<Option<oneshot::Receiver<()>>>,
@@ -156,10 +176,7 @@ struct Shared {
 
 impl Shared {
     fn send(&self, request: Request) -> bool {
-        let sent = match self.requests.lock() {
-            Ok(guard) => guard.as_ref().is_some_and(|tx| tx.send(request).is_ok()),
-            Err(_) => false,
-        };
+        let sent = lock(&self.requests).as_ref().is_some_and(|tx| tx.send(request).is_ok());
         if sent {
             let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
         }
@@ -167,8 +184,16 @@ impl Shared {
     }
 
     fn diagnostics(&self) -> String {
-        let tail = self.diagnostics.lock().map(|d| d.clone()).unwrap_or_default();
+        let tail = lock(&self.diagnostics).clone();
         String::from_utf8_lossy(&tail).trim().to_owned()
+    }
+
+    fn note(&self, text: &str) {
+        let mut d = lock(&self.diagnostics);
+        if !d.is_empty() {
+            d.extend_from_slice(b"; ");
+        }
+        d.extend_from_slice(text.as_bytes());
     }
 }
 
@@ -185,9 +210,7 @@ struct QuitOnDrop(Arc<Shared>);
 impl Drop for QuitOnDrop {
     fn drop(&mut self) {
         self.0.send(Request::Quit);
-        if let Ok(mut tx) = self.0.requests.lock() {
-            *tx = None;
-        }
+        *lock(&self.0.requests) = None;
     }
 }
 
@@ -216,6 +239,7 @@ impl Zygote {
             spawns: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             dead: AtomicBool::new(false),
+            pidfd: Mutex::new(None),
             diagnostics: Mutex::new(Vec::new()),
             finished: Mutex::new(Some(finished_rx)),
         });
@@ -225,13 +249,12 @@ impl Zygote {
             .spawn(move || {
                 match launch(&spec) {
                     Ok(launched) => {
+                        *lock(&thread_shared.pidfd) = launched.pidfd.try_clone().ok();
                         thread_shared.pid.store(launched.pid, Ordering::Release);
                         Supervisor::new(launched, rx, thread_wake, thread_shared).run();
                     }
                     Err(e) => {
-                        if let Ok(mut d) = thread_shared.diagnostics.lock() {
-                            d.extend_from_slice(e.to_string().as_bytes());
-                        }
+                        thread_shared.note(&e.to_string());
                         fail_all(&thread_shared, &rx);
                     }
                 }
@@ -259,6 +282,21 @@ impl Zygote {
     /// Whether the zygote is gone.
     pub(crate) fn is_dead(&self) -> bool {
         self.shared.dead.load(Ordering::Acquire)
+    }
+
+    /// Whether the zygote provably still holds its children unreaped: it
+    /// has not exited (its pidfd says so now, not the supervisor thread's
+    /// last look). Only then does a child's pid still name that child and
+    /// its process group; otherwise the child may have been reaped by
+    /// someone else and its pid recycled, and only its pidfd reaches it.
+    pub(crate) fn holds_children(&self) -> bool {
+        if self.is_dead() {
+            return false;
+        }
+        match lock(&self.shared.pidfd).as_ref() {
+            Some(fd) => !crate::process::has_exited(fd),
+            None => false,
+        }
     }
 
     /// Children forked so far.
@@ -322,7 +360,7 @@ impl Zygote {
     /// Waits until the supervisor thread has reaped the zygote (after
     /// `quit`, or after it died). Call after dropping every child.
     pub(crate) async fn finished(self) {
-        let rx = self.shared.finished.lock().ok().and_then(|mut f| f.take());
+        let rx = lock(&self.shared.finished).take();
         drop(self);
         if let Some(rx) = rx {
             let _ = rx.await;
@@ -406,6 +444,10 @@ struct Supervisor {
     outgoing: VecDeque<Outgoing>,
     spawns: HashMap<u64, Waiting>,
     reaps: HashMap<u64, Option<oneshot::Sender<Exit>>>,
+    /// When each unanswered request was written, by id (spawns and reaps).
+    asked: HashMap<(bool, u64), Instant>,
+    /// When the zygote said it was ready.
+    ready_at: Option<Instant>,
     next_id: u64,
     quit_sent: bool,
     stderr_open: bool,
@@ -421,6 +463,8 @@ impl Supervisor {
             outgoing: VecDeque::new(),
             spawns: HashMap::new(),
             reaps: HashMap::new(),
+            asked: HashMap::new(),
+            ready_at: None,
             next_id: 0,
             quit_sent: false,
             stderr_open: true,
@@ -443,7 +487,11 @@ impl Supervisor {
                 if self.stderr_open {
                     fds.push(PollFd::new(&self.launched.stderr, PollFlags::IN));
                 }
-                if let Err(e) = rustix::event::poll(&mut fds, None) {
+                let timeout = self.next_check().map(|d| rustix::event::Timespec {
+                    tv_sec: d.as_secs() as i64,
+                    tv_nsec: i64::from(d.subsec_nanos()),
+                });
+                if let Err(e) = rustix::event::poll(&mut fds, timeout.as_ref()) {
                     if e == rustix::io::Errno::INTR {
                         continue;
                     }
@@ -465,8 +513,55 @@ impl Supervisor {
             if zygote_exited || !ctl_open {
                 break;
             }
+            if let Some(why) = self.unresponsive() {
+                self.give_up(&why);
+                break;
+            }
         }
         self.shutdown();
+    }
+
+    /// How long until a waiting request's state should be looked at.
+    fn next_check(&self) -> Option<Duration> {
+        let since = match self.ready_at {
+            None => self.shared.started,
+            Some(ready) => self.asked.values().map(|&t| t.max(ready)).min()?,
+        };
+        let limit = if self.ready_at.is_none() { START_TIMEOUT } else { ANSWER_TIMEOUT };
+        let elapsed = since.elapsed();
+        let next = if elapsed < STATE_CHECK_AFTER { STATE_CHECK_AFTER } else { limit };
+        Some(next.saturating_sub(elapsed).max(Duration::from_millis(10)).min(STATE_CHECK_AFTER))
+    }
+
+    /// Why the zygote must be treated as dead although it runs: stopped
+    /// while a request waits, or silent past the deadline.
+    fn unresponsive(&self) -> Option<String> {
+        let (since, limit, what) = match self.ready_at {
+            None => (self.shared.started, START_TIMEOUT, "to start"),
+            Some(ready) => (self.asked.values().map(|&t| t.max(ready)).min()?, ANSWER_TIMEOUT, "to answer"),
+        };
+        let waited = since.elapsed();
+        if waited >= limit {
+            return Some(format!("it took more than {} s {what}", limit.as_secs()));
+        }
+        if waited >= STATE_CHECK_AFTER {
+            if let Some(state) = crate::process::state(self.launched.pid) {
+                if matches!(state, 'T' | 't') {
+                    return Some("it was stopped (a signal or a tracer) while a request waited".into());
+                }
+            }
+        }
+        None
+    }
+
+    /// The zygote is alive but useless: record why, and kill it (our own
+    /// unreaped child). Its exit then fails every waiter, its children die
+    /// by their death signal, and the pool starts a successor.
+    fn give_up(&mut self, why: &str) {
+        self.shared.note(&format!("the zygote was replaced: {why}"));
+        if let Some(pid) = rustix::process::Pid::from_raw(self.launched.pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
     }
 
     /// Moves queued requests to the outgoing queue.
@@ -479,10 +574,12 @@ impl Supervisor {
                     let bytes = encode_spawn(id, &spec);
                     self.outgoing.push_back(Outgoing { bytes, fds });
                     self.spawns.insert(id, Waiting::Spawn { pending, reply });
+                    self.asked.insert((true, id), Instant::now());
                 }
                 Request::Reap { id, reply } => {
-                    self.outgoing.push_back(Outgoing { bytes: encode_simple("reap", Some(id)), fds: Vec::new() });
+                    self.outgoing.push_back(Outgoing { bytes: ZygoteRequest::Reap { id }.encode(), fds: Vec::new() });
                     self.reaps.insert(id, reply);
+                    self.asked.insert((false, id), Instant::now());
                 }
                 Request::Quit => self.quit(),
             }
@@ -492,7 +589,7 @@ impl Supervisor {
     fn quit(&mut self) {
         if !self.quit_sent {
             self.quit_sent = true;
-            self.outgoing.push_back(Outgoing { bytes: encode_simple("quit", None), fds: Vec::new() });
+            self.outgoing.push_back(Outgoing { bytes: ZygoteRequest::Quit.encode(), fds: Vec::new() });
         }
     }
 
@@ -553,25 +650,44 @@ impl Supervisor {
                 return false;
             }
             if msg.flags.contains(rustix::net::ReturnFlags::TRUNC) {
-                continue;
+                self.give_up(&format!("it sent a packet over the {MAX_PACKET}-byte cap"));
+                return false;
             }
             let data = buf.get(..msg.bytes).unwrap_or_default();
-            if let Ok(value) = JsonValue::parse(data) {
-                self.dispatch(&value, fds);
+            match parse_zygote_answer(data) {
+                Ok(answer) => {
+                    if let Err(why) = self.dispatch(answer, fds) {
+                        self.give_up(&why);
+                        return false;
+                    }
+                }
+                Err(e) => {
+                    // The zygote is trusted: a malformed answer means it is
+                    // broken, and every waiter would wait forever.
+                    self.give_up(&format!("it sent a malformed answer ({e})"));
+                    return false;
+                }
             }
         }
     }
 
-    fn dispatch(&mut self, message: &JsonValue, mut fds: Vec<OwnedFd>) {
-        let root = message.root();
-        let id = root.get("id").and_then(|v| v.as_number()).and_then(|n| n.as_u64());
-        match root.get("type").and_then(|v| v.as_str()) {
-            Some("ready") => self.shared.ready.store(true, Ordering::Release),
-            Some("spawned") => {
-                let pid = root.get("pid").and_then(|v| v.as_number()).and_then(|n| n.as_i64());
-                let (Some(id), Some(pid), Some(pidfd)) = (id, pid, fds.pop()) else { return };
-                let Some(Waiting::Spawn { pending, reply }) = self.spawns.remove(&id) else { return };
-                let spawned = Spawned { id, pid: pid as i32, pidfd };
+    /// Routes one answer; `Err` when it cannot be one of ours.
+    fn dispatch(&mut self, answer: ZygoteAnswer, mut fds: Vec<OwnedFd>) -> Result<(), String> {
+        match answer {
+            ZygoteAnswer::Ready { threads, .. } => {
+                if threads != 1 {
+                    return Err(format!("it has {threads} threads (a zygote must have one)"));
+                }
+                self.ready_at = Some(Instant::now());
+                self.shared.ready.store(true, Ordering::Release);
+            }
+            ZygoteAnswer::Spawned { id, pid } => {
+                let pidfd = fds.pop().ok_or_else(|| format!("it answered spawn {id} without a pidfd"))?;
+                self.asked.remove(&(true, id));
+                let Some(Waiting::Spawn { pending, reply }) = self.spawns.remove(&id) else {
+                    return Err(format!("it answered spawn {id}, which nobody asked for"));
+                };
+                let spawned = Spawned { id, pid, pidfd };
                 match reply {
                     SpawnReply::Caller(tx) => {
                         if let Err(Ok(unwanted)) = tx.send(Ok(spawned)) {
@@ -585,31 +701,35 @@ impl Supervisor {
                     },
                 }
             }
-            Some("spawn-failed") => {
-                let message = root.get("message").and_then(|v| v.as_str()).unwrap_or("unknown reason").to_owned();
-                let Some(Waiting::Spawn { reply, .. }) = id.and_then(|id| self.spawns.remove(&id)) else { return };
+            ZygoteAnswer::SpawnFailed { id, message } => {
+                self.asked.remove(&(true, id));
+                let Some(Waiting::Spawn { reply, .. }) = self.spawns.remove(&id) else {
+                    return Err(format!("it refused spawn {id}, which nobody asked for"));
+                };
                 fail(reply, ZygoteError::Refused(message));
             }
-            Some("reaped") => {
-                let status = root.get("status").and_then(|v| v.as_number()).and_then(|n| n.as_i64());
-                let cpu = root.get("cpuNs").and_then(|v| v.as_number()).and_then(|n| n.as_u64());
-                let (Some(id), Some(status), Some(cpu)) = (id, status, cpu) else { return };
-                if let Some(Some(tx)) = self.reaps.remove(&id) {
-                    let _ =
-                        tx.send(Exit { status: ExitStatus::from_raw(status as i32), cpu: Duration::from_nanos(cpu) });
+            ZygoteAnswer::Reaped { id, status, cpu_ns } => {
+                self.asked.remove(&(false, id));
+                let Some(reply) = self.reaps.remove(&id) else {
+                    return Err(format!("it reaped child {id}, which nobody asked for"));
+                };
+                if let Some(tx) = reply {
+                    let _ = tx.send(Exit { status: ExitStatus::from_raw(status), cpu: Duration::from_nanos(cpu_ns) });
                 }
             }
-            _ => {}
         }
+        Ok(())
     }
 
     /// A child nobody wants: kill its group and have it reaped.
     fn discard(&mut self, spawned: Spawned) {
-        if let Some(pid) = rustix::process::Pid::from_raw(spawned.pid) {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-        self.outgoing.push_back(Outgoing { bytes: encode_simple("reap", Some(spawned.id)), fds: Vec::new() });
-        self.reaps.insert(spawned.id, None);
+        // The zygote just answered and has not been asked to reap it: the
+        // child's pid is still its own.
+        crate::process::kill_run_group(spawned.pid, &spawned.pidfd, true);
+        let id = spawned.id;
+        self.outgoing.push_back(Outgoing { bytes: ZygoteRequest::Reap { id }.encode(), fds: Vec::new() });
+        self.reaps.insert(id, None);
+        self.asked.insert((false, id), Instant::now());
         self.flush();
     }
 
@@ -622,11 +742,10 @@ impl Supervisor {
                     return;
                 }
                 Ok(n) => {
-                    if let Ok(mut d) = self.shared.diagnostics.lock() {
-                        d.extend_from_slice(buf.get(..n).unwrap_or_default());
-                        let excess = d.len().saturating_sub(DIAGNOSTICS_TAIL);
-                        d.drain(..excess);
-                    }
+                    let mut d = lock(&self.shared.diagnostics);
+                    d.extend_from_slice(buf.get(..n).unwrap_or_default());
+                    let excess = d.len().saturating_sub(DIAGNOSTICS_TAIL);
+                    d.drain(..excess);
                 }
                 Err(rustix::io::Errno::INTR) => {}
                 Err(_) => return,
@@ -662,9 +781,7 @@ impl Supervisor {
 fn fail_all(shared: &Shared, requests: &mpsc::Receiver<Request>) {
     shared.dead.store(true, Ordering::Release);
     // Requests that arrive from now on fail at once: nobody reads them.
-    if let Ok(mut tx) = shared.requests.lock() {
-        *tx = None;
-    }
+    *lock(&shared.requests) = None;
     let gone = ZygoteError::Gone(shared.diagnostics());
     while let Ok(request) = requests.try_recv() {
         if let Request::Spawn { reply, .. } = request {
@@ -686,137 +803,18 @@ fn fail(reply: SpawnReply, error: ZygoteError) {
     }
 }
 
-fn encode_simple(kind: &str, id: Option<u64>) -> Vec<u8> {
-    let mut b = JsonBuilder::new();
-    let _ = (|| -> Result<(), pycage_protocol::BuildError> {
-        b.begin_object()?;
-        b.key("type")?;
-        b.string(kind)?;
-        if let Some(id) = id {
-            b.key("id")?;
-            b.number(&id.to_string())?;
-        }
-        b.end()
-    })();
-    b.finish().map(|v| v.to_canonical_string().into_bytes()).unwrap_or_default()
-}
-
 fn encode_spawn(id: u64, spec: &ChildSpec) -> Vec<u8> {
-    let mut b = JsonBuilder::new();
-    let _ = (|| -> Result<(), pycage_protocol::BuildError> {
-        b.begin_object()?;
-        b.key("type")?;
-        b.string("spawn")?;
-        b.key("id")?;
-        b.number(&id.to_string())?;
-        b.key("cwd")?;
-        b.string(&spec.cwd.to_string_lossy())?;
-        b.key("env")?;
-        b.begin_object()?;
-        for (k, v) in &spec.env {
-            b.key(k)?;
-            b.string(v)?;
-        }
-        b.end()?;
-        b.key("rlimits")?;
-        b.begin_object()?;
-        for (name, soft, hard) in &spec.rlimits {
-            b.key(name)?;
-            b.begin_array()?;
-            b.number(&soft.to_string())?;
-            b.number(&hard.to_string())?;
-            b.end()?;
-        }
-        b.end()?;
-        if let Some(join) = &spec.join {
-            let plan = &join.plan;
-            b.key("join")?;
-            b.begin_object()?;
-            b.key("hostIds")?;
-            match plan.host_ids {
-                Some((uid, gid)) => {
-                    b.begin_array()?;
-                    b.number(&uid.to_string())?;
-                    b.number(&gid.to_string())?;
-                    b.end()?;
-                }
-                None => b.null()?,
-            }
-            b.key("uidMap")?;
-            b.string(&plan.uid_map)?;
-            b.key("gidMap")?;
-            b.string(&plan.gid_map)?;
-            b.key("limits")?;
-            b.begin_object()?;
-            for (name, value) in &plan.limits {
-                b.key(name)?;
-                b.number(&value.to_string())?;
-            }
-            b.end()?;
-            b.key("seccomp")?;
-            b.begin_array()?;
-            for filter in &plan.seccomp {
-                b.string(&hex(filter))?;
-            }
-            b.end()?;
-            b.key("remaps")?;
-            b.begin_array()?;
-            for (host, inside) in &join.remaps {
-                b.begin_array()?;
-                b.string(host)?;
-                b.string(inside)?;
-                b.end()?;
-            }
-            b.end()?;
-            b.end()?;
-        }
-        b.end()
-    })();
-    b.finish().map(|v| v.to_canonical_string().into_bytes()).unwrap_or_default()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spawn_message_is_the_documented_shape() {
-        let spec = ChildSpec {
-            cwd: PathBuf::from("/tmp/run \"x\""),
-            env: vec![("HOME".into(), "/tmp/run".into())],
-            rlimits: vec![("nproc", 64, 64)],
-            join: None,
-        };
-        assert_eq!(
-            String::from_utf8(encode_spawn(7, &spec)).unwrap(),
-            r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{"HOME":"/tmp/run"},"rlimits":{"nproc":[64,64]}}"#
-        );
-        assert_eq!(String::from_utf8(encode_simple("reap", Some(3))).unwrap(), r#"{"type":"reap","id":3}"#);
-        assert_eq!(String::from_utf8(encode_simple("quit", None)).unwrap(), r#"{"type":"quit"}"#);
-        let join = JoinSpec {
-            plan: pycage_sandbox::ProgramPlan {
-                limits: vec![("nproc", 66)],
-                uid_map: "1000 0 1\n".into(),
-                gid_map: "1000 0 1\n".into(),
-                seccomp: vec![vec![0x20, 0, 0xff]],
-                host_ids: Some((1_500_001, 1_500_001)),
-            },
-            remaps: vec![("/root/py".into(), "/opt/python".into())],
-        };
-        let spec = ChildSpec { cwd: "/work".into(), env: Vec::new(), rlimits: Vec::new(), join: Some(join) };
-        assert_eq!(
-            String::from_utf8(encode_spawn(1, &spec)).unwrap(),
-            r#"{"type":"spawn","id":1,"cwd":"/work","env":{},"rlimits":{},"join":{"hostIds":[1500001,1500001],"uidMap":"1000 0 1\n","gidMap":"1000 0 1\n","limits":{"nproc":66},"seccomp":["2000ff"],"remaps":[["/root/py","/opt/python"]]}}"#
-        );
-    }
+    let join = spec.join.as_ref().map(|j| JoinRequest {
+        host_ids: j.plan.host_ids,
+        remaps: j.remaps.clone(),
+        confine: j.plan.confine.clone(),
+    });
+    ZygoteRequest::Spawn(SpawnRequest {
+        id,
+        cwd: spec.cwd.to_string_lossy().into_owned(),
+        env: spec.env.clone(),
+        rlimits: spec.rlimits.iter().map(|(n, soft, hard)| ((*n).to_owned(), *soft, *hard)).collect(),
+        join,
+    })
+    .encode()
 }

@@ -42,6 +42,7 @@
 //! ```
 
 pub mod cgroup;
+pub mod confine;
 mod error;
 mod landlock_rules;
 mod plan;
@@ -62,7 +63,7 @@ pub use plan::{
     WORK_DIR,
 };
 pub use prepared::{
-    Handoff, Join, Prepared, ProgramPlan, INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS,
+    Handoff, Join, JoinPlan, Prepared, INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS,
 };
 pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
 

@@ -117,7 +117,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use landlock::{Access, AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr, RulesetStatus, ABI};
+use landlock::{Access, AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr, ABI};
+pub use pycage_protocol::zygote::ConfineStep;
 use rustix::fs::{Mode, OFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags};
 use rustix::net::{
@@ -219,17 +220,17 @@ struct DiskDirOp {
 
 /// A step failure inside the child.
 #[derive(Debug, Clone, Copy)]
-struct Failure {
+pub(crate) struct Failure {
     step: Step,
     index: u16,
     errno: i32,
 }
 
 impl Failure {
-    fn new(step: Step, errno: i32) -> Failure {
+    pub(crate) fn new(step: Step, errno: i32) -> Failure {
         Failure { step, index: 0, errno }
     }
-    fn at(step: Step, index: usize, errno: i32) -> Failure {
+    pub(crate) fn at(step: Step, index: usize, errno: i32) -> Failure {
         Failure { step, index: u16::try_from(index).unwrap_or(u16::MAX), errno }
     }
 }
@@ -245,7 +246,7 @@ fn at_entry(step: Step, index: usize) -> impl Fn(rustix::io::Errno) -> Failure {
 }
 
 /// The errno at the bottom of an error chain, or `fallback`.
-fn errno_of(err: &(dyn std::error::Error + 'static), fallback: i32) -> i32 {
+pub(crate) fn errno_of(err: &(dyn std::error::Error + 'static), fallback: i32) -> i32 {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(e) = current {
         if let Some(errno) = e.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error) {
@@ -291,21 +292,15 @@ pub struct Join {
     pub ruleset: OwnedFd,
 }
 
-/// Steps 16-18 as data, for a program process that joins a shell: see
-/// [`Prepared::program_plan`].
+/// What a program process that joins a shell does to itself (see
+/// [`Prepared::join_plan`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgramPlan {
-    /// rlimits, soft = hard: `nproc`, `fsize`, `nofile`, `core`.
-    pub limits: Vec<(&'static str, u64)>,
-    /// The nested user namespace's `uid_map` line (uid 1000 = the run's 0).
-    pub uid_map: String,
-    /// Its `gid_map` line.
-    pub gid_map: String,
-    /// The seccomp filters' `sock_filter` arrays, in install order.
-    pub seccomp: Vec<Vec<u8>>,
+pub struct JoinPlan {
     /// On a root host, the run's leased host uid and gid: the joiner drops
     /// to them before it joins (the run's user namespace maps only them).
     pub host_ids: Option<(u32, u32)>,
+    /// Steps 16-18, the same list [`Prepared::enter`] runs (see [`crate::confine`]).
+    pub confine: Vec<ConfineStep>,
 }
 
 /// Number of descriptors a [`Join`] carries, in its field order.
@@ -341,13 +336,13 @@ pub struct Prepared {
     host_gid: u32,
     outer_uid_map: Vec<u8>,
     outer_gid_map: Vec<u8>,
-    inner_uid_map: Vec<u8>,
-    inner_gid_map: Vec<u8>,
     ipc_limits: [(&'static CStr, Vec<u8>); 4],
     limits: [(Resource, u64); 4],
     landlock_abi: ABI,
     ruleset: RulesetCreated,
     filters: Filters,
+    /// Steps 16-18 ([`crate::confine`]).
+    confine: Vec<ConfineStep>,
     diag_read: OwnedFd,
     diag_write: OwnedFd,
     handoff_read: OwnedFd,
@@ -452,6 +447,12 @@ impl Prepared {
         let page = rustix::param::page_size() as u64;
         let shm_pages = policy.sysv_shm_bytes.div_ceil(page);
 
+        let limits = [
+            (Resource::Nproc, policy.max_processes.saturating_add(SANDBOX_PROCESSES)),
+            (Resource::Fsize, policy.max_file_bytes),
+            (Resource::Nofile, policy.max_open_files),
+            (Resource::Core, 0),
+        ];
         Ok(Prepared {
             root_host,
             host_pid: rustix::process::getpid(),
@@ -485,22 +486,21 @@ impl Prepared {
             host_gid,
             outer_uid_map: format!("0 {host_uid} 1\n").into_bytes(),
             outer_gid_map: format!("0 {host_gid} 1\n").into_bytes(),
-            inner_uid_map: format!("{INSIDE_UID} 0 1\n").into_bytes(),
-            inner_gid_map: format!("{INSIDE_GID} 0 1\n").into_bytes(),
             ipc_limits: [
                 (c"/proc/sys/kernel/shmmax", policy.sysv_shm_bytes.to_string().into_bytes()),
                 (c"/proc/sys/kernel/shmall", shm_pages.to_string().into_bytes()),
                 (c"/proc/sys/kernel/shmmni", SYSV_SHM_SEGMENTS.to_string().into_bytes()),
                 (c"/proc/sys/kernel/sem", SYSV_SEM_LIMITS.as_bytes().to_vec()),
             ],
-            limits: [
-                (Resource::Nproc, policy.max_processes.saturating_add(SANDBOX_PROCESSES)),
-                (Resource::Fsize, policy.max_file_bytes),
-                (Resource::Nofile, policy.max_open_files),
-                (Resource::Core, 0),
-            ],
+            limits,
             landlock_abi,
             ruleset,
+            confine: crate::confine::build(
+                &limits,
+                format!("{INSIDE_UID} 0 1\n").as_bytes(),
+                format!("{INSIDE_GID} 0 1\n").as_bytes(),
+                &filters,
+            ),
             filters,
             diag_read,
             diag_write,
@@ -593,24 +593,10 @@ impl Prepared {
     }
 
     /// What the program's process applies to itself after joining a shell
-    /// (steps 16-18), as data a process that is not this one (a zygote's
-    /// child, in Python) can apply: the same values [`Prepared::enter`]
-    /// uses.
-    pub fn program_plan(&self) -> ProgramPlan {
-        let name = |r: Resource| match r {
-            Resource::Nproc => "nproc",
-            Resource::Fsize => "fsize",
-            Resource::Nofile => "nofile",
-            Resource::Core => "core",
-            _ => "other",
-        };
-        ProgramPlan {
-            limits: self.limits.iter().map(|(r, v)| (name(*r), *v)).collect(),
-            uid_map: String::from_utf8_lossy(&self.inner_uid_map).into_owned(),
-            gid_map: String::from_utf8_lossy(&self.inner_gid_map).into_owned(),
-            seccomp: self.filters.to_bytes(),
-            host_ids: self.root_host.then_some((self.host_uid, self.host_gid)),
-        }
+    /// (steps 16-18): the very list [`Prepared::enter`] runs, as data a
+    /// process that is not this one (a zygote's child, in Python) runs.
+    pub fn join_plan(&self) -> JoinPlan {
+        JoinPlan { host_ids: self.root_host.then_some((self.host_uid, self.host_gid)), confine: self.confine.clone() }
     }
 
     /// What a shell's init handed over (see [`Prepared::into_shell`]);
@@ -1086,36 +1072,10 @@ impl Prepared {
         }
     }
 
-    /// P: steps 16-18. `Ok` means: exec the interpreter now.
+    /// P: steps 16-18 (the [`crate::confine`] list). `Ok` means: exec the
+    /// interpreter now.
     fn program(&self, ruleset: RulesetCreated) -> Result<(), Failure> {
-        rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
-        for (index, (resource, value)) in self.limits.into_iter().enumerate() {
-            // Without root the hard limit cannot be raised: stay below it.
-            let value = rustix::process::getrlimit(resource).maximum.map_or(value, |max| max.min(value));
-            rustix::process::setrlimit(resource, Rlimit { current: Some(value), maximum: Some(value) })
-                .map_err(at_entry(Step::SetLimit, index))?;
-        }
-
-        // SAFETY: CLONE_NEWUSER on a single-threaded process.
-        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(at(Step::UnshareProgramUser))?;
-        let proc_self =
-            rustix::fs::open(c"/proc/self", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-                .map_err(at(Step::WriteProgramMaps))?;
-        write_at(&proc_self, c"setgroups", b"deny\n", Step::WriteProgramMaps)?;
-        write_at(&proc_self, c"uid_map", &self.inner_uid_map, Step::WriteProgramMaps)?;
-        write_at(&proc_self, c"gid_map", &self.inner_gid_map, Step::WriteProgramMaps)?;
-        drop(proc_self);
-        rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
-
-        sys::cloexec_from(INHERITED_FDS).map_err(|errno| Failure::new(Step::CloseInheritedFds, errno))?;
-        sys::drop_capabilities().map_err(|errno| Failure::new(Step::DropCapabilities, errno))?;
-        rustix::thread::set_no_new_privs(true).map_err(at(Step::NoNewPrivs))?;
-        let status = ruleset.restrict_self().map_err(|e| Failure::new(Step::Landlock, errno_of(&e, libc::EPERM)))?;
-        if status.ruleset != RulesetStatus::FullyEnforced {
-            return Err(Failure::new(Step::LandlockNotEnforced, libc::EOPNOTSUPP));
-        }
-        seccomp::install(&self.filters).map_err(|errno| Failure::new(Step::Seccomp, errno))?;
-        Ok(())
+        crate::confine::apply(&self.confine, ruleset)
     }
 }
 

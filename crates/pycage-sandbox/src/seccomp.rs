@@ -389,21 +389,6 @@ fn rules_for(when: When) -> Result<Vec<SeccompRule>, SandboxError> {
     }
 }
 
-/// Install `filters` on the calling thread, in order. `no_new_privs` must
-/// already be set. Makes syscalls only (a `sock_fprog` on the stack), so it
-/// is safe in a forked child.
-pub(crate) fn install(filters: &Filters) -> Result<(), i32> {
-    for filter in filters.in_install_order() {
-        seccompiler::apply_filter(filter).map_err(|e| match &e {
-            seccompiler::Error::Seccomp(io) | seccompiler::Error::Prctl(io) => {
-                io.raw_os_error().unwrap_or(libc::EINVAL)
-            }
-            _ => libc::EINVAL,
-        })?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

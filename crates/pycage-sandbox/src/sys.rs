@@ -71,6 +71,26 @@ fn mount_setattr_at(
     }
 }
 
+/// Installs one seccomp filter given as its `sock_filter` array's bytes
+/// (native endianness, 8 bytes per instruction), with `PR_SET_SECCOMP`.
+pub(crate) fn install_seccomp(filter: &[u8]) -> Result<(), i32> {
+    const SOCK_FILTER_BYTES: usize = 8;
+    if filter.is_empty() || !filter.len().is_multiple_of(SOCK_FILTER_BYTES) {
+        return Err(libc::EINVAL);
+    }
+    let len = u16::try_from(filter.len() / SOCK_FILTER_BYTES).map_err(|_| libc::EINVAL)?;
+    let prog = libc::sock_fprog { len, filter: filter.as_ptr() as *mut libc::sock_filter };
+    // SAFETY: `prog` points at `len` whole sock_filter records that live
+    // for the call; the kernel copies them (copy_from_user takes any
+    // alignment) and keeps no pointer. The other arguments are integers.
+    let ret = unsafe { libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(last_errno())
+    }
+}
+
 /// Drop every capability of the calling thread: the bounding set, the
 /// ambient set, and the effective, permitted and inheritable sets.
 pub(crate) fn drop_capabilities() -> Result<(), i32> {

@@ -1,0 +1,514 @@
+//! The host↔zygote control protocol: typed messages, their encoders, and a
+//! validator for what the zygote answers.
+//!
+//! The zygote (`python/pycage/zygote.py`) is a trusted fork server, but
+//! its answers are still read like everything else from a process: bounded
+//! ([`MAX_ZYGOTE_PACKET`]), parsed without recursion into a [`JsonValue`],
+//! and checked key-exactly ([`parse_zygote_answer`]), so a malformed answer
+//! is an [`AnswerError`] with a message, never a silent drop. The host
+//! treats a zygote that answers malformed as dead (see the runtime's
+//! `zygote` module).
+//!
+//! Messages are JSON objects, one per `SOCK_SEQPACKET` packet; descriptors
+//! travel beside them (`SCM_RIGHTS`). Host to zygote ([`ZygoteRequest`]):
+//!
+//! | `type` | fields | descriptors |
+//! |---|---|---|
+//! | `spawn` | `id`, `cwd`, `env` {name: value}, `rlimits` {name: [soft, hard]}, optional `join` | fd 3, fd 1/2 (+ 8 join fds) |
+//! | `reap` | `id` | |
+//! | `quit` | | |
+//!
+//! `join` is `{hostIds: [uid, gid] or null, remaps: [[host, inside], ...],
+//! confine: [step, ...]}`; each step is `{op, ...}` ([`ConfineStep`]).
+//!
+//! Zygote to host ([`ZygoteAnswer`]):
+//!
+//! | `type` | fields | descriptors |
+//! |---|---|---|
+//! | `ready` | `pid`, `threads` | |
+//! | `spawned` | `id`, `pid` | the child's pidfd |
+//! | `spawn-failed` | `id`, `message` | |
+//! | `reaped` | `id`, `status`, `cpuNs` | |
+
+use crate::{write_json_string, JsonValue, ValueRef};
+
+/// Largest control packet either side accepts.
+pub const MAX_ZYGOTE_PACKET: usize = 64 * 1024;
+
+/// Longest `spawn-failed` message kept.
+pub const MAX_ZYGOTE_MESSAGE: usize = 4096;
+
+/// Every message's keys, by `type`: `(type, required, optional)`. The
+/// zygote's side is checked against this table by the mirror test.
+pub const ZYGOTE_FIELDS: &[(&str, &[&str], &[&str])] = &[
+    ("spawn", &["type", "id", "cwd", "env", "rlimits"], &["join"]),
+    ("reap", &["type", "id"], &[]),
+    ("quit", &["type"], &[]),
+    ("ready", &["type", "pid", "threads"], &[]),
+    ("spawned", &["type", "id", "pid"], &[]),
+    ("spawn-failed", &["type", "id", "message"], &[]),
+    ("reaped", &["type", "id", "status", "cpuNs"], &[]),
+];
+
+/// Keys of `spawn.join`.
+pub const JOIN_FIELDS: &[&str] = &["hostIds", "remaps", "confine"];
+
+/// A resource limit a confinement step sets, by its wire name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rlimit {
+    Nproc,
+    Fsize,
+    Nofile,
+    Core,
+}
+
+impl Rlimit {
+    /// The wire name (`resource` of a `limit` step).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rlimit::Nproc => "nproc",
+            Rlimit::Fsize => "fsize",
+            Rlimit::Nofile => "nofile",
+            Rlimit::Core => "core",
+        }
+    }
+}
+
+/// One of the sandbox's final steps, taken by the program's own process
+/// before it reads anything of its run. The sandbox builds the ordered
+/// list once (policy and order live in Rust only); the exec path runs it
+/// in Rust after fork, and a zygote's child runs the same list through a
+/// table of one-operation functions that refuses anything it does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfineStep {
+    /// `PR_SET_PDEATHSIG(SIGKILL)` (re-armed after credential changes).
+    DeathSignal,
+    /// The limit, soft = hard (never above the current hard limit).
+    Limit { resource: Rlimit, value: u64 },
+    /// `unshare(CLONE_NEWUSER)`: a nested user namespace.
+    UnshareUser,
+    /// `PR_SET_DUMPABLE(1)`: a credential change made the process
+    /// non-dumpable, which makes its own `/proc/self` map files root's.
+    Dumpable,
+    /// `setgroups` `deny`, then these `uid_map` and `gid_map` lines.
+    IdMaps { uid_map: String, gid_map: String },
+    /// No descriptor above fd 3 survives into the program (the Landlock
+    /// ruleset only until [`ConfineStep::Landlock`] has used it).
+    CloseFds,
+    /// Empty bounding, ambient, permitted, effective and inheritable sets.
+    DropCaps,
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs,
+    /// `landlock_restrict_self` with the run's ruleset (whose full
+    /// enforcement was checked when it was built), then it is closed.
+    Landlock,
+    /// One seccomp filter (`sock_filter` array), installed with
+    /// `PR_SET_SECCOMP`; filters go in list order.
+    Seccomp { filter: Vec<u8> },
+}
+
+impl ConfineStep {
+    /// The wire name (`op`).
+    pub fn op(&self) -> &'static str {
+        match self {
+            ConfineStep::DeathSignal => "death-signal",
+            ConfineStep::Limit { .. } => "limit",
+            ConfineStep::UnshareUser => "unshare-user",
+            ConfineStep::Dumpable => "dumpable",
+            ConfineStep::IdMaps { .. } => "id-maps",
+            ConfineStep::CloseFds => "close-fds",
+            ConfineStep::DropCaps => "drop-caps",
+            ConfineStep::NoNewPrivs => "no-new-privs",
+            ConfineStep::Landlock => "landlock",
+            ConfineStep::Seccomp { .. } => "seccomp",
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut o = Obj::new(out);
+        o.str("op", self.op());
+        match self {
+            ConfineStep::Limit { resource, value } => {
+                o.str("resource", resource.as_str());
+                o.u64("value", *value);
+            }
+            ConfineStep::IdMaps { uid_map, gid_map } => {
+                o.str("uidMap", uid_map);
+                o.str("gidMap", gid_map);
+            }
+            ConfineStep::Seccomp { filter } => o.str("filter", &hex(filter)),
+            ConfineStep::DeathSignal
+            | ConfineStep::UnshareUser
+            | ConfineStep::Dumpable
+            | ConfineStep::CloseFds
+            | ConfineStep::DropCaps
+            | ConfineStep::NoNewPrivs
+            | ConfineStep::Landlock => {}
+        }
+        o.end();
+    }
+}
+
+/// Every confinement step's keys besides `op`, for the mirror test.
+pub const CONFINE_FIELDS: &[(&str, &[&str])] = &[
+    ("death-signal", &[]),
+    ("limit", &["resource", "value"]),
+    ("unshare-user", &[]),
+    ("dumpable", &[]),
+    ("id-maps", &["uidMap", "gidMap"]),
+    ("close-fds", &[]),
+    ("drop-caps", &[]),
+    ("no-new-privs", &[]),
+    ("landlock", &[]),
+    ("seccomp", &["filter"]),
+];
+
+/// How a zygote's child joins a sandbox shell and confines itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinRequest {
+    /// On a root host, the run's leased host uid and gid: the joiner drops
+    /// to them before it joins (the run's user namespace maps only them).
+    pub host_ids: Option<(u32, u32)>,
+    /// Host path prefixes and where the sandbox shows them.
+    pub remaps: Vec<(String, String)>,
+    /// The program's own final steps, in order.
+    pub confine: Vec<ConfineStep>,
+}
+
+/// `spawn`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnRequest {
+    pub id: u64,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    /// `(name, soft, hard)`; names as in [`Rlimit`] plus `cpu` and `as`.
+    pub rlimits: Vec<(String, u64, u64)>,
+    pub join: Option<JoinRequest>,
+}
+
+/// What the host asks of the zygote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ZygoteRequest {
+    Spawn(SpawnRequest),
+    Reap { id: u64 },
+    Quit,
+}
+
+impl ZygoteRequest {
+    /// The message, as one packet's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut o = Obj::new(&mut out);
+        match self {
+            ZygoteRequest::Quit => o.str("type", "quit"),
+            ZygoteRequest::Reap { id } => {
+                o.str("type", "reap");
+                o.u64("id", *id);
+            }
+            ZygoteRequest::Spawn(s) => {
+                o.str("type", "spawn");
+                o.u64("id", s.id);
+                o.str("cwd", &s.cwd);
+                let env = o.key("env");
+                let mut e = Obj::new(env);
+                for (k, v) in &s.env {
+                    e.str(k, v);
+                }
+                e.end();
+                let rl = o.key("rlimits");
+                let mut r = Obj::new(rl);
+                for (name, soft, hard) in &s.rlimits {
+                    let pair = r.key(name);
+                    pair.extend_from_slice(format!("[{soft},{hard}]").as_bytes());
+                }
+                r.end();
+                if let Some(join) = &s.join {
+                    let j = o.key("join");
+                    let mut jo = Obj::new(j);
+                    let ids = jo.key("hostIds");
+                    match join.host_ids {
+                        Some((uid, gid)) => ids.extend_from_slice(format!("[{uid},{gid}]").as_bytes()),
+                        None => ids.extend_from_slice(b"null"),
+                    }
+                    let remaps = jo.key("remaps");
+                    remaps.push(b'[');
+                    for (i, (host, inside)) in join.remaps.iter().enumerate() {
+                        if i > 0 {
+                            remaps.push(b',');
+                        }
+                        remaps.push(b'[');
+                        write_json_string(remaps, host);
+                        remaps.push(b',');
+                        write_json_string(remaps, inside);
+                        remaps.push(b']');
+                    }
+                    remaps.push(b']');
+                    let steps = jo.key("confine");
+                    steps.push(b'[');
+                    for (i, step) in join.confine.iter().enumerate() {
+                        if i > 0 {
+                            steps.push(b',');
+                        }
+                        step.encode(steps);
+                    }
+                    steps.push(b']');
+                    jo.end();
+                }
+            }
+        }
+        o.end();
+        out
+    }
+}
+
+/// What the zygote says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ZygoteAnswer {
+    /// Everything is imported; requests are served from now on.
+    Ready { pid: i32, threads: u64 },
+    /// Child `id` was forked as `pid` (its pidfd is attached).
+    Spawned { id: u64, pid: i32 },
+    /// Child `id` could not be forked.
+    SpawnFailed { id: u64, message: String },
+    /// Child `id` was reaped: its wait status and CPU time (with its reaped
+    /// descendants').
+    Reaped { id: u64, status: i32, cpu_ns: u64 },
+}
+
+/// Why an answer from the zygote was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("a packet of {0} bytes is over the {MAX_ZYGOTE_PACKET}-byte cap")]
+    TooLarge(usize),
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("not an object with a string `type`")]
+    NoType,
+    #[error("unknown message type {0:?}")]
+    UnknownType(String),
+    #[error("`{kind}` lacks `{field}`")]
+    Missing { kind: &'static str, field: &'static str },
+    #[error("`{kind}` has an unexpected key {field:?}")]
+    Unexpected { kind: &'static str, field: String },
+    #[error("`{kind}.{field}` {problem}")]
+    Invalid { kind: &'static str, field: &'static str, problem: &'static str },
+    #[error("`{0}` is a host-to-zygote message")]
+    WrongDirection(&'static str),
+}
+
+/// Validates one packet from the zygote: key-exact, typed, bounded.
+pub fn parse_zygote_answer(packet: &[u8]) -> Result<ZygoteAnswer, AnswerError> {
+    if packet.len() > MAX_ZYGOTE_PACKET {
+        return Err(AnswerError::TooLarge(packet.len()));
+    }
+    let value = JsonValue::parse(packet).map_err(|e| AnswerError::NotJson(e.to_string()))?;
+    let root = value.root();
+    let kind = root.get("type").and_then(|t| t.as_str()).ok_or(AnswerError::NoType)?;
+    let (kind, required, optional) = ZYGOTE_FIELDS
+        .iter()
+        .find(|(k, _, _)| *k == kind)
+        .copied()
+        .ok_or_else(|| AnswerError::UnknownType(kind.chars().take(64).collect()))?;
+    if matches!(kind, "spawn" | "reap" | "quit") {
+        return Err(AnswerError::WrongDirection(kind));
+    }
+    check_keys(root, kind, required, optional)?;
+    let u64_of = |field: &'static str| {
+        root.get(field).and_then(|v| v.as_number()).and_then(|n| n.as_u64()).ok_or(AnswerError::Invalid {
+            kind,
+            field,
+            problem: "is not a non-negative integer",
+        })
+    };
+    let i32_of = |field: &'static str| {
+        root.get(field)
+            .and_then(|v| v.as_number())
+            .and_then(|n| n.as_i64())
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or(AnswerError::Invalid { kind, field, problem: "is not a 32-bit integer" })
+    };
+    let pid_of = |field: &'static str| match i32_of(field)? {
+        p if p > 0 => Ok(p),
+        _ => Err(AnswerError::Invalid { kind, field, problem: "is not a process id" }),
+    };
+    Ok(match kind {
+        "ready" => ZygoteAnswer::Ready { pid: pid_of("pid")?, threads: u64_of("threads")? },
+        "spawned" => ZygoteAnswer::Spawned { id: u64_of("id")?, pid: pid_of("pid")? },
+        "spawn-failed" => {
+            let message = root.get("message").and_then(|m| m.as_str()).ok_or(AnswerError::Invalid {
+                kind,
+                field: "message",
+                problem: "is not a string",
+            })?;
+            let message: String = message.chars().take(MAX_ZYGOTE_MESSAGE).collect();
+            ZygoteAnswer::SpawnFailed { id: u64_of("id")?, message }
+        }
+        _ => ZygoteAnswer::Reaped { id: u64_of("id")?, status: i32_of("status")?, cpu_ns: u64_of("cpuNs")? },
+    })
+}
+
+/// Every key is known and none is repeated; every required one is there.
+fn check_keys(
+    root: ValueRef<'_>,
+    kind: &'static str,
+    required: &'static [&'static str],
+    optional: &'static [&'static str],
+) -> Result<(), AnswerError> {
+    let entries = root.as_object().ok_or(AnswerError::NoType)?;
+    let mut seen = Vec::with_capacity(required.len() + optional.len());
+    for (key, _) in entries {
+        let Some(known) = required.iter().chain(optional).find(|k| **k == key) else {
+            return Err(AnswerError::Unexpected { kind, field: key.chars().take(64).collect() });
+        };
+        if seen.contains(known) {
+            return Err(AnswerError::Unexpected { kind, field: key.to_owned() });
+        }
+        seen.push(*known);
+    }
+    if let Some(missing) = required.iter().find(|k| !seen.contains(k)) {
+        return Err(AnswerError::Missing { kind, field: missing });
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+/// A JSON object being written (keys in call order).
+struct Obj<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> Obj<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        Obj { out, first: true }
+    }
+    fn key(&mut self, k: &str) -> &mut Vec<u8> {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        write_json_string(self.out, k);
+        self.out.push(b':');
+        self.out
+    }
+    fn str(&mut self, k: &str, v: &str) {
+        write_json_string(self.key(k), v);
+    }
+    fn u64(&mut self, k: &str, v: u64) {
+        let s = v.to_string();
+        self.key(k).extend_from_slice(s.as_bytes());
+    }
+    fn end(self) {
+        self.out.push(b'}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_have_the_documented_shape() {
+        assert_eq!(ZygoteRequest::Reap { id: 3 }.encode(), br#"{"type":"reap","id":3}"#);
+        assert_eq!(ZygoteRequest::Quit.encode(), br#"{"type":"quit"}"#);
+        let spawn = SpawnRequest {
+            id: 7,
+            cwd: "/tmp/run \"x\"".into(),
+            env: vec![("HOME".into(), "/tmp/run".into())],
+            rlimits: vec![("nproc".into(), 64, 64)],
+            join: None,
+        };
+        assert_eq!(
+            String::from_utf8(ZygoteRequest::Spawn(spawn.clone()).encode()).unwrap(),
+            r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{"HOME":"/tmp/run"},"rlimits":{"nproc":[64,64]}}"#
+        );
+        let join = JoinRequest {
+            host_ids: Some((1_500_001, 1_500_001)),
+            remaps: vec![("/root/py".into(), "/opt/python".into())],
+            confine: vec![
+                ConfineStep::DeathSignal,
+                ConfineStep::Limit { resource: Rlimit::Nproc, value: 66 },
+                ConfineStep::IdMaps { uid_map: "1000 0 1\n".into(), gid_map: "1000 0 1\n".into() },
+                ConfineStep::Seccomp { filter: vec![0x20, 0, 0xff] },
+            ],
+        };
+        let spawn = SpawnRequest { join: Some(join), env: Vec::new(), rlimits: Vec::new(), ..spawn };
+        assert_eq!(
+            String::from_utf8(ZygoteRequest::Spawn(spawn).encode()).unwrap(),
+            concat!(
+                r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{},"rlimits":{},"join":{"hostIds":[1500001,1500001],"#,
+                r#""remaps":[["/root/py","/opt/python"]],"confine":[{"op":"death-signal"},{"op":"limit","resource":"nproc","value":66},"#,
+                r#"{"op":"id-maps","uidMap":"1000 0 1\n","gidMap":"1000 0 1\n"},{"op":"seccomp","filter":"2000ff"}]}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn answers_parse_key_exactly() {
+        let ok = |s: &str| parse_zygote_answer(s.as_bytes()).unwrap();
+        assert_eq!(ok(r#"{"type":"ready","pid":12,"threads":1}"#), ZygoteAnswer::Ready { pid: 12, threads: 1 });
+        assert_eq!(ok(r#"{"type":"spawned","id":1,"pid":99}"#), ZygoteAnswer::Spawned { id: 1, pid: 99 });
+        assert_eq!(
+            ok(r#"{"type":"reaped","id":1,"status":9,"cpuNs":1500}"#),
+            ZygoteAnswer::Reaped { id: 1, status: 9, cpu_ns: 1500 }
+        );
+        assert_eq!(
+            ok(r#"{"type":"spawn-failed","id":2,"message":"fork failed"}"#),
+            ZygoteAnswer::SpawnFailed { id: 2, message: "fork failed".into() }
+        );
+    }
+
+    #[test]
+    fn malformed_answers_say_why() {
+        let err = |s: &[u8]| parse_zygote_answer(s).unwrap_err().to_string();
+        assert_eq!(err(b"[1]"), "not an object with a string `type`");
+        assert!(err(b"{").starts_with("not JSON"));
+        assert_eq!(err(br#"{"type":"hello"}"#), r#"unknown message type "hello""#);
+        assert_eq!(err(br#"{"type":"spawned","id":1}"#), "`spawned` lacks `pid`");
+        assert_eq!(err(br#"{"type":"spawned","id":1,"pid":2,"x":0}"#), r#"`spawned` has an unexpected key "x""#);
+        assert_eq!(err(br#"{"type":"spawned","id":1,"id":1,"pid":2}"#), r#"`spawned` has an unexpected key "id""#);
+        assert_eq!(err(br#"{"type":"spawned","id":-1,"pid":2}"#), "`spawned.id` is not a non-negative integer");
+        assert_eq!(err(br#"{"type":"spawned","id":1,"pid":0}"#), "`spawned.pid` is not a process id");
+        assert_eq!(
+            err(br#"{"type":"reaped","id":1,"status":2.5,"cpuNs":0}"#),
+            "`reaped.status` is not a 32-bit integer"
+        );
+        assert_eq!(err(br#"{"type":"reap","id":1}"#), "`reap` is a host-to-zygote message");
+        let big = vec![b' '; MAX_ZYGOTE_PACKET + 1];
+        assert_eq!(err(&big), format!("a packet of {} bytes is over the {MAX_ZYGOTE_PACKET}-byte cap", big.len()));
+    }
+
+    #[test]
+    fn every_step_has_a_field_row() {
+        let steps = [
+            ConfineStep::DeathSignal,
+            ConfineStep::Limit { resource: Rlimit::Core, value: 0 },
+            ConfineStep::UnshareUser,
+            ConfineStep::Dumpable,
+            ConfineStep::IdMaps { uid_map: String::new(), gid_map: String::new() },
+            ConfineStep::CloseFds,
+            ConfineStep::DropCaps,
+            ConfineStep::NoNewPrivs,
+            ConfineStep::Landlock,
+            ConfineStep::Seccomp { filter: Vec::new() },
+        ];
+        assert_eq!(steps.len(), CONFINE_FIELDS.len());
+        for step in steps {
+            let mut out = Vec::new();
+            step.encode(&mut out);
+            let v = JsonValue::parse(&out).unwrap();
+            let (_, fields) = CONFINE_FIELDS.iter().find(|(op, _)| *op == step.op()).unwrap();
+            let keys: Vec<&str> = v.root().as_object().unwrap().map(|(k, _)| k).filter(|k| *k != "op").collect();
+            assert_eq!(&keys, fields, "{}", step.op());
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! One confinement program, two executors: a run's process must see the
+//! same of itself whether it was exec'd (the sandbox's steps run in Rust
+//! after fork) or forked by the zygote (the same steps, sent to the zygote
+//! and run by its table of one-operation functions). The program reports
+//! `/proc/self/status` (no_new_privs, seccomp, capabilities, ids),
+//! `/proc/self/limits`, its uid/gid maps, its Landlock state (by what it
+//! is refused) and its open descriptors; both spawn modes must agree
+//! exactly, in both isolations, as root and as `nobody`.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use pycage_runtime::*;
+
+const REPORT: &str = r#"
+import os
+keep = ("NoNewPrivs", "Seccomp", "Seccomp_filters", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "Uid", "Gid", "Groups")
+status = {}
+for line in open("/proc/self/status"):
+    key, _, value = line.partition(":")
+    if key in keep:
+        status[key] = value.split()
+limits = [line.rstrip() for line in open("/proc/self/limits")]
+maps = [open("/proc/self/uid_map").read().split(), open("/proc/self/gid_map").read().split()]
+# Landlock: /proc is readable only; a process may write its own comm
+# wherever Landlock does not forbid it.
+try:
+    with open("/proc/self/comm", "w") as f:
+        f.write("probe")
+    landlock = "comm writable"
+except OSError as e:
+    landlock = type(e).__name__
+fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+return {"status": status, "limits": limits, "maps": maps, "landlock": landlock, "fds": fds}
+"#;
+
+async fn report(isolation: Isolation, spawn: SpawnMode) -> String {
+    let python = std::env::var_os("PYCAGE_TEST_PYTHON").map(std::path::PathBuf::from);
+    let rt = Runtime::new(RuntimeConfig { isolation, spawn, python, ..RuntimeConfig::default() }).unwrap();
+    assert_eq!(rt.spawn_mode(), (spawn, None));
+    let r = rt.run(RunRequest::new(REPORT)).await.unwrap();
+    rt.shutdown().await;
+    assert!(r.error.is_none(), "{isolation:?}/{spawn:?}: {r:?}");
+    r.value.unwrap().to_canonical_string()
+}
+
+#[test]
+fn both_spawn_modes_confine_alike() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut isolations = vec![Isolation::Process];
+    if pycage_sandbox::probe().missing().is_empty() {
+        isolations.push(Isolation::Sandbox);
+    } else {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "the sandbox is unavailable here");
+    }
+    for isolation in isolations {
+        let exec = rt.block_on(report(isolation, SpawnMode::Exec));
+        let zygote = rt.block_on(report(isolation, SpawnMode::Zygote));
+        assert_eq!(exec, zygote, "{isolation:?}: exec and zygote runs differ");
+        if isolation == Isolation::Sandbox {
+            // What both must be: confined.
+            for needle in [
+                r#""NoNewPrivs":["1"]"#,
+                r#""Seccomp":["2"]"#,
+                r#""Seccomp_filters":["2"]"#,
+                r#""CapEff":["0000000000000000"]"#,
+                r#""CapBnd":["0000000000000000"]"#,
+                r#""landlock":"PermissionError""#,
+                r#""fds":[0,1,2,3,4]"#,
+            ] {
+                assert!(exec.contains(needle), "sandboxed runs lack {needle}: {exec}");
+            }
+        }
+    }
+}
+
+/// As root, the same comparison as `nobody` with the system interpreter.
+#[test]
+fn both_spawn_modes_confine_alike_as_an_unprivileged_user() {
+    if !rustix::process::geteuid().is_root() {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
+        return;
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "both_spawn_modes_confine_alike", "--nocapture"])
+        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
+        .env("TMPDIR", "/tmp")
+        .env("HOME", "/tmp")
+        .output()
+        .expect("setpriv (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+}
