@@ -385,12 +385,29 @@ fn clap_message(e: &clap::Error) -> String {
     first.strip_prefix("error: ").unwrap_or(first).trim().to_owned()
 }
 
+/// How the CLI spells a setting in messages.
+struct CliSpelling;
+
+impl pycage_runtime::Spelling for CliSpelling {
+    fn setting(&self, setting: pycage_runtime::Setting) -> &'static str {
+        match setting {
+            pycage_runtime::Setting::Python => "--python",
+            pycage_runtime::Setting::ProcessIsolation => "--isolation process",
+            pycage_runtime::Setting::AllowRead => "--allow-read",
+        }
+    }
+}
+
 /// `outer: cause: cause`, skipping a cause whose text the message already
-/// carries (library errors often print their source themselves).
+/// carries (library errors often print their source themselves). A
+/// runtime error names settings as flags.
 fn error_chain(e: &anyhow::Error) -> String {
     let mut message = String::new();
     for cause in e.chain() {
-        let text = cause.to_string();
+        let text = match cause.downcast_ref::<pycage_runtime::RuntimeError>() {
+            Some(e) => e.explain(&CliSpelling),
+            None => cause.to_string(),
+        };
         if message.is_empty() {
             message = text;
         } else if !message.contains(&text) {

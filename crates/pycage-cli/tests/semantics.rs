@@ -7,7 +7,7 @@
 
 mod support;
 
-use support::{assert_exit, run, run_in, stderr, stdout};
+use support::{assert_exit, pycage, run, run_in, stderr, stdout};
 
 /// The `--json` line of a successful run of `program`.
 #[track_caller]
@@ -296,6 +296,18 @@ fn a_program_that_is_not_python_gets_one_line() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(!err.contains("import"), "the probe script leaked: {err}");
+    // The remedy is spelled as this interface's flag, not the library's field.
+    assert!(err.trim_end().ends_with("give another with --python"), "{err}");
+    assert!(!err.contains("RuntimeConfig"), "{err}");
+}
+
+#[test]
+fn a_missing_allow_read_path_is_named_by_its_flag() {
+    // Sandbox isolation (the default): the only one that reads the flag.
+    let dir = tempfile::tempdir().unwrap();
+    let o = pycage(dir.path()).args(["run", "--allow-read", "/nonexistent/venv", "-c", "return 1"]).output().unwrap();
+    assert_exit(&o, 2);
+    assert_eq!(stderr(&o), "pycage: error: --allow-read /nonexistent/venv: no such file or directory\n");
 }
 
 #[test]

@@ -83,21 +83,31 @@ fn python_name(field: &str) -> &str {
     }
 }
 
+/// How the Python package spells a setting in messages.
+struct PythonSpelling;
+
+impl pycage_runtime::Spelling for PythonSpelling {
+    fn setting(&self, setting: pycage_runtime::Setting) -> &'static str {
+        match setting {
+            pycage_runtime::Setting::Python => "pycage.Runtime(python=...)",
+            pycage_runtime::Setting::ProcessIsolation => "pycage.Runtime(isolation=\"process\")",
+            pycage_runtime::Setting::AllowRead => "allow_read",
+        }
+    }
+}
+
 fn start_error(py: Python<'_>, e: RuntimeError) -> PyErr {
+    let message = e.explain(&PythonSpelling);
     match e {
         RuntimeError::Config(c) => {
             error(py, "ConfigError", format!("invalid pycage.Runtime argument: {} {}", python_name(c.field), c.problem))
         }
-        RuntimeError::Interpreter(_) | RuntimeError::BootstrapImport { .. } => {
-            error(py, "InterpreterError", e.to_string().replace("(--python / RuntimeConfig::python)", "(python=...)"))
+        RuntimeError::Interpreter(_) | RuntimeError::BootstrapImport { .. } => error(py, "InterpreterError", message),
+        RuntimeError::SandboxUnavailable { .. } => error(py, "SandboxUnavailableError", message),
+        RuntimeError::SandboxPolicy(_) | RuntimeError::AllowRead(_) => error(py, "ConfigError", message),
+        RuntimeError::Bootstrap(_) | RuntimeError::RunDirs(_) | RuntimeError::Spawner(_) => {
+            error(py, "PycageError", message)
         }
-        RuntimeError::SandboxUnavailable { .. } => {
-            error(py, "SandboxUnavailableError", format!("{e}. From Python: pycage.Runtime(isolation=\"process\")"))
-        }
-        RuntimeError::SandboxPolicy(_) | RuntimeError::AllowRead(_) => {
-            error(py, "ConfigError", e.to_string().replace("--allow-read", "allow_read"))
-        }
-        RuntimeError::Bootstrap(_) | RuntimeError::RunDirs(_) => error(py, "PycageError", e.to_string()),
     }
 }
 

@@ -11,6 +11,8 @@ use std::process::{Command, Stdio};
 
 use pycage_protocol::{JsonValue, Kind};
 
+use crate::error::{RustSpelling, Setting, Spelling};
+
 /// Oldest CPython the bootstrap supports.
 pub const MIN_VERSION: (u64, u64) = (3, 10);
 
@@ -57,24 +59,55 @@ pub struct Interpreter {
     pub zygote_error: Option<String>,
 }
 
-/// Why the interpreter cannot be used; each message says what to do.
+/// Why the interpreter cannot be used; each message says what to do
+/// (in library terms; [`InterpreterError::explain`] in another interface's).
 #[derive(Debug, thiserror::Error)]
 pub enum InterpreterError {
-    #[error("no `python3` on PATH; install CPython >= 3.10 or pass its path (--python / RuntimeConfig::python)")]
+    #[error("{}", self.explain(&RustSpelling))]
     NotFound,
-    #[error("could not run {path}: {source}; check the path, or pass another interpreter (--python)")]
+    #[error("{}", self.explain(&RustSpelling))]
     Spawn { path: PathBuf, source: std::io::Error },
     /// The program ran but failed when asked, CPython-style, for its version.
     /// `stderr` (its head) is kept for diagnostics, not shown: for a program
     /// that is not Python it often echoes the probe script.
-    #[error("{path} is not a CPython >= 3.10: it failed when run as one ({status}); pass another with --python")]
+    #[error("{}", self.explain(&RustSpelling))]
     ProbeFailed { path: PathBuf, status: String, stderr: String },
     /// The program exited 0 but printed something other than the probe's
     /// JSON answer (kept in `answer`, not shown: `echo` prints the probe).
-    #[error("{path} is not a CPython >= 3.10: it did not answer as one; pass another with --python")]
+    #[error("{}", self.explain(&RustSpelling))]
     BadAnswer { path: PathBuf, answer: String },
-    #[error("{path} is {implementation} {version}; pycage needs CPython >= 3.10 (pass another with --python)")]
+    #[error("{}", self.explain(&RustSpelling))]
     Unsupported { path: PathBuf, implementation: String, version: String },
+}
+
+impl InterpreterError {
+    /// The message, with the interpreter setting spelled as `spelling` names it.
+    pub fn explain(&self, spelling: &dyn Spelling) -> String {
+        let python = spelling.setting(Setting::Python);
+        match self {
+            InterpreterError::NotFound => {
+                format!("no `python3` on PATH; install CPython >= 3.10 or give its path ({python})")
+            }
+            InterpreterError::Spawn { path, source } => {
+                format!(
+                    "could not run {}: {source}; check the path, or give another interpreter ({python})",
+                    path.display()
+                )
+            }
+            InterpreterError::ProbeFailed { path, status, .. } => format!(
+                "{} is not a CPython >= 3.10: it failed when run as one ({status}); give another with {python}",
+                path.display()
+            ),
+            InterpreterError::BadAnswer { path, .. } => format!(
+                "{} is not a CPython >= 3.10: it did not answer as one; give another with {python}",
+                path.display()
+            ),
+            InterpreterError::Unsupported { path, implementation, version } => format!(
+                "{} is {implementation} {version}; pycage needs CPython >= 3.10 (give another with {python})",
+                path.display()
+            ),
+        }
+    }
 }
 
 /// Searches `PATH` for `name`.
@@ -186,7 +219,7 @@ mod tests {
         // One line, without the probe script the program echoed.
         assert_eq!(
             e.to_string(),
-            "/bin/echo is not a CPython >= 3.10: it did not answer as one; pass another with --python"
+            "/bin/echo is not a CPython >= 3.10: it did not answer as one; give another with RuntimeConfig::python"
         );
         let e = probe(Some(Path::new("/bin/ls"))).unwrap_err();
         assert!(matches!(e, InterpreterError::ProbeFailed { .. }), "{e}");

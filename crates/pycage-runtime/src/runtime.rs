@@ -11,7 +11,8 @@ use tokio_util::task::TaskTracker;
 use crate::bindings::Namespace;
 use crate::cleanup::{CleanupFailure, CleanupLog, RunDirs};
 use crate::config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
-use crate::interpreter::{Interpreter, InterpreterError};
+pub use crate::error::RuntimeError;
+use crate::interpreter::Interpreter;
 use crate::names::{self, NameError};
 use crate::pool::{Pool, PoolConfig, Shell, Shells};
 use crate::probe_cache::{self, BootstrapDir, PrepareError};
@@ -28,31 +29,6 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("script.py", include_str!("../../../python/pycage/script.py")),
     ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
 ];
-
-/// Why a runtime could not be built. Each message says what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Interpreter(#[from] InterpreterError),
-    #[error("could not write the bootstrap files to a temporary directory: {0}")]
-    Bootstrap(std::io::Error),
-    #[error("the bootstrap does not import in {python}: {stderr}")]
-    BootstrapImport { python: PathBuf, stderr: String },
-    #[error(
-        "sandbox isolation needs {layers} on this machine, and it is missing: {reasons}. \
-         Run `pycage doctor` for details, or choose process isolation (--isolation process / Isolation::Process) \
-         if you accept running without the sandbox"
-    )]
-    SandboxUnavailable { layers: String, reasons: String },
-    #[error("the sandbox policy is invalid: {0}")]
-    SandboxPolicy(#[from] pycage_sandbox::SandboxError),
-    #[error("{0}")]
-    AllowRead(String),
-    #[error("could not set up the run directories: {0}")]
-    RunDirs(std::io::Error),
-}
 
 /// Caller misuse: the only `Err` a run returns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -226,7 +202,7 @@ impl Runtime {
         };
         let use_zygote = config.spawn == SpawnMode::Zygote && spawn_fallback.is_none();
         let spawner = match &layout {
-            Some(_) if use_zygote => Some(Arc::new(Spawner::new().map_err(RuntimeError::Bootstrap)?)),
+            Some(_) if use_zygote => Some(Arc::new(Spawner::new().map_err(RuntimeError::Spawner)?)),
             _ => None,
         };
         Ok(Runtime {
@@ -607,7 +583,7 @@ fn sandbox_layout(
             .collect();
         return Err(RuntimeError::SandboxUnavailable { layers: missing.join(", "), reasons: reasons.join("; ") });
     }
-    let layout = SandboxLayout::new(config, interp, bootstrap).map_err(RuntimeError::AllowRead)?;
+    let layout = SandboxLayout::new(config, interp, bootstrap)?;
     Ok((layout, avail.cgroup))
 }
 

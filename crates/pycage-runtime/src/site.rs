@@ -26,6 +26,7 @@ use pycage_sandbox::{Handoff, Prepared, Remap};
 
 use crate::cleanup::RunDir;
 use crate::config::RuntimeConfig;
+use crate::error::AllowReadError;
 use crate::files::{self, Access, CopyLimits, CopyReport};
 use crate::interpreter::Interpreter;
 
@@ -66,7 +67,7 @@ pub(crate) fn absolute(path: &Path) -> std::io::Result<PathBuf> {
 }
 
 impl SandboxLayout {
-    pub(crate) fn new(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path) -> Result<Self, String> {
+    pub(crate) fn new(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path) -> Result<Self, AllowReadError> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         Self::build(config, interp, bootstrap, home.as_deref())
     }
@@ -76,7 +77,7 @@ impl SandboxLayout {
         interp: &Interpreter,
         bootstrap: &Path,
         home: Option<&Path>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, AllowReadError> {
         let mut read_only = pycage_sandbox::default_read_only_paths();
         let mut remapped = vec![Remap { host: bootstrap.to_path_buf(), inside: PathBuf::from(BOOTSTRAP_DIR) }];
         let mut env = Vec::new();
@@ -109,9 +110,9 @@ impl SandboxLayout {
             }
         };
         for p in &config.allow_read {
-            let p = absolute(p).map_err(|e| format!("--allow-read {}: {e}", p.display()))?;
+            let p = absolute(p).map_err(|e| AllowReadError { path: p.clone(), problem: e.to_string() })?;
             if !p.exists() {
-                return Err(format!("--allow-read {}: no such file or directory", p.display()));
+                return Err(AllowReadError { path: p, problem: "no such file or directory".into() });
             }
             add(&mut read_only, &p);
         }

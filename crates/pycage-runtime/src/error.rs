@@ -1,0 +1,127 @@
+//! The runtime's errors, and how each interface spells what to change.
+//!
+//! Errors are typed to the edge: every failure has its own variant with
+//! its `#[source]`, and a message that tells the reader what to do names a
+//! *setting* ([`Setting`]), never an interface's spelling of it. The
+//! library's `Display` speaks library terms ([`RustSpelling`]:
+//! `RuntimeConfig::python`); the CLI and the Python package call
+//! [`RuntimeError::explain`] with their own [`Spelling`] (`--python`,
+//! `python=`), so no interface rewrites another's text.
+
+use std::path::PathBuf;
+
+use crate::config::ConfigError;
+use crate::interpreter::InterpreterError;
+
+/// A setting an error message may tell the reader to change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    /// The interpreter (`RuntimeConfig::python`).
+    Python,
+    /// Process isolation instead of the sandbox (`Isolation::Process`).
+    ProcessIsolation,
+    /// An extra read-only path (`RuntimeConfig::allow_read`).
+    AllowRead,
+}
+
+/// How one interface names settings in its messages.
+pub trait Spelling {
+    /// The setting as a reader of this interface would write it.
+    fn setting(&self, setting: Setting) -> &'static str;
+}
+
+/// The library's own spelling (Rust names).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RustSpelling;
+
+impl Spelling for RustSpelling {
+    fn setting(&self, setting: Setting) -> &'static str {
+        match setting {
+            Setting::Python => "RuntimeConfig::python",
+            Setting::ProcessIsolation => "RuntimeConfig::isolation = Isolation::Process",
+            Setting::AllowRead => "RuntimeConfig::allow_read",
+        }
+    }
+}
+
+/// A path given to expose read-only to sandboxed runs that cannot be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} {}: {problem}", RustSpelling.setting(Setting::AllowRead), path.display())]
+pub struct AllowReadError {
+    pub path: PathBuf,
+    pub problem: String,
+}
+
+/// Why a runtime could not be built. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Interpreter(#[from] InterpreterError),
+    #[error("could not write the bootstrap files to a temporary directory: {0}")]
+    Bootstrap(#[source] std::io::Error),
+    #[error("the bootstrap does not import in {python}: {stderr}")]
+    BootstrapImport { python: PathBuf, stderr: String },
+    #[error("{}", sandbox_unavailable(layers, reasons, &RustSpelling))]
+    SandboxUnavailable { layers: String, reasons: String },
+    #[error("the sandbox policy is invalid: {0}")]
+    SandboxPolicy(#[from] pycage_sandbox::SandboxError),
+    #[error(transparent)]
+    AllowRead(#[from] AllowReadError),
+    #[error("could not set up the run directories: {0}")]
+    RunDirs(#[source] std::io::Error),
+    #[error("could not start the spawner thread: {0}")]
+    Spawner(#[source] std::io::Error),
+}
+
+fn sandbox_unavailable(layers: &str, reasons: &str, spelling: &dyn Spelling) -> String {
+    format!(
+        "sandbox isolation needs {layers} on this machine, and it is missing: {reasons}. \
+         Run `pycage doctor` for details, or choose process isolation ({}) if you accept running without the sandbox",
+        spelling.setting(Setting::ProcessIsolation)
+    )
+}
+
+impl RuntimeError {
+    /// The message, with settings spelled as `spelling` names them.
+    pub fn explain(&self, spelling: &dyn Spelling) -> String {
+        match self {
+            RuntimeError::Interpreter(e) => e.explain(spelling),
+            RuntimeError::SandboxUnavailable { layers, reasons } => sandbox_unavailable(layers, reasons, spelling),
+            RuntimeError::AllowRead(e) => {
+                format!("{} {}: {}", spelling.setting(Setting::AllowRead), e.path.display(), e.problem)
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Cli;
+    impl Spelling for Cli {
+        fn setting(&self, setting: Setting) -> &'static str {
+            match setting {
+                Setting::Python => "--python",
+                Setting::ProcessIsolation => "--isolation process",
+                Setting::AllowRead => "--allow-read",
+            }
+        }
+    }
+
+    #[test]
+    fn each_interface_spells_its_own_settings() {
+        let e = RuntimeError::SandboxUnavailable { layers: "landlock".into(), reasons: "off".into() };
+        assert!(e.to_string().contains("(RuntimeConfig::isolation = Isolation::Process)"), "{e}");
+        assert!(e.explain(&Cli).contains("(--isolation process)"), "{}", e.explain(&Cli));
+        let e = RuntimeError::AllowRead(AllowReadError { path: "/nope".into(), problem: "no such file".into() });
+        assert_eq!(e.to_string(), "RuntimeConfig::allow_read /nope: no such file");
+        assert_eq!(e.explain(&Cli), "--allow-read /nope: no such file");
+        let e = RuntimeError::Interpreter(InterpreterError::NotFound);
+        assert!(!e.to_string().contains("--"), "{e}");
+        assert!(e.explain(&Cli).contains("--python"), "{}", e.explain(&Cli));
+    }
+}
