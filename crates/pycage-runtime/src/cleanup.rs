@@ -251,7 +251,8 @@ impl CleanupLog {
     pub fn record(&self, path: &Path, error: &io::Error) {
         tracing::warn!(path = %path.display(), %error, "pycage could not remove a directory it created");
         let failure = CleanupFailure { path: path.to_path_buf(), error: error.to_string() };
-        if let Ok(mut failures) = self.failures.lock() {
+        {
+            let mut failures = crate::sync::lock(&self.failures);
             if failures.len() == MAX_LOGGED_FAILURES {
                 failures.pop_front();
             }
@@ -261,16 +262,41 @@ impl CleanupLog {
 
     /// Take every failure logged so far.
     pub fn drain(&self) -> Vec<CleanupFailure> {
-        self.failures.lock().map(|mut f| f.drain(..).collect()).unwrap_or_default()
+        crate::sync::lock(&self.failures).drain(..).collect()
+    }
+}
+
+/// Removals handed to blocking threads and not finished yet; shutdown
+/// waits for them.
+#[derive(Debug, Default)]
+pub struct PendingRemovals {
+    count: std::sync::atomic::AtomicUsize,
+    done: tokio::sync::Notify,
+}
+
+impl PendingRemovals {
+    /// Resolves once no removal is pending.
+    pub async fn wait(&self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            let notified = self.done.notified();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
 /// A directory pycage created for a run (or for the runtime), removed with
-/// [`remove_tree`] on drop; a failure goes to the [`CleanupLog`].
+/// [`remove_tree`] on drop; a failure goes to the [`CleanupLog`]. Dropped
+/// inside a tokio runtime, the removal (as many operations as the program
+/// made files) runs on the blocking pool, never on an async worker.
 #[derive(Debug)]
 pub struct RunDir {
     path: PathBuf,
     log: Arc<CleanupLog>,
+    pending: Option<Arc<PendingRemovals>>,
 }
 
 impl RunDir {
@@ -279,7 +305,7 @@ impl RunDir {
         let dir = tempfile::Builder::new().prefix(&owner.dir_prefix(kind)).tempdir_in(parent)?;
         // The TempDir would remove it with std's remove_dir_all; ours is
         // depth-independent and reports failures.
-        Ok(RunDir { path: dir.keep(), log })
+        Ok(RunDir { path: dir.keep(), log, pending: None })
     }
 
     /// Its path.
@@ -288,13 +314,32 @@ impl RunDir {
     }
 }
 
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        if let Err(e) = remove_tree(&self.path) {
+impl RunDir {
+    fn remove(path: &Path, log: &CleanupLog) {
+        if let Err(e) = remove_tree(path) {
             if e.kind() != io::ErrorKind::NotFound {
-                self.log.record(&self.path, &e);
+                log.record(path, &e);
             }
         }
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let (Some(pending), Ok(handle)) = (self.pending.clone(), tokio::runtime::Handle::try_current()) else {
+            Self::remove(&self.path, &self.log);
+            return;
+        };
+        use std::sync::atomic::Ordering;
+        pending.count.fetch_add(1, Ordering::AcqRel);
+        let (path, log) = (std::mem::take(&mut self.path), Arc::clone(&self.log));
+        let task = Arc::clone(&pending);
+        let spawned = handle.spawn_blocking(move || {
+            Self::remove(&path, &log);
+            task.count.fetch_sub(1, Ordering::AcqRel);
+            task.done.notify_waiters();
+        });
+        drop(spawned);
     }
 }
 
@@ -305,6 +350,7 @@ pub struct RunDirs {
     parent: PathBuf,
     owner: Owner,
     log: Arc<CleanupLog>,
+    pending: Arc<PendingRemovals>,
 }
 
 impl RunDirs {
@@ -315,7 +361,12 @@ impl RunDirs {
             log.record(&failure.path, &io::Error::other(failure.error));
         }
         let owner = Owner::new(std::slice::from_ref(&parent))?;
-        Ok(RunDirs { parent, owner, log })
+        Ok(RunDirs { parent, owner, log, pending: Arc::default() })
+    }
+
+    /// Resolves once every directory dropped so far is removed.
+    pub async fn removed(&self) {
+        self.pending.wait().await;
     }
 
     /// The owner id the directories (and run cgroups) are named after.
@@ -325,7 +376,8 @@ impl RunDirs {
 
     /// A new run directory (mode 0700) with an empty `out/`.
     pub fn create(&self) -> io::Result<RunDir> {
-        let dir = RunDir::create(&self.parent, "run", &self.owner, Arc::clone(&self.log))?;
+        let mut dir = RunDir::create(&self.parent, "run", &self.owner, Arc::clone(&self.log))?;
+        dir.pending = Some(Arc::clone(&self.pending));
         std::fs::create_dir(dir.path().join(crate::site::OUTPUT_DIR_NAME))?;
         Ok(dir)
     }

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::cleanup::{RunDir, RunDirs};
 use crate::spawn::{Channels, SpawnError, Spawner, Worker};
+use crate::sync::lock;
 use crate::zygote::{ChildSpec, JoinSpec, PendingChild, PoolSink, Spawned, Zygote, ZygoteError, ZygoteSpec};
 
 /// How the pool builds children.
@@ -193,7 +194,7 @@ impl Pool {
 
     /// The current zygote's pid, if one runs (for tests and diagnostics).
     pub(crate) fn zygote_pid(&self) -> Option<i32> {
-        let state = self.inner.state.lock().ok()?;
+        let state = lock(&self.inner.state);
         state.current.as_ref().map(Zygote::pid).filter(|&p| p > 0)
     }
 
@@ -201,7 +202,9 @@ impl Pool {
     /// has exited. Runs must be settled first.
     pub(crate) async fn close(&self) {
         let (idle, zygotes) = {
-            let Ok(mut state) = self.inner.state.lock() else { return };
+            // Never skipped: shutdown must retire every zygote, whatever
+            // panicked while holding this lock before.
+            let mut state = lock(&self.inner.state);
             state.closed = true;
             let idle: Vec<Idle> = state.idle.drain(..).collect();
             let zygotes: Vec<Zygote> = state.current.take().into_iter().chain(state.successor.take()).collect();
@@ -216,12 +219,14 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        if let Ok(mut state) = self.inner.state.lock() {
-            state.closed = true;
-            state.idle.clear();
-            state.current = None;
-            state.successor = None;
-        }
+        let mut state = lock(&self.inner.state);
+        state.closed = true;
+        let idle: Vec<Idle> = state.idle.drain(..).collect();
+        state.current = None;
+        state.successor = None;
+        drop(state);
+        // Killed and reaped outside the lock.
+        drop(idle);
     }
 }
 
@@ -263,7 +268,7 @@ impl Inner {
     }
 
     fn current(&self) -> Result<Zygote, SpawnError> {
-        let mut state = self.state.lock().map_err(|_| ZygoteError::Gone("the pool lock is poisoned".into()))?;
+        let mut state = lock(&self.state);
         if state.closed {
             return Err(ZygoteError::Gone("the runtime is shutting down".into()).into());
         }
@@ -272,64 +277,73 @@ impl Inner {
     }
 
     fn take_idle(&self) -> Option<Idle> {
-        let mut state = self.state.lock().ok()?;
-        let _ = self.maintain(&mut state);
-        while let Some(idle) = state.idle.pop_front() {
-            if idle.usable() {
-                return Some(idle);
+        let mut unusable = Vec::new();
+        let taken = {
+            let mut state = lock(&self.state);
+            let _ = self.maintain(&mut state);
+            let mut taken = None;
+            while let Some(idle) = state.idle.pop_front() {
+                if idle.usable() {
+                    taken = Some(idle);
+                    break;
+                }
+                unusable.push(idle);
             }
-            // Dropped: killed and reaped.
-        }
-        None
+            taken
+        };
+        // Killed and reaped outside the lock.
+        drop(unusable);
+        taken
     }
 
-    /// Requests spawns until idle plus pending reaches the pool size.
+    /// Requests spawns until idle plus pending reaches the pool size. Only
+    /// the count is taken under the lock; each child's host side (a run
+    /// directory, or a sandbox shell on the spawner thread) is made outside it.
     fn refill(&self) {
-        let Ok(mut state) = self.state.lock() else { return };
-        if state.closed || self.maintain(&mut state).is_err() {
+        let shells = self.config.shells.as_ref();
+        // Shells are forked on the spawner thread, and must register with a
+        // tokio runtime: without one (at construction), the pool fills at
+        // the first run instead.
+        if shells.is_some() && tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let Some(zygote) = state.current.clone() else { return };
-        if let Some(shells) = &self.config.shells {
-            // Shells are forked on the spawner thread, and must register
-            // with a tokio runtime: without one (at construction), the pool
-            // fills at the first run instead.
-            if tokio::runtime::Handle::try_current().is_err() {
+        let (zygote, wanted) = {
+            let mut state = lock(&self.state);
+            if state.closed || self.maintain(&mut state).is_err() {
                 return;
             }
-            while state.idle.len() + state.filling < self.config.size {
-                let Some(inner) = self.me.upgrade() else { return };
-                let z = zygote.clone();
-                let submitted = shells.spawner.submit(move || {
-                    let sink: Weak<dyn PoolSink> = inner.me.clone();
-                    if inner.state.lock().map_or(true, |s| s.closed) {
-                        // Closed while this waited: no shell to build and kill.
-                        inner.child_failed(ZygoteError::Gone("the runtime is shutting down".into()));
-                        return;
-                    }
-                    match inner.host_side(&z) {
-                        Ok((host, fds, spec)) => {
-                            if !z.spawn_into(spec, fds, Box::new(host), sink) {
-                                inner.child_failed(ZygoteError::Gone(String::new()));
-                            }
-                        }
-                        Err(_) => inner.child_failed(ZygoteError::Refused("could not build a sandbox shell".into())),
-                    }
-                });
-                if !submitted {
+            let Some(zygote) = state.current.clone() else { return };
+            let wanted = self.config.size.saturating_sub(state.idle.len() + state.filling);
+            state.filling += wanted;
+            (zygote, wanted)
+        };
+        for _ in 0..wanted {
+            let Some(inner) = self.me.upgrade() else { return };
+            let z = zygote.clone();
+            let job = move || {
+                let sink: Weak<dyn PoolSink> = inner.me.clone();
+                if lock(&inner.state).closed {
+                    // Closed while this waited: nothing to build and kill.
+                    inner.child_failed(ZygoteError::Gone("the runtime is shutting down".into()));
                     return;
                 }
-                state.filling += 1;
+                match inner.host_side(&z) {
+                    Ok((host, fds, spec)) => {
+                        if !z.spawn_into(spec, fds, Box::new(host), sink) {
+                            inner.child_failed(ZygoteError::Gone(String::new()));
+                        }
+                    }
+                    Err(_) => inner.child_failed(ZygoteError::Refused("could not prepare a child".into())),
+                }
+            };
+            match shells {
+                Some(shells) => {
+                    if !shells.spawner.submit(job) {
+                        self.child_failed(ZygoteError::Gone("the spawner thread is gone".into()));
+                    }
+                }
+                None => job(),
             }
-            return;
-        }
-        while state.idle.len() + state.filling < self.config.size {
-            let Ok((host, fds, spec)) = self.host_side(&zygote) else { return };
-            let sink: Weak<dyn PoolSink> = self.me.clone();
-            if !zygote.spawn_into(spec, fds, Box::new(host), sink) {
-                return;
-            }
-            state.filling += 1;
         }
     }
 
@@ -381,18 +395,20 @@ impl PoolSink for Inner {
     fn child_ready(&self, pending: PendingChild, spawned: Spawned) {
         let Ok(host) = pending.downcast::<HostSide>() else { return };
         let idle = Idle(Some((*host, spawned)));
-        let Ok(mut state) = self.state.lock() else { return };
+        let mut state = lock(&self.state);
         state.filling = state.filling.saturating_sub(1);
         if !state.closed && same(idle.zygote(), state.current.as_ref()) {
             state.idle.push_back(idle);
+            return;
         }
-        // Otherwise `idle` drops here: killed and reaped.
+        drop(state);
+        // Not wanted: killed and reaped, outside the lock.
+        drop(idle);
     }
 
     fn child_failed(&self, _error: ZygoteError) {
-        if let Ok(mut state) = self.state.lock() {
-            state.filling = state.filling.saturating_sub(1);
-        }
+        let mut state = lock(&self.state);
+        state.filling = state.filling.saturating_sub(1);
     }
 }
 

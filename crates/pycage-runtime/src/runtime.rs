@@ -142,6 +142,8 @@ impl RunRequest {
 
 struct Shared {
     config: Arc<RuntimeConfig>,
+    /// Reaps this runtime's children dropped while dying.
+    reaper: Arc<crate::spawn::Reaper>,
     /// This runtime's scan of `/proc` (see `watchdog`), shared by its runs.
     scan: Arc<crate::watchdog::ScanCache>,
     /// Children forked from a zygote, when runs use one.
@@ -245,6 +247,7 @@ impl Runtime {
                 cleanup,
                 config: Arc::new(config),
                 scan: Arc::new(crate::watchdog::ScanCache::default()),
+                reaper: Arc::new(crate::spawn::Reaper::new()),
                 interpreter,
                 bootstrap,
                 shutdown: CancellationToken::new(),
@@ -427,7 +430,7 @@ impl Runtime {
         // Nothing is exec'd: the supervisor and init never return from the
         // hook, and `spawn` returns once both have closed every descriptor,
         // after their handoffs.
-        let supervisor = spawn_sandboxed(layout, &prepared, guards)?;
+        let supervisor = spawn_sandboxed(layout, &prepared, guards, &shared.reaper)?;
         let handoff = prepared.take_handoff();
         let join = prepared.take_join().ok_or_else(|| {
             SpawnError::Sandbox(prepared.take_child_failure().map(pycage_sandbox::SandboxError::Child).unwrap_or_else(
@@ -494,12 +497,13 @@ impl Runtime {
                 run_dir: Some(Arc::clone(&dir)),
                 guards: Vec::new(),
                 pre_exec: None,
+                reaper: Arc::clone(&shared.reaper),
             })?;
             return Ok((worker, RunSite::Host(dir)));
         };
         let (prepared, guards) = self.prepare_sandbox(layout, inputs)?;
         let prepared = Arc::new(prepared);
-        let worker = spawn_sandboxed(layout, &prepared, guards)?;
+        let worker = spawn_sandboxed(layout, &prepared, guards, &shared.reaper)?;
         Ok((worker, RunSite::sandboxed(&prepared)))
     }
 
@@ -542,9 +546,11 @@ impl Runtime {
         // take a while to die. Shutdown returns once they are reaped, or
         // after a bound: a process stuck in the kernel must not hang it.
         let bound = Instant::now() + REAPER_WAIT;
-        while !crate::spawn::reaper::idle() && Instant::now() < bound {
+        while !self.shared.reaper.idle() && Instant::now() < bound {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
+        // Run directories are removed on the blocking pool: wait for them.
+        self.shared.run_dirs.removed().await;
     }
 }
 
@@ -593,6 +599,7 @@ fn spawn_sandboxed(
     layout: &SandboxLayout,
     prepared: &Arc<pycage_sandbox::Prepared>,
     guards: Vec<Guard>,
+    reaper: &Arc<crate::spawn::Reaper>,
 ) -> Result<Worker, SpawnError> {
     let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(prepared)));
     Worker::spawn(SpawnSpec {
@@ -605,6 +612,7 @@ fn spawn_sandboxed(
         run_dir: None,
         guards,
         pre_exec: Some(hook),
+        reaper: Arc::clone(reaper),
     })
 }
 

@@ -136,6 +136,8 @@ pub(crate) struct Worker {
     /// joined (its supervisor is this host's child). Stopped and reaped
     /// with this one; its guards (lease, cgroup) go with it.
     companion: Option<Box<Worker>>,
+    /// Who reaps the child if it is dropped still dying (exec'd children).
+    reaper: Option<Arc<Reaper>>,
     /// Dropped after the child is reaped (a uid lease, ...).
     _guards: Vec<Guard>,
 }
@@ -167,6 +169,8 @@ pub(crate) struct SpawnSpec<'a> {
     pub run_dir: Option<Arc<RunDir>>,
     pub guards: Vec<Guard>,
     pub pre_exec: Option<Arc<dyn PreExec>>,
+    /// The runtime's reaper.
+    pub reaper: Arc<Reaper>,
 }
 
 /// The `-c` program that puts `bootstrap_dir` on `sys.path` and runs
@@ -261,6 +265,7 @@ impl Worker {
             parent: Parent::Host,
             run_dir: spec.run_dir,
             companion: None,
+            reaper: Some(spec.reaper),
             _guards: spec.guards,
         };
         let pidfd = Pid::from_raw(pid)
@@ -290,6 +295,7 @@ impl Worker {
             parent: Parent::Zygote { zygote, id: spawned.id },
             run_dir: run_dir.map(Arc::new),
             companion: companion.map(Box::new),
+            reaper: None,
             _guards: Vec::new(),
         };
         rustix::io::ioctl_fionbio(&spawned.pidfd, true).map_err(|e| SpawnError::Channel(e.into()))?;
@@ -417,7 +423,14 @@ impl Drop for Worker {
         match &self.parent {
             Parent::Host => {
                 if wait4(self.pid, libc::WNOHANG).is_none() {
-                    reaper::adopt(self.pid);
+                    match &self.reaper {
+                        Some(reaper) => reaper.adopt(self.pid),
+                        // Cannot happen (exec'd workers have one); the
+                        // child is dying of SIGKILL: wait on this thread.
+                        None => {
+                            let _ = wait4(self.pid, 0);
+                        }
+                    }
                 }
             }
             Parent::Zygote { zygote, id } => zygote.reap_later(*id),
@@ -453,7 +466,7 @@ impl Spawner {
             let _entered = handle.as_ref().map(tokio::runtime::Handle::enter);
             job();
         });
-        self.jobs.lock().is_ok_and(|tx| tx.send(job).is_ok())
+        crate::sync::lock(&self.jobs).send(job).is_ok()
     }
 
     /// Runs `job` on the spawner thread and waits for its result.
@@ -468,45 +481,54 @@ impl Spawner {
     }
 }
 
-/// One thread that reaps killed children nobody waits for anymore.
-pub(crate) mod reaper {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::mpsc::{channel, Sender};
-    use std::sync::{Mutex, OnceLock};
+/// One runtime's thread that reaps killed children nobody waits for
+/// anymore (a worker dropped while its child was still dying). Each
+/// runtime has its own, so one runtime's shutdown never waits on another's
+/// children.
+pub(crate) struct Reaper {
+    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<i32>>>,
+    /// Children handed over and not reaped yet.
+    pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
 
-    static REAPER: OnceLock<Mutex<Sender<i32>>> = OnceLock::new();
-    /// Children handed over and not reaped yet (by every runtime of this
-    /// process: the thread is shared).
-    static PENDING: AtomicUsize = AtomicUsize::new(0);
+impl Reaper {
+    /// A reaper; its thread starts with the first child handed over.
+    pub(crate) fn new() -> Reaper {
+        Reaper { tx: std::sync::Mutex::new(None), pending: std::sync::Arc::default() }
+    }
 
     /// Reaps `pid` (already sent SIGKILL) in the background.
-    pub(crate) fn adopt(pid: i32) {
-        let tx = REAPER.get_or_init(|| {
-            let (tx, rx) = channel::<i32>();
+    pub(crate) fn adopt(&self, pid: i32) {
+        use std::sync::atomic::Ordering;
+        let mut tx = crate::sync::lock(&self.tx);
+        if tx.is_none() {
+            let (sender, rx) = std::sync::mpsc::channel::<i32>();
+            let pending = std::sync::Arc::clone(&self.pending);
             let spawned = std::thread::Builder::new().name("pycage-reaper".into()).spawn(move || {
                 for pid in rx {
                     // Blocks only this thread, until the killed child is gone.
-                    let _ = super::wait4(pid, 0);
-                    PENDING.fetch_sub(1, Ordering::AcqRel);
+                    let _ = wait4(pid, 0);
+                    pending.fetch_sub(1, Ordering::AcqRel);
                 }
             });
             if spawned.is_err() {
                 // No thread: the zombie stays until the host exits; nothing
                 // better can be done without blocking the caller.
+                return;
             }
-            Mutex::new(tx)
-        });
-        if let Ok(tx) = tx.lock() {
-            PENDING.fetch_add(1, Ordering::AcqRel);
-            if tx.send(pid).is_err() {
-                PENDING.fetch_sub(1, Ordering::AcqRel);
+            *tx = Some(sender);
+        }
+        if let Some(sender) = tx.as_ref() {
+            self.pending.fetch_add(1, Ordering::AcqRel);
+            if sender.send(pid).is_err() {
+                self.pending.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
 
     /// Whether every child handed over has been reaped.
-    pub(crate) fn idle() -> bool {
-        PENDING.load(Ordering::Acquire) == 0
+    pub(crate) fn idle(&self) -> bool {
+        self.pending.load(std::sync::atomic::Ordering::Acquire) == 0
     }
 }
 

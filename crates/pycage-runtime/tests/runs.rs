@@ -490,7 +490,8 @@ async fn bad_interpreters_fail_at_construction() {
     let mut c = config();
     c.python = Some("/nonexistent/python3".into());
     let e = Runtime::new(c).err().unwrap();
-    assert!(e.to_string().contains("--python"), "{e}");
+    assert!(e.to_string().contains("RuntimeConfig::python"), "{e}");
+    assert!(!e.to_string().contains("--python"), "library messages name the setting, not a flag: {e}");
     let mut c = config();
     c.cpu_seconds = 0;
     assert!(matches!(Runtime::new(c), Err(RuntimeError::Config(_))));
