@@ -378,7 +378,7 @@ impl RunDirs {
     pub fn create(&self) -> io::Result<RunDir> {
         let mut dir = RunDir::create(&self.parent, "run", &self.owner, Arc::clone(&self.log))?;
         dir.pending = Some(Arc::clone(&self.pending));
-        std::fs::create_dir(dir.path().join(crate::site::OUTPUT_DIR_NAME))?;
+        std::fs::create_dir(dir.path().join(crate::files::OUTPUT_DIR_NAME))?;
         Ok(dir)
     }
 }

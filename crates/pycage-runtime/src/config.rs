@@ -118,7 +118,7 @@ pub struct RuntimeConfig {
     /// starts when they leave the queue.
     pub max_concurrent_runs: usize,
     /// Where root-host uid leases are kept (default
-    /// [`crate::lease::DEFAULT_LEASE_DIR`]); must be root's, writable by no
+    /// `lease::DEFAULT_LEASE_DIR`); must be root's, writable by no
     /// one else.
     pub uid_lease_dir: Option<PathBuf>,
     /// Size of a sandboxed run's tmpfs: its working directory, `/tmp` and

@@ -12,37 +12,8 @@ use std::path::PathBuf;
 
 use crate::config::ConfigError;
 use crate::interpreter::InterpreterError;
-
-/// A setting an error message may tell the reader to change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Setting {
-    /// The interpreter (`RuntimeConfig::python`).
-    Python,
-    /// Process isolation instead of the sandbox (`Isolation::Process`).
-    ProcessIsolation,
-    /// An extra read-only path (`RuntimeConfig::allow_read`).
-    AllowRead,
-}
-
-/// How one interface names settings in its messages.
-pub trait Spelling {
-    /// The setting as a reader of this interface would write it.
-    fn setting(&self, setting: Setting) -> &'static str;
-}
-
-/// The library's own spelling (Rust names).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RustSpelling;
-
-impl Spelling for RustSpelling {
-    fn setting(&self, setting: Setting) -> &'static str {
-        match setting {
-            Setting::Python => "RuntimeConfig::python",
-            Setting::ProcessIsolation => "RuntimeConfig::isolation = Isolation::Process",
-            Setting::AllowRead => "RuntimeConfig::allow_read",
-        }
-    }
-}
+use crate::names::NameError;
+pub use crate::spelling::{RustSpelling, Setting, Spelling};
 
 /// A path given to expose read-only to sandboxed runs that cannot be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -95,6 +66,20 @@ impl RuntimeError {
             other => other.to_string(),
         }
     }
+}
+
+/// Caller misuse: the only `Err` a run returns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MisuseError {
+    #[error("invalid bindings: {0}")]
+    Names(#[from] NameError),
+    #[error("the runtime was shut down; create a new one to run more programs")]
+    ShutDown,
+    #[error("invalid input: {0}")]
+    Input(String),
+    /// A run's own budget ([`crate::RunLimits`]) the runtime would refuse.
+    #[error("invalid run limits: {0}")]
+    Limits(#[from] ConfigError),
 }
 
 #[cfg(test)]

@@ -17,6 +17,11 @@
 //! `2 * max_depth`. A file that grows while it is copied is cut at the size
 //! `fstat` reported.
 
+/// The directory, inside the run's working directory, whose files are
+/// copied to the caller's output directory when the run settles. It exists
+/// (empty) when the program starts.
+pub const OUTPUT_DIR_NAME: &str = "out";
+
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use pycage_protocol::{JsonValue, Kind};
 
-use crate::error::{RustSpelling, Setting, Spelling};
+use crate::spelling::{RustSpelling, Setting, Spelling};
 
 /// Oldest CPython the bootstrap supports.
 pub const MIN_VERSION: (u64, u64) = (3, 10);

@@ -35,12 +35,28 @@
 //!
 //! # Layers
 //!
-//! [`config`] (validated budgets), [`interpreter`] (resolving and probing
-//! CPython once; the probe cache), [`names`] (the portable identifier
-//! rules), `spawn` (fork/exec, fd 3, kill and reap), `zygote` and `pool`
-//! (the fork server and the children forked ahead of demand), `run` (a
-//! sans-I/O protocol machine and its driver) and [`ledger`] (logs). The
-//! Python side is embedded from `python/pycage/`.
+//! Each module uses only those listed before it (no module imports a
+//! higher one, and none imports from the crate root):
+//!
+//! 1. Leaves: `sync` (locks that survive a panic elsewhere), `spelling`,
+//!    `process` (signals, pidfds, `wait4`, a runtime's reaper thread, what a
+//!    forked child does before exec), `bindings`, [`config`] (validated
+//!    budgets), [`files`], [`ledger`] (logs), `channel` (reading fd 3),
+//!    [`lease`], [`names`] (the portable identifier rules), `outcome`
+//!    (results, failure kinds, events), [`watchdog`] (run-wide CPU and
+//!    memory).
+//! 2. [`interpreter`] and `probe_cache` (resolving and probing CPython
+//!    once; the embedded bootstrap), `error`, [`cleanup`] (run directories),
+//!    `request` (what a caller asks of a run).
+//! 3. `launch`: every way a run's process is made (exec, exec into a
+//!    sandbox, the zygote, its pool and the sandbox shells its children
+//!    join), with typed errors.
+//! 4. `run`: a sans-I/O protocol machine and the driver around it.
+//! 5. `lifecycle`: the one run sequence (admission, a worker, execution,
+//!    settling, output, refill) and the `Core` every run of a runtime shares.
+//! 6. `session` and `runtime`: the public API, handles on one `Core`.
+//!
+//! The Python side is embedded from `python/pycage/`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod bindings;
@@ -50,150 +66,36 @@ pub mod config;
 mod error;
 pub mod files;
 pub mod interpreter;
+mod launch;
 pub mod lease;
 pub mod ledger;
 mod lifecycle;
 pub mod names;
-mod pool;
+mod outcome;
 mod probe_cache;
 mod process;
+mod request;
 mod run;
 mod runtime;
 mod session;
-mod site;
-mod spawn;
+mod spelling;
 mod sync;
 pub mod watchdog;
-mod zygote;
 
 pub use bindings::{Binding, BindingError, BindingFuture, CallContext, ErrorClass, Namespace, RunId};
 pub use cleanup::CleanupFailure;
 pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
-pub use error::{AllowReadError, RuntimeError, RustSpelling, Setting, Spelling};
+pub use error::{AllowReadError, RuntimeError};
 pub use files::{CopiedFile, CopyReport, Skipped};
 pub use interpreter::{Interpreter, InterpreterError};
+pub use launch::site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
+pub use launch::spawn::{SpawnError, StartError};
+pub use launch::zygote::ZygoteError;
 pub use names::NameError;
+pub use outcome::{FailureKind, RunEvent, RunFailure, RunResult};
 pub use probe_cache::default_cache_dir;
 pub use pycage_protocol::JsonValue;
 pub use runtime::{MisuseError, RunLimits, RunRequest, Runtime};
 pub use session::{Session, SessionError, SessionOptions, SessionRun};
-pub use site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
-pub use spawn::{SpawnError, StartError};
+pub use spelling::{RustSpelling, Setting, Spelling};
 pub use tokio_util::sync::CancellationToken;
-pub use zygote::ZygoteError;
-
-/// Why a run failed. The kinds are orthogonal (`docs/semantics.md`, "Outcomes").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FailureKind {
-    /// The program raised, or failed to compile.
-    Exception,
-    /// A wall-clock or CPU budget expired (the message says which).
-    Timeout,
-    /// The caller cancelled, or the runtime shut down.
-    Abort,
-    /// The process died without settling.
-    WorkerExit,
-    /// The return value is not JSON that can cross losslessly.
-    InvalidOutput,
-    /// A value, line or control-traffic budget was exceeded.
-    OutputLimit,
-}
-
-impl FailureKind {
-    /// The wire / JSON spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureKind::Exception => "exception",
-            FailureKind::Timeout => "timeout",
-            FailureKind::Abort => "abort",
-            FailureKind::WorkerExit => "worker-exit",
-            FailureKind::InvalidOutput => "invalid-output",
-            FailureKind::OutputLimit => "output-limit",
-        }
-    }
-}
-
-impl std::fmt::Display for FailureKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A failed run's kind and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunFailure {
-    pub kind: FailureKind,
-    pub message: String,
-}
-
-/// Every outcome of a run. When `error` is set, `value` is `None`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunResult {
-    /// The program's value: its top-level `return`, or else its final
-    /// expression statement unless that is `None`; `None` when it has none.
-    pub value: Option<JsonValue>,
-    /// Output lines, without trailing newlines: Python-level output (sent as
-    /// `log` frames) in the order written, raw fd 1/fd 2 output in the order
-    /// written, and the two channels interleaved in arrival order.
-    pub logs: Vec<String>,
-    pub error: Option<RunFailure>,
-    /// Frames from the child that failed validation and were dropped.
-    pub dropped_frames: u64,
-    /// What was copied from the run's `out/` directory, when the request
-    /// named an output directory ([`RunRequest::output_dir`]).
-    pub output: Option<CopyReport>,
-}
-
-impl RunResult {
-    pub(crate) fn failed(kind: FailureKind, message: String, logs: Vec<String>) -> Self {
-        RunResult { logs, error: Some(RunFailure { kind, message }), ..RunResult::default() }
-    }
-
-    /// The result as one JSON object: `value` (absent when none), `logs`,
-    /// `output` (only when an output directory was requested: `files`
-    /// `[{path, bytes}]`, `skipped` `[{path, reason}]`, `bytes`,
-    /// `truncated`), `error` `{kind, message}` (absent on success).
-    pub fn to_json(&self) -> JsonValue {
-        let mut b = pycage_protocol::JsonBuilder::new();
-        // Each step is valid by construction; errors are impossible here.
-        let _ = (|| -> Result<(), pycage_protocol::BuildError> {
-            b.begin_object()?;
-            if let Some(v) = &self.value {
-                b.key("value")?;
-                b.value(v.root())?;
-            }
-            b.key("logs")?;
-            b.begin_array()?;
-            for l in &self.logs {
-                b.string(l)?;
-            }
-            b.end()?;
-            if let Some(output) = &self.output {
-                b.key("output")?;
-                output.write_json(&mut b)?;
-            }
-            if let Some(e) = &self.error {
-                b.key("error")?;
-                b.begin_object()?;
-                b.key("kind")?;
-                b.string(e.kind.as_str())?;
-                b.key("message")?;
-                b.string(&e.message)?;
-                b.end()?;
-            }
-            b.end()
-        })();
-        b.finish().unwrap_or_else(|_| JsonValue::null())
-    }
-}
-
-/// What a run reports while it is in flight.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunEvent {
-    /// One complete log line.
-    Log(String),
-    /// The program called a binding.
-    Call { id: u64, global: String, name: String, args: JsonValue },
-    /// A call finished: `error` is the rejection message, if any.
-    CallFinished { id: u64, error: Option<String> },
-}

@@ -27,15 +27,84 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::bindings::{Namespace, RunId};
 use crate::config::RuntimeConfig;
+use crate::error::RuntimeError;
+use crate::launch::site::{self, RunSite};
+use crate::launch::spawn::Worker;
+use crate::launch::Launcher;
+use crate::outcome::{FailureKind, RunEvent, RunResult};
 use crate::run::{self, ChildAfter, Opening, RunMachine};
-use crate::runtime::Runtime;
-use crate::site::{self, RunSite};
-use crate::spawn::Worker;
 use crate::watchdog::{Budget, Scope};
-use crate::{FailureKind, RunEvent, RunResult};
+
+/// What every run of a runtime shares: its launcher, its admission queue,
+/// its shutdown and the tasks shutdown waits for. The public `Runtime` and
+/// `Session` are handles on one.
+pub(crate) struct Core {
+    pub(crate) config: Arc<RuntimeConfig>,
+    pub(crate) launcher: Launcher,
+    /// FIFO admission of runs (`max_concurrent_runs`).
+    admission: tokio::sync::Semaphore,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    /// This runtime's scan of `/proc` (see `watchdog`), shared by its runs.
+    scan: Arc<crate::watchdog::ScanCache>,
+}
+
+impl Core {
+    pub(crate) fn new(config: RuntimeConfig) -> Result<Core, RuntimeError> {
+        config.validate()?;
+        let config = Arc::new(config);
+        Ok(Core {
+            launcher: Launcher::new(Arc::clone(&config))?,
+            admission: tokio::sync::Semaphore::new(config.max_concurrent_runs),
+            config,
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            scan: Arc::new(crate::watchdog::ScanCache::default()),
+        })
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shutdown.is_cancelled() || self.tracker.is_closed()
+    }
+
+    pub(crate) fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Tasks shutdown waits for.
+    pub(crate) fn background(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
+    pub(crate) fn sandboxed(&self) -> bool {
+        self.launcher.sandboxed()
+    }
+
+    pub(crate) fn scan_cache(&self) -> Arc<crate::watchdog::ScanCache> {
+        Arc::clone(&self.scan)
+    }
+
+    /// Tops the zygote's pool up after a run (off the run's critical path);
+    /// not once shutdown has begun (the children would be killed unused).
+    pub(crate) fn refill_pool(&self) {
+        if !self.shutdown.is_cancelled() {
+            self.launcher.refill();
+        }
+    }
+
+    /// Settles every in-flight run as `abort`, waits for their children,
+    /// then closes the launcher (zygotes, reaper, run directories).
+    pub(crate) async fn shutdown(&self) {
+        self.tracker.close();
+        self.shutdown.cancel();
+        self.tracker.wait().await;
+        self.launcher.close().await;
+    }
+}
 
 /// What one run needs, whatever keeps its worker.
 pub(crate) struct Plan {
@@ -96,7 +165,7 @@ fn settled(kind: FailureKind, message: impl Into<String>) -> Outcome {
 }
 
 /// Runs `plan` through the whole sequence (see the module docs).
-pub(crate) async fn run(rt: &Runtime, plan: Plan, keep: Keep<'_>) -> Outcome {
+pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     let Plan { program, bindings, cancel, stop, events, inputs, output_dir, config } = plan;
     // Held until the run (and its child) is settled; shutdown waits on it.
     let _token = rt.background().token();
@@ -109,7 +178,7 @@ pub(crate) async fn run(rt: &Runtime, plan: Plan, keep: Keep<'_>) -> Outcome {
             return settled(FailureKind::Abort, "the run was cancelled by the caller before it started");
         }
         _ = stop.cancelled() => return settled(FailureKind::Abort, stop_message(rt)),
-        permit = rt.admission().acquire() => match permit {
+        permit = rt.admission.acquire() => match permit {
             Ok(p) => p,
             Err(_) => return settled(FailureKind::Abort, stop_message(rt)),
         },
@@ -135,7 +204,7 @@ pub(crate) async fn run(rt: &Runtime, plan: Plan, keep: Keep<'_>) -> Outcome {
             _ = tokio::time::sleep_until(deadline) => {
                 return settled(FailureKind::Timeout, format!("{} before a process could be started", wall_exceeded()));
             }
-            taken = rt.take_worker(&inputs) => taken,
+            taken = rt.launcher.take_worker(&inputs) => taken,
         };
         match taken {
             Ok(w) => fresh = Some(w),
@@ -214,7 +283,7 @@ pub(crate) async fn run(rt: &Runtime, plan: Plan, keep: Keep<'_>) -> Outcome {
 }
 
 /// Why a stopped run was stopped.
-fn stop_message(rt: &Runtime) -> &'static str {
+fn stop_message(rt: &Core) -> &'static str {
     if rt.is_shut_down() {
         "the runtime was shut down"
     } else {

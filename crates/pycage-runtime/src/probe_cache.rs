@@ -27,10 +27,18 @@
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
+/// The Python package shipped inside the binary.
+pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
+    ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
+    ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
+    ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
+    ("script.py", include_str!("../../../python/pycage/script.py")),
+    ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
+];
+
 use pycage_protocol::{JsonBuilder, JsonValue, Kind};
 
 use crate::interpreter::{self, Interpreter, InterpreterError};
-use crate::runtime::PYTHON_FILES;
 
 /// The bootstrap directory a runtime uses.
 pub(crate) enum BootstrapDir {

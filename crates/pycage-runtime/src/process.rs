@@ -1,5 +1,7 @@
-//! Small, safe wrappers for signalling and inspecting processes: the leaf
-//! every other module uses to reach a run's processes.
+//! Small, safe wrappers around processes: signalling and inspecting them,
+//! reaping them (`wait4`, and a runtime's reaper thread), and what a forked
+//! child does before exec (its fd 3, close-on-exec, death signal). The leaf
+//! every module that makes or ends a process uses.
 //!
 //! # Never signal a stranger
 //!
@@ -16,7 +18,12 @@
 //! as the descriptor is open. The rest of a sandboxed run is reached
 //! through its PID namespace, whose init is the host's own child.
 
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
 
@@ -53,6 +60,186 @@ pub(crate) fn state(pid: i32) -> Option<char> {
     // The name may hold spaces and parentheses: the state follows the last `)`.
     let (_, rest) = stat.rsplit_once(')')?;
     rest.split_whitespace().next()?.chars().next()
+}
+
+/// How a reaped child ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Exit {
+    pub status: ExitStatus,
+    /// User plus system CPU time of the child (and its reaped descendants).
+    pub cpu: Duration,
+}
+
+/// The `-c` program that puts `bootstrap_dir` on `sys.path` and runs
+/// `module.main()` (`pycage.bootstrap` or `pycage.zygote`).
+pub(crate) fn loader(bootstrap_dir: &Path, module: &str) -> String {
+    let mut quoted = Vec::new();
+    pycage_protocol::write_json_string(&mut quoted, &bootstrap_dir.to_string_lossy());
+    format!("import sys; sys.path.insert(0, {}); from {module} import main; main()", String::from_utf8_lossy(&quoted))
+}
+
+/// One runtime's thread that reaps killed children nobody waits for
+/// anymore (a worker dropped while its child was still dying). Each
+/// runtime has its own, so one runtime's shutdown never waits on another's
+/// children.
+pub(crate) struct Reaper {
+    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<i32>>>,
+    /// Children handed over and not reaped yet.
+    pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Reaper {
+    /// A reaper; its thread starts with the first child handed over.
+    pub(crate) fn new() -> Reaper {
+        Reaper { tx: std::sync::Mutex::new(None), pending: std::sync::Arc::default() }
+    }
+
+    /// Reaps `pid` (already sent SIGKILL) in the background.
+    pub(crate) fn adopt(&self, pid: i32) {
+        use std::sync::atomic::Ordering;
+        let mut tx = crate::sync::lock(&self.tx);
+        if tx.is_none() {
+            let (sender, rx) = std::sync::mpsc::channel::<i32>();
+            let pending = std::sync::Arc::clone(&self.pending);
+            let spawned = std::thread::Builder::new().name("pycage-reaper".into()).spawn(move || {
+                for pid in rx {
+                    // Blocks only this thread, until the killed child is gone.
+                    let _ = wait4(pid, 0);
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                }
+            });
+            if spawned.is_err() {
+                // No thread: the zombie stays until the host exits; nothing
+                // better can be done without blocking the caller.
+                return;
+            }
+            *tx = Some(sender);
+        }
+        if let Some(sender) = tx.as_ref() {
+            self.pending.fetch_add(1, Ordering::AcqRel);
+            if sender.send(pid).is_err() {
+                self.pending.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Whether every child handed over has been reaped.
+    pub(crate) fn idle(&self) -> bool {
+        self.pending.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+}
+
+/// `wait4` on `pid`: `Some` once reaped. With `WNOHANG`, `None` while it
+/// still runs; `ECHILD` (someone else reaped it, which should not happen)
+/// reads as a kill.
+pub(crate) fn wait4(pid: i32, flags: libc::c_int) -> Option<Exit> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: both pointers are to live locals of the right types; wait4
+        // only writes through them.
+        let r = unsafe { libc::wait4(pid, &mut status, flags, &mut usage) };
+        if r == pid {
+            let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+            return Some(Exit { status: ExitStatus::from_raw(status), cpu: tv(usage.ru_utime) + tv(usage.ru_stime) });
+        }
+        if r == 0 {
+            return None;
+        }
+        if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return Some(Exit { status: ExitStatus::from_raw(libc::SIGKILL), cpu: Duration::ZERO });
+    }
+}
+
+/// Blocking `wait4` for a child known to be dead or dying (a dedicated
+/// thread's use only).
+pub(crate) fn wait4_blocking(pid: i32) -> Option<Exit> {
+    wait4(pid, 0)
+}
+
+/// Makes `fd` the child's fd 3, inheritable across exec.
+pub(crate) fn install_fd3(fd: i32) -> io::Result<()> {
+    let target = pycage_protocol::PROTOCOL_FD;
+    if fd == target {
+        // dup2 onto itself keeps FD_CLOEXEC: clear it instead.
+        // SAFETY: fcntl on an fd we own in this (forked) process; async-signal-safe.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        return Ok(());
+    }
+    // SAFETY: dup2 is async-signal-safe; both fds are valid in the child, and
+    // the new fd 3 is created without FD_CLOEXEC.
+    if unsafe { libc::dup2(fd, target) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Marks every descriptor above fd 3 close-on-exec, so nothing the host
+/// holds without `O_CLOEXEC` (cargo's jobserver pipes, a C library's files)
+/// reaches the child. Async-signal-safe; no allocation.
+pub(crate) fn cloexec_above_fd3() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    let first = pycage_protocol::PROTOCOL_FD as libc::c_uint + 1;
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on
+    // descriptors; nothing is closed and no memory is passed.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) };
+    if ret == 0 {
+        return;
+    }
+    // Kernels before 5.11: one fcntl per descriptor up to the soft limit
+    // (capped: a huge limit would make every spawn slow).
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(65_536).min(65_536);
+    for fd in first..limit as libc::c_uint {
+        // SAFETY: fcntl on a descriptor number that may or may not be open;
+        // EBADF is harmless, and setting FD_CLOEXEC changes nothing else.
+        unsafe { libc::fcntl(fd as libc::c_int, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
+/// `PR_SET_PDEATHSIG(SIGKILL)`, then checks the parent did not die before
+/// the call took effect (the signal would never come).
+pub(crate) fn die_with_parent(parent: Pid) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments is async-signal-safe.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if rustix::process::getppid() != Some(parent) {
+        // SAFETY: _exit is async-signal-safe and ends this forked child.
+        unsafe { libc::_exit(127) };
+    }
+    Ok(())
+}
+
+/// A readable description of a wait status.
+pub(crate) fn describe_status(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        format!("exited with status {code}")
+    } else if let Some(sig) = status.signal() {
+        format!("was killed by signal {sig} ({})", signal_name(sig))
+    } else {
+        format!("ended with wait status {status}")
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGINT => "SIGINT",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGHUP => "SIGHUP",
+        _ => "signal",
+    }
 }
 
 #[cfg(test)]

@@ -1,278 +1,49 @@
-//! The [`Runtime`]: construction (probe, bootstrap files), runs, shutdown.
+//! The [`Runtime`]: construction and the public API (runs, sessions,
+//! shutdown). What a run does is `crate::lifecycle`'s; how its process is
+//! made is `crate::launch`'s.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::bindings::Namespace;
-use crate::cleanup::{CleanupFailure, CleanupLog, RunDirs};
-use crate::config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
-pub use crate::error::RuntimeError;
+use crate::cleanup::CleanupFailure;
+use crate::config::{RuntimeConfig, SpawnMode};
+pub use crate::error::{MisuseError, RuntimeError};
 use crate::interpreter::Interpreter;
-use crate::names::{self, NameError};
-use crate::pool::{Pool, PoolConfig, Shell, Shells};
-use crate::probe_cache::{self, BootstrapDir, PrepareError};
+use crate::launch::site;
+use crate::lifecycle::{Core, Keep, Plan};
+use crate::names;
+use crate::outcome::{RunEvent, RunResult};
+pub use crate::request::{RunLimits, RunRequest};
 use crate::session::{Session, SessionOptions};
-use crate::site::{self, RunSite, SandboxLayout};
-use crate::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Spawner, StartError, Worker};
-use crate::{RunEvent, RunResult};
-
-/// The Python package shipped inside the binary.
-pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
-    ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
-    ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
-    ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
-    ("script.py", include_str!("../../../python/pycage/script.py")),
-    ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
-];
-
-/// Caller misuse: the only `Err` a run returns.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MisuseError {
-    #[error("invalid bindings: {0}")]
-    Names(#[from] NameError),
-    #[error("the runtime was shut down; create a new one to run more programs")]
-    ShutDown,
-    #[error("invalid input: {0}")]
-    Input(String),
-    /// A run's own budget ([`RunLimits`]) the runtime would refuse.
-    #[error("invalid run limits: {0}")]
-    Limits(#[from] ConfigError),
-}
-
-/// One program and its bindings.
-#[derive(Debug, Clone, Default)]
-pub struct RunRequest {
-    pub program: String,
-    pub bindings: Vec<Namespace>,
-    /// Cancelling it settles the run as `abort`, keeping logs so far.
-    pub cancel: Option<CancellationToken>,
-    /// Host files or directories the program reads: each appears read-only
-    /// in its working directory under its base name (relative paths are
-    /// taken from the current directory).
-    pub inputs: Vec<PathBuf>,
-    /// Where to copy what the program leaves in its `out/` directory when
-    /// the run settles (created if missing; at most
-    /// `RuntimeConfig::max_output_bytes`; symlinks and special files are
-    /// never followed or copied). The report is `RunResult::output`.
-    pub output_dir: Option<PathBuf>,
-    /// This run's own budgets, where they differ from the runtime's.
-    pub limits: RunLimits,
-}
-
-/// Budgets of one run that override the runtime's (`None` keeps the
-/// runtime's). Checked like the configuration: a value the runtime would
-/// refuse is a [`MisuseError::Limits`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RunLimits {
-    /// [`RuntimeConfig::wall_time`].
-    pub wall_time: Option<std::time::Duration>,
-    /// [`RuntimeConfig::cpu_seconds`].
-    pub cpu_seconds: Option<u64>,
-    /// [`RuntimeConfig::address_space_bytes`]: the run's memory budget.
-    pub memory_bytes: Option<u64>,
-}
-
-impl RunLimits {
-    /// Whether nothing is overridden.
-    pub fn is_empty(&self) -> bool {
-        *self == RunLimits::default()
-    }
-
-    /// `config` with these overrides, checked.
-    pub(crate) fn apply(&self, config: &Arc<RuntimeConfig>) -> Result<Arc<RuntimeConfig>, ConfigError> {
-        if self.is_empty() {
-            return Ok(Arc::clone(config));
-        }
-        let mut c = RuntimeConfig::clone(config);
-        if let Some(wall) = self.wall_time {
-            c.wall_time = wall;
-        }
-        if let Some(cpu) = self.cpu_seconds {
-            c.cpu_seconds = cpu;
-        }
-        if let Some(memory) = self.memory_bytes {
-            c.address_space_bytes = memory;
-        }
-        c.validate()?;
-        Ok(Arc::new(c))
-    }
-}
-
-impl RunRequest {
-    /// A request with no bindings.
-    pub fn new(program: impl Into<String>) -> Self {
-        RunRequest { program: program.into(), ..RunRequest::default() }
-    }
-
-    /// Adds an input file or directory.
-    pub fn with_input(mut self, path: impl Into<PathBuf>) -> Self {
-        self.inputs.push(path.into());
-        self
-    }
-
-    /// Sets the output directory.
-    pub fn with_output_dir(mut self, path: impl Into<PathBuf>) -> Self {
-        self.output_dir = Some(path.into());
-        self
-    }
-
-    /// Adds a namespace.
-    pub fn with_namespace(mut self, ns: Namespace) -> Self {
-        self.bindings.push(ns);
-        self
-    }
-
-    /// Sets the cancel token.
-    pub fn with_cancel(mut self, token: CancellationToken) -> Self {
-        self.cancel = Some(token);
-        self
-    }
-
-    /// Sets this run's own budgets.
-    pub fn with_limits(mut self, limits: RunLimits) -> Self {
-        self.limits = limits;
-        self
-    }
-}
-
-struct Shared {
-    config: Arc<RuntimeConfig>,
-    /// Reaps this runtime's children dropped while dying.
-    reaper: Arc<crate::spawn::Reaper>,
-    /// This runtime's scan of `/proc` (see `watchdog`), shared by its runs.
-    scan: Arc<crate::watchdog::ScanCache>,
-    /// Children forked from a zygote, when runs use one.
-    pool: Option<Pool>,
-    /// Why runs use `exec` although the configuration asks for a zygote.
-    spawn_fallback: Option<String>,
-    /// FIFO admission of runs (`max_concurrent_runs`).
-    admission: tokio::sync::Semaphore,
-    /// What every sandboxed run sees of the host.
-    layout: Option<SandboxLayout>,
-    /// A cgroup v2 subtree delegated to pycage, if any: each sandboxed run
-    /// gets a child of it with its budgets.
-    cgroup: Option<pycage_sandbox::cgroup::Cgroup>,
-    /// Names run cgroups.
-    next_cgroup: std::sync::atomic::AtomicU64,
-    /// Process isolation's run directories (and this runtime's owner lock).
-    run_dirs: Arc<RunDirs>,
-    cleanup: Arc<CleanupLog>,
-    interpreter: Interpreter,
-    bootstrap: BootstrapDir,
-    shutdown: CancellationToken,
-    tracker: TaskTracker,
-}
 
 /// Runs programs; cheap to clone (clones share children and shutdown).
 #[derive(Clone)]
 pub struct Runtime {
-    shared: Arc<Shared>,
+    core: Arc<Core>,
 }
 
 impl Runtime {
     /// Validates the configuration, probes the interpreter and installs the
     /// bootstrap. Fails here, not at the first run, when something is wrong.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
-        config.validate()?;
-        let (interpreter, bootstrap) = probe_cache::prepare(config.python.as_deref(), config.cache_dir.as_deref())
-            .map_err(|e| match e {
-                PrepareError::Interpreter(e) => RuntimeError::Interpreter(e),
-                PrepareError::Write(e) => RuntimeError::Bootstrap(e),
-                PrepareError::Import { python, stderr } => RuntimeError::BootstrapImport { python, stderr },
-            })?;
-        let (layout, cgroup) = match config.isolation {
-            Isolation::Process => (None, None),
-            Isolation::Sandbox => {
-                let (layout, cgroup) = sandbox_layout(&config, &interpreter, bootstrap.path())?;
-                (Some(layout), cgroup)
-            }
-        };
-        // Directories left by pycage processes that died without cleaning
-        // up are swept here; this runtime's own are named for its lock.
-        let cleanup = Arc::new(CleanupLog::default());
-        let parent = config.run_dir_parent.clone().unwrap_or_else(std::env::temp_dir);
-        let run_dirs = Arc::new(RunDirs::new(parent, Arc::clone(&cleanup)).map_err(RuntimeError::RunDirs)?);
-        let spawn_fallback = match (config.spawn, &interpreter.zygote_error) {
-            (SpawnMode::Exec, _) => None,
-            (SpawnMode::Zygote, Some(e)) => Some(format!("the zygote cannot run on this interpreter: {e}")),
-            (SpawnMode::Zygote, None) => None,
-        };
-        let use_zygote = config.spawn == SpawnMode::Zygote && spawn_fallback.is_none();
-        let spawner = match &layout {
-            Some(_) if use_zygote => Some(Arc::new(Spawner::new().map_err(RuntimeError::Spawner)?)),
-            _ => None,
-        };
-        Ok(Runtime {
-            shared: Arc::new_cyclic(|me: &std::sync::Weak<Shared>| Shared {
-                pool: use_zygote.then(|| {
-                    Pool::new(PoolConfig {
-                        python: interpreter.executable.clone(),
-                        bootstrap_dir: bootstrap.path().to_path_buf(),
-                        size: config.pool_size,
-                        zygote_max_runs: config.zygote_max_runs,
-                        zygote_max_age: config.zygote_max_age,
-                        run_dirs: Arc::clone(&run_dirs),
-                        rlimits: Vec::new(),
-                        shells: layout.as_ref().zip(spawner.as_ref()).map(|(layout, spawner)| {
-                            let me = me.clone();
-                            Shells {
-                                make: Arc::new(move || match me.upgrade() {
-                                    Some(shared) => Runtime { shared }.spawn_shell(),
-                                    None => Err(SpawnError::Channel(std::io::Error::other("the runtime is gone"))),
-                                }),
-                                spawner: Arc::clone(spawner),
-                                env: shell_env(layout),
-                                remaps: layout
-                                    .remapped
-                                    .iter()
-                                    .map(|r| {
-                                        (r.host.to_string_lossy().into_owned(), r.inside.to_string_lossy().into_owned())
-                                    })
-                                    .collect(),
-                            }
-                        }),
-                    })
-                }),
-                spawn_fallback,
-                admission: tokio::sync::Semaphore::new(config.max_concurrent_runs),
-                layout,
-                cgroup,
-                next_cgroup: std::sync::atomic::AtomicU64::new(0),
-                run_dirs,
-                cleanup,
-                config: Arc::new(config),
-                scan: Arc::new(crate::watchdog::ScanCache::default()),
-                reaper: Arc::new(crate::spawn::Reaper::new()),
-                interpreter,
-                bootstrap,
-                shutdown: CancellationToken::new(),
-                tracker: TaskTracker::new(),
-            }),
-        })
+        Ok(Runtime { core: Arc::new(Core::new(config)?) })
     }
 
     /// The configuration in force.
     pub fn config(&self) -> &RuntimeConfig {
-        &self.shared.config
+        &self.core.config
     }
 
     /// The probed interpreter.
     pub fn interpreter(&self) -> &Interpreter {
-        &self.shared.interpreter
+        self.core.launcher.interpreter()
     }
 
     /// How runs are spawned in fact: the configured mode, or `Exec` with
     /// the reason when the zygote cannot be used.
     pub fn spawn_mode(&self) -> (SpawnMode, Option<&str>) {
-        match &self.shared.spawn_fallback {
-            Some(reason) => (SpawnMode::Exec, Some(reason)),
-            None => (self.shared.config.spawn, None),
-        }
+        self.core.launcher.spawn_mode()
     }
 
     /// Directories pycage created and could not remove since the last
@@ -280,12 +51,12 @@ impl Runtime {
     /// removed when it settles; a failure never fails the run, so it is
     /// reported here.
     pub fn cleanup_failures(&self) -> Vec<CleanupFailure> {
-        self.shared.cleanup.drain()
+        self.core.launcher.cleanup().drain()
     }
 
     /// The pid of the zygote serving runs now, if there is one.
     pub fn zygote_pid(&self) -> Option<u32> {
-        self.shared.pool.as_ref().and_then(Pool::zygote_pid).and_then(|p| u32::try_from(p).ok())
+        self.core.launcher.zygote_pid().and_then(|p| u32::try_from(p).ok())
     }
 
     /// Runs one program. `Err` only for misuse; every program outcome is `Ok`.
@@ -308,89 +79,14 @@ impl Runtime {
     /// A channel for [`Runtime::run_with_events`] and
     /// [`Session::run_with`] holding `max_buffered_events` events.
     pub fn event_channel(&self) -> (mpsc::Sender<RunEvent>, mpsc::Receiver<RunEvent>) {
-        mpsc::channel(self.shared.config.max_buffered_events)
+        mpsc::channel(self.core.config.max_buffered_events)
     }
 
     /// Opens a session: one process that keeps its globals across runs.
     /// `Err` for misuse (bindings that break the name rules, a shut-down
     /// runtime). Its process is started at its first run.
     pub fn session(&self, options: SessionOptions) -> Result<Session, MisuseError> {
-        Session::open(self.clone(), options)
-    }
-
-    pub(crate) fn is_shut_down(&self) -> bool {
-        self.shared.shutdown.is_cancelled() || self.shared.tracker.is_closed()
-    }
-
-    pub(crate) fn shutdown_token(&self) -> CancellationToken {
-        self.shared.shutdown.clone()
-    }
-
-    /// Tasks shutdown waits for.
-    pub(crate) fn background(&self) -> &TaskTracker {
-        &self.shared.tracker
-    }
-
-    /// FIFO admission of runs (`max_concurrent_runs`).
-    pub(crate) fn admission(&self) -> &tokio::sync::Semaphore {
-        &self.shared.admission
-    }
-
-    /// Whether runs are sandboxed.
-    pub(crate) fn sandboxed(&self) -> bool {
-        self.shared.layout.is_some()
-    }
-
-    /// The runtime's shared scan of `/proc`.
-    pub(crate) fn scan_cache(&self) -> Arc<crate::watchdog::ScanCache> {
-        Arc::clone(&self.shared.scan)
-    }
-
-    /// The configuration, shared.
-    pub(crate) fn config_arc(&self) -> &Arc<RuntimeConfig> {
-        &self.shared.config
-    }
-
-    /// Tops the zygote's pool up after a run (off the run's critical path);
-    /// not once shutdown has begun (the children would be killed unused).
-    pub(crate) fn refill_pool(&self) {
-        if self.shared.shutdown.is_cancelled() {
-            return;
-        }
-        if let Some(pool) = &self.shared.pool {
-            pool.refill_after_run();
-        }
-    }
-
-    /// A child ready for `boot` with `inputs` in its working directory, and
-    /// where its files are.
-    pub(crate) async fn take_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), StartError> {
-        let failed = |source: SpawnError| StartError { python: self.shared.interpreter.executable.clone(), source };
-        // A sandboxed child is built ahead of demand, before its inputs are
-        // known; a sandboxed run with inputs gets its own interpreter.
-        let pool = self.shared.pool.as_ref().filter(|_| inputs.is_empty() || self.shared.layout.is_none());
-        let (worker, site) = match pool {
-            Some(pool) => match pool.take().await.map_err(failed)? {
-                (worker, Some(handoff)) => (worker, RunSite::Sandbox(Some(handoff))),
-                (worker, None) => {
-                    let Some(dir) = worker.run_dir().cloned() else {
-                        return Err(failed(SpawnError::Channel(std::io::Error::other(
-                            "the sandbox handed nothing over",
-                        ))));
-                    };
-                    let path = dir.path().to_path_buf();
-                    let inputs = inputs.to_vec();
-                    // Copying inputs is blocking file work of any size.
-                    tokio::task::spawn_blocking(move || site::copy_inputs(&path, &inputs))
-                        .await
-                        .map_err(|e| failed(SpawnError::Inputs(e.to_string())))?
-                        .map_err(|e| failed(SpawnError::Inputs(e)))?;
-                    (worker, RunSite::Host(dir))
-                }
-            },
-            None => self.spawn_worker(inputs).map_err(failed)?,
-        };
-        Ok((worker, site))
+        Session::open(Arc::clone(&self.core), options)
     }
 
     async fn run_inner(
@@ -400,228 +96,26 @@ impl Runtime {
     ) -> Result<RunResult, MisuseError> {
         names::check_bindings(&request.bindings)?;
         let inputs = site::resolve_inputs(&request.inputs).map_err(MisuseError::Input)?;
-        let config = request.limits.apply(&self.shared.config)?;
-        if self.is_shut_down() {
+        let config = request.limits.apply(&self.core.config)?;
+        if self.core.is_shut_down() {
             return Err(MisuseError::ShutDown);
         }
-        let plan = crate::lifecycle::Plan {
+        let plan = Plan {
             program: request.program,
             bindings: request.bindings,
             cancel: request.cancel.unwrap_or_default(),
-            stop: self.shared.shutdown.clone(),
+            stop: self.core.shutdown_token(),
             events,
             inputs,
             output_dir: request.output_dir,
             config,
         };
-        Ok(crate::lifecycle::run(self, plan, crate::lifecycle::Keep::OneShot).await.result)
-    }
-
-    /// A sandbox shell for a zygote's child to join: the run built exactly
-    /// as for an exec'd run, its init stopped before the program (see
-    /// `Prepared::into_shell`). Call it on the spawner thread.
-    fn spawn_shell(&self) -> Result<Shell, SpawnError> {
-        let shared = &self.shared;
-        let Some(layout) = &shared.layout else {
-            return Err(SpawnError::Channel(std::io::Error::other("a shell needs sandbox isolation")));
-        };
-        let (prepared, guards) = self.prepare_sandbox(layout, &[])?;
-        let prepared = Arc::new(prepared.into_shell());
-        // Nothing is exec'd: the supervisor and init never return from the
-        // hook, and `spawn` returns once both have closed every descriptor,
-        // after their handoffs.
-        let supervisor = spawn_sandboxed(layout, &prepared, guards, &shared.reaper)?;
-        let handoff = prepared.take_handoff();
-        let join = prepared.take_join().ok_or_else(|| {
-            SpawnError::Sandbox(prepared.take_child_failure().map(pycage_sandbox::SandboxError::Child).unwrap_or_else(
-                || pycage_sandbox::SandboxError::Spawn(std::io::Error::other("the shell handed nothing over")),
-            ))
-        })?;
-        Ok(Shell { supervisor, handoff, join, plan: prepared.join_plan() })
-    }
-
-    /// The sandbox policy of one run (leasing its uid on a root host, with
-    /// `inputs` shown in its working directory), prepared, and what the
-    /// run's process must keep until it is reaped.
-    fn prepare_sandbox(
-        &self,
-        layout: &SandboxLayout,
-        inputs: &[site::Input],
-    ) -> Result<(pycage_sandbox::Prepared, Vec<Guard>), SpawnError> {
-        let config = &self.shared.config;
-        let mut guards: Vec<Guard> = Vec::new();
-        let host_ids = if rustix::process::geteuid().is_root() {
-            let dir = config.uid_lease_dir.clone().unwrap_or_else(|| PathBuf::from(crate::lease::DEFAULT_LEASE_DIR));
-            let lease = crate::lease::lease_uid(&dir, config.sandbox_uid_base, config.sandbox_uid_count)?;
-            let ids = pycage_sandbox::HostIds { uid: lease.uid(), gid: lease.uid() };
-            guards.push(Box::new(lease));
-            Some(ids)
-        } else {
-            None
-        };
-        let mut remapped = layout.remapped.clone();
-        remapped.extend(RunSite::input_remaps(inputs));
-        let policy = pycage_sandbox::SandboxPolicy {
-            read_only: layout.read_only.clone(),
-            remapped,
-            devices: pycage_sandbox::default_devices(),
-            host_ids,
-            max_processes: config.max_processes,
-            max_file_bytes: config.max_file_bytes,
-            max_open_files: config.max_open_files,
-            disk_bytes: config.disk_bytes,
-            sysv_shm_bytes: config.sysv_shm_bytes,
-        };
-        let mut prepared = pycage_sandbox::Prepared::new(&policy)?;
-        if let Some(parent) = &self.shared.cgroup {
-            guards.push(Box::new(self.join_run_cgroup(parent, &mut prepared)?));
-        }
-        Ok((prepared, guards))
-    }
-
-    /// Starts the child of one run by exec: its directory (process
-    /// isolation) or its sandbox, with `inputs` in its working directory.
-    fn spawn_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), SpawnError> {
-        let shared = &self.shared;
-        let Some(layout) = &shared.layout else {
-            let dir = Arc::new(shared.run_dirs.create().map_err(SpawnError::RunDir)?);
-            site::copy_inputs(dir.path(), inputs).map_err(SpawnError::Inputs)?;
-            let path = dir.path().to_path_buf();
-            let worker = Worker::spawn(SpawnSpec {
-                python: &shared.interpreter.executable,
-                bootstrap_dir: shared.bootstrap.path(),
-                home: &path,
-                tmp: &path,
-                cwd: Some(&path),
-                env: &[],
-                run_dir: Some(Arc::clone(&dir)),
-                guards: Vec::new(),
-                pre_exec: None,
-                reaper: Arc::clone(&shared.reaper),
-            })?;
-            return Ok((worker, RunSite::Host(dir)));
-        };
-        let (prepared, guards) = self.prepare_sandbox(layout, inputs)?;
-        let prepared = Arc::new(prepared);
-        let worker = spawn_sandboxed(layout, &prepared, guards, &shared.reaper)?;
-        Ok((worker, RunSite::sandboxed(&prepared)))
-    }
-
-    /// Creates the run's cgroup under the delegated `parent`, with the run's
-    /// budgets as kernel limits, and has the sandbox join it first thing.
-    fn join_run_cgroup(
-        &self,
-        parent: &pycage_sandbox::cgroup::Cgroup,
-        prepared: &mut pycage_sandbox::Prepared,
-    ) -> Result<site::CgroupGuard, SpawnError> {
-        use pycage_sandbox::cgroup::{CgroupLimits, RealCgroupFs, RunCgroup};
-        let config = &self.shared.config;
-        let n = self.shared.next_cgroup.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("pycage-{}-{n}", self.shared.run_dirs.owner_id());
-        let limits = CgroupLimits {
-            // The tmpfs's pages are charged to the run's cgroup too.
-            memory_bytes: config.address_space_bytes.saturating_add(config.disk_bytes),
-            max_processes: config.max_processes.saturating_add(2),
-            cpu_max: None,
-        };
-        let run = RunCgroup::create(&RealCgroupFs, parent, &name, &limits).map_err(SpawnError::Cgroup)?;
-        let guard = site::CgroupGuard(run);
-        let procs = std::fs::OpenOptions::new().write(true).open(guard.0.procs_file()).map_err(SpawnError::Cgroup)?;
-        prepared.join_cgroup(procs.into());
-        Ok(guard)
+        Ok(crate::lifecycle::run(&self.core, plan, Keep::OneShot).await.result)
     }
 
     /// Settles every in-flight run as `abort` and returns once each child
     /// has exited and been reaped. Later runs fail with [`MisuseError::ShutDown`].
     pub async fn shutdown(&self) {
-        self.shared.tracker.close();
-        self.shared.shutdown.cancel();
-        self.shared.tracker.wait().await;
-        if let Some(pool) = &self.shared.pool {
-            pool.close().await;
-        }
-        // Processes dropped rather than stopped (a sandbox shell's
-        // supervisor, a child killed on drop) were sent SIGKILL and handed
-        // to the reaper thread; a process tearing down its namespaces can
-        // take a while to die. Shutdown returns once they are reaped, or
-        // after a bound: a process stuck in the kernel must not hang it.
-        let bound = Instant::now() + REAPER_WAIT;
-        while !self.shared.reaper.idle() && Instant::now() < bound {
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-        // Run directories are removed on the blocking pool: wait for them.
-        self.shared.run_dirs.removed().await;
+        self.core.shutdown().await;
     }
-}
-
-/// Longest [`Runtime::shutdown`] waits for killed processes to be reaped.
-const REAPER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The sandbox hook: enters every layer between fork and exec.
-struct SandboxHook(Arc<pycage_sandbox::Prepared>);
-
-impl PreExec for SandboxHook {
-    unsafe fn pre_exec(&self) -> std::io::Result<()> {
-        // SAFETY: called between fork and exec, which is what `enter` requires.
-        unsafe { self.0.enter() }
-    }
-
-    fn explain(&self, e: std::io::Error) -> SpawnError {
-        SpawnError::Sandbox(self.0.explain_spawn_error(e))
-    }
-}
-
-/// Checks every layer, decides what a sandboxed run sees of the host, and
-/// finds a delegated cgroup v2 subtree if there is one.
-fn sandbox_layout(
-    config: &RuntimeConfig,
-    interp: &Interpreter,
-    bootstrap: &Path,
-) -> Result<(SandboxLayout, Option<pycage_sandbox::cgroup::Cgroup>), RuntimeError> {
-    let avail = pycage_sandbox::probe();
-    let missing = avail.missing();
-    if !missing.is_empty() {
-        let reasons: Vec<String> = avail
-            .layers()
-            .iter()
-            .filter(|(name, _)| missing.contains(name))
-            .map(|(name, layer)| format!("{name} ({})", layer.reason))
-            .collect();
-        return Err(RuntimeError::SandboxUnavailable { layers: missing.join(", "), reasons: reasons.join("; ") });
-    }
-    let layout = SandboxLayout::new(config, interp, bootstrap)?;
-    Ok((layout, avail.cgroup))
-}
-
-/// Forks a sandboxed run (or a shell): the interpreter as the sandbox shows
-/// it, entered through `prepared`'s hook.
-fn spawn_sandboxed(
-    layout: &SandboxLayout,
-    prepared: &Arc<pycage_sandbox::Prepared>,
-    guards: Vec<Guard>,
-    reaper: &Arc<crate::spawn::Reaper>,
-) -> Result<Worker, SpawnError> {
-    let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(prepared)));
-    Worker::spawn(SpawnSpec {
-        python: &layout.python,
-        bootstrap_dir: &layout.bootstrap,
-        home: Path::new(pycage_sandbox::WORK_DIR),
-        tmp: Path::new(pycage_sandbox::TMP_DIR),
-        cwd: None,
-        env: &layout.env,
-        run_dir: None,
-        guards,
-        pre_exec: Some(hook),
-        reaper: Arc::clone(reaper),
-    })
-}
-
-/// The environment of a sandboxed zygote child, as the sandbox shows paths.
-fn shell_env(layout: &SandboxLayout) -> Vec<(String, String)> {
-    let mut env = vec![
-        ("HOME".to_owned(), pycage_sandbox::WORK_DIR.to_owned()),
-        ("TMPDIR".to_owned(), pycage_sandbox::TMP_DIR.to_owned()),
-    ];
-    env.extend(layout.env.iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())));
-    env
 }

@@ -38,11 +38,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bindings::Namespace;
 use crate::config::RuntimeConfig;
+use crate::error::MisuseError;
+use crate::lifecycle::Core;
 use crate::lifecycle::{self, Keep, Kept, Plan};
+use crate::outcome::{RunEvent, RunResult};
+use crate::request::RunLimits;
 use crate::run::ChildAfter;
-use crate::runtime::{MisuseError, RunLimits, Runtime};
 use crate::sync::lock;
-use crate::{RunEvent, RunResult};
 
 /// How a session is made.
 #[derive(Debug, Clone)]
@@ -139,7 +141,7 @@ struct State {
 }
 
 struct Inner {
-    runtime: Runtime,
+    runtime: Arc<Core>,
     config: Arc<RuntimeConfig>,
     bindings: Vec<Namespace>,
     options: SessionOptions,
@@ -170,19 +172,18 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    pub(crate) fn open(runtime: Runtime, options: SessionOptions) -> Result<Session, MisuseError> {
+    pub(crate) fn open(runtime: Arc<Core>, options: SessionOptions) -> Result<Session, MisuseError> {
         crate::names::check_bindings(&options.bindings)?;
         if runtime.is_shut_down() {
             return Err(MisuseError::ShutDown);
         }
-        let config =
-            RunLimits { memory_bytes: options.memory_bytes, ..RunLimits::default() }.apply(runtime.config_arc())?;
+        let config = RunLimits { memory_bytes: options.memory_bytes, ..RunLimits::default() }.apply(&runtime.config)?;
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let dropped = CancellationToken::new();
         let now = Instant::now();
         let inner = Arc::new(Inner {
             bindings: options.bindings.clone(),
-            runtime: runtime.clone(),
+            runtime: Arc::clone(&runtime),
             config,
             options,
             opened: now,
@@ -295,7 +296,7 @@ impl Session {
             }
             (false, _) if outcome.took_worker && state.kept.is_none() => {
                 if let Some(e) = &result.error {
-                    if e.kind == crate::FailureKind::WorkerExit {
+                    if e.kind == crate::outcome::FailureKind::WorkerExit {
                         inner.set_ended(format!("its process could not be started: {}", e.message));
                     }
                 }

@@ -372,7 +372,8 @@ pub async fn watch_from(
 
 /// A run's budget watch, as the run loop awaits it: the failure to settle
 /// with. Pending forever when there is nothing to watch.
-pub(crate) type BudgetWatch = std::pin::Pin<Box<dyn std::future::Future<Output = (crate::FailureKind, String)> + Send>>;
+pub(crate) type BudgetWatch =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (crate::outcome::FailureKind, String)> + Send>>;
 
 /// The run loop's view of [`watch_from`].
 pub(crate) fn budget_watch(
@@ -385,8 +386,8 @@ pub(crate) fn budget_watch(
         let Some(scope) = scope else { return std::future::pending().await };
         let exceeded = watch_from(scope, budget, PERIOD, cpu_baseline, cache).await;
         let kind = match exceeded {
-            Exceeded::Cpu { .. } => crate::FailureKind::Timeout,
-            Exceeded::Memory { .. } => crate::FailureKind::WorkerExit,
+            Exceeded::Cpu { .. } => crate::outcome::FailureKind::Timeout,
+            Exceeded::Memory { .. } => crate::outcome::FailureKind::WorkerExit,
         };
         (kind, exceeded.message())
     })

@@ -159,12 +159,13 @@ async fn concurrent_runtimes_lease_distinct_uids() {
         c.sandbox_uid_count = 3;
         c.uid_lease_dir = Some(lease_dir.clone());
         // Pooled sandboxed children hold their leases while they wait: with
-        // three uids in all, none may wait here.
+        // three uids in all, none may wait here. Each run holds its uid for
+        // 8 s: long enough to be seen on a loaded machine.
         c.pool_size = 0;
         let rt = Runtime::new(c).unwrap();
         let marker = format!("40.{}{i}", std::process::id());
         let program =
-            format!("import subprocess, time\np = subprocess.Popen(['sleep', '{marker}'])\ntime.sleep(2)\np.kill()\nreturn 'ok'");
+            format!("import subprocess, time\np = subprocess.Popen(['sleep', '{marker}'])\ntime.sleep(8)\np.kill()\nreturn 'ok'");
         markers.push(marker);
         tasks.push(tokio::spawn(async move {
             let r = rt.run(RunRequest::new(program)).await.unwrap();

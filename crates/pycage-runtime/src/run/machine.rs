@@ -34,7 +34,7 @@ use pycage_protocol::{
 use crate::bindings::{Binding, BindingError, Namespace};
 use crate::config::RuntimeConfig;
 use crate::ledger::{LogLedger, Source};
-use crate::{FailureKind, RunEvent, RunFailure, RunResult};
+use crate::outcome::{FailureKind, RunEvent, RunFailure, RunResult};
 
 /// Why the run stopped taking input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -550,7 +550,7 @@ fn classify_end(cpu_seconds: u64, end: Option<ChildEnd>) -> RunFailure {
             message: format!("the CPU budget of {cpu_seconds} s was exceeded ({:.1} s used)", end.cpu.as_secs_f64()),
         };
     }
-    let how = crate::spawn::describe_status(end.status);
+    let how = crate::process::describe_status(end.status);
     let message = if end.by_itself {
         format!("the Python process {how} before finishing the run")
     } else {

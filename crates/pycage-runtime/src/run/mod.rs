@@ -19,8 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bindings::{BindingError, CallContext, RunId};
 use crate::config::RuntimeConfig;
-use crate::spawn::{Exit, Worker};
-use crate::{FailureKind, RunEvent, RunResult};
+use crate::launch::spawn::Worker;
+use crate::outcome::{FailureKind, RunEvent, RunResult};
+use crate::process::Exit;
 use machine::{ChildEnd, Settled};
 pub(crate) use machine::{Opening, RunMachine};
 

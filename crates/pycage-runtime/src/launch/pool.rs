@@ -28,9 +28,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cleanup::{RunDir, RunDirs};
-use crate::spawn::{Channels, SpawnError, Spawner, Worker};
+use crate::launch::spawn::{Channels, SpawnError, Spawner, Worker};
+use crate::launch::zygote::{ChildSpec, JoinSpec, PendingChild, PoolSink, Spawned, Zygote, ZygoteError, ZygoteSpec};
 use crate::sync::lock;
-use crate::zygote::{ChildSpec, JoinSpec, PendingChild, PoolSink, Spawned, Zygote, ZygoteError, ZygoteSpec};
 
 /// How the pool builds children.
 pub(crate) struct PoolConfig {
@@ -49,8 +49,8 @@ pub(crate) struct PoolConfig {
 
 /// How sandboxed children get their shells.
 pub(crate) struct Shells {
-    /// Builds one shell (runs on `spawner`).
-    pub make: Arc<dyn Fn() -> Result<Shell, SpawnError> + Send + Sync>,
+    /// Builds them (on `spawner`).
+    pub sandboxes: Arc<crate::launch::sandbox::Sandboxes>,
     /// The thread shells are forked from (see [`Spawner`]).
     pub spawner: Arc<Spawner>,
     /// The environment a sandboxed child gets (`HOME`, `TMPDIR`, the
@@ -371,7 +371,7 @@ impl Inner {
             };
             return Ok((host, fds, spec));
         };
-        let Shell { supervisor, handoff, join, plan } = (shells.make)()?;
+        let Shell { supervisor, handoff, join, plan } = shells.sandboxes.shell()?;
         let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset } = join;
         fds.extend([user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset]);
         let spec = ChildSpec {

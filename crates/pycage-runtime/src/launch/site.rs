@@ -34,10 +34,7 @@ use crate::interpreter::Interpreter;
 pub const INTERPRETER_DIR: &str = "/opt/python";
 /// Where the bootstrap package's directory appears inside the sandbox.
 pub const BOOTSTRAP_DIR: &str = "/opt/pycage";
-/// The directory, inside the run's working directory, whose files are
-/// copied to the caller's output directory when the run settles. It exists
-/// (empty) when the program starts.
-pub const OUTPUT_DIR_NAME: &str = "out";
+pub use crate::files::OUTPUT_DIR_NAME;
 
 /// A sandboxed run's view of the host, decided once per runtime.
 #[derive(Debug, Clone)]

@@ -48,7 +48,7 @@ use rustix::net::{
 };
 use tokio::sync::oneshot;
 
-use crate::spawn::{self, Exit};
+use crate::process::{self, Exit};
 use crate::sync::lock;
 
 /// Largest control packet accepted from the zygote.
@@ -135,7 +135,7 @@ pub(crate) struct Spawned {
 pub(crate) enum SpawnReply {
     /// To one waiting caller.
     Caller(oneshot::Sender<Result<Spawned, ZygoteError>>),
-    /// Into a pool's idle list (see `crate::pool`).
+    /// Into a pool's idle list (see `crate::launch::pool`).
     Pool(Weak<dyn PoolSink>),
 }
 
@@ -390,7 +390,7 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
     let (diag_rx, diag_tx) = std::io::pipe().map_err(|e| err("pipe", e))?;
     let child_fd = child.as_raw_fd();
     let parent = rustix::process::getpid();
-    let loader = spawn::loader(&spec.bootstrap_dir, "pycage.zygote");
+    let loader = process::loader(&spec.bootstrap_dir, "pycage.zygote");
     let mut cmd = Command::new(&spec.python);
     cmd.args(["-I", "-B", "-c", &loader])
         .env_clear()
@@ -406,9 +406,9 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
     // async-signal-safe calls (dup2/fcntl, prctl, getppid, _exit).
     unsafe {
         cmd.pre_exec(move || {
-            spawn::install_fd3(child_fd)?;
-            spawn::cloexec_above_fd3();
-            spawn::die_with_parent(parent)
+            process::install_fd3(child_fd)?;
+            process::cloexec_above_fd3();
+            process::die_with_parent(parent)
         });
     }
     let process = cmd.spawn().map_err(|e| err(&format!("could not execute {}", spec.python.display()), e))?;
@@ -766,7 +766,7 @@ impl Supervisor {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
         // It is dead or dying from SIGKILL: this thread may block on it.
-        let _ = spawn::wait4_blocking(self.launched.pid);
+        let _ = process::wait4_blocking(self.launched.pid);
         let gone = ZygoteError::Gone(self.shared.diagnostics());
         for (_, Waiting::Spawn { reply, .. }) in self.spawns.drain() {
             fail(reply, gone.clone());

@@ -1,0 +1,122 @@
+//! What a run comes to: [`RunResult`] (value, logs, failure), the failure
+//! kinds, and the [`RunEvent`]s a run streams while in flight.
+
+use pycage_protocol::JsonValue;
+
+use crate::files::CopyReport;
+
+/// Why a run failed. The kinds are orthogonal (`docs/semantics.md`, "Outcomes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The program raised, or failed to compile.
+    Exception,
+    /// A wall-clock or CPU budget expired (the message says which).
+    Timeout,
+    /// The caller cancelled, or the runtime shut down.
+    Abort,
+    /// The process died without settling.
+    WorkerExit,
+    /// The return value is not JSON that can cross losslessly.
+    InvalidOutput,
+    /// A value, line or control-traffic budget was exceeded.
+    OutputLimit,
+}
+
+impl FailureKind {
+    /// The wire / JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Exception => "exception",
+            FailureKind::Timeout => "timeout",
+            FailureKind::Abort => "abort",
+            FailureKind::WorkerExit => "worker-exit",
+            FailureKind::InvalidOutput => "invalid-output",
+            FailureKind::OutputLimit => "output-limit",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed run's kind and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFailure {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+/// Every outcome of a run. When `error` is set, `value` is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunResult {
+    /// The program's value: its top-level `return`, or else its final
+    /// expression statement unless that is `None`; `None` when it has none.
+    pub value: Option<JsonValue>,
+    /// Output lines, without trailing newlines: Python-level output (sent as
+    /// `log` frames) in the order written, raw fd 1/fd 2 output in the order
+    /// written, and the two channels interleaved in arrival order.
+    pub logs: Vec<String>,
+    pub error: Option<RunFailure>,
+    /// Frames from the child that failed validation and were dropped.
+    pub dropped_frames: u64,
+    /// What was copied from the run's `out/` directory, when the request
+    /// named an output directory ([`crate::RunRequest::output_dir`]).
+    pub output: Option<CopyReport>,
+}
+
+impl RunResult {
+    pub(crate) fn failed(kind: FailureKind, message: String, logs: Vec<String>) -> Self {
+        RunResult { logs, error: Some(RunFailure { kind, message }), ..RunResult::default() }
+    }
+
+    /// The result as one JSON object: `value` (absent when none), `logs`,
+    /// `output` (only when an output directory was requested: `files`
+    /// `[{path, bytes}]`, `skipped` `[{path, reason}]`, `bytes`,
+    /// `truncated`), `error` `{kind, message}` (absent on success).
+    pub fn to_json(&self) -> JsonValue {
+        let mut b = pycage_protocol::JsonBuilder::new();
+        // Each step is valid by construction; errors are impossible here.
+        let _ = (|| -> Result<(), pycage_protocol::BuildError> {
+            b.begin_object()?;
+            if let Some(v) = &self.value {
+                b.key("value")?;
+                b.value(v.root())?;
+            }
+            b.key("logs")?;
+            b.begin_array()?;
+            for l in &self.logs {
+                b.string(l)?;
+            }
+            b.end()?;
+            if let Some(output) = &self.output {
+                b.key("output")?;
+                output.write_json(&mut b)?;
+            }
+            if let Some(e) = &self.error {
+                b.key("error")?;
+                b.begin_object()?;
+                b.key("kind")?;
+                b.string(e.kind.as_str())?;
+                b.key("message")?;
+                b.string(&e.message)?;
+                b.end()?;
+            }
+            b.end()
+        })();
+        b.finish().unwrap_or_else(|_| JsonValue::null())
+    }
+}
+
+/// What a run reports while it is in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunEvent {
+    /// One complete log line.
+    Log(String),
+    /// The program called a binding.
+    Call { id: u64, global: String, name: String, args: JsonValue },
+    /// A call finished: `error` is the rejection message, if any.
+    CallFinished { id: u64, error: Option<String> },
+}
