@@ -144,8 +144,14 @@ def _descendants(root: int) -> int:
     return len(found)
 
 
-class _Node:
-    """The body of :class:`CageNode`."""
+@ray.remote(num_cpus=0, max_restarts=0)
+class CageNode:
+    """The Ray actor: one per node, owning one warm :class:`pycage.Runtime`.
+
+    Created by :class:`RayRuntime` (one per eligible node, with node
+    affinity). Direct use works too: ``ray.get(node.run.remote("return 1"))``
+    is a :class:`pycage.Result`, and ``ray.cancel`` of that reference aborts
+    the run and kills its child."""
 
     def __init__(self, runtime_kwargs: dict[str, Any], broker: Any) -> None:
         self._broker = broker
@@ -252,10 +258,14 @@ class _Node:
         session = self._sessions.get(sid)
         return _CLOSED if session is None else session.ended
 
-    async def session_close(self, sid: str) -> None:
+    async def session_close(self, sid: str) -> Optional[str]:
+        """Closes the session; returns why it had ended before, if it had."""
         session = self._sessions.pop(sid, None)
-        if session is not None:
-            await session.aclose()
+        if session is None:
+            return None
+        why = session.ended
+        await session.aclose()
+        return why
 
     async def stats(self) -> dict[str, Any]:
         """This node's load and pool, as :meth:`RayRuntime.stats` reports it."""
@@ -336,15 +346,7 @@ async def _streamed(start: Callable[[Any, Any], Any], want_log: bool, want_call:
             await asyncio.gather(task, return_exceptions=True)
 
 
-CageNode = ray.remote(num_cpus=0, max_restarts=0)(_Node)
-"""The Ray actor: one per node, owning one warm :class:`pycage.Runtime`.
-
-Created by :class:`RayRuntime` (one per eligible node, with node affinity).
-Direct use works too: ``ray.get(node.run.remote("return 1"))`` is a
-:class:`pycage.Result`, and ``ray.cancel`` of that reference aborts the run
-and kills its child."""
-
-
+@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=_BROKER_CONCURRENCY)
 class _Broker:
     """The broker actor, on the driver's node: nodes' binding calls wait here
     until the driver's thread takes them, runs them and settles them."""
@@ -389,9 +391,6 @@ class _Broker:
 
     async def stats(self) -> dict[str, int]:
         return {"pending": len(self._pending), "queued": len(self._queue)}
-
-
-_BrokerActor = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=_BROKER_CONCURRENCY)(_Broker)
 
 
 # --------------------------------------------------------------------------
@@ -465,7 +464,8 @@ class _Calls:
                 pass  # the loop is closed
 
     def _pump(self) -> None:
-        while not self._stop.is_set():
+        # Never call Ray once it was shut down: a call would start a new local Ray.
+        while not self._stop.is_set() and ray.is_initialized():
             try:
                 batch = ray.get(self.broker.take.remote(_TAKE_WAIT_SECONDS))
             except (ray.exceptions.RayActorError, ray.exceptions.RaySystemError):
@@ -478,6 +478,8 @@ class _Calls:
                 self._dispatch(*item)
 
     def _settle(self, cid: int, ok: bool, payload: str) -> None:
+        if self._stop.is_set() or not ray.is_initialized():
+            return  # the broker is gone with the runtime (or Ray)
         try:
             self.broker.settle.remote(cid, ok, payload)
         except Exception:  # noqa: BLE001 - the broker is gone: nobody waits for it
@@ -725,9 +727,7 @@ class RayRuntime(_Closeable):
         self._closed = False
         self._loop_thread: Optional[_LoopThread] = None
         driver_node = ray.get_runtime_context().get_node_id()
-        broker = _BrokerActor.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False)
-        ).remote()
+        broker = _Broker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False)).remote()
         self._calls = _Calls(broker)
         try:
             self._join(self._eligible(), raise_errors=True)
@@ -1102,6 +1102,8 @@ class RayRuntime(_Closeable):
 
 
 def _kill(actor: Any) -> None:
+    if not ray.is_initialized():
+        return  # the actor went with Ray
     try:
         ray.kill(actor, no_restart=True)
     except Exception:  # noqa: BLE001 - already gone, or Ray is shutting down
@@ -1111,7 +1113,7 @@ def _kill(actor: Any) -> None:
 def _refresh_loop(runtime: weakref.ref[RayRuntime], stop: threading.Event, every: float) -> None:
     while not stop.wait(every):
         rt = runtime()
-        if rt is None:
+        if rt is None or not ray.is_initialized():
             return
         try:
             rt.refresh()
@@ -1323,21 +1325,25 @@ class RaySession(_Closeable):
             if self._closed:
                 return
             self._closed = True
-            if self._ended is None:
-                self._ended = _CLOSED
             self._finalizer.detach()
             if self._node.dead is None:
                 try:
-                    ray.get(self._node.actor.session_close.remote(self._sid), timeout=60)
+                    why = ray.get(self._node.actor.session_close.remote(self._sid), timeout=60)
+                    if self._ended is None:
+                        self._ended = why
                 except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
                     self._died(e)
                 except Exception:  # noqa: BLE001 - the node closes it with its runtime anyway
                     pass
+            if self._ended is None:
+                self._ended = _CLOSED
             self._runtime._calls.unregister(self._cs)
 
 
 def _forget_session(actor: Any, sid: str, calls: _Calls, cs: Optional[_CallSet]) -> None:
     """A session dropped without close(): its node closes it, in the background."""
+    if not ray.is_initialized():
+        return
     try:
         actor.session_close.remote(sid)
     except Exception:  # noqa: BLE001 - the node or Ray is gone
