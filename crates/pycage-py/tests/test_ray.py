@@ -15,10 +15,13 @@ import contextvars
 import ctypes
 import math
 import os
+import re
+import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Optional
 
 import pytest
@@ -44,6 +47,7 @@ BUDGETS = dict(
     address_space_bytes=256 * 1024 * 1024,
 )
 PR_SET_CHILD_SUBREAPER = 36
+README = Path(__file__).resolve().parents[3] / "README.md"
 WAIT = 60.0  # the bound of every wait below (Ray notices a dead node in seconds)
 
 
@@ -217,6 +221,20 @@ def test_misuse_raises_as_locally(prt):
     with pytest.raises(pycage.InvalidBindingsError):
         prt.check_bindings({"print": {"f": len}})
     prt.check_bindings({"tools": {"f": len}})
+
+
+def test_readme_across_machines_example(harness, tmp_path):
+    """The README's example, as written, against this cluster (RAY_ADDRESS)."""
+    text = README.read_text()
+    start = text.index("\n## Across machines\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    script = tmp_path / "example.py"
+    script.write_text(re.search(r"```python\n(.*?)```", section, re.S).group(1))
+    env = dict(os.environ, RAY_ADDRESS=harness.cluster.address)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "42\n"
+    assert "It prints `42`." in section
 
 
 def test_one_shot_runs_land_on_both_nodes(prt):
