@@ -538,6 +538,8 @@ def test_sandboxed_runs_through_ray_match_local_ones(harness):
 def test_close_aborts_runs_in_flight_and_kills_every_actor(harness):
     rt = harness.runtime(isolation="process")
     actors = [n.actor for n in rt.nodes()] + [rt._calls.broker]
+    session = rt.session()
+    assert session.run("x = 1").ok
 
     async def main():
         run = asyncio.ensure_future(rt.arun("import time\ntime.sleep(3600)"))
@@ -564,6 +566,14 @@ def test_close_aborts_runs_in_flight_and_kills_every_actor(harness):
             ray.get(actor.__ray_ready__.remote(), timeout=WAIT)
     with pytest.raises(pycage.RuntimeClosedError):
         rt.run("return 1")
+    with pycage.Runtime(isolation="process", python=sys.executable) as here:
+        local_session = here.session()
+        assert local_session.run("x = 1").ok
+    for s in (session, local_session):
+        with pytest.raises(pycage.RuntimeClosedError, match="the runtime is closed"):
+            s.run("return x")
+        s.close()
+    assert session.ended == local_session.ended == "it was closed, or the runtime was shut down"
     rt.close()  # idempotent
 
 

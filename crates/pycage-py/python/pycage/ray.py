@@ -501,10 +501,15 @@ class _Calls:
             cs = self._sets.get(set_id)
             self.calls_total += 1
         member = None if cs is None else cs.members.get((glob, name))
-        if cs is None or member is None or cs.closed:
+        if cs is None or member is None:
             self._settle(cid, False, "the call was cancelled")
             return
         with cs.lock:
+            # Counted under the lock that closing takes: a run whose node died
+            # is repeated only if no call of it ever started here.
+            if cs.closed:
+                self._settle(cid, False, "the call was cancelled")
+                return
             cs.calls += 1
         func, is_async = member
         label = f"{glob}.{name}"
@@ -689,8 +694,9 @@ class RayRuntime(_Closeable):
 
     Placement: a one-shot run goes to the less loaded of two random live
     nodes (its load: this driver's runs in flight there); a session is
-    pinned by rendezvous hashing of its ``key`` over the live nodes, so a
-    key maps to the same node while that node lives.
+    pinned by rendezvous hashing of its ``key`` over the live nodes: a key
+    maps to the same node while the set of live nodes is unchanged, and a
+    session never moves.
 
     Node death: a session whose node dies ends (its run in flight returns
     ``worker-exit``; later runs raise :class:`pycage.SessionEndedError`
@@ -897,6 +903,7 @@ class RayRuntime(_Closeable):
         caller."""
         why = _death(died.node, died.cause)
         self._mark_dead(died.node, why)
+        self._calls.unregister(cs)  # no call of this attempt starts from now on
         reached = (cs is not None and cs.calls > 0) or (events is not None and events.delivered)
         if not reached and self._members:
             return None
@@ -1214,6 +1221,8 @@ class RaySession(_Closeable):
     @property
     def ended(self) -> Optional[str]:
         """Why the session ended, or ``None`` while it lives (asks its node)."""
+        if self._ended is None and self._runtime.closed:
+            self._ended = _CLOSED
         if self._ended is not None:
             return self._ended
         if self._node.dead is not None:
@@ -1239,8 +1248,12 @@ class RaySession(_Closeable):
         return self._ended
 
     def _check_open(self) -> None:
-        """A session whose node died, or that was closed here, is known to
-        have ended without asking its node."""
+        """A session whose node died, or that was closed here (or with its
+        runtime), is known to have ended without asking its node."""
+        if self._runtime.closed:
+            if self._ended is None:
+                self._ended = _CLOSED
+            self._runtime._live()  # raises RuntimeClosedError, as a local session's run does
         if self._ended is None and self._node.dead is not None:
             self._ended = self._node.dead
         if self._ended is not None and (self._closed or self._node.dead is not None):
@@ -1326,7 +1339,7 @@ class RaySession(_Closeable):
                 return
             self._closed = True
             self._finalizer.detach()
-            if self._node.dead is None:
+            if self._node.dead is None and not self._runtime.closed:
                 try:
                     why = ray.get(self._node.actor.session_close.remote(self._sid), timeout=60)
                     if self._ended is None:
