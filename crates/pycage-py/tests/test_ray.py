@@ -173,6 +173,16 @@ def deltas(before: dict, after: dict, field: str) -> dict[str, int]:
     return {nid: after[nid][field] - before.get(nid, {}).get(field, 0) for nid in after}
 
 
+def is_dead(actor) -> bool:
+    """Whether a call to the actor fails because it is dead (``ray.kill``
+    takes effect asynchronously: a call made just after may still run)."""
+    try:
+        ray.get(actor.__ray_ready__.remote(), timeout=WAIT)
+    except ray.exceptions.RayActorError:
+        return True
+    return False
+
+
 class Gate:
     """A sync binding that blocks in the driver until opened: it keeps a run
     in flight for as long as a test needs, without any timing."""
@@ -562,8 +572,7 @@ def test_close_aborts_runs_in_flight_and_kills_every_actor(harness):
         expected = aborted_locally()
     assert asyncio.run(main()) == expected and expected.error.kind == "abort"
     for actor in actors:
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.__ray_ready__.remote(), timeout=WAIT)
+        wait_for(lambda a=actor: is_dead(a), f"{actor} to die")
     with pytest.raises(pycage.RuntimeClosedError):
         rt.run("return 1")
     with pycage.Runtime(isolation="process", python=sys.executable) as here:
@@ -614,7 +623,7 @@ def test_a_dead_node_ends_its_sessions_and_runs_go_to_the_survivor(harness):
             for future in (one_shot, in_session):
                 r = future.result(WAIT)
                 assert r.error is not None and r.error.kind == "worker-exit", r
-                assert f"node {worker[:12]} died" in r.error.message
+                assert re.search(f"node {worker[:12]} (died|became unreachable)", r.error.message), r
             # Nothing of the sleeper had reached the caller: it ran again on the survivor.
             assert sleeper.result(WAIT).value == "ran again"
             assert node_stats(prt)[head]["runs_total"] == head_runs + 1
@@ -623,11 +632,12 @@ def test_a_dead_node_ends_its_sessions_and_runs_go_to_the_survivor(harness):
         assert [f.result(WAIT).value for f in on_head] == [42, 42]
 
     with pytest.raises(
-        pycage.SessionEndedError, match=r"the session has ended: its node \w+ died \(.*\); open a new one"
+        pycage.SessionEndedError,
+        match=r"the session has ended: its node \w+ (died|became unreachable) \(.*\); open a new one",
     ):
         doomed[0].run("return x")
     for s in doomed[1:]:
-        assert "died" in s.ended
+        assert "its node" in s.ended
         with pytest.raises(pycage.SessionEndedError, match="its node"):
             s.run("return x")
         s.close()
@@ -660,8 +670,7 @@ def test_shutdown_leaves_no_process_and_no_actor(harness, local):
     for rt in harness.runtimes:
         rt.close()
     for actor in actors:
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(actor.__ray_ready__.remote(), timeout=WAIT)
+        wait_for(lambda a=actor: is_dead(a), f"{actor} to die")
     harness.shutdown()
     assert not ray.is_initialized()
     # Every Ray process (GCS, raylets, workers) and every pycage child was a

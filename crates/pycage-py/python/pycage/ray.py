@@ -83,6 +83,10 @@ WireSpec = list[tuple[str, list[str], Optional[tuple[str, str]]]]
 _CLOSED = "it was closed, or the runtime was shut down"
 """Why a closed session ended (the local runtime's words)."""
 
+_REJOIN_AFTER_SECONDS = 60.0
+"""How long a node whose actor died stays out before a refresh may start a
+new CageNode there (if Ray still reports it alive)."""
+
 _TAKE_WAIT_SECONDS = 1.0
 """How long the driver's broker thread waits for calls in one request (it
 bounds how long closing the runtime waits for that thread)."""
@@ -617,7 +621,10 @@ def _first_line(text: str, limit: int = 200) -> str:
 
 
 def _death(node: _Member, cause: BaseException) -> str:
-    return f"its node {node.node_id[:12]} died ({type(cause).__name__}: {_first_line(str(cause))})"
+    # An unavailable actor may be a cut connection: the run's outcome is lost
+    # all the same, and its session with it.
+    what = "became unreachable" if isinstance(cause, ray.exceptions.ActorUnavailableError) else "died"
+    return f"its node {node.node_id[:12]} {what} ({type(cause).__name__}: {_first_line(str(cause))})"
 
 
 def _score(key: str, node_id: str) -> int:
@@ -728,7 +735,7 @@ class RayRuntime(_Closeable):
         self._startup_timeout = float(startup_timeout_seconds)
         self._lock = threading.Lock()
         self._members: dict[str, _Member] = {}
-        self._dead: dict[str, str] = {}
+        self._dead: dict[str, tuple[str, float]] = {}
         self._refused: dict[str, str] = {}
         self._closed = False
         self._loop_thread: Optional[_LoopThread] = None
@@ -766,36 +773,46 @@ class RayRuntime(_Closeable):
 
     def _join(self, node_ids: Iterable[str], raise_errors: bool) -> None:
         """Starts a :class:`CageNode` on each node and waits until its
-        runtime is up."""
-        started = []
+        runtime is up (at most ``startup_timeout_seconds``, and no longer
+        than the runtime stays open)."""
+        pending: dict[Any, tuple[str, Any]] = {}
         for node_id in node_ids:
             actor = CageNode.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 max_concurrency=10_000,
             ).remote(self._runtime_kwargs, self._calls.broker)
-            started.append((node_id, actor, actor.ready.remote()))
+            pending[actor.ready.remote()] = (node_id, actor)
         first_error: Optional[BaseException] = None
-        for node_id, actor, ready in started:
-            try:
-                ray.get(ready, timeout=self._startup_timeout)
-            except ray.exceptions.RayTaskError as e:
-                _kill(actor)
-                self._refused[node_id] = _first_line(str(getattr(e, "cause", e)))
-                if first_error is None:
-                    try:
-                        _raise_cause(e)
-                    except BaseException as cause:  # noqa: BLE001 - raised below
-                        first_error = cause
-                continue
-            except Exception as e:  # noqa: BLE001 - the node died or timed out while starting
-                _kill(actor)
-                self._refused[node_id] = _first_line(f"{type(e).__name__}: {e}")
-                continue
-            with self._lock:
-                if self._closed:
+        deadline = time.monotonic() + self._startup_timeout
+        while pending and time.monotonic() < deadline and not self._closed:
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=1.0)
+            for ready in done:
+                node_id, actor = pending.pop(ready)
+                try:
+                    ray.get(ready)
+                except ray.exceptions.RayTaskError as e:
                     _kill(actor)
+                    self._refused[node_id] = _first_line(str(getattr(e, "cause", e)))
+                    if first_error is None:
+                        try:
+                            _raise_cause(e)
+                        except BaseException as cause:  # noqa: BLE001 - raised below
+                            first_error = cause
                     continue
-                self._members[node_id] = _Member(node_id, actor)
+                except Exception as e:  # noqa: BLE001 - the node died while its actor started
+                    _kill(actor)
+                    self._refused[node_id] = _first_line(f"{type(e).__name__}: {e}")
+                    continue
+                with self._lock:
+                    if self._closed:
+                        _kill(actor)
+                        continue
+                    self._members[node_id] = _Member(node_id, actor)
+                    self._dead.pop(node_id, None)
+        for node_id, actor in pending.values():
+            _kill(actor)
+            if not self._closed:
+                self._refused[node_id] = f"its CageNode did not start within {self._startup_timeout:g} s"
         if first_error is not None and raise_errors:
             raise first_error
 
@@ -805,8 +822,13 @@ class RayRuntime(_Closeable):
         if self._closed:
             return
         eligible = set(self._eligible())
+        now = time.monotonic()
         with self._lock:
-            known = set(self._members) | set(self._dead) | set(self._refused)
+            # A node whose actor died but that Ray still reports alive (the
+            # actor was killed, the connection was cut) may take a new
+            # CageNode once Ray has had time to notice a real death.
+            cooled = {nid for nid, (_, when) in self._dead.items() if now - when >= _REJOIN_AFTER_SECONDS}
+            known = set(self._members) | (set(self._dead) - cooled) | set(self._refused)
             gone = [m for m in self._members.values() if m.node_id not in eligible]
         for m in gone:
             self._mark_dead(m, "Ray reports the node dead")
@@ -817,7 +839,7 @@ class RayRuntime(_Closeable):
             if node.dead is None:
                 node.dead = reason
             self._members.pop(node.node_id, None)
-            self._dead[node.node_id] = node.dead
+            self._dead[node.node_id] = (node.dead, time.monotonic())
         _kill(node.actor)
 
     def _live(self) -> list[_Member]:
@@ -846,7 +868,7 @@ class RayRuntime(_Closeable):
         return max(live, key=lambda m: _score(key, m.node_id))
 
     def _no_node_message(self) -> str:
-        dead = "; ".join(f"{nid[:12]}: {why}" for nid, why in list(self._dead.items())[:8])
+        dead = "; ".join(f"{nid[:12]}: {why}" for nid, (why, _) in list(self._dead.items())[:8])
         return "no live pycage node in the Ray cluster" + (f" (dead: {dead})" if dead else "")
 
     def nodes(self) -> list[NodeInfo]:
@@ -1072,7 +1094,7 @@ class RayRuntime(_Closeable):
             broker = {"error": _first_line(str(e))}
         broker["calls_total"] = self._calls.calls_total
         with self._lock:
-            dead = [{"node_id": nid, "reason": why} for nid, why in self._dead.items()]
+            dead = [{"node_id": nid, "reason": why} for nid, (why, _) in self._dead.items()]
             refused = [{"node_id": nid, "reason": why} for nid, why in self._refused.items()]
         return {"nodes": nodes, "dead_nodes": dead, "refused_nodes": refused, "broker": broker}
 
