@@ -734,6 +734,7 @@ class RayRuntime(_Closeable):
         self._runtime_kwargs = dict(runtime_kwargs)
         self._startup_timeout = float(startup_timeout_seconds)
         self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
         self._members: dict[str, _Member] = {}
         self._dead: dict[str, tuple[str, float]] = {}
         self._refused: dict[str, str] = {}
@@ -804,8 +805,8 @@ class RayRuntime(_Closeable):
                     self._refused[node_id] = _first_line(f"{type(e).__name__}: {e}")
                     continue
                 with self._lock:
-                    if self._closed:
-                        _kill(actor)
+                    if self._closed or node_id in self._members:
+                        _kill(actor)  # closed meanwhile, or the node has one already
                         continue
                     self._members[node_id] = _Member(node_id, actor)
                     self._dead.pop(node_id, None)
@@ -819,8 +820,11 @@ class RayRuntime(_Closeable):
     def refresh(self) -> None:
         """Re-reads the cluster's nodes now: new eligible nodes get a
         :class:`CageNode`, nodes Ray reports dead are dropped."""
-        if self._closed:
-            return
+        with self._refresh_lock:  # the background refresh and a caller's, one at a time
+            if not self._closed:
+                self._refresh()
+
+    def _refresh(self) -> None:
         eligible = set(self._eligible())
         now = time.monotonic()
         with self._lock:
