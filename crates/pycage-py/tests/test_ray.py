@@ -117,7 +117,6 @@ class Harness:
         rt = RayRuntime(resource="pycage", python=sys.executable, **kwargs)
         self.runtimes.append(rt)
         self.actors.extend(n.actor for n in rt.nodes())
-        self.actors.append(rt._calls.broker)
         return rt
 
     def shutdown(self) -> None:
@@ -446,7 +445,9 @@ return {"first": first, "sum": sum(doubled), "refused": refused, "missing": miss
         s.run("n1 = (await t.record('c'))['n']")
         assert s.run("return [n1, (await t.record('d'))['n']]").value == [len(seen) - 1, len(seen)]
     assert seen[-2:] == ["c", "d"]
-    assert prt.stats()["broker"]["pending"] == 0
+    stats = prt.stats()
+    assert stats["bindings"]["calls_in_flight"] == 0 and stats["bindings"]["calls_total"] >= 56
+    assert all(n["binding_calls_in_flight"] == 0 for n in stats["nodes"])
 
 
 def test_events_stream_in_order_and_a_raising_callback_aborts(prt):
@@ -547,7 +548,7 @@ def test_sandboxed_runs_through_ray_match_local_ones(harness):
 
 def test_close_aborts_runs_in_flight_and_kills_every_actor(harness):
     rt = harness.runtime(isolation="process")
-    actors = [n.actor for n in rt.nodes()] + [rt._calls.broker]
+    actors = [n.actor for n in rt.nodes()]
     session = rt.session()
     assert session.run("x = 1").ok
 

@@ -19,13 +19,16 @@ This module owns three things:
   session to one node by rendezvous hashing of the session's key over the
   live nodes, notices nodes that die (their sessions end with the usual
   :class:`pycage.SessionEndedError`) and nodes that join.
-- The binding broker. A Python-callable binding is never pickled to a node:
-  the node's program calls a stand-in that asks a broker actor placed on the
-  driver's node; a thread of the driver process takes the calls from the
-  broker, runs the caller's own function (sync ones on a thread pool, async
-  ones on the run's event loop, in a copy of the caller's ``contextvars``,
-  as locally) and sends the result back as canonical JSON. A binding may so
-  close over anything the driver holds: locks, sockets, a database handle.
+- The way bindings stay with the caller. A Python-callable binding is never
+  pickled to a node: the node's program calls a stand-in that puts the call
+  on the run's own result stream (a Ray streaming generator consumed by the
+  driver process, the broker between the node and the caller); the driver
+  runs the caller's own function (sync ones on a thread pool, async ones on
+  the run's event loop, in a copy of the caller's ``contextvars``, as
+  locally) and answers with one actor call carrying the value as canonical
+  JSON. A binding may so close over anything the driver holds: locks,
+  sockets, a database handle. (A Ray actor cannot live in the driver
+  process; the stream's consumer is the part that does.)
 
 Ray is an optional dependency: ``pip install "pycage[ray]"``.
 """
@@ -87,15 +90,6 @@ _REJOIN_AFTER_SECONDS = 60.0
 """How long a node whose actor died stays out before a refresh may start a
 new CageNode there (if Ray still reports it alive)."""
 
-_TAKE_WAIT_SECONDS = 1.0
-"""How long the driver's broker thread waits for calls in one request (it
-bounds how long closing the runtime waits for that thread)."""
-
-_BROKER_CONCURRENCY = 100_000
-"""Binding calls the broker holds in flight at once. Each pending call is a
-task of the async broker actor, and the driver's take request needs a slot
-too: the bound is far above what runs can put in flight together."""
-
 
 class NoLiveNodeError(PycageError):
     """No node of the Ray cluster can take the run: every :class:`CageNode`
@@ -111,15 +105,19 @@ class _Rejected(Exception):
     exactly as it would have seen the local exception's."""
 
 
-def _remote_member(broker: Any, set_id: int, glob: str, name: str) -> Callable[..., Any]:
-    async def call(*args: Any, **kwargs: Any) -> Any:
-        ok, payload = await broker.call.remote(set_id, glob, name, args, kwargs)
-        if not ok:
-            raise _Rejected(payload)
-        return from_json(payload)
+class _Channel:
+    """A streamed run's way to the driver: its events and its binding calls,
+    in the order they happened."""
 
-    call.__name__ = call.__qualname__ = f"{glob}.{name}"
-    return call
+    __slots__ = ("items", "wake")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Any, ...]] = []
+        self.wake = asyncio.Event()
+
+    def push(self, item: tuple[Any, ...]) -> None:
+        self.items.append(item)
+        self.wake.set()
 
 
 def _descendants(root: int) -> int:
@@ -155,10 +153,19 @@ class CageNode:
     Created by :class:`RayRuntime` (one per eligible node, with node
     affinity). Direct use works too: ``ray.get(node.run.remote("return 1"))``
     is a :class:`pycage.Result`, and ``ray.cancel`` of that reference aborts
-    the run and kills its child."""
+    the run and kills its child.
 
-    def __init__(self, runtime_kwargs: dict[str, Any], broker: Any) -> None:
-        self._broker = broker
+    Runs with bindings or events are streamed (``run_stream``, a Ray
+    streaming generator): ``("events", batch)`` items while the run is in
+    flight, then ``("done", result)``. A batch holds ``("log", line)``,
+    ``("call", CallStarted | CallFinished)`` and, for each binding call of
+    the program, ``("bind", call_id, global, member, args, kwargs)``, which
+    the consumer answers with :meth:`settle` (``ok`` and the value as
+    canonical JSON, or the rejection message): the binding runs wherever the
+    stream is consumed, in the driver.
+    """
+
+    def __init__(self, runtime_kwargs: dict[str, Any]) -> None:
         self._error: Optional[BaseException] = None
         self._runtime: Optional[Runtime] = None
         try:
@@ -166,6 +173,9 @@ class CageNode:
         except BaseException as e:  # noqa: BLE001 - raised to the driver by ready()
             self._error = e
         self._sessions: dict[str, Session] = {}
+        self._session_channels: dict[str, _Channel] = {}
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._call_ids = itertools.count(1)
         self._in_flight = 0
         self._session_in_flight = 0
         self._runs_total = 0
@@ -179,17 +189,43 @@ class CageNode:
         assert self._runtime is not None
         return self._runtime
 
-    def _bindings(self, spec: WireSpec, set_id: Optional[int]) -> Optional[dict[str, Any]]:
+    def _bindings(self, spec: WireSpec, channel: Callable[[], Optional[_Channel]]) -> Optional[dict[str, Any]]:
         if not spec:
             return None
-        if set_id is None:
-            raise errors.InvalidBindingsError("bindings need the driver's broker: call the node through RayRuntime")
         out: dict[str, Any] = {}
         for glob, members, error_class in spec:
-            functions = {name: _remote_member(self._broker, set_id, glob, name) for name in members}
+            functions = {name: self._member(channel, glob, name) for name in members}
             ec = None if error_class is None else ErrorClass(error_class[0], error_class[1])
             out[glob] = Namespace(functions, error_class=ec)
         return out
+
+    def _member(self, channel: Callable[[], Optional[_Channel]], glob: str, name: str) -> Callable[..., Any]:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await self._call(channel(), glob, name, args, kwargs)
+
+        call.__name__ = call.__qualname__ = f"{glob}.{name}"
+        return call
+
+    async def _call(self, channel: Optional[_Channel], glob: str, name: str, args: tuple, kwargs: dict) -> Any:
+        if channel is None:
+            raise _Rejected("the call was cancelled")  # no streamed run to carry it
+        cid = next(self._call_ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls[cid] = fut
+        channel.push(("bind", cid, glob, name, args, kwargs))
+        try:
+            ok, payload = await fut
+        finally:
+            self._calls.pop(cid, None)
+        if not ok:
+            raise _Rejected(payload)
+        return from_json(payload)
+
+    async def settle(self, cid: int, ok: bool, payload: str) -> None:
+        """The answer to a streamed ``bind`` item."""
+        fut = self._calls.get(cid)
+        if fut is not None and not fut.done():
+            fut.set_result((ok, payload))
 
     async def ready(self) -> dict[str, Any]:
         """The node's identity once its runtime is up (raises the runtime's
@@ -198,11 +234,10 @@ class CageNode:
         return {"node_id": self._node_id, "pid": os.getpid(), "config": rt.config}
 
     async def check(self, spec: WireSpec) -> None:
-        self._rt().check_bindings(self._bindings(spec, 0))
+        self._rt().check_bindings(self._bindings(spec, lambda: None))
 
-    async def _run(self, code: str, spec: WireSpec, set_id: Optional[int], on_log: Any, on_call: Any) -> Result:
+    async def _run(self, code: str, bindings: Optional[dict[str, Any]], on_log: Any, on_call: Any) -> Result:
         rt = self._rt()
-        bindings = self._bindings(spec, set_id)
         self._in_flight += 1
         try:
             return await rt.arun(code, bindings, on_log=on_log, on_call=on_call)
@@ -210,24 +245,25 @@ class CageNode:
             self._in_flight -= 1
             self._runs_total += 1
 
-    async def run(self, code: str, spec: Optional[WireSpec] = None, set_id: Optional[int] = None) -> Result:
-        """Runs ``code`` on this node's runtime; cancelling the Ray task
-        (``ray.cancel``) aborts the run and kills its child."""
-        return await self._run(code, spec or [], set_id, None, None)
+    async def run(self, code: str) -> Result:
+        """Runs ``code`` (no bindings, no events) on this node's runtime;
+        cancelling the Ray task (``ray.cancel``) aborts the run and kills its
+        child."""
+        return await self._run(code, None, None, None)
 
-    async def run_stream(self, code: str, spec: WireSpec, set_id: Optional[int], want_log: bool, want_call: bool):
-        """:meth:`run` as a Ray streaming generator: ``("events", batch)``
-        items while the run is in flight, then ``("done", result)``."""
+    async def run_stream(self, code: str, spec: WireSpec, want_log: bool, want_call: bool):
+        """:meth:`run` with bindings and events, streamed (see the class)."""
+        channel = _Channel()
+        bindings = self._bindings(spec, lambda: channel)
         async for item in _streamed(
-            lambda on_log, on_call: self._run(code, spec, set_id, on_log, on_call), want_log, want_call
+            channel, lambda on_log, on_call: self._run(code, bindings, on_log, on_call), want_log, want_call
         ):
             yield item
 
-    async def session_open(
-        self, sid: str, spec: WireSpec, set_id: Optional[int], options: dict[str, Any]
-    ) -> dict[str, Any]:
+    async def session_open(self, sid: str, spec: WireSpec, options: dict[str, Any]) -> dict[str, Any]:
         rt = self._rt()
-        bindings = self._bindings(spec, set_id)
+        # A session's binding calls go to the stream of its run in flight.
+        bindings = self._bindings(spec, lambda: self._session_channels.get(sid))
         loop = asyncio.get_running_loop()
         # Opening spawns the session's process: off the actor's event loop.
         session = await loop.run_in_executor(None, lambda: rt.session(bindings, **options))
@@ -240,8 +276,7 @@ class CageNode:
             raise SessionEndedError(f"the session has ended: {_CLOSED}; open a new one")
         return session
 
-    async def _session_run(self, sid: str, code: str, on_log: Any, on_call: Any) -> Result:
-        session = self._session(sid)
+    async def _session_run(self, session: Session, code: str, on_log: Any, on_call: Any) -> Result:
         self._session_in_flight += 1
         try:
             return await session.arun(code, on_log=on_log, on_call=on_call)
@@ -250,13 +285,21 @@ class CageNode:
             self._session_runs_total += 1
 
     async def session_run(self, sid: str, code: str) -> Result:
-        return await self._session_run(sid, code, None, None)
+        return await self._session_run(self._session(sid), code, None, None)
 
     async def session_run_stream(self, sid: str, code: str, want_log: bool, want_call: bool):
-        async for item in _streamed(
-            lambda on_log, on_call: self._session_run(sid, code, on_log, on_call), want_log, want_call
-        ):
-            yield item
+        # The driver runs one run of a session at a time (its own lock).
+        session = self._session(sid)
+        channel = _Channel()
+        self._session_channels[sid] = channel
+        try:
+            async for item in _streamed(
+                channel, lambda on_log, on_call: self._session_run(session, code, on_log, on_call), want_log, want_call
+            ):
+                yield item
+        finally:
+            if self._session_channels.get(sid) is channel:
+                del self._session_channels[sid]
 
     async def session_ended(self, sid: str) -> Optional[str]:
         session = self._sessions.get(sid)
@@ -273,8 +316,8 @@ class CageNode:
 
     async def stats(self) -> dict[str, Any]:
         """This node's load and pool, as :meth:`RayRuntime.stats` reports it."""
-        limit = self._runtime.config["max_concurrent_runs"] if self._runtime is not None else 0
         config = self._runtime.config if self._runtime is not None else {}
+        limit = config.get("max_concurrent_runs", 0)
         # Ended sessions are dropped here too (a driver that never closed them).
         for sid in [sid for sid, s in self._sessions.items() if s.ended is not None]:
             await self._sessions.pop(sid).aclose()
@@ -290,6 +333,7 @@ class CageNode:
             "sessions_open": len(self._sessions),
             "session_runs_in_flight": self._session_in_flight,
             "session_runs_total": self._session_runs_total,
+            "binding_calls_in_flight": len(self._calls),
             "pool": {
                 "isolation": config.get("isolation"),
                 "spawn": config.get("spawn"),
@@ -311,34 +355,30 @@ class CageNode:
             await asyncio.sleep(0.01)
 
 
-async def _streamed(start: Callable[[Any, Any], Any], want_log: bool, want_call: bool):
-    """Runs ``start(on_log, on_call)`` and yields its events in batches as
-    they come, then ``("done", result)``; closing the generator (a cancelled
-    Ray task) cancels the run."""
-    queue: list[tuple[str, Any]] = []
-    wake = asyncio.Event()
+async def _streamed(channel: _Channel, start: Callable[[Any, Any], Any], want_log: bool, want_call: bool):
+    """Runs ``start(on_log, on_call)`` and yields what its channel gathers in
+    batches as it comes, then ``("done", result)``; closing the generator (a
+    cancelled Ray task) cancels the run."""
 
     def on_log(line: str) -> None:
-        queue.append(("log", line))
-        wake.set()
+        channel.push(("log", line))
 
     def on_call(event: Any) -> None:
-        queue.append(("call", event))
-        wake.set()
+        channel.push(("call", event))
 
     task = asyncio.ensure_future(start(on_log if want_log else None, on_call if want_call else None))
     try:
         while True:
-            if not queue and not task.done():
-                waiter = asyncio.ensure_future(wake.wait())
+            if not channel.items and not task.done():
+                waiter = asyncio.ensure_future(channel.wake.wait())
                 try:
                     await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     waiter.cancel()
-            wake.clear()
-            if queue:
-                batch = queue[:]
-                del queue[:]
+            channel.wake.clear()
+            if channel.items:
+                batch = channel.items[:]
+                del channel.items[:]
                 yield ("events", batch)
             elif task.done():
                 yield ("done", task.result())
@@ -350,65 +390,17 @@ async def _streamed(start: Callable[[Any, Any], Any], want_log: bool, want_call:
             await asyncio.gather(task, return_exceptions=True)
 
 
-@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=_BROKER_CONCURRENCY)
-class _Broker:
-    """The broker actor, on the driver's node: nodes' binding calls wait here
-    until the driver's thread takes them, runs them and settles them."""
-
-    def __init__(self) -> None:
-        self._pending: dict[int, asyncio.Future[Any]] = {}
-        self._queue: list[tuple[Any, ...]] = []
-        self._wake: Optional[asyncio.Event] = None
-        self._ids = itertools.count(1)
-
-    def _event(self) -> asyncio.Event:
-        if self._wake is None:
-            self._wake = asyncio.Event()
-        return self._wake
-
-    async def call(self, set_id: int, glob: str, name: str, args: tuple, kwargs: dict) -> tuple[bool, str]:
-        cid = next(self._ids)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[cid] = fut
-        self._queue.append((cid, set_id, glob, name, args, kwargs))
-        self._event().set()
-        try:
-            return await fut
-        finally:
-            self._pending.pop(cid, None)
-
-    async def take(self, wait_seconds: float) -> list[tuple[Any, ...]]:
-        wake = self._event()
-        if not self._queue:
-            try:
-                await asyncio.wait_for(wake.wait(), wait_seconds)
-            except asyncio.TimeoutError:
-                pass
-        wake.clear()
-        batch, self._queue = self._queue, []
-        return batch
-
-    async def settle(self, cid: int, ok: bool, payload: str) -> None:
-        fut = self._pending.get(cid)
-        if fut is not None and not fut.done():
-            fut.set_result((ok, payload))
-
-    async def stats(self) -> dict[str, int]:
-        return {"pending": len(self._pending), "queued": len(self._queue)}
-
-
 # --------------------------------------------------------------------------
 # The driver side: bindings.
 
 
 class _CallSet:
-    """One run's (or session's) bindings, as the driver's broker thread
-    sees them: each member's function, and where its calls run."""
+    """A run's (or a session's) bindings on the driver: each member's own
+    function, and where its calls run (the run's loop and context)."""
 
-    __slots__ = ("id", "members", "loop", "context", "calls", "closed", "tasks", "lock")
+    __slots__ = ("members", "loop", "context", "calls", "closed", "tasks", "lock")
 
-    def __init__(self, set_id: int, members: dict[tuple[str, str], tuple[Callable[..., Any], bool]]) -> None:
-        self.id = set_id
+    def __init__(self, members: dict[tuple[str, str], tuple[Callable[..., Any], bool]]) -> None:
         self.members = members
         self.loop: Callable[[], asyncio.AbstractEventLoop] = _no_loop
         self.context = contextvars.copy_context()
@@ -417,135 +409,119 @@ class _CallSet:
         self.tasks: set[asyncio.Future[Any]] = set()
         self.lock = threading.Lock()
 
+    @staticmethod
+    def of(specs: list[Any]) -> Optional[_CallSet]:
+        if not specs:
+            return None
+        return _CallSet({(glob, name): (func, is_async) for glob, funcs, _ in specs for name, func, is_async in funcs})
+
     def point(self, loop: Callable[[], asyncio.AbstractEventLoop], context: contextvars.Context) -> None:
         self.loop = loop
         self.context = context
+
+    def close(self) -> None:
+        """The run is over: its async calls still in flight are cancelled
+        (as a local run's are); a sync call finishes on its thread."""
+        with self.lock:
+            self.closed = True
+            tasks = list(self.tasks)
+        for task in tasks:
+            try:
+                task.get_loop().call_soon_threadsafe(task.cancel)
+            except RuntimeError:
+                pass  # the loop is closed
 
 
 def _no_loop() -> asyncio.AbstractEventLoop:
     raise RuntimeClosedError("the run is over")
 
 
-class _Calls:
-    """The driver's end of the broker: a thread takes the calls nodes
-    forward and runs each with the caller's own function."""
+def _settle(actor: Any, cid: int, ok: bool, payload: str) -> None:
+    if not ray.is_initialized():
+        return  # never start a new local Ray to answer a node that is gone with it
+    try:
+        actor.settle.remote(cid, ok, payload)
+    except Exception:  # noqa: BLE001 - the node is gone: nobody waits for the answer
+        pass
 
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
-        self._sets: dict[int, _CallSet] = {}
-        self._lock = threading.Lock()
-        self._ids = itertools.count(1)
-        self._stop = threading.Event()
+
+class _Dispatcher:
+    """Runs the binding calls that nodes stream to this driver with the
+    caller's own functions, and answers each with one ``settle`` call."""
+
+    def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="pycage-ray-binding")
+        self._lock = threading.Lock()
         self.calls_total = 0
-        self._thread = threading.Thread(target=self._pump, name="pycage-ray-broker", daemon=True)
-        self._thread.start()
+        self.calls_in_flight = 0
 
-    def register(self, specs: list[Any]) -> Optional[_CallSet]:
-        if not specs:
-            return None
-        members = {(glob, name): (func, is_async) for glob, funcs, _ in specs for name, func, is_async in funcs}
+    def _done(self, actor: Any, cid: int, ok: bool, payload: str) -> None:
         with self._lock:
-            cs = _CallSet(next(self._ids), members)
-            self._sets[cs.id] = cs
-        return cs
+            self.calls_in_flight -= 1
+        _settle(actor, cid, ok, payload)
 
-    def unregister(self, cs: Optional[_CallSet]) -> None:
-        """The run is over: its async calls still in flight are cancelled
-        (as a local run's are); a sync call finishes on its thread."""
-        if cs is None:
-            return
-        with self._lock:
-            self._sets.pop(cs.id, None)
-        with cs.lock:
-            cs.closed = True
-            tasks = list(cs.tasks)
-        for task in tasks:
-            loop = task.get_loop()
-            try:
-                loop.call_soon_threadsafe(task.cancel)
-            except RuntimeError:
-                pass  # the loop is closed
-
-    def _pump(self) -> None:
-        # Never call Ray once it was shut down: a call would start a new local Ray.
-        while not self._stop.is_set() and ray.is_initialized():
-            try:
-                batch = ray.get(self.broker.take.remote(_TAKE_WAIT_SECONDS))
-            except (ray.exceptions.RayActorError, ray.exceptions.RaySystemError):
-                return  # the broker is gone: the runtime is closing
-            except Exception:  # noqa: BLE001 - e.g. Ray shutting down under us
-                if self._stop.wait(0.1):
-                    return
-                continue
-            for item in batch:
-                self._dispatch(*item)
-
-    def _settle(self, cid: int, ok: bool, payload: str) -> None:
-        if self._stop.is_set() or not ray.is_initialized():
-            return  # the broker is gone with the runtime (or Ray)
-        try:
-            self.broker.settle.remote(cid, ok, payload)
-        except Exception:  # noqa: BLE001 - the broker is gone: nobody waits for it
-            pass
-
-    def _settle_value(self, cid: int, label: str, value: Any) -> None:
+    def _done_value(self, actor: Any, cid: int, label: str, value: Any) -> None:
         try:
             text = to_json(value)
         except ValueError as e:
             detail = str(e)
             if detail.startswith("not JSON: "):
                 detail = detail[len("not JSON: ") :]
-            self._settle(cid, False, f"{label} returned a value that cannot cross as JSON: {detail}")
+            self._done(actor, cid, False, f"{label} returned a value that cannot cross as JSON: {detail}")
             return
-        self._settle(cid, True, text)
+        self._done(actor, cid, True, text)
 
-    def _dispatch(self, cid: int, set_id: int, glob: str, name: str, args: tuple, kwargs: dict) -> None:
+    def dispatch(self, cs: Optional[_CallSet], actor: Any, item: tuple[Any, ...]) -> None:
+        _, cid, glob, name, args, kwargs = item
         with self._lock:
-            cs = self._sets.get(set_id)
             self.calls_total += 1
+            self.calls_in_flight += 1
         member = None if cs is None else cs.members.get((glob, name))
         if cs is None or member is None:
-            self._settle(cid, False, "the call was cancelled")
+            self._done(actor, cid, False, "the call was cancelled")
             return
         with cs.lock:
             # Counted under the lock that closing takes: a run whose node died
             # is repeated only if no call of it ever started here.
             if cs.closed:
-                self._settle(cid, False, "the call was cancelled")
+                self._done(actor, cid, False, "the call was cancelled")
                 return
             cs.calls += 1
         func, is_async = member
         label = f"{glob}.{name}"
         if is_async:
             try:
-                loop = cs.loop()
-                loop.call_soon_threadsafe(self._start_async, cs, cid, label, func, args, kwargs, context=cs.context)
+                cs.loop().call_soon_threadsafe(
+                    self._start_async, cs, actor, cid, label, func, args, kwargs, context=cs.context
+                )
             except (RuntimeError, RuntimeClosedError) as e:
-                self._settle(cid, False, _message(e))
+                self._done(actor, cid, False, _message(e))
             return
-        self._pool.submit(self._call_sync, cs, cid, label, func, args, kwargs)
+        try:
+            self._pool.submit(self._call_sync, cs, actor, cid, label, func, args, kwargs)
+        except RuntimeError as e:  # the pool is shut down: the runtime closed
+            self._done(actor, cid, False, _message(e))
 
-    def _call_sync(self, cs: _CallSet, cid: int, label: str, func: Callable[..., Any], args: tuple, kwargs: dict):
+    def _call_sync(self, cs: _CallSet, actor: Any, cid: int, label: str, func: Any, args: tuple, kwargs: dict):
         try:
             ctx = cs.context.copy()
             result = ctx.run(func, *args, **kwargs)
             if inspect.isawaitable(result):
                 result = asyncio.run_coroutine_threadsafe(_awaiting(result), cs.loop()).result()
         except BaseException as e:  # noqa: BLE001 - a binding's failure is the program's to see
-            self._settle(cid, False, _message(e))
+            self._done(actor, cid, False, _message(e))
             return
-        self._settle_value(cid, label, result)
+        self._done_value(actor, cid, label, result)
 
-    def _start_async(self, cs: _CallSet, cid: int, label: str, func: Callable[..., Any], args: tuple, kwargs: dict):
+    def _start_async(self, cs: _CallSet, actor: Any, cid: int, label: str, func: Any, args: tuple, kwargs: dict):
         """On the run's loop, in the run's context."""
         try:
             result = func(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001
-            self._settle(cid, False, _message(e))
+            self._done(actor, cid, False, _message(e))
             return
         if not inspect.isawaitable(result):
-            self._settle_value(cid, label, result)
+            self._done_value(actor, cid, label, result)
             return
         task = asyncio.ensure_future(result)
         with cs.lock:
@@ -557,21 +533,15 @@ class _Calls:
             with cs.lock:
                 cs.tasks.discard(t)
             if t.cancelled():
-                self._settle(cid, False, "the call was cancelled")
+                self._done(actor, cid, False, "the call was cancelled")
             elif t.exception() is not None:
-                self._settle(cid, False, _message(t.exception()))
+                self._done(actor, cid, False, _message(t.exception()))
             else:
-                self._settle_value(cid, label, t.result())
+                self._done_value(actor, cid, label, t.result())
 
         task.add_done_callback(done)
 
     def close(self) -> None:
-        self._stop.set()
-        try:
-            ray.kill(self.broker)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-        self._thread.join(timeout=_TAKE_WAIT_SECONDS * 10)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -657,22 +627,52 @@ class _Events:
     def of(on_log: Any, on_call: Any) -> Optional[_Events]:
         return None if on_log is None and on_call is None else _Events(on_log, on_call)
 
-    def deliver(self, batch: list[tuple[str, Any]]) -> bool:
-        """Delivers a batch; False once a callback raised."""
-        if self.error is not None:
-            return False
-        try:
-            for kind, payload in batch:
-                self.delivered = True
+
+class _Stream:
+    """The driver's end of a streamed run: delivers its events, runs its
+    binding calls, and says when the run must be cancelled (a callback
+    raised)."""
+
+    __slots__ = ("events", "cs", "dispatcher", "actor", "cancelled")
+
+    def __init__(self, events: Optional[_Events], cs: Optional[_CallSet], dispatcher: _Dispatcher, actor: Any):
+        self.events = events
+        self.cs = cs
+        self.dispatcher = dispatcher
+        self.actor = actor
+        self.cancelled = False
+
+    @property
+    def error(self) -> Optional[BaseException]:
+        return None if self.events is None else self.events.error
+
+    def handle(self, batch: list[tuple[Any, ...]]) -> bool:
+        """Handles one batch; True once the run must be cancelled (the
+        first time only)."""
+        events = self.events
+        for item in batch:
+            kind = item[0]
+            if kind == "bind":
+                if self.error is not None:
+                    _settle(self.actor, item[1], False, "the call was cancelled")
+                else:
+                    self.dispatcher.dispatch(self.cs, self.actor, item)
+                continue
+            if events is None or events.error is not None:
+                continue
+            try:
+                events.delivered = True
                 if kind == "log":
-                    if self.on_log is not None:
-                        self.on_log(payload)
-                elif self.on_call is not None and isinstance(payload, (CallStarted, CallFinished)):
-                    self.on_call(payload)
-        except BaseException as e:  # noqa: BLE001 - raised once the run settled
-            self.error = e
-            return False
-        return True
+                    if events.on_log is not None:
+                        events.on_log(item[1])
+                elif events.on_call is not None and isinstance(item[1], (CallStarted, CallFinished)):
+                    events.on_call(item[1])
+            except BaseException as e:  # noqa: BLE001 - raised once the run settled
+                events.error = e
+        if self.error is not None and not self.cancelled:
+            self.cancelled = True
+            return True
+        return False
 
 
 def _get(ref: Any) -> Any:
@@ -740,9 +740,7 @@ class RayRuntime(_Closeable):
         self._refused: dict[str, str] = {}
         self._closed = False
         self._loop_thread: Optional[_LoopThread] = None
-        driver_node = ray.get_runtime_context().get_node_id()
-        broker = _Broker.options(scheduling_strategy=NodeAffinitySchedulingStrategy(driver_node, soft=False)).remote()
-        self._calls = _Calls(broker)
+        self._dispatcher = _Dispatcher()
         try:
             self._join(self._eligible(), raise_errors=True)
             if not self._members:
@@ -781,7 +779,7 @@ class RayRuntime(_Closeable):
             actor = CageNode.options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 max_concurrency=10_000,
-            ).remote(self._runtime_kwargs, self._calls.broker)
+            ).remote(self._runtime_kwargs)
             pending[actor.ready.remote()] = (node_id, actor)
         first_error: Optional[BaseException] = None
         deadline = time.monotonic() + self._startup_timeout
@@ -929,7 +927,8 @@ class RayRuntime(_Closeable):
         caller."""
         why = _death(died.node, died.cause)
         self._mark_dead(died.node, why)
-        self._calls.unregister(cs)  # no call of this attempt starts from now on
+        if cs is not None:
+            cs.close()  # no call of this attempt starts from now on
         reached = (cs is not None and cs.calls > 0) or (events is not None and events.delivered)
         if not reached and self._members:
             return None
@@ -951,7 +950,7 @@ class RayRuntime(_Closeable):
         specs = _namespaces(bindings)
         events = _Events.of(on_log, on_call)
         for node in self._attempts():
-            cs = self._calls.register(specs)
+            cs = _CallSet.of(specs)
             if cs is not None:
                 cs.point(self._private_loop, contextvars.copy_context())
             self._begin(node)
@@ -963,20 +962,18 @@ class RayRuntime(_Closeable):
                     return result
             finally:
                 self._end(node)
-                self._calls.unregister(cs)
+                if cs is not None:
+                    cs.close()
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _run_sync(
         self, node: _Member, code: str, specs: list[Any], cs: Optional[_CallSet], events: Optional[_Events]
     ) -> Result:
-        set_id = None if cs is None else cs.id
         try:
-            if events is None:
-                return _get(node.actor.run.remote(code, _wire(specs), set_id))
-            gen = node.actor.run_stream.remote(
-                code, _wire(specs), set_id, events.on_log is not None, events.on_call is not None
-            )
-            return _consume(gen, events)
+            if cs is None and events is None:
+                return _get(node.actor.run.remote(code))
+            gen = node.actor.run_stream.remote(code, _wire(specs), *_wants(events))
+            return _consume(gen, _Stream(events, cs, self._dispatcher, node.actor))
         except ray.exceptions.RayTaskError as e:
             _raise_cause(e)
             raise
@@ -1000,7 +997,7 @@ class RayRuntime(_Closeable):
         events = _Events.of(on_log, on_call)
         loop = asyncio.get_running_loop()
         for node in self._attempts():
-            cs = self._calls.register(specs)
+            cs = _CallSet.of(specs)
             if cs is not None:
                 cs.point(lambda: loop, contextvars.copy_context())
             self._begin(node)
@@ -1012,20 +1009,18 @@ class RayRuntime(_Closeable):
                     return result
             finally:
                 self._end(node)
-                self._calls.unregister(cs)
+                if cs is not None:
+                    cs.close()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _run_async(
         self, node: _Member, code: str, specs: list[Any], cs: Optional[_CallSet], events: Optional[_Events]
     ) -> Result:
-        set_id = None if cs is None else cs.id
         try:
-            if events is None:
-                return await _awaited(node.actor.run.remote(code, _wire(specs), set_id))
-            gen = node.actor.run_stream.remote(
-                code, _wire(specs), set_id, events.on_log is not None, events.on_call is not None
-            )
-            return await _aconsume(gen, events)
+            if cs is None and events is None:
+                return await _awaited(node.actor.run.remote(code))
+            gen = node.actor.run_stream.remote(code, _wire(specs), *_wants(events))
+            return await _aconsume(gen, _Stream(events, cs, self._dispatcher, node.actor))
         except ray.exceptions.RayTaskError as e:
             _raise_cause(e)
             raise
@@ -1059,26 +1054,23 @@ class RayRuntime(_Closeable):
         while True:
             node = self._rendezvous(key, tried)
             tried.add(node.node_id)
-            cs = self._calls.register(specs)
             sid = uuid.uuid4().hex
             try:
-                ray.get(node.actor.session_open.remote(sid, _wire(specs), None if cs is None else cs.id, options))
+                ray.get(node.actor.session_open.remote(sid, _wire(specs), options))
             except ray.exceptions.RayTaskError as e:
-                self._calls.unregister(cs)
                 _raise_cause(e)
             except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
                 # Nothing ran yet: the next node in the key's order takes it.
-                self._calls.unregister(cs)
                 self._mark_dead(node, _death(node, e))
                 continue
-            return RaySession(self, node, sid, key, cs)
+            return RaySession(self, node, sid, key, _CallSet.of(specs))
 
     def stats(self) -> dict[str, Any]:
         """Per-node load and pool state: each live node's runs in flight,
         running and queued (over its ``max_concurrent_runs``), open sessions,
         totals, its pool (isolation, spawn, pool size, live processes), and
         this driver's runs in flight there; the dead nodes and why; the
-        broker's pending binding calls."""
+        binding calls this driver ran and has in flight."""
         members = self._live()
         refs = [(m, m.actor.stats.remote()) for m in members]
         nodes = []
@@ -1092,19 +1084,15 @@ class RayRuntime(_Closeable):
                 s = {"node_id": m.node_id, "unresponsive": True}
             s["driver_in_flight"] = m.in_flight
             nodes.append(s)
-        try:
-            broker = ray.get(self._calls.broker.stats.remote(), timeout=30)
-        except Exception as e:  # noqa: BLE001 - stats never fail the caller
-            broker = {"error": _first_line(str(e))}
-        broker["calls_total"] = self._calls.calls_total
+        bindings = {"calls_total": self._dispatcher.calls_total, "calls_in_flight": self._dispatcher.calls_in_flight}
         with self._lock:
             dead = [{"node_id": nid, "reason": why} for nid, (why, _) in self._dead.items()]
             refused = [{"node_id": nid, "reason": why} for nid, why in self._refused.items()]
-        return {"nodes": nodes, "dead_nodes": dead, "refused_nodes": refused, "broker": broker}
+        return {"nodes": nodes, "dead_nodes": dead, "refused_nodes": refused, "bindings": bindings}
 
     def close(self) -> None:
         """Closes every node's runtime (runs in flight return ``abort``,
-        children are reaped), then kills the node actors and the broker.
+        children are reaped), then kills the node actors.
         Idempotent. Ray itself stays up (``ray.shutdown()`` is yours)."""
         with self._lock:
             if self._closed and not self._members:
@@ -1126,7 +1114,7 @@ class RayRuntime(_Closeable):
             ray.wait(shutdowns, num_returns=len(shutdowns), timeout=60)
         for m in members:
             _kill(m.actor)
-        self._calls.close()
+        self._dispatcher.close()
         if loop_thread is not None:
             loop_thread.stop()
         refresher = getattr(self, "_refresher", None)
@@ -1163,57 +1151,58 @@ async def _awaited(ref: Any) -> Any:
         raise
 
 
-def _consume(gen: Any, events: _Events) -> Result:
+def _wants(events: Optional[_Events]) -> tuple[bool, bool]:
+    """Which callbacks the node should stream events for."""
+    return (False, False) if events is None else (events.on_log is not None, events.on_call is not None)
+
+
+def _consume(gen: Any, stream: _Stream) -> Result:
     """A streamed run, synchronously: events delivered on this thread."""
-    cancelled = False
     try:
         for ref in gen:
             try:
                 kind, payload = ray.get(ref)
             except ray.exceptions.TaskCancelledError:
-                if events.error is not None:
-                    raise events.error from None
+                if stream.error is not None:
+                    raise stream.error from None
                 raise
             if kind == "events":
-                if not events.deliver(payload) and not cancelled:
-                    cancelled = True
+                if stream.handle(payload):
                     ray.cancel(gen)
             else:
-                if events.error is not None:
-                    raise events.error
+                if stream.error is not None:
+                    raise stream.error
                 return payload
     except KeyboardInterrupt:
         ray.cancel(gen)
         raise
-    if events.error is not None:
-        raise events.error
+    if stream.error is not None:
+        raise stream.error
     raise PycageError("the node's run ended without a result")
 
 
-async def _aconsume(gen: Any, events: _Events) -> Result:
+async def _aconsume(gen: Any, stream: _Stream) -> Result:
     """A streamed run, on the loop: events delivered on the loop."""
-    cancelled = False
     try:
         async for ref in gen:
             try:
                 kind, payload = await ref
             except ray.exceptions.TaskCancelledError:
-                if events.error is not None:
-                    raise events.error from None
+                if stream.error is not None:
+                    raise stream.error from None
                 raise
             if kind == "events":
-                if not events.deliver(payload) and not cancelled:
-                    cancelled = True
+                if stream.handle(payload):
                     ray.cancel(gen)
             else:
-                if events.error is not None:
-                    raise events.error
+                if stream.error is not None:
+                    raise stream.error
                 return payload
     except asyncio.CancelledError:
         ray.cancel(gen)
         raise
-    if events.error is not None:
-        raise events.error
+    if stream.error is not None:
+        raise stream.error
     raise PycageError("the node's run ended without a result")
 
 
@@ -1232,7 +1221,7 @@ class RaySession(_Closeable):
         self._lock = threading.Lock()
         self._ended: Optional[str] = None
         self._closed = False
-        self._finalizer = weakref.finalize(self, _forget_session, node.actor, sid, runtime._calls, cs)
+        self._finalizer = weakref.finalize(self, _forget_session, node.actor, sid, cs)
 
     @property
     def node_id(self) -> str:
@@ -1301,12 +1290,10 @@ class RaySession(_Closeable):
                 self._cs.point(self._runtime._private_loop, contextvars.copy_context())
             self._runtime._begin(self._node)
             try:
-                if events is None:
+                if self._cs is None and events is None:
                     return _get(self._node.actor.session_run.remote(self._sid, code))
-                gen = self._node.actor.session_run_stream.remote(
-                    self._sid, code, events.on_log is not None, events.on_call is not None
-                )
-                return _consume(gen, events)
+                gen = self._node.actor.session_run_stream.remote(self._sid, code, *_wants(events))
+                return _consume(gen, _Stream(events, self._cs, self._runtime._dispatcher, self._node.actor))
             except ray.exceptions.RayTaskError as e:
                 _raise_cause(e)
                 raise
@@ -1341,12 +1328,10 @@ class RaySession(_Closeable):
             events = _Events.of(on_log, on_call)
             self._runtime._begin(self._node)
             try:
-                if events is None:
+                if self._cs is None and events is None:
                     return await _awaited(self._node.actor.session_run.remote(self._sid, code))
-                gen = self._node.actor.session_run_stream.remote(
-                    self._sid, code, events.on_log is not None, events.on_call is not None
-                )
-                return await _aconsume(gen, events)
+                gen = self._node.actor.session_run_stream.remote(self._sid, code, *_wants(events))
+                return await _aconsume(gen, _Stream(events, self._cs, self._runtime._dispatcher, self._node.actor))
             except ray.exceptions.RayTaskError as e:
                 _raise_cause(e)
                 raise
@@ -1376,15 +1361,17 @@ class RaySession(_Closeable):
                     pass
             if self._ended is None:
                 self._ended = _CLOSED
-            self._runtime._calls.unregister(self._cs)
+            if self._cs is not None:
+                self._cs.close()
 
 
-def _forget_session(actor: Any, sid: str, calls: _Calls, cs: Optional[_CallSet]) -> None:
+def _forget_session(actor: Any, sid: str, cs: Optional[_CallSet]) -> None:
     """A session dropped without close(): its node closes it, in the background."""
+    if cs is not None:
+        cs.close()
     if not ray.is_initialized():
         return
     try:
         actor.session_close.remote(sid)
     except Exception:  # noqa: BLE001 - the node or Ray is gone
         pass
-    calls.unregister(cs)
