@@ -14,8 +14,12 @@ each at concurrency 1, 4 and 16 (that many asyncio tasks issuing one call
 after another), giving throughput and p50/p99 latency; and the cost of one
 binding call, local against remote (the binding runs in this driver process
 and the program runs on a node): (a program making 100 sequential calls -
-a trivial program) / 100, p50 of each. It also reports the driver's CPU time
-per run, which bounds what one driver can push whatever the node count.
+a trivial program) / 100, p50 of each. It also reports CPU time per call,
+read from /proc (the cluster runs on this machine): of every process of the
+bench (this process started them all), of the driver process alone (all its
+threads, Ray's included: it bounds what one driver can push whatever the
+node count), and of the CageNode actors with their runs' processes (what a
+node spends per run).
 
 Run it from a venv that has pycage (``pip install .``) and Ray
 (``pip install "ray==2.60.0"``), e.g. the package test venv that
@@ -62,6 +66,31 @@ def add(a, b):
     return a + b
 
 
+def tree_cpu(roots: list[int]) -> float:
+    """CPU seconds (user + system, and those of reaped children) of these
+    processes and of every live descendant. This process started the whole
+    cluster, so its tree holds every process of the bench: Ray's GCS,
+    raylets and workers, the CageNode actors and their runs."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(x) for x in fields[11:15])
+    found = set(roots)
+    frontier = set(roots)
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return sum(ticks.get(pid, 0) for pid in found) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -105,17 +134,22 @@ async def main_async(args: argparse.Namespace, local: pycage.Runtime, remote: Ra
     for call in engines.values():  # warm every path (zygotes, pools, Ray workers)
         await drive(call, 4, 40)
 
+    node_pids = [n["pid"] for n in remote.stats()["nodes"]]
     samples: dict[str, dict[int, dict[str, list[float]]]] = {
-        name: {c: {"rate": [], "lat": [], "cpu": []} for c in args.concurrency} for name in engines
+        name: {c: {"rate": [], "lat": [], "cpu": [], "total": [], "node_cpu": []} for c in args.concurrency}
+        for name in engines
     }
     for _ in range(args.rounds):
         for c in args.concurrency:
             for name, call in engines.items():
+                total0, node0 = tree_cpu([os.getpid()]), tree_cpu(node_pids)
                 wall, lat, cpu = await drive(call, c, args.runs)
                 s = samples[name][c]
                 s["rate"].append(args.runs / wall)
                 s["lat"].extend(lat)
                 s["cpu"].append(cpu / args.runs)
+                s["total"].append((tree_cpu([os.getpid()]) - total0) / args.runs)
+                s["node_cpu"].append((tree_cpu(node_pids) - node0) / args.runs)
 
     bindings = {"tools": {"add": add}}
     calls: dict[str, dict[str, list[float]]] = {
@@ -140,15 +174,18 @@ def report(args: argparse.Namespace, data: dict) -> str:
         f"Python {platform.python_version()}, Ray {ray.__version__}, isolation={args.isolation}); "
         f"{args.rounds} rounds x {args.runs} calls per cell, engines interleaved.",
         "",
-        "| engine | concurrency | runs/s (median of rounds) | p50 ms | p99 ms | driver CPU ms per call |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| engine | concurrency | calls/s (median of rounds) | p50 ms | p99 ms "
+        "| CPU ms per call: every process | driver process | CageNodes and their runs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in args.concurrency:
         for name in ("local", "ray actor", "RayRuntime"):
             s = data["throughput"][name][c]
             out.append(
                 f"| {name} | {c} | {statistics.median(s['rate']):,.0f} | {percentile(s['lat'], 0.5) * ms:.2f} | "
-                f"{percentile(s['lat'], 0.99) * ms:.2f} | {statistics.median(s['cpu']) * ms:.3f} |"
+                f"{percentile(s['lat'], 0.99) * ms:.2f} | {statistics.median(s['total']) * ms:.2f} | "
+                f"{statistics.median(s['cpu']) * ms:.2f} | "
+                + (f"{statistics.median(s['node_cpu']) * ms:.2f} |" if name == "RayRuntime" else "- |")
             )
     out += ["", "| binding call | trivial run p50 ms | 100 calls run p50 ms | per call ms |", "|---|---:|---:|---:|"]
     for name, where in (("local", "local `Runtime`"), ("RayRuntime", "`RayRuntime` (remote)")):
