@@ -672,7 +672,20 @@ def test_shutdown_leaves_no_process_and_no_actor(harness, local):
         rt.close()
     for actor in actors:
         wait_for(lambda a=actor: is_dead(a), f"{actor} to die")
+    # A runtime left open when Ray shuts down: its actors go with the cluster.
+    unclosed = RayRuntime(resource="pycage", isolation="process", python=sys.executable)
+    session = unclosed.session()
+    assert session.run("x = 1").ok
     harness.shutdown()
+    assert not ray.is_initialized()
+    # Using it raises, and never starts a new local Ray (which any Ray call would).
+    with pytest.raises(pycage.RuntimeClosedError, match="Ray was shut down"):
+        unclosed.run("return 1")
+    with pytest.raises(pycage.RuntimeClosedError, match="Ray was shut down"):
+        session.run("return x")
+    assert session.ended == "it was closed, or the runtime was shut down"
+    session.close()
+    unclosed.close()
     assert not ray.is_initialized()
     # Every Ray process (GCS, raylets, workers) and every pycage child was a
     # descendant of this process, or was re-parented to it (a subreaper).

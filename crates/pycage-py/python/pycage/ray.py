@@ -845,6 +845,9 @@ class RayRuntime(_Closeable):
         _kill(node.actor)
 
     def _live(self) -> list[_Member]:
+        if not ray.is_initialized():
+            # A call now would start a new local Ray, without these nodes.
+            raise RuntimeClosedError("Ray was shut down (ray.shutdown()); this pycage.ray.RayRuntime cannot run more")
         with self._lock:
             if self._closed:
                 raise RuntimeClosedError(
@@ -1104,8 +1107,10 @@ class RayRuntime(_Closeable):
         stop = getattr(self, "_refresh_stop", None)
         if stop is not None:
             stop.set()
+        # After ray.shutdown() the actors are gone with Ray, and any call
+        # would start a new local Ray: nothing is sent then.
         shutdowns = []
-        for m in members:
+        for m in members if ray.is_initialized() else ():
             try:
                 shutdowns.append(m.actor.shutdown.remote())
             except Exception:  # noqa: BLE001 - already gone
@@ -1236,7 +1241,7 @@ class RaySession(_Closeable):
     @property
     def ended(self) -> Optional[str]:
         """Why the session ended, or ``None`` while it lives (asks its node)."""
-        if self._ended is None and self._runtime.closed:
+        if self._ended is None and (self._runtime.closed or not ray.is_initialized()):
             self._ended = _CLOSED
         if self._ended is not None:
             return self._ended
@@ -1265,7 +1270,7 @@ class RaySession(_Closeable):
     def _check_open(self) -> None:
         """A session whose node died, or that was closed here (or with its
         runtime), is known to have ended without asking its node."""
-        if self._runtime.closed:
+        if self._runtime.closed or not ray.is_initialized():
             if self._ended is None:
                 self._ended = _CLOSED
             self._runtime._live()  # raises RuntimeClosedError, as a local session's run does
@@ -1350,7 +1355,7 @@ class RaySession(_Closeable):
                 return
             self._closed = True
             self._finalizer.detach()
-            if self._node.dead is None and not self._runtime.closed:
+            if self._node.dead is None and not self._runtime.closed and ray.is_initialized():
                 try:
                     why = ray.get(self._node.actor.session_close.remote(self._sid), timeout=60)
                     if self._ended is None:
