@@ -611,7 +611,23 @@ def test_a_dead_node_ends_its_sessions_and_runs_go_to_the_survivor(harness):
                 gate.wait_entered()
             one_shot = pool.submit(prt.run, "await g.gate()\nreturn 'not reached'", g)  # to the worker: 2, 1
             gate.wait_entered()
-            sleeper = pool.submit(prt.run, "import time\ntime.sleep(2)\nreturn 'ran again'")  # to the worker: 2, 2
+            # Never ends on the worker's CageNode (process isolation: it sees
+            # this machine's /proc, and the actor's pid among its ancestors),
+            # so it is surely in flight there when the node dies; elsewhere
+            # it returns at once.
+            worker_pid = [ray.get(n.actor.stats.remote())["pid"] for n in prt.nodes() if n.node_id == worker][0]
+            waiter = (
+                "import os, time\n"
+                "pid, ancestors = os.getpid(), set()\n"
+                "while pid > 1 and len(ancestors) < 6:\n"
+                "    with open(f'/proc/{pid}/stat') as f:\n"
+                "        pid = int(f.read().rsplit(')', 1)[1].split()[1])\n"
+                "    ancestors.add(pid)\n"
+                f"while {worker_pid} in ancestors:\n"
+                "    time.sleep(0.05)\n"
+                "return 'ran again'"
+            )
+            sleeper = pool.submit(prt.run, waiter)  # to the worker: 2, 2
             wait_for(lambda: worker_in_flight() == 2, "the sleeper to start on the worker")
             in_session = pool.submit(doomed[0].run, gated)  # 2, 3
             gate.wait_entered()
