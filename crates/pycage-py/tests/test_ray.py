@@ -152,7 +152,13 @@ def harness():
 
 @pytest.fixture(scope="module")
 def prt(harness):
-    """A RayRuntime with process isolation on both nodes."""
+    """A RayRuntime with process isolation on both nodes, default budgets."""
+    return harness.runtime(isolation="process")
+
+
+@pytest.fixture(scope="module")
+def brt(harness):
+    """A RayRuntime with the budgets of ``local``, to compare with it."""
     return harness.runtime(isolation="process", **BUDGETS)
 
 
@@ -321,21 +327,22 @@ PROGRAMS = {
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
-def test_outcomes_and_budgets_are_unchanged_through_ray(prt, local, name):
-    remote = prt.run(PROGRAMS[name])
+def test_outcomes_and_budgets_are_unchanged_through_ray(brt, local, name):
+    remote = brt.run(PROGRAMS[name])
     here = local.run(PROGRAMS[name])
     assert remote == here
     if name == "negative zero":
         assert math.copysign(1, remote.value) == -1
 
 
-def test_every_failure_kind_is_covered(prt):
-    kinds = {prt.run(code).error.kind for code in PROGRAMS.values() if not prt.run(code).ok}
+def test_every_failure_kind_is_covered(brt):
+    results = [brt.run(code) for code in PROGRAMS.values()]
+    kinds = {r.error.kind for r in results if not r.ok}
     assert kinds == {"exception", "timeout", "worker-exit", "invalid-output", "output-limit"}
     # the sixth, abort, is test_close_aborts_runs_in_flight_and_kills_every_actor's
 
 
-def test_a_session_ends_as_locally(prt, local):
+def test_a_session_ends_as_locally(brt, local):
     def story(rt, query_ended: bool) -> list:
         told = []
         with rt.session() as s:
@@ -355,12 +362,12 @@ def test_a_session_ends_as_locally(prt, local):
         return told
 
     for query_ended in (True, False):
-        remote, here = story(prt, query_ended), story(local, query_ended)
+        remote, here = story(brt, query_ended), story(local, query_ended)
         assert remote == here
         assert remote[3].error.kind == "timeout" and "timeout" in remote[-1]
 
 
-def test_bindings_call_back_to_the_driver(prt, local):
+def test_bindings_call_back_to_the_driver(brt, local):
     lock = threading.Lock()  # driver-local state that cannot be pickled
     seen: list = []
     request = contextvars.ContextVar("request", default="none")
@@ -408,7 +415,7 @@ return {"first": first, "sum": sum(doubled), "refused": refused, "missing": miss
         "a": await db.get(key="a")}
 """
     request.set("req-1")
-    remote = prt.run(program, bindings=bindings)
+    remote = brt.run(program, bindings=bindings)
     assert remote.ok, remote.error
     assert remote.value["first"] == {"pid": os.getpid(), "n": 1, "request": "req-1"}
     assert remote.value["sum"] == 2 * sum(range(50))
@@ -428,7 +435,7 @@ return {"first": first, "sum": sum(doubled), "refused": refused, "missing": miss
             return "ok"
 
         events = []
-        r = await prt.arun(
+        r = await brt.arun(
             "return [await t.where(), await t.record('b')]",
             {"t": {"where": where, "record": record}},
             on_call=events.append,
@@ -441,11 +448,11 @@ return {"first": first, "sum": sum(doubled), "refused": refused, "missing": miss
     assert [type(e).__name__ for e in events] == ["CallStarted", "CallFinished"] * 2
     assert (events[0].namespace, events[0].name, events[2].args) == ("t", "where", "b")
 
-    with prt.session({"t": {"record": record}}) as s:
+    with brt.session({"t": {"record": record}}) as s:
         s.run("n1 = (await t.record('c'))['n']")
         assert s.run("return [n1, (await t.record('d'))['n']]").value == [len(seen) - 1, len(seen)]
     assert seen[-2:] == ["c", "d"]
-    stats = prt.stats()
+    stats = brt.stats()
     assert stats["bindings"]["calls_in_flight"] == 0 and stats["bindings"]["calls_total"] >= 56
     assert all(n["binding_calls_in_flight"] == 0 for n in stats["nodes"])
 
