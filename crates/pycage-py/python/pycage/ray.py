@@ -4,7 +4,7 @@
 
 >>> import ray
 >>> from pycage.ray import RayRuntime
->>> ray.init()
+>>> context = ray.init()
 >>> with RayRuntime(isolation="process") as rt:
 ...     rt.run("return 6 * 7").value
 42
