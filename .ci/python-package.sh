@@ -2,7 +2,10 @@
 # CI for the `pycage` Python package: build it from this clone into a venv
 # (`pip install .`, the way a user installs it) and run its pytest suite.
 # Pinned tools come from crates/pycage-py/tests/requirements.txt; maturin is
-# used from there (no build isolation), so the build is pinned too.
+# used from there (no build isolation), so the build is pinned too. It also
+# pins Ray, for test_ray.py (pycage.ray on a two-node ray.cluster_utils
+# cluster on this machine; it fails, not skips, without Ray under
+# PYCAGE_REQUIRE_ALL_TESTS=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
