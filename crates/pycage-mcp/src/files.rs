@@ -121,8 +121,7 @@ pub(crate) fn write_inputs(files: &Value, limits: InputLimits) -> Result<Option<
         }
         decoded.push((name, bytes));
     }
-    let dir = tempfile::Builder::new()
-        .prefix("pycage-mcp-in-")
+    let dir = private_dir("pycage-mcp-in-")
         .tempdir()
         .map_err(|e| format!("cannot store the files on the server: {e}"))?;
     let mut paths = Vec::with_capacity(decoded.len());
@@ -132,6 +131,14 @@ pub(crate) fn write_inputs(files: &Value, limits: InputLimits) -> Result<Option<
         paths.push(path);
     }
     Ok(Some(Inputs { _dir: dir, paths }))
+}
+
+/// A builder of directories only their owner can enter.
+fn private_dir(prefix: &str) -> tempfile::Builder<'_, '_> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut b = tempfile::Builder::new();
+    b.prefix(prefix).permissions(std::fs::Permissions::from_mode(0o700));
+    b
 }
 
 /// Where a run's `out/` goes.
@@ -147,13 +154,11 @@ impl OutputDir {
     /// A fresh one: under `server_dir` when the server has one.
     pub(crate) fn new(server_dir: Option<&Path>) -> Result<OutputDir, String> {
         match server_dir {
-            None => tempfile::Builder::new()
-                .prefix("pycage-mcp-out-")
+            None => private_dir("pycage-mcp-out-")
                 .tempdir()
                 .map(OutputDir::Embedded)
                 .map_err(|e| format!("cannot make room for the output on the server: {e}")),
-            Some(base) => tempfile::Builder::new()
-                .prefix("run-")
+            Some(base) => private_dir("run-")
                 .rand_bytes(16)
                 .tempdir_in(base)
                 // Kept: the links point into it.
@@ -360,6 +365,8 @@ mod tests {
         let out = OutputDir::new(Some(base.path())).unwrap();
         let name = out.path().file_name().unwrap().to_string_lossy().into_owned();
         assert!(name.starts_with("run-") && name.len() == 4 + 16, "{name}");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(out.path()).unwrap().permissions().mode() & 0o777, 0o700);
         let report = CopyReport {
             files: vec![pycage_runtime::CopiedFile { path: "r.json".into(), bytes: 4000 }],
             bytes: 4000,

@@ -250,9 +250,13 @@ impl Gate {
     }
 }
 
+/// A refusal with a JSON-RPC error (no id) as its body, which the
+/// transport specification allows and SDK clients show to their user.
 fn refuse(status: StatusCode, message: &'static str) -> axum::response::Response {
-    let mut response = axum::response::Response::new(axum::body::Body::from(message));
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": message}});
+    let mut response = axum::response::Response::new(axum::body::Body::from(body.to_string()));
     *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
