@@ -201,13 +201,12 @@ fn two_clients_cannot_reach_each_others_sessions() {
     assert_eq!(rb[2]["isError"], json!(false), "{}", rb[2]);
     // A's state is untouched by B's assignments.
     assert_eq!(value(&ra[4]), &json!(["A-secret", "A"]));
-    // B: the server's total (A 2 + B 1) is reached; the refusal names no session.
+    // B: the server's total (A 2 + B 1) is reached; the refusal names B's
+    // own session only.
     let refusal = text(&rb[3]);
     assert_eq!(rb[3]["isError"], json!(true));
     assert!(refusal.starts_with("the server holds 3 sessions"), "{refusal}");
-    for name in ["work", "notes", "third"] {
-        assert!(!refusal.contains(name), "{refusal}");
-    }
+    assert!(refusal.contains("reuse one of yours (work), run") && !refusal.contains("notes"), "{refusal}");
     // `notes` is A's: for B it would be a new one, refused for the same reason.
     assert!(text(&rb[4]).starts_with("the server holds 3 sessions"), "{}", rb[4]);
     // A: its own slots are full; the refusal names its own sessions only.

@@ -11,8 +11,9 @@
 //! the session is reachable only by a name the server made unguessable, and
 //! told the caller (MCP's "explicit state handles").
 //!
-//! Slots: each owner may hold `per_client` open sessions, and the server
-//! `total` across owners. A session that has ended (a failed run, idle, too
+//! Slots: each client may hold `per_client` open sessions (an owner; with
+//! bearer tokens, every owner of one token together: each MCP session it
+//! opens is bound to it), and the server `total` across clients. A session that has ended (a failed run, idle, too
 //! old) keeps its name until it is reported once to its owner, but frees its
 //! slot at once.
 //!
@@ -129,8 +130,12 @@ struct Client {
 }
 
 impl Client {
-    fn new(tracks_streams: bool) -> Client {
-        Client { sessions: BTreeMap::new(), life: Life::new(tracks_streams), principal: None }
+    fn new(owner: &Owner) -> Client {
+        let principal = match owner {
+            Owner::Principal(p) => Some(p.clone()),
+            _ => None,
+        };
+        Client { sessions: BTreeMap::new(), life: Life::new(matches!(owner, Owner::McpSession(_))), principal }
     }
 
     fn open(&self) -> usize {
@@ -184,8 +189,7 @@ impl Registry {
 
     /// Registers an MCP session the transport just created.
     pub(crate) fn opened(&self, owner: Owner) {
-        let tracks = matches!(owner, Owner::McpSession(_));
-        self.lock().clients.entry(owner).or_insert_with(|| Client::new(tracks));
+        self.lock().clients.entry(owner.clone()).or_insert_with(|| Client::new(&owner));
     }
 
     /// The liveness of `owner`, registering the owners that need no
@@ -199,7 +203,7 @@ impl Registry {
         if matches!(owner, Owner::McpSession(_)) {
             return None;
         }
-        let c = state.clients.entry(owner.clone()).or_insert_with(|| Client::new(false));
+        let c = state.clients.entry(owner.clone()).or_insert_with(|| Client::new(owner));
         Some(Arc::clone(&c.life))
     }
 
@@ -257,7 +261,7 @@ impl Registry {
         if tracks && !state.clients.contains_key(owner) {
             return Err(Refusal("this MCP session has closed".into()));
         }
-        let client = state.clients.entry(owner.clone()).or_insert_with(|| Client::new(tracks));
+        let client = state.clients.entry(owner.clone()).or_insert_with(|| Client::new(owner));
         if let Some(entry) = client.sessions.get(name) {
             return match entry.session.ended() {
                 None => Ok(Lease { name: name.to_owned(), entry: entry.clone(), minted: false }),
@@ -270,7 +274,12 @@ impl Registry {
         // Ended sessions (of every owner) free their slots silently, except
         // that their names stay for the one report their owner gets: only
         // their count matters here.
-        let open_here = client.open();
+        // Slots are counted per token when there is one: every MCP session
+        // opened with it and its own stateless requests are one client.
+        let open_here = match client.principal.clone() {
+            Some(p) => state.clients.values().filter(|c| c.principal.as_deref() == Some(p.as_str())).map(Client::open).sum(),
+            None => client.open(),
+        };
         let total: usize = state.clients.values().map(Client::open).sum();
         let Some(client) = state.clients.get_mut(owner) else {
             return Err(Refusal("this client is gone".into()));
@@ -278,26 +287,32 @@ impl Registry {
         if name.len() > MAX_SESSION_NAME {
             return Err(Refusal(format!("`session` names are 1 to {MAX_SESSION_NAME} bytes")));
         }
+        // A refusal may list the caller's own open sessions, never another's;
+        // minted names are the only key to their sessions: never listed.
+        let yours = if anonymous {
+            None
+        } else {
+            let open: Vec<&str> =
+                client.sessions.iter().filter(|(_, e)| e.session.ended().is_none()).map(|(n, _)| n.as_str()).collect();
+            (!open.is_empty()).then(|| format!("reuse one of yours ({})", open.join(", ")))
+        };
+        let expire = format!("({} s without a run)", self.idle.as_secs());
         if open_here >= self.limits.per_client {
-            let names = if anonymous {
-                // Minted names are the only key to a session: never listed.
-                "sessions opened without a client identity are not listed".to_owned()
-            } else {
-                let open: Vec<&str> =
-                    client.sessions.iter().filter(|(_, e)| e.session.ended().is_none()).map(|(n, _)| n.as_str()).collect();
-                format!("reuse one of yours ({})", open.join(", "))
+            let reuse = match (anonymous, yours) {
+                (true, _) => "sessions opened without a client identity are not listed".to_owned(),
+                (false, Some(yours)) => yours,
+                (false, None) => "other connections with the same token hold them".to_owned(),
             };
             return Err(Refusal(format!(
-                "{open_here} sessions are open for this client, the most it may hold; {names}, or wait for one to \
-                 expire ({} s without a run)",
-                self.idle.as_secs()
+                "{open_here} sessions are open for this client, the most it may hold; {reuse}, or wait for one to \
+                 expire {expire}"
             )));
         }
         if total >= self.limits.total {
+            let reuse = yours.map(|r| format!("{r}, ")).unwrap_or_default();
             return Err(Refusal(format!(
-                "the server holds {total} sessions, the most it keeps for all its clients together; run without \
-                 `session`, or try again when one has expired ({} s without a run)",
-                self.idle.as_secs()
+                "the server holds {total} sessions, the most it keeps for all its clients together; {reuse}run \
+                 without `session`, or try again when one has expired {expire}"
             )));
         }
         let (name, minted) = if anonymous { (mint(name), true) } else { (name.to_owned(), false) };
@@ -390,7 +405,26 @@ mod tests {
         assert!(!lease.minted);
         let refusal = reg.session(&b, "delta", &rt, options).unwrap_err().0;
         assert!(refusal.starts_with("the server holds 3 sessions"), "{refusal}");
-        assert!(!refusal.contains("beta") && !refusal.contains("alpha"), "{refusal}");
+        assert!(refusal.contains("reuse one of yours (alpha), run") && !refusal.contains("beta"), "{refusal}");
+        rt.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_token_counts_its_mcp_sessions_against_its_slots() {
+        let rt = runtime();
+        let reg = Registry::new(Limits { per_client: 2, total: 8 }, Duration::from_secs(60));
+        let (m1, m2) = (Owner::McpSession("m1".into()), Owner::McpSession("m2".into()));
+        reg.opened(m1.clone());
+        reg.opened(m2.clone());
+        assert!(reg.bind_principal("m1", Some("A")) && reg.bind_principal("m2", Some("A")));
+        assert!(!reg.bind_principal("m1", Some("B")) && !reg.bind_principal("m1", None), "bound for good");
+        reg.session(&m1, "x", &rt, options).unwrap();
+        reg.session(&Owner::Principal("A".into()), "y", &rt, options).unwrap();
+        let refusal = reg.session(&m2, "z", &rt, options).unwrap_err().0;
+        assert!(refusal.starts_with("2 sessions are open for this client"), "{refusal}");
+        assert!(refusal.contains("other connections with the same token hold them"), "{refusal}");
+        // Another token's slots are its own.
+        reg.session(&Owner::Principal("B".into()), "x", &rt, options).unwrap();
         rt.shutdown().await;
     }
 
