@@ -403,7 +403,7 @@ fn b64(bytes: &[u8]) -> String {
 const FILES_PROGRAM: &str = "import os\n\
     data = open('data.csv').read()\n\
     raw = open('image.bin', 'rb').read()\n\
-    os.makedirs('out/sub', exist_ok=True)\n\
+    os.mkdir('out/sub')\n\
     open('out/sum.txt', 'w').write(str(sum(int(x) for x in data.split(','))))\n\
     open('out/sub/copy.png', 'wb').write(raw)\n\
     open('out/big.csv', 'w').write('x' * 5000)\n\
@@ -412,7 +412,7 @@ const FILES_PROGRAM: &str = "import os\n\
     return [sorted(os.listdir('.')), read_only]";
 
 fn files_call() -> Value {
-    json!({"op": "call", "tool": "run_python", "args": {"code": FILES_PROGRAM, "files": {
+    json!({"op": "call", "tool": "run_python", "args": {"code": FILES_PROGRAM, "return_files": true, "files": {
         "data.csv": "1,2,3",
         "image.bin": {"base64": b64(PNG_BYTES)},
     }}})
@@ -431,7 +431,8 @@ fn check_files_result(r: &Value, isolation: &str) {
 
 /// Files in (text and base64) and out (text and binary, embedded under the
 /// cap; symlinks and files over the cap listed as skipped), in both
-/// isolations; bad names and files with `session` refused.
+/// isolations; bad names and files with `session` refused; out/ only on
+/// request.
 #[test]
 fn files_in_and_out_embedded() {
     let Some(d) = Deps::find() else { return };
@@ -457,6 +458,8 @@ fn files_in_and_out_embedded() {
                 bad(json!({"x": {"base64": "not base64!"}})),
                 bad(json!({"x": "y".repeat(5000)})),
                 {"op": "call", "tool": "run_python", "args": {"code": "return 1", "files": {"x": "1"}, "session": "s"}},
+                {"op": "call", "tool": "run_python", "args": {"code": "return 1", "return_files": true, "session": "s"}},
+                call("_ = open('out/x', 'w').write('y')"),
             ]}),
         )
         .finish();
@@ -478,7 +481,12 @@ fn files_in_and_out_embedded() {
             assert_eq!(r[i]["isError"], json!(true), "{}", r[i]);
             assert!(text(&r[i]).contains(want), "{want}: {}", r[i]);
         }
-        assert!(text(&r[6]).starts_with("`files` and `out/` work only in calls without `session`"), "{}", r[6]);
+        for r in &r[6..8] {
+            assert!(text(r).starts_with("`files` and `return_files` work only in calls without `session`"), "{r}");
+        }
+        // Without `return_files`, out/ stays on the server (and goes with the run).
+        assert_eq!(r[8]["structured"], json!({"logs": []}), "{}", r[8]);
+        assert_eq!(r[8]["blocks"], json!([]));
     }
 }
 

@@ -216,9 +216,10 @@ impl CodeModeServer {
             Some(Value::String(code)) => code.clone(),
             _ => return Err(McpError::invalid_params("run_python needs `code`: the program text, a string", None)),
         };
-        if let Some(extra) = args.keys().find(|k| !["code", "session", "files"].contains(&k.as_str())) {
+        const ARGS: [&str; 4] = ["code", "session", "files", "return_files"];
+        if let Some(extra) = args.keys().find(|k| !ARGS.contains(&k.as_str())) {
             return Err(McpError::invalid_params(
-                format!("run_python takes `code` and optionally `session` or `files`, not `{extra}`"),
+                format!("run_python takes `code` and optionally `session`, `files` or `return_files`, not `{extra}`"),
                 None,
             ));
         }
@@ -233,10 +234,15 @@ impl CodeModeServer {
             }
         };
         let files = args.get("files").filter(|v| !v.is_null());
-        if files.is_some() && session.is_some() {
+        let return_files = match args.get("return_files") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(McpError::invalid_params("`return_files` is true or false", None)),
+        };
+        if (files.is_some() || return_files) && session.is_some() {
             return Ok(refused(
-                "`files` and `out/` work only in calls without `session`: run the step that needs files on its \
-                 own, or pass the data in the code",
+                "`files` and `return_files` work only in calls without `session`: run the step that needs files on \
+                 its own, or pass the data in the code",
             ));
         }
         let owner = owner(&context);
@@ -259,9 +265,11 @@ impl CodeModeServer {
                 Err(Refusal(message)) => return Ok(refused(message)),
             },
         };
-        let output = match &lease {
-            Some(_) => None,
-            None => match OutputDir::new(self.inner.options.output_dir.as_deref()) {
+        // Collected only on request: copying out/ waits for the run's
+        // process to be gone, which costs every call several milliseconds.
+        let output = match return_files {
+            false => None,
+            true => match OutputDir::new(self.inner.options.output_dir.as_deref()) {
                 Ok(dir) => Some(dir),
                 Err(message) => return Ok(refused(message)),
             },
@@ -410,6 +418,7 @@ fn input_schema() -> Value {
         "properties": {
             "code": {"type": "string", "description": "The Python program to run (see the tool description for the rules)."},
             "session": {"type": "string", "description": "Optional: run in this named session, whose globals survive to the next call naming it."},
+            "return_files": {"type": "boolean", "description": "Optional: return the files the program writes under out/."},
             "files": {
                 "type": "object",
                 "description": "Optional input files, by name: text, or {\"base64\": data} for bytes. The program reads them in its working directory.",
@@ -469,8 +478,8 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
     let max_bytes = options.max_description_bytes;
     let files = &options.input_limits;
     let returned = match &options.output_dir {
-        Some(_) => "as links to files on the server".to_owned(),
-        None => format!("embedded, up to {} bytes in all", options.max_embedded_bytes),
+        Some(_) => "links to files on the server".to_owned(),
+        None => format!("the files, embedded in the result, up to {} bytes in all", options.max_embedded_bytes),
     };
     let mut d = format!(
         "Run a Python {}.{} program and get back only its result. Use it to call the functions below: \
@@ -490,7 +499,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
          - The standard library is available; the network is not (use the functions).\n\
          - Files (calls without `session`): pass `files` {{\"name\": \"text\" or {{\"base64\": \"...\"}}}} (up to {} files, {} bytes each, \
          {} in all) and the program reads them by name in its working directory, read-only. \
-         Files the program writes under `out/` (create it) come back with the result, {}.\n\
+         Pass `\"return_files\": true` to get back what the program writes under `out/` (a directory in its working directory): {}.\n\
          \n\
          Result: {{\"value\": ..., \"logs\": [...], \"error\": {{\"kind\": ..., \"message\": ...}}}} (error only when the run failed).\n",
         runtime.interpreter().version.0,
