@@ -235,7 +235,11 @@ fn bearer_tokens_are_required_and_own_their_sessions() {
     // The SDK client without a token cannot connect.
     let r = Client::start(&d, &json!({"server": {"url": url}, "connect_may_fail": true, "steps": [call("return 1")]}))
         .finish();
-    assert!(r[0]["connect_error"].as_str().is_some_and(|e| e.contains("Unauthorized: a valid bearer token")), "{}", r[0]);
+    assert!(
+        r[0]["connect_error"].as_str().is_some_and(|e| e.contains("Unauthorized: a valid bearer token")),
+        "{}",
+        r[0]
+    );
     let with = |token: &str, mode: &str| json!({"url": url, "mode": mode, "headers": {"Authorization": format!("Bearer {token}")}});
     let r = Client::start(&d, &json!({"server": with(TOKEN_A, "auto"), "steps": [call_in("work", "secret = 'A'")]}))
         .finish();
@@ -302,22 +306,17 @@ fn a_client_that_disconnects_aborts_its_run() {
     let b = upstream_bindings(dir.path(), &d, &events);
     let flags = ["--wall-ms", "300000", "--cpu-seconds", "300", "--bindings", b.to_str().unwrap()];
     let (_server, url) = serve(&flags, &[]);
-    let mut stdio = vec![env!("CARGO_BIN_EXE_pycage").to_string(), "mcp".into(), "--isolation".into(), "process".into()];
+    let mut stdio =
+        vec![env!("CARGO_BIN_EXE_pycage").to_string(), "mcp".into(), "--isolation".into(), "process".into()];
     stdio.extend(flags.iter().map(|s| s.to_string()));
-    for (i, server) in [
-        json!({"command": stdio}),
-        json!({"url": url, "mode": "legacy"}),
-        json!({"url": url, "mode": "auto"}),
-    ]
-    .into_iter()
-    .enumerate()
+    for (i, server) in
+        [json!({"command": stdio}), json!({"url": url, "mode": "legacy"}), json!({"url": url, "mode": "auto"})]
+            .into_iter()
+            .enumerate()
     {
         let beats = dir.path().join(format!("beats{i}"));
         let marker = format!("gone{i}");
-        let program = format!(
-            "{}print('started')\nawait up.slow(seconds=240, marker={marker:?})",
-            heartbeat(&beats)
-        );
+        let program = format!("{}print('started')\nawait up.slow(seconds=240, marker={marker:?})", heartbeat(&beats));
         let mut client = Client::start(&d, &json!({"server": server, "steps": [call(&program)]}));
         assert!(wait_for_line(&events, &format!("start {marker}"), Duration::from_secs(120)), "{server}");
         assert!(wait_for_line(&beats, "beat", Duration::from_secs(60)), "{server}");
@@ -421,10 +420,12 @@ fn files_call() -> Value {
 fn check_files_result(r: &Value, isolation: &str) {
     assert_eq!(value(r), &json!([["data.csv", "image.bin", "out"], true]), "{isolation}: read-only");
     let output = &r["structured"]["output"];
-    let mut returned: Vec<&str> = output["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    let mut returned: Vec<&str> =
+        output["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
     returned.sort();
     assert_eq!(returned, ["sub/copy.png", "sum.txt"], "{isolation}: {output}");
-    let mut skipped: Vec<&str> = output["skipped"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    let mut skipped: Vec<&str> =
+        output["skipped"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
     skipped.sort();
     assert_eq!(skipped, ["big.csv", "link"], "{isolation}: {output}");
 }
@@ -447,7 +448,8 @@ fn files_in_and_out_embedded() {
             "--max-input-file-bytes",
             "4096",
         ];
-        let bad = |files: Value| json!({"op": "call", "tool": "run_python", "args": {"code": "return 1", "files": files}});
+        let bad =
+            |files: Value| json!({"op": "call", "tool": "run_python", "args": {"code": "return 1", "files": files}});
         let r = Client::start(
             &d,
             &json!({"server": {"command": argv}, "steps": [
@@ -465,7 +467,9 @@ fn files_in_and_out_embedded() {
         .finish();
         check_files_result(&r[0], isolation);
         let blocks = r[0]["blocks"].as_array().unwrap();
-        let by_uri = |uri: &str| blocks.iter().find(|b| b["resource"]["uri"] == uri).unwrap_or_else(|| panic!("{uri}: {blocks:?}"));
+        let by_uri = |uri: &str| {
+            blocks.iter().find(|b| b["resource"]["uri"] == uri).unwrap_or_else(|| panic!("{uri}: {blocks:?}"))
+        };
         assert_eq!(
             by_uri("pycage://out/sum.txt")["resource"],
             json!({"uri": "pycage://out/sum.txt", "mimeType": "text/plain", "text": "6"})
@@ -475,9 +479,13 @@ fn files_in_and_out_embedded() {
             json!({"uri": "pycage://out/sub/copy.png", "mimeType": "image/png", "blob": b64(PNG_BYTES)})
         );
         assert_eq!(blocks.len(), 2, "{blocks:?}");
-        for (i, want) in
-            [(1, "`..`"), (2, "no `/`"), (3, "`out` is where"), (4, "not base64"), (5, "over the limit of 4096 bytes per file")]
-        {
+        for (i, want) in [
+            (1, "`..`"),
+            (2, "no `/`"),
+            (3, "`out` is where"),
+            (4, "not base64"),
+            (5, "over the limit of 4096 bytes per file"),
+        ] {
             assert_eq!(r[i]["isError"], json!(true), "{}", r[i]);
             assert!(text(&r[i]).contains(want), "{want}: {}", r[i]);
         }

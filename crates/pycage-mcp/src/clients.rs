@@ -277,7 +277,9 @@ impl Registry {
         // Slots are counted per token when there is one: every MCP session
         // opened with it and its own stateless requests are one client.
         let open_here = match client.principal.clone() {
-            Some(p) => state.clients.values().filter(|c| c.principal.as_deref() == Some(p.as_str())).map(Client::open).sum(),
+            Some(p) => {
+                state.clients.values().filter(|c| c.principal.as_deref() == Some(p.as_str())).map(Client::open).sum()
+            }
             None => client.open(),
         };
         let total: usize = state.clients.values().map(Client::open).sum();

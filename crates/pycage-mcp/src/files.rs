@@ -121,9 +121,8 @@ pub(crate) fn write_inputs(files: &Value, limits: InputLimits) -> Result<Option<
         }
         decoded.push((name, bytes));
     }
-    let dir = private_dir("pycage-mcp-in-")
-        .tempdir()
-        .map_err(|e| format!("cannot store the files on the server: {e}"))?;
+    let dir =
+        private_dir("pycage-mcp-in-").tempdir().map_err(|e| format!("cannot store the files on the server: {e}"))?;
     let mut paths = Vec::with_capacity(decoded.len());
     for (name, bytes) in decoded {
         let path = dir.path().join(name);
@@ -216,7 +215,11 @@ fn uri_path(s: &[u8]) -> String {
 
 /// The content blocks for what a run left in `out/`, and the report with
 /// files that were not returned moved to `skipped`.
-pub(crate) fn output_blocks(dir: &OutputDir, mut report: CopyReport, max_embedded: u64) -> (Vec<ContentBlock>, CopyReport) {
+pub(crate) fn output_blocks(
+    dir: &OutputDir,
+    mut report: CopyReport,
+    max_embedded: u64,
+) -> (Vec<ContentBlock>, CopyReport) {
     use std::os::unix::ffi::OsStrExt;
     let mut blocks = Vec::new();
     let mut kept = Vec::with_capacity(report.files.len());
@@ -259,7 +262,9 @@ pub(crate) fn output_blocks(dir: &OutputDir, mut report: CopyReport, max_embedde
                     Ok(text) => {
                         ResourceContents::blob(base64::engine::general_purpose::STANDARD.encode(text.as_bytes()), uri)
                     }
-                    Err(e) => ResourceContents::blob(base64::engine::general_purpose::STANDARD.encode(e.as_bytes()), uri),
+                    Err(e) => {
+                        ResourceContents::blob(base64::engine::general_purpose::STANDARD.encode(e.as_bytes()), uri)
+                    }
                 };
                 blocks.push(ContentBlock::resource(contents.with_mime_type(mime)));
                 kept.push(file);

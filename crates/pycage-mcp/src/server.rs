@@ -465,6 +465,17 @@ fn output_schema() -> Value {
     })
 }
 
+/// `n` bytes for a reader: `1 MiB`, `64 KiB`, `1000 bytes`.
+fn size(n: u64) -> String {
+    const KIB: u64 = 1024;
+    match n {
+        0 => "0 bytes".into(),
+        n if n % (KIB * KIB) == 0 => format!("{} MiB", n / (KIB * KIB)),
+        n if n % KIB == 0 => format!("{} KiB", n / KIB),
+        n => format!("{n} bytes"),
+    }
+}
+
 /// The `run_python` description with the default options but these two.
 pub fn description(runtime: &Runtime, bindings: &Bindings, max_bytes: usize, session_idle: Duration) -> String {
     let options = ServerOptions { max_description_bytes: max_bytes, session_idle, ..ServerOptions::default() };
@@ -478,8 +489,8 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
     let max_bytes = options.max_description_bytes;
     let files = &options.input_limits;
     let returned = match &options.output_dir {
-        Some(_) => "links to files on the server".to_owned(),
-        None => format!("the files, embedded in the result, up to {} bytes in all", options.max_embedded_bytes),
+        Some(_) => "as links to files on the server".to_owned(),
+        None => format!("embedded, at most {} in all", size(options.max_embedded_bytes)),
     };
     let mut d = format!(
         "Run a Python {}.{} program and get back only its result. Use it to call the functions below: \
@@ -497,9 +508,8 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
          - Budgets: {} s wall clock, {} s CPU, {} MiB memory.\n\
          - A failed function call raises an exception (the namespace's error class below); catch it to go on.\n\
          - The standard library is available; the network is not (use the functions).\n\
-         - Files (calls without `session`): pass `files` {{\"name\": \"text\" or {{\"base64\": \"...\"}}}} (up to {} files, {} bytes each, \
-         {} in all) and the program reads them by name in its working directory, read-only. \
-         Pass `\"return_files\": true` to get back what the program writes under `out/` (a directory in its working directory): {}.\n\
+         - Files (not with `session`): `files` {{\"name\": \"text\" or {{\"base64\": \"...\"}}}} (at most {} files, {} each, {} in all) \
+         appear read-only in the working directory; with `\"return_files\": true`, what the program writes under `out/` comes back ({}).\n\
          \n\
          Result: {{\"value\": ..., \"logs\": [...], \"error\": {{\"kind\": ..., \"message\": ...}}}} (error only when the run failed).\n",
         runtime.interpreter().version.0,
@@ -511,8 +521,8 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
         c.cpu_seconds,
         c.address_space_bytes / (1024 * 1024),
         files.max_files,
-        files.max_file_bytes,
-        files.max_total_bytes,
+        size(files.max_file_bytes),
+        size(files.max_total_bytes),
         returned,
     );
     if bindings.stubs.is_empty() {

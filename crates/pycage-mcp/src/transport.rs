@@ -310,12 +310,10 @@ impl SessionManager for Tracked {
     type Error = <LocalSessionManager as SessionManager>::Error;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
-    fn create_session(&self) -> impl Future<Output = Result<(SessionId, Self::Transport), Self::Error>> + Send {
-        async move {
-            let (id, transport) = self.inner.create_session().await?;
-            self.registry.opened(Owner::McpSession(id.to_string()));
-            Ok((id, transport))
-        }
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let (id, transport) = self.inner.create_session().await?;
+        self.registry.opened(Owner::McpSession(id.to_string()));
+        Ok((id, transport))
     }
 
     fn initialize_session(
@@ -418,9 +416,8 @@ pub async fn serve_http(
         tokens: http.tokens.clone(),
         registry,
     });
-    let router = axum::Router::new()
-        .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(gate_state, gate));
+    let router =
+        axum::Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn_with_state(gate_state, gate));
     axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
@@ -495,7 +492,8 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd") && !constant_time_eq(b"ab", b"abc") && !constant_time_eq(b"", b"a"));
         assert!(constant_time_eq(b"", b""));
-        let short = HttpOptions { tokens: vec![BearerToken { name: "T".into(), token: "short".into() }], ..Default::default() };
+        let short =
+            HttpOptions { tokens: vec![BearerToken { name: "T".into(), token: "short".into() }], ..Default::default() };
         assert!(short.validate().unwrap_err().contains("shorter than 16"));
     }
 }
