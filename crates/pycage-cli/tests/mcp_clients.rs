@@ -291,7 +291,8 @@ fn upstream_bindings(dir: &Path, d: &Deps, events: &Path) -> PathBuf {
     let argv: Vec<String> = d.upstream_argv(events);
     let argv = argv.iter().map(|a| Value::String(a.clone()).to_string()).collect::<Vec<_>>().join(", ");
     let path = dir.join("bindings.toml");
-    std::fs::write(&path, format!("[[mcp]]\nglobal = \"up\"\ncommand = [{argv}]\n")).unwrap();
+    // Calls may outlast every wait of the tests: only an abort ends them early.
+    std::fs::write(&path, format!("[[mcp]]\nglobal = \"up\"\ncommand = [{argv}]\ntimeout_ms = 600000\n")).unwrap();
     path
 }
 
