@@ -341,11 +341,6 @@ impl Registry {
         }
     }
 
-    /// Every open session of every owner, for shutdown.
-    pub(crate) fn all_sessions(&self) -> Vec<Session> {
-        self.lock().clients.values().flat_map(|c| c.sessions.values().map(|e| e.session.clone())).collect()
-    }
-
     #[cfg(test)]
     fn names(&self, owner: &Owner) -> Vec<String> {
         self.lock().clients.get(owner).map(|c| c.sessions.keys().cloned().collect()).unwrap_or_default()

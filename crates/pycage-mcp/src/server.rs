@@ -198,14 +198,6 @@ impl CodeModeServer {
         &self.inner.options
     }
 
-    /// Closes every named session of every client and waits until their
-    /// processes are reaped.
-    pub async fn close_sessions(&self) {
-        for s in self.inner.registry.all_sessions() {
-            s.close().await;
-        }
-    }
-
     async fn run_python(
         &self,
         args: Option<JsonObject>,
