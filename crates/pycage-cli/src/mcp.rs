@@ -4,8 +4,11 @@
 //! serves on stdin/stdout, where stdout belongs to the protocol and nothing
 //! else is written to it, or with `--http ADDR` on `http://ADDR/mcp`,
 //! announcing the bound address on stderr (`--http 127.0.0.1:0` picks a
-//! free port). SIGINT/SIGTERM (or the client closing stdio) stop it; every
-//! run is aborted and every upstream server stopped before it exits.
+//! free port). Bearer tokens come from environment variables named on the
+//! command line, never from the command line itself; `--http` on an address
+//! that is not loopback without a token is warned about. SIGINT/SIGTERM (or
+//! the client closing stdio) stop it; every run is aborted and every
+//! upstream server stopped before it exits.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +16,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use pycage_bindings::Bindings;
-use pycage_mcp::{CodeModeServer, ServerOptions};
+use pycage_mcp::{BearerToken, CodeModeServer, HttpOptions, InputLimits, ServerOptions};
 use pycage_runtime::Runtime;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -26,8 +29,21 @@ pub struct McpArgs {
     bindings: Option<PathBuf>,
 
     /// Serve streamable HTTP on ADDR (host:port) at /mcp instead of stdio.
+    /// On anything but loopback, also pass --auth-token-env.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+
+    /// With --http: require `Authorization: Bearer <token>`, the token read
+    /// from the environment variable VAR (never from the command line).
+    /// Repeatable: each token is its own client.
+    #[arg(long, value_name = "VAR")]
+    auth_token_env: Vec<String>,
+
+    /// With --http: also accept requests from this browser origin
+    /// (scheme://host[:port], :* for any port, or null). Absent and
+    /// loopback origins are always accepted. Repeatable.
+    #[arg(long, value_name = "ORIGIN")]
+    allow_origin: Vec<String>,
 
     /// Also list every upstream MCP tool and forward calls to it unchanged.
     #[arg(long)]
@@ -37,16 +53,59 @@ pub struct McpArgs {
     #[arg(long, value_name = "N", default_value_t = ServerOptions::default().max_description_bytes)]
     max_description_bytes: usize,
 
-    /// Named sessions (run_python's `session`) open at once.
-    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().max_sessions)]
+    /// Named sessions (run_python's `session`) open at once, all clients together.
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().max_sessions,
+          value_parser = at_least_one::<usize>)]
     max_sessions: usize,
 
-    /// A session ends after this many seconds without a run.
-    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().session_idle.as_secs())]
+    /// Named sessions one client may hold open.
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().max_sessions_per_client,
+          value_parser = at_least_one::<usize>)]
+    max_sessions_per_client: usize,
+
+    /// A session ends after this many seconds without a run (at least 1).
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().session_idle.as_secs(),
+          value_parser = at_least_one::<u64>)]
     session_idle_seconds: u64,
+
+    /// Input files (run_python's `files`) per call.
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().input_limits.max_files)]
+    max_input_files: usize,
+
+    /// Bytes of one input file.
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().input_limits.max_file_bytes)]
+    max_input_file_bytes: u64,
+
+    /// Bytes of all input files of one call.
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().input_limits.max_total_bytes)]
+    max_input_bytes: u64,
+
+    /// Most bytes of out/ returned embedded in one result (without --output-dir).
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().max_embedded_bytes)]
+    max_embedded_bytes: u64,
+
+    /// Copy each run's out/ to a new subdirectory of DIR and return resource
+    /// links (file:// on this host) instead of embedding the files.
+    #[arg(long, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+
+    /// With --output-dir: most bytes copied per run.
+    #[arg(long, value_name = "N", requires = "output_dir", default_value_t = crate::default_max_output_bytes())]
+    max_output_bytes: u64,
 
     #[command(flatten)]
     runtime: RuntimeArgs,
+}
+
+/// A count of at least 1.
+fn at_least_one<T: std::str::FromStr<Err = std::num::ParseIntError> + PartialEq + From<u8>>(
+    s: &str,
+) -> Result<T, String> {
+    match s.parse::<T>() {
+        Ok(n) if n == T::from(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -78,11 +137,68 @@ pub fn stubs(args: StubsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The HTTP gate's options: tokens read from the environment.
+fn http_options(args: &McpArgs) -> anyhow::Result<HttpOptions> {
+    if args.http.is_none() && (!args.auth_token_env.is_empty() || !args.allow_origin.is_empty()) {
+        anyhow::bail!("--auth-token-env and --allow-origin need --http (stdio has one client and no origins)");
+    }
+    let mut tokens = Vec::with_capacity(args.auth_token_env.len());
+    for var in &args.auth_token_env {
+        let token = std::env::var(var)
+            .map_err(|_| anyhow::anyhow!("--auth-token-env {var}: the variable is not set (or not UTF-8)"))?;
+        tokens.push(BearerToken { name: var.clone(), token });
+    }
+    let http = HttpOptions { allowed_origins: args.allow_origin.clone(), tokens };
+    // Messages name the variable, never the token.
+    http.validate().map_err(|e| anyhow::anyhow!("--auth-token-env / --allow-origin: {e}"))?;
+    Ok(http)
+}
+
+fn server_options(args: &McpArgs) -> anyhow::Result<ServerOptions> {
+    let output_dir = match &args.output_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("--output-dir {}", dir.display()))?;
+            Some(std::path::absolute(dir).with_context(|| format!("--output-dir {}", dir.display()))?)
+        }
+        None => None,
+    };
+    let options = ServerOptions {
+        max_description_bytes: args.max_description_bytes,
+        expose_tools: args.expose_tools,
+        max_sessions: args.max_sessions,
+        max_sessions_per_client: args.max_sessions_per_client,
+        session_idle: std::time::Duration::from_secs(args.session_idle_seconds),
+        input_limits: InputLimits {
+            max_files: args.max_input_files,
+            max_file_bytes: args.max_input_file_bytes,
+            max_total_bytes: args.max_input_bytes,
+        },
+        max_embedded_bytes: args.max_embedded_bytes,
+        output_dir,
+        ..ServerOptions::default()
+    };
+    options.validate().map_err(|e| anyhow::anyhow!(e))?;
+    Ok(options)
+}
+
+/// Whether `addr` (host:port) names only loopback addresses.
+fn loopback(addr: &std::net::SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
 pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.runtime.config()?;
     // A server runs many programs: the zygote's ~1 ms fork beats an
     // interpreter start per run (`run`'s one-shot choice).
     config.spawn = pycage_runtime::SpawnMode::Zygote;
+    let http = http_options(&args)?;
+    let options = server_options(&args)?;
+    // What a run's out/ may hold on the way back: the copy stops where
+    // the result could not carry it anyway.
+    config.max_output_bytes = match &options.output_dir {
+        Some(_) => args.max_output_bytes,
+        None => options.max_embedded_bytes,
+    };
     if let Some(path) = &args.bindings {
         // Checked before anything starts, so a bad file is misuse at once.
         pycage_bindings::file::read(path)?;
@@ -98,12 +214,6 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
                 return Err(e);
             }
         };
-        let options = ServerOptions {
-            max_description_bytes: args.max_description_bytes,
-            expose_tools: args.expose_tools,
-            max_sessions: args.max_sessions,
-            session_idle: std::time::Duration::from_secs(args.session_idle_seconds),
-        };
         let outcome = async {
             let server = CodeModeServer::new(runtime.clone(), bindings.clone(), &options)?;
             let shutdown = tokio_util::sync::CancellationToken::new();
@@ -115,8 +225,14 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
                             .await
                             .map_err(|source| pycage_mcp::ServeError::Bind { addr: addr.clone(), source })?;
                         let local = listener.local_addr().map_err(pycage_mcp::ServeError::Http)?;
+                        if http.tokens.is_empty() && !loopback(&local) {
+                            output::warning(&format!(
+                                "--http {local} is not a loopback address and no --auth-token-env is set: \
+                                 anyone who can reach it can run programs here"
+                            ));
+                        }
                         output::stderr_line(&format!("pycage mcp: serving http://{local}/mcp"));
-                        pycage_mcp::serve_http(server, listener, shutdown.clone()).await
+                        pycage_mcp::serve_http(server, listener, &http, shutdown.clone()).await
                     }
                 }
             };

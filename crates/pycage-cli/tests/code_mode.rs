@@ -382,6 +382,7 @@ fn code_mode_over_stdio() {
             "structured": {"value": 9900, "logs": ["start", "done 100"]},
             "text": "{\"value\":9900,\"logs\":[\"start\",\"done 100\"]}",
             "progress": ["start", "done 100"],
+            "blocks": [],
         })
     );
     assert_eq!(r[2]["isError"], json!(true));
@@ -502,9 +503,12 @@ fn named_sessions_keep_state_and_are_capped() {
     assert_eq!(r[1]["structured"]["value"], json!(42));
     assert_eq!(r[2]["structured"]["value"], json!(false));
     assert_eq!(r[3]["structured"]["value"], json!(false));
-    // Two sessions are open: a third name is refused, naming them.
+    // Two sessions are open: a third name is refused, naming them (they
+    // are this client's: stdio has one).
     assert_eq!(r[4]["isError"], json!(true));
-    assert!(r[4]["text"].as_str().unwrap().starts_with("2 sessions are open"), "{}", r[4]);
+    let refusal = r[4]["text"].as_str().unwrap();
+    assert!(refusal.starts_with("the server holds 2 sessions"), "{}", r[4]);
+    assert!(refusal.contains("reuse one of yours (s1, s2)"), "{}", r[4]);
     // A run that times out ends its session; the next call says so, the one
     // after starts s1 afresh (so s1 and s2 hold both slots again).
     assert_eq!(r[5]["structured"]["error"]["kind"], json!("timeout"), "{}", r[5]);

@@ -10,16 +10,23 @@
 //! description lists each function on one line and the program reads the
 //! rest with `help(ns.function)`.
 //!
-//! A call's result is `{value?, logs, error?}` (the run's outcome, as in
-//! `pycage run --json`), both as `structuredContent` and as its JSON text;
-//! a failed run also sets `isError`. While the program runs, each log line
-//! goes to the client as a progress notification (when the request carries a
-//! progress token). A `notifications/cancelled` from the client aborts the
-//! run (which cancels the program's own in-flight upstream calls in turn).
-//! Runs from concurrent calls run concurrently. A call naming a `session`
-//! runs in that named runtime session (globals kept across calls; a cap on
-//! open sessions, idle expiry; an ended session is reported once, then
-//! started afresh).
+//! A call's result is `{value?, logs, output?, session?, error?}` (the run's
+//! outcome, as in `pycage run --json`), both as `structuredContent` and as
+//! its JSON text; a failed run also sets `isError`. While the program runs,
+//! each log line goes to the client as a progress notification (when the
+//! request carries a progress token). A `notifications/cancelled` from the
+//! client aborts the run (which cancels the program's own in-flight upstream
+//! calls in turn); so does the client going away (see `clients`). Runs from
+//! concurrent calls run concurrently.
+//!
+//! A call naming a `session` runs in that named runtime session (globals
+//! kept across calls). Sessions belong to the client that opened them, with
+//! slots per client and in total, idle expiry, and an ended session reported
+//! once to its owner, then started afresh (`clients`).
+//!
+//! A call may carry small input files, and gets back what the program left
+//! in `out/` (`files`). Over HTTP, requests pass a gate first: `Origin`
+//! validation and optional bearer tokens (`transport`).
 //!
 //! With [`ServerOptions::expose_tools`], every upstream MCP tool is also
 //! listed and forwarded unchanged under its own name, so a client keeps
@@ -28,6 +35,12 @@
 //! Why its own crate: it is the one place that serves MCP (the bindings crate
 //! is a client), and the CLI only parses flags and picks a transport.
 
+mod clients;
+mod files;
 mod server;
+mod transport;
 
-pub use server::{description, serve_http, serve_stdio, CodeModeServer, ServeError, ServerOptions};
+pub use clients::MAX_SESSION_NAME;
+pub use files::InputLimits;
+pub use server::{description, description_with, CodeModeServer, ServeError, ServerOptions, RUN_PYTHON};
+pub use transport::{serve_http, serve_stdio, BearerToken, HttpOptions, MIN_TOKEN_BYTES};

@@ -1,17 +1,23 @@
-//! The `run_python` server: its description, its handler, its transports.
+//! The `run_python` server: its options, description and handler.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pycage_bindings::Bindings;
-use pycage_runtime::{RunEvent, RunRequest, RunResult, Runtime, Session, SessionError, SessionOptions, SessionRun};
+use pycage_runtime::{RunEvent, RunRequest, RunResult, Runtime, SessionError, SessionOptions, SessionRun};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
     PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
+use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{json, Value};
+
+use crate::clients::{ended_message, Lease, Limits, Owner, Refusal, Registry, MAX_LOOKUP_NAME, MAX_SESSION_NAME};
+use crate::files::{self, InputLimits, OutputDir};
+use crate::transport::{Principal, SESSION_HEADER};
 
 /// The code-mode tool's name.
 pub const RUN_PYTHON: &str = "run_python";
@@ -24,10 +30,23 @@ pub struct ServerOptions {
     pub max_description_bytes: usize,
     /// Also list and forward every upstream MCP tool unchanged.
     pub expose_tools: bool,
-    /// Named sessions open at once (`run_python`'s `session` argument).
+    /// Named sessions open at once, all clients together.
     pub max_sessions: usize,
-    /// A session ends after this long without a run.
-    pub session_idle: std::time::Duration,
+    /// Named sessions one client may hold open.
+    pub max_sessions_per_client: usize,
+    /// A session ends after this long without a run (at least a second).
+    pub session_idle: Duration,
+    /// How long an MCP session over HTTP may hold no response stream open
+    /// while one of its runs is in flight before the run is aborted (its
+    /// client died, or dropped its connections without resuming).
+    pub reconnect_grace: Duration,
+    /// Limits of `run_python`'s `files` argument.
+    pub input_limits: InputLimits,
+    /// Most bytes of `out/` returned embedded in one result.
+    pub max_embedded_bytes: u64,
+    /// When set, each run's `out/` is copied to a fresh subdirectory of this
+    /// directory and returned as resource links instead of embedded.
+    pub output_dir: Option<PathBuf>,
 }
 
 impl Default for ServerOptions {
@@ -36,19 +55,41 @@ impl Default for ServerOptions {
             max_description_bytes: 16 * 1024,
             expose_tools: false,
             max_sessions: 16,
-            session_idle: std::time::Duration::from_secs(600),
+            max_sessions_per_client: 4,
+            session_idle: Duration::from_secs(600),
+            reconnect_grace: Duration::from_secs(10),
+            input_limits: InputLimits { max_files: 16, max_file_bytes: 1 << 20, max_total_bytes: 4 << 20 },
+            max_embedded_bytes: 1 << 20,
+            output_dir: None,
         }
     }
 }
 
-/// Longest session name.
-pub const MAX_SESSION_NAME: usize = 64;
+impl ServerOptions {
+    /// Checks the options; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.session_idle < Duration::from_secs(1) {
+            return Err("session_idle must be at least 1 s (0 would end every session before its first run)".into());
+        }
+        if self.max_sessions == 0 || self.max_sessions_per_client == 0 {
+            return Err("max_sessions and max_sessions_per_client must be at least 1".into());
+        }
+        if let Some(dir) = &self.output_dir {
+            if !dir.is_absolute() {
+                return Err(format!("output_dir {} must be an absolute path", dir.display()));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Why the server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("--expose-tools: the tool name {name:?} is served twice ({first} and {second})")]
     DuplicateTool { name: String, first: String, second: String },
+    #[error("{0}")]
+    Options(String),
     #[error("the MCP session failed to start: {0}")]
     Start(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -69,12 +110,11 @@ struct Inner {
     bindings: Bindings,
     run_python: Tool,
     exposed: BTreeMap<String, Exposed>,
-    sessions: tokio::sync::Mutex<BTreeMap<String, Session>>,
-    max_sessions: usize,
-    session_idle: std::time::Duration,
+    registry: Arc<Registry>,
+    options: ServerOptions,
 }
 
-/// The MCP handler: cheap to clone (one per HTTP session).
+/// The MCP handler: cheap to clone (one per HTTP session or request).
 #[derive(Clone)]
 pub struct CodeModeServer {
     inner: Arc<Inner>,
@@ -86,10 +126,29 @@ impl std::fmt::Debug for CodeModeServer {
     }
 }
 
+/// Whose call this is (see `clients`): the MCP session it came in, else
+/// the bearer token it carries, else nobody; stdio (no HTTP request) has
+/// one client.
+fn owner(context: &RequestContext<RoleServer>) -> Owner {
+    let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else { return Owner::Stdio };
+    if let Some(id) = parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+        return Owner::McpSession(id.to_owned());
+    }
+    match parts.extensions.get::<Principal>() {
+        Some(Principal(name)) => Owner::Principal(name.clone()),
+        None => Owner::Anonymous,
+    }
+}
+
+fn refused(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
 impl CodeModeServer {
     /// A server running programs in `runtime` against `bindings`.
     pub fn new(runtime: Runtime, bindings: Bindings, options: &ServerOptions) -> Result<Self, ServeError> {
-        let description = description(&runtime, &bindings, options.max_description_bytes, options.session_idle);
+        options.validate().map_err(ServeError::Options)?;
+        let description = description_with(&runtime, &bindings, options);
         let run_python = Tool::new(RUN_PYTHON, description, Arc::new(object(input_schema())))
             .with_raw_output_schema(Arc::new(object(output_schema())));
         let mut exposed: BTreeMap<String, Exposed> = BTreeMap::new();
@@ -112,15 +171,15 @@ impl CodeModeServer {
                 }
             }
         }
+        let limits = Limits { per_client: options.max_sessions_per_client, total: options.max_sessions };
         Ok(CodeModeServer {
             inner: Arc::new(Inner {
                 runtime,
                 bindings,
                 run_python,
                 exposed,
-                sessions: tokio::sync::Mutex::new(BTreeMap::new()),
-                max_sessions: options.max_sessions,
-                session_idle: options.session_idle,
+                registry: Arc::new(Registry::new(limits, options.session_idle)),
+                options: options.clone(),
             }),
         })
     }
@@ -128,6 +187,14 @@ impl CodeModeServer {
     /// The `run_python` tool as listed.
     pub fn run_python_tool(&self) -> &Tool {
         &self.inner.run_python
+    }
+
+    pub(crate) fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.inner.registry)
+    }
+
+    pub(crate) fn options(&self) -> &ServerOptions {
+        &self.inner.options
     }
 
     async fn run_python(
@@ -140,15 +207,16 @@ impl CodeModeServer {
             Some(Value::String(code)) => code.clone(),
             _ => return Err(McpError::invalid_params("run_python needs `code`: the program text, a string", None)),
         };
-        if let Some(extra) = args.keys().find(|k| k.as_str() != "code" && k.as_str() != "session") {
+        const ARGS: [&str; 4] = ["code", "session", "files", "return_files"];
+        if let Some(extra) = args.keys().find(|k| !ARGS.contains(&k.as_str())) {
             return Err(McpError::invalid_params(
-                format!("run_python takes `code` and optionally `session`, not `{extra}`"),
+                format!("run_python takes `code` and optionally `session`, `files` or `return_files`, not `{extra}`"),
                 None,
             ));
         }
         let session = match args.get("session") {
             None | Some(Value::Null) => None,
-            Some(Value::String(name)) if !name.is_empty() && name.len() <= MAX_SESSION_NAME => Some(name.clone()),
+            Some(Value::String(name)) if !name.is_empty() && name.len() <= MAX_LOOKUP_NAME => Some(name.clone()),
             Some(_) => {
                 return Err(McpError::invalid_params(
                     format!("`session` must be a name of 1 to {MAX_SESSION_NAME} bytes"),
@@ -156,14 +224,49 @@ impl CodeModeServer {
                 ))
             }
         };
-        let session = match session {
+        let files = args.get("files").filter(|v| !v.is_null());
+        let return_files = match args.get("return_files") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(McpError::invalid_params("`return_files` is true or false", None)),
+        };
+        if (files.is_some() || return_files) && session.is_some() {
+            return Ok(refused(
+                "`files` and `return_files` work only in calls without `session`: run the step that needs files on \
+                 its own, or pass the data in the code",
+            ));
+        }
+        let owner = owner(&context);
+        let Some(life) = self.inner.registry.life(&owner) else {
+            return Ok(refused("this MCP session has closed"));
+        };
+        let inputs = match files.map(|f| files::write_inputs(f, self.inner.options.input_limits)) {
+            Some(Ok(inputs)) => inputs,
+            Some(Err(message)) => return Ok(refused(format!("files: {message}"))),
             None => None,
-            Some(name) => match self.session(&name).await {
-                Ok(s) => Some((name, s)),
-                Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
+        };
+        let lease = match session {
+            None => None,
+            Some(name) => match self.inner.registry.session(&owner, &name, &self.inner.runtime, || SessionOptions {
+                bindings: self.inner.bindings.namespaces.clone(),
+                idle_timeout: self.inner.options.session_idle,
+                ..SessionOptions::default()
+            }) {
+                Ok(lease) => Some(lease),
+                Err(Refusal(message)) => return Ok(refused(message)),
             },
         };
-        // Cancelled when the client sends notifications/cancelled.
+        // Collected only on request: copying out/ waits for the run's
+        // process to be gone, which costs every call several milliseconds.
+        let output = match return_files {
+            false => None,
+            true => match OutputDir::new(self.inner.options.output_dir.as_deref()) {
+                Ok(dir) => Some(dir),
+                Err(message) => return Ok(refused(message)),
+            },
+        };
+        // Cancelled when the client sends notifications/cancelled, or its
+        // connection (stateless requests) or MCP session closes.
         let cancel = context.ct.child_token();
         let (tx, mut rx) = self.inner.runtime.event_channel();
         let progress = context.meta.get_progress_token();
@@ -181,66 +284,67 @@ impl CodeModeServer {
                 }
             }
         });
-        let result = match session {
-            None => {
-                let request = RunRequest {
-                    program: code,
-                    bindings: self.inner.bindings.namespaces.clone(),
-                    cancel: Some(cancel),
-                    ..RunRequest::default()
-                };
-                self.inner.runtime.run_with_events(request, tx).await.map_err(|e| e.to_string())
-            }
-            Some((name, s)) => match s.run_with(SessionRun::new(code).with_cancel(cancel), Some(tx)).await {
-                Ok(r) => Ok(r),
-                Err(SessionError::Ended(why)) => {
-                    self.inner.sessions.lock().await.remove(&name);
-                    Err(ended_message(&name, &why))
+        let input_paths = inputs.as_ref().map(|i| i.paths.clone()).unwrap_or_default();
+        let run = async {
+            match &lease {
+                None => {
+                    let request = RunRequest {
+                        program: code,
+                        bindings: self.inner.bindings.namespaces.clone(),
+                        cancel: Some(cancel.clone()),
+                        inputs: input_paths,
+                        output_dir: output.as_ref().map(|o| o.path().to_path_buf()),
+                        ..RunRequest::default()
+                    };
+                    self.inner.runtime.run_with_events(request, tx).await.map_err(|e| e.to_string())
                 }
-                Err(SessionError::Misuse(e)) => Err(e.to_string()),
-            },
+                Some(Lease { name, entry, .. }) => {
+                    let request = SessionRun::new(code).with_cancel(cancel.clone());
+                    match entry.session.run_with(request, Some(tx)).await {
+                        Ok(r) => Ok(r),
+                        Err(SessionError::Ended(why)) => {
+                            self.inner.registry.forget(&owner, name, entry.id);
+                            Err(ended_message(name, &why))
+                        }
+                        Err(SessionError::Misuse(e)) => Err(e.to_string()),
+                    }
+                }
+            }
+        };
+        tokio::pin!(run);
+        let result = tokio::select! {
+            r = &mut run => r,
+            _ = life.lost(self.inner.options.reconnect_grace) => {
+                cancel.cancel();
+                run.await
+            }
         };
         // The sender went with the run; wait so every line precedes the result.
         let _ = forward.await;
         match result {
-            Ok(result) => Ok(tool_result(&result)),
-            Err(message) => Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
-        }
-    }
-
-    /// The open session called `name`, or a new one. A session that has
-    /// ended (a failed run, idle, too old) is reported once, so the model
-    /// knows its state is gone, and forgotten: the next call starts afresh.
-    async fn session(&self, name: &str) -> Result<Session, String> {
-        let mut sessions = self.inner.sessions.lock().await;
-        if let Some(s) = sessions.get(name) {
-            match s.ended() {
-                None => return Ok(s.clone()),
-                Some(why) => {
-                    sessions.remove(name);
-                    return Err(ended_message(name, &why));
+            Ok(mut result) => {
+                let mut blocks = Vec::new();
+                if let (Some(dir), Some(report)) = (&output, result.output.take()) {
+                    let (b, report) = files::output_blocks(dir, report, self.inner.options.max_embedded_bytes);
+                    blocks = b;
+                    if !report.files.is_empty() || !report.skipped.is_empty() {
+                        result.output = Some(report);
+                    }
                 }
+                let mut r = tool_result(&result, lease.as_ref().map(|l| l.name.as_str()));
+                if let Some(lease) = lease.as_ref().filter(|l| l.minted) {
+                    r.content.push(ContentBlock::text(format!(
+                        "This call opened the session `{}`. Pass exactly that name as `session` to use it again: \
+                         this connection has no client identity, so the server made the name unguessable, and it is \
+                         the only way to reach the session.",
+                        lease.name
+                    )));
+                }
+                r.content.extend(blocks);
+                Ok(r)
             }
+            Err(message) => Ok(refused(message)),
         }
-        // Other ended sessions free their slots silently.
-        sessions.retain(|_, s| s.ended().is_none());
-        if sessions.len() >= self.inner.max_sessions {
-            return Err(format!(
-                "{} sessions are open, the most this server keeps; reuse one of their names ({}) or wait for one to \
-                 expire ({} s without a run)",
-                sessions.len(),
-                sessions.keys().cloned().collect::<Vec<_>>().join(", "),
-                self.inner.session_idle.as_secs()
-            ));
-        }
-        let options = SessionOptions {
-            bindings: self.inner.bindings.namespaces.clone(),
-            idle_timeout: self.inner.session_idle,
-            ..SessionOptions::default()
-        };
-        let s = self.inner.runtime.session(options).map_err(|e| format!("cannot open a session: {e}"))?;
-        sessions.insert(name.to_string(), s.clone());
-        Ok(s)
     }
 
     async fn forward(&self, exposed: Exposed, request: CallToolRequestParams) -> Result<CallToolResult, McpError> {
@@ -262,18 +366,25 @@ impl CodeModeServer {
     }
 }
 
-fn ended_message(name: &str, why: &str) -> String {
-    format!("the session `{name}` has ended ({why}); the next call naming it starts a new, empty one")
-}
-
-/// A run's outcome as a tool result: `{value?, logs, error?}` as
-/// structured content and as its JSON text; `isError` when the run failed.
-fn tool_result(result: &RunResult) -> CallToolResult {
+/// A run's outcome as a tool result: `{value?, logs, output?, error?}` (plus
+/// `session` when it ran in one) as structured content and as its JSON
+/// text; `isError` when the run failed.
+fn tool_result(result: &RunResult, session: Option<&str>) -> CallToolResult {
     let json = result.to_json();
-    let text = json.to_canonical_string();
+    let mut text = json.to_canonical_string();
     // The structured copy goes through serde_json; its depth limit is far
     // below ours, so a very deep value travels as text only.
-    let structured = json.to_serde().ok();
+    let mut structured = json.to_serde().ok();
+    if let Some(name) = session {
+        // The canonical object ends with `}` and has at least `logs`.
+        text.pop();
+        text.push_str(",\"session\":");
+        text.push_str(&Value::String(name.to_owned()).to_string());
+        text.push('}');
+        if let Some(Value::Object(o)) = &mut structured {
+            o.insert("session".into(), Value::String(name.to_owned()));
+        }
+    }
     let mut r = match structured {
         Some(v) => {
             let mut r = CallToolResult::structured(v);
@@ -298,7 +409,18 @@ fn input_schema() -> Value {
         "type": "object",
         "properties": {
             "code": {"type": "string", "description": "The Python program to run (see the tool description for the rules)."},
-            "session": {"type": "string", "description": "Optional: run in this named session, whose globals survive to the next call naming it."}
+            "session": {"type": "string", "description": "Optional: run in this named session, whose globals survive to the next call naming it."},
+            "return_files": {"type": "boolean", "description": "Optional: return the files the program writes under out/."},
+            "files": {
+                "type": "object",
+                "description": "Optional input files, by name: text, or {\"base64\": data} for bytes. The program reads them in its working directory.",
+                "additionalProperties": {
+                    "anyOf": [
+                        {"type": "string"},
+                        {"type": "object", "properties": {"base64": {"type": "string"}}, "required": ["base64"], "additionalProperties": false}
+                    ]
+                }
+            }
         },
         "required": ["code"],
         "additionalProperties": false
@@ -311,6 +433,17 @@ fn output_schema() -> Value {
         "properties": {
             "value": {"description": "The program's return value (or last expression); absent when it has none or failed."},
             "logs": {"type": "array", "items": {"type": "string"}, "description": "Lines the program printed, in order."},
+            "output": {
+                "type": "object",
+                "description": "What the program left in out/: the files returned (as resources), and those that were not, with why.",
+                "properties": {
+                    "files": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "bytes": {"type": "integer"}}}},
+                    "skipped": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "reason": {"type": "string"}}}},
+                    "bytes": {"type": "integer"},
+                    "truncated": {"type": "boolean"}
+                }
+            },
+            "session": {"type": "string", "description": "The session the program ran in (pass it as `session` to use it again)."},
             "error": {
                 "type": "object",
                 "properties": {
@@ -324,15 +457,33 @@ fn output_schema() -> Value {
     })
 }
 
+/// `n` bytes for a reader: `1 MiB`, `64 KiB`, `1000 bytes`.
+fn size(n: u64) -> String {
+    const KIB: u64 = 1024;
+    match n {
+        0 => "0 bytes".into(),
+        n if n % (KIB * KIB) == 0 => format!("{} MiB", n / (KIB * KIB)),
+        n if n % KIB == 0 => format!("{} KiB", n / KIB),
+        n => format!("{n} bytes"),
+    }
+}
+
+/// The `run_python` description with the default options but these two.
+pub fn description(runtime: &Runtime, bindings: &Bindings, max_bytes: usize, session_idle: Duration) -> String {
+    let options = ServerOptions { max_description_bytes: max_bytes, session_idle, ..ServerOptions::default() };
+    description_with(runtime, bindings, &options)
+}
+
 /// The `run_python` description: rules, budgets and the stubs (or one-line
-/// summaries when the stubs would take it over `max_bytes`).
-pub fn description(
-    runtime: &Runtime,
-    bindings: &Bindings,
-    max_bytes: usize,
-    session_idle: std::time::Duration,
-) -> String {
+/// summaries when the stubs would take it over `max_description_bytes`).
+pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &ServerOptions) -> String {
     let c = runtime.config();
+    let max_bytes = options.max_description_bytes;
+    let files = &options.input_limits;
+    let returned = match &options.output_dir {
+        Some(_) => "as links to files on the server".to_owned(),
+        None => format!("embedded, at most {} in all", size(options.max_embedded_bytes)),
+    };
     let mut d = format!(
         "Run a Python {}.{} program and get back only its result. Use it to call the functions below: \
          one program can make many calls, loop, filter and combine their results, so you do not need one tool call per step.\n\
@@ -349,16 +500,22 @@ pub fn description(
          - Budgets: {} s wall clock, {} s CPU, {} MiB memory.\n\
          - A failed function call raises an exception (the namespace's error class below); catch it to go on.\n\
          - The standard library is available; the network is not (use the functions).\n\
+         - Files (not with `session`): `files` {{\"name\": \"text\" or {{\"base64\": \"...\"}}}} (at most {} files, {} each, {} in all) \
+         appear read-only in the working directory; with `\"return_files\": true`, what the program writes under `out/` comes back ({}).\n\
          \n\
          Result: {{\"value\": ..., \"logs\": [...], \"error\": {{\"kind\": ..., \"message\": ...}}}} (error only when the run failed).\n",
         runtime.interpreter().version.0,
         runtime.interpreter().version.1,
-        session_idle.as_secs(),
+        options.session_idle.as_secs(),
         c.max_log_bytes,
         c.max_value_bytes,
         c.wall_time.as_secs_f64(),
         c.cpu_seconds,
         c.address_space_bytes / (1024 * 1024),
+        files.max_files,
+        size(files.max_file_bytes),
+        size(files.max_total_bytes),
+        returned,
     );
     if bindings.stubs.is_empty() {
         d.push_str("\nNo functions are configured: the program can only compute.\n");
@@ -425,29 +582,4 @@ impl ServerHandler for CodeModeServer {
             _ = ct.cancelled() => Err(McpError::internal_error("cancelled by the client", None)),
         }
     }
-}
-
-/// Serves MCP on stdin/stdout until the client closes it.
-pub async fn serve_stdio(server: CodeModeServer) -> Result<(), ServeError> {
-    let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| ServeError::Start(e.to_string()))?;
-    let _ = running.waiting().await;
-    Ok(())
-}
-
-/// Serves streamable HTTP at `http://<listener>/mcp` until `shutdown` is cancelled.
-pub async fn serve_http(
-    server: CodeModeServer,
-    listener: tokio::net::TcpListener,
-    shutdown: tokio_util::sync::CancellationToken,
-) -> Result<(), ServeError> {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-    let mut config = StreamableHttpServerConfig::default();
-    config.cancellation_token = shutdown.child_token();
-    let service = StreamableHttpService::new(move || Ok(server.clone()), LocalSessionManager::default().into(), config);
-    let router = axum::Router::new().nest_service("/mcp", service);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
-        .map_err(ServeError::Http)
 }

@@ -1,20 +1,27 @@
 """Drives an MCP server with the official Python SDK client, for pycage's tests.
 
 Usage: client.py PLAN_JSON. The plan is
-  {"server": {"command": [argv...]} or {"url": "http://..."}, "steps": [step...]}
-and each step prints one JSON line on stdout:
+  {"server": {"command": [argv...]} or {"url": "http://...", "mode"?: "auto" | "legacy", "headers"?: {...}},
+   "steps": [step...], "connect_may_fail"?: bool}
+("legacy" is the initialize handshake with an Mcp-Session-Id; "auto", the
+default, is the stateless 2026-07-28 protocol when the server speaks it).
+When connecting fails and the plan allows it, the one line printed is
+{"connect_error": "..."}. Otherwise each step prints one JSON line on stdout:
   {"op": "list"}                                   -> {"tools": [{name, description, inputSchema, outputSchema}]}
-  {"op": "call", "tool": T, "args": {...}}         -> {"isError", "structured", "text", "progress": [messages]}
+  {"op": "call", "tool": T, "args": {...}}         -> {"isError", "structured", "text", "progress": [messages],
+                                                       "blocks": [every other content block, as MCP JSON]}
   {"op": "gather", "tool": T, "args": [{...}...]}  -> {"results": [call results, concurrently]}
   {"op": "cancel", "tool": T, "args": {...}, "after_progress": N}
       starts the call, cancels it after N progress messages (and, with "when": {"path", "line"},
       once that line is in that file)              -> {"cancelled": true, "progress": [...]}
   {"op": "wait_event", "path": P, "line": L, "timeout": S}
       waits until file P has line L                 -> {"found": bool, "lines": [...]}
+  {"op": "signal", "path": P, "line": L}           appends line L to file P -> {"signalled": L}
 Every call asks for progress (so the server gets a progress token).
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -24,6 +31,8 @@ import anyio
 
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 
 async def call(client, tool, args):
@@ -34,7 +43,18 @@ async def call(client, tool, args):
 
     r = await client.call_tool(tool, args, progress_callback=on_progress)
     text = "".join(c.text for c in r.content if getattr(c, "type", None) == "text")
-    return {"isError": bool(r.is_error), "structured": r.structured_content, "text": text, "progress": progress}
+    blocks = [
+        c.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for c in r.content
+        if getattr(c, "type", None) != "text"
+    ]
+    return {
+        "isError": bool(r.is_error),
+        "structured": r.structured_content,
+        "text": text,
+        "progress": progress,
+        "blocks": blocks,
+    }
 
 
 async def cancel(client, tool, args, after, when):
@@ -75,15 +95,33 @@ async def wait_event(path, line, timeout):
     return {"found": False, "lines": lines}
 
 
+def describe(e):
+    """An exception and, for a group, everything in it (the HTTP status is deep inside)."""
+    inner = getattr(e, "exceptions", None)
+    if inner:
+        return "; ".join(describe(x) for x in inner)
+    return f"{type(e).__name__}: {e}"
+
+
 async def main():
     plan = json.loads(sys.argv[1])
     server = plan["server"]
     if "url" in server:
         target = server["url"]
+        if server.get("headers"):
+            http = create_mcp_http_client(headers=server["headers"])
+            target = streamable_http_client(server["url"], http_client=http)
     else:
         argv = server["command"]
         target = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
-    async with Client(target) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            client = await stack.enter_async_context(Client(target, mode=server.get("mode", "auto")))
+        except BaseException as e:
+            if not plan.get("connect_may_fail"):
+                raise
+            print(json.dumps({"connect_error": describe(e)}), flush=True)
+            return
         for step in plan["steps"]:
             op = step["op"]
             if op == "list":
@@ -107,6 +145,10 @@ async def main():
                 out = await cancel(client, step["tool"], step["args"], step.get("after_progress", 1), step.get("when"))
             elif op == "wait_event":
                 out = await wait_event(step["path"], step["line"], step.get("timeout", 30))
+            elif op == "signal":
+                with open(step["path"], "a") as f:
+                    f.write(step["line"] + "\n")
+                out = {"signalled": step["line"]}
             else:
                 raise SystemExit(f"unknown op {op!r}")
             print(json.dumps(out), flush=True)

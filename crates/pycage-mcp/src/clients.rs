@@ -1,0 +1,497 @@
+//! Who owns what: the named sessions of each client, their slots, and
+//! whether the client is still there.
+//!
+//! A client is an [`Owner`]: the one client of a stdio server, one MCP
+//! session of the streamable-HTTP transport (its `Mcp-Session-Id`), one
+//! bearer token (for requests that carry no MCP session), or nobody in
+//! particular (neither). A named session belongs to the owner whose call
+//! opened it; another owner can neither see nor use it, and no refusal ever
+//! names a session of another owner. Requests with no owner at all (the
+//! stateless 2026-07-28 protocol without a token) get server-minted names:
+//! the session is reachable only by a name the server made unguessable, and
+//! told the caller (MCP's "explicit state handles").
+//!
+//! Slots: each client may hold `per_client` open sessions (an owner; with
+//! bearer tokens, every owner of one token together: each MCP session it
+//! opens is bound to it), and the server `total` across clients. A session that has ended (a failed run, idle, too
+//! old) keeps its name until it is reported once to its owner, but frees its
+//! slot at once.
+//!
+//! Liveness ([`Life`]): an owner is gone when its MCP session closes (DELETE,
+//! or the transport's keep-alive) or stdio reaches end of file; then its
+//! runs are aborted and its sessions closed. An MCP session over HTTP is also
+//! judged lost by a run in flight when it has held no response stream open
+//! for a grace period: its client died or dropped every connection without
+//! resuming (a client that resumes within the grace keeps its run).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use pycage_runtime::{Runtime, Session, SessionOptions};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Longest session name a caller may choose.
+pub const MAX_SESSION_NAME: usize = 64;
+
+/// Bytes of randomness in a minted session name (base64url: 22 characters).
+const MINT_BYTES: usize = 16;
+
+/// The longest name a lookup accepts: a chosen name plus a minted suffix.
+pub(crate) const MAX_LOOKUP_NAME: usize = MAX_SESSION_NAME + 1 + 22;
+
+/// The scope of a request's named sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Owner {
+    /// The one client of a stdio server.
+    Stdio,
+    /// One MCP session of the streamable-HTTP transport.
+    McpSession(String),
+    /// Requests without an MCP session that carry this bearer token (named
+    /// by the environment variable it came from).
+    Principal(String),
+    /// Requests with neither: sessions are reached by minted names only.
+    Anonymous,
+}
+
+/// Whether a client is still there (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Life {
+    /// Cancelled when the owner is gone.
+    gone: CancellationToken,
+    /// Response streams the owner holds open, for MCP sessions over HTTP.
+    streams: Option<watch::Sender<usize>>,
+}
+
+impl Life {
+    fn new(tracks_streams: bool) -> Arc<Life> {
+        Arc::new(Life { gone: CancellationToken::new(), streams: tracks_streams.then(|| watch::channel(0).0) })
+    }
+
+    /// Resolves when the owner is gone, or (MCP sessions over HTTP) when it
+    /// has held no response stream open for `grace`.
+    pub(crate) async fn lost(&self, grace: Duration) {
+        let Some(streams) = &self.streams else { return self.gone.cancelled().await };
+        let mut rx = streams.subscribe();
+        let idle = async {
+            loop {
+                // (The `Ref`s are dropped at once: they hold a lock.)
+                let none_open = rx.wait_for(|n| *n == 0).await.is_ok();
+                if !none_open {
+                    return std::future::pending().await;
+                }
+                let reopened = tokio::time::timeout(grace, async { rx.wait_for(|n| *n > 0).await.is_ok() }).await;
+                match reopened {
+                    Err(_) => return,
+                    Ok(false) => return std::future::pending().await,
+                    Ok(true) => {}
+                }
+            }
+        };
+        tokio::select! {
+            _ = self.gone.cancelled() => {}
+            _ = idle => {}
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.is_cancelled()
+    }
+}
+
+/// Counts one open response stream of an MCP session while it lives.
+#[derive(Debug)]
+pub(crate) struct StreamGuard(Option<Arc<Life>>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if let Some(streams) = self.0.as_ref().and_then(|l| l.streams.as_ref()) {
+            streams.send_modify(|n| *n = n.saturating_sub(1));
+        }
+    }
+}
+
+/// An open session and the number that tells it from a later one of the
+/// same name.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub id: u64,
+    pub session: Session,
+}
+
+#[derive(Debug)]
+struct Client {
+    sessions: BTreeMap<String, Entry>,
+    life: Arc<Life>,
+    /// The bearer token's name of the requests that opened it (MCP sessions).
+    principal: Option<String>,
+}
+
+impl Client {
+    fn new(owner: &Owner) -> Client {
+        let principal = match owner {
+            Owner::Principal(p) => Some(p.clone()),
+            _ => None,
+        };
+        Client { sessions: BTreeMap::new(), life: Life::new(matches!(owner, Owner::McpSession(_))), principal }
+    }
+
+    fn open(&self) -> usize {
+        self.sessions.values().filter(|e| e.session.ended().is_none()).count()
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    clients: HashMap<Owner, Client>,
+    next_entry: u64,
+}
+
+/// Slot limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub per_client: usize,
+    pub total: usize,
+}
+
+/// Why [`Registry::session`] gave no session: the message for the caller.
+#[derive(Debug)]
+pub(crate) struct Refusal(pub String);
+
+/// Every owner's sessions and liveness.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    state: Mutex<State>,
+    limits: Limits,
+    idle: Duration,
+}
+
+/// A session for one call: the entry and the name it goes by (minted for
+/// anonymous callers), and whether it was opened by this call.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub name: String,
+    pub entry: Entry,
+    pub minted: bool,
+}
+
+impl Registry {
+    pub(crate) fn new(limits: Limits, idle: Duration) -> Registry {
+        Registry { state: Mutex::new(State::default()), limits, idle }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind: go on.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers an MCP session the transport just created.
+    pub(crate) fn opened(&self, owner: Owner) {
+        self.lock().clients.entry(owner.clone()).or_insert_with(|| Client::new(&owner));
+    }
+
+    /// The liveness of `owner`, registering the owners that need no
+    /// opening. `None` for an MCP session the transport has closed (or never
+    /// registered).
+    pub(crate) fn life(&self, owner: &Owner) -> Option<Arc<Life>> {
+        let mut state = self.lock();
+        if let Some(c) = state.clients.get(owner) {
+            return Some(Arc::clone(&c.life));
+        }
+        if matches!(owner, Owner::McpSession(_)) {
+            return None;
+        }
+        let c = state.clients.entry(owner.clone()).or_insert_with(|| Client::new(owner));
+        Some(Arc::clone(&c.life))
+    }
+
+    /// Counts a response stream of MCP session `id` until the guard drops.
+    pub(crate) fn stream(&self, id: &str) -> StreamGuard {
+        let state = self.lock();
+        let life = state.clients.get(&Owner::McpSession(id.to_owned())).map(|c| Arc::clone(&c.life));
+        if let Some(streams) = life.as_ref().and_then(|l| l.streams.as_ref()) {
+            streams.send_modify(|n| *n += 1);
+        }
+        StreamGuard(life)
+    }
+
+    /// Binds MCP session `id` to the bearer token that opened it; `false`
+    /// when it is already bound to another one.
+    pub(crate) fn bind_principal(&self, id: &str, principal: Option<&str>) -> bool {
+        let mut state = self.lock();
+        let Some(c) = state.clients.get_mut(&Owner::McpSession(id.to_owned())) else { return true };
+        match (&c.principal, principal) {
+            (None, Some(p)) => {
+                c.principal = Some(p.to_owned());
+                true
+            }
+            (Some(bound), p) => Some(bound.as_str()) == p,
+            (None, None) => true,
+        }
+    }
+
+    /// The owner is gone: its runs abort, its sessions close (in the
+    /// background; the runtime reaps them).
+    pub(crate) fn gone(&self, owner: &Owner) {
+        let client = self.lock().clients.remove(owner);
+        if let Some(client) = client {
+            client.life.gone.cancel();
+            for entry in client.sessions.into_values() {
+                tokio::spawn(async move { entry.session.close().await });
+            }
+        }
+    }
+
+    /// The session `name` of `owner`, opening it if needed (see the module
+    /// docs for slots and minted names). An ended session is reported once,
+    /// then forgotten.
+    pub(crate) fn session(
+        &self,
+        owner: &Owner,
+        name: &str,
+        runtime: &Runtime,
+        options: impl FnOnce() -> SessionOptions,
+    ) -> Result<Lease, Refusal> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let anonymous = *owner == Owner::Anonymous;
+        let tracks = matches!(owner, Owner::McpSession(_));
+        if tracks && !state.clients.contains_key(owner) {
+            return Err(Refusal("this MCP session has closed".into()));
+        }
+        let client = state.clients.entry(owner.clone()).or_insert_with(|| Client::new(owner));
+        if let Some(entry) = client.sessions.get(name) {
+            return match entry.session.ended() {
+                None => Ok(Lease { name: name.to_owned(), entry: entry.clone(), minted: false }),
+                Some(why) => {
+                    client.sessions.remove(name);
+                    Err(Refusal(ended_message(name, &why)))
+                }
+            };
+        }
+        // Ended sessions (of every owner) free their slots silently, except
+        // that their names stay for the one report their owner gets: only
+        // their count matters here.
+        // Slots are counted per token when there is one: every MCP session
+        // opened with it and its own stateless requests are one client.
+        let open_here = match client.principal.clone() {
+            Some(p) => {
+                state.clients.values().filter(|c| c.principal.as_deref() == Some(p.as_str())).map(Client::open).sum()
+            }
+            None => client.open(),
+        };
+        let total: usize = state.clients.values().map(Client::open).sum();
+        let Some(client) = state.clients.get_mut(owner) else {
+            return Err(Refusal("this client is gone".into()));
+        };
+        if name.len() > MAX_SESSION_NAME {
+            return Err(Refusal(format!("`session` names are 1 to {MAX_SESSION_NAME} bytes")));
+        }
+        // A refusal may list the caller's own open sessions, never another's;
+        // minted names are the only key to their sessions: never listed.
+        let yours = if anonymous {
+            None
+        } else {
+            let open: Vec<&str> =
+                client.sessions.iter().filter(|(_, e)| e.session.ended().is_none()).map(|(n, _)| n.as_str()).collect();
+            (!open.is_empty()).then(|| format!("reuse one of yours ({})", open.join(", ")))
+        };
+        let expire = format!("({} s without a run)", self.idle.as_secs());
+        if open_here >= self.limits.per_client {
+            let reuse = match (anonymous, yours) {
+                (true, _) => "sessions opened without a client identity are not listed".to_owned(),
+                (false, Some(yours)) => yours,
+                (false, None) => "other connections with the same token hold them".to_owned(),
+            };
+            return Err(Refusal(format!(
+                "{open_here} sessions are open for this client, the most it may hold; {reuse}, or wait for one to \
+                 expire {expire}"
+            )));
+        }
+        if total >= self.limits.total {
+            let reuse = yours.map(|r| format!("{r}, ")).unwrap_or_default();
+            return Err(Refusal(format!(
+                "the server holds {total} sessions, the most it keeps for all its clients together; {reuse}run \
+                 without `session`, or try again when one has expired {expire}"
+            )));
+        }
+        let (name, minted) = if anonymous { (mint(name), true) } else { (name.to_owned(), false) };
+        // Forget this owner's ended sessions beyond their report once the
+        // table would grow past its slots (bounded memory).
+        if client.sessions.len() >= self.limits.per_client.saturating_mul(2) {
+            client.sessions.retain(|_, e| e.session.ended().is_none());
+        }
+        let session = runtime.session(options()).map_err(|e| Refusal(format!("cannot open a session: {e}")))?;
+        state.next_entry += 1;
+        let entry = Entry { id: state.next_entry, session };
+        client.sessions.insert(name.clone(), entry.clone());
+        Ok(Lease { name, entry, minted })
+    }
+
+    /// Forgets `name` of `owner` after its run reported it ended, unless
+    /// the name now belongs to a newer session.
+    pub(crate) fn forget(&self, owner: &Owner, name: &str, id: u64) {
+        let mut state = self.lock();
+        if let Some(client) = state.clients.get_mut(owner) {
+            if client.sessions.get(name).is_some_and(|e| e.id == id) {
+                client.sessions.remove(name);
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn names(&self, owner: &Owner) -> Vec<String> {
+        self.lock().clients.get(owner).map(|c| c.sessions.keys().cloned().collect()).unwrap_or_default()
+    }
+}
+
+pub(crate) fn ended_message(name: &str, why: &str) -> String {
+    format!("the session `{name}` has ended ({why}); the next call naming it starts a new, empty one")
+}
+
+/// `name` with an unguessable suffix.
+fn mint(name: &str) -> String {
+    use base64::Engine;
+    let mut bytes = [0u8; MINT_BYTES];
+    fill_random(&mut bytes);
+    format!("{name}-{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// The kernel's randomness. Without it no name can be made unguessable, and
+/// nothing else in the process could be trusted either.
+fn fill_random(buf: &mut [u8]) {
+    use std::io::Read;
+    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(buf)).is_ok();
+    #[allow(clippy::panic)]
+    if !ok {
+        panic!("cannot read /dev/urandom");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> Runtime {
+        let config = pycage_runtime::RuntimeConfig {
+            isolation: pycage_runtime::Isolation::Process,
+            spawn: pycage_runtime::SpawnMode::Exec,
+            ..pycage_runtime::RuntimeConfig::default()
+        };
+        Runtime::new(config).unwrap()
+    }
+
+    fn options() -> SessionOptions {
+        SessionOptions::default()
+    }
+
+    #[tokio::test]
+    async fn slots_are_per_owner_with_a_total_and_refusals_name_only_your_own() {
+        let rt = runtime();
+        let reg = Registry::new(Limits { per_client: 2, total: 3 }, Duration::from_secs(60));
+        let a = Owner::Principal("A".into());
+        let b = Owner::Principal("B".into());
+        reg.session(&a, "alpha", &rt, options).unwrap();
+        reg.session(&a, "beta", &rt, options).unwrap();
+        let refusal = reg.session(&a, "gamma", &rt, options).unwrap_err().0;
+        assert!(refusal.contains("alpha, beta"), "{refusal}");
+        // B reaches neither name: `alpha` is a new session of its own.
+        let lease = reg.session(&b, "alpha", &rt, options).unwrap();
+        assert!(!lease.minted);
+        let refusal = reg.session(&b, "delta", &rt, options).unwrap_err().0;
+        assert!(refusal.starts_with("the server holds 3 sessions"), "{refusal}");
+        assert!(refusal.contains("reuse one of yours (alpha), run") && !refusal.contains("beta"), "{refusal}");
+        rt.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_token_counts_its_mcp_sessions_against_its_slots() {
+        let rt = runtime();
+        let reg = Registry::new(Limits { per_client: 2, total: 8 }, Duration::from_secs(60));
+        let (m1, m2) = (Owner::McpSession("m1".into()), Owner::McpSession("m2".into()));
+        reg.opened(m1.clone());
+        reg.opened(m2.clone());
+        assert!(reg.bind_principal("m1", Some("A")) && reg.bind_principal("m2", Some("A")));
+        assert!(!reg.bind_principal("m1", Some("B")) && !reg.bind_principal("m1", None), "bound for good");
+        reg.session(&m1, "x", &rt, options).unwrap();
+        reg.session(&Owner::Principal("A".into()), "y", &rt, options).unwrap();
+        let refusal = reg.session(&m2, "z", &rt, options).unwrap_err().0;
+        assert!(refusal.starts_with("2 sessions are open for this client"), "{refusal}");
+        assert!(refusal.contains("other connections with the same token hold them"), "{refusal}");
+        // Another token's slots are its own.
+        reg.session(&Owner::Principal("B".into()), "x", &rt, options).unwrap();
+        rt.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn anonymous_names_are_minted_and_never_listed() {
+        let rt = runtime();
+        let reg = Registry::new(Limits { per_client: 1, total: 8 }, Duration::from_secs(60));
+        let lease = reg.session(&Owner::Anonymous, "work", &rt, options).unwrap();
+        assert!(lease.minted && lease.name.starts_with("work-") && lease.name.len() == 5 + 22, "{}", lease.name);
+        // The chosen name alone mints another (refused here: the slot is taken).
+        let refusal = reg.session(&Owner::Anonymous, "work", &rt, options).unwrap_err().0;
+        assert!(!refusal.contains(&lease.name), "{refusal}");
+        let again = reg.session(&Owner::Anonymous, &lease.name, &rt, options).unwrap();
+        assert_eq!(again.entry.id, lease.entry.id);
+        rt.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn forgetting_an_ended_session_spares_a_newer_one_of_the_same_name() {
+        let rt = runtime();
+        let reg = Registry::new(Limits { per_client: 4, total: 8 }, Duration::from_secs(60));
+        let owner = Owner::Stdio;
+        let old = reg.session(&owner, "s", &rt, options).unwrap();
+        old.entry.session.close().await;
+        // The ended session is reported once and forgotten; a new one opens.
+        assert!(reg.session(&owner, "s", &rt, options).unwrap_err().0.starts_with("the session `s` has ended"));
+        let new = reg.session(&owner, "s", &rt, options).unwrap();
+        assert_ne!(new.entry.id, old.entry.id);
+        // A late report about the old one leaves the new one in place.
+        reg.forget(&owner, "s", old.entry.id);
+        assert_eq!(reg.names(&owner), ["s"]);
+        assert_eq!(reg.session(&owner, "s", &rt, options).unwrap().entry.id, new.entry.id);
+        rt.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_closed_mcp_session_is_gone_with_its_sessions() {
+        let rt = runtime();
+        let reg = Registry::new(Limits { per_client: 4, total: 8 }, Duration::from_secs(60));
+        let owner = Owner::McpSession("m1".into());
+        assert!(reg.session(&owner, "s", &rt, options).is_err(), "an unregistered MCP session is refused");
+        reg.opened(owner.clone());
+        let lease = reg.session(&owner, "s", &rt, options).unwrap();
+        let life = reg.life(&owner).unwrap();
+        reg.gone(&owner);
+        assert!(life.is_gone());
+        life.lost(Duration::from_secs(3600)).await;
+        assert!(reg.life(&owner).is_none());
+        assert!(reg.session(&owner, "s", &rt, options).unwrap_err().0.contains("closed"));
+        drop(lease);
+        rt.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_mcp_session_without_streams_for_the_grace_is_lost() {
+        let reg = Registry::new(Limits { per_client: 4, total: 8 }, Duration::from_secs(60));
+        let owner = Owner::McpSession("m2".into());
+        reg.opened(owner.clone());
+        let life = reg.life(&owner).unwrap();
+        let guard = reg.stream("m2");
+        let lost = life.lost(Duration::from_secs(10));
+        tokio::pin!(lost);
+        // A stream is open: never lost, however long.
+        assert!(tokio::time::timeout(Duration::from_secs(100), &mut lost).await.is_err());
+        drop(guard);
+        // Closed, then reopened within the grace (a resume): still there.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let again = reg.stream("m2");
+        assert!(tokio::time::timeout(Duration::from_secs(100), &mut lost).await.is_err());
+        drop(again);
+        tokio::time::timeout(Duration::from_secs(11), &mut lost).await.unwrap();
+    }
+}
