@@ -150,6 +150,7 @@ fn mib(bytes: u64) -> String {
 fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<(&'static str, Vec<String>)> {
     let period = pycage_runtime::watchdog::PERIOD.as_millis();
     let memory = mib(config.address_space_bytes);
+    let backstop = mib(config.address_space_limit());
     let cgroup = |what: String| match &avail.cgroup {
         Some(found) => format!("cgroup v2 under {}: {what}", found.path.display()),
         None => "no delegated cgroup v2 (see cgroup-v2 above)".to_string(),
@@ -161,14 +162,14 @@ fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<
                 (
                     "memory",
                     vec![
-                        format!("RLIMIT_AS {memory} per process"),
+                        format!("RLIMIT_AS {backstop} per process (a backstop: address space, not memory)"),
                         format!("watchdog: {memory} of PSS over the run's PID namespace, sampled every {period} ms, ends the run (worker-exit)"),
                         format!(
                             "outside any process: the run's tmpfs ({}) and SysV shared memory ({}, IPC namespace); memfd_create denied",
                             mib(config.disk_bytes),
                             mib(config.sysv_shm_bytes)
                         ),
-                        format!("hard ceiling without the watchdog: {processes} processes x {memory}"),
+                        format!("hard ceiling without the watchdog: {processes} processes x {backstop}"),
                         cgroup(format!(
                             "memory.max {} (the budget plus the tmpfs), memory.swap.max 0",
                             mib(config.address_space_bytes.saturating_add(config.disk_bytes))
@@ -211,7 +212,7 @@ fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<
             (
                 "memory",
                 vec![
-                    format!("RLIMIT_AS {memory} per process"),
+                    format!("RLIMIT_AS {backstop} per process (a backstop: address space, not memory)"),
                     format!(
                         "watchdog: {memory} of PSS over the run's descendants (not orphans), sampled every {period} ms"
                     ),

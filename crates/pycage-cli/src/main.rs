@@ -157,7 +157,8 @@ struct RuntimeArgs {
     #[arg(long, value_name = "N", default_value_t = default_cpu_seconds())]
     cpu_seconds: u64,
 
-    /// Address-space limit of the child (RLIMIT_AS), in MiB.
+    /// Memory budget of the run, in MiB: what its processes hold together
+    /// (PSS; each process's RLIMIT_AS is a generous backstop above it).
     #[arg(long, value_name = "N", default_value_t = default_memory_mb())]
     memory_mb: u64,
 

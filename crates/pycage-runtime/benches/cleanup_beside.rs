@@ -72,9 +72,12 @@ fn main() {
         assert_eq!(heavy.value.map(|v| v.to_canonical_string()), Some("300".into()), "{:?}", heavy.error);
         // The heavy run has settled: its directory is being removed now.
         let removing = Instant::now();
-        let left = |dir: &std::path::Path| std::fs::read_dir(dir).unwrap().flatten().any(|e| {
-            e.file_name().to_string_lossy().starts_with("pycage-run") && e.path().join("many").exists()
-        });
+        let left = |dir: &std::path::Path| {
+            std::fs::read_dir(dir)
+                .unwrap()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("pycage-run") && e.path().join("many").exists())
+        };
         let parent = temp.path().to_path_buf();
         let beside = trivial_runs(&runtime, |n| n >= 20 && !left(&parent)).await;
         let removal = removing.elapsed();

@@ -71,9 +71,13 @@ pub struct RuntimeConfig {
     pub wall_time: Duration,
     /// `RLIMIT_CPU` of the child, in seconds (reported as `timeout`).
     pub cpu_seconds: u64,
-    /// `RLIMIT_AS` of each process of the run, in bytes; also the run-wide
-    /// memory budget (`memory.max` of a delegated cgroup, the watchdog's
-    /// budget otherwise).
+    /// The run's memory budget, in bytes: the memory all its processes
+    /// hold together (their PSS, summed by the watchdog; `memory.max` of a
+    /// delegated cgroup). Each process also gets an address-space backstop,
+    /// `RLIMIT_AS` = [`RuntimeConfig::address_space_limit`]: address space
+    /// is not memory (a thread reserves an 8 MiB stack, an allocator maps
+    /// arenas it never touches), so the backstop is generous and the budget
+    /// is what the run may really hold.
     pub address_space_bytes: u64,
     /// Log ledger size in bytes, on both sides.
     pub max_log_bytes: u64,
@@ -94,7 +98,8 @@ pub struct RuntimeConfig {
     pub isolation: Isolation,
     /// Extra read-only paths for sandboxed runs (e.g. a virtualenv).
     pub allow_read: Vec<PathBuf>,
-    /// `RLIMIT_NPROC` for sandboxed runs.
+    /// `RLIMIT_NPROC` for sandboxed runs: processes *and threads* of the
+    /// run (counted in its own user namespace).
     pub max_processes: u64,
     /// `RLIMIT_FSIZE` for sandboxed runs.
     pub max_file_bytes: u64,
@@ -162,7 +167,7 @@ impl Default for RuntimeConfig {
             run_dir_parent: None,
             isolation: Isolation::default(),
             allow_read: Vec::new(),
-            max_processes: 64,
+            max_processes: 256,
             max_file_bytes: 64 * 1024 * 1024,
             max_open_files: 256,
             sandbox_uid_base: 1_500_000,
@@ -205,7 +210,20 @@ pub const MIN_DISK_BYTES: u64 = 1024 * 1024;
 /// Smallest address space CPython with asyncio can start in.
 pub const MIN_ADDRESS_SPACE_BYTES: u64 = 64 * 1024 * 1024;
 
+/// What `RLIMIT_AS` adds to the memory budget: room for reservations that
+/// hold no memory (200 threads take 2.6 GiB of address space: their stacks
+/// and malloc arenas).
+pub const ADDRESS_SPACE_HEADROOM: u64 = 4 * 1024 * 1024 * 1024;
+
 impl RuntimeConfig {
+    /// `RLIMIT_AS` of each process of a run: four times the memory budget,
+    /// and at least the budget plus [`ADDRESS_SPACE_HEADROOM`]. It stops a
+    /// runaway allocation faster than a watchdog period; the budget itself
+    /// is enforced on memory held ([`RuntimeConfig::address_space_bytes`]).
+    pub fn address_space_limit(&self) -> u64 {
+        self.address_space_bytes.saturating_mul(4).max(self.address_space_bytes.saturating_add(ADDRESS_SPACE_HEADROOM))
+    }
+
     /// Checks every field; the runtime refuses to start with a bad one.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |field, problem: &str| Err(ConfigError { field, problem: problem.to_owned() });

@@ -144,7 +144,7 @@ impl RunMachine {
         let session = opening != Opening::OneShot;
         let mut boot = BootFrame {
             cpu_seconds: config.cpu_seconds,
-            address_space_bytes: config.address_space_bytes,
+            address_space_bytes: config.address_space_limit(),
             max_log_bytes: config.max_log_bytes,
             max_value_bytes: config.max_value_bytes,
             namespaces: Vec::with_capacity(bindings.len()),
