@@ -70,6 +70,17 @@ pub(crate) struct Exit {
     pub cpu: Duration,
 }
 
+/// `PATH` of a run's process: the interpreter's own directory first (so
+/// `python3` and `subprocess.run(["python3", ...])` mean the run's
+/// interpreter, as `sys.executable` does), then the system's.
+pub(crate) fn run_path(python: &Path) -> String {
+    const SYSTEM: &str = "/usr/local/bin:/usr/bin:/bin";
+    match python.parent().and_then(Path::to_str) {
+        Some(dir) if !dir.is_empty() && !dir.contains(':') => format!("{dir}:{SYSTEM}"),
+        _ => SYSTEM.to_owned(),
+    }
+}
+
 /// The `-c` program that puts `bootstrap_dir` on `sys.path` and runs
 /// `module.main()` (`pycage.bootstrap` or `pycage.zygote`).
 pub(crate) fn loader(bootstrap_dir: &Path, module: &str) -> String {

@@ -70,12 +70,30 @@ pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
 /// System paths a dynamically linked CPython and `subprocess` need, among
 /// those that exist here: `/usr`, `/bin` and `/sbin` (links into `/usr` on a
 /// merged-usr host), the C library and loader (`/lib*`), the loader cache,
-/// and the local time zone. The runtime adds the interpreter's `prefix`,
+/// the local time zone, and the files of `/etc` the standard library reads
+/// (TLS roots, MIME types, services, protocols). The runtime adds the interpreter's `prefix`,
 /// `base_prefix`, `exec_prefix` and `sys.path` directories, and the
 /// bootstrap dir.
 pub fn default_read_only_paths() -> Vec<PathBuf> {
-    const CANDIDATES: [&str; 9] =
-        ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache", "/etc/localtime"];
+    const CANDIDATES: [&str; 14] = [
+        "/usr",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib64",
+        "/lib32",
+        "/libx32",
+        "/etc/ld.so.cache",
+        "/etc/localtime",
+        // What the standard library reads, none of it secret: TLS roots
+        // (`ssl`), MIME types (`mimetypes`), service and protocol names
+        // (`socket.getservbyname`).
+        "/etc/ssl",
+        "/etc/ca-certificates.conf",
+        "/etc/mime.types",
+        "/etc/services",
+        "/etc/protocols",
+    ];
     existing(&CANDIDATES)
 }
 

@@ -358,7 +358,11 @@ impl Inner {
             let dir = run_dir.path().to_string_lossy().into_owned();
             let spec = ChildSpec {
                 cwd: run_dir.path().to_path_buf(),
-                env: vec![("HOME".into(), dir.clone()), ("TMPDIR".into(), dir)],
+                env: vec![
+                    ("HOME".into(), dir.clone()),
+                    ("TMPDIR".into(), dir),
+                    ("PATH".into(), crate::process::run_path(&self.config.python)),
+                ],
                 rlimits: self.config.rlimits.clone(),
                 join: None,
             };

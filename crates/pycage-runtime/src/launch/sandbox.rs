@@ -60,6 +60,7 @@ impl Sandboxes {
         let mut env = vec![
             ("HOME".to_owned(), pycage_sandbox::WORK_DIR.to_owned()),
             ("TMPDIR".to_owned(), pycage_sandbox::TMP_DIR.to_owned()),
+            ("PATH".to_owned(), crate::process::run_path(&self.layout.python)),
         ];
         env.extend(
             self.layout.env.iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),

@@ -200,7 +200,7 @@ impl Worker {
             .env_clear()
             .env("HOME", spec.home)
             .env("TMPDIR", spec.tmp)
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("PATH", crate::process::run_path(spec.python))
             .env("LANG", "C.UTF-8")
             .envs(spec.env.iter().map(|(k, v)| (k, v)));
         if let Some(cwd) = spec.cwd {
