@@ -242,6 +242,11 @@ struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = default_max_output_bytes())]
     max_output_bytes: u64,
 
+    /// Write everything the child sends on its protocol channel (fd 3), as
+    /// received, to FILE: a transcript `pycage frames validate` checks.
+    #[arg(long, value_name = "FILE")]
+    transcript: Option<PathBuf>,
+
     /// Program text to run instead of a file.
     #[arg(short = 'c', value_name = "CODE")]
     code: Option<String>,

@@ -59,6 +59,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             cancel: Some(cancel),
             inputs: args.inputs.clone(),
             output_dir: args.output.clone(),
+            transcript: args.transcript.clone(),
             ..RunRequest::default()
         };
         let outcome =

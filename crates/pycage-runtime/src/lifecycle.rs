@@ -117,6 +117,8 @@ pub(crate) struct Plan {
     pub events: Option<mpsc::Sender<RunEvent>>,
     pub inputs: Vec<site::Input>,
     pub output_dir: Option<PathBuf>,
+    /// Where to copy the child's fd-3 bytes, if anywhere.
+    pub transcript: Option<PathBuf>,
     /// The budgets of this run: the runtime's, with the request's overrides.
     pub config: Arc<RuntimeConfig>,
 }
@@ -166,7 +168,7 @@ fn settled(kind: FailureKind, message: impl Into<String>) -> Outcome {
 
 /// Runs `plan` through the whole sequence (see the module docs).
 pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
-    let Plan { program, bindings, cancel, stop, events, inputs, output_dir, config } = plan;
+    let Plan { program, bindings, cancel, stop, events, inputs, output_dir, transcript, config } = plan;
     // Held until the run (and its child) is settled; shutdown waits on it.
     let _token = rt.background().token();
 
@@ -244,9 +246,31 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         Some(()) => session_watch(scope, budget, rt.scan_cache()),
     };
     let machine = RunMachine::new(&config, opening, program, bindings, events.is_some());
-    let inputs =
-        run::RunInputs { config: &config, run: RunId::next(), cancel, shutdown: stop, events, deadline, budget: watch };
+    let (transcript, transcript_written) = match transcript.map(std::fs::File::create) {
+        None => (None, None),
+        Some(Ok(file)) => {
+            let (t, written) = run::Transcript::to_file(file);
+            (Some(t), Some(written))
+        }
+        Some(Err(e)) => {
+            return settled(FailureKind::WorkerExit, format!("could not create the transcript file: {e}"));
+        }
+    };
+    let inputs = run::RunInputs {
+        config: &config,
+        run: RunId::next(),
+        cancel,
+        shutdown: stop,
+        events,
+        deadline,
+        budget: watch,
+        transcript,
+    };
     let (mut result, after) = run::execute(worker, machine, inputs).await;
+    if let Some(written) = transcript_written {
+        // The driver dropped its end: the writer finishes what it holds.
+        let _ = written.await;
+    }
 
     // 4. Settling. A session keeps a process that finished; everything else
     //    is stopped and reaped (off the critical path when nothing waits

@@ -27,6 +27,10 @@ pub struct RunRequest {
     pub output_dir: Option<PathBuf>,
     /// This run's own budgets, where they differ from the runtime's.
     pub limits: RunLimits,
+    /// A file to copy everything the child writes on its protocol channel
+    /// (fd 3) into, as received: a transcript `pycage frames validate`
+    /// checks. Created (truncated) when the run starts.
+    pub transcript: Option<PathBuf>,
 }
 
 /// Budgets of one run that override the runtime's (`None` keeps the

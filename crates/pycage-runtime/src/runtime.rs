@@ -108,6 +108,7 @@ impl Runtime {
             events,
             inputs,
             output_dir: request.output_dir,
+            transcript: request.transcript,
             config,
         };
         Ok(crate::lifecycle::run(&self.core, plan, Keep::OneShot).await.result)

@@ -270,6 +270,7 @@ impl Session {
             events,
             inputs: Vec::new(),
             output_dir: None,
+            transcript: None,
             config,
         };
         let first = state.runs == 0;

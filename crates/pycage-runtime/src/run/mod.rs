@@ -45,6 +45,42 @@ pub(crate) struct RunInputs<'a> {
     pub deadline: Instant,
     /// Resolves when a run-wide budget is crossed (the watchdog).
     pub budget: crate::watchdog::BudgetWatch,
+    /// Where the child's fd-3 bytes are copied as received, if anywhere.
+    pub transcript: Option<Transcript>,
+}
+
+/// A copy of everything the child writes on fd 3, as received, for
+/// `pycage frames validate`. Written by a blocking thread; the run never
+/// waits for it: chunks the writer has no room for (over 1,024 unwritten
+/// chunks, 64 MiB at most) are dropped and counted.
+pub(crate) struct Transcript {
+    tx: mpsc::Sender<Vec<u8>>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Transcript {
+    /// Writes to `file` until the run's driver drops its `Transcript`;
+    /// `done` resolves when everything was written (or the write failed).
+    pub(crate) fn to_file(file: std::fs::File) -> (Transcript, tokio::task::JoinHandle<std::io::Result<u64>>) {
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1024);
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let writer = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut out = std::io::BufWriter::new(file);
+            while let Some(chunk) = rx.blocking_recv() {
+                out.write_all(&chunk)?;
+            }
+            out.flush()?;
+            Ok(0)
+        });
+        (Transcript { tx, dropped }, writer)
+    }
+
+    fn record(&self, bytes: &[u8]) {
+        if self.tx.try_send(bytes.to_vec()).is_err() {
+            self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 /// What became of the child when the run settled.
@@ -270,6 +306,9 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                 Some(n) => {
                     inbox.from = 0;
                     inbox.len = n;
+                    if let Some(t) = &inputs.transcript {
+                        t.record(inbox.buf.get(..n).unwrap_or_default());
+                    }
                 }
                 None => m.receive_eof(),
             },
@@ -303,6 +342,9 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                         Ok(n) => {
                             inbox.from = 0;
                             inbox.len = n;
+                            if let Some(t) = &inputs.transcript {
+                                t.record(inbox.buf.get(..n).unwrap_or_default());
+                            }
                             inbox.feed(&mut m);
                         }
                         Err(_) => break,
