@@ -26,7 +26,7 @@
 use std::sync::{Arc, Mutex};
 
 use pycage_protocol::JsonValue;
-use pycage_runtime::{Binding, BindingError};
+use pycage_runtime::{Binding, BindingError, CallContext};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use tokio::sync::oneshot;
@@ -130,20 +130,43 @@ const GONE: &str = "the host's Python interpreter is shutting down";
 pub fn binding(label: String, func: Py<PyAny>, is_async: bool, site: Arc<Site>) -> Binding {
     let func = Arc::new(func);
     let label = Arc::new(label);
-    Binding::new(move |args: JsonValue| {
+    Binding::with_context(move |args: JsonValue, cx: CallContext| {
         let (func, site, label) = (func.clone(), site.clone(), label.clone());
         async move {
             if is_async {
                 call_async(label.as_str(), &func, &site, args).await
             } else {
-                call_sync(label, func, site, args).await
+                call_sync(label, func, site, args, cx).await
             }
         }
     })
 }
 
-async fn call_sync(label: Arc<String>, func: Arc<Py<PyAny>>, site: Arc<Site>, args: JsonValue) -> CallResult {
-    let joined = tokio::task::spawn_blocking(move || {
+/// Aborts a blocking task that has not started when its call is dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A sync callable on tokio's blocking pool. It never starts once the run
+/// has settled: a call still queued for a thread then is aborted, and one
+/// whose thread comes just after the settle sees `cx.settled` and returns
+/// without calling Python.
+async fn call_sync(
+    label: Arc<String>,
+    func: Arc<Py<PyAny>>,
+    site: Arc<Site>,
+    args: JsonValue,
+    cx: CallContext,
+) -> CallResult {
+    let settled = cx.settled.clone();
+    let handle = tokio::task::spawn_blocking(move || {
+        if settled.is_cancelled() {
+            return Err(BindingError::new("the run has ended"));
+        }
         Python::try_attach(|py| {
             let (a, kw) = split_args(py, &args).map_err(|e| BindingError::new(exception_message(py, &e)))?;
             match site.call_sync.call1(py, (func.as_ref(), a, kw)) {
@@ -152,8 +175,9 @@ async fn call_sync(label: Arc<String>, func: Arc<Py<PyAny>>, site: Arc<Site>, ar
             }
         })
         .unwrap_or_else(|| Err(BindingError::new(GONE)))
-    })
-    .await;
+    });
+    let _abort = AbortOnDrop(handle.abort_handle());
+    let joined = handle.await;
     joined.unwrap_or_else(|e| Err(BindingError::new(format!("the binding's thread failed: {e}"))))
 }
 

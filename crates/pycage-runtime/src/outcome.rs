@@ -62,6 +62,11 @@ pub struct RunResult {
     pub error: Option<RunFailure>,
     /// Frames from the child that failed validation and were dropped.
     pub dropped_frames: u64,
+    /// Binding calls the program made that were still running (or waiting
+    /// to start) when the run settled: their futures were dropped and
+    /// nothing of theirs starts afterwards, but work a binding had already
+    /// begun outside its future (a thread, a request sent) may finish.
+    pub abandoned_calls: u64,
     /// What was copied from the run's `out/` directory, when the request
     /// named an output directory ([`crate::RunRequest::output_dir`]).
     pub output: Option<CopyReport>,

@@ -526,3 +526,19 @@ return [
     let r = run_ns(&rt, "return [tools.echo.__doc__, tools.__doc__]", vec![echo_ns()]).await;
     assert_eq!(value(&r), "[null,null]");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_when_a_run_settles_are_reported_abandoned() {
+    let rt = runtime();
+    let pending = Namespace::new("tools").with_function(
+        "hang",
+        Binding::new(|_| async { std::future::pending::<Result<JsonValue, BindingError>>().await }),
+    );
+    let program = "import asyncio\nt = asyncio.ensure_future(tools.hang())\nawait asyncio.sleep(0.2)\nreturn 1";
+    let r = run_ns(&rt, program, vec![pending]).await;
+    assert_eq!(value(&r), "1");
+    assert_eq!(r.abandoned_calls, 1);
+    let r = run(&rt, "return 2").await;
+    assert_eq!(r.abandoned_calls, 0);
+    rt.shutdown().await;
+}

@@ -527,6 +527,7 @@ impl RunMachine {
         };
         result.logs = logs;
         result.dropped_frames = self.dropped_frames;
+        result.abandoned_calls = self.in_flight.len() as u64;
         result
     }
 }

@@ -359,6 +359,9 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
         }
     }
     // In-flight calls are abandoned: their replies would never be read.
+    // Work a binding queued outside its future (a thread, a process) learns
+    // it first, so nothing starts from here on.
+    cx.settled.cancel();
     tasks.abort_all();
 
     if let Some(Settled::Done { .. }) = m.settled() {
