@@ -330,6 +330,13 @@ PROGRAMS = {
 def test_outcomes_and_budgets_are_unchanged_through_ray(brt, local, name):
     remote = brt.run(PROGRAMS[name])
     here = local.run(PROGRAMS[name])
+    if name == "memory budget":
+        # The memory held when the watchdog ends a run is measured, not fixed.
+        held = re.compile(r"\(\d+ MiB held\)")
+        assert remote.error.kind == here.error.kind == "worker-exit", (remote, here)
+        assert held.sub("(held)", remote.error.message) == held.sub("(held)", here.error.message)
+        assert (remote.value, remote.logs) == (here.value, here.logs)
+        return
     assert remote == here
     if name == "negative zero":
         assert math.copysign(1, remote.value) == -1
