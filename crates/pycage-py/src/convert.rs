@@ -10,7 +10,10 @@
 //!
 //! Python to JSON accepts `None`, `bool`, `int`, `float` (finite), `str`,
 //! `list`, `tuple` and `dict` with `str` keys (subclasses included, read
-//! through the C API as `json.dumps` does). Anything else, a non-`str` key,
+//! through the C API as `json.dumps` does: never a method of the value, so
+//! a binding's result cannot run code on the host's conversion path; a
+//! `list` subclass's own `__len__`, an `int` subclass's `__repr__` or
+//! `__int__` are not called). Anything else, a non-`str` key,
 //! a NaN, a lone surrogate or a cycle is refused with the path of the
 //! offending value (`$.items[3]`) and its type, so whoever passed it can
 //! fix it.
@@ -144,10 +147,35 @@ impl From<PyErr> for ToJsonError {
     }
 }
 
+/// What a container of the `Python -> JSON` walk is read as: through the
+/// C API only.
+enum Seq<'py> {
+    List(Bound<'py, PyList>),
+    Tuple(Bound<'py, PyTuple>),
+    /// A `dict`'s `items()` snapshot (`PyDict_Items`).
+    Items(Bound<'py, PyList>),
+}
+
+impl<'py> Seq<'py> {
+    fn len(&self) -> usize {
+        match self {
+            Seq::List(l) | Seq::Items(l) => l.len(),
+            Seq::Tuple(t) => t.len(),
+        }
+    }
+
+    fn get(&self, i: usize) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Seq::List(l) | Seq::Items(l) => l.get_item(i),
+            Seq::Tuple(t) => t.get_item(i),
+        }
+    }
+}
+
 /// One open container of the `Python -> JSON` walk.
 struct Frame<'py> {
     /// `list`/`tuple` to index, or the `dict`'s `items()` snapshot.
-    seq: Bound<'py, PyAny>,
+    seq: Seq<'py>,
     is_dict: bool,
     /// Index of the next child.
     next: usize,
@@ -204,16 +232,20 @@ pub fn py_to_json(value: &Bound<'_, PyAny>) -> Result<JsonValue, ToJsonError> {
                 return Err(invalid(&stack, "circular reference: the list contains itself".into()));
             }
             built(b.begin_array(), &stack)?;
-            stack.push(Frame { seq: current.clone(), is_dict: false, next: 0, id, segment: String::new() });
+            let seq = match current.cast::<PyList>() {
+                Ok(list) => Seq::List(list.clone()),
+                Err(_) => Seq::Tuple(current.cast::<PyTuple>().map_err(PyErr::from)?.clone()),
+            };
+            stack.push(Frame { seq, is_dict: false, next: 0, id, segment: String::new() });
         } else if let Ok(dict) = current.cast::<PyDict>() {
             let id = current.as_ptr() as usize;
             if !open_ids.insert(id) {
                 return Err(invalid(&stack, "circular reference: the dict contains itself".into()));
             }
             // A snapshot: nothing below can observe a dict changing size.
-            let items = dict.items().into_any();
+            let items = dict.items();
             built(b.begin_object(), &stack)?;
-            stack.push(Frame { seq: items, is_dict: true, next: 0, id, segment: String::new() });
+            stack.push(Frame { seq: Seq::Items(items), is_dict: true, next: 0, id, segment: String::new() });
         } else {
             let ty = type_name(&current);
             return Err(invalid(&stack, format!("{ty} is not JSON ({ALLOWED})")));
@@ -223,13 +255,15 @@ pub fn py_to_json(value: &Bound<'_, PyAny>) -> Result<JsonValue, ToJsonError> {
             let Some(top) = stack.last_mut() else {
                 return b.finish().map_err(|e| ToJsonError::Invalid { path: "$".into(), problem: e.to_string() });
             };
-            let len = top.seq.len()?;
+            let len = top.seq.len();
             if top.next < len {
-                let item = top.seq.get_item(top.next)?;
+                let item = top.seq.get(top.next)?;
                 let index = top.next;
                 top.next += 1;
                 if top.is_dict {
-                    let key = item.get_item(0)?;
+                    // An `items()` entry is an exact 2-tuple.
+                    let pair = item.cast::<PyTuple>().map_err(PyErr::from)?;
+                    let key = pair.get_item(0)?;
                     let Ok(key) = key.cast::<PyString>() else {
                         let ty = type_name(&key);
                         let shown = key.repr().map(|r| r.to_string()).unwrap_or_else(|_| ty.clone());
@@ -246,7 +280,7 @@ pub fn py_to_json(value: &Bound<'_, PyAny>) -> Result<JsonValue, ToJsonError> {
                     };
                     set_key_segment(&mut top.segment, key);
                     built(b.key(key), &stack)?;
-                    current = item.get_item(1)?;
+                    current = pair.get_item(1)?;
                 } else {
                     top.segment.clear();
                     let _ = write!(top.segment, "[{index}]");
@@ -265,13 +299,14 @@ pub fn py_to_json(value: &Bound<'_, PyAny>) -> Result<JsonValue, ToJsonError> {
 /// Exact decimal text of an `int` outside `i64`.
 fn big_int_text(value: &Bound<'_, PyAny>) -> Result<String, ToJsonError> {
     let py = value.py();
-    // An int subclass (IntEnum, ...) may override __str__/__repr__.
-    let exact = py.get_type::<PyInt>().call1((value,))?;
-    match exact.repr() {
-        Ok(r) => Ok(r.to_str()?.to_owned()),
-        // Over sys.get_int_max_str_digits(): Decimal(int) does not go
-        // through a string, and str(Decimal) has no limit.
-        Err(_) => Ok(decimal(py)?.call1((exact,))?.str()?.to_str()?.to_owned()),
+    // An int subclass (IntEnum, ...) may override __str__, __repr__ or
+    // __int__: int's own __repr__ reads the C value, as json.dumps does.
+    let int_repr = py.get_type::<PyInt>().getattr("__repr__")?;
+    match int_repr.call1((value,)) {
+        Ok(r) => Ok(r.cast::<PyString>().map_err(PyErr::from)?.to_str()?.to_owned()),
+        // Over sys.get_int_max_str_digits(): Decimal(int) reads the C value
+        // and does not go through a string; str(Decimal) has no limit.
+        Err(_) => Ok(decimal(py)?.call1((value,))?.str()?.to_str()?.to_owned()),
     }
 }
 
