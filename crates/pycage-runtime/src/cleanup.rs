@@ -302,7 +302,13 @@ pub struct RunDir {
 impl RunDir {
     /// Create `<parent>/pycage-<kind>-<owner id>-<random>` with mode 0700.
     pub fn create(parent: &Path, kind: &str, owner: &Owner, log: Arc<CleanupLog>) -> io::Result<RunDir> {
-        let dir = tempfile::Builder::new().prefix(&owner.dir_prefix(kind)).tempdir_in(parent)?;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix(&owner.dir_prefix(kind))
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(parent)?;
+        // Whatever the builder and the umask did: the run's alone.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
         // The TempDir would remove it with std's remove_dir_all; ours is
         // depth-independent and reports failures.
         Ok(RunDir { path: dir.keep(), log, pending: None })

@@ -542,3 +542,17 @@ async fn calls_in_flight_when_a_run_settles_are_reported_abandoned() {
     assert_eq!(r.abandoned_calls, 0);
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_isolation_run_directory_is_private() {
+    for spawn in [SpawnMode::Exec, SpawnMode::Zygote] {
+        let rt = runtime_with(|c| c.spawn = spawn);
+        let r = run(
+            &rt,
+            "import os, stat\nreturn [oct(stat.S_IMODE(os.stat(p).st_mode)) for p in ('.', os.environ['HOME'])]",
+        )
+        .await;
+        assert_eq!(value(&r), r#"["0o700","0o700"]"#, "{spawn:?}");
+        rt.shutdown().await;
+    }
+}
