@@ -599,12 +599,101 @@ fn inputs_and_output_with_relative_paths_in_both_isolations() {
         assert_exit(&o, 0);
         assert_eq!(
             stdout(&o),
-            "{\"logs\":[],\"output\":{\"files\":[{\"path\":\"x\",\"bytes\":1}],\"skipped\":[],\"bytes\":1,\"truncated\":false}}\n"
+            "{\"logs\":[],\"output\":{\"files\":[{\"path\":\"x\",\"bytes\":1}],\"skipped\":[],\"bytes\":1,\"truncated\":false,\"complete\":true}}\n"
         );
     }
     let o = run(&["--input", "no-such-file", "-c", "return 1"]);
     assert_exit(&o, 2);
     assert!(stderr(&o).starts_with("pycage: error: invalid input: input no-such-file:"), "{}", stderr(&o));
+}
+
+/// An output that cannot be delivered whole is never a success: a
+/// directory that cannot be made is misuse before the program runs; an
+/// entry that cannot be written, or that a limit leaves out, exits 3 (1
+/// when the run failed anyway), names the entry and where it was to go,
+/// and what was copied stays.
+#[test]
+fn output_that_cannot_be_delivered_is_not_a_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let program = format!(
+        "open({:?}, 'w').close()\nopen('out/a.txt', 'w').write('a')\nopen('out/b.txt', 'w').write('bb')\nreturn 1",
+        ran.to_str().unwrap()
+    );
+    // A file where the directory should be.
+    std::fs::write(dir.path().join("blocked"), "").unwrap();
+    let o = run_in(dir.path(), &["--output", "blocked/results", "-c", &program]);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).starts_with("pycage: error: --output blocked/results: cannot create it: "), "{}", stderr(&o));
+    assert!(!ran.exists(), "the program must not run when its output has nowhere to go");
+    let o = run_in(dir.path(), &["--json", "--output", "blocked/results", "-c", &program]);
+    assert_exit(&o, 2);
+    assert!(stdout(&o).starts_with("{\"logs\":[],\"error\":{\"kind\":\"misuse\""), "{}", stdout(&o));
+
+    // `b.txt` cannot be written: a directory has its name.
+    std::fs::create_dir_all(dir.path().join("results/b.txt")).unwrap();
+    let o = run_in(dir.path(), &["--output", "results", "-c", &program]);
+    assert_exit(&o, 3);
+    assert_eq!(stdout(&o), "1\n");
+    let err = stderr(&o);
+    assert!(err.starts_with("pycage: warning: out/b.txt not copied to results/b.txt: Is a directory"), "{err}");
+    assert!(err.contains("pycage: copied 1 file(s), 1 bytes, from out/ to results\n"), "{err}");
+    assert!(
+        err.ends_with("pycage: error: the output was not delivered whole to results (what was copied stays there)\n")
+    );
+    assert!(!err.contains("out/out"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("results/a.txt")).unwrap(), "a", "what was copied stays");
+    let o = run_in(dir.path(), &["--json", "--output", "results", "-c", &program]);
+    assert_exit(&o, 3);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["value"], 1);
+    assert_eq!(v["output"]["complete"], false);
+    assert_eq!(v["output"]["skipped"][0]["path"], "b.txt");
+    assert_eq!(v["output"]["skipped"][0]["kind"], "failed");
+    // A run that failed says so first: 1.
+    let failing = format!("{program}\nraise SystemExit(4)").replace("return 1\n", "");
+    assert_exit(&run_in(dir.path(), &["--output", "results", "-c", &failing]), 1);
+
+    // A limit that leaves a file out is no complete delivery either.
+    let o = run_in(dir.path(), &["--json", "--output", "limited", "--max-output-bytes", "2", "-c", &program]);
+    assert_exit(&o, 3);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (v["output"]["skipped"][0]["kind"].as_str(), v["output"]["complete"].as_bool()),
+        (Some("limit"), Some(false))
+    );
+    // Symlinks are never copied, by rule: not a failed delivery.
+    let o = run_in(dir.path(), &["--output", "links", "-c", "import os\nos.symlink('/etc/passwd', 'out/l')"]);
+    assert_exit(&o, 0);
+}
+
+/// For an unprivileged user, an `--output` directory they cannot write
+/// into is misuse before the program runs (it exited 0, every output lost,
+/// with `out/out not copied`).
+#[test]
+fn an_unwritable_output_directory_is_misuse_for_an_unprivileged_user() {
+    if !rustix::process::geteuid().is_root() {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
+        return;
+    }
+    let dir = shared_dir();
+    std::fs::create_dir(dir.path().join("root-only")).unwrap(); // 0755, root's
+    let program = "open('out/a.txt', 'w').write('a')\nreturn 1";
+    let o = as_nobody(
+        dir.path(),
+        &["run", "--isolation", "process", "--python", "/usr/bin/python3", "--output", "root-only", "-c", program],
+    );
+    assert_exit(&o, 2);
+    assert_eq!(
+        stderr(&o),
+        "pycage: error: --output root-only: cannot write into it: Permission denied (os error 13)\n"
+    );
+    let o = as_nobody(
+        dir.path(),
+        &["run", "--isolation", "process", "--python", "/usr/bin/python3", "--output", "root-only/sub", "-c", program],
+    );
+    assert_exit(&o, 2);
+    assert!(stderr(&o).starts_with("pycage: error: --output root-only/sub: cannot create it: "), "{}", stderr(&o));
 }
 
 // ---- any user ----

@@ -128,6 +128,10 @@ fn cell_output_is_escaped_for_the_terminal() {
     assert!(stderr(&out).contains("ValueError: \\x1b[31mred"), "{}", stderr(&out));
 }
 
+/// What the terminal has shown (and whether pycage closed it), shared with
+/// the thread that reads it.
+type Screen = std::sync::Arc<(std::sync::Mutex<(Vec<u8>, bool)>, std::sync::Condvar)>;
+
 /// `pycage repl` on a pseudo-terminal: the test is the terminal (the
 /// master side); pycage leads a session whose controlling terminal is the
 /// slave, so a Ctrl-C typed there is a SIGINT to pycage's process group,
@@ -136,7 +140,7 @@ struct Terminal {
     child: std::process::Child,
     master: std::fs::File,
     /// Everything pycage wrote, and whether the slave side closed.
-    seen: std::sync::Arc<(std::sync::Mutex<(Vec<u8>, bool)>, std::sync::Condvar)>,
+    seen: Screen,
     /// How much of `seen` the test has already matched.
     cursor: usize,
     dir: tempfile::TempDir,
@@ -177,7 +181,7 @@ impl Terminal {
         let child = cmd.spawn().unwrap();
         drop(cmd); // closes the parent's copies of the slave
         let master = std::fs::File::from(master);
-        let seen = std::sync::Arc::new((std::sync::Mutex::new((Vec::new(), false)), std::sync::Condvar::new()));
+        let seen: Screen = std::sync::Arc::new((std::sync::Mutex::new((Vec::new(), false)), std::sync::Condvar::new()));
         let (reader, sink) = (master.try_clone().unwrap(), seen.clone());
         std::thread::spawn(move || {
             use std::io::Read;

@@ -65,7 +65,7 @@ mod zygote;
 pub use bindings::{Binding, BindingError, BindingFuture, ErrorClass, Namespace};
 pub use cleanup::CleanupFailure;
 pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
-pub use files::{CopiedFile, CopyReport, Skipped};
+pub use files::{CopiedFile, CopyReport, SkipKind, Skipped};
 pub use interpreter::{Interpreter, InterpreterError};
 pub use names::NameError;
 pub use probe_cache::default_cache_dir;
@@ -146,8 +146,9 @@ impl RunResult {
 
     /// The result as one JSON object: `value` (absent when none), `logs`,
     /// `output` (only when an output directory was requested: `files`
-    /// `[{path, bytes}]`, `skipped` `[{path, reason}]`, `bytes`,
-    /// `truncated`), `error` `{kind, message}` (absent on success).
+    /// `[{path, bytes}]`, `skipped` `[{path, reason, kind}]` (`kind`:
+    /// `excluded`, `limit` or `failed`, see [`SkipKind`]), `bytes`,
+    /// `truncated`, `complete`: nothing but excluded entries was skipped), `error` `{kind, message}` (absent on success).
     pub fn to_json(&self) -> JsonValue {
         let mut b = pycage_protocol::JsonBuilder::new();
         // Each step is valid by construction; errors are impossible here.
