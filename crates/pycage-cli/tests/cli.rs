@@ -540,6 +540,40 @@ fn command_calls_are_limited_in_concurrency() {
     assert!((2..=16).contains(&max), "max concurrent commands {max}");
 }
 
+// ---- bench ----
+
+/// Runs that fail are counted per case and said in words, and the figures
+/// of what succeeded are still printed (it stopped at the first failure
+/// with a `Debug` dump). A 1 ms wall clock fails every exec'd run (an
+/// interpreter cannot start in 1 ms) and most others.
+#[test]
+fn bench_reports_failed_runs_and_still_prints_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = pycage(dir.path())
+        .args(["bench", "--iterations", "3", "--wall-ms", "1"])
+        .env("XDG_CACHE_HOME", dir.path())
+        .output()
+        .unwrap();
+    assert_exit(&o, 1);
+    let (out, err) = (stdout(&o), stderr(&o));
+    for debug in ["RunFailure", "Some(", "kind:"] {
+        assert!(!out.contains(debug) && !err.contains(debug), "{out}\n{err}");
+    }
+    // The floors do not depend on pycage's budgets: measured and printed.
+    let floor = out.lines().find(|l| l.starts_with("  python -I -c pass")).unwrap();
+    assert!(floor.ends_with(" ms") && !floor.contains("no run succeeded"), "{out}");
+    assert!(out.contains("\n  exec / process         no run succeeded\n"), "{out}");
+    assert!(out.contains("\nfailed runs (left out of the figures above)\n"), "{out}");
+    assert!(
+        out.contains(
+            "\n  trivial run, exec / process: 3 of 3 failed; first: timeout: the wall-clock budget of 1 ms was exceeded\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("\nhost RSS: "), "{out}");
+    assert!(err.starts_with("pycage bench: runs failed in "), "{err}");
+}
+
 // ---- terminal-safe readable output ----
 
 #[test]
