@@ -3,7 +3,7 @@
 //! ```toml
 //! [[namespace]]
 //! global = "tools"
-//! error_class = { name = "ToolError", member_name_property = "tool" }   # optional
+//! error_class = { name = "ToolError", member_name_property = "tool" }   # optional; the property defaults to "tool"
 //! doc = "Warehouse tools."                                                # optional
 //!
 //! [namespace.functions]
@@ -81,7 +81,14 @@ struct NamespaceToml {
 #[serde(deny_unknown_fields)]
 struct ErrorClassToml {
     name: String,
+    /// `tool` unless told: the one name the CLI, the Python package and
+    /// the stubs use.
+    #[serde(default = "default_member_name_property")]
     member_name_property: String,
+}
+
+fn default_member_name_property() -> String {
+    "tool".to_owned()
 }
 
 // Loose types (`toml::Value`) where a wrong shape should get our message,

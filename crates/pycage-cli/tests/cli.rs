@@ -250,6 +250,20 @@ fn error_class_carries_the_member_name() {
     );
 }
 
+/// Without `member_name_property`, the member's name is on `.tool`: the
+/// one name the CLI, the Python package and the stubs use.
+#[test]
+fn error_class_member_name_property_defaults_to_tool() {
+    let dir = bindings_dir(&TOOLS_WITH_CLASS.replace(", member_name_property = \"tool\"", ""));
+    let program = "try:\n    await tools.fail({'q': 1})\nexcept ToolError as e:\n    return e.tool";
+    let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "{\"value\":\"fail\",\"logs\":[]}\n");
+    let o = pycage(dir.path()).args(["stubs", "--bindings", "bindings.toml"]).output().unwrap();
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("`.tool` names the function"), "{}", stdout(&o));
+}
+
 #[test]
 fn command_timeout_rejects_the_call() {
     let dir = bindings_dir(TOOLS);
