@@ -18,6 +18,7 @@
 pub mod command;
 pub mod file;
 pub mod http;
+pub mod schema;
 pub mod secret;
 pub mod spelling;
 pub mod stubs;
@@ -192,6 +193,22 @@ fn with_spellings(
     (docs, bindings)
 }
 
+/// `binding`, called only with arguments that `schema` accepts; others
+/// reject the call with a message naming the field (the command or
+/// endpoint never sees them).
+fn checked(binding: Binding, schema: Arc<serde_json::Value>) -> Binding {
+    Binding::new(move |args| {
+        let binding = binding.clone();
+        let verdict = schema::validate(&schema, args.root());
+        async move {
+            match verdict {
+                Ok(()) => binding.call(args).await,
+                Err(e) => Err(pycage_runtime::BindingError::new(format!("invalid arguments: {e}"))),
+            }
+        }
+    })
+}
+
 fn namespace_members(
     ns: &file::NamespaceDecl,
     client: &reqwest::Client,
@@ -215,6 +232,10 @@ fn namespace_members(
                     async move { http::call(&client, &spec, args).await }
                 })
             }
+        };
+        let binding = match &f.input_schema {
+            Some(schema) => checked(binding, Arc::new(schema.clone())),
+            None => binding,
         };
         let doc = stubs::FunctionDoc {
             name: name.clone(),

@@ -264,6 +264,78 @@ fn error_class_member_name_property_defaults_to_tool() {
     assert!(stdout(&o).contains("`.tool` names the function"), "{}", stdout(&o));
 }
 
+/// A failing command's traceback stays on the host: the program reads its
+/// last line (the exception), never its frames and their host paths.
+#[test]
+fn a_commands_traceback_does_not_reach_the_program() {
+    let dir = bindings_dir(
+        "[[namespace]]\nglobal = \"tools\"\nerror_class = { name = \"ToolError\" }\n\
+         [namespace.functions]\nstock = { command = [\"python3\", \"stock.py\"] }\n",
+    );
+    std::fs::write(
+        dir.path().join("stock.py"),
+        "import json, sys\ndef lookup(w):\n    raise ValueError(f'unknown warehouse {w!r}')\nlookup(json.load(sys.stdin)['w'])\n",
+    )
+    .unwrap();
+    let program = "try:\n    await tools.stock(w='atlantis')\nexcept ToolError as e:\n    return str(e)";
+    let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "{\"value\":\"python3 failed (exit status: 1): ValueError: unknown warehouse 'atlantis'\",\"logs\":[]}\n"
+    );
+}
+
+/// A function's `input_schema` is checked before its command runs: a bad
+/// call is rejected with the field named, and the command never starts.
+#[test]
+fn input_schema_is_checked_before_the_command_runs() {
+    let dir = bindings_dir(
+        r#"
+[[namespace]]
+global = "tools"
+error_class = { name = "ToolError" }
+
+[namespace.functions]
+weather = { command = ["./weather.sh"], input_schema = { type = "object", properties = { city = { type = "string" }, days = { type = "integer", minimum = 1 } }, required = ["city"], additionalProperties = false } }
+"#,
+    );
+    write_script(dir.path(), "weather.sh", "#!/bin/sh\ntouch ran\ncat\n");
+    let call = |args: &str| {
+        let program = format!(
+            "try:\n    return await tools.weather({args})\nexcept ToolError as e:\n    return [e.tool, str(e)]"
+        );
+        let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", &program]);
+        assert_exit(&o, 0);
+        stdout(&o)
+    };
+    assert_eq!(
+        call("cty='Lyon'"),
+        "{\"value\":[\"weather\",\"invalid arguments: missing required argument \\\"city\\\"\"],\"logs\":[]}\n"
+    );
+    assert_eq!(
+        call("city='Lyon', cty='x'"),
+        "{\"value\":[\"weather\",\"invalid arguments: unexpected argument \\\"cty\\\" (expected: city, days)\"],\"logs\":[]}\n"
+    );
+    assert_eq!(
+        call("city='Lyon', days='3'"),
+        "{\"value\":[\"weather\",\"invalid arguments: \\\"days\\\" must be an integer, got string \\\"3\\\"\"],\"logs\":[]}\n"
+    );
+    assert!(!dir.path().join("ran").exists(), "the command ran with arguments its schema refuses");
+    assert_eq!(call("city='Lyon', days=3"), "{\"value\":{\"city\":\"Lyon\",\"days\":3},\"logs\":[]}\n");
+    assert!(dir.path().join("ran").exists());
+
+    // A schema this checker cannot read is refused when the file loads.
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[[namespace]]\nglobal = \"tools\"\n[namespace.functions]\nw = { command = [\"cat\"], input_schema = { type = \"text\" } }\n",
+    )
+    .unwrap();
+    let o = run_in(dir.path(), &["--bindings", "bad.toml", "-c", "return 1"]);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("function \"w\": input_schema: $.type: unknown type \"text\""), "{}", stderr(&o));
+}
+
 #[test]
 fn command_timeout_rejects_the_call() {
     let dir = bindings_dir(TOOLS);
