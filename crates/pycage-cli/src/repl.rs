@@ -22,7 +22,10 @@
 //! its process died) ends the session, as sessions do. The next cell then
 //! starts a new, empty session: a terminal prints a notice on stderr, and
 //! in `--json` mode that cell's result carries `"restarted"` with the reason
-//! the previous session ended.
+//! the previous session ended. (The Python package's `Session` raises
+//! `SessionEndedError` instead: a driver at the other end of a pipe has no
+//! request that opens a session, while a Python caller holds the session
+//! and opens the next one itself; README and docs/python.md say so too.)
 
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
