@@ -261,9 +261,9 @@ impl Terminal {
 }
 
 /// Ctrl-C during a cell aborts it and says the session ended with it; the
-/// prompt stays; lines typed while a cell runs are read after it; Ctrl-C at
-/// the prompt drops the cell being typed and is not held over to the next
-/// cell.
+/// prompt stays; lines typed while a cell runs are read after it, all of
+/// them; Ctrl-C at the prompt drops the cell being typed and is not held
+/// over to the next cell.
 #[test]
 fn ctrl_c_on_a_terminal_aborts_the_running_cell_only() {
     let mut t = Terminal::start("xterm");
@@ -292,11 +292,14 @@ fn ctrl_c_on_a_terminal_aborts_the_running_cell_only() {
         flag.to_str().unwrap()
     ));
     t.expect("waiting");
+    // Two lines queue up in the terminal and reach the editor in one read:
+    // the second must not be dropped with the rest of that read.
     t.send("y = 21\n");
+    t.send("z = y * 2\n");
     std::fs::write(&flag, "").unwrap();
     t.expect("\"done\"");
-    t.send("y * 2\n");
-    t.expect("42");
+    t.send("z + 1\n");
+    t.expect("43");
     t.expect(">>> ");
 
     // Ctrl-C at a continuation prompt drops the cell being typed.
