@@ -8,11 +8,16 @@
 //! the run, rather than every tool at once).
 //!
 //! Everything read from the command is capped: stdout at
-//! [`MAX_STDOUT_BYTES`] (over it rejects the call at once), stderr at
-//! [`MAX_STDERR_BYTES`] (the rest is drained and discarded so the command
-//! never blocks on a full pipe). A non-zero exit, a timeout, a failed spawn
-//! or output that is not JSON rejects the call with a message built from the
-//! exit status and stderr; the program sees it as a raised exception.
+//! [`MAX_STDOUT_BYTES`] (over it rejects the call at once), stderr to its
+//! last [`MAX_STDERR_BYTES`] (the rest is drained and discarded so the
+//! command never blocks on a full pipe). A non-zero exit, a timeout, a
+//! failed spawn or output that is not JSON rejects the call with a message
+//! built from the exit status and the last non-empty line of stderr (at
+//! most [`MAX_STDERR_LINE_BYTES`]); the program sees it as a raised
+//! exception. Only that line: a traceback's frames name host paths and
+//! source lines the program has no business reading, and its last line is
+//! the exception (`ValueError: unknown warehouse 'atlantis'`), which is
+//! what a model needs to correct its call.
 //!
 //! Commands run at most a few at a time ([`crate::slots`]: 16 for every run
 //! of one [`crate::Bindings`], 8 for one run, handed out fairly): the
@@ -43,8 +48,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest stdout a command may print (16 MiB); more rejects the call.
 /// With [`crate::slots::DEFAULT_TOTAL`] slots this bounds buffered output at 256 MiB.
 pub const MAX_STDOUT_BYTES: usize = 16 * 1024 * 1024;
-/// Stderr kept for the rejection message (2 KiB); the rest is discarded.
+/// Stderr kept to find its last line (the last 2 KiB); the rest is discarded.
 pub const MAX_STDERR_BYTES: usize = 2 * 1024;
+/// Longest stderr line a rejection message carries; a longer one is cut
+/// (on a character boundary) and marked.
+pub const MAX_STDERR_LINE_BYTES: usize = 512;
 
 /// One function of a bindings file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,41 +173,52 @@ async fn read_stdout<R: AsyncRead + Unpin>(r: Option<R>) -> Result<Vec<u8>, Reje
     Ok(out)
 }
 
-/// The head of a command's stderr.
-struct StderrHead {
-    bytes: Vec<u8>,
-    truncated: bool,
+/// The tail of a command's stderr.
+struct StderrTail {
+    bytes: std::collections::VecDeque<u8>,
+    /// Bytes before the tail were dropped.
+    cut: bool,
 }
 
-impl StderrHead {
-    /// `": <stderr>"` for a message, or nothing when stderr was empty.
+impl StderrTail {
+    /// `": <last line>"` for a message, or nothing when stderr had no
+    /// non-empty line.
     fn note(&self) -> String {
-        let text = String::from_utf8_lossy(&self.bytes);
-        let text = text.trim();
-        match (text.is_empty(), self.truncated) {
-            (true, _) => String::new(),
-            (false, false) => format!(": {text}"),
-            (false, true) => format!(": {text} [stderr truncated at {MAX_STDERR_BYTES} bytes]"),
+        let bytes: Vec<u8> = self.bytes.iter().copied().collect();
+        let text = String::from_utf8_lossy(&bytes);
+        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+        let Some(last) = lines.next_back() else { return String::new() };
+        // The tail began inside this line: say that its start is missing.
+        let whole = lines.next().is_some() || !self.cut;
+        let mut line = if whole { last.to_owned() } else { format!("…{last}") };
+        if line.len() > MAX_STDERR_LINE_BYTES {
+            let mut end = MAX_STDERR_LINE_BYTES;
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            line.truncate(end);
+            line.push_str(" [cut]");
         }
+        format!(": {line}")
     }
 }
 
-async fn read_stderr<R: AsyncRead + Unpin>(r: Option<R>) -> Result<StderrHead, Rejection> {
-    let mut head = StderrHead { bytes: Vec::new(), truncated: false };
-    let Some(mut r) = r else { return Ok(head) };
+async fn read_stderr<R: AsyncRead + Unpin>(r: Option<R>) -> Result<StderrTail, Rejection> {
+    let mut tail = StderrTail { bytes: std::collections::VecDeque::with_capacity(MAX_STDERR_BYTES), cut: false };
+    let Some(mut r) = r else { return Ok(tail) };
     let mut buf = [0u8; 4096];
     loop {
         // Read errors end the capture; stderr only decorates the message.
         let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => return Ok(head),
+            Ok(0) | Err(_) => return Ok(tail),
             Ok(n) => n,
         };
-        let room = MAX_STDERR_BYTES - head.bytes.len();
-        let chunk = buf.get(..n).unwrap_or_default();
-        if chunk.len() > room {
-            head.truncated = true;
+        tail.bytes.extend(buf.get(..n).unwrap_or_default());
+        let over = tail.bytes.len().saturating_sub(MAX_STDERR_BYTES);
+        if over > 0 {
+            tail.bytes.drain(..over);
+            tail.cut = true;
         }
-        head.bytes.extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
     }
 }
 
@@ -246,10 +265,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn stderr_is_capped() {
+    async fn only_the_last_line_of_stderr_reaches_the_program() {
+        // A Python tool's traceback: its frames name host paths.
+        let tb = r#"printf 'Traceback (most recent call last):\n  File "/home/me/tools/stock.py", line 9, in <module>\n    raise ValueError(w)\nValueError: unknown warehouse atlantis\n\n' >&2; exit 1"#;
+        let e = run(tb, "{}").await.unwrap_err();
+        assert_eq!(e, "sh failed (exit status: 1): ValueError: unknown warehouse atlantis");
+        // The last line survives any amount of stderr before it.
+        let e = run("head -c 100000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'the end' >&2; exit 1", "{}")
+            .await
+            .unwrap_err();
+        assert_eq!(e, "sh failed (exit status: 1): the end");
+    }
+
+    #[tokio::test]
+    async fn a_long_last_line_is_cut() {
         let e = run("head -c 100000 /dev/zero | tr '\\0' x >&2; exit 1", "{}").await.unwrap_err();
-        let want = format!("sh failed (exit status: 1): {} [stderr truncated at 2048 bytes]", "x".repeat(2048));
+        let want = format!("sh failed (exit status: 1): …{} [cut]", "x".repeat(MAX_STDERR_LINE_BYTES - "…".len()));
         assert_eq!(e, want);
+        let e = run("printf 'é%.0s' $(seq 400) >&2; exit 1", "{}").await.unwrap_err();
+        assert!(e.ends_with(" [cut]") && e.len() < MAX_STDERR_LINE_BYTES + 64, "{e}");
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 //! ```toml
 //! [[namespace]]
 //! global = "tools"
-//! error_class = { name = "ToolError", member_name_property = "tool" }   # optional
+//! error_class = { name = "ToolError", member_name_property = "tool" }   # optional; the property defaults to "tool"
 //! doc = "Warehouse tools."                                                # optional
 //!
 //! [namespace.functions]
@@ -24,7 +24,8 @@
 //! A function is a `command` ([`crate::command`]) or an `http` endpoint
 //! ([`crate::http`]), optionally with `description`, `input_schema` and
 //! `output_schema` (JSON Schema, as a TOML table or as a string of JSON) for
-//! its stub. A value under `headers` or `env` is a literal string or
+//! its stub. A call's arguments are checked against `input_schema` before
+//! the command or endpoint runs ([`crate::schema`]). A value under `headers` or `env` is a literal string or
 //! `{ env = "NAME" }`, read from pycage's environment when the file is loaded
 //! (unset is an error).
 //!
@@ -81,7 +82,14 @@ struct NamespaceToml {
 #[serde(deny_unknown_fields)]
 struct ErrorClassToml {
     name: String,
+    /// `tool` unless told: the one name the CLI, the Python package and
+    /// the stubs use.
+    #[serde(default = "default_member_name_property")]
     member_name_property: String,
+}
+
+fn default_member_name_property() -> String {
+    "tool".to_owned()
 }
 
 // Loose types (`toml::Value`) where a wrong shape should get our message,
@@ -251,7 +259,14 @@ fn function(f: FunctionToml, base_dir: &Path, env: &dyn Fn(&str) -> Option<Strin
     Ok(FunctionDecl {
         kind,
         description: f.description,
-        input_schema: f.input_schema.map(|s| schema("input_schema", s)).transpose()?,
+        input_schema: f
+            .input_schema
+            .map(|s| {
+                let s = schema("input_schema", s)?;
+                crate::schema::check_schema(&s).map_err(|e| FileError(format!("input_schema: {e}")))?;
+                Ok::<_, FileError>(s)
+            })
+            .transpose()?,
         output_schema: f.output_schema.map(|s| schema("output_schema", s)).transpose()?,
     })
 }

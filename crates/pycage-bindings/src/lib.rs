@@ -18,6 +18,7 @@
 pub mod command;
 pub mod file;
 pub mod http;
+pub mod schema;
 pub mod secret;
 pub mod slots;
 pub mod spelling;
@@ -207,6 +208,22 @@ fn with_spellings(
     (docs, bindings)
 }
 
+/// `binding`, called only with arguments that `schema` accepts; others
+/// reject the call with a message naming the field (the command or
+/// endpoint never sees them).
+fn checked(binding: Binding, schema: Arc<serde_json::Value>) -> Binding {
+    Binding::with_context(move |args, cx| {
+        let binding = binding.clone();
+        let verdict = schema::validate(&schema, args.root());
+        async move {
+            match verdict {
+                Ok(()) => binding.call(args, cx).await,
+                Err(e) => Err(pycage_runtime::BindingError::new(format!("invalid arguments: {e}"))),
+            }
+        }
+    })
+}
+
 fn namespace_members(
     ns: &file::NamespaceDecl,
     client: &reqwest::Client,
@@ -233,6 +250,10 @@ fn namespace_members(
                     async move { http::call(&client, &spec, args).await }
                 })
             }
+        };
+        let binding = match &f.input_schema {
+            Some(schema) => checked(binding, Arc::new(schema.clone())),
+            None => binding,
         };
         let doc = stubs::FunctionDoc {
             name: name.clone(),

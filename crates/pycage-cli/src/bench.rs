@@ -16,6 +16,11 @@
 //! and 16 through the zygote; a trivial cell in a warm session; a binding
 //! call's round trip; `asyncio.gather` throughput; the host's RSS and the
 //! private memory of an idle pooled child.
+//!
+//! A run that fails is left out of the figures and counted for its case
+//! (which row, how many of how many tries), with its first failure in
+//! words (`timeout: the wall-clock budget ...`); the report is printed
+//! whatever failed, and the command then exits 1.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -44,6 +49,70 @@ pub struct BenchArgs {
     /// Also draw the latency figures as an SVG bar chart (the README's).
     #[arg(long, value_name = "FILE.svg")]
     svg: Option<PathBuf>,
+    /// Wall-clock budget of each run, in milliseconds (default: a run's 60000).
+    #[arg(long, value_name = "N")]
+    wall_ms: Option<u64>,
+}
+
+/// Failed tries per case: how many of how many, and the first failure in
+/// words. Cases keep the order they first appeared in.
+#[derive(Debug, Default)]
+struct Failures(Vec<Tally>);
+
+#[derive(Debug)]
+struct Tally {
+    case: String,
+    tried: usize,
+    failed: usize,
+    first: Option<String>,
+}
+
+impl Failures {
+    fn tally(&mut self, case: &str) -> &mut Tally {
+        if let Some(i) = self.0.iter().position(|t| t.case == case) {
+            return &mut self.0[i];
+        }
+        self.0.push(Tally { case: case.to_owned(), tried: 0, failed: 0, first: None });
+        let last = self.0.len() - 1;
+        &mut self.0[last]
+    }
+
+    /// Counts one try of `case`; returns its value when it succeeded.
+    fn note<T>(&mut self, case: &str, outcome: Result<T, String>) -> Option<T> {
+        let t = self.tally(case);
+        t.tried += 1;
+        match outcome {
+            Ok(v) => Some(v),
+            Err(why) => {
+                t.failed += 1;
+                t.first.get_or_insert(why);
+                None
+            }
+        }
+    }
+
+    /// `n` tries of `case`, of which `errors` failed.
+    fn note_many(&mut self, case: &str, n: usize, errors: Vec<String>) {
+        let t = self.tally(case);
+        t.tried += n;
+        t.failed += errors.len();
+        if t.first.is_none() {
+            t.first = errors.into_iter().next();
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.0.iter().any(|t| t.failed > 0)
+    }
+
+    fn failed(&self) -> impl Iterator<Item = &Tally> {
+        self.0.iter().filter(|t| t.failed > 0)
+    }
+}
+
+/// A run's failure in words: `kind: message`.
+fn in_words(e: &pycage_runtime::RunFailure) -> String {
+    format!("{}: {}", e.kind, e.message)
 }
 
 /// Latency samples and their summary.
@@ -64,6 +133,10 @@ impl Samples {
 
     fn p50(&self) -> Duration {
         self.quantile(0.5)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -141,24 +214,30 @@ fn echo_tools() -> Namespace {
     Namespace::new("tools").with_function("echo", Binding::new(|a| async move { Ok(a) }))
 }
 
-async fn trivial(runtime: &Runtime) -> anyhow::Result<Duration> {
+/// One trivial run, timed; a failure in words.
+async fn trivial(runtime: &Runtime) -> Result<Duration, String> {
     let t = Instant::now();
-    let r = runtime.run(RunRequest::new("return 1")).await?;
+    let r = runtime.run(RunRequest::new("return 1")).await.map_err(|e| e.to_string())?;
     let d = t.elapsed();
-    anyhow::ensure!(r.error.is_none(), "a trivial run failed: {:?}", r.error);
-    Ok(d)
+    match &r.error {
+        None => Ok(d),
+        Some(e) => Err(in_words(e)),
+    }
 }
 
 /// The integer a program returned, as nanoseconds.
-async fn timed_inside(runtime: &Runtime, program: &str) -> anyhow::Result<Duration> {
-    let r = runtime.run(RunRequest::new(program).with_namespace(echo_tools())).await?;
-    anyhow::ensure!(r.error.is_none(), "the program failed: {:?}", r.error);
+async fn timed_inside(runtime: &Runtime, program: &str) -> Result<Duration, String> {
+    let r = runtime.run(RunRequest::new(program).with_namespace(echo_tools())).await.map_err(|e| e.to_string())?;
+    if let Some(e) = &r.error {
+        return Err(in_words(e));
+    }
     let ns = r.value.as_ref().and_then(|v| v.root().as_number()).and_then(|n| n.as_u64()).unwrap_or(0);
     Ok(Duration::from_nanos(ns))
 }
 
-/// Runs per second with `concurrency` runs in flight, `total` runs.
-async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> anyhow::Result<f64> {
+/// Runs per second with `concurrency` runs in flight, `total` tries: the
+/// rate of runs that succeeded, and the failures in words.
+async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> (f64, Vec<String>) {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -166,16 +245,27 @@ async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> anyh
         let runtime = runtime.clone();
         let next = next.clone();
         tasks.spawn(async move {
+            let (mut ok, mut errors) = (0usize, Vec::new());
             while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
-                trivial(&runtime).await?;
+                match trivial(&runtime).await {
+                    Ok(_) => ok += 1,
+                    Err(e) => errors.push(e),
+                }
             }
-            anyhow::Ok(())
+            (ok, errors)
         });
     }
+    let (mut ok, mut errors) = (0usize, Vec::new());
     while let Some(r) = tasks.join_next().await {
-        r??;
+        match r {
+            Ok((n, e)) => {
+                ok += n;
+                errors.extend(e);
+            }
+            Err(e) => errors.push(format!("a bench task failed: {e}")),
+        }
     }
-    Ok(total as f64 / t.elapsed().as_secs_f64())
+    (ok as f64 / t.elapsed().as_secs_f64(), errors)
 }
 
 /// `Private_Clean + Private_Dirty` of a process, in KiB.
@@ -218,9 +308,14 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let iterations = args.iterations.max(3);
     let mut variants = Vec::new();
     let mut unavailable = Vec::new();
+    let mut failures = Failures::default();
     for isolation in [Isolation::Process, Isolation::Sandbox] {
         for spawn in [SpawnMode::Zygote, SpawnMode::Exec] {
-            let config = RuntimeConfig { python: args.python.clone(), isolation, spawn, ..RuntimeConfig::default() };
+            let mut config =
+                RuntimeConfig { python: args.python.clone(), isolation, spawn, ..RuntimeConfig::default() };
+            if let Some(ms) = args.wall_ms {
+                config.wall_time = Duration::from_millis(ms);
+            }
             match Runtime::new(config) {
                 Ok(runtime) => {
                     let (effective, why) = runtime.spawn_mode();
@@ -245,13 +340,19 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // Warm up: the zygotes start, caches fill.
     for v in &variants {
         for _ in 0..3 {
-            trivial(&v.runtime).await?;
+            let outcome = trivial(&v.runtime).await;
+            failures.note(&format!("warm-up, {}", v.label()), outcome);
         }
     }
     let (mut floor_pass, mut floor_import) = (Samples::default(), Samples::default());
+    let floor = |code: &str| floor_run(&python, code).map_err(|e| format!("{e:#}"));
     for _ in 0..iterations {
-        floor_pass.push(floor_run(&python, "pass")?);
-        floor_import.push(floor_run(&python, "import asyncio, json")?);
+        if let Some(d) = failures.note("floor: python -I -c pass", floor("pass")) {
+            floor_pass.push(d);
+        }
+        if let Some(d) = failures.note("floor: python -I -c \"import asyncio, json\"", floor("import asyncio, json")) {
+            floor_import.push(d);
+        }
         for v in &mut variants {
             let reps = if v.spawn == SpawnMode::Zygote { 10 } else { 1 };
             for _ in 0..reps {
@@ -259,8 +360,10 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 // (the pool refills between runs); back-to-back runs are
                 // the throughput rows below.
                 tokio::time::sleep(LATENCY_GAP).await;
-                let d = trivial(&v.runtime).await?;
-                v.samples.push(d);
+                let outcome = trivial(&v.runtime).await;
+                if let Some(d) = failures.note(&format!("trivial run, {}", v.label()), outcome) {
+                    v.samples.push(d);
+                }
             }
         }
     }
@@ -272,7 +375,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     for v in &zygote_rows {
         for c in [1usize, 2, 4, 16] {
             let total = (iterations * 10).max(100);
-            rates.push((v.label(), c, throughput(&v.runtime, c, total).await?));
+            let (rate, errors) = throughput(&v.runtime, c, total).await;
+            failures.note_many(&format!("runs per second, {}, concurrency {c}", v.label()), total, errors);
+            rates.push((v.label(), c, rate));
         }
     }
     let Some(call_runtime) = zygote_rows.first().or(variants.first().as_ref()).map(|v| &v.runtime) else {
@@ -284,28 +389,57 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     );
     let (mut call, mut pipe) = (Samples::default(), Samples::default());
     for _ in 0..(iterations / 3).max(5) {
-        call.push(timed_inside(call_runtime, &seq).await? / calls);
-        pipe.push(pipe_round_trip(&python, calls)?);
+        if let Some(d) = failures.note("binding call round trip", timed_inside(call_runtime, &seq).await) {
+            call.push(d / calls);
+        }
+        let trip = pipe_round_trip(&python, calls).map_err(|e| format!("{e:#}"));
+        if let Some(d) = failures.note("floor: JSON line echoed over a pipe", trip) {
+            pipe.push(d);
+        }
     }
     let gather = "import asyncio, time\nt = time.perf_counter_ns()\nawait asyncio.gather(*[tools.echo(i) for i in range(1000)])\nreturn time.perf_counter_ns() - t";
     let mut gathered = Samples::default();
     for _ in 0..(iterations / 3).max(5) {
-        gathered.push(timed_inside(call_runtime, gather).await? / 1000);
+        if let Some(d) = failures.note("asyncio.gather of 1,000 calls", timed_inside(call_runtime, gather).await) {
+            gathered.push(d / 1000);
+        }
     }
     // A trivial cell in a warm session: no fork, no import, the child waits.
+    // A cell that fails ends its session; the next cell opens a new one.
     let mut cells = Vec::new();
     for v in &zygote_rows {
-        let session = v.runtime.session(pycage_runtime::SessionOptions::default())?;
-        let first = session.run("x = 0").await?;
-        anyhow::ensure!(first.error.is_none(), "a session cell failed: {:?}", first.error);
+        let case = format!("session cell, {}", v.label());
         let mut samples = Samples::default();
+        let mut session = None;
         for _ in 0..(iterations * 20).max(100) {
+            if session.is_none() {
+                let opened = open_session(&v.runtime).await;
+                session = failures.note(&format!("session start, {}", v.label()), opened);
+                if session.is_none() {
+                    continue;
+                }
+            }
+            let Some(s) = &session else { continue };
             let t = Instant::now();
-            let r = session.run("x = x + 1\nx").await?;
-            samples.push(t.elapsed());
-            anyhow::ensure!(r.error.is_none(), "a session cell failed: {:?}", r.error);
+            let outcome = match s.run("x = x + 1\nx").await {
+                Ok(r) => match &r.error {
+                    None => Ok(t.elapsed()),
+                    Some(e) => Err(in_words(e)),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            match failures.note(&case, outcome) {
+                Some(d) => samples.push(d),
+                None => {
+                    if let Some(s) = session.take() {
+                        s.close().await;
+                    }
+                }
+            }
         }
-        session.close().await;
+        if let Some(s) = session {
+            s.close().await;
+        }
         cells.push((v.label(), samples));
     }
     let host_rss = rss_kib("self").unwrap_or(0);
@@ -335,6 +469,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         host_rss,
         zygote_private,
         child_private_median,
+        failures: &failures,
     };
     if let Some(path) = &args.svg {
         std::fs::write(path, report.svg()).with_context(|| format!("cannot write {}", path.display()))?;
@@ -347,7 +482,31 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     for v in variants {
         v.runtime.shutdown().await;
     }
+    if failures.any() {
+        let cases = failures.failed().count();
+        output::stderr_line(&format!(
+            "pycage bench: runs failed in {cases} case(s) (see \"failed runs\"); their figures count only the runs that succeeded"
+        ));
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A session with `x = 0` set, ready for the cell loop.
+async fn open_session(runtime: &Runtime) -> Result<pycage_runtime::Session, String> {
+    let session = runtime.session(pycage_runtime::SessionOptions::default()).map_err(|e| e.to_string())?;
+    let first = session.run("x = 0").await;
+    let failed = match &first {
+        Ok(r) => r.error.as_ref().map(in_words),
+        Err(e) => Some(e.to_string()),
+    };
+    match failed {
+        None => Ok(session),
+        Some(why) => {
+            session.close().await;
+            Err(why)
+        }
+    }
 }
 
 struct Report<'a> {
@@ -365,12 +524,25 @@ struct Report<'a> {
     host_rss: u64,
     zygote_private: Option<u64>,
     child_private_median: Option<u64>,
+    failures: &'a Failures,
+}
+
+/// What a row without a single successful run shows instead of figures.
+const NONE_SUCCEEDED: &str = "no run succeeded";
+
+/// `a / b` of two medians, when both have samples.
+fn ratio(a: &Samples, b: &Samples) -> Option<f64> {
+    (!a.is_empty() && !b.is_empty()).then(|| a.p50().as_secs_f64() / b.p50().as_secs_f64())
+}
+
+fn or_dash(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| "-".to_owned(), |x| format!("{x:.digits$}"))
 }
 
 impl Report<'_> {
     fn text(&self) -> Vec<String> {
         let mut l = Vec::new();
-        let floor = self.floor_import.p50();
+        let floor = &self.floor_import;
         l.push(format!(
             "pycage bench: {} interleaved iterations, interpreter {}",
             self.iterations,
@@ -378,57 +550,87 @@ impl Report<'_> {
         ));
         l.push(String::new());
         l.push("floors (median)".into());
-        l.push(format!("  python -I -c pass                       {:>9.2} ms", ms(self.floor_pass.p50())));
-        l.push(format!("  python -I -c \"import asyncio, json\"     {:>9.2} ms", ms(floor)));
-        l.push(format!("  JSON line echoed over a pipe            {:>9.1} us", us(self.pipe.p50())));
+        let row = |s: &Samples, f: &dyn Fn(Duration) -> String| {
+            if s.is_empty() {
+                NONE_SUCCEEDED.to_owned()
+            } else {
+                f(s.p50())
+            }
+        };
+        l.push(format!(
+            "  python -I -c pass                       {}",
+            row(&self.floor_pass, &|d| format!("{:>9.2} ms", ms(d)))
+        ));
+        l.push(format!(
+            "  python -I -c \"import asyncio, json\"     {}",
+            row(floor, &|d| format!("{:>9.2} ms", ms(d)))
+        ));
+        l.push(format!(
+            "  JSON line echoed over a pipe            {}",
+            row(&self.pipe, &|d| format!("{:>9.1} us", us(d)))
+        ));
         l.push(String::new());
         l.push("trivial run (return 1)       p50        p95        p99    p50 / import floor".into());
         for v in self.variants {
+            if v.samples.is_empty() {
+                l.push(format!("  {:<22} {NONE_SUCCEEDED}", v.label()));
+                continue;
+            }
             l.push(format!(
-                "  {:<22} {:>7.2} ms {:>7.2} ms {:>7.2} ms    {:.3}",
+                "  {:<22} {:>7.2} ms {:>7.2} ms {:>7.2} ms    {}",
                 v.label(),
                 ms(v.samples.p50()),
                 ms(v.samples.quantile(0.95)),
                 ms(v.samples.quantile(0.99)),
-                v.samples.p50().as_secs_f64() / floor.as_secs_f64()
+                or_dash(ratio(&v.samples, floor), 3)
             ));
         }
         if let (Some(p), Some(s)) =
             (self.find(SpawnMode::Zygote, Isolation::Process), self.find(SpawnMode::Zygote, Isolation::Sandbox))
         {
-            l.push(format!(
-                "  zygote sandbox / process: {:.2}",
-                s.samples.p50().as_secs_f64() / p.samples.p50().as_secs_f64()
-            ));
+            if let Some(r) = ratio(&s.samples, &p.samples) {
+                l.push(format!("  zygote sandbox / process: {r:.2}"));
+            }
         }
         for (label, why) in self.unavailable {
             l.push(format!("  {label:<22} unavailable: {why}"));
         }
         l.push(String::new());
-        l.push("runs per second (zygote)".into());
+        l.push("runs per second (zygote; runs that succeeded)".into());
         for (label, c, rate) in self.rates {
             l.push(format!("  {label:<22} concurrency {c:>2}: {rate:>8.0} runs/s"));
         }
         l.push(String::new());
         l.push("session cell (x = x + 1; x), warm session   p50        p95        p99    p50 / pipe floor".into());
         for (label, s) in self.cells {
+            if s.is_empty() {
+                l.push(format!("  {label:<22} {NONE_SUCCEEDED}"));
+                continue;
+            }
             l.push(format!(
-                "  {:<22} {:>14.3} ms {:>7.3} ms {:>7.3} ms    {:.1}",
+                "  {:<22} {:>14.3} ms {:>7.3} ms {:>7.3} ms    {}",
                 label,
                 ms(s.p50()),
                 ms(s.quantile(0.95)),
                 ms(s.quantile(0.99)),
-                s.p50().as_secs_f64() / self.pipe.p50().as_secs_f64()
+                or_dash(ratio(s, &self.pipe), 1)
             ));
         }
         l.push(String::new());
+        if self.call.is_empty() {
+            l.push(format!("binding call round trip: {NONE_SUCCEEDED}"));
+        } else {
+            l.push(format!(
+                "binding call round trip: {:.1} us; pipe floor {}; ratio {}",
+                us(self.call.p50()),
+                row(&self.pipe, &|d| format!("{:.1} us", us(d))),
+                or_dash(ratio(&self.call, &self.pipe), 2)
+            ));
+        }
         l.push(format!(
-            "binding call round trip: {:.1} us; pipe floor {:.1} us; ratio {:.2}",
-            us(self.call.p50()),
-            us(self.pipe.p50()),
-            self.call.p50().as_secs_f64() / self.pipe.p50().as_secs_f64()
+            "asyncio.gather of 1,000 calls: {}",
+            row(&self.gathered, &|d| format!("{:.0} calls/s", 1.0 / d.as_secs_f64()))
         ));
-        l.push(format!("asyncio.gather of 1,000 calls: {:.0} calls/s", 1.0 / self.gathered.p50().as_secs_f64()));
         l.push(String::new());
         l.push(format!("host RSS: {} KiB", self.host_rss));
         if let Some(z) = self.zygote_private {
@@ -437,21 +639,39 @@ impl Report<'_> {
         if let Some(c) = self.child_private_median {
             l.push(format!("idle pooled child private memory (median): {c} KiB"));
         }
+        if self.failures.any() {
+            l.push(String::new());
+            l.push("failed runs (left out of the figures above)".into());
+            for t in self.failures.failed() {
+                l.push(format!(
+                    "  {}: {} of {} failed; first: {}",
+                    t.case,
+                    t.failed,
+                    t.tried,
+                    t.first.as_deref().unwrap_or("")
+                ));
+            }
+        }
         l
     }
 
-    /// Medians as a bar chart, floors in grey.
+    /// Medians as a bar chart, floors in grey (rows without a successful
+    /// run are left out).
     fn svg(&self) -> String {
         use crate::chart::Bar;
-        let mut bars = vec![
-            Bar { label: "python -I -c pass".into(), ms: ms(self.floor_pass.p50()), floor: true },
-            Bar { label: "python -I -c \"import asyncio, json\"".into(), ms: ms(self.floor_import.p50()), floor: true },
-        ];
+        let mut bars = Vec::new();
+        let mut bar = |label: String, s: &Samples, floor: bool| {
+            if !s.is_empty() {
+                bars.push(Bar { label, ms: ms(s.p50()), floor });
+            }
+        };
+        bar("python -I -c pass".into(), &self.floor_pass, true);
+        bar("python -I -c \"import asyncio, json\"".into(), &self.floor_import, true);
         for v in self.variants {
-            bars.push(Bar { label: format!("trivial run, {}", v.label()), ms: ms(v.samples.p50()), floor: false });
+            bar(format!("trivial run, {}", v.label()), &v.samples, false);
         }
         for (label, cell) in self.cells {
-            bars.push(Bar { label: format!("session cell, {label}"), ms: ms(cell.p50()), floor: false });
+            bar(format!("session cell, {label}"), cell, false);
         }
         crate::chart::svg("pycage: a trivial run, p50 (log scale; grey: interpreter start)", &bars)
     }
@@ -460,13 +680,20 @@ impl Report<'_> {
         self.variants.iter().find(|v| v.spawn == spawn && v.isolation == isolation)
     }
 
+    /// The report as JSON; a figure of a row without a successful run is
+    /// `null`.
     fn json(&self) -> String {
         let mut b = JsonBuilder::new();
         let built = (|| -> Result<(), pycage_protocol::BuildError> {
-            let num = |b: &mut JsonBuilder, key: &str, x: f64| -> Result<(), pycage_protocol::BuildError> {
+            let num = |b: &mut JsonBuilder, key: &str, x: Option<f64>| -> Result<(), pycage_protocol::BuildError> {
                 b.key(key)?;
-                b.f64((x * 1000.0).round() / 1000.0)
+                match x {
+                    Some(x) if x.is_finite() => b.f64((x * 1000.0).round() / 1000.0),
+                    _ => b.null(),
+                }
             };
+            let p50 = |s: &Samples| (!s.is_empty()).then(|| s.p50());
+            let q = |s: &Samples, q: f64| (!s.is_empty()).then(|| s.quantile(q));
             b.begin_object()?;
             b.key("python")?;
             b.string(&self.python.to_string_lossy())?;
@@ -474,9 +701,9 @@ impl Report<'_> {
             b.number(&self.iterations.to_string())?;
             b.key("floors")?;
             b.begin_object()?;
-            num(&mut b, "pythonPassMs", ms(self.floor_pass.p50()))?;
-            num(&mut b, "pythonImportAsyncioJsonMs", ms(self.floor_import.p50()))?;
-            num(&mut b, "pipeRoundTripUs", us(self.pipe.p50()))?;
+            num(&mut b, "pythonPassMs", p50(&self.floor_pass).map(ms))?;
+            num(&mut b, "pythonImportAsyncioJsonMs", p50(&self.floor_import).map(ms))?;
+            num(&mut b, "pipeRoundTripUs", p50(&self.pipe).map(us))?;
             b.end()?;
             b.key("trivialRun")?;
             b.begin_array()?;
@@ -486,14 +713,10 @@ impl Report<'_> {
                 b.string(v.spawn.as_str())?;
                 b.key("isolation")?;
                 b.string(v.isolation.as_str())?;
-                num(&mut b, "p50Ms", ms(v.samples.p50()))?;
-                num(&mut b, "p95Ms", ms(v.samples.quantile(0.95)))?;
-                num(&mut b, "p99Ms", ms(v.samples.quantile(0.99)))?;
-                num(
-                    &mut b,
-                    "ratioToImportFloor",
-                    v.samples.p50().as_secs_f64() / self.floor_import.p50().as_secs_f64(),
-                )?;
+                num(&mut b, "p50Ms", p50(&v.samples).map(ms))?;
+                num(&mut b, "p95Ms", q(&v.samples, 0.95).map(ms))?;
+                num(&mut b, "p99Ms", q(&v.samples, 0.99).map(ms))?;
+                num(&mut b, "ratioToImportFloor", ratio(&v.samples, &self.floor_import))?;
                 b.key("samples")?;
                 b.number(&v.samples.0.len().to_string())?;
                 b.end()?;
@@ -518,7 +741,7 @@ impl Report<'_> {
                 b.string(label)?;
                 b.key("concurrency")?;
                 b.number(&c.to_string())?;
-                num(&mut b, "runsPerSecond", *rate)?;
+                num(&mut b, "runsPerSecond", Some(*rate))?;
                 b.end()?;
             }
             b.end()?;
@@ -528,19 +751,19 @@ impl Report<'_> {
                 b.begin_object()?;
                 b.key("variant")?;
                 b.string(label)?;
-                num(&mut b, "p50Ms", ms(cell.p50()))?;
-                num(&mut b, "p95Ms", ms(cell.quantile(0.95)))?;
-                num(&mut b, "p99Ms", ms(cell.quantile(0.99)))?;
-                num(&mut b, "ratioToPipeFloor", cell.p50().as_secs_f64() / self.pipe.p50().as_secs_f64())?;
+                num(&mut b, "p50Ms", p50(cell).map(ms))?;
+                num(&mut b, "p95Ms", q(cell, 0.95).map(ms))?;
+                num(&mut b, "p99Ms", q(cell, 0.99).map(ms))?;
+                num(&mut b, "ratioToPipeFloor", ratio(cell, &self.pipe))?;
                 b.end()?;
             }
             b.end()?;
             b.key("call")?;
             b.begin_object()?;
-            num(&mut b, "roundTripUs", us(self.call.p50()))?;
-            num(&mut b, "pipeFloorUs", us(self.pipe.p50()))?;
-            num(&mut b, "ratio", self.call.p50().as_secs_f64() / self.pipe.p50().as_secs_f64())?;
-            num(&mut b, "gatherCallsPerSecond", 1.0 / self.gathered.p50().as_secs_f64())?;
+            num(&mut b, "roundTripUs", p50(&self.call).map(us))?;
+            num(&mut b, "pipeFloorUs", p50(&self.pipe).map(us))?;
+            num(&mut b, "ratio", ratio(&self.call, &self.pipe))?;
+            num(&mut b, "gatherCallsPerSecond", p50(&self.gathered).map(|d| 1.0 / d.as_secs_f64()))?;
             b.end()?;
             b.key("memoryKiB")?;
             b.begin_object()?;
@@ -553,6 +776,21 @@ impl Report<'_> {
                     b.key(key)?;
                     b.number(&v.to_string())?;
                 }
+            }
+            b.end()?;
+            b.key("failures")?;
+            b.begin_array()?;
+            for t in self.failures.failed() {
+                b.begin_object()?;
+                b.key("case")?;
+                b.string(&t.case)?;
+                b.key("tried")?;
+                b.number(&t.tried.to_string())?;
+                b.key("failed")?;
+                b.number(&t.failed.to_string())?;
+                b.key("first")?;
+                b.string(t.first.as_deref().unwrap_or(""))?;
+                b.end()?;
             }
             b.end()?;
             b.end()

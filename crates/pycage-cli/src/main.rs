@@ -3,7 +3,9 @@
 //!
 //! Exit status: 0 success, 1 the run failed (its `error` is set), 2 misuse
 //! (bad flags, unreadable program, bad bindings file, broken name rule, no
-//! usable interpreter). Clap's own usage errors also exit 2.
+//! usable interpreter, an `--output` directory that cannot be made or
+//! written), 3 (`run`) the run succeeded but its `out/` was not delivered
+//! whole to `--output`. Clap's own usage errors also exit 2.
 //!
 //! Misuse is reported in the user's terms: messages name the flags as typed
 //! (`--memory-mb must be at least 64`), never a configuration field. When
@@ -45,7 +47,7 @@ enum Command {
     /// The program runs as a script (the module `__main__`), with top-level
     /// `await` and `return` allowed; without a `return`, the value of a final
     /// expression statement is its value. Exit status: 0 success, 1 the run
-    /// failed, 2 misuse.
+    /// failed, 2 misuse, 3 its `out/` was not delivered whole to --output.
     Run(RunArgs),
     /// Tools for the fd-3 wire protocol.
     #[command(subcommand)]

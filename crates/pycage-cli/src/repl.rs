@@ -8,9 +8,10 @@
 //!   its last line ends with `:` or `\`, a bracket or a triple quote is
 //!   open, or a block has started; an empty line ends a block. Log lines
 //!   print as the cell writes them, then its value as canonical JSON, or
-//!   `error: <kind>: <message>` on stderr. Ctrl-C at the prompt clears the
-//!   line; during a cell it aborts the cell (which ends the session, see
-//!   below); Ctrl-D leaves.
+//!   `error: <kind>: <message>` on stderr. Ctrl-C at the prompt drops the
+//!   cell being typed; during a cell it aborts the cell, and the repl says
+//!   that the session ended with it (see below) and gives a new prompt; a
+//!   Ctrl-C is never held over to a later cell. Ctrl-D leaves.
 //! - `--json`: one request per line on stdin, `{"program": "..."}`, answered
 //!   by one line on stdout in `pycage run --json`'s shape
 //!   (`{"value"?, "logs", "error"?}`). A line that is not such a request is
@@ -21,7 +22,10 @@
 //! its process died) ends the session, as sessions do. The next cell then
 //! starts a new, empty session: a terminal prints a notice on stderr, and
 //! in `--json` mode that cell's result carries `"restarted"` with the reason
-//! the previous session ended.
+//! the previous session ended. (The Python package's `Session` raises
+//! `SessionEndedError` instead: a driver at the other end of a pipe has no
+//! request that opens a session, while a Python caller holds the session
+//! and opens the next one itself; README and docs/python.md say so too.)
 
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
@@ -32,7 +36,7 @@ use clap::Args;
 use pycage_bindings::Bindings;
 use pycage_protocol::{JsonBuilder, JsonValue};
 use pycage_runtime::{
-    CancellationToken, RunEvent, RunResult, Runtime, Session, SessionError, SessionOptions, SessionRun,
+    CancellationToken, FailureKind, RunEvent, RunResult, Runtime, Session, SessionError, SessionOptions, SessionRun,
 };
 use tokio::sync::mpsc;
 
@@ -60,6 +64,15 @@ impl ReplArgs {
     pub fn json(&self) -> bool {
         self.json
     }
+}
+
+/// What the line editor hands the cell loop.
+enum Input {
+    Line(String),
+    /// Ctrl-C at the prompt.
+    Interrupted,
+    /// Ctrl-D, end of input, or the editor failed.
+    End,
 }
 
 /// The session, reopened after it ends.
@@ -90,6 +103,21 @@ impl Repl {
             Err(SessionError::Misuse(e)) => Err(e.into()),
         }
     }
+
+    /// Replaces the session with a new, empty one.
+    async fn restart(&mut self) -> anyhow::Result<()> {
+        let new = self.runtime.session(self.options.clone())?;
+        std::mem::replace(&mut self.session, new).close().await;
+        Ok(())
+    }
+}
+
+/// Forgets interrupts delivered before now: a Ctrl-C that reached pycage
+/// between cells (at the prompt of a terminal the editor does not hold in
+/// raw mode, or a `kill -INT`) must not abort the next cell.
+fn forget_interrupts(interrupts: &mut tokio::signal::unix::Signal) {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    while let std::task::Poll::Ready(Some(())) = interrupts.poll_recv(&mut cx) {}
 }
 
 pub fn main(args: ReplArgs) -> anyhow::Result<ExitCode> {
@@ -234,31 +262,37 @@ fn needs_more(cell: &str) -> bool {
 
 async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCode> {
     let history = pycage_runtime::default_cache_dir().map(|d| d.join("repl-history"));
-    let (line_tx, mut line_rx) = mpsc::channel::<Option<String>>(1);
+    let (line_tx, mut line_rx) = mpsc::channel::<Input>(1);
     let (prompt_tx, prompt_rx) = std::sync::mpsc::channel::<&'static str>();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
     // The editor blocks in `readline`; it lives on its own thread and reads
-    // one line per prompt it is given.
+    // one line per prompt it is given. While it reads, the terminal is in raw
+    // mode and Ctrl-C is a key; while a cell runs, the terminal is as the
+    // user left it and Ctrl-C is a SIGINT to pycage (children run in process
+    // groups of their own, so it reaches only pycage).
     let editor_thread = std::thread::spawn(move || {
-        let Ok(mut editor) = rustyline::DefaultEditor::new() else { return };
+        let editor = rustyline::DefaultEditor::new();
+        let _ = ready_tx.send(());
+        let Ok(mut editor) = editor else {
+            let _ = line_tx.blocking_send(Input::End);
+            return;
+        };
         if let Some(h) = &history {
             let _ = editor.load_history(h);
         }
         while let Ok(prompt) = prompt_rx.recv() {
-            let line = loop {
-                match editor.readline(if terminal { prompt } else { "" }) {
-                    Ok(l) => break Some(l),
-                    // Ctrl-C at the prompt: a fresh line.
-                    Err(rustyline::error::ReadlineError::Interrupted) => continue,
-                    Err(_) => break None,
+            let input = match editor.readline(if terminal { prompt } else { "" }) {
+                Ok(l) => {
+                    if !l.trim().is_empty() {
+                        let _ = editor.add_history_entry(l.as_str());
+                    }
+                    Input::Line(l)
                 }
+                Err(rustyline::error::ReadlineError::Interrupted) => Input::Interrupted,
+                Err(_) => Input::End,
             };
-            if let Some(l) = &line {
-                if !l.trim().is_empty() {
-                    let _ = editor.add_history_entry(l.as_str());
-                }
-            }
-            let end = line.is_none();
-            if line_tx.blocking_send(line).is_err() || end {
+            let end = matches!(input, Input::End);
+            if line_tx.blocking_send(input).is_err() || end {
                 break;
             }
         }
@@ -269,10 +303,21 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCo
             let _ = editor.save_history(h);
         }
     });
+    // On a terminal, rustyline puts a SIGINT handler of its own in place for
+    // the editor's lifetime; a SIGINT then only marks its next `readline` as
+    // interrupted (a stale Ctrl-C that ate the next prompt's line), and a
+    // running cell never heard of it. So, once the editor exists, SIGINT
+    // goes back to its default and then to tokio's handler alone (which
+    // chains only to a handler, never to the default).
+    let _ = ready_rx.await;
+    // SAFETY: restoring the default disposition of SIGINT. The handler it
+    // replaces (rustyline's) only writes to a pipe the editor reads; nothing
+    // relies on it, and the editor reads Ctrl-C as a key in raw mode.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .context("cannot listen for SIGINT")?;
     if terminal {
-        output::stderr_line("pycage repl: each cell runs in one session; Ctrl-D leaves.");
+        output::stderr_line("pycage repl: each cell runs in one session; Ctrl-C aborts a running cell; Ctrl-D leaves.");
     }
     'cells: loop {
         let mut cell = String::new();
@@ -281,30 +326,42 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCo
             if prompt_tx.send(prompt).is_err() {
                 break 'cells;
             }
-            let Some(Some(line)) = line_rx.recv().await else { break 'cells };
-            if cell.is_empty() && line.trim().is_empty() {
-                continue;
+            match line_rx.recv().await {
+                Some(Input::Line(line)) => {
+                    if cell.is_empty() && line.trim().is_empty() {
+                        continue;
+                    }
+                    cell.push_str(&line);
+                    cell.push('\n');
+                    if !needs_more(&cell) {
+                        break;
+                    }
+                    prompt = "... ";
+                }
+                // As Python's prompt does: the cell being typed is dropped.
+                Some(Input::Interrupted) => {
+                    cell.clear();
+                    prompt = ">>> ";
+                }
+                Some(Input::End) | None => break 'cells,
             }
-            cell.push_str(&line);
-            cell.push('\n');
-            if !needs_more(&cell) {
-                break;
-            }
-            prompt = "... ";
         }
+        forget_interrupts(&mut interrupts);
         let cancel = CancellationToken::new();
         let (tx, mut rx) = repl.runtime.event_channel();
-        let run = repl.cell(cell, cancel.clone(), Some(tx));
-        tokio::pin!(run);
-        let outcome = loop {
-            tokio::select! {
-                r = &mut run => break r,
-                Some(ev) = rx.recv() => {
-                    if let RunEvent::Log(line) = ev {
-                        let _ = output::stdout_text(&line);
+        let outcome = {
+            let run = repl.cell(cell, cancel.clone(), Some(tx));
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    r = &mut run => break r,
+                    Some(ev) = rx.recv() => {
+                        if let RunEvent::Log(line) = ev {
+                            let _ = output::stdout_text(&line);
+                        }
                     }
+                    Some(()) = interrupts.recv(), if !cancel.is_cancelled() => cancel.cancel(),
                 }
-                _ = interrupts.recv() => cancel.cancel(),
             }
         };
         // Lines that arrived with the end of the run.
@@ -322,6 +379,15 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCo
         }
         if let Some(e) = &result.error {
             output::stderr_text(&format!("error: {}: {}", e.kind, e.message));
+        }
+        if cancel.is_cancelled() && result.error.as_ref().is_some_and(|e| e.kind == FailureKind::Abort) {
+            // Python cannot be stopped safely midway, so an aborted cell takes
+            // its session's process with it (docs/semantics.md, Sessions).
+            output::stderr_line(
+                "KeyboardInterrupt: the cell was aborted, and its session ended with it; \
+                 the next cell starts in a new, empty session",
+            );
+            repl.restart().await?;
         }
     }
     drop(prompt_tx);

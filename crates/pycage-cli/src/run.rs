@@ -1,8 +1,14 @@
 //! `pycage run`: one program, one result.
 //!
 //! Misuse (unreadable program, bad bindings file, broken name rule, a
-//! runtime that cannot be built) is an `Err` and exits 2; every program
-//! outcome is printed and exits 0 (success) or 1 (the run failed).
+//! runtime that cannot be built, an `--output` directory that cannot be
+//! created or written) is an `Err` and exits 2; every program outcome is
+//! printed and exits 0 (success) or 1 (the run failed).
+//!
+//! `--output`: a run that succeeded but whose `out/` could not be delivered
+//! whole (an entry failed to copy, or a limit left some out; symlinks and
+//! special files are never copied and do not count) exits 3, and `--json`
+//! says `"complete": false` in its `output`. Whatever was copied stays.
 //!
 //! Readable output streams log lines as the program writes them, then the
 //! value as canonical JSON on stdout, then `error: <kind>: <message>` on
@@ -26,6 +32,9 @@ use crate::{output, RunArgs};
 
 /// Exit status of a run that settled with an error.
 const EXIT_RUN_FAILED: u8 = 1;
+/// Exit status of a run that succeeded while its `out/` could not be
+/// delivered whole to `--output`.
+const EXIT_OUTPUT_INCOMPLETE: u8 = 3;
 
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let program = read_program(&args)?;
@@ -35,6 +44,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let config = args.config()?;
+    if let Some(dir) = &args.output {
+        check_output_dir(dir)?;
+    }
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async move {
@@ -69,13 +81,21 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         watcher.abort();
         let (result, printed) = outcome?;
         report(&result, args.json, printed)?;
+        let mut incomplete = false;
         if let (Some(output), Some(dir)) = (&result.output, &args.output) {
             report_output(output, dir);
+            incomplete = output.incomplete();
         }
         for failure in runtime.cleanup_failures() {
             output::warning(&failure.to_string());
         }
-        Ok(if result.error.is_some() { ExitCode::from(EXIT_RUN_FAILED) } else { ExitCode::SUCCESS })
+        Ok(if result.error.is_some() {
+            ExitCode::from(EXIT_RUN_FAILED)
+        } else if incomplete {
+            ExitCode::from(EXIT_OUTPUT_INCOMPLETE)
+        } else {
+            ExitCode::SUCCESS
+        })
     })
 }
 
@@ -151,10 +171,30 @@ fn report(result: &RunResult, json: bool, printed: usize) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// What `--output` got, on stderr: a summary and every entry not copied.
+/// Creates the `--output` directory and checks that pycage may write into
+/// it, before the program runs: a run whose output has nowhere to go is
+/// not started.
+fn check_output_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("--output {}: cannot create it", dir.display()))?;
+    rustix::fs::access(dir, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK)
+        .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))
+        .with_context(|| format!("--output {}: cannot write into it", dir.display()))
+}
+
+/// What `--output` got, on stderr: every entry not copied (by the path the
+/// program wrote, and where it would have gone), then a summary.
 fn report_output(report: &pycage_runtime::CopyReport, dir: &Path) {
+    use pycage_runtime::SkipKind;
     for skipped in &report.skipped {
-        output::warning(&format!("out/{} not copied: {}", skipped.path.display(), skipped.reason));
+        let message = if skipped.path.as_os_str().is_empty() {
+            format!("nothing of out/ copied to {}: {}", dir.display(), skipped.reason)
+        } else if skipped.kind == SkipKind::Excluded {
+            format!("out/{} not copied: {}", skipped.path.display(), skipped.reason)
+        } else {
+            let dest = dir.join(&skipped.path);
+            format!("out/{} not copied to {}: {}", skipped.path.display(), dest.display(), skipped.reason)
+        };
+        output::warning(&message);
     }
     if report.truncated {
         output::warning("the output limit stopped the copy (--max-output-bytes)");
@@ -165,4 +205,10 @@ fn report_output(report: &pycage_runtime::CopyReport, dir: &Path) {
         report.bytes,
         dir.display()
     ));
+    if report.incomplete() {
+        output::stderr_text(&format!(
+            "pycage: error: the output was not delivered whole to {} (what was copied stays there)",
+            dir.display()
+        ));
+    }
 }

@@ -250,6 +250,92 @@ fn error_class_carries_the_member_name() {
     );
 }
 
+/// Without `member_name_property`, the member's name is on `.tool`: the
+/// one name the CLI, the Python package and the stubs use.
+#[test]
+fn error_class_member_name_property_defaults_to_tool() {
+    let dir = bindings_dir(&TOOLS_WITH_CLASS.replace(", member_name_property = \"tool\"", ""));
+    let program = "try:\n    await tools.fail({'q': 1})\nexcept ToolError as e:\n    return e.tool";
+    let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "{\"value\":\"fail\",\"logs\":[]}\n");
+    let o = pycage(dir.path()).args(["stubs", "--bindings", "bindings.toml"]).output().unwrap();
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains("`.tool` names the function"), "{}", stdout(&o));
+}
+
+/// A failing command's traceback stays on the host: the program reads its
+/// last line (the exception), never its frames and their host paths.
+#[test]
+fn a_commands_traceback_does_not_reach_the_program() {
+    let dir = bindings_dir(
+        "[[namespace]]\nglobal = \"tools\"\nerror_class = { name = \"ToolError\" }\n\
+         [namespace.functions]\nstock = { command = [\"python3\", \"stock.py\"] }\n",
+    );
+    std::fs::write(
+        dir.path().join("stock.py"),
+        "import json, sys\ndef lookup(w):\n    raise ValueError(f'unknown warehouse {w!r}')\nlookup(json.load(sys.stdin)['w'])\n",
+    )
+    .unwrap();
+    let program = "try:\n    await tools.stock(w='atlantis')\nexcept ToolError as e:\n    return str(e)";
+    let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        "{\"value\":\"python3 failed (exit status: 1): ValueError: unknown warehouse 'atlantis'\",\"logs\":[]}\n"
+    );
+}
+
+/// A function's `input_schema` is checked before its command runs: a bad
+/// call is rejected with the field named, and the command never starts.
+#[test]
+fn input_schema_is_checked_before_the_command_runs() {
+    let dir = bindings_dir(
+        r#"
+[[namespace]]
+global = "tools"
+error_class = { name = "ToolError" }
+
+[namespace.functions]
+weather = { command = ["./weather.sh"], input_schema = { type = "object", properties = { city = { type = "string" }, days = { type = "integer", minimum = 1 } }, required = ["city"], additionalProperties = false } }
+"#,
+    );
+    write_script(dir.path(), "weather.sh", "#!/bin/sh\ntouch ran\ncat\n");
+    let call = |args: &str| {
+        let program = format!(
+            "try:\n    return await tools.weather({args})\nexcept ToolError as e:\n    return [e.tool, str(e)]"
+        );
+        let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", &program]);
+        assert_exit(&o, 0);
+        stdout(&o)
+    };
+    assert_eq!(
+        call("cty='Lyon'"),
+        "{\"value\":[\"weather\",\"invalid arguments: missing required argument \\\"city\\\"\"],\"logs\":[]}\n"
+    );
+    assert_eq!(
+        call("city='Lyon', cty='x'"),
+        "{\"value\":[\"weather\",\"invalid arguments: unexpected argument \\\"cty\\\" (expected: city, days)\"],\"logs\":[]}\n"
+    );
+    assert_eq!(
+        call("city='Lyon', days='3'"),
+        "{\"value\":[\"weather\",\"invalid arguments: \\\"days\\\" must be an integer, got string \\\"3\\\"\"],\"logs\":[]}\n"
+    );
+    assert!(!dir.path().join("ran").exists(), "the command ran with arguments its schema refuses");
+    assert_eq!(call("city='Lyon', days=3"), "{\"value\":{\"city\":\"Lyon\",\"days\":3},\"logs\":[]}\n");
+    assert!(dir.path().join("ran").exists());
+
+    // A schema this checker cannot read is refused when the file loads.
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[[namespace]]\nglobal = \"tools\"\n[namespace.functions]\nw = { command = [\"cat\"], input_schema = { type = \"text\" } }\n",
+    )
+    .unwrap();
+    let o = run_in(dir.path(), &["--bindings", "bad.toml", "-c", "return 1"]);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).contains("function \"w\": input_schema: $.type: unknown type \"text\""), "{}", stderr(&o));
+}
+
 #[test]
 fn command_timeout_rejects_the_call() {
     let dir = bindings_dir(TOOLS);
@@ -540,6 +626,40 @@ fn command_calls_are_limited_in_concurrency() {
     assert!((2..=16).contains(&max), "max concurrent commands {max}");
 }
 
+// ---- bench ----
+
+/// Runs that fail are counted per case and said in words, and the figures
+/// of what succeeded are still printed (it stopped at the first failure
+/// with a `Debug` dump). A 1 ms wall clock fails every exec'd run (an
+/// interpreter cannot start in 1 ms) and most others.
+#[test]
+fn bench_reports_failed_runs_and_still_prints_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = pycage(dir.path())
+        .args(["bench", "--iterations", "3", "--wall-ms", "1"])
+        .env("XDG_CACHE_HOME", dir.path())
+        .output()
+        .unwrap();
+    assert_exit(&o, 1);
+    let (out, err) = (stdout(&o), stderr(&o));
+    for debug in ["RunFailure", "Some(", "kind:"] {
+        assert!(!out.contains(debug) && !err.contains(debug), "{out}\n{err}");
+    }
+    // The floors do not depend on pycage's budgets: measured and printed.
+    let floor = out.lines().find(|l| l.starts_with("  python -I -c pass")).unwrap();
+    assert!(floor.ends_with(" ms") && !floor.contains("no run succeeded"), "{out}");
+    assert!(out.contains("\n  exec / process         no run succeeded\n"), "{out}");
+    assert!(out.contains("\nfailed runs (left out of the figures above)\n"), "{out}");
+    assert!(
+        out.contains(
+            "\n  trivial run, exec / process: 3 of 3 failed; first: timeout: the wall-clock budget of 1 ms was exceeded\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("\nhost RSS: "), "{out}");
+    assert!(err.starts_with("pycage bench: runs failed in "), "{err}");
+}
+
 // ---- terminal-safe readable output ----
 
 #[test]
@@ -599,12 +719,101 @@ fn inputs_and_output_with_relative_paths_in_both_isolations() {
         assert_exit(&o, 0);
         assert_eq!(
             stdout(&o),
-            "{\"logs\":[],\"output\":{\"files\":[{\"path\":\"x\",\"bytes\":1}],\"skipped\":[],\"bytes\":1,\"truncated\":false}}\n"
+            "{\"logs\":[],\"output\":{\"files\":[{\"path\":\"x\",\"bytes\":1}],\"skipped\":[],\"bytes\":1,\"truncated\":false,\"complete\":true}}\n"
         );
     }
     let o = run(&["--input", "no-such-file", "-c", "return 1"]);
     assert_exit(&o, 2);
     assert!(stderr(&o).starts_with("pycage: error: invalid input: input no-such-file:"), "{}", stderr(&o));
+}
+
+/// An output that cannot be delivered whole is never a success: a
+/// directory that cannot be made is misuse before the program runs; an
+/// entry that cannot be written, or that a limit leaves out, exits 3 (1
+/// when the run failed anyway), names the entry and where it was to go,
+/// and what was copied stays.
+#[test]
+fn output_that_cannot_be_delivered_is_not_a_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    let program = format!(
+        "open({:?}, 'w').close()\nopen('out/a.txt', 'w').write('a')\nopen('out/b.txt', 'w').write('bb')\nreturn 1",
+        ran.to_str().unwrap()
+    );
+    // A file where the directory should be.
+    std::fs::write(dir.path().join("blocked"), "").unwrap();
+    let o = run_in(dir.path(), &["--output", "blocked/results", "-c", &program]);
+    assert_exit(&o, 2);
+    assert!(stderr(&o).starts_with("pycage: error: --output blocked/results: cannot create it: "), "{}", stderr(&o));
+    assert!(!ran.exists(), "the program must not run when its output has nowhere to go");
+    let o = run_in(dir.path(), &["--json", "--output", "blocked/results", "-c", &program]);
+    assert_exit(&o, 2);
+    assert!(stdout(&o).starts_with("{\"logs\":[],\"error\":{\"kind\":\"misuse\""), "{}", stdout(&o));
+
+    // `b.txt` cannot be written: a directory has its name.
+    std::fs::create_dir_all(dir.path().join("results/b.txt")).unwrap();
+    let o = run_in(dir.path(), &["--output", "results", "-c", &program]);
+    assert_exit(&o, 3);
+    assert_eq!(stdout(&o), "1\n");
+    let err = stderr(&o);
+    assert!(err.starts_with("pycage: warning: out/b.txt not copied to results/b.txt: Is a directory"), "{err}");
+    assert!(err.contains("pycage: copied 1 file(s), 1 bytes, from out/ to results\n"), "{err}");
+    assert!(
+        err.ends_with("pycage: error: the output was not delivered whole to results (what was copied stays there)\n")
+    );
+    assert!(!err.contains("out/out"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("results/a.txt")).unwrap(), "a", "what was copied stays");
+    let o = run_in(dir.path(), &["--json", "--output", "results", "-c", &program]);
+    assert_exit(&o, 3);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["value"], 1);
+    assert_eq!(v["output"]["complete"], false);
+    assert_eq!(v["output"]["skipped"][0]["path"], "b.txt");
+    assert_eq!(v["output"]["skipped"][0]["kind"], "failed");
+    // A run that failed says so first: 1.
+    let failing = format!("{program}\nraise SystemExit(4)").replace("return 1\n", "");
+    assert_exit(&run_in(dir.path(), &["--output", "results", "-c", &failing]), 1);
+
+    // A limit that leaves a file out is no complete delivery either.
+    let o = run_in(dir.path(), &["--json", "--output", "limited", "--max-output-bytes", "2", "-c", &program]);
+    assert_exit(&o, 3);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (v["output"]["skipped"][0]["kind"].as_str(), v["output"]["complete"].as_bool()),
+        (Some("limit"), Some(false))
+    );
+    // Symlinks are never copied, by rule: not a failed delivery.
+    let o = run_in(dir.path(), &["--output", "links", "-c", "import os\nos.symlink('/etc/passwd', 'out/l')"]);
+    assert_exit(&o, 0);
+}
+
+/// For an unprivileged user, an `--output` directory they cannot write
+/// into is misuse before the program runs (it exited 0, every output lost,
+/// with `out/out not copied`).
+#[test]
+fn an_unwritable_output_directory_is_misuse_for_an_unprivileged_user() {
+    if !rustix::process::geteuid().is_root() {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
+        return;
+    }
+    let dir = shared_dir();
+    std::fs::create_dir(dir.path().join("root-only")).unwrap(); // 0755, root's
+    let program = "open('out/a.txt', 'w').write('a')\nreturn 1";
+    let o = as_nobody(
+        dir.path(),
+        &["run", "--isolation", "process", "--python", "/usr/bin/python3", "--output", "root-only", "-c", program],
+    );
+    assert_exit(&o, 2);
+    assert_eq!(
+        stderr(&o),
+        "pycage: error: --output root-only: cannot write into it: Permission denied (os error 13)\n"
+    );
+    let o = as_nobody(
+        dir.path(),
+        &["run", "--isolation", "process", "--python", "/usr/bin/python3", "--output", "root-only/sub", "-c", program],
+    );
+    assert_exit(&o, 2);
+    assert!(stderr(&o).starts_with("pycage: error: --output root-only/sub: cannot create it: "), "{}", stderr(&o));
 }
 
 // ---- any user ----

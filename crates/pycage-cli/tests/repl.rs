@@ -127,3 +127,221 @@ fn cell_output_is_escaped_for_the_terminal() {
     assert_eq!(stdout(&out), "\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\n\"\\u202e\"\n");
     assert!(stderr(&out).contains("ValueError: \\x1b[31mred"), "{}", stderr(&out));
 }
+
+/// What the terminal has shown (and whether pycage closed it), shared with
+/// the thread that reads it.
+type Screen = std::sync::Arc<(std::sync::Mutex<(Vec<u8>, bool)>, std::sync::Condvar)>;
+
+/// `pycage repl` on a pseudo-terminal: the test is the terminal (the
+/// master side); pycage leads a session whose controlling terminal is the
+/// slave, so a Ctrl-C typed there is a SIGINT to pycage's process group,
+/// as on a real terminal.
+struct Terminal {
+    child: std::process::Child,
+    master: std::fs::File,
+    /// Everything pycage wrote, and whether the slave side closed.
+    seen: Screen,
+    /// How much of `seen` the test has already matched.
+    cursor: usize,
+    dir: tempfile::TempDir,
+}
+
+impl Terminal {
+    fn start(term: &str) -> Terminal {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
+
+        let (mut master, mut slave) = (-1, -1);
+        let size = libc::winsize { ws_row: 40, ws_col: 200, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: openpty writes two descriptors into the locals; no name
+        // buffer is passed, and the termios/winsize pointers are valid or null.
+        let rc = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size) };
+        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+        // SAFETY: openpty returned two fresh descriptors this test owns.
+        let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = pycage(dir.path());
+        cmd.args(["repl", "--isolation", "process"])
+            .env("TERM", term)
+            // History and the probe cache go to this test's directory.
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        // SAFETY: between fork and exec the child only calls setsid and
+        // ioctl, both async-signal-safe; the slave is its stdin (fd 0).
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        drop(cmd); // closes the parent's copies of the slave
+        let master = std::fs::File::from(master);
+        let seen: Screen = std::sync::Arc::new((std::sync::Mutex::new((Vec::new(), false)), std::sync::Condvar::new()));
+        let (reader, sink) = (master.try_clone().unwrap(), seen.clone());
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut reader = reader;
+            let mut buf = [0u8; 4096];
+            loop {
+                // EIO once every slave descriptor is closed: pycage is gone.
+                let n = reader.read(&mut buf).unwrap_or(0);
+                let (lock, cond) = &*sink;
+                let mut state = lock.lock().unwrap();
+                if n == 0 {
+                    state.1 = true;
+                } else {
+                    state.0.extend_from_slice(&buf[..n]);
+                }
+                cond.notify_all();
+                if n == 0 {
+                    return;
+                }
+            }
+        });
+        Terminal { child, master, seen, cursor: 0, dir }
+    }
+
+    /// Types `bytes` at the terminal.
+    fn send(&mut self, bytes: &str) {
+        self.master.write_all(bytes.as_bytes()).unwrap();
+    }
+
+    /// Waits until `pattern` appears after what was matched before; returns
+    /// the text up to and including it. The terminal echoes what is typed,
+    /// so a pattern that shows a cell's effect must not be in its text. The deadline only keeps a broken
+    /// build from hanging: a cell that is not aborted runs forever.
+    #[track_caller]
+    fn expect(&mut self, pattern: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let (lock, cond) = &*self.seen;
+        let mut state = lock.lock().unwrap();
+        loop {
+            let text = String::from_utf8_lossy(&state.0[self.cursor..]).into_owned();
+            if let Some(at) = text.find(pattern) {
+                let upto = at + pattern.len();
+                self.cursor += text[..upto].len();
+                return text[..upto].to_owned();
+            }
+            let now = std::time::Instant::now();
+            assert!(
+                !state.1 && now < deadline,
+                "no {pattern:?} in what the terminal shows after the last match:\n{text}"
+            );
+            state = cond.wait_timeout(state, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Waits until pycage has taken the SIGINT the terminal sent it (no
+    /// SIGINT pending for the process any more).
+    fn sigint_taken(&self) {
+        let status = format!("/proc/{}/status", self.child.id());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let text = std::fs::read_to_string(&status).unwrap();
+            let pending = text.lines().find_map(|l| l.strip_prefix("ShdPnd:")).unwrap().trim().to_owned();
+            if u64::from_str_radix(&pending, 16).unwrap() & (1 << (libc::SIGINT - 1)) == 0 {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "SIGINT still pending");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Ctrl-D at the prompt; pycage leaves with status 0.
+    fn leave(mut self) {
+        self.send("\x04");
+        let status = self.child.wait().unwrap();
+        assert_eq!(status.code(), Some(0));
+    }
+}
+
+/// Ctrl-C during a cell aborts it and says the session ended with it; the
+/// prompt stays; lines typed while a cell runs are read after it, all of
+/// them; Ctrl-C at the prompt drops the cell being typed and is not held
+/// over to the next cell.
+#[test]
+fn ctrl_c_on_a_terminal_aborts_the_running_cell_only() {
+    let mut t = Terminal::start("xterm");
+    t.expect(">>> ");
+    t.send("x = 1\n");
+    t.expect(">>> ");
+
+    // A cell that runs until it is aborted.
+    t.send("import time; print('spin' + 'ning'); [time.sleep(0.01) for _ in iter(int, 1)]\n");
+    t.expect("spinning");
+    t.send("\x03");
+    t.expect("error: abort: the run was cancelled");
+    t.expect("KeyboardInterrupt: the cell was aborted, and its session ended with it");
+    t.expect(">>> ");
+    t.send("'x' in globals()\n");
+    let shown = t.expect("false");
+    assert!(!shown.contains("the session had ended"), "the abort was already told: {shown}");
+    // One prompt: the Ctrl-C was not also kept for the editor's next line.
+    assert!(!shown.contains(">>> "), "{shown}");
+    t.expect(">>> ");
+
+    // A line typed while a cell runs is the next cell.
+    let flag = t.dir.path().join("go");
+    t.send(&format!(
+        "import os, time; print('wait' + 'ing'); [time.sleep(0.01) for _ in iter(lambda: os.path.exists({:?}), True)]; 'done'\n",
+        flag.to_str().unwrap()
+    ));
+    t.expect("waiting");
+    // Two lines queue up in the terminal and reach the editor in one read:
+    // the second must not be dropped with the rest of that read.
+    t.send("y = 21\n");
+    t.send("z = y * 2\n");
+    std::fs::write(&flag, "").unwrap();
+    t.expect("\"done\"");
+    t.send("z + 1\n");
+    t.expect("43");
+    t.expect(">>> ");
+
+    // Ctrl-C at a continuation prompt drops the cell being typed.
+    t.send("def f():\n");
+    t.expect("... ");
+    t.send("\x03");
+    t.expect(">>> ");
+    t.send("'f' in globals()\n");
+    t.expect("false");
+    t.expect(">>> ");
+
+    // Ctrl-C at the prompt, then a cell that sleeps: it runs to its value.
+    t.send("\x03");
+    t.expect(">>> ");
+    t.send("import time; time.sleep(0.3); 'slept'\n");
+    let shown = t.expect("\"slept\"");
+    assert!(!shown.contains("abort"), "{shown}");
+    t.expect(">>> ");
+    t.leave();
+}
+
+/// On a terminal the editor cannot drive (TERM=dumb), the prompt reads in
+/// the terminal's own line mode, so a Ctrl-C at the prompt is a SIGINT to
+/// pycage: it must not abort the next cell.
+#[test]
+fn a_sigint_at_the_prompt_is_not_held_over_to_the_next_cell() {
+    let mut t = Terminal::start("dumb");
+    t.expect(">>> ");
+    t.send("x = 1\n");
+    t.expect(">>> ");
+    t.send("\x03");
+    t.expect("^C");
+    t.sigint_taken();
+    t.send("import time; time.sleep(0.3); 'slept'\n");
+    let shown = t.expect("\"slept\"");
+    assert!(!shown.contains("abort"), "{shown}");
+    // A Ctrl-C during a cell still aborts it.
+    t.send("import time; print('spin' + 'ning'); [time.sleep(0.01) for _ in iter(int, 1)]\n");
+    t.expect("spinning");
+    t.send("\x03");
+    t.expect("KeyboardInterrupt: the cell was aborted");
+    t.send("'x' in globals()\n");
+    t.expect("false");
+    t.leave();
+}

@@ -245,13 +245,18 @@ pub(crate) fn output_blocks(
                             "{} bytes would pass the limit of {max_embedded} bytes returned per call: not returned",
                             file.bytes
                         ),
+                        kind: pycage_runtime::SkipKind::Limit,
                     });
                     continue;
                 }
                 let bytes = match read_at_most(&base.path().join(&file.path), max_embedded - embedded) {
                     Ok(b) => b,
                     Err(e) => {
-                        report.skipped.push(Skipped { path: file.path, reason: format!("not returned: {e}") });
+                        report.skipped.push(Skipped {
+                            path: file.path,
+                            reason: format!("not returned: {e}"),
+                            kind: pycage_runtime::SkipKind::Failed,
+                        });
                         continue;
                     }
                 };

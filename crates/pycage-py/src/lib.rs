@@ -40,5 +40,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<calls::Reply>()?;
     m.add_function(wrap_pyfunction!(to_json, m)?)?;
     m.add_function(wrap_pyfunction!(from_json, m)?)?;
+    // The package's version is the workspace's (maturin takes it from Cargo).
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MIN_ADDRESS_SPACE_BYTES", pycage_runtime::config::MIN_ADDRESS_SPACE_BYTES)?;
     Ok(())
 }

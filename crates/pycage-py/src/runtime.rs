@@ -116,21 +116,25 @@ pub fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
         error(
             py,
             "ConfigError",
-            format!("invalid pycage.Runtime argument: {name} must be a finite number >= 0, got {value}"),
+            // The lower bound of each field is `RuntimeConfig::validate`'s to state.
+            format!("invalid pycage.Runtime argument: {name} must be a finite number of seconds, got {value}"),
         )
     })
 }
 
-/// One namespace as Python hands it over: `(global, [(name, func, is_async)], error_class)`.
-pub type NamespaceSpec = (String, Vec<(String, Py<PyAny>, bool)>, Option<(String, String)>);
+/// One namespace as Python hands it over: `(global, [(name, func,
+/// is_async, help)], error_class, doc)`; `help` and `doc` are what
+/// `help(<global>.<name>)` and `help(<global>)` show in the program.
+pub type NamespaceSpec = (String, Vec<(String, Py<PyAny>, bool, String)>, Option<(String, String)>, String);
 
 fn request(program: String, namespaces: Vec<NamespaceSpec>, site: Site) -> RunRequest {
     let site = Arc::new(site);
     let mut request = RunRequest::new(program);
-    for (global, members, error_class) in namespaces {
-        let mut ns = Namespace::new(global.clone());
-        for (name, func, is_async) in members {
+    for (global, members, error_class, doc) in namespaces {
+        let mut ns = Namespace::new(global.clone()).with_doc(doc);
+        for (name, func, is_async, help) in members {
             let label = format!("{global}.{name}");
+            ns = ns.with_member_doc(name.clone(), help);
             ns = ns.with_function(name, binding(label, func, is_async, site.clone()));
         }
         if let Some((name, member_name_property)) = error_class {

@@ -171,6 +171,89 @@ def test_error_class(rt):
     assert r.value == ["ToolError", "'gone'", "lookup", True]
 
 
+def test_error_class_by_name_names_the_member_on_tool(process_rt):
+    """``Namespace(error_class="X")`` uses ``.tool``, as bindings files, the
+    CLI and ``python_tools`` do (it used ``.member``)."""
+
+    def lookup(_):
+        raise KeyError("gone")
+
+    assert pycage.ErrorClass("X").member_name_property == "tool"
+    r = process_rt.run(
+        "try:\n    await tools.lookup(1)\nexcept LookupFailed as e:\n    return e.tool",
+        {"tools": pycage.Namespace({"lookup": lookup}, error_class="LookupFailed")},
+    )
+    assert r.value == "lookup"
+
+
+def _help(rt, bindings, target):
+    """What ``help(target)`` prints inside a run."""
+    r = rt.run(f"import pydoc\nreturn pydoc.render_doc({target}, renderer=pydoc.plaintext)", bindings)
+    assert r.error is None, r.error
+    return r.value
+
+
+def test_help_of_a_member_shows_the_callables_signature_and_docstring(rt):
+    """``help(tools.fn)`` in a run shows the callable's real signature, its
+    annotations and its docstring (it showed ``(*args, **kwargs)``), for a
+    dict of callables, a Namespace and an object alike."""
+
+    def add(a: int, b: int = 2, *, scale: float = 1.0) -> float:
+        """Adds two numbers.
+
+        Then scales the sum."""
+        return (a + b) * scale
+
+    class Store:
+        async def get(self, key: str) -> "dict[str, int]":
+            """The entry for key."""
+            return {}
+
+    for bindings, target, head, doc in [
+        (
+            {"tools": {"add": add}},
+            "tools.add",
+            "async def add(a: int, b: int = 2, *, scale: float = 1.0) -> float:",
+            "Adds two numbers.",
+        ),
+        (
+            {"tools": pycage.Namespace({"add": add}, error_class="E")},
+            "tools.add",
+            "async def add(a: int, b: int = 2, *, scale: float = 1.0) -> float:",
+            "Then scales the sum.",
+        ),
+        ({"store": Store()}, "store.get", "async def get(key: str) -> dict[str, int]:", "The entry for key."),
+    ]:
+        text = _help(rt, bindings, target)
+        assert head in text and doc in text, text
+    ns_text = _help(rt, {"tools": pycage.Namespace({"add": add}, error_class="E")}, "tools")
+    assert "1 function of the host" in ns_text and "Raises E (`.tool` names the function)" in ns_text, ns_text
+
+
+def test_help_through_python_tools_matches_the_stubs(rt):
+    """Through ``python_tools`` the member's help is its stub, with a tool
+    object's description."""
+
+    def search(query: str, limit: int = 10) -> list:
+        """Search the web."""
+        return []
+
+    class Tool:
+        name = "count"
+        description = "Count the words of a text."
+
+        @staticmethod
+        def function(text: str) -> int:
+            return len(text.split())
+
+    toolset = pycage.python_tools([search, Tool()])
+    text = _help(rt, toolset.bindings, "tools.search")
+    assert 'async def search(query: str, limit: int = 10) -> list:\n    """Search the web."""' in text, text
+    assert "async def search(query: str, limit: int = 10) -> list:" in toolset.stubs
+    text = _help(rt, toolset.bindings, "tools.count")
+    assert 'async def count(text: str) -> int:\n    """Count the words of a text."""' in text, text
+
+
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit(), MemoryError("big")])
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_crashing_binding_does_not_crash_the_host(process_rt, exc, kind):

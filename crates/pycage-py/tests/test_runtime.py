@@ -22,11 +22,11 @@ HANG = "print('up', flush=True)\nimport time\ntime.sleep(3600)"
     ("kwargs", "error", "message"),
     [
         ({"isolation": "vm"}, pycage.ConfigError, 'isolation must be "sandbox" or "process", got \'vm\''),
-        ({"wall_seconds": 0}, pycage.ConfigError, "wall_seconds must be greater than zero"),
-        ({"wall_seconds": -1}, pycage.ConfigError, "wall_seconds must be a finite number >= 0, got -1.0"),
+        ({"wall_seconds": 0}, pycage.ConfigError, "wall_seconds must be a finite number greater than 0, got 0.0"),
+        ({"wall_seconds": -1}, pycage.ConfigError, "wall_seconds must be a finite number greater than 0, got -1.0"),
         ({"cpu_seconds": "10"}, TypeError, "cpu_seconds must be an int, got str '10'"),
         ({"cpu_seconds": 0}, pycage.ConfigError, "cpu_seconds must be at least 1, got 0"),
-        ({"address_space_bytes": 1024}, pycage.ConfigError, "address_space_bytes must be at least 67108864"),
+        ({"address_space_bytes": 1024}, pycage.ConfigError, "address_space_bytes must be at least 67108864: 64 MiB"),
         ({"max_log_bytes": True}, TypeError, "max_log_bytes must be an int, got bool True"),
         ({"python": 3}, TypeError, "python must be a path"),
         ({"allow_read": "/usr"}, TypeError, "allow_read must be a list of paths"),
@@ -36,6 +36,58 @@ def test_bad_arguments_name_what_was_passed(kwargs, error, message):
     with pytest.raises(error) as e:
         pycage.Runtime(**{"isolation": "process", **kwargs})
     assert message in str(e.value)
+
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("name", "ok", "bad", "bound"),
+    [
+        ("wall_seconds", 0.001, 0, "a finite number greater than 0"),
+        ("cpu_seconds", 1, 0, "at least 1"),
+        ("address_space_bytes", 64 * MIB, 64 * MIB - 1, "at least 67108864: 64 MiB"),
+        ("max_log_bytes", 0, -1, "at least 0"),
+        ("max_value_bytes", 1, 0, "at least 1"),
+        ("max_line_bytes", 1024, 1023, "at least 1024"),
+        ("max_control_bytes", 8 * MIB, 8 * MIB - 1, "at least max_line_bytes"),
+        ("grace_seconds", 0, -0.5, "a finite number >= 0 and at most 60"),
+        ("grace_seconds", 60, 60.5, "a finite number >= 0 and at most 60"),
+        ("max_processes", 1, 0, "at least 1"),
+        ("max_file_bytes", 0, -1, "at least 0"),
+        ("max_open_files", 16, 15, "at least 16"),
+        ("pool_size", 1024, 1025, "at most 1024"),
+        ("max_concurrent_runs", 1, 0, "at least 1"),
+        ("zygote_max_runs", 1, 0, "at least 1"),
+        ("zygote_max_age_seconds", 0.5, 0, "a finite number greater than 0"),
+    ],
+)
+def test_each_validation_message_states_the_real_bound(name, ok, bad, bound):
+    """The value at the bound is accepted; one past it is refused with a
+    message that states that bound (``wall_seconds=-1`` said ">= 0", and 0
+    was refused too)."""
+    pycage.Runtime(isolation="process", spawn="exec", **{name: ok}).close()
+    with pytest.raises(pycage.ConfigError) as e:
+        pycage.Runtime(isolation="process", spawn="exec", **{name: bad})
+    assert f"{name} must be {bound}" in str(e.value)
+
+
+def test_session_arguments_state_their_bounds(process_rt):
+    for kwargs, message in [
+        ({"idle_timeout_seconds": 0}, "idle_timeout_seconds must be a finite number greater than 0, got 0.0"),
+        ({"max_lifetime_seconds": -1}, "max_lifetime_seconds must be a finite number greater than 0, got -1.0"),
+        ({"address_space_bytes": MIB}, "address_space_bytes must be at least 67108864: 64 MiB"),
+    ]:
+        with pytest.raises(pycage.ConfigError) as e:
+            process_rt.session(**kwargs)
+        assert message in str(e.value)
+
+
+def test_version_is_the_installed_distributions():
+    import importlib.metadata
+
+    assert isinstance(pycage.__version__, str) and pycage.__version__
+    assert pycage.__version__ == importlib.metadata.version("pycage")
 
 
 def test_missing_interpreter():

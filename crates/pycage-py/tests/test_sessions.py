@@ -103,7 +103,9 @@ def test_closing_the_runtime_ends_its_sessions_and_reaps_them():
 
 
 def test_session_arguments_are_checked(process_rt):
-    with pytest.raises(pycage.ConfigError, match="idle_timeout_seconds must be greater than zero"):
+    with pytest.raises(
+        pycage.ConfigError, match="idle_timeout_seconds must be a finite number greater than 0, got 0.0"
+    ):
         process_rt.session(idle_timeout_seconds=0)
     with pytest.raises(TypeError, match="max_lifetime_seconds must be a number of seconds, got str"):
         process_rt.session(max_lifetime_seconds="1h")  # type: ignore[arg-type]

@@ -71,13 +71,39 @@ pub struct CopiedFile {
     pub bytes: u64,
 }
 
+/// Why an entry was not copied, in classes a caller can act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipKind {
+    /// Never copied, by rule: a symlink, a device, a FIFO, a socket.
+    Excluded,
+    /// A limit of the copy (bytes, entries, depth) left it out.
+    Limit,
+    /// An error reading or writing it (the destination could not be
+    /// written, the entry vanished or was replaced meanwhile, ...).
+    Failed,
+}
+
+impl SkipKind {
+    /// The name in JSON: `excluded`, `limit`, `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipKind::Excluded => "excluded",
+            SkipKind::Limit => "limit",
+            SkipKind::Failed => "failed",
+        }
+    }
+}
+
 /// One entry that was not copied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
-    /// Its relative path.
+    /// Its relative path (empty: the copied entry itself, e.g. all of `out/`
+    /// when the destination could not be opened).
     pub path: PathBuf,
     /// Why.
     pub reason: String,
+    /// The class of `reason`.
+    pub kind: SkipKind,
 }
 
 /// What a copy did.
@@ -94,6 +120,13 @@ pub struct CopyReport {
 }
 
 impl CopyReport {
+    /// Whether something that should have been copied was not: an entry
+    /// skipped for a limit or an error (symlinks, devices, FIFOs and sockets
+    /// are never copied, so their absence is not a loss).
+    pub fn incomplete(&self) -> bool {
+        self.skipped.iter().any(|s| s.kind != SkipKind::Excluded)
+    }
+
     /// Append this report as a JSON object to `b`.
     pub fn write_json(&self, b: &mut pycage_protocol::JsonBuilder) -> Result<(), pycage_protocol::BuildError> {
         let path = |p: &Path| p.to_string_lossy().into_owned();
@@ -117,6 +150,8 @@ impl CopyReport {
             b.string(&path(&s.path))?;
             b.key("reason")?;
             b.string(&s.reason)?;
+            b.key("kind")?;
+            b.string(s.kind.as_str())?;
             b.end()?;
         }
         b.end()?;
@@ -124,6 +159,8 @@ impl CopyReport {
         b.number(&self.bytes.to_string())?;
         b.key("truncated")?;
         b.bool(self.truncated)?;
+        b.key("complete")?;
+        b.bool(!self.incomplete())?;
         b.end()
     }
 }
@@ -184,7 +221,11 @@ pub fn copy_entry(
 ) -> CopyReport {
     let mut report = CopyReport::default();
     let (Ok(name), Ok(dst_name)) = (CString::new(name.as_bytes()), CString::new(dst_name.as_bytes())) else {
-        report.skipped.push(Skipped { path: rel.to_path_buf(), reason: "a NUL byte in its name".into() });
+        report.skipped.push(Skipped {
+            path: rel.to_path_buf(),
+            reason: "a NUL byte in its name".into(),
+            kind: SkipKind::Failed,
+        });
         return report;
     };
     let mut entries = 0u64;
@@ -204,6 +245,7 @@ pub fn copy_entry(
             report.skipped.push(Skipped {
                 path: frame.rel.join(OsStr::from_bytes(child.as_bytes())),
                 reason: format!("over the limit of {} entries", limits.max_entries),
+                kind: SkipKind::Limit,
             });
             // Stop looking: drop every pending name.
             for f in &mut stack {
@@ -228,7 +270,9 @@ pub fn copy_entry(
                 &mut entries,
                 &mut stack,
             ),
-            (Err(e), _) | (_, Err(e)) => report.skipped.push(Skipped { path: rel, reason: e.to_string() }),
+            (Err(e), _) | (_, Err(e)) => {
+                report.skipped.push(Skipped { path: rel, reason: e.to_string(), kind: SkipKind::Failed })
+            }
         }
     }
     report
@@ -249,9 +293,10 @@ fn copy_one(
     stack: &mut Vec<Frame>,
 ) {
     *entries += 1;
-    let skip = |report: &mut CopyReport, reason: String| {
-        report.skipped.push(Skipped { path: rel.to_path_buf(), reason });
+    let skip_as = |report: &mut CopyReport, kind: SkipKind, reason: String| {
+        report.skipped.push(Skipped { path: rel.to_path_buf(), reason, kind });
     };
+    let skip = |report: &mut CopyReport, reason: String| skip_as(report, SkipKind::Failed, reason);
     let stat = match rustix::fs::statat(src_dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => stat,
         Err(e) => return skip(report, errno(e).to_string()),
@@ -261,8 +306,9 @@ fn copy_one(
             let size = u64::try_from(stat.st_size).unwrap_or(0);
             if report.bytes.saturating_add(size) > limits.max_bytes {
                 report.truncated = true;
-                return skip(
+                return skip_as(
                     report,
+                    SkipKind::Limit,
                     format!("{size} bytes would pass the output limit of {} bytes: not copied", limits.max_bytes),
                 );
             }
@@ -277,7 +323,11 @@ fn copy_one(
         FileType::Directory => {
             if depth >= limits.max_depth {
                 report.truncated = true;
-                return skip(report, format!("deeper than {} levels: not copied", limits.max_depth));
+                return skip_as(
+                    report,
+                    SkipKind::Limit,
+                    format!("deeper than {} levels: not copied", limits.max_depth),
+                );
             }
             let src = match open_dir_at(src_dir, name) {
                 Ok(fd) => fd,
@@ -312,7 +362,7 @@ fn copy_one(
             names.reverse();
             stack.push(Frame { src, dst, rel: rel.to_path_buf(), depth, names, access });
         }
-        other => skip(report, describe(other).into()),
+        other => skip_as(report, SkipKind::Excluded, describe(other).into()),
     }
 }
 
@@ -447,6 +497,8 @@ mod tests {
             ]
         );
         assert_eq!((report.bytes, report.truncated), (100_015, false));
+        assert!(report.skipped.iter().all(|s| s.kind == SkipKind::Excluded));
+        assert!(!report.incomplete(), "what is never copied is not a loss");
         assert_eq!(std::fs::read_to_string(dest.path().join("a.txt")).unwrap(), "hello");
         let mode = std::fs::metadata(dest.path().join("tool.sh")).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o755);
@@ -465,6 +517,8 @@ mod tests {
         assert_eq!(report.files, [CopiedFile { path: PathBuf::from("small"), bytes: 10 }]);
         assert!(report.truncated);
         assert_eq!(report.skipped[0].path, PathBuf::from("big"));
+        assert_eq!(report.skipped[0].kind, SkipKind::Limit);
+        assert!(report.incomplete());
         assert!(!dest.path().join("big").exists(), "never cut: skipped whole");
 
         let mut deep = out.clone();

@@ -86,7 +86,7 @@ pub use bindings::{Binding, BindingError, BindingFuture, CallContext, ErrorClass
 pub use cleanup::CleanupFailure;
 pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
 pub use error::{AllowReadError, RuntimeError};
-pub use files::{CopiedFile, CopyReport, Skipped};
+pub use files::{CopiedFile, CopyReport, SkipKind, Skipped};
 pub use interpreter::{Interpreter, InterpreterError};
 pub use launch::site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
 pub use launch::spawn::{SpawnError, StartError};

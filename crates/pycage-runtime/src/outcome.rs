@@ -79,8 +79,10 @@ impl RunResult {
 
     /// The result as one JSON object: `value` (absent when none), `logs`,
     /// `output` (only when an output directory was requested: `files`
-    /// `[{path, bytes}]`, `skipped` `[{path, reason}]`, `bytes`,
-    /// `truncated`), `error` `{kind, message}` (absent on success).
+    /// `[{path, bytes}]`, `skipped` `[{path, reason, kind}]` (`kind`:
+    /// `excluded`, `limit` or `failed`, see [`crate::SkipKind`]), `bytes`,
+    /// `truncated`, `complete`: nothing but excluded entries was skipped),
+    /// `error` `{kind, message}` (absent on success).
     pub fn to_json(&self) -> JsonValue {
         let mut b = pycage_protocol::JsonBuilder::new();
         // Each step is valid by construction; errors are impossible here.

@@ -142,9 +142,13 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
         c("netlink to list interfaces", "import socket\nreturn [n for _, n in socket.if_nameindex()]", keep,
             is_failure(FailureKind::Exception, "PermissionError")),
         // ---- issue 8's findings, each with the outcome its fix gives ----
-        c("a chain of directories deeper than RLIMIT_NOFILE with 1 GiB fallocated at the bottom", DEEP_CHAIN,
-            |k| k.max_file_bytes = 4 << 30,
-            is_value("[25000,\"ENOSPC\"]")),
+        c("a chain of directories deeper than RLIMIT_NOFILE with 1 GiB fallocated at the bottom", &deep_chain(),
+            |k| { k.max_file_bytes = 4 << 30; k.wall_time = Duration::from_secs(120); k.cpu_seconds = 60 },
+            Box::new(|r| {
+                is_value("\"ENOSPC\"")(r)?;
+                if r.logs != [DEEP_LEVELS.to_string()] { return Err(format!("the chain stopped early: {:?}", r.logs)); }
+                Ok(())
+            })),
         c("sixteen 64 MiB files", "import errno\nn = 0\ntry:\n    for i in range(16):\n        with open(f'/tmp/f{i}', 'wb') as f:\n            f.write(b'x' * (64 << 20))\n        n += 1\nexcept OSError as e:\n    return [n, errno.errorcode[e.errno]]\nreturn [n, 'all written']",
             |k| k.disk_bytes = 100 << 20, is_value("[1,\"ENOSPC\"]")),
         c("sixteen 64 MiB memfds", "import errno, os\nn = 0\ntry:\n    for i in range(16):\n        fd = os.memfd_create(f'm{i}')\n        os.ftruncate(fd, 64 << 20)\n        os.write(fd, b'x' * (64 << 20))\n        n += 1\nexcept OSError as e:\n    return [n, errno.errorcode[e.errno]]\nreturn [n, 'all created']",
@@ -176,15 +180,30 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
     ]
 }
 
-const DEEP_CHAIN: &str = "import ctypes, errno, os
+/// Levels of the deep chain: 8 times the sandbox's `RLIMIT_NOFILE` (a
+/// walker holding a descriptor per level runs out), and a path of 2 bytes
+/// per level past `PATH_MAX` (4096). Not more: under Landlock each `mkdir`
+/// and `chdir` checks every ancestor, so the chain costs the square of its
+/// depth (25,000 levels took over a minute of CPU on a loaded machine, and
+/// the case hit its wall clock).
+const DEEP_LEVELS: u64 = 2100;
+
+fn deep_chain() -> String {
+    let nofile = RuntimeConfig::default().max_open_files;
+    assert!(DEEP_LEVELS >= 8 * nofile && DEEP_LEVELS * 2 > 4096, "the chain must stay deeper than both limits");
+    format!(
+        "import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
 libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
-for i in range(25000):
+for i in range({DEEP_LEVELS}):
     os.mkdir('d')
     os.chdir('d')
+print(i + 1)
 fd = os.open('big', os.O_CREAT | os.O_WRONLY, 0o600)
 r = libc.fallocate(fd, 1, 0, 1 << 30)
-return [i + 1, errno.errorcode[ctypes.get_errno()] if r else 'allocated']";
+return errno.errorcode[ctypes.get_errno()] if r else 'allocated'"
+    )
+}
 
 /// Twenty frames, each with descriptors, queued at once, then `done`: the
 /// kernel ends a read at every descriptor-carrying message, and a reader

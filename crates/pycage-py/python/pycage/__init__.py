@@ -14,7 +14,7 @@ namespace plus the stub text a model needs, and ``pycage.fastmcp`` for a
 fastmcp code-mode sandbox provider.
 """
 
-from ._native import from_json, to_json
+from ._native import __version__, from_json, to_json
 from ._runtime import (
     Bindings,
     CallFinished,
@@ -40,6 +40,7 @@ from .errors import (
 from .tools import Toolset, python_tools
 
 __all__ = [
+    "__version__",
     "Runtime",
     "Session",
     "Result",

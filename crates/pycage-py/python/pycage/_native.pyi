@@ -5,8 +5,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Optional
 
-NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool]], Optional[tuple[str, str]]]
+NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool, str]], Optional[tuple[str, str]], str]
 ResultParts = tuple[bool, Any, list[str], Optional[str], Optional[str], int]
+
+__version__: str
+MIN_ADDRESS_SPACE_BYTES: int
 
 def to_json(value: object) -> str:
     """The canonical JSON text of a value, as it would cross into a program.

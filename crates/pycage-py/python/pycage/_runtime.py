@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, TypeVar, Union
 
-from . import _native
+from . import _native, _signature
 from .errors import ConfigError, InvalidBindingsError, RunError, RuntimeClosedError
 
 __all__ = [
@@ -84,12 +84,13 @@ class ErrorClass:
     """The exception class a namespace's rejected calls raise in the program.
 
     The program sees a global class ``name`` (an ``Exception`` subclass);
-    the exception's ``member_name_property`` attribute holds the name of the
-    member whose call failed.
+    the exception's ``member_name_property`` attribute (``tool``, as in
+    bindings files and the CLI) holds the name of the member whose call
+    failed.
     """
 
     name: str
-    member_name_property: str = "member"
+    member_name_property: str = "tool"
 
 
 class Namespace:
@@ -98,11 +99,11 @@ class Namespace:
     ``functions`` is a mapping of member name to callable, or any object
     whose public (not ``_``-prefixed) callable attributes become the
     members. ``error_class`` is an :class:`ErrorClass`, a class name (its
-    member attribute is ``member``), or ``None`` (rejected calls raise
+    member attribute is ``tool``), or ``None`` (rejected calls raise
     ``RuntimeError``).
     """
 
-    __slots__ = ("functions", "error_class")
+    __slots__ = ("functions", "error_class", "_help")
 
     def __init__(
         self,
@@ -118,6 +119,9 @@ class Namespace:
             )
         self.functions: Union[Mapping[str, Callable[..., Any]], object] = functions
         self.error_class: Optional[ErrorClass] = error_class
+        # Member name -> what `help()` shows in a run, when the creator knows
+        # better than the callable (python_tools: a tool's description).
+        self._help: Optional[dict[str, str]] = None
 
     def __repr__(self) -> str:
         return f"Namespace({self.functions!r}, error_class={self.error_class!r})"
@@ -193,7 +197,8 @@ def _members(where: str, functions: object) -> dict[str, Callable[..., Any]]:
     return members
 
 
-NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool]], Optional[tuple[str, str]]]
+NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool, str]], Optional[tuple[str, str]], str]
+"""``(global, [(name, callable, is_async, help text)], error_class, namespace help text)``."""
 
 
 def _namespaces(bindings: Optional[Bindings]) -> list[NamespaceSpec]:
@@ -211,14 +216,20 @@ def _namespaces(bindings: Optional[Bindings]) -> list[NamespaceSpec]:
             raise InvalidBindingsError(f"bindings: namespace globals must be str, got {_describe(glob)}")
         where = f"bindings[{glob!r}]"
         error_class = None
+        known: Mapping[str, str] = {}
         if isinstance(ns, Namespace):
             functions = ns.functions
             if ns.error_class is not None:
                 error_class = (ns.error_class.name, ns.error_class.member_name_property)
+            known = ns._help or {}
         else:
             functions = ns
         members = _members(where, functions)
-        specs.append((glob, [(name, f, _is_async(f)) for name, f in members.items()], error_class))
+        entries = [
+            (name, f, _is_async(f), known.get(name) or _signature.member_help(glob, name, f))
+            for name, f in members.items()
+        ]
+        specs.append((glob, entries, error_class, _signature.namespace_help(glob, len(entries), error_class)))
     return specs
 
 
@@ -415,27 +426,56 @@ class _LoopThread:
             self.loop.close()
 
 
-def _check_int(name: str, value: Optional[int], minimum: int, owner: str = "pycage.Runtime") -> Optional[int]:
+def _check_int(
+    name: str, value: Optional[int], minimum: int, owner: str = "pycage.Runtime", *, why: str = ""
+) -> Optional[int]:
+    """``value`` when it is an int from ``minimum`` to 2**64 - 1; the
+    message states that bound (and ``why``, after a colon)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{owner}: {name} must be an int, got {_describe(value)}")
     if value < minimum:
-        raise ConfigError(f"invalid {owner} argument: {name} must be at least {minimum}, got {value}")
+        reason = f": {why}" if why else ""
+        raise ConfigError(f"invalid {owner} argument: {name} must be at least {minimum}{reason}, got {value}")
     if value >= 1 << 64:
         raise ConfigError(f"invalid {owner} argument: {name} must be below 2**64, got {value}")
     return value
 
 
-def _check_seconds(name: str, value: Optional[float], owner: str = "pycage.Runtime") -> Optional[float]:
+def _check_at_most(name: str, value: Optional[int], maximum: int, owner: str = "pycage.Runtime") -> Optional[int]:
+    if value is not None and value > maximum:
+        raise ConfigError(f"invalid {owner} argument: {name} must be at most {maximum}, got {value}")
+    return value
+
+
+def _check_seconds(
+    name: str,
+    value: Optional[float],
+    owner: str = "pycage.Runtime",
+    *,
+    positive: bool = False,
+    maximum: Optional[float] = None,
+) -> Optional[float]:
+    """``value`` as float seconds when it is finite, ``> 0`` if ``positive``
+    (else ``>= 0``) and at most ``maximum``; the message states the bound."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{owner}: {name} must be a number of seconds, got {_describe(value)}")
     value = float(value)
-    if not (value >= 0 and value < float("inf")):
-        raise ConfigError(f"invalid {owner} argument: {name} must be a finite number >= 0, got {value}")
+    low_ok = value > 0 if positive else value >= 0
+    if not (low_ok and value < float("inf")) or (maximum is not None and value > maximum):
+        bound = "greater than 0" if positive else ">= 0"
+        if maximum is not None:
+            bound = f"{bound} and at most {maximum:g}"
+        raise ConfigError(f"invalid {owner} argument: {name} must be a finite number {bound}, got {value}")
     return value
+
+
+#: The smallest ``RLIMIT_AS`` a run may have: CPython cannot start in less.
+_MIN_ADDRESS_SPACE = _native.MIN_ADDRESS_SPACE_BYTES
+_ADDRESS_SPACE_WHY = f"{_MIN_ADDRESS_SPACE >> 20} MiB; CPython cannot start in less"
 
 
 def _check_path(name: str, value: Any) -> str:
@@ -549,24 +589,27 @@ class Runtime(_Closeable):
         self._native = _native.NativeRuntime(
             python=None if python is None else _check_path("python", python),
             isolation=isolation,
-            wall_seconds=_check_seconds("wall_seconds", wall_seconds),
+            wall_seconds=_check_seconds("wall_seconds", wall_seconds, positive=True),
             cpu_seconds=_check_int("cpu_seconds", cpu_seconds, 1),
-            address_space_bytes=_check_int("address_space_bytes", address_space_bytes, 0),
+            address_space_bytes=_check_int(
+                "address_space_bytes", address_space_bytes, _MIN_ADDRESS_SPACE, why=_ADDRESS_SPACE_WHY
+            ),
             max_log_bytes=_check_int("max_log_bytes", max_log_bytes, 0),
-            max_value_bytes=_check_int("max_value_bytes", max_value_bytes, 0),
-            max_line_bytes=_check_int("max_line_bytes", max_line_bytes, 0),
+            max_value_bytes=_check_int("max_value_bytes", max_value_bytes, 1),
+            max_line_bytes=_check_int("max_line_bytes", max_line_bytes, 1024),
+            # At least max_line_bytes: the native side checks that pair.
             max_control_bytes=_check_int("max_control_bytes", max_control_bytes, 0),
-            grace_seconds=_check_seconds("grace_seconds", grace_seconds),
+            grace_seconds=_check_seconds("grace_seconds", grace_seconds, maximum=60),
             allow_read=[_check_path("allow_read item", p) for p in allow_read],
             run_dir_parent=None if run_dir_parent is None else _check_path("run_dir_parent", run_dir_parent),
-            max_processes=_check_int("max_processes", max_processes, 0),
+            max_processes=_check_int("max_processes", max_processes, 1),
             max_file_bytes=_check_int("max_file_bytes", max_file_bytes, 0),
-            max_open_files=_check_int("max_open_files", max_open_files, 0),
+            max_open_files=_check_int("max_open_files", max_open_files, 16),
             spawn=spawn,
-            pool_size=_check_int("pool_size", pool_size, 0),
+            pool_size=_check_at_most("pool_size", _check_int("pool_size", pool_size, 0), 1024),
             max_concurrent_runs=_check_int("max_concurrent_runs", max_concurrent_runs, 1),
             zygote_max_runs=_check_int("zygote_max_runs", zygote_max_runs, 1),
-            zygote_max_age_seconds=_check_seconds("zygote_max_age_seconds", zygote_max_age_seconds),
+            zygote_max_age_seconds=_check_seconds("zygote_max_age_seconds", zygote_max_age_seconds, positive=True),
             cache_dir=None if cache_dir is None or cache_dir is False else _check_path("cache_dir", cache_dir),
             probe_cache=cache_dir is not False,
         )
@@ -673,19 +716,17 @@ class Runtime(_Closeable):
         abort, a crash), or when closed; ``address_space_bytes`` is its
         process's ``RLIMIT_AS`` (default: the runtime's)."""
         owner = "pycage.Runtime.session"
-        for name, value in (
-            ("idle_timeout_seconds", idle_timeout_seconds),
-            ("max_lifetime_seconds", max_lifetime_seconds),
-        ):
-            if _check_seconds(name, value, owner) == 0:
-                raise ConfigError(f"invalid {owner} argument: {name} must be greater than zero")
+        _check_seconds("idle_timeout_seconds", idle_timeout_seconds, owner, positive=True)
+        _check_seconds("max_lifetime_seconds", max_lifetime_seconds, owner, positive=True)
         site = _SessionSite(self._private_loop, contextvars.copy_context())
         native = self._native.session(
             _namespaces(bindings),
             site,
             idle_timeout_seconds=float(idle_timeout_seconds),
             max_lifetime_seconds=float(max_lifetime_seconds),
-            address_space_bytes=_check_int("address_space_bytes", address_space_bytes, 0, owner),
+            address_space_bytes=_check_int(
+                "address_space_bytes", address_space_bytes, _MIN_ADDRESS_SPACE, owner, why=_ADDRESS_SPACE_WHY
+            ),
         )
         return Session(self, native, site)
 

@@ -12,15 +12,12 @@ system prompt to call them from code::
 
 from __future__ import annotations
 
-import inspect
-import keyword
-import re
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from ._runtime import ErrorClass, Namespace
+from ._signature import is_identifier, member_def
 from .errors import InvalidBindingsError
 
 __all__ = ["Toolset", "python_tools"]
@@ -74,55 +71,6 @@ def _tool_parts(item: Any) -> tuple[str, Callable[..., Any], Optional[str]]:
     )
 
 
-_PREFIXES = re.compile(r"\b(?:typing|typing_extensions|collections\.abc|builtins|__main__)\.")
-
-
-def _annotation(ann: Any) -> str:
-    if ann is inspect.Parameter.empty:
-        return ""
-    if isinstance(ann, str):
-        return ann
-    return _PREFIXES.sub("", inspect.formatannotation(ann))
-
-
-def _signature(func: Callable[..., Any]) -> str:
-    try:
-        sig = inspect.signature(func)
-    except (TypeError, ValueError):
-        return "(*args: Any, **kwargs: Any) -> Any"
-    try:
-        hints = typing.get_type_hints(func)
-    except Exception:  # noqa: BLE001 - unresolvable forward references: fall back to the raw text
-        hints = {}
-    parts = []
-    star_seen = False
-    for p in sig.parameters.values():
-        ann = _annotation(hints.get(p.name, p.annotation))
-        text = p.name if not ann else f"{p.name}: {ann}"
-        if p.kind is p.VAR_POSITIONAL:
-            text, star_seen = "*" + text, True
-        elif p.kind is p.VAR_KEYWORD:
-            text = "**" + text
-        elif p.kind is p.KEYWORD_ONLY and not star_seen:
-            parts.append("*")
-            star_seen = True
-        if p.default is not p.empty:
-            text += f" = {p.default!r}" if ann else f"={p.default!r}"
-        parts.append(text)
-    ret = _annotation(hints.get("return", sig.return_annotation)) or "Any"
-    return f"({', '.join(parts)}) -> {ret}"
-
-
-def _docstring(text: Optional[str], indent: str) -> list[str]:
-    if not text:
-        return []
-    text = inspect.cleandoc(text).replace('"""', '\\"\\"\\"')
-    lines = text.splitlines()
-    if len(lines) == 1:
-        return [f'{indent}"""{lines[0]}"""']
-    return [f'{indent}"""{lines[0]}', *[f"{indent}{ln}" if ln else "" for ln in lines[1:]], f'{indent}"""']
-
-
 def _stubs(
     global_name: str, tools: list[tuple[str, Callable[..., Any], Optional[str]]], error: Optional[ErrorClass]
 ) -> str:
@@ -143,16 +91,9 @@ def _stubs(
     ]
     for name, func, description in tools:
         out.append("")
-        sig = _signature(func)
-        if name.isidentifier() and not keyword.iskeyword(name):
-            out += ["    @staticmethod", f"    async def {name}{sig}:"]
-            body = _docstring(description or inspect.getdoc(func), "        ")
-            out += body or ["        ..."]
-        else:
-            out.append(f"    # call as: await getattr({global_name}, {name!r})(...)  signature: {sig}")
-            doc = (description or inspect.getdoc(func) or "").strip().splitlines()
-            if doc:
-                out.append(f"    # {doc[0]}")
+        if is_identifier(name):
+            out.append("    @staticmethod")
+        out += [f"    {line}" if line else "" for line in member_def(global_name, name, func, description)]
     return "\n".join(out) + "\n"
 
 
@@ -188,4 +129,7 @@ def python_tools(
     if isinstance(error_class, str):
         error_class = ErrorClass(error_class, "tool")
     namespace = Namespace(functions, error_class=error_class)
+    # What `help(<global>.<name>)` shows in a run: the stub of each tool,
+    # with its description when the tool object has one.
+    namespace._help = {name: "\n".join(member_def(global_name, name, func, d)) + "\n" for name, func, d in items}
     return Toolset(global_name, functions, namespace, _stubs(global_name, items, error_class))

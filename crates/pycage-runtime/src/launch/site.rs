@@ -223,7 +223,7 @@ impl RunSite {
     /// Copy what the program left in `out/` to `dest` (created if needed).
     pub(crate) fn collect_output(&self, dest: &Path, max_bytes: u64) -> CopyReport {
         let failed = |reason: String| CopyReport {
-            skipped: vec![files::Skipped { path: PathBuf::from(OUTPUT_DIR_NAME), reason }],
+            skipped: vec![files::Skipped { path: PathBuf::new(), reason, kind: files::SkipKind::Failed }],
             ..CopyReport::default()
         };
         let work = match self.work_dir() {

@@ -19,8 +19,10 @@
 //! model turn per tool call (plus a final one), each re-reading the
 //! definitions and every earlier round trip, without prompt caching.
 //!
-//! `cargo run -q -p pycage-cli --example token_savings`
-#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+//! `cargo run -q -p pycage-cli --example token_savings` prints the tables;
+//! the test `token_tables_in_the_docs_are_current` (crates/pycage-cli/tests/
+//! code_mode.rs) includes this file and checks that README.md and
+//! examples/code-mode/README.md carry exactly these tables.
 
 use std::path::Path;
 
@@ -29,9 +31,23 @@ use pycage_runtime::{Isolation, RunRequest, Runtime, RuntimeConfig};
 use rmcp::model::CallToolRequestParams;
 use serde_json::{json, Value};
 
-struct Count {
-    bytes: usize,
-    tokens: usize,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Count {
+    pub bytes: usize,
+    pub tokens: usize,
+}
+
+/// Both ways of answering, counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Savings {
+    /// Direct tool calls made.
+    pub calls: usize,
+    pub direct_defs: Count,
+    pub direct_trips: Count,
+    pub direct_read: usize,
+    pub code_mode_defs: Count,
+    pub code_mode_trip: Count,
+    pub code_mode_read: usize,
 }
 
 fn count(text: &str) -> Count {
@@ -42,7 +58,8 @@ fn block(v: &Value) -> String {
     serde_json::to_string(v).unwrap()
 }
 
-fn main() {
+/// Makes every call for real and counts what the model reads.
+pub fn measure() -> Savings {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/code-mode");
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     rt.block_on(async {
@@ -116,26 +133,92 @@ fn main() {
         direct_read += direct_defs.tokens + history;
         let cm_read = cm_defs.tokens + (cm_defs.tokens + cm_trip.tokens);
 
-        println!("| | direct tool calls ({} calls) | code mode (1 run_python call) | saved |", calls.len());
-        println!("|---|---|---|---|");
-        let row = |what: &str, a: &Count, b: &Count| {
-            println!(
-                "| {what} | {} tokens ({} bytes) | {} tokens ({} bytes) | {:.0} % |",
-                a.tokens,
-                a.bytes,
-                b.tokens,
-                b.bytes,
-                100.0 * (1.0 - b.tokens as f64 / a.tokens as f64)
-            );
+        Savings {
+            calls: calls.len(),
+            direct_defs,
+            direct_trips,
+            direct_read,
+            code_mode_defs: cm_defs,
+            code_mode_trip: cm_trip,
+            code_mode_read: cm_read,
+        }
+    })
+}
+
+/// `1,234`.
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn saved(direct: usize, code_mode: usize) -> String {
+    format!("{:.0} %", 100.0 * (1.0 - code_mode as f64 / direct as f64))
+}
+
+fn total(a: Count, b: Count) -> Count {
+    Count { bytes: a.bytes + b.bytes, tokens: a.tokens + b.tokens }
+}
+
+impl Savings {
+    /// The table in README.md.
+    pub fn readme_table(&self) -> String {
+        let (dt, ct) = (total(self.direct_defs, self.direct_trips), total(self.code_mode_defs, self.code_mode_trip));
+        let t = |n: usize| format!("{} tokens", grouped(n));
+        let rows = [
+            format!("| | {} direct tool calls | 1 `run_python` call | saved |", self.calls),
+            "|---|---|---|---|".to_owned(),
+            format!(
+                "| tool definitions | {} | {} (rules and stubs) | {} |",
+                t(self.direct_defs.tokens),
+                t(self.code_mode_defs.tokens),
+                saved(self.direct_defs.tokens, self.code_mode_defs.tokens)
+            ),
+            format!(
+                "| calls and results | {} | {} | {} |",
+                t(self.direct_trips.tokens),
+                t(self.code_mode_trip.tokens),
+                saved(self.direct_trips.tokens, self.code_mode_trip.tokens)
+            ),
+            format!("| context total | {} | {} | {} |", t(dt.tokens), t(ct.tokens), saved(dt.tokens, ct.tokens)),
+            format!(
+                "| read across turns ({} vs 2 model turns, no caching) | {} | {} | {} |",
+                self.calls + 1,
+                t(self.direct_read),
+                t(self.code_mode_read),
+                saved(self.direct_read, self.code_mode_read)
+            ),
+        ];
+        rows.join("\n") + "\n"
+    }
+
+    /// The table in examples/code-mode/README.md (with bytes).
+    pub fn code_mode_table(&self) -> String {
+        let (dt, ct) = (total(self.direct_defs, self.direct_trips), total(self.code_mode_defs, self.code_mode_trip));
+        let c = |c: Count| format!("{} tokens ({} bytes)", grouped(c.tokens), grouped(c.bytes));
+        let row = |what: &str, a: Count, b: Count| {
+            format!("| {what} | {} | {} | {} |", c(a), c(b), saved(a.tokens, b.tokens))
         };
-        row("tool definitions", &direct_defs, &cm_defs);
-        row("round trips (calls and results)", &direct_trips, &cm_trip);
-        let total = |a: &Count, b: &Count| Count { bytes: a.bytes + b.bytes, tokens: a.tokens + b.tokens };
-        row("context total", &total(&direct_defs, &direct_trips), &total(&cm_defs, &cm_trip));
-        println!(
-            "| read across turns ({} vs 2 model turns) | {direct_read} tokens | {cm_read} tokens | {:.0} % |",
-            calls.len() + 1,
-            100.0 * (1.0 - cm_read as f64 / direct_read as f64)
-        );
-    });
+        let rows = [
+            format!("| | {} direct tool calls | 1 `run_python` call | saved |", self.calls),
+            "|---|---|---|---|".to_owned(),
+            row("tool definitions", self.direct_defs, self.code_mode_defs),
+            row("calls and results", self.direct_trips, self.code_mode_trip),
+            row("context total", dt, ct),
+            format!(
+                "| read across turns ({} vs 2 model turns) | {} tokens | {} tokens | {} |",
+                self.calls + 1,
+                grouped(self.direct_read),
+                grouped(self.code_mode_read),
+                saved(self.direct_read, self.code_mode_read)
+            ),
+        ];
+        rows.join("\n") + "\n"
+    }
 }
