@@ -268,6 +268,56 @@ async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> (f64
     (ok as f64 / t.elapsed().as_secs_f64(), errors)
 }
 
+/// CPU time (user + system) of this process, of its reaped children, and
+/// of the zygote `zygote` with the children it reaped: everything a run
+/// costs, on every side (host, sandbox shells, zygote, the run's process).
+fn cpu_now(zygote: Option<u32>) -> Duration {
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    let usage = |who: libc::c_int| {
+        // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `u` is a live local of the right type; getrusage only
+        // writes through the pointer.
+        if unsafe { libc::getrusage(who, &mut u) } != 0 {
+            return Duration::ZERO;
+        }
+        tv(u.ru_utime) + tv(u.ru_stime)
+    };
+    let host = usage(libc::RUSAGE_SELF) + usage(libc::RUSAGE_CHILDREN);
+    let zygote = zygote.and_then(|pid| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After the name: utime(11) stime(12) cutime(13) cstime(14), in ticks.
+        let ticks: u64 = (11..=14).filter_map(|i| fields.get(i)?.parse::<u64>().ok()).sum();
+        let per_second = rustix::param::clock_ticks_per_second().max(1);
+        Some(Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / per_second)))
+    });
+    host + zygote.unwrap_or_default()
+}
+
+/// Back-to-back trivial runs, one at a time (the pool cannot keep up: its
+/// refill is on the loop's path): their latencies, and the CPU each run
+/// cost on every side, when the zygote was the same throughout.
+async fn closed_loop(runtime: &Runtime, n: usize) -> (Samples, Option<Duration>, Vec<String>) {
+    let zygote = runtime.zygote_pid();
+    let before = cpu_now(zygote);
+    let mut samples = Samples::default();
+    let mut errors = Vec::new();
+    for _ in 0..n {
+        match trivial(runtime).await {
+            Ok(d) => samples.push(d),
+            Err(e) => errors.push(e),
+        }
+    }
+    // Let the last refill and reaps finish: they belong to these runs.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = cpu_now(zygote);
+    let same_zygote = runtime.zygote_pid() == zygote;
+    let per_run = (same_zygote && n > 0).then(|| (after.saturating_sub(before)) / n as u32);
+    (samples, per_run, errors)
+}
+
 /// `Private_Clean + Private_Dirty` of a process, in KiB.
 fn private_kib(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
@@ -371,6 +421,13 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     // Throughput, calls and memory through the zygote (process isolation
     // first: it is the one every machine has).
     let zygote_rows: Vec<&Variant> = variants.iter().filter(|v| v.spawn == SpawnMode::Zygote).collect();
+    let mut loops = Vec::new();
+    for v in &zygote_rows {
+        let n = (iterations * 10).max(200);
+        let (samples, cpu, errors) = closed_loop(&v.runtime, n).await;
+        failures.note_many(&format!("closed loop, {}", v.label()), n, errors);
+        loops.push((v.label(), samples, cpu));
+    }
     let mut rates = Vec::new();
     for v in &zygote_rows {
         for c in [1usize, 2, 4, 16] {
@@ -462,6 +519,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         variants: &variants,
         unavailable: &unavailable,
         rates: &rates,
+        loops: &loops,
         cells: &cells,
         call,
         pipe,
@@ -517,6 +575,8 @@ struct Report<'a> {
     variants: &'a [Variant],
     unavailable: &'a [(String, String)],
     rates: &'a [(String, usize, f64)],
+    /// Closed-loop latency and CPU per run, per zygote variant.
+    loops: &'a [(String, Samples, Option<Duration>)],
     cells: &'a [(String, Samples)],
     call: Samples,
     pipe: Samples,
@@ -594,6 +654,23 @@ impl Report<'_> {
         }
         for (label, why) in self.unavailable {
             l.push(format!("  {label:<22} unavailable: {why}"));
+        }
+        l.push(String::new());
+        l.push(
+            "trivial run, closed loop (back to back)   p50        p99    CPU per run (host + zygote + child)".into(),
+        );
+        for (label, s, cpu) in self.loops {
+            if s.is_empty() {
+                l.push(format!("  {label:<22} {NONE_SUCCEEDED}"));
+                continue;
+            }
+            let cpu = cpu.map_or_else(|| "-".to_owned(), |c| format!("{:.2} ms", ms(c)));
+            l.push(format!(
+                "  {:<22} {:>16.2} ms {:>7.2} ms    {cpu}",
+                label,
+                ms(s.p50()),
+                ms(s.quantile(0.99))
+            ));
         }
         l.push(String::new());
         l.push("runs per second (zygote; runs that succeeded)".into());
@@ -704,6 +781,18 @@ impl Report<'_> {
             num(&mut b, "pythonPassMs", p50(&self.floor_pass).map(ms))?;
             num(&mut b, "pythonImportAsyncioJsonMs", p50(&self.floor_import).map(ms))?;
             num(&mut b, "pipeRoundTripUs", p50(&self.pipe).map(us))?;
+            b.end()?;
+            b.key("closedLoop")?;
+            b.begin_array()?;
+            for (label, s, cpu) in self.loops {
+                b.begin_object()?;
+                b.key("variant")?;
+                b.string(label)?;
+                num(&mut b, "p50Ms", p50(s).map(ms))?;
+                num(&mut b, "p99Ms", q(s, 0.99).map(ms))?;
+                num(&mut b, "cpuPerRunMs", cpu.map(ms))?;
+                b.end()?;
+            }
             b.end()?;
             b.key("trivialRun")?;
             b.begin_array()?;
