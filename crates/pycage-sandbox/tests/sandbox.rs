@@ -95,6 +95,7 @@ impl Fixture {
             max_open_files: 256,
             disk_bytes: 64 << 20,
             sysv_shm_bytes: 4 << 20,
+            egress_port: None,
         };
         Fixture { policy }
     }
