@@ -31,6 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::bindings::{Namespace, RunId};
 use crate::config::RuntimeConfig;
+use crate::egress::Egress;
 use crate::error::RuntimeError;
 use crate::launch::site::{self, RunSite};
 use crate::launch::spawn::Worker;
@@ -244,9 +245,21 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         Some(()) => session_watch(scope, budget, rt.scan_cache()),
     };
     let machine = RunMachine::new(&config, opening, program, bindings, events.is_some());
+    // With an allow-list, the run's connections are served while it is in
+    // flight (a session's, cell by cell), and reported with its result.
+    let egress = site.egress_listener().and_then(|listener| match listener.and_then(|l| Egress::start(l, &config)) {
+        Ok(egress) => Some(egress),
+        Err(e) => {
+            tracing::warn!("the run's egress proxy could not start: {e}");
+            None
+        }
+    });
     let inputs =
         run::RunInputs { config: &config, run: RunId::next(), cancel, shutdown: stop, events, deadline, budget: watch };
     let (mut result, after) = run::execute(worker, machine, inputs).await;
+    if let Some(egress) = egress {
+        result.network = Some(egress.finish().await);
+    }
 
     // 4. Settling. A session keeps a process that finished; everything else
     //    is stopped and reaped (off the critical path when nothing waits

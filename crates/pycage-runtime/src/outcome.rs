@@ -4,6 +4,7 @@
 use pycage_protocol::JsonValue;
 
 use crate::files::CopyReport;
+use crate::net::NetworkReport;
 
 /// Why a run failed. The kinds are orthogonal (`docs/semantics.md`, "Outcomes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,6 +66,10 @@ pub struct RunResult {
     /// What was copied from the run's `out/` directory, when the request
     /// named an output directory ([`crate::RunRequest::output_dir`]).
     pub output: Option<CopyReport>,
+    /// What the run did through the egress proxy, when the runtime has an
+    /// allow-list (`RuntimeConfig::allow_net`): every connection, allowed
+    /// or refused, with its bytes.
+    pub network: Option<NetworkReport>,
 }
 
 impl RunResult {
@@ -75,7 +80,10 @@ impl RunResult {
     /// The result as one JSON object: `value` (absent when none), `logs`,
     /// `output` (only when an output directory was requested: `files`
     /// `[{path, bytes}]`, `skipped` `[{path, reason}]`, `bytes`,
-    /// `truncated`), `error` `{kind, message}` (absent on success).
+    /// `truncated`), `network` (only with an egress allow-list:
+    /// `connections` `[{method, host, port, allowed, bytes_up, bytes_down,
+    /// reason?}]`, `bytes_up`, `bytes_down`, `refused_over_budget`,
+    /// `budget_exceeded?`), `error` `{kind, message}` (absent on success).
     pub fn to_json(&self) -> JsonValue {
         let mut b = pycage_protocol::JsonBuilder::new();
         // Each step is valid by construction; errors are impossible here.
@@ -94,6 +102,10 @@ impl RunResult {
             if let Some(output) = &self.output {
                 b.key("output")?;
                 output.write_json(&mut b)?;
+            }
+            if let Some(network) = &self.network {
+                b.key("network")?;
+                network.write_json(&mut b)?;
             }
             if let Some(e) = &self.error {
                 b.key("error")?;
