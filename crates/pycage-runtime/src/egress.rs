@@ -396,17 +396,18 @@ fn shorten(text: &str) -> String {
 
 /// One connection from the program: read its request, decide, relay.
 async fn serve(shared: Arc<Shared>, id: usize, mut client: TcpStream) {
-    let reason = match relay(&shared, id, &mut client).await {
-        Ok(reason) => reason,
+    match relay(&shared, id, &mut client).await {
+        Ok(reason) => shared.close(id, reason),
         Err(refusal) => {
-            // Best effort: the program may be gone already.
+            // Recorded first: the run may settle (and this task end) as
+            // soon as the program has read the answer.
             let answer = response(refusal.status, &refusal.reason);
+            shared.close(id, Some(refusal.reason));
+            // Best effort: the program may be gone already.
             let _ = tokio::time::timeout(HEAD_TIMEOUT, client.write_all(answer.as_bytes())).await;
             let _ = client.shutdown().await;
-            Some(refusal.reason)
         }
-    };
-    shared.close(id, reason);
+    }
 }
 
 /// `Ok(reason)`: the connection was relayed (the reason is set when it

@@ -406,7 +406,7 @@ impl Prepared {
             found: kernel.to_string(),
             required: landlock_rules::MIN_ABI as u32,
         })?;
-        let ruleset = landlock_rules::build_ruleset(&plan, landlock_abi)?;
+        let ruleset = landlock_rules::build_ruleset(&plan, landlock_abi, policy.egress_port)?;
         let network = match policy.egress_port {
             Some(_) => seccomp::Network::LoopbackTcp,
             None => seccomp::Network::None,
