@@ -324,6 +324,19 @@ fn output_schema() -> Value {
     })
 }
 
+/// What the description says of the network: none, or the allow-list.
+fn network_rule(c: &pycage_runtime::RuntimeConfig) -> String {
+    if c.allow_net.is_empty() {
+        return "the network is not (use the functions).".to_owned();
+    }
+    let hosts: Vec<String> = c.allow_net.iter().map(ToString::to_string).collect();
+    format!(
+        "the network is reachable only at {} through the HTTP proxy in HTTPS_PROXY/HTTP_PROXY \
+         (urllib.request uses it as is; other hosts and ports are refused with HTTP 403; there is no DNS in the program).",
+        hosts.join(", ")
+    )
+}
+
 /// The `run_python` description: rules, budgets and the stubs (or one-line
 /// summaries when the stubs would take it over `max_bytes`).
 pub fn description(
@@ -348,7 +361,7 @@ pub fn description(
          - print() output is returned in `logs` (up to {} bytes); the value may be up to {} bytes. Return only what you need.\n\
          - Budgets: {} s wall clock, {} s CPU, {} MiB memory.\n\
          - A failed function call raises an exception (the namespace's error class below); catch it to go on.\n\
-         - The standard library is available; the network is not (use the functions).\n\
+         - The standard library is available; {}\n\
          \n\
          Result: {{\"value\": ..., \"logs\": [...], \"error\": {{\"kind\": ..., \"message\": ...}}}} (error only when the run failed).\n",
         runtime.interpreter().version.0,
@@ -359,6 +372,7 @@ pub fn description(
         c.wall_time.as_secs_f64(),
         c.cpu_seconds,
         c.address_space_bytes / (1024 * 1024),
+        network_rule(c),
     );
     if bindings.stubs.is_empty() {
         d.push_str("\nNo functions are configured: the program can only compute.\n");
