@@ -145,6 +145,33 @@ out['proxy_env'] = [os.environ.get(k) for k in ('HTTP_PROXY', 'https_proxy', 'NO
 return out
 "#;
 
+/// What a program may send the proxy by hand: each answered with a status
+/// line that says what was wrong, and none of them holding up the others
+/// (one connection stays silent throughout).
+const HOSTILE: &str = r#"
+import socket
+HTTP = __HTTP__
+def status(data):
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=20)
+    s.sendall(data)
+    line = s.makefile('rb').readline()
+    s.close()
+    return line.decode().strip()
+silent = socket.create_connection(('127.0.0.1', 3128), timeout=20)
+url = b'http://127.0.0.1:%d' % HTTP
+out = [
+    status(b'GET / HTTP/1.1\r\nHost: x\r\n\r\n'),
+    status(b'hello\r\n\r\n'),
+    status(b'CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n'),
+    status(b'GET http://user:pw@127.0.0.1:%d/ HTTP/1.1\r\n\r\n' % HTTP),
+    status(b'GET ' + url + b'/ HTTP/1.1\r\nX: ' + b'a' * 20000 + b'\r\n\r\n'),
+    status(b'GET ' + url + b'/ HTTP/1.1\r\n' + b'X: a\r\n' * 100 + b'\r\n'),
+    status(b'GET ' + url + b'/ok HTTP/1.1\r\n\r\n'),
+]
+silent.close()
+return out
+"#;
+
 async fn suite(spawn: SpawnMode) {
     let servers = Servers::start();
     // A port of the host that is listening but not allowed: nothing of the
@@ -241,6 +268,31 @@ async fn suite(spawn: SpawnMode) {
     assert_eq!((network.refused_over_budget, network.budget_exceeded), (0, None));
     let json = r.to_json().to_canonical_string();
     assert!(json.contains("\"network\":{\"connections\":[{\"method\":\"GET\",\"host\":\"127.0.0.1\""), "{json}");
+
+    let r = rt.run(RunRequest::new(HOSTILE.replace("__HTTP__", &servers.http.to_string()))).await.unwrap();
+    let got: Vec<String> =
+        value(&r).root().as_array().unwrap().map(|line| line.as_str().unwrap_or_default().to_owned()).collect();
+    let expected = [
+        "HTTP/1.1 400 pycage egress: this is an HTTP proxy; send CONNECT HOST:PORT or an absolute http:// URL",
+        "HTTP/1.1 400 pycage egress: not an HTTP request",
+        "HTTP/1.1 400 pycage egress: CONNECT needs HOST:PORT",
+        "HTTP/1.1 400 pycage egress: credentials in the URL are not sent on",
+        "HTTP/1.1 431 pycage egress: the request head is over 16384 bytes",
+        "HTTP/1.1 431 pycage egress: the request has over 64 headers",
+        "HTTP/1.1 200 OK",
+    ];
+    assert_eq!(got.len(), expected.len(), "{got:?}");
+    for (line, prefix) in got.iter().zip(expected) {
+        assert!(line.starts_with(prefix), "{line:?} does not start with {prefix:?}");
+    }
+    let network = r.network.as_ref().unwrap();
+    assert_eq!(network.connections.len(), 8, "{network:?}");
+    let silent = &network.connections[0];
+    assert_eq!((silent.method.as_str(), silent.allowed), ("", false), "{silent:?}");
+    // Closed by the program just before it returned: the proxy may see the
+    // end of stream first, or the run's settling.
+    let why = silent.reason.as_deref().unwrap_or_default();
+    assert!(why.contains("closed before a complete request") || why == "cut: the run settled", "{silent:?}");
 
     // A session's cells are reported one by one.
     let session = rt.session(SessionOptions::default()).unwrap();
