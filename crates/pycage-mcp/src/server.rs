@@ -465,3 +465,20 @@ pub async fn serve_http(
         .await
         .map_err(ServeError::Http)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_states_the_allow_list() {
+        let mut c = pycage_runtime::RuntimeConfig::default();
+        assert_eq!(network_rule(&c), "the network is not (use the functions).");
+        c.allow_net = vec!["api.example.com".parse().unwrap(), "10.0.0.5:8080".parse().unwrap()];
+        let rule = network_rule(&c);
+        assert!(
+            rule.starts_with("the network is reachable only at api.example.com:443, 10.0.0.5:8080 through"),
+            "{rule}"
+        );
+    }
+}
