@@ -250,18 +250,23 @@ async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<Shared>, sto
 /// A connection past `max_net_connections`: answered without a task (so
 /// no number of them costs the host more than the accept), and closed.
 fn refuse_at_once(stream: TcpStream, budget: u64) {
+    // Plain non-blocking calls: tokio's `try_read`/`try_write` answer
+    // `WouldBlock` without asking the kernel until its reactor has seen
+    // the socket ready, which a socket accepted a moment ago never was.
+    let Ok(mut stream) = stream.into_std() else { return };
     // Reading what the program already sent first lets the close be a
-    // FIN, not a reset that could overtake the answer.
+    // FIN, not a reset.
     let mut sink = [0u8; 4096];
     for _ in 0..4 {
-        match stream.try_read(&mut sink) {
+        match std::io::Read::read(&mut stream, &mut sink) {
             Ok(n) if n > 0 => {}
             _ => break,
         }
     }
     let answer =
         response(429, &format!("pycage egress: the run's connection budget (max_net_connections = {budget}) is spent"));
-    let _ = stream.try_write(answer.as_bytes());
+    // A fresh socket's send buffer takes the whole answer at once.
+    let _ = std::io::Write::write(&mut stream, answer.as_bytes());
 }
 
 /// An HTTP answer from the proxy itself: the status line carries the

@@ -330,6 +330,10 @@ async fn budgets(spawn: SpawnMode, servers: &Servers, ca: &Path) {
     let got = r.value.as_ref().map(|v| v.to_canonical_string()).unwrap_or_default();
     assert!(got.starts_with("[true,true,\""), "{got} {:?}", r.error);
     assert!(!got.contains("true,true,true"), "{got}");
+    assert!(
+        got.contains("HTTP Error 429: pycage egress: the run's connection budget (max_net_connections = 2) is spent"),
+        "{got}"
+    );
     let network = r.network.as_ref().unwrap();
     assert_eq!(network.connections.len(), 2);
     assert_eq!((network.refused_over_budget, network.budget_exceeded), (2, Some(NetBudget::Connections)));
