@@ -24,8 +24,8 @@
 //! The target must be on the allow-list exactly (name or address literal,
 //! and port: [`NetRule::allows`]); names are resolved on the host, only
 //! once they are allowed. A refusal is an HTTP error whose status line
-//! says why (`403 pycage egress: evil.example:443 is not on the
-//! allow-list`), which Python shows in its exception.
+//! says why (`403 pycage egress: evil.example is not on the allow-list`),
+//! which Python shows in its exception.
 //!
 //! Bounds: the request head is at most [`MAX_HEAD_BYTES`] and must arrive
 //! within [`HEAD_TIMEOUT`]; connecting upstream (resolution included) takes
@@ -316,6 +316,13 @@ async fn read_head(stream: &mut TcpStream) -> Result<Head, Refusal> {
             return Err(Refusal::new(400, "pycage egress: the connection closed before a complete request"));
         }
         len += n;
+        // A head ends with an empty line: parse only once one may have
+        // arrived, so a head sent a byte at a time costs one scan per byte.
+        let fresh = buf.get(len.saturating_sub(n + 3)..len).unwrap_or_default();
+        let ended = fresh.windows(2).any(|w| w == b"\n\n") || fresh.windows(3).any(|w| w == b"\n\r\n");
+        if !ended && len < buf.len() {
+            continue;
+        }
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut request = httparse::Request::new(&mut headers);
         match request.parse(buf.get(..len).unwrap_or_default()) {
