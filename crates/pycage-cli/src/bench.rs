@@ -665,12 +665,7 @@ impl Report<'_> {
                 continue;
             }
             let cpu = cpu.map_or_else(|| "-".to_owned(), |c| format!("{:.2} ms", ms(c)));
-            l.push(format!(
-                "  {:<22} {:>16.2} ms {:>7.2} ms    {cpu}",
-                label,
-                ms(s.p50()),
-                ms(s.quantile(0.99))
-            ));
+            l.push(format!("  {:<22} {:>16.2} ms {:>7.2} ms    {cpu}", label, ms(s.p50()), ms(s.quantile(0.99))));
         }
         l.push(String::new());
         l.push("runs per second (zygote; runs that succeeded)".into());

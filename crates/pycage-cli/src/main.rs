@@ -147,6 +147,12 @@ fn default_max_unread_reply_bytes() -> u64 {
 fn default_max_buffered_events() -> usize {
     RuntimeConfig::default().max_buffered_events
 }
+fn default_max_net_bytes() -> u64 {
+    RuntimeConfig::default().max_net_bytes
+}
+fn default_max_net_connections() -> u64 {
+    RuntimeConfig::default().max_net_connections
+}
 
 /// Budgets, interpreter and isolation of runs: shared by `run` and `mcp`.
 #[derive(Debug, Args)]
@@ -204,6 +210,23 @@ struct RuntimeArgs {
     /// falls behind slows the run down instead of losing lines.
     #[arg(long, value_name = "N", default_value_t = default_max_buffered_events())]
     max_buffered_events: usize,
+
+    /// Let sandboxed runs reach HOST:PORT through pycage's HTTP proxy on
+    /// the host, and nothing else (repeatable). Without a port, 443. The
+    /// program sees HTTP_PROXY/HTTPS_PROXY; names resolve on the host and
+    /// match exactly (a name is not its address). Off by default: no network.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    allow_net: Vec<pycage_runtime::NetRule>,
+
+    /// Bytes a run may send and receive through --allow-net, all
+    /// connections together; the transfer that crosses it is cut.
+    #[arg(long, value_name = "N", default_value_t = default_max_net_bytes())]
+    max_net_bytes: u64,
+
+    /// Connections a run may make to the --allow-net proxy (refused ones
+    /// included); more are refused.
+    #[arg(long, value_name = "N", default_value_t = default_max_net_connections())]
+    max_net_connections: u64,
 
     /// Command bindings running at once, for every run together.
     #[arg(long, value_name = "N", default_value_t = pycage_bindings::slots::DEFAULT_TOTAL)]
@@ -306,6 +329,9 @@ impl RuntimeArgs {
             max_calls_in_flight: self.max_calls_in_flight,
             max_unread_reply_bytes: self.max_unread_reply_bytes,
             max_buffered_events: self.max_buffered_events,
+            allow_net: self.allow_net.clone(),
+            max_net_bytes: self.max_net_bytes,
+            max_net_connections: self.max_net_connections,
             // One run per process: a new interpreter is cheaper than a
             // zygote plus a pool; the probe is cached across invocations.
             spawn: pycage_runtime::SpawnMode::Exec,
@@ -334,6 +360,13 @@ fn flag_message(e: &ConfigError) -> String {
             format!("--max-unread-reply-bytes must be at least {}", pycage_runtime::config::MIN_UNREAD_REPLY_BYTES)
         }
         "max_buffered_events" => "--max-buffered-events must be between 1 and 1048576".to_owned(),
+        "allow_net" => "--allow-net cannot be enforced with --isolation process (its runs share the host's \
+                        network, so they could connect anywhere): use --isolation sandbox"
+            .to_owned(),
+        "max_net_bytes" => "--max-net-bytes must be at least 1".to_owned(),
+        "max_net_connections" => {
+            format!("--max-net-connections must be between 1 and {}", pycage_runtime::config::MAX_NET_CONNECTIONS)
+        }
         // Fields no flag sets: the defaults are valid, so this is a bug.
         _ => e.to_string(),
     }
@@ -546,9 +579,11 @@ mod tests {
         run_config(&["--max-unread-reply-bytes", &min_unread]).unwrap();
         let message = run_config(&["--max-unread-reply-bytes", &below]).unwrap_err().to_string();
         assert_eq!(message, format!("--max-unread-reply-bytes must be at least {min_unread}"));
-        for (flag, top, over) in
-            [("--max-calls-in-flight", "65536", "65537"), ("--max-buffered-events", "1048576", "1048577")]
-        {
+        for (flag, top, over) in [
+            ("--max-calls-in-flight", "65536", "65537"),
+            ("--max-buffered-events", "1048576", "1048577"),
+            ("--max-net-connections", "4096", "4097"),
+        ] {
             run_config(&[flag, "1"]).unwrap();
             run_config(&[flag, top]).unwrap();
             for bad in ["0", over] {
@@ -556,6 +591,21 @@ mod tests {
                 assert_eq!(message, format!("{flag} must be between 1 and {top}"));
             }
         }
+    }
+
+    #[test]
+    fn allow_net_is_checked_by_its_flag() {
+        run_config(&["--allow-net", "api.example.com", "--allow-net", "10.0.0.5:8080"]).unwrap();
+        assert_eq!(
+            run_config(&["--max-net-bytes", "0"]).unwrap_err().to_string(),
+            "--max-net-bytes must be at least 1"
+        );
+        let message = run_config(&["--isolation", "process", "--allow-net", "example.com"]).unwrap_err().to_string();
+        assert!(message.starts_with("--allow-net cannot be enforced with --isolation process"), "{message}");
+        let e = Cli::try_parse_from(["pycage", "run", "--allow-net", "https://a.com", "-c", "1"]).unwrap_err();
+        assert!(clap_message(&e).contains("is a URL; write HOST or HOST:PORT"), "{}", clap_message(&e));
+        let e = Cli::try_parse_from(["pycage", "run", "--allow-net", "a.com:0", "-c", "1"]).unwrap_err();
+        assert!(clap_message(&e).contains("invalid port"), "{}", clap_message(&e));
     }
 
     #[test]

@@ -474,6 +474,19 @@ pub fn description(runtime: &Runtime, bindings: &Bindings, max_bytes: usize, ses
     description_with(runtime, bindings, &options)
 }
 
+/// What the description says of the network: none, or the allow-list.
+fn network_rule(c: &pycage_runtime::RuntimeConfig) -> String {
+    if c.allow_net.is_empty() {
+        return "the network is not (use the functions).".to_owned();
+    }
+    let hosts: Vec<String> = c.allow_net.iter().map(ToString::to_string).collect();
+    format!(
+        "the network is reachable only at {} through the HTTP proxy in HTTPS_PROXY/HTTP_PROXY \
+         (urllib.request uses it as is; other hosts and ports are refused with HTTP 403; there is no DNS in the program).",
+        hosts.join(", ")
+    )
+}
+
 /// The `run_python` description: rules, budgets and the stubs (or one-line
 /// summaries when the stubs would take it over `max_description_bytes`).
 pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &ServerOptions) -> String {
@@ -499,7 +512,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
          - print() output is returned in `logs` (up to {} bytes); the value may be up to {} bytes. Return only what you need.\n\
          - Budgets: {} s wall clock, {} s CPU, {} MiB memory.\n\
          - A failed function call raises an exception (the namespace's error class below); catch it to go on.\n\
-         - The standard library is available; the network is not (use the functions).\n\
+         - The standard library is available; {}\n\
          - Files (not with `session`): `files` {{\"name\": \"text\" or {{\"base64\": \"...\"}}}} (at most {} files, {} each, {} in all) \
          appear read-only in the working directory; with `\"return_files\": true`, what the program writes under `out/` comes back ({}).\n\
          \n\
@@ -512,6 +525,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
         c.wall_time.as_secs_f64(),
         c.cpu_seconds,
         c.address_space_bytes / (1024 * 1024),
+        network_rule(c),
         files.max_files,
         size(files.max_file_bytes),
         size(files.max_total_bytes),
@@ -581,5 +595,22 @@ impl ServerHandler for CodeModeServer {
             r = self.forward(exposed, request) => r.map(CallToolResponse::Complete),
             _ = ct.cancelled() => Err(McpError::internal_error("cancelled by the client", None)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_states_the_allow_list() {
+        let mut c = pycage_runtime::RuntimeConfig::default();
+        assert_eq!(network_rule(&c), "the network is not (use the functions).");
+        c.allow_net = vec!["api.example.com".parse().unwrap(), "10.0.0.5:8080".parse().unwrap()];
+        let rule = network_rule(&c);
+        assert!(
+            rule.starts_with("the network is reachable only at api.example.com:443, 10.0.0.5:8080 through"),
+            "{rule}"
+        );
     }
 }

@@ -215,7 +215,7 @@ impl NativeRuntime {
         max_log_bytes=None, max_value_bytes=None, max_line_bytes=None, max_control_bytes=None, grace_seconds=None,
         allow_read=None, run_dir_parent=None, max_processes=None, max_file_bytes=None, max_open_files=None,
         spawn=None, pool_size=None, max_concurrent_runs=None, zygote_max_runs=None, zygote_max_age_seconds=None,
-        cache_dir=None, probe_cache=true))]
+        cache_dir=None, probe_cache=true, allow_net=None, max_net_bytes=None, max_net_connections=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn new(
         py: Python<'_>,
@@ -241,6 +241,9 @@ impl NativeRuntime {
         zygote_max_age_seconds: Option<f64>,
         cache_dir: Option<PathBuf>,
         probe_cache: bool,
+        allow_net: Option<Vec<String>>,
+        max_net_bytes: Option<u64>,
+        max_net_connections: Option<u64>,
     ) -> PyResult<Self> {
         let cache_dir = if probe_cache { cache_dir.or_else(pycage_runtime::default_cache_dir) } else { None };
         let mut c = RuntimeConfig { python, run_dir_parent, cache_dir, ..RuntimeConfig::default() };
@@ -290,6 +293,14 @@ impl NativeRuntime {
         c.max_processes = max_processes.unwrap_or(c.max_processes);
         c.max_file_bytes = max_file_bytes.unwrap_or(c.max_file_bytes);
         c.max_open_files = max_open_files.unwrap_or(c.max_open_files);
+        for rule in allow_net.unwrap_or_default() {
+            let parsed = rule.parse::<pycage_runtime::NetRule>().map_err(|e| {
+                error(py, "ConfigError", format!("invalid pycage.Runtime argument: allow_net item {e}"))
+            })?;
+            c.allow_net.push(parsed);
+        }
+        c.max_net_bytes = max_net_bytes.unwrap_or(c.max_net_bytes);
+        c.max_net_connections = max_net_connections.unwrap_or(c.max_net_connections);
         // The probe starts an interpreter: let other Python threads run.
         let runtime = py.detach(|| Runtime::new(c)).map_err(|e| start_error(py, e))?;
         Ok(NativeRuntime { inner: Some(runtime), pid: std::process::id() })
@@ -321,6 +332,9 @@ impl NativeRuntime {
         d.set_item("zygote_max_runs", c.zygote_max_runs)?;
         d.set_item("zygote_max_age_seconds", c.zygote_max_age.as_secs_f64())?;
         d.set_item("cache_dir", c.cache_dir.clone())?;
+        d.set_item("allow_net", c.allow_net.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+        d.set_item("max_net_bytes", c.max_net_bytes)?;
+        d.set_item("max_net_connections", c.max_net_connections)?;
         Ok(d.into_any())
     }
 

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use pycage_protocol::limits;
 
+use crate::net::NetRule;
+
 /// How a run is contained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Isolation {
@@ -149,6 +151,18 @@ pub struct RuntimeConfig {
     /// reading the child until there is room), and never loses an event;
     /// the run's wall clock keeps running meanwhile.
     pub max_buffered_events: usize,
+    /// The egress allow-list (sandbox isolation only): the hosts and ports
+    /// a run may reach through the host's HTTP proxy (`HTTP_PROXY` and
+    /// `HTTPS_PROXY` in the run's environment). Empty (the default): the
+    /// run has no network at all. See `docs/sandbox.md`, "Egress".
+    pub allow_net: Vec<NetRule>,
+    /// Bytes a run may send and receive through the egress proxy, all
+    /// connections together; the connection that would cross it is cut
+    /// there, and later ones are refused.
+    pub max_net_bytes: u64,
+    /// Connections a run may make to the egress proxy, refused ones
+    /// included; more are refused.
+    pub max_net_connections: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -184,6 +198,9 @@ impl Default for RuntimeConfig {
             max_calls_in_flight: DEFAULT_MAX_CALLS_IN_FLIGHT,
             max_unread_reply_bytes: 16 * 1024 * 1024,
             max_buffered_events: 1024,
+            allow_net: Vec::new(),
+            max_net_bytes: 64 * 1024 * 1024,
+            max_net_connections: 64,
         }
     }
 }
@@ -203,6 +220,9 @@ pub const DEFAULT_MAX_CALLS_IN_FLIGHT: usize = 256;
 /// the kernel buffers of one socket, so the budget is about memory the
 /// host holds, not about the channel's own buffer.
 pub const MIN_UNREAD_REPLY_BYTES: u64 = 256 * 1024;
+
+/// Most connections [`RuntimeConfig::max_net_connections`] may allow.
+pub const MAX_NET_CONNECTIONS: u64 = 4096;
 
 /// Smallest run tmpfs.
 pub const MIN_DISK_BYTES: u64 = 1024 * 1024;
@@ -281,6 +301,19 @@ impl RuntimeConfig {
         if self.disk_bytes < MIN_DISK_BYTES {
             return err("disk_bytes", &format!("must be at least {MIN_DISK_BYTES} (1 MiB)"));
         }
+        if !self.allow_net.is_empty() && self.isolation == Isolation::Process {
+            return err(
+                "allow_net",
+                "cannot be enforced under process isolation: its runs share the host's network, so they could \
+                 connect anywhere; use sandbox isolation, or leave allow_net empty",
+            );
+        }
+        if self.max_net_bytes == 0 {
+            return err("max_net_bytes", "must be at least 1");
+        }
+        if self.max_net_connections == 0 || self.max_net_connections > MAX_NET_CONNECTIONS {
+            return err("max_net_connections", &format!("must be between 1 and {MAX_NET_CONNECTIONS}"));
+        }
         Ok(())
     }
 }
@@ -319,5 +352,14 @@ mod tests {
         assert_eq!(bad(|c| c.max_calls_in_flight = 0).field, "max_calls_in_flight");
         assert_eq!(bad(|c| c.max_unread_reply_bytes = 1024).field, "max_unread_reply_bytes");
         assert_eq!(bad(|c| c.max_buffered_events = 0).field, "max_buffered_events");
+        assert_eq!(bad(|c| c.max_net_bytes = 0).field, "max_net_bytes");
+        assert_eq!(bad(|c| c.max_net_connections = 0).field, "max_net_connections");
+        assert_eq!(bad(|c| c.max_net_connections = MAX_NET_CONNECTIONS + 1).field, "max_net_connections");
+        let process_with_net = bad(|c| {
+            c.isolation = Isolation::Process;
+            c.allow_net = vec!["example.com".parse().unwrap()];
+        });
+        assert_eq!(process_with_net.field, "allow_net");
+        assert!(process_with_net.problem.contains("process isolation"), "{}", process_with_net.problem);
     }
 }

@@ -42,7 +42,8 @@
 //!    `process` (signals, pidfds, `wait4`, a runtime's reaper thread, what a
 //!    forked child does before exec), `bindings`, [`config`] (validated
 //!    budgets), [`files`], [`ledger`] (logs), `channel` (reading fd 3),
-//!    [`lease`], [`names`] (the portable identifier rules), `outcome`
+//!    [`lease`], [`names`] (the portable identifier rules), [`net`] (the
+//!    egress allow-list and the network report), `outcome`
 //!    (results, failure kinds, events), [`watchdog`] (run-wide CPU and
 //!    memory).
 //! 2. [`interpreter`] and `probe_cache` (resolving and probing CPython
@@ -50,7 +51,8 @@
 //!    `request` (what a caller asks of a run).
 //! 3. `launch`: every way a run's process is made (exec, exec into a
 //!    sandbox, the zygote, its pool and the sandbox shells its children
-//!    join), with typed errors.
+//!    join), with typed errors; `egress`: the HTTP proxy a sandboxed run
+//!    with an allow-list reaches the network through.
 //! 4. `run`: a sans-I/O protocol machine and the driver around it.
 //! 5. `lifecycle`: the one run sequence (admission, a worker, execution,
 //!    settling, output, refill) and the `Core` every run of a runtime shares.
@@ -63,6 +65,7 @@ mod bindings;
 mod channel;
 pub mod cleanup;
 pub mod config;
+mod egress;
 mod error;
 pub mod files;
 pub mod interpreter;
@@ -71,6 +74,7 @@ pub mod lease;
 pub mod ledger;
 mod lifecycle;
 pub mod names;
+pub mod net;
 mod outcome;
 mod probe_cache;
 mod process;
@@ -92,6 +96,7 @@ pub use launch::site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
 pub use launch::spawn::{SpawnError, StartError};
 pub use launch::zygote::ZygoteError;
 pub use names::NameError;
+pub use net::{Connection, NetBudget, NetHost, NetRule, NetRuleError, NetworkReport};
 pub use outcome::{FailureKind, RunEvent, RunFailure, RunResult};
 pub use probe_cache::default_cache_dir;
 pub use pycage_protocol::JsonValue;

@@ -31,6 +31,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::bindings::{Namespace, RunId};
 use crate::config::RuntimeConfig;
+use crate::egress::Egress;
 use crate::error::RuntimeError;
 use crate::launch::site::{self, RunSite};
 use crate::launch::spawn::Worker;
@@ -246,6 +247,15 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         Some(()) => session_watch(scope, budget, rt.scan_cache()),
     };
     let machine = RunMachine::new(&config, opening, program, bindings, events.is_some());
+    // With an allow-list, the run's connections are served while it is in
+    // flight (a session's, cell by cell), and reported with its result.
+    let egress = site.egress_listener().and_then(|listener| match listener.and_then(|l| Egress::start(l, &config)) {
+        Ok(egress) => Some(egress),
+        Err(e) => {
+            tracing::warn!("the run's egress proxy could not start: {e}");
+            None
+        }
+    });
     let (transcript, transcript_written) = match transcript.map(std::fs::File::create) {
         None => (None, None),
         Some(Ok(file)) => {
@@ -267,6 +277,9 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         transcript,
     };
     let (mut result, after) = run::execute(worker, machine, inputs).await;
+    if let Some(egress) = egress {
+        result.network = Some(egress.finish().await);
+    }
     if let Some(written) = transcript_written {
         // The driver dropped its end: the writer finishes what it holds.
         let _ = written.await;

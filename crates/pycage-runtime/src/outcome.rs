@@ -4,6 +4,7 @@
 use pycage_protocol::JsonValue;
 
 use crate::files::CopyReport;
+use crate::net::NetworkReport;
 
 /// Why a run failed. The kinds are orthogonal (`docs/semantics.md`, "Outcomes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,6 +71,10 @@ pub struct RunResult {
     /// What was copied from the run's `out/` directory, when the request
     /// named an output directory ([`crate::RunRequest::output_dir`]).
     pub output: Option<CopyReport>,
+    /// What the run did through the egress proxy, when the runtime has an
+    /// allow-list (`RuntimeConfig::allow_net`): every connection, allowed
+    /// or refused, with its bytes.
+    pub network: Option<NetworkReport>,
 }
 
 impl RunResult {
@@ -82,7 +87,10 @@ impl RunResult {
     /// `[{path, bytes}]`, `skipped` `[{path, reason, kind}]` (`kind`:
     /// `excluded`, `limit` or `failed`, see [`crate::SkipKind`]), `bytes`,
     /// `truncated`, `complete`: nothing but excluded entries was skipped),
-    /// `error` `{kind, message}` (absent on success).
+    /// `network` (only with an egress allow-list: `connections` `[{method,
+    /// host, port, allowed, bytes_up, bytes_down, reason?}]`, `bytes_up`,
+    /// `bytes_down`, `refused_over_budget`, `budget_exceeded?`), `error`
+    /// `{kind, message}` (absent on success).
     pub fn to_json(&self) -> JsonValue {
         let mut b = pycage_protocol::JsonBuilder::new();
         // Each step is valid by construction; errors are impossible here.
@@ -101,6 +109,10 @@ impl RunResult {
             if let Some(output) = &self.output {
                 b.key("output")?;
                 output.write_json(&mut b)?;
+            }
+            if let Some(network) = &self.network {
+                b.key("network")?;
+                network.write_json(&mut b)?;
             }
             if let Some(e) = &self.error {
                 b.key("error")?;

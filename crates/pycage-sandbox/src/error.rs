@@ -266,11 +266,15 @@ pub enum Step {
     Seccomp,
     /// A shell's init handing its namespaces, root and ruleset to the host.
     JoinHandoff,
+    /// Bringing the run's `lo` up (egress only).
+    LoopbackUp,
+    /// Creating, binding or listening on the egress socket inside the run.
+    EgressListen,
 }
 
 impl Step {
     /// All steps, in the order [`crate::Prepared::enter`] runs them.
-    pub const ALL: [Step; 52] = [
+    pub const ALL: [Step; 54] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
@@ -300,6 +304,8 @@ impl Step {
         Step::WriteFile,
         Step::SetHostname,
         Step::LimitIpc,
+        Step::LoopbackUp,
+        Step::EgressListen,
         Step::RemountRootReadOnly,
         Step::OpenWorkDir,
         Step::OpenSupervisorPidfd,
@@ -390,6 +396,8 @@ impl Step {
             Step::LandlockNotEnforced => "landlock",
             Step::Seccomp => "seccomp",
             Step::JoinHandoff => "supervisor",
+            Step::LoopbackUp => "network namespace",
+            Step::EgressListen => "network namespace",
         }
     }
 
@@ -448,6 +456,8 @@ impl Step {
             Step::LandlockNotEnforced => "checking Landlock reports the ruleset fully enforced",
             Step::Seccomp => "installing the seccomp filter",
             Step::JoinHandoff => "sending the run's namespaces to the host (shell mode)",
+            Step::LoopbackUp => "bringing the run's lo up (SIOCSIFFLAGS)",
+            Step::EgressListen => "listening on the egress address inside the run",
         }
     }
 }

@@ -5,9 +5,11 @@
 //! anything not granted below is denied: read-only paths get
 //! execute/read-file/read-dir, devices get read/write/truncate/ioctl; the
 //! child adds the rules for what exists only in the new root (`/work`,
-//! `/tmp`, `/dev/shm` get everything, `/etc` and `/proc` read, `/` list). With ABI 4+ TCP bind and connect are handled
-//! with no rule (denied), and with ABI 6+ abstract-unix-socket and signal
-//! scoping confine the child to its own domain.
+//! `/tmp`, `/dev/shm` get everything, `/etc` and `/proc` read, `/` list).
+//! With ABI 4+ TCP bind and connect are handled with no rule (denied), but
+//! for connecting to the egress proxy's port when the run has egress; and
+//! with ABI 6+ abstract-unix-socket and signal scoping confine the child to
+//! its own domain.
 //!
 //! The targeted ABI is the kernel's, capped at [`TARGET_ABI`] (the newest
 //! ABI this code is tested against) and never below [`MIN_ABI`] (file
@@ -23,7 +25,7 @@
 //! across the new root, which holds only what was exposed.
 
 use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
@@ -111,8 +113,10 @@ pub fn access_for(kind: MountKind, node: NodeKind, abi: ABI) -> BitFlags<AccessF
     }
 }
 
-/// Build the ruleset for `plan` (parent side: opens host paths).
-pub fn build_ruleset(plan: &MountPlan, abi: ABI) -> Result<RulesetCreated, SandboxError> {
+/// Build the ruleset for `plan` (parent side: opens host paths). With
+/// `egress_port` (and ABI 4+), TCP connections to that port are allowed,
+/// to any address: the run's network namespace has only its loopback.
+pub fn build_ruleset(plan: &MountPlan, abi: ABI, egress_port: Option<u16>) -> Result<RulesetCreated, SandboxError> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
@@ -124,6 +128,9 @@ pub fn build_ruleset(plan: &MountPlan, abi: ABI) -> Result<RulesetCreated, Sandb
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(SandboxError::Landlock)?;
     }
     let mut created = ruleset.create().map_err(SandboxError::Landlock)?;
+    if let (Some(port), true) = (egress_port, abi >= ABI::V4) {
+        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(SandboxError::Landlock)?;
+    }
     for bind in &plan.binds {
         let fd = PathFd::new(&bind.source)
             .map_err(|source| SandboxError::LandlockPath { path: bind.source.clone(), source })?;

@@ -97,6 +97,24 @@ pub fn default_read_only_paths() -> Vec<PathBuf> {
     existing(&CANDIDATES)
 }
 
+/// The host's CA certificates (the TLS trust store), among those that
+/// exist here: Debian's and Alpine's `/etc/ssl/certs` (OpenSSL's default
+/// paths link there), Fedora's and RHEL's `/etc/pki` bundles, SUSE's
+/// `/var/lib/ca-certificates`. Exposed read-only to runs that may reach
+/// the network, so that certificate verification works as on the host.
+pub fn default_ca_paths() -> Vec<PathBuf> {
+    const CANDIDATES: [&str; 7] = [
+        "/etc/ssl/certs",
+        "/etc/ssl/cert.pem",
+        "/etc/ssl/ca-bundle.pem",
+        "/etc/pki/tls/certs",
+        "/etc/pki/tls/cert.pem",
+        "/etc/pki/ca-trust/extracted",
+        "/var/lib/ca-certificates",
+    ];
+    existing(&CANDIDATES)
+}
+
 /// The device nodes the child gets, among those that exist here:
 /// `/dev/null`, `/dev/zero`, `/dev/urandom`, `/dev/random`.
 pub fn default_devices() -> Vec<PathBuf> {

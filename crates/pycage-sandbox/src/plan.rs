@@ -164,6 +164,14 @@ pub struct SandboxPolicy {
     /// SysV shared memory of the run's IPC namespace, in bytes
     /// (`kernel.shmall`, and `kernel.shmmax` per segment).
     pub sysv_shm_bytes: u64,
+    /// Egress through the host: `Some(port)` brings the run's `lo` up, has
+    /// the supervisor listen on `127.0.0.1:port` inside the run's network
+    /// namespace and hand that socket to the host ([`crate::Handoff::egress`]),
+    /// and lets the program make TCP sockets (`AF_INET`, `SOCK_STREAM`):
+    /// with no route but loopback, the host's listener is all it can reach.
+    /// `None` (the default): no interface is up and only `AF_UNIX` sockets
+    /// can be made.
+    pub egress_port: Option<u16>,
 }
 
 /// The run's tmpfs gets one inode per this many bytes of `disk_bytes`
@@ -676,6 +684,7 @@ mod tests {
             max_open_files: 64,
             disk_bytes: 64 << 20,
             sysv_shm_bytes: 1 << 20,
+            egress_port: None,
         }
     }
 

@@ -51,11 +51,17 @@
 //!    create the symlinks and write the generated `/etc` files.
 //! 9. `sethostname`, and the IPC namespace's SysV limits (`kernel.shmmax`,
 //!    `shmall`, `shmmni`, `sem`): C is the root of the user namespace that
-//!    owns the IPC namespace, the only writer the kernel allows.
+//!    owns the IPC namespace, the only writer the kernel allows. With
+//!    egress ([`SandboxPolicy::egress_port`]), bring `lo` up and listen on
+//!    `127.0.0.1:<port>` (a TCP socket of the run's network namespace,
+//!    which has no other route): C holds `CAP_NET_ADMIN` over it, and a
+//!    socket stays in the namespace it was made in, so the host accepts
+//!    the program's connections on it with no process in between.
 //! 10. Make the new root's tmpfs read-only, open the working directory
 //!     (`O_PATH`) for the host, open a pidfd on itself, the status pipe and
-//!     the "go" pipe, and fork G. Send G's pid and the working-directory fd
-//!     to the host (`SCM_RIGHTS`), then tell G to go on (so the program's
+//!     the "go" pipe, and fork G (which closes the egress listener at once).
+//!     Send G's pid, the working-directory fd and the egress listener to
+//!     the host (`SCM_RIGHTS`), then tell G to go on (so the program's
 //!     exec, which ends the host's `spawn()`, always follows the handoff),
 //!     close every other fd, wait for G, and exit the way the program did
 //!     (G reports its wait status on the status pipe).
@@ -175,6 +181,10 @@ const RECORD_LEN: usize = 8;
 
 /// The handoff message C sends the host: G's pid (little endian) and a tag.
 const HANDOFF_LEN: usize = 8;
+
+/// Connections to the egress listener the kernel queues before the host
+/// accepts them (more wait in `connect`).
+const EGRESS_BACKLOG: i32 = 128;
 const HANDOFF_TAG: [u8; 4] = *b"pycg";
 
 /// `MOUNT_ATTR_*` for each bind kind: (attributes, recursive).
@@ -267,6 +277,10 @@ pub struct Handoff {
     /// inside). It keeps the run's tmpfs alive after the run ends, until it
     /// is closed: the host reads the run's output through it.
     pub work_dir: OwnedFd,
+    /// With egress ([`SandboxPolicy::egress_port`]): a TCP socket listening
+    /// on `127.0.0.1:<port>` inside the run's network namespace. What the
+    /// host accepts on it are the program's connections to that address.
+    pub egress: Option<OwnedFd>,
 }
 
 /// What a shell's init hands the host once the run's root is complete: what
@@ -352,6 +366,8 @@ pub struct Prepared {
     /// Shell mode: the init process stops before the program and hands the
     /// run to the host (see [`Prepared::into_shell`]).
     shell: bool,
+    /// Where the supervisor listens for egress, inside the run.
+    egress: Option<std::net::SocketAddrV4>,
 }
 
 /// Which Landlock rights a directory of the new root gets.
@@ -390,8 +406,12 @@ impl Prepared {
             found: kernel.to_string(),
             required: landlock_rules::MIN_ABI as u32,
         })?;
-        let ruleset = landlock_rules::build_ruleset(&plan, landlock_abi)?;
-        let filters = seccomp::compile(seccomp::native_arch()?)?;
+        let ruleset = landlock_rules::build_ruleset(&plan, landlock_abi, policy.egress_port)?;
+        let network = match policy.egress_port {
+            Some(_) => seccomp::Network::LoopbackTcp,
+            None => seccomp::Network::None,
+        };
+        let filters = seccomp::compile_with(seccomp::native_arch()?, network)?;
         let (diag_read, diag_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
             .map_err(|e| SandboxError::Pipe(e.into()))?;
         let (handoff_read, handoff_write) = rustix::net::socketpair(
@@ -508,6 +528,7 @@ impl Prepared {
             handoff_write,
             shell: false,
             cgroup_procs: None,
+            egress: policy.egress_port.map(|port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)),
             plan,
         })
     }
@@ -536,6 +557,12 @@ impl Prepared {
         self.host_uid
     }
 
+    /// Where the program reaches the egress proxy, inside the run
+    /// (`127.0.0.1:<port>`), when the policy asked for egress.
+    pub fn egress_address(&self) -> Option<std::net::SocketAddrV4> {
+        self.egress
+    }
+
     /// The seccomp filters the program runs under.
     pub fn filters(&self) -> &Filters {
         &self.filters
@@ -553,7 +580,13 @@ impl Prepared {
             return None;
         }
         let init_pid = Pid::from_raw(i32::from_le_bytes([p0, p1, p2, p3]))?;
-        Some(Handoff { init_pid, work_dir: fds.into_iter().next()? })
+        let mut fds = fds.into_iter();
+        let work_dir = fds.next()?;
+        let egress = match self.egress {
+            Some(_) => Some(fds.next()?),
+            None => None,
+        };
+        Some(Handoff { init_pid, work_dir, egress })
     }
 
     /// One message of the handoff socket, without blocking: its length and
@@ -768,6 +801,7 @@ impl Prepared {
                 .map_err(at_entry(Step::LimitIpc, index))?;
             write_all(&file, value).map_err(|errno| Failure::at(Step::LimitIpc, index, errno))?;
         }
+        let egress = self.listen_for_egress()?;
         sys::mount_setattr(&self.staging, false, sys::MOUNT_ATTR_RDONLY)
             .map_err(|errno| Failure::new(Step::RemountRootReadOnly, errno))?;
         let work_dir = rustix::fs::open(
@@ -789,11 +823,12 @@ impl Prepared {
             Ok(0) => {
                 drop(status_read);
                 drop(work_dir);
+                drop(egress);
                 drop(go_write);
                 self.init(supervisor, status_write, go_read)
             }
             Ok(init) => {
-                self.send_handoff(init, work_dir.as_fd());
+                self.send_handoff(init, work_dir.as_fd(), egress.as_ref().map(AsFd::as_fd));
                 // Only now may G go on: the program's exec (which ends the
                 // host's `spawn()`) then always follows the handoff.
                 let _ = rustix::io::write(&go_write, b"g");
@@ -915,16 +950,41 @@ impl Prepared {
         Ok(())
     }
 
-    /// Tell the host G's pid and hand it the working directory. Failing to
-    /// send only costs the host its view of the run's files and processes.
-    fn send_handoff(&self, init: libc::pid_t, work_dir: BorrowedFd<'_>) {
+    /// Step 9, with egress: `lo` up, and a TCP socket listening on the
+    /// policy's loopback address, for the host. Made before G is forked
+    /// (which closes its copy at once) so that a failure is a step of
+    /// the spawn, with its errno.
+    fn listen_for_egress(&self) -> Result<Option<OwnedFd>, Failure> {
+        let Some(address) = self.egress else { return Ok(None) };
+        let socket = rustix::net::socket_with(
+            AddressFamily::INET,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(at(Step::EgressListen))?;
+        sys::loopback_up(socket.as_fd()).map_err(|errno| Failure::new(Step::LoopbackUp, errno))?;
+        rustix::net::bind(&socket, &address).map_err(at(Step::EgressListen))?;
+        rustix::net::listen(&socket, EGRESS_BACKLOG).map_err(at(Step::EgressListen))?;
+        Ok(Some(socket))
+    }
+
+    /// Tell the host G's pid and hand it the working directory (and the
+    /// egress listener). Failing to send only costs the host its view of
+    /// the run's files and processes (and the program its egress: the
+    /// listener closes with this process's descriptors).
+    fn send_handoff(&self, init: libc::pid_t, work_dir: BorrowedFd<'_>, egress: Option<BorrowedFd<'_>>) {
         let [p0, p1, p2, p3] = init.to_le_bytes();
         let [t0, t1, t2, t3] = HANDOFF_TAG;
         let data = [p0, p1, p2, p3, t0, t1, t2, t3];
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
         let mut control = SendAncillaryBuffer::new(&mut space);
-        let fds = [work_dir];
-        if control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        let both = [work_dir, egress.unwrap_or(work_dir)];
+        let fds = match egress {
+            Some(_) => &both[..],
+            None => &both[..1],
+        };
+        if control.push(SendAncillaryMessage::ScmRights(fds)) {
             let _ = rustix::net::sendmsg(
                 &self.handoff_write,
                 &[io::IoSlice::new(&data)],

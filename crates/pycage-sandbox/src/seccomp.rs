@@ -28,6 +28,11 @@
 //!   neither a process's RSS nor a size-capped tmpfs, so it would escape
 //!   every memory budget.
 //!
+//! With egress on ([`Network::LoopbackTcp`]), `socket` also takes IPv4
+//! TCP (`AF_INET`, `SOCK_STREAM`, protocol 0 or `IPPROTO_TCP`), so the
+//! program can reach the egress proxy on its loopback; raw, UDP, IPv6,
+//! netlink, packet and every other socket keep failing with `EPERM`.
+//!
 //! The 32-bit entry points are denied: a syscall made with another audit
 //! architecture (`int 0x80` on x86_64, AArch32 on aarch64) kills the
 //! process, and x86_64's x32 numbers (bit 30 set) match no rule, so they
@@ -124,6 +129,21 @@ pub const PERSONALITY_DEFAULTS: &[u64] = &[0, 0xffff_ffff];
 
 /// Socket domains allowed for `socket` and `socketpair`.
 pub const SOCKET_DOMAINS: &[u64] = &[libc::AF_UNIX as u64];
+
+/// Which sockets the program may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Network {
+    /// `AF_UNIX` only: the run has no network.
+    #[default]
+    None,
+    /// `AF_UNIX`, and IPv4 TCP (`AF_INET`, `SOCK_STREAM`, protocol 0 or
+    /// `IPPROTO_TCP`, with any of `SOCK_NONBLOCK`/`SOCK_CLOEXEC`): for the
+    /// egress proxy on the run's loopback. Nothing else of `AF_INET`.
+    LoopbackTcp,
+}
+
+/// The `SOCK_*` type bits of `socket`'s second argument (`SOCK_TYPE_MASK`).
+const SOCKET_TYPE_MASK: u64 = 0xf;
 
 /// `ioctl` requests that inject input into a terminal (`TIOCSTI`) or reach
 /// the console driver (`TIOCLINUX`).
@@ -334,8 +354,13 @@ pub fn native_arch() -> Result<TargetArch, SandboxError> {
     }
 }
 
-/// Compile [`policy`] for `arch`.
+/// Compile [`policy`] for `arch`, without network ([`Network::None`]).
 pub fn compile(arch: TargetArch) -> Result<Filters, SandboxError> {
+    compile_with(arch, Network::None)
+}
+
+/// Compile [`policy`] for `arch`, with the sockets `network` allows.
+pub fn compile_with(arch: TargetArch, network: Network) -> Result<Filters, SandboxError> {
     if matches!(arch, TargetArch::riscv64) {
         return Err(SandboxError::UnsupportedArch { arch: "riscv64" });
     }
@@ -358,6 +383,11 @@ pub fn compile(arch: TargetArch) -> Result<Filters, SandboxError> {
             Verdict::Enosys => {}
         }
     }
+    if network == Network::LoopbackTcp {
+        if let Some(nr) = syscall_number("socket", arch) {
+            denied.insert(i64::from(nr), loopback_tcp_socket_rules()?);
+        }
+    }
     let build = |rules, mismatch, matched| -> Result<BpfProgram, SandboxError> {
         SeccompFilter::new(rules, mismatch, matched, arch).and_then(BpfProgram::try_from).map_err(SandboxError::Seccomp)
     };
@@ -365,6 +395,33 @@ pub fn compile(arch: TargetArch) -> Result<Filters, SandboxError> {
         allow: build(allowed, SeccompAction::Errno(libc::ENOSYS as u32), SeccompAction::Allow)?,
         deny: build(denied, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32))?,
     })
+}
+
+/// When `socket` fails with `EPERM` under [`Network::LoopbackTcp`] (rules
+/// ORed, conditions ANDed): a domain other than `AF_UNIX` and `AF_INET`; an
+/// `AF_INET` type other than `SOCK_STREAM` (classic BPF has no "masked not
+/// equal", so each other value of the type bits is listed); an `AF_INET`
+/// protocol other than 0 and `IPPROTO_TCP` (`IPPROTO_MPTCP` included).
+fn loopback_tcp_socket_rules() -> Result<Vec<SeccompRule>, SandboxError> {
+    let rule = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(SandboxError::Seccomp);
+    let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SandboxError::Seccomp)
+    };
+    let unix = libc::AF_UNIX as u64;
+    let inet = libc::AF_INET as u64;
+    let mut rules = vec![rule(vec![condition(0, SeccompCmpOp::Ne, unix)?, condition(0, SeccompCmpOp::Ne, inet)?])?];
+    for kind in (0..=SOCKET_TYPE_MASK).filter(|&t| t != libc::SOCK_STREAM as u64) {
+        rules.push(rule(vec![
+            condition(0, SeccompCmpOp::Eq, inet)?,
+            condition(1, SeccompCmpOp::MaskedEq(SOCKET_TYPE_MASK), kind)?,
+        ])?);
+    }
+    rules.push(rule(vec![
+        condition(0, SeccompCmpOp::Eq, inet)?,
+        condition(2, SeccompCmpOp::Ne, 0)?,
+        condition(2, SeccompCmpOp::Ne, libc::IPPROTO_TCP as u64)?,
+    ])?);
+    Ok(rules)
 }
 
 /// The seccompiler rules (ORed; conditions within one rule ANDed) that
@@ -643,6 +700,37 @@ mod tests {
         let f = compile(TargetArch::x86_64).unwrap();
         assert_eq!(outcome_nr(&f, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT, [0; 6]), enosys, "x32 read");
         assert_eq!(outcome_nr(&f, AUDIT_ARCH_X86_64, X32_SYSCALL_BIT | 101, [0; 6]), enosys, "x32 ptrace");
+    }
+
+    #[test]
+    fn loopback_tcp_allows_ipv4_tcp_and_nothing_else_new() {
+        let allow = SECCOMP_RET_ALLOW;
+        let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let inet = libc::AF_INET as u64;
+        let stream = libc::SOCK_STREAM as u64;
+        let flags = (libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u64;
+        for (arch, audit) in [(TargetArch::x86_64, AUDIT_ARCH_X86_64), (TargetArch::aarch64, AUDIT_ARCH_AARCH64)] {
+            let f = compile_with(arch, Network::LoopbackTcp).unwrap();
+            let o = |name: &str, args: [u64; 6]| outcome(&f, arch, audit, name, args);
+            assert_eq!(o("socket", [inet, stream, 0, 0, 0, 0]), allow);
+            assert_eq!(o("socket", [inet, stream | flags, libc::IPPROTO_TCP as u64, 0, 0, 0]), allow);
+            assert_eq!(o("socket", [libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64, 0, 0, 0, 0]), allow);
+            assert_eq!(o("socket", [inet, libc::SOCK_DGRAM as u64, 0, 0, 0, 0]), eperm, "UDP");
+            assert_eq!(o("socket", [inet, libc::SOCK_RAW as u64, 1, 0, 0, 0]), eperm, "raw ICMP");
+            assert_eq!(o("socket", [inet, libc::SOCK_RAW as u64 | flags, 255, 0, 0, 0]), eperm, "raw");
+            assert_eq!(o("socket", [inet, libc::SOCK_SEQPACKET as u64, 0, 0, 0, 0]), eperm);
+            assert_eq!(o("socket", [inet, 10, 0, 0, 0, 0]), eperm, "SOCK_PACKET");
+            assert_eq!(o("socket", [inet, stream, 262, 0, 0, 0]), eperm, "MPTCP");
+            assert_eq!(o("socket", [inet, stream, libc::IPPROTO_UDP as u64, 0, 0, 0]), eperm);
+            assert_eq!(o("socket", [libc::AF_INET6 as u64, stream, 0, 0, 0, 0]), eperm);
+            assert_eq!(o("socket", [libc::AF_NETLINK as u64, 3, 0, 0, 0, 0]), eperm);
+            assert_eq!(o("socket", [libc::AF_PACKET as u64, 3, 0, 0, 0, 0]), eperm);
+            assert_eq!(o("socketpair", [inet, stream, 0, 0, 0, 0]), eperm);
+            // Everything else is the default policy's.
+            let default = compile(arch).unwrap();
+            assert_eq!(f.allow, default.allow, "the allow filter does not depend on the network");
+            assert_eq!(o("ptrace", [0; 6]), eperm);
+        }
     }
 
     #[test]

@@ -91,6 +91,31 @@ pub(crate) fn install_seccomp(filter: &[u8]) -> Result<(), i32> {
     }
 }
 
+/// Bring the network namespace's `lo` up (`SIOCGIFFLAGS`, then
+/// `SIOCSIFFLAGS` with `IFF_UP`), through any socket of that namespace.
+/// Needs `CAP_NET_ADMIN` over the namespace.
+pub(crate) fn loopback_up(socket: BorrowedFd<'_>) -> Result<(), i32> {
+    // SAFETY: `ifreq` is plain old data (a name array and a union of
+    // integers and plain structs); all zeroes is a valid value of it.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: the kernel reads the name and writes the flags of a live,
+    // correctly sized `ifreq`, and keeps no pointer to it.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut request as *mut libc::ifreq) } != 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: SIOCGIFFLAGS filled the union's `ifru_flags` member.
+    let flags = unsafe { request.ifr_ifru.ifru_flags };
+    request.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    // SAFETY: as above; the kernel reads the name and the flags.
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS as _, &request as *const libc::ifreq) } != 0 {
+        return Err(last_errno());
+    }
+    Ok(())
+}
+
 /// Drop every capability of the calling thread: the bounding set, the
 /// ambient set, and the effective, permitted and inheritable sets.
 pub(crate) fn drop_capabilities() -> Result<(), i32> {

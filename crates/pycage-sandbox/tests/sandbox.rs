@@ -95,6 +95,7 @@ impl Fixture {
             max_open_files: 256,
             disk_bytes: 64 << 20,
             sysv_shm_bytes: 4 << 20,
+            egress_port: None,
         };
         Fixture { policy }
     }
@@ -472,6 +473,59 @@ print("unix", conn.recv(4).decode())
          socketpair ping\nunix pong\n",
         "{done:?}"
     );
+}
+
+/// With `egress_port`, the host holds a socket listening on the run's own
+/// loopback: the program's connection to it is accepted by the host, and
+/// it stays the program's only way out.
+#[test]
+fn the_egress_listener_is_the_only_way_out() {
+    let mut fx = Fixture::new(19);
+    fx.policy.egress_port = Some(3128);
+    let (mut command, prepared) = fx.python(
+        r#"
+import errno, socket
+def attempt(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+s.sendall(b"ping")
+print("proxy", s.recv(4).decode())
+print("other port", attempt(lambda: socket.create_connection(("127.0.0.1", 80), timeout=5)))
+print("elsewhere", attempt(lambda: socket.create_connection(("192.0.2.1", 3128), timeout=5)))
+print("udp", attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)))
+print("raw", attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)))
+print("ipv6", attempt(lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM)))
+print("bind", attempt(lambda: socket.socket().bind(("127.0.0.1", 8080))))
+"#,
+    );
+    let child = command.spawn().unwrap_or_else(|e| panic!("spawn failed: {}", prepared.explain_spawn_error(e)));
+    // The program is exec'd only after the handoff: it is here now.
+    let handoff = prepared.take_handoff().expect("handoff");
+    let listener = std::net::TcpListener::from(handoff.egress.expect("the egress listener"));
+    assert_eq!(listener.local_addr().unwrap().to_string(), "127.0.0.1:3128");
+    let (mut conn, _) = listener.accept().unwrap();
+    let mut ping = [0u8; 4];
+    std::io::Read::read_exact(&mut conn, &mut ping).unwrap();
+    assert_eq!(&ping, b"ping");
+    std::io::Write::write_all(&mut conn, b"pong").unwrap();
+    let done = finish(child);
+    assert!(done.status.success(), "{done:?}");
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(lines.first().copied(), Some("proxy pong"), "{done:?}");
+    // Landlock ABI 4+ (Linux 6.7) refuses any other TCP port (without it,
+    // nothing listens there); the proxy's port elsewhere has no route.
+    assert!(matches!(lines.get(1).copied(), Some("other port EACCES" | "other port ECONNREFUSED")), "{done:?}");
+    assert_eq!(lines.get(2).copied(), Some("elsewhere ENETUNREACH"), "{done:?}");
+    assert_eq!(lines.get(3..6), Some(&["udp EPERM", "raw EPERM", "ipv6 EPERM"][..]), "{done:?}");
+    assert!(matches!(lines.get(6).copied(), Some("bind EACCES" | "bind ok")), "{done:?}");
+    // Without egress there is no listener, and no TCP at all.
+    let done = Fixture::new(19).run("import socket\nsocket.socket()");
+    assert!(done.handoff.as_ref().is_some_and(|h| h.egress.is_none()), "{done:?}");
+    assert!(done.stderr.contains("PermissionError"), "{done:?}");
 }
 
 #[test]

@@ -60,6 +60,9 @@ class NativeRuntime:
         zygote_max_age_seconds: Optional[float] = None,
         cache_dir: Optional[str] = None,
         probe_cache: bool = True,
+        allow_net: Optional[list[str]] = None,
+        max_net_bytes: Optional[int] = None,
+        max_net_connections: Optional[int] = None,
     ) -> None: ...
     @property
     def python_version(self) -> tuple[int, int, int]: ...

@@ -535,6 +535,10 @@ class Runtime(_Closeable):
     run), ``grace_seconds`` (0.25, SIGTERM to SIGKILL). Sandboxed runs also
     take ``max_processes`` (64), ``max_file_bytes`` (64 MiB) and
     ``max_open_files`` (256), and see ``allow_read`` paths read-only.
+    ``allow_net`` (sandbox only; default none: no network) lists the
+    ``"HOST[:PORT]"`` pairs (port 443 when omitted) a run may reach through
+    pycage's HTTP proxy on the host (``HTTPS_PROXY`` in its environment),
+    within ``max_net_bytes`` (64 MiB) and ``max_net_connections`` (64).
     ``python`` is the interpreter for runs (default: ``python3`` on
     ``PATH``); it is probed once, here, and the answer is kept in
     ``cache_dir`` (default: ``$XDG_CACHE_HOME/pycage`` or
@@ -577,6 +581,9 @@ class Runtime(_Closeable):
         zygote_max_runs: Optional[int] = None,
         zygote_max_age_seconds: Optional[float] = None,
         cache_dir: Union[str, os.PathLike[str], None, Literal[False]] = None,
+        allow_net: Iterable[str] = (),
+        max_net_bytes: Optional[int] = None,
+        max_net_connections: Optional[int] = None,
     ) -> None:
         if spawn not in ("zygote", "exec"):
             raise ConfigError(f'invalid pycage.Runtime argument: spawn must be "zygote" or "exec", got {spawn!r}')
@@ -586,6 +593,14 @@ class Runtime(_Closeable):
             )
         if isinstance(allow_read, (str, bytes, os.PathLike)):
             raise TypeError(f"pycage.Runtime: allow_read must be a list of paths, got {_describe(allow_read)}")
+        if isinstance(allow_net, (str, bytes)):
+            raise TypeError(
+                f"pycage.Runtime: allow_net must be a list of 'HOST[:PORT]' strings, got {_describe(allow_net)}"
+            )
+        net_rules = list(allow_net)
+        for rule in net_rules:
+            if not isinstance(rule, str):
+                raise TypeError(f"pycage.Runtime: allow_net items must be 'HOST[:PORT]' strings, got {_describe(rule)}")
         self._native = _native.NativeRuntime(
             python=None if python is None else _check_path("python", python),
             isolation=isolation,
@@ -612,6 +627,9 @@ class Runtime(_Closeable):
             zygote_max_age_seconds=_check_seconds("zygote_max_age_seconds", zygote_max_age_seconds, positive=True),
             cache_dir=None if cache_dir is None or cache_dir is False else _check_path("cache_dir", cache_dir),
             probe_cache=cache_dir is not False,
+            allow_net=net_rules,
+            max_net_bytes=_check_int("max_net_bytes", max_net_bytes, 1),
+            max_net_connections=_check_int("max_net_connections", max_net_connections, 1),
         )
         self._lock = threading.Lock()
         self._loop_thread: Optional[_LoopThread] = None

@@ -132,6 +132,7 @@ impl Sandboxes {
             max_open_files: config.max_open_files,
             disk_bytes: config.disk_bytes,
             sysv_shm_bytes: config.sysv_shm_bytes,
+            egress_port: self.layout.egress_port,
         };
         let mut prepared = pycage_sandbox::Prepared::new(&policy)?;
         if let Some(parent) = &self.cgroup {

@@ -47,8 +47,11 @@ pub(crate) struct SandboxLayout {
     pub python: PathBuf,
     /// The bootstrap directory as the sandbox shows it.
     pub bootstrap: PathBuf,
-    /// Extra environment (`LD_LIBRARY_PATH` of a remapped prefix).
+    /// Extra environment (`LD_LIBRARY_PATH` of a remapped prefix; with
+    /// egress, the proxy variables).
     pub env: Vec<(OsString, OsString)>,
+    /// With egress: where the supervisor listens inside the run.
+    pub egress_port: Option<u16>,
 }
 
 /// Whether `path` is in a place that shows the host's users: `/root`,
@@ -113,7 +116,16 @@ impl SandboxLayout {
             }
             add(&mut read_only, &p);
         }
-        Ok(SandboxLayout { read_only, remapped, python, bootstrap: PathBuf::from(BOOTSTRAP_DIR), env })
+        let egress_port = (!config.allow_net.is_empty()).then_some(crate::net::EGRESS_PROXY_PORT);
+        if egress_port.is_some() {
+            // Programs that may reach a server verify its certificate
+            // against the host's trust store, as they would outside.
+            for p in pycage_sandbox::default_ca_paths() {
+                add(&mut read_only, &p);
+            }
+            env.extend(crate::net::proxy_env().into_iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+        }
+        Ok(SandboxLayout { read_only, remapped, python, bootstrap: PathBuf::from(BOOTSTRAP_DIR), env, egress_port })
     }
 }
 
@@ -208,6 +220,15 @@ impl RunSite {
         match self {
             RunSite::Sandbox(Some(handoff)) => Some(handoff.init_pid),
             RunSite::Sandbox(None) | RunSite::Host(_) => None,
+        }
+    }
+
+    /// A copy of the run's egress listener (see `crate::egress`), when the
+    /// sandbox made one.
+    pub(crate) fn egress_listener(&self) -> Option<std::io::Result<OwnedFd>> {
+        match self {
+            RunSite::Sandbox(Some(Handoff { egress: Some(listener), .. })) => Some(listener.try_clone()),
+            RunSite::Sandbox(_) | RunSite::Host(_) => None,
         }
     }
 
