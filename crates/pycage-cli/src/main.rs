@@ -14,6 +14,7 @@
 //! (exit status 2), so a caller parsing JSON never has to scrape stderr.
 
 mod bench;
+mod budget_flags;
 mod chart;
 mod doctor;
 mod frames;
@@ -27,8 +28,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use pycage_runtime::config::MIN_ADDRESS_SPACE_BYTES;
-use pycage_runtime::{ConfigError, Isolation, RuntimeConfig};
+use pycage_runtime::{Isolation, RuntimeConfig};
 
 /// Exit status of a misuse error.
 const EXIT_MISUSE: u8 = 2;
@@ -114,69 +114,16 @@ const MIB: u64 = 1024 * 1024;
 
 // Flag defaults are read from `RuntimeConfig::default()`, the one place
 // defaults live, so `--help` always shows what a run would get.
-fn default_wall_ms() -> u64 {
-    u64::try_from(RuntimeConfig::default().wall_time.as_millis()).unwrap_or(u64::MAX)
-}
-fn default_cpu_seconds() -> u64 {
-    RuntimeConfig::default().cpu_seconds
-}
-fn default_memory_mb() -> u64 {
-    RuntimeConfig::default().address_space_bytes / MIB
-}
-fn default_max_log_bytes() -> u64 {
-    RuntimeConfig::default().max_log_bytes
-}
-fn default_max_value_bytes() -> u64 {
-    RuntimeConfig::default().max_value_bytes
-}
-fn default_max_output_bytes() -> u64 {
-    RuntimeConfig::default().max_output_bytes
-}
-fn default_disk_mb() -> u64 {
-    RuntimeConfig::default().disk_bytes / MIB
-}
 fn default_isolation() -> IsolationArg {
     RuntimeConfig::default().isolation.into()
-}
-fn default_max_calls_in_flight() -> usize {
-    RuntimeConfig::default().max_calls_in_flight
-}
-fn default_max_unread_reply_bytes() -> u64 {
-    RuntimeConfig::default().max_unread_reply_bytes
-}
-fn default_max_buffered_events() -> usize {
-    RuntimeConfig::default().max_buffered_events
-}
-fn default_max_net_bytes() -> u64 {
-    RuntimeConfig::default().max_net_bytes
-}
-fn default_max_net_connections() -> u64 {
-    RuntimeConfig::default().max_net_connections
 }
 
 /// Budgets, interpreter and isolation of runs: shared by `run` and `mcp`.
 #[derive(Debug, Args)]
 struct RuntimeArgs {
-    /// Wall-clock budget of the run, in milliseconds.
-    #[arg(long, value_name = "N", default_value_t = default_wall_ms())]
-    wall_ms: u64,
-
-    /// CPU budget of the child (RLIMIT_CPU), in seconds.
-    #[arg(long, value_name = "N", default_value_t = default_cpu_seconds())]
-    cpu_seconds: u64,
-
-    /// Memory budget of the run, in MiB: what its processes hold together
-    /// (PSS; each process's RLIMIT_AS is a generous backstop above it).
-    #[arg(long, value_name = "N", default_value_t = default_memory_mb())]
-    memory_mb: u64,
-
-    /// Log capture budget, in bytes; output past it is cut with a marker line.
-    #[arg(long, value_name = "N", default_value_t = default_max_log_bytes())]
-    max_log_bytes: u64,
-
-    /// Budget for the canonical JSON size of the return value, in bytes.
-    #[arg(long, value_name = "N", default_value_t = default_max_value_bytes())]
-    max_value_bytes: u64,
+    /// Every budget flag, from the runtime's budgets table.
+    #[command(flatten)]
+    budgets: budget_flags::BudgetArgs,
 
     /// Python interpreter (CPython >= 3.10); default: `python3` on PATH.
     #[arg(long, value_name = "PATH")]
@@ -191,42 +138,12 @@ struct RuntimeArgs {
     #[arg(long, value_name = "PATH")]
     allow_read: Vec<PathBuf>,
 
-    /// Size of a sandboxed run's tmpfs (its working directory, /tmp and
-    /// /dev/shm together), in MiB.
-    #[arg(long, value_name = "N", default_value_t = default_disk_mb())]
-    disk_mb: u64,
-
-    /// Binding calls of one run whose reply the program has not read yet;
-    /// more wait (in the program) until it has.
-    #[arg(long, value_name = "N", default_value_t = default_max_calls_in_flight())]
-    max_calls_in_flight: usize,
-
-    /// Bytes of replies a run's program has not read yet; over it no new
-    /// call starts until it has.
-    #[arg(long, value_name = "N", default_value_t = default_max_unread_reply_bytes())]
-    max_unread_reply_bytes: u64,
-
-    /// Log lines and call events buffered for the printer; a printer that
-    /// falls behind slows the run down instead of losing lines.
-    #[arg(long, value_name = "N", default_value_t = default_max_buffered_events())]
-    max_buffered_events: usize,
-
     /// Let sandboxed runs reach HOST:PORT through pycage's HTTP proxy on
     /// the host, and nothing else (repeatable). Without a port, 443. The
     /// program sees HTTP_PROXY/HTTPS_PROXY; names resolve on the host and
     /// match exactly (a name is not its address). Off by default: no network.
     #[arg(long, value_name = "HOST[:PORT]")]
     allow_net: Vec<pycage_runtime::NetRule>,
-
-    /// Bytes a run may send and receive through --allow-net, all
-    /// connections together; the transfer that crosses it is cut.
-    #[arg(long, value_name = "N", default_value_t = default_max_net_bytes())]
-    max_net_bytes: u64,
-
-    /// Connections a run may make to the --allow-net proxy (refused ones
-    /// included); more are refused.
-    #[arg(long, value_name = "N", default_value_t = default_max_net_connections())]
-    max_net_connections: u64,
 
     /// Command bindings running at once, for every run together.
     #[arg(long, value_name = "N", default_value_t = pycage_bindings::slots::DEFAULT_TOTAL)]
@@ -263,10 +180,6 @@ struct RunArgs {
     #[arg(long, value_name = "DIR")]
     output: Option<PathBuf>,
 
-    /// Most bytes copied to --output.
-    #[arg(long, value_name = "N", default_value_t = default_max_output_bytes())]
-    max_output_bytes: u64,
-
     /// Write everything the child sends on its protocol channel (fd 3), as
     /// received, to FILE: a transcript `pycage frames validate` checks.
     #[arg(long, value_name = "FILE")]
@@ -284,9 +197,7 @@ struct RunArgs {
 impl RunArgs {
     /// The runtime configuration these flags describe.
     fn config(&self) -> anyhow::Result<RuntimeConfig> {
-        let config = RuntimeConfig { max_output_bytes: self.max_output_bytes, ..self.runtime.config()? };
-        config.validate().map_err(|e| anyhow::anyhow!(flag_message(&e)))?;
-        Ok(config)
+        self.runtime.config()
     }
 }
 
@@ -305,70 +216,36 @@ impl RuntimeArgs {
     /// The runtime configuration these flags describe, validated here so a
     /// bad value is reported by the flag that set it.
     fn config(&self) -> anyhow::Result<RuntimeConfig> {
-        let address_space_bytes = self
-            .memory_mb
-            .checked_mul(MIB)
-            .ok_or_else(|| anyhow::anyhow!("--memory-mb {} is too large", self.memory_mb))?;
-        let disk_bytes =
-            self.disk_mb.checked_mul(MIB).ok_or_else(|| anyhow::anyhow!("--disk-mb {} is too large", self.disk_mb))?;
         let allow_read = self
             .allow_read
             .iter()
             .map(|p| std::path::absolute(p).map_err(|e| anyhow::anyhow!("--allow-read {}: {e}", p.display())))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let config = RuntimeConfig {
+        let mut config = RuntimeConfig {
             python: self.python.clone(),
-            wall_time: std::time::Duration::from_millis(self.wall_ms),
-            cpu_seconds: self.cpu_seconds,
-            address_space_bytes,
-            max_log_bytes: self.max_log_bytes,
-            max_value_bytes: self.max_value_bytes,
             isolation: self.isolation.into(),
             allow_read,
-            disk_bytes,
-            max_calls_in_flight: self.max_calls_in_flight,
-            max_unread_reply_bytes: self.max_unread_reply_bytes,
-            max_buffered_events: self.max_buffered_events,
             allow_net: self.allow_net.clone(),
-            max_net_bytes: self.max_net_bytes,
-            max_net_connections: self.max_net_connections,
             // One run per process: a new interpreter is cheaper than a
             // zygote plus a pool; the probe is cached across invocations.
             spawn: pycage_runtime::SpawnMode::Exec,
             cache_dir: pycage_runtime::default_cache_dir(),
             ..RuntimeConfig::default()
         };
+        self.budgets.apply(&mut config)?;
         config.validate().map_err(|e| anyhow::anyhow!(flag_message(&e)))?;
         Ok(config)
     }
 }
 
-/// A configuration error in the words of the flag that set the field
-/// (`RuntimeConfig::validate` owns the rules; the test
-/// `flag_messages_match_validate` keeps the numbers here in step with it).
-fn flag_message(e: &ConfigError) -> String {
+/// A configuration error in the words of the flag that set the field:
+/// budgets from the budgets table, the rest here.
+fn flag_message(e: &pycage_runtime::ConfigError) -> String {
     match e.field {
-        "wall_time" => "--wall-ms must be at least 1".to_owned(),
-        "cpu_seconds" => "--cpu-seconds must be at least 1".to_owned(),
-        "address_space_bytes" => {
-            format!("--memory-mb must be at least {}: CPython cannot start in less", MIN_ADDRESS_SPACE_BYTES / MIB)
-        }
-        "max_value_bytes" => "--max-value-bytes must be at least 1".to_owned(),
-        "disk_bytes" => "--disk-mb must be at least 1".to_owned(),
-        "max_calls_in_flight" => "--max-calls-in-flight must be between 1 and 65536".to_owned(),
-        "max_unread_reply_bytes" => {
-            format!("--max-unread-reply-bytes must be at least {}", pycage_runtime::config::MIN_UNREAD_REPLY_BYTES)
-        }
-        "max_buffered_events" => "--max-buffered-events must be between 1 and 1048576".to_owned(),
         "allow_net" => "--allow-net cannot be enforced with --isolation process (its runs share the host's \
                         network, so they could connect anywhere): use --isolation sandbox"
             .to_owned(),
-        "max_net_bytes" => "--max-net-bytes must be at least 1".to_owned(),
-        "max_net_connections" => {
-            format!("--max-net-connections must be between 1 and {}", pycage_runtime::config::MAX_NET_CONNECTIONS)
-        }
-        // Fields no flag sets: the defaults are valid, so this is a bug.
-        _ => e.to_string(),
+        _ => budget_flags::flag_message(e),
     }
 }
 
@@ -556,41 +433,31 @@ mod tests {
         args.config()
     }
 
-    /// Each flag's message states the boundary `validate` enforces: the
-    /// value it names is accepted, one below is refused with that message.
+    /// Each budget flag accepts its bounds and refuses a value past each,
+    /// with a message naming the flag and the real bound in its unit.
     #[test]
     fn flag_messages_match_validate() {
-        let min_mb = (MIN_ADDRESS_SPACE_BYTES / MIB).to_string();
-        let cases = [
-            ("--wall-ms", "1", "0"),
-            ("--cpu-seconds", "1", "0"),
-            ("--memory-mb", min_mb.as_str(), "63"),
-            ("--max-value-bytes", "1", "0"),
-            ("--disk-mb", "1", "0"),
-        ];
-        for (flag, ok, bad) in cases {
-            run_config(&[flag, ok]).unwrap();
-            let message = run_config(&[flag, bad]).unwrap_err().to_string();
-            assert!(message.starts_with(&format!("{flag} must be at least {ok}")), "{message}");
-        }
-        assert_eq!(MIN_ADDRESS_SPACE_BYTES, 64 * MIB, "update the `63` above");
-        let min_unread = pycage_runtime::config::MIN_UNREAD_REPLY_BYTES.to_string();
-        let below = (pycage_runtime::config::MIN_UNREAD_REPLY_BYTES - 1).to_string();
-        run_config(&["--max-unread-reply-bytes", &min_unread]).unwrap();
-        let message = run_config(&["--max-unread-reply-bytes", &below]).unwrap_err().to_string();
-        assert_eq!(message, format!("--max-unread-reply-bytes must be at least {min_unread}"));
-        for (flag, top, over) in [
-            ("--max-calls-in-flight", "65536", "65537"),
-            ("--max-buffered-events", "1048576", "1048577"),
-            ("--max-net-connections", "4096", "4097"),
-        ] {
-            run_config(&[flag, "1"]).unwrap();
-            run_config(&[flag, top]).unwrap();
-            for bad in ["0", over] {
-                let message = run_config(&[flag, bad]).unwrap_err().to_string();
-                assert_eq!(message, format!("{flag} must be between 1 and {top}"));
+        use pycage_runtime::budgets::{bound, BUDGETS};
+        let mut checked = 0;
+        for row in BUDGETS {
+            let Some((flag, unit)) = row.flag else { continue };
+            let flag = format!("--{flag}");
+            let (min, max) = bound(row, unit);
+            let want = format!("{flag} {}", row.bound_text(unit));
+            run_config(&[&flag, &min.to_string()]).unwrap();
+            if min > 0 {
+                let e = run_config(&[&flag, &(min - 1).to_string()]).unwrap_err().to_string();
+                assert_eq!(e, want);
             }
+            if max < u64::MAX {
+                run_config(&[&flag, &max.to_string()]).unwrap();
+                let e = run_config(&[&flag, &(max + 1).to_string()]).unwrap_err().to_string();
+                assert_eq!(e, want);
+            }
+            checked += 1;
         }
+        assert!(checked >= 10);
+        assert_eq!(run_config(&["--memory-mb", "63"]).unwrap_err().to_string(), "--memory-mb must be at least 64 MiB");
     }
 
     #[test]
@@ -598,7 +465,7 @@ mod tests {
         run_config(&["--allow-net", "api.example.com", "--allow-net", "10.0.0.5:8080"]).unwrap();
         assert_eq!(
             run_config(&["--max-net-bytes", "0"]).unwrap_err().to_string(),
-            "--max-net-bytes must be at least 1"
+            "--max-net-bytes must be at least 1 bytes"
         );
         let message = run_config(&["--isolation", "process", "--allow-net", "example.com"]).unwrap_err().to_string();
         assert!(message.starts_with("--allow-net cannot be enforced with --isolation process"), "{message}");

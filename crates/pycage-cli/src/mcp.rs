@@ -89,10 +89,6 @@ pub struct McpArgs {
     #[arg(long, value_name = "DIR")]
     output_dir: Option<PathBuf>,
 
-    /// With --output-dir: most bytes copied per run.
-    #[arg(long, value_name = "N", requires = "output_dir", default_value_t = crate::default_max_output_bytes())]
-    max_output_bytes: u64,
-
     #[command(flatten)]
     runtime: RuntimeArgs,
 }
@@ -195,10 +191,10 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
     let options = server_options(&args)?;
     // What a run's out/ may hold on the way back: the copy stops where
     // the result could not carry it anyway.
-    config.max_output_bytes = match &options.output_dir {
-        Some(_) => args.max_output_bytes,
-        None => options.max_embedded_bytes,
-    };
+    // (With --output-dir, --max-output-bytes bounds each run's copy.)
+    if options.output_dir.is_none() {
+        config.max_output_bytes = options.max_embedded_bytes;
+    }
     if let Some(path) = &args.bindings {
         // Checked before anything starts, so a bad file is misuse at once.
         pycage_bindings::file::read(path)?;

@@ -135,16 +135,16 @@ fn misuse_exits_2_with_a_message() {
 
     let o = run(&["--memory-mb", "1", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert_eq!(stderr(&o), "pycage: error: --memory-mb must be at least 64: CPython cannot start in less\n");
+    assert_eq!(stderr(&o), "pycage: error: --memory-mb must be at least 64 MiB\n");
 
     let o = run(&["--wall-ms", "0", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert_eq!(stderr(&o), "pycage: error: --wall-ms must be at least 1\n");
+    assert_eq!(stderr(&o), "pycage: error: --wall-ms must be at least 1 ms\n");
 
-    for (flag, value) in [("--cpu-seconds", "0"), ("--max-value-bytes", "0")] {
+    for (flag, value, unit) in [("--cpu-seconds", "0", " s"), ("--max-value-bytes", "0", " bytes")] {
         let o = run(&[flag, value, "-c", "return 1"]);
         assert_exit(&o, 2);
-        assert_eq!(stderr(&o), format!("pycage: error: {flag} must be at least 1\n"));
+        assert_eq!(stderr(&o), format!("pycage: error: {flag} must be at least 1{unit}\n"));
     }
 }
 
@@ -541,7 +541,10 @@ fn doctor_reports_layers_and_exit_status() {
         .collect();
     let names: Vec<&str> = budgets.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["memory", "cpu", "processes", "disk"]);
-    assert!(budgets[0].1.contains("RLIMIT_AS 512 MiB per process") && budgets[0].1.contains("watchdog"), "{budgets:?}");
+    assert!(
+        budgets[0].1.contains("watchdog: 512 MiB of PSS") && budgets[0].1.contains("RLIMIT_AS 4608 MiB per process"),
+        "{budgets:?}"
+    );
     assert!(budgets[3].1.starts_with("tmpfs of 256 MiB and 32768 inodes"), "{budgets:?}");
     let ok = v.root().get("ok").unwrap().as_bool().unwrap();
     assert_eq!(out.status.success(), ok, "exit status must say whether the default configuration can run");

@@ -274,7 +274,7 @@ fn json_mode_reports_misuse_as_json() {
         |message: &str| format!("{{\"logs\":[],\"error\":{{\"kind\":\"misuse\",\"message\":\"{message}\"}}}}\n");
     let o = run(&["--json", "--memory-mb", "1", "-c", "return 1"]);
     assert_exit(&o, 2);
-    assert_eq!(stdout(&o), misuse("--memory-mb must be at least 64: CPython cannot start in less"));
+    assert_eq!(stdout(&o), misuse("--memory-mb must be at least 64 MiB"));
     assert_eq!(stderr(&o), "");
     let o = run(&["--json", "--no-such-flag", "-c", "return 1"]);
     assert_exit(&o, 2);

@@ -8,6 +8,7 @@
 //! polls for signals, so Ctrl-C aborts the run and raises
 //! `KeyboardInterrupt` once the child is reaped.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -190,10 +191,20 @@ impl NativeRuntime {
         namespaces: Vec<NamespaceSpec>,
         site: &Bound<'_, PyAny>,
         events: bool,
+        limits: Option<HashMap<String, u64>>,
     ) -> PyResult<(Arc<tokio::runtime::Runtime>, drive::Spawned, CancellationToken)> {
         let runtime = self.runtime(py)?;
         let token = CancellationToken::new();
-        let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone());
+        let mut run_limits = pycage_runtime::RunLimits::default();
+        for (field, value) in limits.unwrap_or_default() {
+            match field.as_str() {
+                "wall_time" => run_limits.wall_time = Some(Duration::from_millis(value)),
+                "cpu_seconds" => run_limits.cpu_seconds = Some(value),
+                "address_space_bytes" => run_limits.memory_bytes = Some(value),
+                other => return Err(error(py, "ConfigError", format!("{other} cannot be set for one run"))),
+            }
+        }
+        let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone()).with_limits(run_limits);
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
         let capacity = events.then(|| runtime.config().max_buffered_events);
@@ -211,39 +222,20 @@ impl NativeRuntime {
 #[pymethods]
 impl NativeRuntime {
     #[new]
-    #[pyo3(signature = (*, python=None, isolation=None, wall_seconds=None, cpu_seconds=None, address_space_bytes=None,
-        max_log_bytes=None, max_value_bytes=None, max_line_bytes=None, max_control_bytes=None, grace_seconds=None,
-        allow_read=None, run_dir_parent=None, max_processes=None, max_file_bytes=None, max_open_files=None,
-        spawn=None, pool_size=None, max_concurrent_runs=None, zygote_max_runs=None, zygote_max_age_seconds=None,
-        cache_dir=None, probe_cache=true, allow_net=None, max_net_bytes=None, max_net_connections=None))]
+    #[pyo3(signature = (*, python=None, isolation=None, allow_read=None, run_dir_parent=None, spawn=None,
+        cache_dir=None, probe_cache=true, allow_net=None, budgets=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn new(
         py: Python<'_>,
         python: Option<PathBuf>,
         isolation: Option<&str>,
-        wall_seconds: Option<f64>,
-        cpu_seconds: Option<u64>,
-        address_space_bytes: Option<u64>,
-        max_log_bytes: Option<u64>,
-        max_value_bytes: Option<u64>,
-        max_line_bytes: Option<usize>,
-        max_control_bytes: Option<u64>,
-        grace_seconds: Option<f64>,
         allow_read: Option<Vec<PathBuf>>,
         run_dir_parent: Option<PathBuf>,
-        max_processes: Option<u64>,
-        max_file_bytes: Option<u64>,
-        max_open_files: Option<u64>,
         spawn: Option<&str>,
-        pool_size: Option<usize>,
-        max_concurrent_runs: Option<usize>,
-        zygote_max_runs: Option<u64>,
-        zygote_max_age_seconds: Option<f64>,
         cache_dir: Option<PathBuf>,
         probe_cache: bool,
         allow_net: Option<Vec<String>>,
-        max_net_bytes: Option<u64>,
-        max_net_connections: Option<u64>,
+        budgets: Option<HashMap<String, u64>>,
     ) -> PyResult<Self> {
         let cache_dir = if probe_cache { cache_dir.or_else(pycage_runtime::default_cache_dir) } else { None };
         let mut c = RuntimeConfig { python, run_dir_parent, cache_dir, ..RuntimeConfig::default() };
@@ -258,12 +250,6 @@ impl NativeRuntime {
                 ))
             }
         }
-        if let Some(s) = zygote_max_age_seconds {
-            c.zygote_max_age = seconds(py, "zygote_max_age_seconds", s)?;
-        }
-        c.pool_size = pool_size.unwrap_or(c.pool_size);
-        c.max_concurrent_runs = max_concurrent_runs.unwrap_or(c.max_concurrent_runs);
-        c.zygote_max_runs = zygote_max_runs.unwrap_or(c.zygote_max_runs);
         match isolation {
             None | Some("sandbox") => c.isolation = Isolation::Sandbox,
             Some("process") => c.isolation = Isolation::Process,
@@ -277,30 +263,20 @@ impl NativeRuntime {
                 ))
             }
         }
-        if let Some(s) = wall_seconds {
-            c.wall_time = seconds(py, "wall_seconds", s)?;
+        // Budgets by config field, in the field's unit (the budgets table;
+        // `pycage._budgets` checked them in Python first).
+        for (field, value) in budgets.unwrap_or_default() {
+            let row = pycage_runtime::budgets::row(&field)
+                .ok_or_else(|| error(py, "ConfigError", format!("invalid pycage.Runtime budget {field:?}")))?;
+            row.set(&mut c, value);
         }
-        if let Some(s) = grace_seconds {
-            c.grace = seconds(py, "grace_seconds", s)?;
-        }
-        c.cpu_seconds = cpu_seconds.unwrap_or(c.cpu_seconds);
-        c.address_space_bytes = address_space_bytes.unwrap_or(c.address_space_bytes);
-        c.max_log_bytes = max_log_bytes.unwrap_or(c.max_log_bytes);
-        c.max_value_bytes = max_value_bytes.unwrap_or(c.max_value_bytes);
-        c.max_line_bytes = max_line_bytes.unwrap_or(c.max_line_bytes);
-        c.max_control_bytes = max_control_bytes.unwrap_or(c.max_control_bytes);
         c.allow_read = allow_read.unwrap_or_default();
-        c.max_processes = max_processes.unwrap_or(c.max_processes);
-        c.max_file_bytes = max_file_bytes.unwrap_or(c.max_file_bytes);
-        c.max_open_files = max_open_files.unwrap_or(c.max_open_files);
         for rule in allow_net.unwrap_or_default() {
             let parsed = rule.parse::<pycage_runtime::NetRule>().map_err(|e| {
                 error(py, "ConfigError", format!("invalid pycage.Runtime argument: allow_net item {e}"))
             })?;
             c.allow_net.push(parsed);
         }
-        c.max_net_bytes = max_net_bytes.unwrap_or(c.max_net_bytes);
-        c.max_net_connections = max_net_connections.unwrap_or(c.max_net_connections);
         // The probe starts an interpreter: let other Python threads run.
         let runtime = py.detach(|| Runtime::new(c)).map_err(|e| start_error(py, e))?;
         Ok(NativeRuntime { inner: Some(runtime), pid: std::process::id() })
@@ -313,28 +289,22 @@ impl NativeRuntime {
         let d = pyo3::types::PyDict::new(py);
         d.set_item("python", inner.interpreter().executable.clone())?;
         d.set_item("isolation", c.isolation.as_str())?;
-        d.set_item("wall_seconds", c.wall_time.as_secs_f64())?;
-        d.set_item("cpu_seconds", c.cpu_seconds)?;
-        d.set_item("address_space_bytes", c.address_space_bytes)?;
-        d.set_item("max_log_bytes", c.max_log_bytes)?;
-        d.set_item("max_value_bytes", c.max_value_bytes)?;
-        d.set_item("max_line_bytes", c.max_line_bytes)?;
-        d.set_item("max_control_bytes", c.max_control_bytes)?;
-        d.set_item("grace_seconds", c.grace.as_secs_f64())?;
         d.set_item("allow_read", c.allow_read.clone())?;
         d.set_item("run_dir_parent", c.run_dir_parent.clone())?;
-        d.set_item("max_processes", c.max_processes)?;
-        d.set_item("max_file_bytes", c.max_file_bytes)?;
-        d.set_item("max_open_files", c.max_open_files)?;
         d.set_item("spawn", c.spawn.as_str())?;
-        d.set_item("pool_size", c.pool_size)?;
-        d.set_item("max_concurrent_runs", c.max_concurrent_runs)?;
-        d.set_item("zygote_max_runs", c.zygote_max_runs)?;
-        d.set_item("zygote_max_age_seconds", c.zygote_max_age.as_secs_f64())?;
         d.set_item("cache_dir", c.cache_dir.clone())?;
         d.set_item("allow_net", c.allow_net.iter().map(ToString::to_string).collect::<Vec<_>>())?;
-        d.set_item("max_net_bytes", c.max_net_bytes)?;
-        d.set_item("max_net_connections", c.max_net_connections)?;
+        // Every budget under its keyword, in the keyword's unit.
+        for row in pycage_runtime::budgets::BUDGETS {
+            let Some((keyword, unit)) = row.python else { continue };
+            let value = row.get(c);
+            if unit == pycage_runtime::budgets::Unit::Seconds {
+                let secs = (value as f64) * (row.unit.scale() as f64) / 1000.0;
+                d.set_item(keyword, secs)?;
+            } else {
+                d.set_item(keyword, value * row.unit.scale() / unit.scale())?;
+            }
+        }
         Ok(d.into_any())
     }
 
@@ -355,7 +325,8 @@ impl NativeRuntime {
     /// `on_event(batch)` runs on this thread. An exception from it, or a
     /// signal handler's (when `poll_signals`), aborts the run and is raised
     /// once the run has settled.
-    #[pyo3(signature = (program, namespaces, site, on_event=None, poll_signals=false))]
+    #[pyo3(signature = (program, namespaces, site, on_event=None, poll_signals=false, limits=None))]
+    #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -364,15 +335,16 @@ impl NativeRuntime {
         site: &Bound<'py, PyAny>,
         on_event: Option<Py<PyAny>>,
         poll_signals: bool,
+        limits: Option<HashMap<String, u64>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some())?;
+        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), limits)?;
         drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
     }
 
     /// Starts a program on the shared tokio runtime and returns at once.
     /// Event batches go to `event_loop.call_soon_threadsafe(on_event, batch)`,
     /// then the [`RunOutcome`] to `event_loop.call_soon_threadsafe(on_done, outcome)`.
-    #[pyo3(signature = (program, namespaces, site, event_loop, on_done, on_event=None))]
+    #[pyo3(signature = (program, namespaces, site, event_loop, on_done, on_event=None, limits=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn start(
         &self,
@@ -383,8 +355,9 @@ impl NativeRuntime {
         event_loop: Py<PyAny>,
         on_done: Py<PyAny>,
         on_event: Option<Py<PyAny>>,
+        limits: Option<HashMap<String, u64>>,
     ) -> PyResult<RunHandle> {
-        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some())?;
+        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), limits)?;
         drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
         Ok(RunHandle { token })
     }

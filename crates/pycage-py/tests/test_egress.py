@@ -43,7 +43,7 @@ def servers():
         ({"allow_net": [443]}, TypeError, "allow_net items must be 'HOST[:PORT]' strings, got int"),
         ({"allow_net": ["https://example.com"]}, pycage.ConfigError, "is a URL; write HOST or HOST:PORT"),
         ({"allow_net": ["example.com:0"]}, pycage.ConfigError, "invalid port"),
-        ({"max_net_bytes": 0}, pycage.ConfigError, "max_net_bytes must be at least 1"),
+        ({"max_net_bytes": 0}, pycage.ConfigError, "max_net_bytes must be at least 1 bytes"),
         (
             {"allow_net": ["example.com"]},
             pycage.ConfigError,

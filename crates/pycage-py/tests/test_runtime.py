@@ -22,11 +22,13 @@ HANG = "print('up', flush=True)\nimport time\ntime.sleep(3600)"
     ("kwargs", "error", "message"),
     [
         ({"isolation": "vm"}, pycage.ConfigError, 'isolation must be "sandbox" or "process", got \'vm\''),
-        ({"wall_seconds": 0}, pycage.ConfigError, "wall_seconds must be a finite number greater than 0, got 0.0"),
-        ({"wall_seconds": -1}, pycage.ConfigError, "wall_seconds must be a finite number greater than 0, got -1.0"),
+        ({"wall_seconds": 0}, pycage.ConfigError, "wall_seconds must be at least 0.001 s, got 0"),
+        ({"wall_seconds": -1}, pycage.ConfigError, "wall_seconds must be at least 0.001 s, got -1"),
+        ({"wall_seconds": float("nan")}, pycage.ConfigError, "wall_seconds must be at least 0.001 s, got nan"),
         ({"cpu_seconds": "10"}, TypeError, "cpu_seconds must be an int, got str '10'"),
-        ({"cpu_seconds": 0}, pycage.ConfigError, "cpu_seconds must be at least 1, got 0"),
-        ({"address_space_bytes": 1024}, pycage.ConfigError, "address_space_bytes must be at least 67108864: 64 MiB"),
+        ({"cpu_seconds": 1.5}, TypeError, "cpu_seconds must be an int, got float 1.5"),
+        ({"cpu_seconds": 0}, pycage.ConfigError, "cpu_seconds must be at least 1 s, got 0"),
+        ({"address_space_bytes": 1024}, pycage.ConfigError, "address_space_bytes must be at least 67108864 bytes"),
         ({"max_log_bytes": True}, TypeError, "max_log_bytes must be an int, got bool True"),
         ({"python": 3}, TypeError, "python must be a path"),
         ({"allow_read": "/usr"}, TypeError, "allow_read must be a list of paths"),
@@ -41,35 +43,58 @@ def test_bad_arguments_name_what_was_passed(kwargs, error, message):
 MIB = 1 << 20
 
 
-@pytest.mark.parametrize(
-    ("name", "ok", "bad", "bound"),
-    [
-        ("wall_seconds", 0.001, 0, "a finite number greater than 0"),
-        ("cpu_seconds", 1, 0, "at least 1"),
-        ("address_space_bytes", 64 * MIB, 64 * MIB - 1, "at least 67108864: 64 MiB"),
-        ("max_log_bytes", 0, -1, "at least 0"),
-        ("max_value_bytes", 1, 0, "at least 1"),
-        ("max_line_bytes", 1024, 1023, "at least 1024"),
-        ("max_control_bytes", 8 * MIB, 8 * MIB - 1, "at least max_line_bytes"),
-        ("grace_seconds", 0, -0.5, "a finite number >= 0 and at most 60"),
-        ("grace_seconds", 60, 60.5, "a finite number >= 0 and at most 60"),
-        ("max_processes", 1, 0, "at least 1"),
-        ("max_file_bytes", 0, -1, "at least 0"),
-        ("max_open_files", 16, 15, "at least 16"),
-        ("pool_size", 1024, 1025, "at most 1024"),
-        ("max_concurrent_runs", 1, 0, "at least 1"),
-        ("zygote_max_runs", 1, 0, "at least 1"),
-        ("zygote_max_age_seconds", 0.5, 0, "a finite number greater than 0"),
-    ],
-)
+def _table_cases():
+    """For every budget keyword of the budgets table: the bound accepted,
+    one past it refused, and the bound the message must state."""
+    from pycage import _budgets
+
+    suffix = {"bytes": " bytes", "MiB": " MiB", "ms": " ms", "s": " s", "count": ""}
+    cases = []
+    for name, (_field, unit, _fu, kw_scale, field_scale, low, high, _d, _pr) in _budgets.BUDGETS.items():
+        fraction = kw_scale > field_scale
+        step = field_scale / kw_scale if fraction else 1
+
+        def kw(x, f=field_scale, k=kw_scale, frac=fraction):
+            v = x * f / k
+            return v if frac else int(v)
+
+        def shown(x, frac=fraction):
+            return f"{x:g}" if frac else str(x)
+
+        if high is None:
+            bound = f"at least {shown(kw(low))}{suffix[unit]}" if low else ">= 0"
+        elif not low:
+            bound = f"at most {shown(kw(high))}{suffix[unit]}"
+        else:
+            bound = f"between {shown(kw(low))} and {shown(kw(high))}{suffix[unit]}"
+        if low and name != "max_control_bytes":
+            cases.append((name, kw(low), kw(low) - step, bound))
+        if high is not None and high < 1 << 40:
+            cases.append((name, kw(high), kw(high) + step, bound))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "ok", "bad", "bound"), _table_cases())
 def test_each_validation_message_states_the_real_bound(name, ok, bad, bound):
     """The value at the bound is accepted; one past it is refused with a
     message that states that bound (``wall_seconds=-1`` said ">= 0", and 0
-    was refused too)."""
-    pycage.Runtime(isolation="process", spawn="exec", **{name: ok}).close()
+    was refused too): every keyword of the budgets table."""
+    extra = {"max_line_bytes": 1024} if name == "max_control_bytes" else {}
+    pycage.Runtime(isolation="process", spawn="exec", **{name: ok, **extra}).close()
     with pytest.raises(pycage.ConfigError) as e:
-        pycage.Runtime(isolation="process", spawn="exec", **{name: bad})
+        pycage.Runtime(isolation="process", spawn="exec", **{name: bad, **extra})
     assert f"{name} must be {bound}" in str(e.value)
+
+
+def test_every_budget_keyword_is_checked():
+    names = {case[0] for case in _table_cases()}
+    assert {"wall_seconds", "cpu_seconds", "address_space_bytes", "max_calls_in_flight", "grace_seconds"} <= names
+
+
+def test_max_control_bytes_is_at_least_max_line_bytes():
+    with pytest.raises(pycage.ConfigError) as e:
+        pycage.Runtime(isolation="process", spawn="exec", max_line_bytes=8 * MIB, max_control_bytes=8 * MIB - 1)
+    assert "max_control_bytes must be at least max_line_bytes" in str(e.value)
 
 
 def test_session_arguments_state_their_bounds(process_rt):

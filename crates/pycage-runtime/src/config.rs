@@ -247,41 +247,12 @@ impl RuntimeConfig {
     /// Checks every field; the runtime refuses to start with a bad one.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |field, problem: &str| Err(ConfigError { field, problem: problem.to_owned() });
-        if self.wall_time.is_zero() {
-            return err("wall_time", "must be greater than zero");
-        }
-        if self.cpu_seconds == 0 {
-            return err("cpu_seconds", "must be at least 1");
-        }
-        if self.address_space_bytes < MIN_ADDRESS_SPACE_BYTES {
-            return err(
-                "address_space_bytes",
-                &format!("must be at least {MIN_ADDRESS_SPACE_BYTES} (64 MiB): CPython cannot start in less"),
-            );
-        }
-        if self.max_line_bytes < 1024 {
-            return err("max_line_bytes", "must be at least 1024");
+        // Every numeric budget's bounds live in the budgets table.
+        for row in crate::budgets::BUDGETS {
+            row.check(self)?;
         }
         if (self.max_control_bytes as u128) < self.max_line_bytes as u128 {
             return err("max_control_bytes", "must be at least max_line_bytes");
-        }
-        if self.max_value_bytes == 0 {
-            return err("max_value_bytes", "must be at least 1");
-        }
-        if self.grace > Duration::from_secs(60) {
-            return err("grace", "must be at most 60 s");
-        }
-        if self.max_processes == 0 || self.max_open_files < 16 {
-            return err("max_processes/max_open_files", "max_processes must be >= 1 and max_open_files >= 16");
-        }
-        if self.zygote_max_runs == 0 || self.zygote_max_age.is_zero() {
-            return err("zygote_max_runs/zygote_max_age", "must be greater than zero");
-        }
-        if self.max_concurrent_runs == 0 {
-            return err("max_concurrent_runs", "must be at least 1");
-        }
-        if self.pool_size > 1024 {
-            return err("pool_size", "must be at most 1024");
         }
         if self.sandbox_uid_count == 0
             || self.sandbox_uid_base == 0
@@ -289,30 +260,12 @@ impl RuntimeConfig {
         {
             return err("sandbox_uid_base", "the uid range must be non-empty, not include 0, and fit in u32");
         }
-        if self.max_calls_in_flight == 0 || self.max_calls_in_flight > 65_536 {
-            return err("max_calls_in_flight", "must be between 1 and 65536");
-        }
-        if self.max_unread_reply_bytes < MIN_UNREAD_REPLY_BYTES {
-            return err("max_unread_reply_bytes", &format!("must be at least {MIN_UNREAD_REPLY_BYTES} (256 KiB)"));
-        }
-        if self.max_buffered_events == 0 || self.max_buffered_events > 1 << 20 {
-            return err("max_buffered_events", "must be between 1 and 1048576");
-        }
-        if self.disk_bytes < MIN_DISK_BYTES {
-            return err("disk_bytes", &format!("must be at least {MIN_DISK_BYTES} (1 MiB)"));
-        }
         if !self.allow_net.is_empty() && self.isolation == Isolation::Process {
             return err(
                 "allow_net",
                 "cannot be enforced under process isolation: its runs share the host's network, so they could \
                  connect anywhere; use sandbox isolation, or leave allow_net empty",
             );
-        }
-        if self.max_net_bytes == 0 {
-            return err("max_net_bytes", "must be at least 1");
-        }
-        if self.max_net_connections == 0 || self.max_net_connections > MAX_NET_CONNECTIONS {
-            return err("max_net_connections", &format!("must be between 1 and {MAX_NET_CONNECTIONS}"));
         }
         Ok(())
     }

@@ -62,6 +62,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod bindings;
+pub mod budgets;
 mod channel;
 pub mod cleanup;
 pub mod config;

@@ -40,29 +40,13 @@ class NativeRuntime:
         *,
         python: Optional[str] = None,
         isolation: Optional[str] = None,
-        wall_seconds: Optional[float] = None,
-        cpu_seconds: Optional[int] = None,
-        address_space_bytes: Optional[int] = None,
-        max_log_bytes: Optional[int] = None,
-        max_value_bytes: Optional[int] = None,
-        max_line_bytes: Optional[int] = None,
-        max_control_bytes: Optional[int] = None,
-        grace_seconds: Optional[float] = None,
         allow_read: Optional[list[str]] = None,
         run_dir_parent: Optional[str] = None,
-        max_processes: Optional[int] = None,
-        max_file_bytes: Optional[int] = None,
-        max_open_files: Optional[int] = None,
         spawn: Optional[str] = None,
-        pool_size: Optional[int] = None,
-        max_concurrent_runs: Optional[int] = None,
-        zygote_max_runs: Optional[int] = None,
-        zygote_max_age_seconds: Optional[float] = None,
         cache_dir: Optional[str] = None,
         probe_cache: bool = True,
         allow_net: Optional[list[str]] = None,
-        max_net_bytes: Optional[int] = None,
-        max_net_connections: Optional[int] = None,
+        budgets: Optional[dict[str, int]] = None,
     ) -> None: ...
     @property
     def python_version(self) -> tuple[int, int, int]: ...
@@ -75,6 +59,7 @@ class NativeRuntime:
         site: object,
         on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
         poll_signals: bool = False,
+        limits: Optional[dict[str, int]] = None,
     ) -> ResultParts: ...
     def start(
         self,
@@ -84,6 +69,7 @@ class NativeRuntime:
         event_loop: asyncio.AbstractEventLoop,
         on_done: Callable[[RunOutcome], None],
         on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
+        limits: Optional[dict[str, int]] = None,
     ) -> RunHandle: ...
     def session(
         self,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, TypeVar, Union
 
-from . import _native, _signature
+from . import _budgets, _native, _signature
 from .errors import ConfigError, InvalidBindingsError, RunError, RuntimeClosedError
 
 __all__ = [
@@ -477,6 +477,60 @@ def _check_seconds(
 _MIN_ADDRESS_SPACE = _native.MIN_ADDRESS_SPACE_BYTES
 _ADDRESS_SPACE_WHY = f"{_MIN_ADDRESS_SPACE >> 20} MiB; CPython cannot start in less"
 
+_UNIT_SUFFIX = {"bytes": " bytes", "MiB": " MiB", "ms": " ms", "s": " s", "count": ""}
+
+
+def _budget_bound(keyword: str) -> str:
+    """The bound of a budget keyword, in the keyword's unit (from the
+    budgets table): "must be at least 1 s", "must be between 1 and 65536"."""
+    _field, unit, _field_unit, kw_scale, field_scale, low, high, _default, _per_run = _budgets.BUDGETS[keyword]
+
+    def shown(x: float) -> str:
+        return f"{x:g}" if kw_scale > field_scale else str(int(x))
+
+    low_kw = low * field_scale / kw_scale
+    suffix = _UNIT_SUFFIX[unit]
+    if high is None:
+        return f"must be at least {shown(low_kw)}{suffix}" if low else "must be >= 0"
+    high_kw = high * field_scale / kw_scale
+    if not low:
+        return f"must be at most {shown(high_kw)}{suffix}"
+    return f"must be between {shown(low_kw)} and {shown(high_kw)}{suffix}"
+
+
+def _check_budget(keyword: str, value: Any, owner: str = "pycage.Runtime") -> int:
+    """A budget keyword's value in its config field's unit, checked against
+    the budgets table (the message states the bound in the keyword's unit)."""
+    _field, unit, _field_unit, kw_scale, field_scale, low, high, _default, _per_run = _budgets.BUDGETS[keyword]
+    if kw_scale > field_scale:  # seconds into milliseconds: fractions count
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{owner}: {keyword} must be a number of seconds, got {_describe(value)}")
+        if not value == value or value in (float("inf"), float("-inf")):
+            raise ConfigError(f"invalid {owner} argument: {keyword} {_budget_bound(keyword)}, got {value}")
+        converted = round(value * kw_scale / field_scale)
+    else:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{owner}: {keyword} must be an int, got {_describe(value)}")
+        converted = value * kw_scale // field_scale
+    if converted < low or (high is not None and converted > high) or converted >= 1 << 64:
+        raise ConfigError(f"invalid {owner} argument: {keyword} {_budget_bound(keyword)}, got {value}")
+    return converted
+
+
+def _budget_fields(given: dict[str, Any], owner: str, *, per_run: bool = False) -> dict[str, int]:
+    """``{config field: value}`` for budget keywords (``None`` keeps the
+    default); a keyword that is not a budget (of one run, with ``per_run``)
+    is a ``TypeError`` listing the ones there are."""
+    fields = {}
+    for keyword, value in given.items():
+        entry = _budgets.BUDGETS.get(keyword)
+        if entry is None or (per_run and not entry[8]):
+            known = sorted(k for k, e in _budgets.BUDGETS.items() if e[8] or not per_run)
+            raise TypeError(f"{owner}() got an unexpected keyword argument {keyword!r}; budgets: {', '.join(known)}")
+        if value is not None:
+            fields[entry[0]] = _check_budget(keyword, value, owner)
+    return fields
+
 
 def _check_path(name: str, value: Any) -> str:
     try:
@@ -527,14 +581,20 @@ class Runtime(_Closeable):
     ``isolation="process"`` (rlimits, a process group, a scrubbed
     environment and a private directory; contains accidents, not attacks).
 
-    Budgets (``None`` keeps the default): ``wall_seconds`` (60),
-    ``cpu_seconds`` (30), ``address_space_bytes`` (512 MiB, as
-    ``RLIMIT_AS``), ``max_log_bytes`` (64 KiB), ``max_value_bytes`` (1 MiB,
-    the canonical JSON size of the value), ``max_line_bytes`` (8 MiB, one
-    protocol line), ``max_control_bytes`` (64 MiB of protocol traffic per
-    run), ``grace_seconds`` (0.25, SIGTERM to SIGKILL). Sandboxed runs also
-    take ``max_processes`` (64), ``max_file_bytes`` (64 MiB) and
-    ``max_open_files`` (256), and see ``allow_read`` paths read-only.
+    Budgets are keyword arguments (``None`` keeps the default), one per row
+    of pycage's budgets table (``pycage._budgets.BUDGETS``; the table with
+    defaults and bounds is in the docs): ``wall_seconds`` (60),
+    ``cpu_seconds`` (30), ``address_space_bytes`` (512 MiB: the memory the
+    run's processes hold together), ``max_log_bytes`` (64 KiB),
+    ``max_value_bytes`` (1 MiB), ``max_calls_in_flight`` (256),
+    ``max_unread_reply_bytes`` (16 MiB), ``max_buffered_events`` (1,024),
+    ``max_line_bytes``, ``max_control_bytes``, ``grace_seconds``; sandboxed
+    runs also ``max_processes`` (256 processes and threads),
+    ``max_file_bytes``, ``max_open_files``, ``disk_bytes``; and
+    ``max_output_bytes``, ``max_net_bytes``, ``max_net_connections``,
+    ``pool_size``, ``max_concurrent_runs``, ``zygote_max_runs``,
+    ``zygote_max_age_seconds``. Each states its bound when refused.
+    Sandboxed runs see ``allow_read`` paths read-only.
     ``allow_net`` (sandbox only; default none: no network) lists the
     ``"HOST[:PORT]"`` pairs (port 443 when omitted) a run may reach through
     pycage's HTTP proxy on the host (``HTTPS_PROXY`` in its environment),
@@ -562,28 +622,12 @@ class Runtime(_Closeable):
         *,
         isolation: Literal["sandbox", "process"] = "sandbox",
         python: Union[str, os.PathLike[str], None] = None,
-        wall_seconds: Optional[float] = None,
-        cpu_seconds: Optional[int] = None,
-        address_space_bytes: Optional[int] = None,
-        max_log_bytes: Optional[int] = None,
-        max_value_bytes: Optional[int] = None,
-        max_line_bytes: Optional[int] = None,
-        max_control_bytes: Optional[int] = None,
-        grace_seconds: Optional[float] = None,
         allow_read: Iterable[Union[str, os.PathLike[str]]] = (),
         run_dir_parent: Union[str, os.PathLike[str], None] = None,
-        max_processes: Optional[int] = None,
-        max_file_bytes: Optional[int] = None,
-        max_open_files: Optional[int] = None,
         spawn: Literal["zygote", "exec"] = "zygote",
-        pool_size: Optional[int] = None,
-        max_concurrent_runs: Optional[int] = None,
-        zygote_max_runs: Optional[int] = None,
-        zygote_max_age_seconds: Optional[float] = None,
         cache_dir: Union[str, os.PathLike[str], None, Literal[False]] = None,
         allow_net: Iterable[str] = (),
-        max_net_bytes: Optional[int] = None,
-        max_net_connections: Optional[int] = None,
+        **budgets: Union[int, float, None],
     ) -> None:
         if spawn not in ("zygote", "exec"):
             raise ConfigError(f'invalid pycage.Runtime argument: spawn must be "zygote" or "exec", got {spawn!r}')
@@ -601,35 +645,21 @@ class Runtime(_Closeable):
         for rule in net_rules:
             if not isinstance(rule, str):
                 raise TypeError(f"pycage.Runtime: allow_net items must be 'HOST[:PORT]' strings, got {_describe(rule)}")
+        # Budgets (the budgets table, generated into pycage._budgets): each
+        # checked here in its keyword's unit, handed over in its field's.
+        # (max_control_bytes must also be at least max_line_bytes: the
+        # native side checks that pair.)
+        fields = _budget_fields(budgets, "pycage.Runtime")
         self._native = _native.NativeRuntime(
             python=None if python is None else _check_path("python", python),
             isolation=isolation,
-            wall_seconds=_check_seconds("wall_seconds", wall_seconds, positive=True),
-            cpu_seconds=_check_int("cpu_seconds", cpu_seconds, 1),
-            address_space_bytes=_check_int(
-                "address_space_bytes", address_space_bytes, _MIN_ADDRESS_SPACE, why=_ADDRESS_SPACE_WHY
-            ),
-            max_log_bytes=_check_int("max_log_bytes", max_log_bytes, 0),
-            max_value_bytes=_check_int("max_value_bytes", max_value_bytes, 1),
-            max_line_bytes=_check_int("max_line_bytes", max_line_bytes, 1024),
-            # At least max_line_bytes: the native side checks that pair.
-            max_control_bytes=_check_int("max_control_bytes", max_control_bytes, 0),
-            grace_seconds=_check_seconds("grace_seconds", grace_seconds, maximum=60),
             allow_read=[_check_path("allow_read item", p) for p in allow_read],
             run_dir_parent=None if run_dir_parent is None else _check_path("run_dir_parent", run_dir_parent),
-            max_processes=_check_int("max_processes", max_processes, 1),
-            max_file_bytes=_check_int("max_file_bytes", max_file_bytes, 0),
-            max_open_files=_check_int("max_open_files", max_open_files, 16),
             spawn=spawn,
-            pool_size=_check_at_most("pool_size", _check_int("pool_size", pool_size, 0), 1024),
-            max_concurrent_runs=_check_int("max_concurrent_runs", max_concurrent_runs, 1),
-            zygote_max_runs=_check_int("zygote_max_runs", zygote_max_runs, 1),
-            zygote_max_age_seconds=_check_seconds("zygote_max_age_seconds", zygote_max_age_seconds, positive=True),
             cache_dir=None if cache_dir is None or cache_dir is False else _check_path("cache_dir", cache_dir),
             probe_cache=cache_dir is not False,
             allow_net=net_rules,
-            max_net_bytes=_check_int("max_net_bytes", max_net_bytes, 1),
-            max_net_connections=_check_int("max_net_connections", max_net_connections, 1),
+            budgets=fields,
         )
         self._lock = threading.Lock()
         self._loop_thread: Optional[_LoopThread] = None
@@ -673,8 +703,13 @@ class Runtime(_Closeable):
         *,
         on_log: Optional[Callable[[str], Any]] = None,
         on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+        **limits: Union[int, float, None],
     ) -> Result:
         """Runs ``code`` to settlement and returns its :class:`Result`.
+
+        ``limits`` override this runtime's budgets for this run only:
+        ``wall_seconds``, ``cpu_seconds``, ``address_space_bytes`` (checked
+        like the runtime's; a pre-forked process gets the run's own).
 
         The calling thread waits with the GIL released. Sync bindings run on
         a thread pool, async ones on a private event loop; both see a copy of
@@ -688,11 +723,12 @@ class Runtime(_Closeable):
         the program itself, its crash included, is a :class:`Result`.
         """
         code = _check_code(code)
+        fields = _budget_fields(limits, "pycage.Runtime.run", per_run=True)
         specs = _namespaces(bindings)
         site = _Site(self._private_loop, contextvars.copy_context())
         events = _Events.of(on_log, on_call)
         main = threading.current_thread() is threading.main_thread()
-        return _result(self._native.run(code, specs, site, events, main))
+        return _result(self._native.run(code, specs, site, events, main, fields))
 
     async def arun(
         self,
@@ -701,8 +737,10 @@ class Runtime(_Closeable):
         *,
         on_log: Optional[Callable[[str], Any]] = None,
         on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+        **limits: Union[int, float, None],
     ) -> Result:
-        """Runs ``code`` without blocking the event loop.
+        """Runs ``code`` without blocking the event loop (``limits`` as for
+        :meth:`run`).
 
         Async bindings run as tasks on the running loop, in a copy of the
         caller's ``contextvars`` context; sync bindings run on a thread pool.
@@ -711,12 +749,15 @@ class Runtime(_Closeable):
         binding tasks cancelled) and raises ``CancelledError`` as usual.
         """
         code = _check_code(code)
+        fields = _budget_fields(limits, "pycage.Runtime.arun", per_run=True)
         specs = _namespaces(bindings)
         loop = asyncio.get_running_loop()
         site = _Site(lambda: loop, contextvars.copy_context())
         events = _Events.of(on_log, on_call)
         return await _settled(
-            loop, events, lambda settle, on_events: self._native.start(code, specs, site, loop, settle, on_events)
+            loop,
+            events,
+            lambda settle, on_events: self._native.start(code, specs, site, loop, settle, on_events, fields),
         )
 
     def session(
