@@ -19,13 +19,9 @@ import unittest
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PYTHON_DIR)
 
-from pycage import protocol  # noqa: E402
-from pycage.bootstrap import (  # noqa: E402
-    NotJsonError,
-    OverBudgetError,
-    decode_json,
-    encode_json,
-)
+from pycage import _wire  # noqa: E402
+from pycage.decoder import _decode_deep, decode_json  # noqa: E402
+from pycage.encoder import NotJsonError, OverBudgetError, encode_json  # noqa: E402
 
 BOOTSTRAP_COMMAND = (
     f"import sys; sys.path.insert(0, {PYTHON_DIR!r}); "
@@ -50,37 +46,6 @@ def list_depth(value):
         depth += 1
         value = value[0] if value else None
     return depth
-
-
-class ProtocolMirrorTest(unittest.TestCase):
-    def test_frames_and_constants(self):
-        fields = {
-            name: (sorted(td.__required_keys__), sorted(td.__optional_keys__))
-            for name, td in protocol.FRAMES.items()
-        }
-        self.assertEqual(
-            fields,
-            {
-                "boot": (
-                    ["addressSpaceBytes", "cpuSeconds", "maxLogBytes", "maxValueBytes", "namespaces", "type"],
-                    ["session"],
-                ),
-                "namespace": (["global", "names"], ["doc", "docs", "errorClass"]),
-                "errorClass": (["memberNameProperty", "name"], []),
-                "run": (["program", "type"], ["cpuSeconds", "maxLogBytes", "maxValueBytes"]),
-                "reply-ok": (["id", "ok", "type", "value"], []),
-                "reply-error": (["id", "message", "ok", "type"], []),
-                "boot-ack": (["type"], []),
-                "call": (["args", "global", "id", "name", "type"], []),
-                "log": (["text", "type"], ["truncated"]),
-                "done": (["type"], ["error", "value"]),
-                "done-error": (["kind", "message"], []),
-            },
-        )
-        self.assertEqual(protocol.PROTOCOL_FD, 3)
-        self.assertEqual(
-            protocol.log_truncation_marker(65536), "[pycage] log capture truncated at 65536 bytes"
-        )
 
 
 class EncoderTest(unittest.TestCase):
@@ -238,8 +203,6 @@ class DecoderTest(unittest.TestCase):
     ]
 
     def test_matches_json_loads(self):
-        from pycage.bootstrap import _decode_deep
-
         for text in self.samples:
             with self.subTest(text=text):
                 expected = json.loads(text)
@@ -248,8 +211,6 @@ class DecoderTest(unittest.TestCase):
                     self.assertEqual(type(decoded), type(expected))
 
     def test_rejects_what_json_loads_rejects_and_constants(self):
-        from pycage.bootstrap import _decode_deep
-
         bad = [
             "", "[", "]", "[1,]", "{,}", '{"a"}', '{"a":}', "[1 2]", "01", "1.", ".5", "+1",
             "NaN", "Infinity", "-Infinity", "[NaN]", "tru", '"\x01"', "1 2", '{1:2}', "\u0661",
@@ -531,7 +492,8 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(
             done["value"],
             ["__class__", "__init__", "__getattr__", "__dict__", "my-tool", "", {},
-             "namespace 'tools' has no member 'nope'", "<pycage namespace tools (7 members)>", "Namespace", True],
+             "namespace 'tools' has no function 'nope'. Its functions: '', '__class__', '__dict__', '__getattr__', "
+             "'__init__', 'my-tool', 'search'.", "<pycage namespace tools (7 members)>", "Namespace", True],
         )
         self.assertEqual([c["id"] for c in calls], list(range(7)))
 
@@ -614,7 +576,7 @@ class EndToEndTest(unittest.TestCase):
         self.assertEqual(lines[0], '{"type":"log","text":"hello"}')
 
     def test_log_truncation_sends_exactly_one_marker(self):
-        marker = protocol.log_truncation_marker(10)
+        marker = _wire.log_truncation_marker(10)
         program = (
             f"print({marker!r})\n"  # the marker text as ordinary output
             "print('abcdéfghij')\nprint('more')\nprint('and more')\nreturn 1\n"
@@ -624,12 +586,12 @@ class EndToEndTest(unittest.TestCase):
         texts = [f["text"] for f in logs]
         # 8 bytes left after the marker line and its newline: 'abcd' + 'é' (2) + 'fg' fits.
         self.assertEqual(texts[:3], [marker, "\n", "abcdéfg"])
-        self.assertEqual(texts[3:], [protocol.log_truncation_marker(len(marker) + 9)])
+        self.assertEqual(texts[3:], [_wire.log_truncation_marker(len(marker) + 9)])
         self.assertEqual([f.get("truncated") for f in logs], [None, None, None, True])
 
     def test_log_budget_cut_inside_a_character(self):
         done, logs, _, _ = run("print('aé')\nprint('x')", max_log=2)
-        self.assertEqual([f["text"] for f in logs], ["a", protocol.log_truncation_marker(2)])
+        self.assertEqual([f["text"] for f in logs], ["a", _wire.log_truncation_marker(2)])
         self.assertIs(logs[-1]["truncated"], True)
 
     def test_value_over_budget(self):
@@ -699,7 +661,7 @@ class EndToEndTest(unittest.TestCase):
         child.proc.wait(timeout=30)
         status, _, err = child.finish()
         self.assertEqual(status, 2)
-        self.assertIn(b"expected a reply frame", err)
+        self.assertIn(b"malformed reply frame: reply: missing field 'value'", err)
 
     def test_host_gone_mid_run_exits_1(self):
         child = Child()
@@ -933,23 +895,23 @@ class SignalsTest(unittest.TestCase):
             else:
                 self.assertEqual(done["value"], expected)
 
-    def test_quiet_and_restore_signals(self):
+    def test_quiet_andrestore_signals(self):
         import signal
 
-        from pycage.bootstrap import _quiet_signals, _restore_signals, _SignalState
+        from pycage.signals import SignalState, quiet_signals, restore_signals
 
         hits = []
         previous = signal.signal(signal.SIGUSR1, lambda signum, frame: hits.append(signum))
         mask_before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
         try:
-            state = _SignalState()
-            _quiet_signals(state)
+            state = SignalState()
+            quiet_signals(state)
             self.assertEqual(signal.getsignal(signal.SIGUSR1), signal.SIG_IGN)
             self.assertIn(signal.SIGUSR1, signal.pthread_sigmask(signal.SIG_BLOCK, []))
             signal.raise_signal(signal.SIGUSR1)
             self.assertEqual(hits, [])
-            _quiet_signals(state)  # idempotent: the saved handler is still the program's
-            _restore_signals(state)
+            quiet_signals(state)  # idempotent: the saved handler is still the program's
+            restore_signals(state)
             self.assertEqual(signal.pthread_sigmask(signal.SIG_BLOCK, []), mask_before)
             self.assertIsNot(signal.getsignal(signal.SIGUSR1), signal.SIG_IGN)
             self.assertTrue(callable(signal.getsignal(signal.SIGUSR1)))
