@@ -1,7 +1,8 @@
 //! Writes `python/pycage/_wire.py`, the child's wire module, from the
 //! frame table (`src/table.rs`). Run after changing the table:
 //! `cargo run -p pycage-protocol --example gen-wire`.
-#![allow(clippy::expect_used)]
+// A command-line tool: it reports the path it wrote.
+#![allow(clippy::expect_used, clippy::print_stdout)]
 
 use std::path::Path;
 

@@ -12,9 +12,9 @@
 
 use crate::encode::write_json_string;
 use crate::json::JsonValue;
-use crate::table::LOG_TRUNCATION_MARKER;
 #[cfg(test)]
 use crate::table::frame_fields;
+use crate::table::LOG_TRUNCATION_MARKER;
 
 /// The child's protocol file descriptor.
 pub const PROTOCOL_FD: i32 = 3;

@@ -40,16 +40,16 @@ pub use frames::{
     log_truncation_marker, BootFrame, ChildError, ChildErrorKind, ChildFrame, ErrorClassEntry, NamespaceEntry,
     ReplyFrame, RunBudgets, RunFrame, MAX_CALL_ID, PROTOCOL_FD,
 };
-pub use python::{python_wire_module, python_wire_module_for, PYTHON_WIRE_PATH};
-pub use table::{
-    frame_fields, Field, FieldType, FrameFields, Sender, DONE_ERROR_KINDS, FRAME_FIELDS, LOG_TRUNCATION_MARKER,
-};
 pub use json::{ArrayIter, BuildError, JsonBuilder, JsonValue, Kind, ObjectIter, ValueRef};
 pub use number::Number;
 pub use parse::{ParseError, ParseErrorKind};
+pub use python::{python_name, python_wire_module, python_wire_module_for, PYTHON_WIRE_PATH};
 pub use reader::{FrameReader, LineEvent, LineSplitter, READ_CHUNK};
 #[cfg(feature = "serde")]
 pub use serde::{ToSerdeError, SERDE_MAX_DEPTH};
+pub use table::{
+    frame_fields, Field, FieldType, FrameFields, Sender, DONE_ERROR_KINDS, FRAME_FIELDS, LOG_TRUNCATION_MARKER,
+};
 pub use validate::{parse_child_frame, validate_child_frame, FrameError};
 
 /// Default caps. The runtime's configuration starts from these; every one is

@@ -56,13 +56,19 @@ fn snake(name: &str) -> String {
     s
 }
 
-/// A parameter name: the snake-case field name, `_`-suffixed when it is a
-/// Python keyword.
+/// The Python name the generated module derives from a shape or field name:
+/// snake case (`boot-ack` → `boot_ack`, `errorClass` → `error_class`),
+/// `_`-suffixed when it is a Python keyword (`global` → `global_`).
+/// `encode_<name>` and `check_<name>` are the module's functions.
+pub fn python_name(name: &str) -> String {
+    param(name)
+}
+
 fn param(name: &str) -> String {
     const KEYWORDS: &[&str] = &[
-        "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def",
-        "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is",
-        "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
+        "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
+        "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
+        "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
     ];
     let s = snake(name);
     if KEYWORDS.contains(&s.as_str()) {
@@ -107,7 +113,10 @@ fn json_str(s: &str) -> String {
 /// `name = (items)` as `ruff format` writes it: on one line when it fits in
 /// 120 columns, else one item per line with a trailing comma.
 fn tuple_assign(name: &str, items: &[String]) -> String {
-    let inner = if items.len() == 1 { format!("{},", items[0]) } else { items.join(", ") };
+    let inner = match items {
+        [one] => format!("{one},"),
+        _ => items.join(", "),
+    };
     let one = format!("{name} = ({inner})");
     if one.len() <= 120 {
         return one;
@@ -317,7 +326,10 @@ impl Gen<'_> {
         if let FieldType::OneOf(_) = f.ty {
             let values = format!("{}_{}_VALUES", upper(shape.frame), upper(f.name));
             self.line(i, &format!("if {p} not in {values}:"));
-            self.line(i + 1, &format!("raise ValueError({})", lit(&format!("{}.{} is not a known value", shape.frame, f.name))));
+            self.line(
+                i + 1,
+                &format!("raise ValueError({})", lit(&format!("{}.{} is not a known value", shape.frame, f.name))),
+            );
         }
     }
 
@@ -340,7 +352,10 @@ impl Gen<'_> {
         self.line(0, "");
         self.line(0, "");
         self.line(0, &format!("def check_{}(frame, where={}):", snake(shape.frame), lit(where_default)));
-        self.line(1, &format!("\"\"\"None when ``frame`` is a well-formed ``{}``, else the problem.\"\"\"", shape.frame));
+        self.line(
+            1,
+            &format!("\"\"\"None when ``frame`` is a well-formed ``{}``, else the problem.\"\"\"", shape.frame),
+        );
         self.line(1, "if type(frame) is not dict:");
         self.line(2, "return where + \" must be an object\"");
         self.line(1, "keys = frame.keys()");
@@ -437,9 +452,11 @@ impl Gen<'_> {
                 continue;
             }
             // The field every variant has as a distinct constant.
-            let Some(disc) = variants[0].fields.iter().find(|f| {
+            let Some(disc) = variants.first().into_iter().flat_map(|v| v.fields.iter()).find(|f| {
                 matches!(f.ty, FieldType::Const(_))
-                    && variants.iter().all(|v| v.fields.iter().any(|g| g.name == f.name && matches!(g.ty, FieldType::Const(_))))
+                    && variants
+                        .iter()
+                        .all(|v| v.fields.iter().any(|g| g.name == f.name && matches!(g.ty, FieldType::Const(_))))
             }) else {
                 continue;
             };
@@ -462,7 +479,10 @@ impl Gen<'_> {
                 self.line(1, &format!("if discriminant is {}:", if b { "True" } else { "False" }));
                 self.line(2, &format!("return check_{}(frame, where)", snake(v.frame)));
             }
-            self.line(1, &format!("return where + {}", lit(&format!(".{} is not one of the variants' values", disc.name))));
+            self.line(
+                1,
+                &format!("return where + {}", lit(&format!(".{} is not one of the variants' values", disc.name))),
+            );
         }
         self.line(0, "");
         self.line(0, "");
