@@ -18,6 +18,7 @@ use: the program can recurse as deep as under ``python3 program.py``.
 
 import asyncio
 import linecache
+import re
 import selectors
 import sys
 from types import ModuleType
@@ -43,6 +44,8 @@ _shared_builtins = sys.modules["builtins"]
 _modules = sys.modules
 _getrecursionlimit = sys.getrecursionlimit
 _setrecursionlimit = sys.setrecursionlimit
+_getframe = sys._getframe
+_DEPTH_IN_MESSAGE = re.compile(r"recursion depth (\d+)")
 
 
 def new_program_globals(injected):
@@ -109,7 +112,7 @@ def run_program(program, program_globals):
             else:
                 # The program's frame sits on this one, entered from C as a
                 # script's is: the frames down to here are the child's.
-                _raise_limit(outcome, recursion_depth())
+                _raise_limit(outcome, _depth_here())
                 eval(program.code, program_globals)
         finally:
             # First thing after the program, whichever way it ended. A
@@ -128,7 +131,7 @@ def run_program(program, program_globals):
 async def _await_program(code, program_globals, outcome):
     """The program's coroutine, with its exception (or None) as the result."""
     try:
-        _raise_limit(outcome, recursion_depth() + _await_extra())
+        _raise_limit(outcome, _depth_here() + _await_extra())
         await eval(code, program_globals)
     except BaseException as exc:
         restore_builtins()
@@ -189,21 +192,63 @@ def recursion_depth():
     """The interpreter's recursion depth at the caller's frame.
 
     CPython has no getter, but ``sys.setrecursionlimit`` refuses a limit at
-    or below the current depth: the depth is the highest limit it refuses,
-    found by bisection (every refusal changes nothing).
+    or below the current depth, and says the depth when it does. That number
+    is checked (refused as a limit, one more accepted); should the message
+    ever read otherwise, the depth is found by bisection instead. A refused
+    limit changes nothing; the limit is put back before this returns.
     """
     limit = _getrecursionlimit()
-    low, high = 0, limit  # refused: <= depth < accepted
-    while high - low > 1:
-        mid = (low + high) // 2
+    depth = 0
+    try:
+        _setrecursionlimit(1)
+    except RecursionError as e:
+        found = _DEPTH_IN_MESSAGE.search(str(e))
+        depth = int(found.group(1)) if found is not None else 0
+    if depth:
         try:
-            _setrecursionlimit(mid)
+            _setrecursionlimit(depth)
+            depth = 0  # accepted: the message was not the depth
         except RecursionError:
-            low = mid
-        else:
-            high = mid
+            try:
+                _setrecursionlimit(depth + 1)
+            except RecursionError:
+                depth = 0
+    if not depth:
+        low, high = 0, max(limit, 2)  # refused: <= depth < accepted
+        while high - low > 1:
+            mid = (low + high) // 2
+            try:
+                _setrecursionlimit(mid)
+            except RecursionError:
+                low = mid
+            else:
+                high = mid
+        depth = low
     _setrecursionlimit(limit)
-    return low - 1  # this function's own frame
+    return depth - 1  # this function's own frame
+
+
+_depth_by_chain = {}
+#: Frame chains whose depth is remembered (a child sees two or three).
+_CHAINS_KEPT = 16
+
+
+def _depth_here():
+    """``recursion_depth()`` of the caller, remembered by the code objects
+    of the frames below it: the same chain always has the same depth, and
+    walking it costs a fraction of measuring it."""
+    chain = []
+    frame = _getframe(1)
+    while frame is not None:
+        chain.append(frame.f_code)
+        frame = frame.f_back
+    key = tuple(chain)
+    depth = _depth_by_chain.get(key)
+    if depth is None:
+        if len(_depth_by_chain) >= _CHAINS_KEPT:
+            _depth_by_chain.clear()
+        depth = _depth_by_chain[key] = recursion_depth() - 1  # the caller's, not this frame's
+    return depth
 
 
 class _Done:
