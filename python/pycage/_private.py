@@ -25,7 +25,6 @@ that stops without a ``done``, and the diagnostics written to fd 2.
 
 import builtins as _shared_builtins
 import os
-import re
 import sys
 from types import FunctionType
 
@@ -39,9 +38,6 @@ EXIT_HOST_GONE = 1
 EXIT_BAD_HOST_FRAME = 2
 EXIT_INTERNAL = 3
 
-#: A Python identifier (ASCII): namespace globals, error classes, members
-#: that read as attributes.
-IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 _os_write = os.write
 # Absent before CPython 3.10.7, which had no int digit limit.
@@ -79,6 +75,12 @@ def clean(text):
         return text
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def is_ident(s):
+    """``s`` (a str) is an ASCII Python identifier, ``[A-Za-z_][A-Za-z0-9_]*``:
+    namespace globals, error classes, members that read as attributes."""
+    return s.isascii() and s.isidentifier()
 
 
 def utf8_str(x):

@@ -27,12 +27,12 @@ The child's modules, by concern:
 * ``encoder`` / ``decoder``: the lossless, iterative JSON codec;
 * ``channel``: fd 3 (frames out, host lines in, replies to their calls);
 * ``logs``: ``sys.stdout`` / ``sys.stderr`` as ``log`` frames;
-* ``limits``: rlimits and a run's budgets;
 * ``namespaces``: the namespace objects and error classes;
 * ``runner``: a program's globals, compile, run and event loop;
 * ``signals``: the program's handlers, quiet while its outcome is sent;
-* ``tracebacks`` / ``outcome``: the ``done`` frame;
-* ``bootstrap`` (this module): the serve loop and the warm-up.
+* ``outcome``: the ``done`` frame, tracebacks without pycage's frames;
+* ``bootstrap`` (this module): the serve loop, rlimits and a run's budgets,
+  the warm-up.
 
 Exit statuses without a ``done``: 1 the host is gone (EOF or error on fd 3),
 2 the host sent a malformed frame, 3 a bug in the child. The reason goes to
@@ -45,22 +45,28 @@ which is why the host validates everything.
 
 import linecache
 import os
+import resource
 import sys
 import traceback
 
 from pycage import _wire
-from pycage._private import BUILTINS, EXIT_INTERNAL, diag
+from pycage._private import BUILTINS, EXIT_INTERNAL, diag, die
 from pycage.channel import lock, pending, read_frame, send, set_nonblocking
 from pycage.decoder import decode_json
 from pycage.encoder import encode_json
-from pycage.limits import Budgets, apply_boot_limits, start_run
-from pycage.logs import stderr, stdout
+from pycage.logs import start_ledger, stderr, stdout
 from pycage.namespaces import RESERVED_GLOBALS, SEEDED_GLOBALS, boot_namespaces, build_globals
-from pycage.outcome import error_frame, outcome_frame
+from pycage.outcome import (
+    error_frame,
+    format_compile_error,
+    format_exception,
+    inside_path,
+    outcome_frame,
+    set_path_remaps,
+)
 from pycage.runner import close_outcome, compile_for, new_program_globals, run_program
 from pycage.script import PROGRAM_FILENAME
 from pycage.signals import restore_signals
-from pycage.tracebacks import format_compile_error, format_exception, inside_path, set_path_remaps
 
 __builtins__ = BUILTINS
 
@@ -89,6 +95,65 @@ def _finish(frame):
         send(frame)
         _sched_yield()
         _os_exit(0)
+
+
+# --- limits and budgets ------------------------------------------------------
+#
+# ``boot`` sets ``RLIMIT_CPU`` (soft ``cpuSeconds``, hard one second above) and
+# ``RLIMIT_AS``; 0 leaves a limit unset. A session's runs carry their own
+# budgets instead: its CPU budget is counted from each run's start (the soft
+# ``RLIMIT_CPU`` moves to the CPU time used so far plus the run's
+# ``cpuSeconds``), and each run starts a new log ledger and value budget.
+
+_getrlimit = resource.getrlimit
+_setrlimit = resource.setrlimit
+_getrusage = resource.getrusage
+
+
+def _set_limit(which, soft, hard):
+    _, current_hard = _getrlimit(which)
+    if current_hard != resource.RLIM_INFINITY:
+        hard = min(hard, current_hard)
+        soft = min(soft, hard)
+    try:
+        _setrlimit(which, (soft, hard))
+    except (OSError, ValueError) as e:
+        die(EXIT_INTERNAL, f"cannot set resource limit {which} to {(soft, hard)}: {e}")
+
+
+def apply_boot_limits(boot):
+    """``RLIMIT_CPU`` (not for a session: its runs count their own) and
+    ``RLIMIT_AS`` from a checked ``boot`` frame."""
+    cpu = boot["cpuSeconds"]
+    if cpu and not boot.get("session", False):
+        _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
+    address_space = boot["addressSpaceBytes"]
+    if address_space:
+        _set_limit(resource.RLIMIT_AS, address_space, address_space)
+
+
+class Budgets:
+    """One run's budgets: its own (a session run carries them) or boot's."""
+
+    __slots__ = ("cpu_seconds", "max_log_bytes", "max_value_bytes")
+
+    def __init__(self, run, boot):
+        self.cpu_seconds = run.get("cpuSeconds", boot["cpuSeconds"])
+        self.max_log_bytes = run.get("maxLogBytes", boot["maxLogBytes"])
+        self.max_value_bytes = run.get("maxValueBytes", boot["maxValueBytes"])
+
+
+def start_run(budgets, session):
+    """Per-run state: the log ledger, and in a session the CPU budget counted
+    from now (SIGXCPU ends the session's process when a run overspends, and
+    each run's wall clock bounds one that handles SIGXCPU)."""
+    start_ledger(budgets.max_log_bytes)
+    cpu = budgets.cpu_seconds
+    if session and cpu:
+        usage = _getrusage(resource.RUSAGE_SELF)
+        used = int(usage.ru_utime + usage.ru_stime) + 1
+        _, hard = _getrlimit(resource.RLIMIT_CPU)
+        _set_limit(resource.RLIMIT_CPU, used + cpu, hard)
 
 
 # --- warm-up --------------------------------------------------------------

@@ -8,6 +8,7 @@ iteratively at any depth, without running program code.
 import gc
 import re
 from json import JSONDecoder
+from json.decoder import WHITESPACE
 from json.decoder import scanstring as _scanstring
 
 from pycage._private import BUILTINS, get_int_max_str_digits, unlimited_digits
@@ -17,10 +18,16 @@ __builtins__ = BUILTINS
 _gc_isenabled = gc.isenabled
 _gc_disable = gc.disable
 _gc_enable = gc.enable
+_re_compile = re.compile
 
-_WS = re.compile(r"[ \t\n\r]*")
+#: JSON whitespace: ``json``'s own compiled ``[ \t\n\r]*`` (compiling a
+#: pattern is a noticeable part of an exec'd child's start).
+_WS = WHITESPACE
 _WS_CHARS = " \t\n\r"
-_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+#: A JSON number (ASCII digits only), compiled when a value first needs
+#: ``_decode_deep``.
+_NUMBER_PATTERN = r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?"
+_number = []
 _LIST = object()
 
 
@@ -97,7 +104,9 @@ def _decode_deep(s):
     the regex then matches nothing.)
     """
     ws = _WS.match
-    number = _NUMBER.match
+    if not _number:
+        _number.append(_re_compile(_NUMBER_PATTERN).match)
+    number = _number[0]
     blank = _WS_CHARS
     n = len(s)
     stack = []  # [container, key], key is _LIST for a list

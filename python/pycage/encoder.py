@@ -18,7 +18,7 @@ import sys
 from json.encoder import encode_basestring as _quote
 from types import CoroutineType
 
-from pycage._private import BUILTINS, IDENT, unlimited_digits
+from pycage._private import BUILTINS, is_ident, unlimited_digits
 
 __builtins__ = BUILTINS
 
@@ -98,7 +98,7 @@ def _path(frames, depth):
         key = next(itertools.islice(container, index, None), None)
         if type(key) is not str:
             segments.append("[?]")
-        elif IDENT.match(key):
+        elif is_ident(key):
             segments.append("." + key)
         else:
             if len(key) > _PATH_KEY_CHARS:

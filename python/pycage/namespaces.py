@@ -11,7 +11,7 @@ listing the namespace's functions, the closest matches first.
 """
 
 from pycage import _wire
-from pycage._private import BUILTINS, EXIT_BAD_HOST_FRAME, IDENT, die, utf8_str
+from pycage._private import BUILTINS, EXIT_BAD_HOST_FRAME, die, is_ident, utf8_str
 from pycage.channel import (
     Future,
     call_blocking,
@@ -71,7 +71,7 @@ def boot_namespaces(boot):
         glob = entry["global"]
         names = entry["names"]
         error_class = entry.get("errorClass")
-        if not IDENT.match(glob) or glob in RESERVED_GLOBALS:
+        if not is_ident(glob) or glob in RESERVED_GLOBALS:
             _bad_boot(f"namespace global {glob!r} is not a usable identifier")
         if not all(utf8_str(name) for name in names):
             _bad_boot(f"names of {glob} must be UTF-8 strings")
@@ -79,7 +79,7 @@ def boot_namespaces(boot):
         if error_class is not None:
             class_name = error_class["name"]
             prop = error_class["memberNameProperty"]
-            if not IDENT.match(class_name) or class_name in RESERVED_GLOBALS:
+            if not is_ident(class_name) or class_name in RESERVED_GLOBALS:
                 _bad_boot(f"errorClass name {class_name!r} is not a usable identifier")
             if not utf8_str(prop) or not prop:
                 _bad_boot(f"memberNameProperty of {class_name} must be a non-empty string")
@@ -100,7 +100,7 @@ def boot_namespaces(boot):
 
 
 def _call_label(glob, name):
-    return f"{glob}.{name}" if IDENT.match(name) else f"getattr({glob}, {name!r})"
+    return f"{glob}.{name}" if is_ident(name) else f"getattr({glob}, {name!r})"
 
 
 def _call_payload(label, args, kwargs):

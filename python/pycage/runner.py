@@ -18,7 +18,6 @@ use: the program can recurse as deep as under ``python3 program.py``.
 
 import asyncio
 import linecache
-import re
 import selectors
 import sys
 from types import ModuleType
@@ -45,7 +44,6 @@ _modules = sys.modules
 _getrecursionlimit = sys.getrecursionlimit
 _setrecursionlimit = sys.setrecursionlimit
 _getframe = sys._getframe
-_DEPTH_IN_MESSAGE = re.compile(r"recursion depth (\d+)")
 
 
 def new_program_globals(injected):
@@ -202,8 +200,9 @@ def recursion_depth():
     try:
         _setrecursionlimit(1)
     except RecursionError as e:
-        found = _DEPTH_IN_MESSAGE.search(str(e))
-        depth = int(found.group(1)) if found is not None else 0
+        # "cannot set the recursion limit to 1 at the recursion depth N: ..."
+        digits = str(e).partition("recursion depth ")[2].partition(":")[0]
+        depth = int(digits) if digits.isdigit() else 0
     if depth:
         try:
             _setrecursionlimit(depth)
