@@ -129,7 +129,7 @@ def run_program(program, program_globals):
 async def _await_program(code, program_globals, outcome):
     """The program's coroutine, with its exception (or None) as the result."""
     try:
-        _raise_limit(outcome, _depth_here() + _await_extra())
+        _raise_limit(outcome, _depth_here() + _AWAIT_EXTRA)
         await eval(code, program_globals)
     except BaseException as exc:
         restore_builtins()
@@ -250,45 +250,40 @@ def _depth_here():
     return depth
 
 
-class _Done:
-    """An awaitable that finishes at once (makes a probe a coroutine)."""
-
-    def __await__(self):
-        return iter(())
+def _sync_probe():
+    return recursion_depth()
 
 
-_await_extra_cached = None
+async def _async_probe():
+    return recursion_depth()
+
+
+def _evaluated():
+    base = recursion_depth()
+    return eval(_sync_probe.__code__, _probe_globals) - base
+
+
+async def _awaited():
+    base = recursion_depth()
+    return await eval(_async_probe.__code__, _probe_globals) - base
 
 
 def _await_extra():
     """How much deeper code awaited from a coroutine starts than code run
-    with ``eval`` (which is how a script's frame starts): measured once."""
-    global _await_extra_cached
-    if _await_extra_cached is None:
-        flags = script.ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        probe = compile("d = depth()\nawait done", "<probe>", "exec", flags=flags)
-        sync_probe = compile("d = depth()", "<probe>", "exec")
+    with ``eval`` (which is how a script's frame starts). The probes' code
+    is run as the program's is: ``eval`` of a code object, awaited or not."""
+    awaited = _awaited()
+    try:
+        awaited.send(None)
+    except StopIteration as stop:
+        return stop.value - _evaluated()
+    awaited.close()
+    return 0
 
-        async def awaited(probe_globals):
-            probe_globals["base"] = recursion_depth()
-            await eval(probe, probe_globals)
 
-        def evaluated(probe_globals):
-            probe_globals["base"] = recursion_depth()
-            eval(sync_probe, probe_globals)
-
-        deeper = []
-        for run in (awaited, evaluated):
-            probe_globals = {"depth": recursion_depth, "done": _Done()}
-            started = run(probe_globals)
-            if started is not None:
-                try:
-                    started.send(None)
-                except StopIteration:
-                    pass
-            deeper.append(probe_globals["d"] - probe_globals["base"])
-        _await_extra_cached = deeper[0] - deeper[1]
-    return _await_extra_cached
+_probe_globals = globals()
+#: Measured once, at import (in the zygote, before any fork).
+_AWAIT_EXTRA = _await_extra()
 
 
 def _raise_limit(outcome, headroom):
