@@ -450,6 +450,7 @@ class EndToEndTest(unittest.TestCase):
         self.assertIn("raise ValueError('boom')", message)
         self.assertTrue(message.endswith("ValueError: boom"), message)
         self.assertNotIn("bootstrap.py", message)
+        self.assertNotIn(os.path.join(PYTHON_DIR, "pycage"), message)
         self.assertNotIn("value", done)
 
     def test_system_exit_is_an_exception(self):
@@ -465,6 +466,7 @@ class EndToEndTest(unittest.TestCase):
         self.assertIn("SyntaxError", message)
         self.assertIn("y = (", message)
         self.assertNotIn("bootstrap.py", message)
+        self.assertNotIn(os.path.join(PYTHON_DIR, "pycage"), message)
         self.assertNotIn("ast.py", message)
         done, _, _, _ = run("x = 1\nyield x\n")
         self.assertIn("SyntaxError: 'yield' outside function", done["error"]["message"])
@@ -530,6 +532,7 @@ class EndToEndTest(unittest.TestCase):
         self.assertIn('File "<program>", line 2', message)
         self.assertTrue(message.endswith("ToolError: no bindings"), message)
         self.assertNotIn("bootstrap.py", message)
+        self.assertNotIn(os.path.join(PYTHON_DIR, "pycage"), message)
 
     def test_call_error_without_error_class(self):
         done, _, _, _ = run(
@@ -846,6 +849,7 @@ class ScriptSemanticsTest(unittest.TestCase):
         self.assertIn('File "<program>", line 3, in main', message)
         self.assertIn("asyncio", message)  # the library frames the program called
         self.assertNotIn("bootstrap.py", message)
+        self.assertNotIn(os.path.join(PYTHON_DIR, "pycage"), message)
         self.assertNotIn("script.py", message)
 
 
