@@ -64,7 +64,14 @@ from pycage.outcome import (
     outcome_frame,
     set_path_remaps,
 )
-from pycage.runner import close_outcome, compile_for, new_program_globals, run_program
+from pycage.runner import (
+    close_outcome,
+    compile_for,
+    expect_run,
+    new_program_globals,
+    recursion_depth,
+    run_program,
+)
 from pycage.script import PROGRAM_FILENAME
 from pycage.signals import restore_signals
 
@@ -79,6 +86,7 @@ _inside_path = inside_path
 __all__ = ["PROTOCOL_FD", "main", "set_path_remaps", "warm_up"]
 
 _os_exit = os._exit
+_getframe = sys._getframe
 _sched_yield = os.sched_yield
 _BOOT_ACK = _wire.encode_boot_ack()
 
@@ -183,6 +191,9 @@ def warm_up():
     run's critical path. Leaves no state behind: the globals, loop and
     signal state it used are discarded or restored.
     """
+    # The run comes next, from the same caller through main() and _serve():
+    # its depth is measured now rather than on its critical path.
+    expect_run(2, _getframe(1), recursion_depth() - 1)  # main() -> _serve()
     program = compile_for(_WARM_UP_PROGRAM)
     outcome = run_program(program, new_program_globals({}))
     if outcome.has_value:

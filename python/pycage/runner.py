@@ -103,14 +103,17 @@ def run_program(program, program_globals):
     signal handlers are quiet, so encoding the value cannot be interrupted.
     """
     outcome = Outcome()
+    # The program's frame sits on this one, entered from C as a script's
+    # is: the depth down to here is the child's.
+    depth = _announced_depth()
+    if depth is None:
+        depth = _depth_here()
     try:
         try:
             if program.is_coroutine:
-                _run_in_loop(program.code, program_globals, outcome)
+                _run_in_loop(program.code, program_globals, outcome, depth)
             else:
-                # The program's frame sits on this one, entered from C as a
-                # script's is: the frames down to here are the child's.
-                _raise_limit(outcome, _depth_here())
+                _raise_limit(outcome, depth)
                 eval(program.code, program_globals)
         finally:
             # First thing after the program, whichever way it ended. A
@@ -126,10 +129,13 @@ def run_program(program, program_globals):
     return outcome
 
 
-async def _await_program(code, program_globals, outcome):
+_RUN_PROGRAM_CODE = run_program.__code__
+
+
+async def _await_program(code, program_globals, outcome, depth):
     """The program's coroutine, with its exception (or None) as the result."""
     try:
-        _raise_limit(outcome, _depth_here() + _AWAIT_EXTRA)
+        _raise_limit(outcome, depth + _loop_depth(depth) + _AWAIT_EXTRA)
         await eval(code, program_globals)
     except BaseException as exc:
         restore_builtins()
@@ -138,10 +144,10 @@ async def _await_program(code, program_globals, outcome):
     return None
 
 
-def _run_in_loop(code, program_globals, outcome):
+def _run_in_loop(code, program_globals, outcome, depth):
     loop = outcome.loop = _Loop(_Selector())
     _set_event_loop(loop)
-    task = loop.create_task(_await_program(code, program_globals, outcome))
+    task = loop.create_task(_await_program(code, program_globals, outcome, depth))
     loop_error = None
     try:
         loop.run_until_complete(task)
@@ -227,27 +233,85 @@ def recursion_depth():
     return depth - 1  # this function's own frame
 
 
+#: Depths by frame chain: the ids of the code objects from a frame down,
+#: and the code objects themselves (kept, so no id is reused meanwhile).
+#: Ids, because hashing a code object hashes its contents every time.
 _depth_by_chain = {}
 #: Frame chains whose depth is remembered (a child sees two or three).
 _CHAINS_KEPT = 16
 
 
+def _chain(frame, stop=None):
+    codes = []
+    while frame is not None:
+        code = frame.f_code
+        if code is stop:
+            break
+        codes.append(code)
+        frame = frame.f_back
+    return codes
+
+
+def _remember(table, codes, depth):
+    if len(table) >= _CHAINS_KEPT:
+        table.clear()
+    table[tuple(map(id, codes))] = (depth, codes)
+    return depth
+
+
 def _depth_here():
     """``recursion_depth()`` of the caller, remembered by the code objects
-    of the frames below it: the same chain always has the same depth, and
-    walking it costs a fraction of measuring it."""
-    chain = []
-    frame = _getframe(1)
-    while frame is not None:
-        chain.append(frame.f_code)
-        frame = frame.f_back
-    key = tuple(chain)
-    depth = _depth_by_chain.get(key)
-    if depth is None:
-        if len(_depth_by_chain) >= _CHAINS_KEPT:
-            _depth_by_chain.clear()
-        depth = _depth_by_chain[key] = recursion_depth() - 1  # the caller's, not this frame's
-    return depth
+    of its frame and those below it: the same chain always has the same
+    depth, and walking it costs a fraction of measuring it (a measurement is
+    tens of microseconds in a freshly forked child: see ``expect_run``)."""
+    codes = _chain(_getframe(1))
+    known = _depth_by_chain.get(tuple(map(id, codes)))
+    if known is not None:
+        return known[0]
+    return _remember(_depth_by_chain, codes, recursion_depth() - 1)  # the caller's, not this frame's
+
+
+#: ``[levels, anchor frame, depth]`` of the run ``expect_run`` announced.
+_expected = []
+
+
+def expect_run(callers, anchor, anchor_depth):
+    """Announce, off a run's critical path, that ``run_program`` will be
+    called through ``callers`` (how many functions, each calling the next
+    directly: one level each) from the frame ``anchor``, at ``anchor_depth``.
+    ``run_program`` then knows its depth by finding ``anchor`` that many
+    frames down, without walking or measuring the stack: a measurement is
+    tens of microseconds in a freshly forked child. The warm-up announces
+    the run it prepares for (``pycage.bootstrap``)."""
+    _expected[:] = [callers + 1, anchor, anchor_depth + callers + 1]
+
+
+def _announced_depth():
+    """The depth ``expect_run`` announced for the caller (``run_program``),
+    or None when this run is not the one announced."""
+    if not _expected:
+        return None
+    levels, anchor, depth = _expected
+    try:
+        found = _getframe(levels + 1)  # counted from the caller
+    except ValueError:  # the stack is not that deep
+        return None
+    return depth if found is anchor else None
+
+
+_loop_depths = {}
+
+
+def _loop_depth(base):
+    """How much deeper the caller (``_await_program``) is than the
+    ``run_program`` frame below it, at depth ``base``: the event loop's
+    frames between them, remembered by their code objects (the warm-up's
+    top-level-await program measures them before a run needs them)."""
+    codes = _chain(_getframe(1), _RUN_PROGRAM_CODE)
+    known = _loop_depths.get(tuple(map(id, codes)))
+    if known is not None:
+        return known[0]
+    return _remember(_loop_depths, codes, recursion_depth() - 1 - base)
 
 
 def _sync_probe():

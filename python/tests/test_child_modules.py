@@ -20,6 +20,7 @@ from pycage import _wire, runner  # noqa: E402
 from pycage.decoder import decode_json  # noqa: E402
 from pycage.encoder import encode_json  # noqa: E402
 from pycage.namespaces import missing_member_message  # noqa: E402
+from pycage.signals import restore_signals  # noqa: E402
 
 
 class WireTest(unittest.TestCase):
@@ -121,6 +122,34 @@ class RecursionDepthTest(unittest.TestCase):
         # Both measured one call below this frame.
         self.assertEqual(runner.recursion_depth(), reported() - 1)
         self.assertEqual(sys.getrecursionlimit(), limit)
+
+    def test_an_announced_depth_is_the_measured_one(self):
+        # The program reads the limit it runs under: the interpreter's plus
+        # the depth of the frames below it.
+        program = runner.compile_for("import sys\nsys.getrecursionlimit()")
+        main, argv = sys.modules["__main__"], sys.argv
+
+        def middle():
+            try:
+                outcome = runner.run_program(program, runner.new_program_globals({}))
+            finally:
+                sys.modules["__main__"], sys.argv = main, argv
+            restore_signals(outcome.signals)
+            self.assertIsNone(outcome.error)
+            return outcome.value
+
+        def anchor():
+            runner.expect_run(1, sys._getframe(), runner.recursion_depth())
+            runner._depth_by_chain.clear()
+            announced = middle()
+            self.assertEqual(runner._depth_by_chain, {})  # nothing measured
+            runner._expected.clear()
+            measured = middle()
+            self.assertEqual(len(runner._depth_by_chain), 1)
+            self.assertEqual(announced, measured)
+            self.assertGreater(measured, sys.getrecursionlimit())
+
+        anchor()
 
     def test_program_gets_a_scripts_depth(self):
         # Run as the child runs programs; compare with a script of the same
