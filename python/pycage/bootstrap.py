@@ -180,6 +180,16 @@ return value
 """
 
 
+#: Frames like the ones a run reads, for the warm-up to check and build.
+_WARM_UP_FRAMES = (
+    '{"type":"boot","cpuSeconds":0,"addressSpaceBytes":0,"maxLogBytes":1,"maxValueBytes":1,'
+    '"namespaces":[{"global":"w","names":["w"],"errorClass":{"name":"W","memberNameProperty":"m"},'
+    '"doc":"w","docs":{"w":"w"}}]}',
+    '{"type":"run","program":"","cpuSeconds":0,"maxLogBytes":1,"maxValueBytes":1}',
+    '{"type":"reply","id":0,"ok":true,"value":null}',
+)
+
+
 def warm_up():
     """Exercise a run's common path once, with nothing sent: compile, a
     loop, the codec, traceback formatting.
@@ -194,6 +204,15 @@ def warm_up():
     # The run comes next, from the same caller through main() and _serve():
     # its depth is measured now rather than on its critical path.
     expect_run(2, _getframe(1), recursion_depth() - 1)  # main() -> _serve()
+    # The boot and run path on samples: read, checked, built, encoded; nothing
+    # is sent and nothing kept.
+    boot, run, reply = (decode_json(text) for text in _WARM_UP_FRAMES)
+    if _wire.check_boot(boot) is None and _wire.check_run(run) is None and _wire.check_reply(reply) is None:
+        build_globals(boot_namespaces(boot))
+        Budgets(run, boot)
+    _wire.encode_call(0, "w", "w", "{}")
+    _wire.encode_log("w", True)
+    error_frame("exception", "w")
     program = compile_for(_WARM_UP_PROGRAM)
     outcome = run_program(program, new_program_globals({}))
     if outcome.has_value:
