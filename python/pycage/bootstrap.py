@@ -180,13 +180,16 @@ return value
 """
 
 
-#: Frames like the ones a run reads, for the warm-up to check and build.
+#: Frames like the ones a run reads, for the warm-up to check, and their checkers.
 _WARM_UP_FRAMES = (
-    '{"type":"boot","cpuSeconds":0,"addressSpaceBytes":0,"maxLogBytes":1,"maxValueBytes":1,'
-    '"namespaces":[{"global":"w","names":["w"],"errorClass":{"name":"W","memberNameProperty":"m"},'
-    '"doc":"w","docs":{"w":"w"}}]}',
-    '{"type":"run","program":"","cpuSeconds":0,"maxLogBytes":1,"maxValueBytes":1}',
-    '{"type":"reply","id":0,"ok":true,"value":null}',
+    (
+        '{"type":"boot","cpuSeconds":0,"addressSpaceBytes":0,"maxLogBytes":1,"maxValueBytes":1,'
+        '"namespaces":[{"global":"w","names":["w"],"errorClass":{"name":"W","memberNameProperty":"m"},'
+        '"doc":"w","docs":{"w":"w"}}]}',
+        _wire.check_boot,
+    ),
+    ('{"type":"run","program":"","cpuSeconds":0,"maxLogBytes":1,"maxValueBytes":1}', _wire.check_run),
+    ('{"type":"reply","id":0,"ok":true,"value":null}', _wire.check_reply),
 )
 
 
@@ -201,13 +204,15 @@ def warm_up():
     run's critical path. Leaves no state behind: the globals, loop and
     signal state it used are discarded or restored.
     """
-    # The run comes next, from the same caller through main() and _serve():
-    # its depth is measured now rather than on its critical path.
-    expect_run(2, _getframe(1), recursion_depth() - 1)  # main() -> _serve()
+    # Recursion depths are measured here rather than on the run's critical
+    # path: this function's (one measurement), the warm-up run's, and the
+    # run that comes next, from the same caller through main() and _serve().
+    depth = recursion_depth()
+    expect_run(0, _getframe(), depth)
     # The boot and run path on samples: read, checked, built, encoded; nothing
     # is sent and nothing kept.
-    boot, run, reply = (decode_json(text) for text in _WARM_UP_FRAMES)
-    if _wire.check_boot(boot) is None and _wire.check_run(run) is None and _wire.check_reply(reply) is None:
+    boot, run, _ = frames = [decode_json(text) for text, _ in _WARM_UP_FRAMES]
+    if all(check(frame) is None for frame, (_, check) in zip(frames, _WARM_UP_FRAMES, strict=True)):
         build_globals(boot_namespaces(boot))
         Budgets(run, boot)
     _wire.encode_call(0, "w", "w", "{}")
@@ -215,6 +220,7 @@ def warm_up():
     error_frame("exception", "w")
     program = compile_for(_WARM_UP_PROGRAM)
     outcome = run_program(program, new_program_globals({}))
+    expect_run(2, _getframe(1), depth - 1)
     if outcome.has_value:
         decode_json(encode_json(outcome.value))
     format_exception(ValueError("warm"))

@@ -196,10 +196,10 @@ def recursion_depth():
     """The interpreter's recursion depth at the caller's frame.
 
     CPython has no getter, but ``sys.setrecursionlimit`` refuses a limit at
-    or below the current depth, and says the depth when it does. That number
-    is checked (refused as a limit, one more accepted); should the message
-    ever read otherwise, the depth is found by bisection instead. A refused
-    limit changes nothing; the limit is put back before this returns.
+    or below the current depth, and says the depth when it does. Should the
+    message ever read otherwise, the depth is found by bisection instead (a
+    refused limit changes nothing). The limit is put back before this
+    returns.
     """
     limit = _getrecursionlimit()
     depth = 0
@@ -209,15 +209,6 @@ def recursion_depth():
         # "cannot set the recursion limit to 1 at the recursion depth N: ..."
         digits = str(e).partition("recursion depth ")[2].partition(":")[0]
         depth = int(digits) if digits.isdigit() else 0
-    if depth:
-        try:
-            _setrecursionlimit(depth)
-            depth = 0  # accepted: the message was not the depth
-        except RecursionError:
-            try:
-                _setrecursionlimit(depth + 1)
-            except RecursionError:
-                depth = 0
     if not depth:
         low, high = 0, max(limit, 2)  # refused: <= depth < accepted
         while high - low > 1:
