@@ -60,22 +60,19 @@ def log_truncation_marker(max_bytes):
 
 def encode_boot_ack():
     """``boot-ack`` as one line: Limits are applied; ready for run."""
-    s = '{"type":"boot-ack"'
-    return (s + "}\n").encode("utf-8")
+    return ('{"type":"boot-ack"}\n').encode("utf-8")
 
 
 def encode_call(id, global_, name, args):
     """``call`` as one line: A binding call; args is present even when null."""
-    s = '{"type":"call","id":' + _int_repr(id)
-    s += ',"global":' + _quote(global_)
-    s += ',"name":' + _quote(name)
-    s += ',"args":' + args
-    return (s + "}\n").encode("utf-8")
+    return (
+        f'{{"type":"call","id":{_int_repr(id)},"global":{_quote(global_)},"name":{_quote(name)},"args":{args}}}\n'
+    ).encode("utf-8")
 
 
 def encode_log(text, truncated=False):
     """``log`` as one line: Captured program output; truncated only on the ledger's marker."""
-    s = '{"type":"log","text":' + _quote(text)
+    s = f'{{"type":"log","text":{_quote(text)}'
     if truncated:
         s += ',"truncated":true'
     return (s + "}\n").encode("utf-8")
@@ -95,9 +92,7 @@ def encode_done_error(kind, message):
     """``done-error`` as JSON text: done.error: what failed and the message."""
     if kind not in DONE_ERROR_KIND_VALUES:
         raise ValueError("done-error.kind is not a known value")
-    s = '{"kind":' + _quote(kind)
-    s += ',"message":' + _quote(message)
-    return s + "}"
+    return f'{{"kind":{_quote(kind)},"message":{_quote(message)}}}'
 
 
 _BOOT_REQUIRED = ("type", "cpuSeconds", "addressSpaceBytes", "maxLogBytes", "maxValueBytes", "namespaces")

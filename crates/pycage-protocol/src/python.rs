@@ -102,6 +102,37 @@ fn lit(s: &str) -> String {
     out
 }
 
+/// A piece of a generated string: literal text, or a Python expression.
+enum Piece {
+    Text(String),
+    Expr(String),
+}
+
+/// The Python literal of `pieces`: a plain string when there is no
+/// expression, else an f-string (braces doubled, newlines escaped); single
+/// quotes when the text holds double quotes, as `ruff format` prefers.
+fn string_literal(pieces: &[Piece]) -> String {
+    if pieces.iter().all(|p| matches!(p, Piece::Text(_))) {
+        let text: String = pieces.iter().map(|p| if let Piece::Text(t) = p { t.as_str() } else { "" }).collect();
+        return lit(&text);
+    }
+    let mut body = String::new();
+    for p in pieces {
+        match p {
+            Piece::Text(t) => {
+                body.push_str(&t.replace('{', "{{").replace('}', "}}").replace('\\', "\\\\").replace('\n', "\\n"))
+            }
+            Piece::Expr(e) => {
+                body.push('{');
+                body.push_str(e);
+                body.push('}');
+            }
+        }
+    }
+    let quote = if body.contains('"') && !body.contains('\'') { '\'' } else { '"' };
+    format!("f{quote}{body}{quote}")
+}
+
 /// A JSON string literal's text (the table's names are plain ASCII, but the
 /// canonical escaping is applied anyway).
 fn json_str(s: &str) -> String {
@@ -270,36 +301,31 @@ impl Gen<'_> {
         self.line(0, &format!("def encode_{}({}):", snake(shape.frame), params.join(", ")));
         let kind = if top { "one line" } else { "JSON text" };
         self.line(1, &format!("\"\"\"``{}`` as {kind}: {}\"\"\"", shape.frame, shape.doc));
-        // The text so far is a run of literal pieces and expressions.
-        let mut pending = String::from("{");
-        let mut started = false;
+        // The required part is one f-string (one allocation): literal
+        // pieces, braces doubled, and `{expression}`s.
+        let mut pieces: Vec<Piece> = vec![Piece::Text("{".into())];
         let mut first = true;
         for f in shape.fields.iter().filter(|f| f.required) {
-            let key = format!("{}{}:", if first { "" } else { "," }, json_str(f.name));
+            pieces.push(Piece::Text(format!("{}{}:", if first { "" } else { "," }, json_str(f.name))));
             first = false;
-            pending.push_str(&key);
             match f.ty {
-                FieldType::Tag(t) => pending.push_str(&json_str(t)),
-                FieldType::Const(b) => pending.push_str(if b { "true" } else { "false" }),
+                FieldType::Tag(t) => pieces.push(Piece::Text(json_str(t))),
+                FieldType::Const(b) => pieces.push(Piece::Text((if b { "true" } else { "false" }).into())),
                 ty => {
                     let p = param(f.name);
                     self.check_one_of(1, shape, f, &p);
-                    let expr = value_expr(ty, &p);
-                    let stmt = if started { "s += " } else { "s = " };
-                    self.line(1, &format!("{stmt}{} + {expr}", lit(&pending)));
-                    pending.clear();
-                    started = true;
+                    pieces.push(Piece::Expr(value_expr(ty, &p)));
                 }
             }
         }
-        if !started {
-            self.line(1, &format!("s = {}", lit(&pending)));
-            pending.clear();
-        } else if !pending.is_empty() {
-            self.line(1, &format!("s += {}", lit(&pending)));
-            pending.clear();
+        let optional: Vec<&Field> = shape.fields.iter().filter(|f| !f.required).collect();
+        if optional.is_empty() {
+            pieces.push(Piece::Text((if top { "}\n" } else { "}" }).into()));
+            self.assign_or_return(&pieces, top, true);
+            return;
         }
-        for f in shape.fields.iter().filter(|f| !f.required) {
+        self.assign_or_return(&pieces, false, false);
+        for f in optional {
             let p = param(f.name);
             let key = format!("{}{}:", if first { "" } else { "," }, json_str(f.name));
             match f.ty {
@@ -319,6 +345,42 @@ impl Gen<'_> {
         } else {
             self.line(1, "return s + \"}\"");
         }
+    }
+
+    /// `return <literal>` (`.encode("utf-8")`d when `encode`), or
+    /// `s = <literal>`, as `ruff format` writes it: on one line when it fits
+    /// in 120 columns; else in parentheses, the literal on its own line when
+    /// it fits there, else as an implicit concatenation of parts that do.
+    fn assign_or_return(&mut self, pieces: &[Piece], encode: bool, ret: bool) {
+        let head = if ret { "return " } else { "s = " };
+        let whole = string_literal(pieces);
+        let single = if encode { format!("{head}({whole}).encode(\"utf-8\")") } else { format!("{head}{whole}") };
+        if 4 + single.len() <= 120 {
+            self.line(1, &single);
+            return;
+        }
+        self.line(1, &format!("{head}("));
+        if 8 + whole.len() <= 120 {
+            self.line(2, &whole);
+        } else {
+            let mut part: Vec<Piece> = Vec::new();
+            for p in pieces {
+                let piece = match p {
+                    Piece::Text(t) => Piece::Text(t.clone()),
+                    Piece::Expr(e) => Piece::Expr(e.clone()),
+                };
+                part.push(piece);
+                if string_literal(&part).len() > 100 {
+                    let last = part.pop();
+                    self.line(2, &string_literal(&part));
+                    part = last.into_iter().collect();
+                }
+            }
+            if !part.is_empty() {
+                self.line(2, &string_literal(&part));
+            }
+        }
+        self.line(1, if encode { ").encode(\"utf-8\")" } else { ")" });
     }
 
     /// Encoders refuse a value outside a `OneOf` (a bug in the child).
