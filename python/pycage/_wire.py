@@ -277,15 +277,15 @@ def check_reply_error(frame, where="reply"):
 
 def check_reply(frame, where="reply"):
     """None when ``frame`` is a well-formed ``reply`` (any variant), else the problem."""
-    if type(frame) is not dict:
-        return where + " must be an object"
-    if frame.get("type") != "reply":
-        return where + '.type must be "reply"'
-    discriminant = frame.get("ok")
+    discriminant = frame.get("ok") if type(frame) is dict else None
     if discriminant is True:
         return check_reply_ok(frame, where)
     if discriminant is False:
         return check_reply_error(frame, where)
+    if type(frame) is not dict:
+        return where + " must be an object"
+    if frame.get("type") != "reply":
+        return where + '.type must be "reply"'
     return where + ".ok is not one of the variants' values"
 
 

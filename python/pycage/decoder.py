@@ -51,15 +51,6 @@ def decode_json(text):
     An int longer than the digit limit fails the first attempt; the text is
     then read again with the limit lifted.
     """
-    try:
-        return _decode(text)
-    except ValueError:
-        if not get_int_max_str_digits():
-            raise
-    return unlimited_digits(_decode, text)
-
-
-def _decode(text):
     start = _WS.match(text, 0).end()
     try:
         value, end = _scan_once(text, start)
@@ -67,6 +58,10 @@ def _decode(text):
         raise ValueError(f"expected a JSON value at offset {start}") from None
     except RecursionError:
         pass
+    except ValueError:
+        if not get_int_max_str_digits():
+            raise
+        return unlimited_digits(decode_json, text)
     else:
         end = _WS.match(text, end).end()
         if end != len(text):
@@ -76,9 +71,13 @@ def _decode(text):
     _gc_disable()  # see encode_json
     try:
         return _decode_deep(text)
+    except ValueError:
+        if not get_int_max_str_digits():
+            raise
     finally:
         if gc_was_enabled:
             _gc_enable()
+    return unlimited_digits(decode_json, text)
 
 
 def _decode_key(s, i):

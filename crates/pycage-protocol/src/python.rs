@@ -529,11 +529,9 @@ impl Gen<'_> {
                 1,
                 &format!("\"\"\"None when ``frame`` is a well-formed ``{tag}`` (any variant), else the problem.\"\"\""),
             );
-            self.line(1, "if type(frame) is not dict:");
-            self.line(2, "return where + \" must be an object\"");
-            self.line(1, &format!("if frame.get(\"type\") != {}:", lit(tag)));
-            self.line(2, &format!("return where + {}", lit(&format!(".type must be {tag:?}"))));
-            self.line(1, &format!("discriminant = frame.get({})", lit(disc.name)));
+            // The variant's checker checks everything, the type included;
+            // the rest only says why no variant applies.
+            self.line(1, &format!("discriminant = frame.get({}) if type(frame) is dict else None", lit(disc.name)));
             for v in &variants {
                 let Some(FieldType::Const(b)) = v.fields.iter().find(|g| g.name == disc.name).map(|g| g.ty) else {
                     continue;
@@ -541,6 +539,10 @@ impl Gen<'_> {
                 self.line(1, &format!("if discriminant is {}:", if b { "True" } else { "False" }));
                 self.line(2, &format!("return check_{}(frame, where)", snake(v.frame)));
             }
+            self.line(1, "if type(frame) is not dict:");
+            self.line(2, "return where + \" must be an object\"");
+            self.line(1, &format!("if frame.get(\"type\") != {}:", lit(tag)));
+            self.line(2, &format!("return where + {}", lit(&format!(".type must be {tag:?}"))));
             self.line(
                 1,
                 &format!("return where + {}", lit(&format!(".{} is not one of the variants' values", disc.name))),
