@@ -14,8 +14,8 @@ echo "== python package: venv $venv"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r crates/pycage-py/tests/requirements.txt
 
-echo "== python package: ruff (the package, its tests, the benchmark)"
-py_paths=(crates/pycage-py/python crates/pycage-py/tests benchmarks)
+echo "== ruff (the package, its tests, the benchmark, the child side in python/)"
+py_paths=(crates/pycage-py/python crates/pycage-py/tests benchmarks python)
 "$venv/bin/ruff" check --select E,F,W,B,I "${py_paths[@]}"
 "$venv/bin/ruff" format --check "${py_paths[@]}"
 

@@ -1,7 +1,8 @@
-"""pycage's Python side.
+"""pycage's child side: the process that runs one model-written program.
 
-``pycage.protocol`` mirrors the fd-3 wire vocabulary (a Rust test compares it
-with the host's); ``pycage.bootstrap`` is the child that runs one program;
-``pycage.script`` compiles a program as the script ``__main__``. All are
-stdlib-only. See docs/protocol.md and docs/semantics.md.
+``pycage.bootstrap`` is the child (its docstring lists the modules by
+concern); ``pycage._wire`` holds every frame's encoder and checker, generated
+from the host's table; ``pycage.script`` compiles a program as the script
+``__main__``; ``pycage.zygote`` forks children. All are stdlib-only. See
+docs/protocol.md and docs/semantics.md.
 """

@@ -43,13 +43,13 @@ own messages; every other error (``yield`` or ``nonlocal`` at module level,
 Stdlib only; nothing here runs program code. The walk is iterative.
 """
 
-import builtins as _builtins_module
+import ast
+import os
 
-# Builtins as they were at import, before any program ran (see bootstrap.py).
-__builtins__ = dict(_builtins_module.__dict__)
+from pycage._private import BUILTINS
 
-import ast  # noqa: E402
-import os  # noqa: E402
+# Functions here resolve builtins in the private copy (see _private).
+__builtins__ = BUILTINS
 
 #: File name of the program in code objects, tracebacks and ``linecache``.
 PROGRAM_FILENAME = "<program>"
@@ -186,11 +186,7 @@ def _rewrite_returns(body, returned_token, lines):
 
 
 def _is_docstring(node):
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and type(node.value.value) is str
-    )
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and type(node.value.value) is str
 
 
 def _is_future_import(node):

@@ -51,7 +51,7 @@ import ctypes
 import gc
 import json
 import os
-import random  # noqa: F401  (imported for its at-fork reseed hook)
+import random  # noqa: F401 - unused by name: imported for its at-fork reseed hook
 import resource
 import select
 import signal
@@ -264,12 +264,12 @@ def _child(message, fds, zygote_pid, ctl_fd):
         tempfile.tempdir = None  # recomputed from TMPDIR on first use
         for name, (soft, hard) in message.get("rlimits", {}).items():
             resource.setrlimit(_RLIMITS[name], (soft, hard))
-    except BaseException as e:  # noqa: BLE001 - report any setup failure, then exit
+    except BaseException as e:  # report any setup failure, then exit
         _diag(f"child setup failed: {type(e).__name__}: {e}")
         os._exit(_EXIT_SETUP_FAILED)
     try:
         bootstrap.warm_up()
-    except BaseException as e:  # noqa: BLE001 - a cold run is slower, not wrong
+    except BaseException as e:  # a cold run is slower, not wrong
         _diag(f"warm-up failed: {type(e).__name__}: {e}")
     bootstrap.main()
     os._exit(bootstrap._EXIT_INTERNAL)
@@ -565,7 +565,7 @@ def main():
         gc.collect()
         gc.freeze()
         _Zygote(ctl).serve()
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         _diag(f"internal error: {type(e).__name__}: {e}")
         os._exit(3)
     os._exit(0)

@@ -15,6 +15,8 @@ import unittest
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PYTHON_DIR)
 
+# E402: pycage is importable only once PYTHON_DIR is on sys.path (the tests
+# run with `python3 -I`, which leaves the current directory off it).
 from pycage.script import PROGRAM_FILENAME, compile_program  # noqa: E402
 
 
@@ -171,7 +173,9 @@ class ReturnTest(unittest.TestCase):
         self.assertEqual(value(program), ["cm", 3])
 
     def test_returns_in_functions_and_classes_are_theirs(self):
-        self.assertEqual(value("def f():\n    return 5\nclass A:\n    def g(self):\n        return 6\nf() + A().g()\n"), 11)
+        self.assertEqual(
+            value("def f():\n    return 5\nclass A:\n    def g(self):\n        return 6\nf() + A().g()\n"), 11
+        )
         with self.assertRaises(SyntaxError) as caught:
             compile_program("class A:\n    return 1\n")
         self.assertEqual(caught.exception.msg, "'return' outside function")

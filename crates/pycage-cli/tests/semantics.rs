@@ -322,3 +322,61 @@ fn a_namespace_may_not_shadow_a_builtin() {
          choose another name\n"
     );
 }
+
+// ---- what a program sees when it calls a function that does not exist ----
+
+const FOUR_TOOLS: &str = "[[namespace]]\nglobal = \"tools\"\n\n[namespace.functions]\n\
+                          echo = { command = [\"cat\"] }\nsearch = { command = [\"cat\"] }\n\
+                          search_docs = { command = [\"cat\"] }\nfetch = { command = [\"cat\"] }\n";
+
+#[test]
+fn an_unknown_function_lists_the_namespace_functions_closest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("b.toml"), FOUR_TOOLS).unwrap();
+    let program = "out = []\n\
+                   for name in ('serch', 'nope'):\n    try:\n        getattr(tools, name)\n    \
+                   except AttributeError as e:\n        out.append([str(e), e.name])\n\
+                   out";
+    let o = run_in(dir.path(), &["--json", "--bindings", "b.toml", "-c", program]);
+    assert_exit(&o, 0);
+    assert_eq!(
+        stdout(&o),
+        value_line(
+            "[[\"namespace 'tools' has no function 'serch'; did you mean 'search'? \
+             Its functions: 'search', 'echo', 'search_docs', 'fetch'.\",\"serch\"],\
+             [\"namespace 'tools' has no function 'nope'. Its functions: 'echo', 'fetch', 'search', 'search_docs'.\",\
+             \"nope\"]]"
+        )
+    );
+    // Uncaught, as a model meets it: the traceback's last line says what exists.
+    let o = run_in(dir.path(), &["--json", "--bindings", "b.toml", "-c", "x = 1\nawait tools.nope()"]);
+    assert_exit(&o, 1);
+    let out = stdout(&o);
+    assert!(
+        out.contains("line 2, in <module>")
+            && out.ends_with(
+                "AttributeError: namespace 'tools' has no function 'nope'. \
+                 Its functions: 'echo', 'fetch', 'search', 'search_docs'.\"}}\n"
+            ),
+        "{out}"
+    );
+}
+
+#[test]
+fn int_digit_limit_and_recursion_depth_are_cpythons() {
+    // The child lifts the int digit limit only around its own encoding: the
+    // program's own conversion refuses as under CPython, its value crosses.
+    let program = "try:\n    str(10 ** 6000)\n    r = 'converted'\nexcept ValueError:\n    r = 'ValueError'\n\
+                   [r, len(str(10 ** 4000)), 10 ** 5000 > 0]";
+    assert_eq!(json_ok(program), value_line("[\"ValueError\",4001,true]"));
+    let o = run(&["--json", "-c", "return 7 * 10 ** 6000"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), value_line(&format!("7{}", "0".repeat(6000))));
+    // A script's recursion depth: 998 frames of f under python3 (the module
+    // is the first; CPython's own answer moves by one with its warm state).
+    let depth =
+        json_ok("def f(n):\n    try:\n        return f(n + 1)\n    except RecursionError:\n        return n\nf(0)");
+    let n: i64 = depth.strip_prefix("{\"value\":").unwrap().split(',').next().unwrap().parse().unwrap();
+    let limit: i64 = 1000;
+    assert!((limit - 3..=limit - 1).contains(&n), "recursed {n} deep under a limit of {limit}");
+}

@@ -6,58 +6,25 @@
 //! of [`crate::validate_child_frame`], rebuilt field by field, and can be
 //! re-encoded (for transcripts and `pycage frames validate`).
 //!
-//! [`FRAME_FIELDS`] declares every frame's required and optional wire fields
-//! once. Unit tests check the encoders and the validator against it, and the
-//! mirror test checks `python/pycage/protocol.py` against it, so a field
-//! renamed, dropped, added or flipped required/optional on either side fails.
+//! [`crate::FRAME_FIELDS`] declares every frame's fields once. Unit tests
+//! check these encoders against it; the child's side is generated from it
+//! (`crate::python_wire_module`).
 
 use crate::encode::write_json_string;
 use crate::json::JsonValue;
+#[cfg(test)]
+use crate::table::frame_fields;
+use crate::table::LOG_TRUNCATION_MARKER;
 
 /// The child's protocol file descriptor.
 pub const PROTOCOL_FD: i32 = 3;
 
 /// The log line both ledgers emit once when their byte budget is exhausted.
-/// Python's `log_truncation_marker` must produce the same text (mirror test).
+/// The child's `log_truncation_marker` is generated from the same pieces
+/// ([`LOG_TRUNCATION_MARKER`]).
 pub fn log_truncation_marker(max_bytes: u64) -> String {
-    format!("[pycage] log capture truncated at {max_bytes} bytes")
-}
-
-/// One frame's wire fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameFields {
-    /// Name used by the mirror (`FRAMES` in protocol.py).
-    pub frame: &'static str,
-    pub required: &'static [&'static str],
-    pub optional: &'static [&'static str],
-}
-
-/// Every frame shape on the wire, host→child first.
-pub const FRAME_FIELDS: &[FrameFields] = &[
-    FrameFields {
-        frame: "boot",
-        required: &["type", "cpuSeconds", "addressSpaceBytes", "maxLogBytes", "maxValueBytes", "namespaces"],
-        optional: &["session"],
-    },
-    FrameFields { frame: "namespace", required: &["global", "names"], optional: &["errorClass", "doc", "docs"] },
-    FrameFields { frame: "errorClass", required: &["name", "memberNameProperty"], optional: &[] },
-    FrameFields {
-        frame: "run",
-        required: &["type", "program"],
-        optional: &["cpuSeconds", "maxLogBytes", "maxValueBytes"],
-    },
-    FrameFields { frame: "reply-ok", required: &["type", "id", "ok", "value"], optional: &[] },
-    FrameFields { frame: "reply-error", required: &["type", "id", "ok", "message"], optional: &[] },
-    FrameFields { frame: "boot-ack", required: &["type"], optional: &[] },
-    FrameFields { frame: "call", required: &["type", "id", "global", "name", "args"], optional: &[] },
-    FrameFields { frame: "log", required: &["type", "text"], optional: &["truncated"] },
-    FrameFields { frame: "done", required: &["type"], optional: &["value", "error"] },
-    FrameFields { frame: "done-error", required: &["kind", "message"], optional: &[] },
-];
-
-/// Looks up a frame's fields by mirror name.
-pub fn frame_fields(frame: &str) -> Option<&'static FrameFields> {
-    FRAME_FIELDS.iter().find(|f| f.frame == frame)
+    let [head, tail] = LOG_TRUNCATION_MARKER;
+    format!("{head}{max_bytes}{tail}")
 }
 
 /// Largest `call.id` an honest child issues (2^53 - 1, the largest integer a
@@ -369,9 +336,9 @@ mod tests {
 
     fn expect(frame: &str, with_optional: bool) -> BTreeSet<String> {
         let f = frame_fields(frame).unwrap();
-        let mut s: BTreeSet<String> = f.required.iter().map(|s| s.to_string()).collect();
+        let mut s: BTreeSet<String> = f.required().map(|s| s.to_string()).collect();
         if with_optional {
-            s.extend(f.optional.iter().map(|s| s.to_string()));
+            s.extend(f.optional().map(|s| s.to_string()));
         }
         s
     }
@@ -467,5 +434,7 @@ mod tests {
             assert_eq!(ChildErrorKind::from_wire(k.as_str()), Some(k));
         }
         assert_eq!(ChildErrorKind::from_wire("timeout"), None);
+        let kinds = [ChildErrorKind::Exception, ChildErrorKind::InvalidOutput, ChildErrorKind::OutputLimit];
+        assert_eq!(kinds.map(ChildErrorKind::as_str), crate::DONE_ERROR_KINDS);
     }
 }

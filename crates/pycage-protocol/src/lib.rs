@@ -10,9 +10,11 @@
 //! - [`LineSplitter`] / [`FrameReader`]: JSON-lines with a per-line byte cap
 //!   that never buffers an over-cap line.
 //! - [`validate_child_frame`]: child→host lines to rebuilt [`ChildFrame`]s.
-//! - The host→child frames and their encoders, [`FRAME_FIELDS`],
-//!   [`PROTOCOL_FD`] and [`log_truncation_marker`] — mirrored by
-//!   `python/pycage/protocol.py`.
+//! - [`FRAME_FIELDS`], the one table of the frames, and the host→child
+//!   frames' encoders, [`PROTOCOL_FD`] and [`log_truncation_marker`].
+//! - [`python_wire_module`]: the child's `python/pycage/_wire.py`, generated
+//!   from the table (encoders for what the child sends, key-exact checkers
+//!   for what the host sends).
 //! - [`limits`]: the default caps, shared by the runtime and the CLI.
 //!
 //! Nothing reachable from child data recurses or panics: parsing,
@@ -26,23 +28,29 @@ mod frames;
 pub mod json;
 pub mod number;
 mod parse;
+mod python;
 mod reader;
 #[cfg(feature = "serde")]
 mod serde;
+mod table;
 mod validate;
 pub mod zygote;
 
 pub use encode::{json_string_len, write_json_string};
 pub use frames::{
-    frame_fields, log_truncation_marker, BootFrame, ChildError, ChildErrorKind, ChildFrame, ErrorClassEntry,
-    FrameFields, NamespaceEntry, ReplyFrame, RunBudgets, RunFrame, FRAME_FIELDS, MAX_CALL_ID, PROTOCOL_FD,
+    log_truncation_marker, BootFrame, ChildError, ChildErrorKind, ChildFrame, ErrorClassEntry, NamespaceEntry,
+    ReplyFrame, RunBudgets, RunFrame, MAX_CALL_ID, PROTOCOL_FD,
 };
 pub use json::{ArrayIter, BuildError, JsonBuilder, JsonValue, Kind, ObjectIter, ValueRef};
 pub use number::Number;
 pub use parse::{ParseError, ParseErrorKind};
+pub use python::{python_name, python_wire_module, python_wire_module_for, PYTHON_WIRE_PATH};
 pub use reader::{FrameReader, LineEvent, LineSplitter, READ_CHUNK};
 #[cfg(feature = "serde")]
 pub use serde::{ToSerdeError, SERDE_MAX_DEPTH};
+pub use table::{
+    frame_fields, Field, FieldType, FrameFields, Sender, DONE_ERROR_KINDS, FRAME_FIELDS, LOG_TRUNCATION_MARKER,
+};
 pub use validate::{parse_child_frame, validate_child_frame, FrameError};
 
 /// Default caps. The runtime's configuration starts from these; every one is

@@ -331,7 +331,7 @@ def test_invalid_bindings_name_what_was_passed(process_rt, bindings, message):
 def test_unknown_member_call_fails_in_the_program(process_rt):
     r = process_rt.run("return await ns.missing(1)", {"ns": {}})
     assert r.error.kind == "exception"
-    assert "no member 'missing'" in r.error.message
+    assert "AttributeError: namespace 'ns' has no function 'missing'; it has no functions" in r.error.message
 
 
 def test_timeout_cancels_an_in_flight_async_binding():

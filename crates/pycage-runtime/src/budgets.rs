@@ -513,9 +513,9 @@ pub fn row(field: &str) -> Option<&'static BudgetRow> {
 /// A value in a table's cell: `60000 ms`, `512 MiB`, `256`.
 fn shown(value: u64, unit: Unit) -> String {
     let (value, unit) = match unit {
-        Unit::Bytes if value >= 1 << 20 && value % (1 << 20) == 0 => (value >> 20, Unit::Mib),
-        Unit::Bytes if value >= 1 << 10 && value % (1 << 10) == 0 => return format!("{} KiB", value >> 10),
-        Unit::Millis if value >= 1000 && value % 1000 == 0 => (value / 1000, Unit::Seconds),
+        Unit::Bytes if value >= 1 << 20 && value.is_multiple_of(1 << 20) => (value >> 20, Unit::Mib),
+        Unit::Bytes if value >= 1 << 10 && value.is_multiple_of(1 << 10) => return format!("{} KiB", value >> 10),
+        Unit::Millis if value >= 1000 && value.is_multiple_of(1000) => (value / 1000, Unit::Seconds),
         other => (value, other),
     };
     format!("{value}{}", unit.suffix())

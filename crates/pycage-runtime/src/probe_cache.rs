@@ -30,7 +30,16 @@ use std::path::{Path, PathBuf};
 /// The Python package shipped inside the binary.
 pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("__init__.py", include_str!("../../../python/pycage/__init__.py")),
-    ("protocol.py", include_str!("../../../python/pycage/protocol.py")),
+    ("_private.py", include_str!("../../../python/pycage/_private.py")),
+    ("_wire.py", include_str!("../../../python/pycage/_wire.py")),
+    ("encoder.py", include_str!("../../../python/pycage/encoder.py")),
+    ("decoder.py", include_str!("../../../python/pycage/decoder.py")),
+    ("channel.py", include_str!("../../../python/pycage/channel.py")),
+    ("logs.py", include_str!("../../../python/pycage/logs.py")),
+    ("namespaces.py", include_str!("../../../python/pycage/namespaces.py")),
+    ("signals.py", include_str!("../../../python/pycage/signals.py")),
+    ("runner.py", include_str!("../../../python/pycage/runner.py")),
+    ("outcome.py", include_str!("../../../python/pycage/outcome.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
     ("script.py", include_str!("../../../python/pycage/script.py")),
     ("zygote.py", include_str!("../../../python/pycage/zygote.py")),

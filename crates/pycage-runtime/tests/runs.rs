@@ -76,11 +76,20 @@ async fn cpu_timeout_says_cpu() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_error_is_an_exception() {
+    // Past the address-space backstop (256 MiB budget: 4 GiB + 256 MiB):
+    // the allocation fails in the program.
     let rt = runtime_with(|c| c.address_space_bytes = 256 << 20);
-    let r = run(&rt, "x = bytearray(1 << 30)").await;
+    let r = run(&rt, "x = bytearray(1 << 33)").await;
     let (kind, msg) = failure(&r);
     assert_eq!(kind, FailureKind::Exception);
     assert!(msg.contains("MemoryError"), "{msg}");
+    // Under it but over the budget once touched: the watchdog ends the run.
+    let r = run(&rt, "x = bytearray(1 << 30)
+import time
+time.sleep(5)").await;
+    let (kind, msg) = failure(&r);
+    assert_eq!(kind, FailureKind::WorkerExit);
+    assert!(msg.contains("memory budget of 256 MiB"), "{msg}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

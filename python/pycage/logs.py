@@ -1,0 +1,113 @@
+"""The program's output as ``log`` frames, within the run's log ledger.
+
+``sys.stdout`` and ``sys.stderr`` become ``LogWriter``s (text and
+``.buffer`` bytes, decoded as UTF-8): each write is sent as a ``log`` frame
+at once, so output survives a kill mid-run. The ledger holds the run's
+``maxLogBytes``; when a write does not fit, what fits is sent, then exactly
+one marker frame (``truncated: true``), and capture stops until the next run
+(docs/protocol.md, "Logs").
+"""
+
+import codecs
+import io
+
+from pycage import _wire
+from pycage._private import BUILTINS
+from pycage.channel import lock, send
+
+__builtins__ = BUILTINS
+
+_encode_log = _wire.encode_log
+_type_name = type.__dict__["__name__"].__get__
+
+_log_left = 0  # bytes the ledger still accepts; -1 once the marker is sent
+_marker_frame = b""
+
+
+def start_ledger(max_log_bytes):
+    """A new run's ledger: ``max_log_bytes`` to spend, then the marker."""
+    global _log_left, _marker_frame
+    _log_left = max_log_bytes
+    _marker_frame = _encode_log(_wire.log_truncation_marker(max_log_bytes), True)
+
+
+def log(text):
+    """Send ``text`` as log frames, within the ledger."""
+    global _log_left
+    if not text:
+        return
+    with lock:
+        if _log_left < 0:
+            return
+        data = None
+        if text.isascii():
+            n = len(text)
+        else:
+            data = text.encode("utf-8", "backslashreplace")
+            n = len(data)
+            text = data.decode("utf-8")  # lone surrogates became escapes
+        if n <= _log_left:
+            _log_left -= n
+            send(_encode_log(text))
+            return
+        if data is None:
+            fits = text[:_log_left]
+        else:
+            fits = data[:_log_left].decode("utf-8", "ignore")  # drops a cut character
+        _log_left = -1
+        if fits:
+            send(_encode_log(fits))
+        send(_marker_frame)
+
+
+class _LogBuffer(io.BufferedIOBase):
+    """``sys.stdout.buffer``: bytes are decoded as UTF-8 and logged."""
+
+    def __init__(self):
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        data = bytes(memoryview(data))
+        log(self._decoder.decode(data))
+        return len(data)
+
+    def flush(self):
+        pass
+
+
+class LogWriter(io.TextIOBase):
+    """Replaces ``sys.stdout`` / ``sys.stderr``: each write is a log frame."""
+
+    encoding = "utf-8"
+    errors = "backslashreplace"
+    newlines = None
+    line_buffering = False
+    write_through = True
+
+    def __init__(self, name):
+        self.name = name
+        self.buffer = _LogBuffer()
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def write(self, s):
+        if type(s) is not str:
+            if not isinstance(s, str):
+                raise TypeError(f"write() argument must be str, not {_type_name(type(s))}")
+            s = str.__str__(s)
+        log(s)
+        return len(s)
+
+    def flush(self):
+        pass
+
+
+stdout = LogWriter("<stdout>")
+stderr = LogWriter("<stderr>")

@@ -1,0 +1,192 @@
+"""Unit tests for the child's modules: the generated wire module as the
+child uses it, unknown-member messages, the int digit limit around the
+codec, the recursion headroom, and the hardening of the split package.
+
+Run: cd python && python3 -m unittest discover -s tests -v
+"""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, PYTHON_DIR)
+
+# E402: pycage is importable only once PYTHON_DIR is on sys.path (the tests
+# run with `python3 -I`, which leaves the current directory off it).
+from pycage import _wire, runner  # noqa: E402
+from pycage.decoder import decode_json  # noqa: E402
+from pycage.encoder import encode_json  # noqa: E402
+from pycage.namespaces import missing_member_message  # noqa: E402
+from pycage.signals import restore_signals  # noqa: E402
+
+
+class WireTest(unittest.TestCase):
+    def test_encoders_write_canonical_lines(self):
+        line = _wire.encode_call(3, "tools", 'my "tool"', '{"a":[1]}')
+        self.assertEqual(line, b'{"type":"call","id":3,"global":"tools","name":"my \\"tool\\"","args":{"a":[1]}}\n')
+        self.assertEqual(_wire.encode_log("é\n"), '{"type":"log","text":"é\\n"}\n'.encode())
+        self.assertEqual(_wire.encode_log("m", True), b'{"type":"log","text":"m","truncated":true}\n')
+        self.assertEqual(_wire.encode_done(), b'{"type":"done"}\n')
+        error = _wire.encode_done_error("exception", "boom")
+        self.assertEqual(
+            _wire.encode_done(error=error), b'{"type":"done","error":{"kind":"exception","message":"boom"}}\n'
+        )
+        self.assertEqual(_wire.encode_boot_ack(), b'{"type":"boot-ack"}\n')
+        with self.assertRaises(ValueError):
+            _wire.encode_done_error("timeout", "not a child kind")
+
+    def test_checkers_are_key_exact(self):
+        reply = {"type": "reply", "id": 1, "ok": True, "value": None}
+        self.assertIsNone(_wire.check_reply(reply))
+        self.assertEqual(_wire.check_reply(dict(reply, extra=1)), "reply: unknown field 'extra'")
+        self.assertEqual(_wire.check_reply({"type": "reply", "id": 1, "ok": True}), "reply: missing field 'value'")
+        self.assertEqual(_wire.check_reply(dict(reply, id=-1)), "reply.id must be a non-negative integer")
+        self.assertEqual(_wire.check_reply(dict(reply, id=True)), "reply.id must be a non-negative integer")
+        self.assertEqual(_wire.check_reply(dict(reply, type="run")), 'reply.type must be "reply"')
+        self.assertEqual(_wire.check_reply(dict(reply, ok=1)), "reply.ok is not one of the variants' values")
+        bad_error = {"type": "reply", "id": 1, "ok": False, "message": 3}
+        self.assertEqual(_wire.check_reply(bad_error), "reply.message must be a string")
+        boot = {
+            "type": "boot",
+            "cpuSeconds": 0,
+            "addressSpaceBytes": 0,
+            "maxLogBytes": 1,
+            "maxValueBytes": 1,
+            "namespaces": [{"global": "t", "names": ["a"], "errorClass": {"name": "E"}}],
+        }
+        self.assertEqual(_wire.check_boot(boot), "boot.namespaces[0].errorClass: missing field 'memberNameProperty'")
+
+    def test_marker(self):
+        self.assertEqual(_wire.log_truncation_marker(65536), "[pycage] log capture truncated at 65536 bytes")
+
+
+class MissingMemberTest(unittest.TestCase):
+    def test_close_matches_first(self):
+        members = dict.fromkeys(["fetch", "search", "search_docs", "echo"])
+        self.assertEqual(
+            missing_member_message("tools", "serch", members),
+            "namespace 'tools' has no function 'serch'; did you mean 'search'? "
+            "Its functions: 'search', 'echo', 'search_docs', 'fetch'.",
+        )
+        self.assertEqual(
+            missing_member_message("tools", "zzz", members),
+            "namespace 'tools' has no function 'zzz'. Its functions: 'echo', 'fetch', 'search', 'search_docs'.",
+        )
+        self.assertEqual(
+            missing_member_message("tools", "x", {}), "namespace 'tools' has no function 'x'; it has no functions"
+        )
+
+    def test_listing_is_bounded(self):
+        members = dict.fromkeys(f"tool_{i:03}" for i in range(500))
+        message = missing_member_message("big", "tool_1000", members)
+        self.assertTrue(message.endswith(", ... (460 more)."), message[-80:])
+        self.assertLess(len(message), 1000)
+
+
+class IntDigitLimitTest(unittest.TestCase):
+    def test_codec_lifts_the_limit_only_for_itself(self):
+        if not hasattr(sys, "get_int_max_str_digits"):
+            self.skipTest("this CPython has no int digit limit")
+        before = sys.get_int_max_str_digits()
+        self.assertNotEqual(before, 0)
+        big = 7 * 10**6000
+        text = encode_json([big, -big])
+        self.assertEqual(sys.get_int_max_str_digits(), before)
+        self.assertEqual(decode_json(text), [big, -big])
+        self.assertEqual(sys.get_int_max_str_digits(), before)
+        with self.assertRaises(ValueError):
+            str(big)
+        sys.set_int_max_str_digits(700)  # a program's own, lower limit comes back too
+        try:
+            self.assertEqual(decode_json(encode_json(10**800)), 10**800)
+            self.assertEqual(sys.get_int_max_str_digits(), 700)
+        finally:
+            sys.set_int_max_str_digits(before)
+        with self.assertRaises(ValueError):
+            decode_json("[1, 2,")  # malformed text still fails
+
+
+class RecursionDepthTest(unittest.TestCase):
+    def test_depth_matches_the_interpreters(self):
+        def reported():
+            try:
+                sys.setrecursionlimit(1)
+            except RecursionError as e:  # "... at the recursion depth N: ..."
+                return int(str(e).split("depth ")[1].split(":")[0])
+            raise AssertionError("a limit of 1 was accepted")
+
+        limit = sys.getrecursionlimit()
+        # Both measured one call below this frame.
+        self.assertEqual(runner.recursion_depth(), reported() - 1)
+        self.assertEqual(sys.getrecursionlimit(), limit)
+
+    def test_an_announced_depth_is_the_measured_one(self):
+        # The program reads the limit it runs under: the interpreter's plus
+        # the depth of the frames below it.
+        program = runner.compile_for("import sys\nsys.getrecursionlimit()")
+        main, argv = sys.modules["__main__"], sys.argv
+
+        def middle():
+            try:
+                outcome = runner.run_program(program, runner.new_program_globals({}))
+            finally:
+                sys.modules["__main__"], sys.argv = main, argv
+            restore_signals(outcome.signals)
+            self.assertIsNone(outcome.error)
+            return outcome.value
+
+        def anchor():
+            runner.expect_run(1, sys._getframe(), runner.recursion_depth())
+            runner._depth_by_chain.clear()
+            announced = middle()
+            self.assertEqual(runner._depth_by_chain, {})  # nothing measured
+            runner._expected.clear()
+            measured = middle()
+            self.assertEqual(len(runner._depth_by_chain), 1)
+            self.assertEqual(announced, measured)
+            self.assertGreater(measured, sys.getrecursionlimit())
+
+        anchor()
+
+    def test_program_gets_a_scripts_depth(self):
+        # Run as the child runs programs; compare with a script of the same
+        # interpreter. CPython's own answer moves by one with its warm state.
+        program = "def f(n):\n    try:\n        return f(n + 1)\n    except RecursionError:\n        return n\nf(0)\n"
+        script = (
+            f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "from pycage import runner\n"
+            "def deep(k):\n    return deep(k - 1) if k else run()\n"
+            "def run():\n"
+            f"    outcome = runner.run_program(runner.compile_for({program!r}), runner.new_program_globals({{}}))\n"
+            "    return [outcome.value, sys.getrecursionlimit()]\n"
+            "print(deep(30))\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        depth, limit_after = json.loads(out.stdout)
+        plain = subprocess.run(
+            [sys.executable, "-I", "-c", program.replace("f(0)\n", "print(f(0))")], capture_output=True
+        )
+        self.assertLessEqual(abs(depth - int(plain.stdout)), 1, (depth, plain.stdout))
+        self.assertEqual(limit_after, 1000)
+
+
+class HardeningTest(unittest.TestCase):
+    def test_every_child_module_resolves_builtins_privately(self):
+        script = (
+            f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "import builtins, pycage.bootstrap\n"
+            "from pycage import _private\n"
+            "names = [n for n in sorted(sys.modules) if n.startswith('pycage.') and n != 'pycage.zygote']\n"
+            "print([n for n in names if sys.modules[n].__builtins__ is not _private.BUILTINS], len(names))\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        # Every module but the package itself and the zygote (trusted; it
+        # never runs with a program).
+        self.assertEqual(out.stdout.strip(), "[] 12", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
