@@ -16,7 +16,7 @@ Shapes (``?``: optional):
 
 * ``boot`` (host): First host frame: limits (0 = unset) and namespaces; session: keep serving
   runs. Fields: type: "boot", cpuSeconds: uint, addressSpaceBytes: uint, maxLogBytes: uint,
-  maxValueBytes: uint, namespaces: [namespace], session?: bool.
+  maxValueBytes: uint, namespaces: [namespace], session?: bool, output?: bool.
 * ``namespace`` (host): One entry of boot.namespaces: a global, its member names, their docs.
   Fields: global: str, names: [str], errorClass?: errorClass, doc?: str, docs?: {str: str}.
 * ``errorClass`` (host): namespace.errorClass: the class failed calls raise, and its member-name
@@ -97,7 +97,7 @@ def encode_done_error(kind, message):
 
 _BOOT_REQUIRED = ("type", "cpuSeconds", "addressSpaceBytes", "maxLogBytes", "maxValueBytes", "namespaces")
 _BOOT_REQUIRED_SET = frozenset(_BOOT_REQUIRED)
-_BOOT_OPTIONAL = ("session",)
+_BOOT_OPTIONAL = ("session", "output")
 _BOOT_KNOWN = frozenset(_BOOT_REQUIRED + _BOOT_OPTIONAL)
 
 
@@ -134,6 +134,10 @@ def check_boot(frame, where="boot"):
         v = frame["session"]
         if type(v) is not bool:
             return where + ".session must be a boolean"
+    if "output" in frame:
+        v = frame["output"]
+        if type(v) is not bool:
+            return where + ".output must be a boolean"
     return None
 
 

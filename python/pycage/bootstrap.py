@@ -252,6 +252,10 @@ def _serve():
     namespaces = boot_namespaces(boot)
     apply_boot_limits(boot)
     injected = build_globals(namespaces)
+    if boot.get("output", False):
+        # Only a run whose output is collected has `out/`: otherwise the
+        # working directory starts empty, as under plain python3.
+        os.mkdir("out", 0o755)
     send(_BOOT_ACK)
 
     program_globals = None

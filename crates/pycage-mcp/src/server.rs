@@ -410,7 +410,7 @@ fn input_schema() -> Value {
         "properties": {
             "code": {"type": "string", "description": "The Python program to run (see the tool description for the rules)."},
             "session": {"type": "string", "description": "Optional: run in this named session, whose globals survive to the next call naming it."},
-            "return_files": {"type": "boolean", "description": "Optional: return the files the program writes under out/."},
+            "return_files": {"type": "boolean", "description": "Optional: return the files the program writes under out/ (out/ exists only then)."},
             "files": {
                 "type": "object",
                 "description": "Optional input files, by name: text, or {\"base64\": data} for bytes. The program reads them in its working directory.",

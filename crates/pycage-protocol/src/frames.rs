@@ -103,6 +103,10 @@ pub struct BootFrame {
     /// `run` in the same module globals (`session: true` on the wire; absent
     /// for a one-shot child).
     pub session: bool,
+    /// The request collects an output directory: the child makes `out/` in
+    /// its working directory before the program starts (`output: true` on
+    /// the wire; absent otherwise, and then there is no `out/`).
+    pub output: bool,
 }
 
 impl BootFrame {
@@ -153,6 +157,9 @@ impl BootFrame {
         nsout.push(b']');
         if self.session {
             o.bool("session", true);
+        }
+        if self.output {
+            o.bool("output", true);
         }
         o.end().push(b'\n');
     }
@@ -359,6 +366,7 @@ mod tests {
             max_value_bytes: 1 << 20,
             namespaces: vec![ns(false), ns(true)],
             session: true,
+            output: true,
         };
         let mut out = Vec::new();
         boot.encode(&mut out);

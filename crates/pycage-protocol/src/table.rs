@@ -120,6 +120,7 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
             req("maxValueBytes", Uint),
             req("namespaces", ShapeList("namespace")),
             opt("session", Bool),
+            opt("output", Bool),
         ],
     },
     FrameFields {

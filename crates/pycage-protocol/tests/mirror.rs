@@ -156,6 +156,7 @@ fn host_samples() -> Vec<(&'static str, Vec<u8>)> {
             max_value_bytes: 1 << 20,
             namespaces,
             session,
+            output: session,
         }
         .encode(&mut out);
         out

@@ -349,8 +349,8 @@ impl Drop for RunDir {
     }
 }
 
-/// Makes the run directories of one runtime: named for its [`Owner`], each
-/// with an empty `out/`, failures of their removal logged.
+/// Makes the run directories of one runtime: named for its [`Owner`],
+/// failures of their removal logged.
 #[derive(Debug)]
 pub struct RunDirs {
     parent: PathBuf,
@@ -375,16 +375,21 @@ impl RunDirs {
         self.pending.wait().await;
     }
 
+    /// Whether every directory dropped so far is removed.
+    pub fn all_removed(&self) -> bool {
+        self.pending.count.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+
     /// The owner id the directories (and run cgroups) are named after.
     pub fn owner_id(&self) -> &str {
         self.owner.id()
     }
 
-    /// A new run directory (mode 0700) with an empty `out/`.
+    /// A new, empty run directory (mode 0700). `out/` is the child's to
+    /// make, and only when the request collects it.
     pub fn create(&self) -> io::Result<RunDir> {
         let mut dir = RunDir::create(&self.parent, "run", &self.owner, Arc::clone(&self.log))?;
         dir.pending = Some(Arc::clone(&self.pending));
-        std::fs::create_dir(dir.path().join(crate::files::OUTPUT_DIR_NAME))?;
         Ok(dir)
     }
 }

@@ -27,6 +27,13 @@ const PROGRAMS: &[(&str, &str, i64)] = &[
         0,
     ),
     (
+        // A fresh working directory is empty (there is no `out/` unless
+        // the request collects one).
+        "fresh working directory",
+        "import os\nresult = sorted(os.listdir('.'))",
+        0,
+    ),
+    (
         // The depth a program can recurse to from its top level.
         "recursion depth",
         "def f(n):\n    try:\n        return f(n + 1)\n    except RecursionError:\n        return n\n\
@@ -47,7 +54,9 @@ fn plain_python(python: &std::path::Path, program: &str) -> String {
     let path = dir.path().join("prog.py");
     std::fs::write(&path, format!("{program}\nimport json\nprint(json.dumps(result, separators=(',', ':')))\n"))
         .unwrap();
-    let out = std::process::Command::new(python).arg("-I").arg(&path).output().unwrap();
+    // Started in an empty directory of its own, as a run is.
+    let cwd = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(python).arg("-I").arg(&path).current_dir(cwd.path()).output().unwrap();
     assert!(out.status.success(), "plain python failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap().trim_end().to_string()
 }

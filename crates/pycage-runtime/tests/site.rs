@@ -109,6 +109,33 @@ async fn inputs_in_and_outputs_out_in_both_isolations() {
     }
 }
 
+/// A run that collects no output starts in an empty working directory, as
+/// under plain python3 (it had an empty `out/`), whether it was forked,
+/// exec'd, sandboxed or a session's cell; a run that collects output finds
+/// `out/` there, empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_exists_only_when_output_is_collected() {
+    const LISTING: &str = "import os\nreturn sorted(os.listdir('.'))";
+    for isolation in [Isolation::Process, Isolation::Sandbox] {
+        for spawn in [SpawnMode::Zygote, SpawnMode::Exec] {
+            let temp = tempfile::tempdir().unwrap();
+            let dest = tempfile::tempdir().unwrap();
+            let rt = Runtime::new(RuntimeConfig { spawn, ..config(isolation, temp.path()) }).unwrap();
+            let what = format!("{isolation:?}/{:?}", rt.spawn_mode().0);
+            let bare = rt.run(RunRequest::new(LISTING)).await.unwrap();
+            assert_eq!(common::value(&bare), "[]", "{what}");
+            let made = rt.run(RunRequest::new("import os\nos.mkdir('out')\nreturn 1")).await.unwrap();
+            assert_eq!(common::value(&made), "1", "{what}: os.mkdir('out') as under python3");
+            let collected = rt.run(RunRequest::new(LISTING).with_output_dir(dest.path().join("r"))).await.unwrap();
+            assert_eq!(common::value(&collected), r#"["out"]"#, "{what}");
+            let session = rt.session(SessionOptions::default()).unwrap();
+            assert_eq!(common::value(&session.run(LISTING).await.unwrap()), "[]", "{what}: session");
+            session.close().await;
+            rt.shutdown().await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_inputs_are_misuse() {
     let temp = tempfile::tempdir().unwrap();

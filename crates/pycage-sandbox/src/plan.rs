@@ -89,8 +89,9 @@ pub const USER_NAME: &str = "pycage";
 /// else; the run's tmpfs is mounted on `/work`, `/tmp` and `/dev/shm`.
 pub const FIXED_DIRS: [&str; 6] = ["/dev", SHM_DIR, "/etc", PROC_DIR, TMP_DIR, WORK_DIR];
 
-/// Created empty in the working directory: the host copies what the
-/// program leaves here to the caller's output directory, if it asked.
+/// Made by the child in the working directory when the request collects
+/// output (`boot.output`): the host copies what the program leaves here to
+/// the caller's output directory. Without one there is no `out/`.
 pub const OUTPUT_DIR: &str = "/work/out";
 
 /// The run's tmpfs directories: `(mount point, mode)`.

@@ -138,7 +138,7 @@ use crate::error::{ChildFailure, SandboxError, Step};
 use crate::landlock_rules::{self, handled_abi, kernel_landlock};
 use crate::plan::{
     MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME, INSIDE_GID, INSIDE_UID,
-    MAX_BINDS, OUTPUT_DIR, PROC_DIR, WORK_DIR,
+    MAX_BINDS, PROC_DIR, WORK_DIR,
 };
 use crate::seccomp::{self, Filters};
 use crate::sys;
@@ -344,7 +344,6 @@ pub struct Prepared {
     staged_proc: CString,
     staged_proc_sys: CString,
     staged_work: CString,
-    staged_output: CString,
     landlock_dirs: [(&'static CStr, LandlockGrant); 6],
     host_uid: u32,
     host_gid: u32,
@@ -493,7 +492,6 @@ impl Prepared {
             staged_proc: staged(Path::new(PROC_DIR))?,
             staged_proc_sys: staged(&Path::new(PROC_DIR).join("sys"))?,
             staged_work: staged(Path::new(WORK_DIR))?,
-            staged_output: staged(Path::new(OUTPUT_DIR))?,
             landlock_dirs: [
                 (c"/", LandlockGrant::List),
                 (c"/etc", LandlockGrant::Read),
@@ -900,8 +898,6 @@ impl Prepared {
         }
         rustix::mount::unmount(self.disk_staging.as_c_str(), UnmountFlags::DETACH).map_err(at(Step::DetachDisk))?;
         rustix::fs::rmdir(self.disk_staging.as_c_str()).map_err(at(Step::DetachDisk))?;
-        rustix::fs::mkdir(self.staged_output.as_c_str(), Mode::from_raw_mode(0o755))
-            .map_err(at(Step::CreateDiskDir))?;
 
         for (index, dir) in self.dirs.iter().enumerate() {
             rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755)).map_err(at_entry(Step::CreateDir, index))?;

@@ -140,6 +140,7 @@ impl RunMachine {
         program: String,
         bindings: Vec<Namespace>,
         streaming: bool,
+        output: bool,
     ) -> Self {
         let session = opening != Opening::OneShot;
         let mut boot = BootFrame {
@@ -149,6 +150,7 @@ impl RunMachine {
             max_value_bytes: config.max_value_bytes,
             namespaces: Vec::with_capacity(bindings.len()),
             session,
+            output,
         };
         let mut table = BTreeMap::new();
         for ns in bindings {
@@ -577,7 +579,7 @@ mod tests {
     }
 
     fn machine(streaming: bool) -> RunMachine {
-        RunMachine::new(&config(), Opening::OneShot, "return 1".into(), vec![echo_ns()], streaming)
+        RunMachine::new(&config(), Opening::OneShot, "return 1".into(), vec![echo_ns()], streaming, false)
     }
 
     /// The frames waiting on fd 3, as lines; marks them written.
@@ -612,7 +614,7 @@ mod tests {
     #[test]
     fn session_runs_carry_budgets_and_only_the_first_boots() {
         let c = config();
-        let mut first = RunMachine::new(&c, Opening::SessionFirst, "x = 1".into(), vec![echo_ns()], false);
+        let mut first = RunMachine::new(&c, Opening::SessionFirst, "x = 1".into(), vec![echo_ns()], false, false);
         let out = drain(&mut first);
         assert_eq!(out.len(), 2);
         assert!(out[0].ends_with(r#","session":true}"#), "{}", out[0]);
@@ -621,7 +623,7 @@ mod tests {
             "{}",
             out[1]
         );
-        let mut next = RunMachine::new(&c, Opening::SessionNext, "x".into(), vec![echo_ns()], false);
+        let mut next = RunMachine::new(&c, Opening::SessionNext, "x".into(), vec![echo_ns()], false, false);
         let out = drain(&mut next);
         assert_eq!(out.len(), 1);
         assert!(out[0].starts_with(r#"{"type":"run","program":"x","#), "{}", out[0]);
@@ -718,7 +720,7 @@ mod tests {
 
     fn limited(calls: usize, unread: u64) -> RunMachine {
         let c = RuntimeConfig { max_calls_in_flight: calls, max_unread_reply_bytes: unread, ..config() };
-        let mut m = RunMachine::new(&c, Opening::OneShot, "return 1".into(), vec![echo_ns()], false);
+        let mut m = RunMachine::new(&c, Opening::OneShot, "return 1".into(), vec![echo_ns()], false, false);
         drain(&mut m);
         m.kernel_queued(0);
         m
@@ -867,7 +869,7 @@ mod tests {
     fn value_over_budget_is_output_limit() {
         let mut c = config();
         c.max_value_bytes = 4;
-        let mut m = RunMachine::new(&c, Opening::OneShot, "x".into(), Vec::new(), false);
+        let mut m = RunMachine::new(&c, Opening::OneShot, "x".into(), Vec::new(), false, false);
         m.receive(b"{\"type\":\"done\",\"value\":\"abcdef\"}\n");
         assert_eq!(m.finish(None).error.unwrap().kind, FailureKind::OutputLimit);
     }
