@@ -10,6 +10,8 @@ on fd 3 from whichever loop awaits it, or blocks without one
 listing the namespace's functions, the closest matches first.
 """
 
+from warnings import warn
+
 from pycage import _wire
 from pycage._private import BUILTINS, EXIT_BAD_HOST_FRAME, die, is_ident, utf8_str
 from pycage.channel import (
@@ -241,6 +243,22 @@ def _make_namespace(glob, members, doc=None):
     return cls()
 
 
+def _deprecated_member(prop):
+    """``.member``, the Python package's old name for the failed member
+    (before every interface settled on ``.tool``): it still reads, with a
+    ``DeprecationWarning`` naming the attribute to use, for one release."""
+
+    def member(self):
+        warn(
+            f"{type(self).__name__}.member is deprecated; use .{prop}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(self, prop, None)
+
+    return property(member)
+
+
 def build_globals(namespaces):
     """The globals a program gets from ``boot``: namespace objects and error
     classes by name."""
@@ -250,11 +268,10 @@ def build_globals(namespaces):
         if error_class is not None:
             class_name, prop = error_class
             doc = f"Raised when a call on {glob} fails; attribute {prop!r} names the member."
-            cls = type(
-                class_name,
-                (Exception,),
-                {"__module__": "__main__", "__qualname__": class_name, "__doc__": doc},
-            )
+            body = {"__module__": "__main__", "__qualname__": class_name, "__doc__": doc}
+            if prop != "member":
+                body["member"] = _deprecated_member(prop)
+            cls = type(class_name, (Exception,), body)
             injected[class_name] = cls
         members = {name: _make_member(glob, name, cls, prop) for name in names}
         for name, text in docs.items():

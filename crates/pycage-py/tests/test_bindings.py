@@ -186,6 +186,29 @@ def test_error_class_by_name_names_the_member_on_tool(process_rt):
     assert r.value == "lookup"
 
 
+def test_old_member_attribute_still_reads_with_a_deprecation_warning(process_rt):
+    """``.member`` (the old default) reads the failed member's name for one
+    more release, warning which attribute to use; a class whose property is
+    ``member`` has no alias to warn about."""
+
+    def lookup(_):
+        raise KeyError("gone")
+
+    program = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    try:\n        await tools.lookup(1)\n"
+        "    except LookupFailed as e:\n        name = e.member\n"
+        "return [name, [(w.category.__name__, str(w.message)) for w in caught]]"
+    )
+    r = process_rt.run(program, {"tools": pycage.Namespace({"lookup": lookup}, error_class="LookupFailed")})
+    assert r.value == ["lookup", [["DeprecationWarning", "LookupFailed.member is deprecated; use .tool"]]], r
+    old = pycage.Namespace({"lookup": lookup}, error_class=pycage.ErrorClass("LookupFailed", "member"))
+    r = process_rt.run(program, {"tools": old})
+    assert r.value == ["lookup", []], r
+
+
 def _help(rt, bindings, target):
     """What ``help(target)`` prints inside a run."""
     r = rt.run(f"import pydoc\nreturn pydoc.render_doc({target}, renderer=pydoc.plaintext)", bindings)

@@ -413,13 +413,13 @@ except RuntimeError as e:
 try:
     await db.get("zz")
 except DbError as e:
-    missing = [e.member, str(e)]
+    missing = [e.tool, str(e)]
 try:
     await t.when()
 except RuntimeError as e:
     not_json = str(e)
 return {"first": first, "sum": sum(doubled), "refused": refused, "missing": missing, "not_json": not_json,
-        "a": await db.get(key="a")}
+        "a": await db.get(key="a"), "help": t.double.__doc__}
 """
     request.set("req-1")
     remote = brt.run(program, bindings=bindings)
@@ -430,6 +430,7 @@ return {"first": first, "sum": sum(doubled), "refused": refused, "missing": miss
     assert remote.value["missing"] == ["get", "'zz'"]
     assert remote.value["not_json"].startswith("t.when returned a value that cannot cross as JSON: $: object is not")
     assert remote.value["a"] == 1
+    assert "double(x)" in remote.value["help"], remote.value["help"]  # the driver's callable, not a proxy
     seen.clear()
     assert local.run(program, bindings=bindings) == remote  # the same Result as locally
 

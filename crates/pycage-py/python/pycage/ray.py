@@ -81,7 +81,9 @@ from .errors import PycageError, RuntimeClosedError, SessionEndedError
 __all__ = ["RayRuntime", "RaySession", "CageNode", "NodeInfo", "NoLiveNodeError"]
 
 # A node's wire form of bindings: [(global, [member, ...], (error class, member property) | None)].
-WireSpec = list[tuple[str, list[str], Optional[tuple[str, str]]]]
+# Per namespace: its global, (member name, what help() shows for it) pairs,
+# and its error class; the callables stay in the driver.
+WireSpec = list[tuple[str, list[tuple[str, str]], Optional[tuple[str, str]]]]
 
 _CLOSED = "it was closed, or the runtime was shut down"
 """Why a closed session ended (the local runtime's words)."""
@@ -194,9 +196,12 @@ class CageNode:
             return None
         out: dict[str, Any] = {}
         for glob, members, error_class in spec:
-            functions = {name: self._member(channel, glob, name) for name in members}
+            functions = {name: self._member(channel, glob, name) for name, _ in members}
             ec = None if error_class is None else ErrorClass(error_class[0], error_class[1])
-            out[glob] = Namespace(functions, error_class=ec)
+            ns = Namespace(functions, error_class=ec)
+            # help() in the run shows the driver's callables, not the proxies.
+            ns._help = dict(members)
+            out[glob] = ns
         return out
 
     def _member(self, channel: Callable[[], Optional[_Channel]], glob: str, name: str) -> Callable[..., Any]:
@@ -413,7 +418,7 @@ class _CallSet:
     def of(specs: list[Any]) -> Optional[_CallSet]:
         if not specs:
             return None
-        return _CallSet({(glob, name): (func, is_async) for glob, funcs, _ in specs for name, func, is_async in funcs})
+        return _CallSet({(spec[0], name): (func, is_async) for spec in specs for name, func, is_async, _ in spec[1]})
 
     def point(self, loop: Callable[[], asyncio.AbstractEventLoop], context: contextvars.Context) -> None:
         self.loop = loop
@@ -550,7 +555,7 @@ async def _awaiting(awaitable: Any) -> Any:
 
 
 def _wire(specs: list[Any]) -> WireSpec:
-    return [(glob, [name for name, _, _ in funcs], error_class) for glob, funcs, error_class in specs]
+    return [(glob, [(name, help) for name, _, _, help in funcs], error_class) for glob, funcs, error_class, _ in specs]
 
 
 # --------------------------------------------------------------------------
