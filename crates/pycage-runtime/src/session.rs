@@ -14,7 +14,11 @@
 //! Between runs the session is watched too: its processes may use at most
 //! [`SessionOptions::idle_cpu`] of CPU in total while no run is in flight
 //! (a thread left spinning by a run cannot burn a core until the idle
-//! timeout) and hold at most the memory budget. The session has an idle
+//! timeout) and hold at most the memory budget. CPU between runs is the
+//! sum of the gaps from one run's end to the next run's start (both edges
+//! sampled on the blocking pool, off the runs' critical path) and of the
+//! open gap since the last run, so cells sent back to back leave no gap
+//! uncounted. The session has an idle
 //! timeout, a maximum lifetime and a memory budget (for every run, and
 //! between runs).
 //!
@@ -150,6 +154,8 @@ struct Inner {
     /// Why the session ended; set once.
     ended: Mutex<Option<String>>,
     last_used: Mutex<Instant>,
+    /// CPU of the session's processes at its runs' edges.
+    edges: Arc<Mutex<Edges>>,
     /// Cancelled by `close` and by the runtime's shutdown (a child token):
     /// a run in flight or queued is aborted and the watchdog ends the session.
     closing: CancellationToken,
@@ -190,6 +196,7 @@ impl Session {
             state: tokio::sync::Mutex::new(State { kept: None, runs: 0 }),
             ended: Mutex::new(None),
             last_used: Mutex::new(now),
+            edges: Arc::default(),
             closing: runtime.shutdown_token().child_token(),
             _dropped: dropped.clone().drop_guard(),
             watchdog_done: Mutex::new(Some(done_rx)),
@@ -275,6 +282,10 @@ impl Session {
         };
         let first = state.runs == 0;
         let state = &mut *state;
+        let run_index = state.runs;
+        if let Some(scope) = state.kept.as_ref().and_then(|k| k.scope(runtime.sandboxed())) {
+            inner.sample_edge(scope, run_index, Edge::Start);
+        }
         let outcome = lifecycle::run(runtime, plan, Keep::Session { kept: &mut state.kept, first }).await;
         *lock(&inner.last_used) = Instant::now();
         if outcome.took_worker {
@@ -286,7 +297,11 @@ impl Session {
         }
         let result = outcome.result;
         match (outcome.ran, outcome.after) {
-            (true, ChildAfter::Finished) => {}
+            (true, ChildAfter::Finished) => {
+                if let Some(scope) = state.kept.as_ref().and_then(|k| k.scope(runtime.sandboxed())) {
+                    inner.sample_edge(scope, run_index, Edge::End);
+                }
+            }
             (true, ChildAfter::Gone) => {
                 state.kept = None;
                 let why = match &result.error {
@@ -322,6 +337,17 @@ impl Session {
 const CLOSED: &str = "it was closed, or the runtime was shut down";
 
 impl Inner {
+    /// Samples the session's CPU at an edge of run `run` on the blocking
+    /// pool and records it when done (the run does not wait for it).
+    fn sample_edge(&self, scope: crate::watchdog::Scope, run: u64, edge: Edge) {
+        let (edges, cache) = (Arc::clone(&self.edges), self.runtime.scan_cache());
+        let sampled = tokio::task::spawn_blocking(move || {
+            let cpu = crate::watchdog::sample_with(scope, &cache).cpu;
+            lock(&edges).record(run, edge, cpu);
+        });
+        drop(sampled);
+    }
+
     fn set_ended(&self, reason: String) {
         lock(&self.ended).get_or_insert(reason);
     }
@@ -335,47 +361,70 @@ impl Inner {
     }
 }
 
-/// What the watchdog learned of the session's processes between runs.
-#[derive(Default)]
-struct IdleWatch {
-    /// `(runs so far, CPU sampled)` at the last sample taken between runs.
-    last: Option<(u64, Duration)>,
-    /// CPU used between runs so far.
-    used: Duration,
+/// Which edge of a run a CPU sample was taken at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Edge {
+    Start,
+    End,
 }
 
-impl IdleWatch {
-    /// A sample between runs; the reason to end the session, if any.
-    fn observe(
-        &mut self,
-        runs: u64,
-        usage: crate::watchdog::Usage,
-        options: &SessionOptions,
-        memory: u64,
-    ) -> Option<String> {
-        if let Some((at_runs, cpu)) = self.last {
-            // Only CPU between two samples with no run in between is idle CPU.
-            if at_runs == runs {
-                self.used += usage.cpu.saturating_sub(cpu);
+/// The session's CPU at its runs' edges, for CPU used between runs. The
+/// samples land in any order (each is taken on the blocking pool): a start
+/// that comes before the previous run's end waits for it.
+#[derive(Debug, Default)]
+struct Edges {
+    /// The last run that ended, and the CPU then.
+    last_end: Option<(u64, Duration)>,
+    /// A run's start sample that came before the previous run's end.
+    early_start: Option<(u64, Duration)>,
+    /// CPU used in closed gaps (one run's end to the next one's start).
+    idle: Duration,
+}
+
+impl Edges {
+    fn record(&mut self, run: u64, edge: Edge, cpu: Duration) {
+        match edge {
+            Edge::Start => match self.last_end {
+                Some((ended, at)) if ended + 1 == run => self.idle += cpu.saturating_sub(at),
+                _ => self.early_start = Some((run, cpu)),
+            },
+            Edge::End => {
+                self.last_end = Some((run, cpu));
+                if let Some((_, start)) = self.early_start.take_if(|(started, _)| *started == run + 1) {
+                    self.idle += start.saturating_sub(cpu);
+                }
             }
         }
-        self.last = Some((runs, usage.cpu));
-        if self.used > options.idle_cpu {
-            return Some(format!(
-                "its processes used {:.1} s of CPU between runs, over its budget of {:.1} s",
-                self.used.as_secs_f64(),
-                options.idle_cpu.as_secs_f64()
-            ));
-        }
-        if usage.memory_bytes > memory {
-            return Some(format!(
-                "its processes held {} MiB between runs, over its memory budget of {} MiB",
-                usage.memory_bytes >> 20,
-                memory >> 20
-            ));
-        }
-        None
     }
+
+    /// CPU between runs so far, given the session's CPU `now` with `runs`
+    /// runs done: the closed gaps, and the open one since the last run's
+    /// end (once its end sample is in).
+    fn idle_at(&self, runs: u64, now: Duration) -> Duration {
+        match self.last_end {
+            Some((ended, at)) if ended + 1 == runs => self.idle + now.saturating_sub(at),
+            _ => self.idle,
+        }
+    }
+}
+
+/// Why a sample between runs ends the session, if it does.
+fn over_idle_budget(idle: Duration, memory_now: u64, options: &SessionOptions, memory: u64) -> Option<String> {
+    if idle > options.idle_cpu {
+        return Some(format!(
+            "its processes used {:.1} s of CPU between runs, over its budget of {:.1} s",
+            idle.as_secs_f64(),
+            options.idle_cpu.as_secs_f64()
+        ));
+    }
+    if memory_now > memory {
+        return Some(format!(
+            "its processes held {} MiB between runs, over its memory budget of {} MiB",
+            memory_now >> 20,
+            memory >> 20
+        ));
+    }
+    None
 }
 
 /// Ends the session when it has been idle too long, is too old, is closed,
@@ -384,7 +433,6 @@ impl IdleWatch {
 /// dropped session's child is killed by its `Worker`'s drop, and `dropped`
 /// stops this task.
 async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio::sync::oneshot::Sender<()>) {
-    let mut idle = IdleWatch::default();
     loop {
         let (closing, wake_at) = {
             let Some(inner) = session.upgrade() else { break };
@@ -424,10 +472,10 @@ async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio:
             // A run that started meanwhile counts its own CPU.
             let runs_now = inner.state.try_lock().map(|s| s.runs).ok();
             if runs_now != Some(runs) {
-                idle.last = None;
                 continue;
             }
-            match idle.observe(runs, usage, &inner.options, inner.config.address_space_bytes) {
+            let idle = lock(&inner.edges).idle_at(runs, usage.cpu);
+            match over_idle_budget(idle, usage.memory_bytes, &inner.options, inner.config.address_space_bytes) {
                 Some(reason) => reason,
                 None => continue,
             }
@@ -439,4 +487,40 @@ async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio:
         break;
     }
     let _ = done.send(());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn gaps_between_runs_add_up_whatever_order_the_samples_land_in() {
+        let mut e = Edges::default();
+        // Run 0 ends at 100 ms of CPU; run 1 starts at 300 (a 200 ms gap).
+        e.record(0, Edge::End, MS(100));
+        assert_eq!(e.idle_at(1, MS(150)), MS(50), "the open gap counts before the next run starts");
+        e.record(1, Edge::Start, MS(300));
+        // Run 2's start sample lands before run 1's end sample.
+        e.record(2, Edge::Start, MS(900));
+        e.record(1, Edge::End, MS(500));
+        assert_eq!(e.idle, MS(200 + 400));
+        // Between runs after run 2: closed gaps plus the open one.
+        e.record(2, Edge::End, MS(1000));
+        assert_eq!(e.idle_at(3, MS(1250)), MS(600 + 250));
+        // Before run 2's end sample is in, only the closed gaps count.
+        let mut late = Edges::default();
+        late.record(0, Edge::End, MS(10));
+        assert_eq!(late.idle_at(2, MS(5000)), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_first_run_has_no_gap_before_it() {
+        let mut e = Edges::default();
+        e.record(0, Edge::Start, MS(40));
+        e.record(0, Edge::End, MS(60));
+        assert_eq!(e.idle, Duration::ZERO);
+        assert_eq!(e.idle_at(1, MS(60)), Duration::ZERO);
+    }
 }
