@@ -210,6 +210,26 @@ class _Zygote:
         # Poll its pidfd: readable once it has exited, then it is reaped.
         self.poll.register(child[1], select.POLLIN)
 
+    def bury(self):
+        """Kill and reap every child still held (the host went away, or
+        quit before asking). A child must never outlive its zygote
+        unreaped: it would be re-parented, and die of its death signal, as
+        a zombie of whatever reaps orphans (nothing, under a subreaper that
+        does not), and a sandbox's init waits for every zombie of its PID
+        namespace before it can exit."""
+        for pid, fd, _ in self.children.values():
+            try:
+                # Its own session since the fork, and unreaped: the group is its.
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            os.close(fd)
+        self.children.clear()
+
     def child_exited(self, pidfd):
         for ident, (pid, fd, requested) in list(self.children.items()):
             if fd != pidfd:
@@ -564,7 +584,11 @@ def main():
         # child's collections do not write to (and so copy) shared pages.
         gc.collect()
         gc.freeze()
-        _Zygote(ctl).serve()
+        zygote = _Zygote(ctl)
+        try:
+            zygote.serve()
+        finally:
+            zygote.bury()
     except BaseException as e:
         _diag(f"internal error: {type(e).__name__}: {e}")
         os._exit(3)

@@ -142,6 +142,9 @@ impl Samples {
 
 /// Pause before each latency sample.
 const LATENCY_GAP: Duration = Duration::from_millis(20);
+/// The longest a measurement waits for its runtime to be idle (pool full,
+/// settled runs reaped) before it goes on regardless.
+const IDLE_WAIT: Duration = Duration::from_secs(10);
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -311,7 +314,7 @@ async fn closed_loop(runtime: &Runtime, n: usize) -> (Samples, Option<Duration>,
         }
     }
     // Let the last refill and reaps finish: they belong to these runs.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    runtime.wait_idle(IDLE_WAIT).await;
     let after = cpu_now(zygote);
     let same_zygote = runtime.zygote_pid() == zygote;
     let per_run = (same_zygote && n > 0).then(|| (after.saturating_sub(before)) / n as u32);
@@ -408,7 +411,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
             for _ in 0..reps {
                 // One run at a time, a little apart, as an agent sends them
                 // (the pool refills between runs); back-to-back runs are
-                // the throughput rows below.
+                // the throughput rows below. The gap after the pool is
+                // full lets its newest child finish warming up.
+                v.runtime.wait_idle(IDLE_WAIT).await;
                 tokio::time::sleep(LATENCY_GAP).await;
                 let outcome = trivial(&v.runtime).await;
                 if let Some(d) = failures.note(&format!("trivial run, {}", v.label()), outcome) {
@@ -502,10 +507,12 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let host_rss = rss_kib("self").unwrap_or(0);
     let mut child_private = Vec::new();
     let mut zygote_private = None;
+    if let Some(row) = zygote_rows.first() {
+        // Let the pool refill, then measure the zygote and its idle children.
+        row.runtime.wait_idle(IDLE_WAIT).await;
+    }
     if let Some(z) = zygote_rows.first().and_then(|v| v.runtime.zygote_pid()) {
         zygote_private = private_kib(z);
-        // Let the pool refill, then measure its idle children.
-        tokio::time::sleep(Duration::from_millis(300)).await;
         child_private = children_of(z).into_iter().filter_map(private_kib).collect();
     }
     child_private.sort();

@@ -50,6 +50,9 @@ pub(crate) struct Core {
     admission: tokio::sync::Semaphore,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// Runs in flight and the stops of settled ones (not sessions'
+    /// watchdogs): what `Runtime::wait_idle` waits for.
+    work: TaskTracker,
     /// This runtime's scan of `/proc` (see `watchdog`), shared by its runs.
     scan: Arc<crate::watchdog::ScanCache>,
 }
@@ -64,6 +67,7 @@ impl Core {
             config,
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            work: TaskTracker::new(),
             scan: Arc::new(crate::watchdog::ScanCache::default()),
         })
     }
@@ -87,6 +91,12 @@ impl Core {
 
     pub(crate) fn scan_cache(&self) -> Arc<crate::watchdog::ScanCache> {
         Arc::clone(&self.scan)
+    }
+
+    /// Whether no run is in flight, no settled run's process is still
+    /// being stopped, and the launcher has nothing pending.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.work.is_empty() && self.launcher.is_idle()
     }
 
     /// Tops the zygote's pool up after a run (off the run's critical path);
@@ -172,6 +182,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     let Plan { program, bindings, cancel, stop, events, inputs, output_dir, transcript, config } = plan;
     // Held until the run (and its child) is settled; shutdown waits on it.
     let _token = rt.background().token();
+    let _busy = rt.work.token();
 
     // 1. A place among the runs in flight (FIFO), raced against a cancel
     //    and the stop: a run that leaves the queue that way never held one.
@@ -246,7 +257,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         None => crate::watchdog::budget_watch(scope, budget, Duration::ZERO, rt.scan_cache()),
         Some(()) => session_watch(scope, budget, rt.scan_cache()),
     };
-    let machine = RunMachine::new(&config, opening, program, bindings, events.is_some());
+    let machine = RunMachine::new(&config, opening, program, bindings, events.is_some(), output_dir.is_some());
     // With an allow-list, the run's connections are served while it is in
     // flight (a session's, cell by cell), and reported with its result.
     let egress = site.egress_listener().and_then(|listener| match listener.and_then(|l| Egress::start(l, &config)) {
@@ -298,10 +309,10 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         None => {
             if after == ChildAfter::Finished {
                 let grace = config.grace;
-                rt.background().spawn(async move {
+                rt.background().spawn(rt.work.track_future(async move {
                     let _ = worker.stop(grace).await;
                     drop(worker);
-                });
+                }));
             }
         }
         Some(dest) => {

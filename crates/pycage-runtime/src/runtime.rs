@@ -114,6 +114,28 @@ impl Runtime {
         Ok(crate::lifecycle::run(&self.core, plan, Keep::OneShot).await.result)
     }
 
+    /// Waits until the runtime is idle: no run in flight (sessions' runs
+    /// included), every settled run's process stopped and reaped and its
+    /// directory removed, and the zygote's pool full of ready children.
+    /// For tests and benchmarks that must start from a known state instead
+    /// of sleeping. `false` when that did not happen within `timeout` (a
+    /// zygote that cannot start, a run that does not end).
+    pub async fn wait_idle(&self, timeout: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.core.is_idle() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            // Polled: the conditions live in several places (pool, reaper
+            // thread, blocking pool), and a millisecond is below any
+            // figure this is used to measure.
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
     /// Settles every in-flight run as `abort` and returns once each child
     /// has exited and been reaped. Later runs fail with [`MisuseError::ShutDown`].
     pub async fn shutdown(&self) {

@@ -11,30 +11,15 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-/// Processes whose parent is this test process, or whose process group was
-/// one of our children's (a grandchild left behind in the group).
+/// This process's live children: with it the subreaper of everything it
+/// starts, every process a run leaves behind is one of them.
 fn children_of_self() -> Vec<String> {
-    let me = std::process::id().to_string();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().to_string();
-        if !name.chars().all(|c| c.is_ascii_digit()) {
-            continue;
-        }
-        if let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) {
-            // pid (comm) state ppid ...
-            let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-            let fields: Vec<&str> = after.split_whitespace().collect();
-            if fields.get(1) == Some(&me.as_str()) {
-                out.push(stat);
-            }
-        }
-    }
-    out
+    live_children(|_| false)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_leftover_processes_fds_or_dirs() {
+    become_subreaper();
     let parent = tempfile::tempdir().unwrap();
     // Before the runtime: its zygote, pool and their channels must all be
     // closed again after shutdown.
@@ -52,8 +37,9 @@ async fn no_leftover_processes_fds_or_dirs() {
         "import os\nos._exit(1)",
         "import os\nos.close(3)\nimport time\ntime.sleep(30)",
         "import os\nos.write(3, b'x' * 100000)\nimport time\ntime.sleep(30)",
-        "import subprocess\nsubprocess.Popen(['sleep', '31.731'])\nreturn 1",
-        "import os\nif os.fork() == 0:\n    os.execvp('sleep', ['sleep', '31.732'])\nreturn 2",
+        "import subprocess\nsubprocess.Popen(['sleep', '31'])\nreturn 1",
+        "import os\nif os.fork() == 0:\n    os.execvp('sleep', ['sleep', '32'])\nreturn 2",
+        "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execvp('sleep', ['sleep', '33'])\n    os._exit(0)\nreturn 3",
         "return (1,)",
         "print('x' * 100000)",
     ];
@@ -64,8 +50,11 @@ async fn no_leftover_processes_fds_or_dirs() {
     let token = CancellationToken::new();
     let rt2 = rt.clone();
     let t2 = token.clone();
-    let h = tokio::spawn(async move { rt2.run(RunRequest::new("import time\ntime.sleep(30)").with_cancel(t2)).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (tx, mut events) = rt.event_channel();
+    let request = RunRequest::new("print('in flight', flush=True)\nimport time\ntime.sleep(30)").with_cancel(t2);
+    let h = tokio::spawn(async move { rt2.run_with_events(request, tx).await });
+    // Cancelled once in flight (its log line says so), not after a guess.
+    while !matches!(events.recv().await, Some(RunEvent::Log(_)) | None) {}
     token.cancel();
     assert_eq!(h.await.unwrap().unwrap().error.unwrap().kind, FailureKind::Abort);
 
@@ -73,17 +62,17 @@ async fn no_leftover_processes_fds_or_dirs() {
     assert!(zygote_pid.is_some(), "process isolation runs through a zygote by default");
     rt.shutdown().await;
     assert_eq!(children_of_self(), Vec::<String>::new());
-    assert_eq!(processes_with_marker("31.73"), Vec::<String>::new());
-    // The scan itself can see such a process (so the check above can fail).
-    let mut control = std::process::Command::new("sleep").arg("31.739").spawn().unwrap();
-    // (Until it has exec'd, the child still shows this binary's command line.)
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while processes_with_marker("31.73").is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(processes_with_marker("31.73").len(), 1);
-    control.kill().unwrap();
-    control.wait().unwrap();
+    // The check can fail: an orphan started here, as the programs above
+    // left theirs, is seen.
+    let status = std::process::Command::new("sh").args(["-c", "sleep 34 &"]).status().unwrap();
+    assert!(status.success());
+    let orphans = children_of_self();
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    let orphan: i32 = orphans[0].split_whitespace().next().unwrap().parse().unwrap();
+    // Ours (it was re-parented to this subreaper): stopped and reaped here.
+    let orphan = rustix::process::Pid::from_raw(orphan).unwrap();
+    rustix::process::kill_process(orphan, rustix::process::Signal::KILL).unwrap();
+    rustix::process::waitpid(Some(orphan), rustix::process::WaitOptions::empty()).unwrap();
     assert_eq!(rt.cleanup_failures(), Vec::new());
     // The runtime's own lock goes with it.
     drop(rt);

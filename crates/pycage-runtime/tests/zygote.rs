@@ -95,7 +95,7 @@ async fn each_child_reseeds_random_and_starts_pristine() {
             &rt,
             "import random, os, json\n\
              assert not hasattr(json, 'leak'), 'module state leaked'\n\
-             assert os.listdir('.') == ['out'], os.listdir('.')\n\
+             assert os.listdir('.') == [], os.listdir('.')\n\
              json.leak = 1\n\
              open('left-behind', 'w').write('x')\n\
              return [random.random(), os.getcwd(), os.environ['HOME'] == os.getcwd()]",
@@ -154,8 +154,16 @@ async fn a_dead_zygote_fails_runs_in_flight_and_is_replaced() {
     assert_eq!(value(&run(&rt, "return 1").await), "1");
     let zygote = rt.zygote_pid().or(zygote).unwrap();
     let rt2 = rt.clone();
-    let h = tokio::spawn(async move { run(&rt2, "print('started', flush=True)\nimport time\ntime.sleep(30)").await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (tx, mut events) = rt.event_channel();
+    let program = "print('started', flush=True)\nimport time\ntime.sleep(30)";
+    let h = tokio::spawn(async move { rt2.run_with_events(RunRequest::new(program), tx).await.unwrap() });
+    // Killed once the run is in flight: its first log line says so.
+    loop {
+        match events.recv().await.expect("the run ended before it logged") {
+            RunEvent::Log(line) if line == "started" => break,
+            _ => {}
+        }
+    }
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(zygote as i32).unwrap(),
         rustix::process::Signal::KILL,
@@ -223,5 +231,29 @@ async fn exec_mode_still_works() {
     assert!(rt.zygote_pid().is_none());
     let r = run(&rt, "import os\nreturn os.getppid()").await;
     assert_eq!(value(&r), std::process::id().to_string());
+    rt.shutdown().await;
+}
+
+/// `Runtime::wait_idle` returns once the pool is full and nothing of a run
+/// is pending, and not while a run is in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_idle_waits_for_a_full_pool_and_settled_runs() {
+    let rt = zygote_runtime(|c| c.pool_size = 3);
+    assert!(rt.wait_idle(Duration::from_secs(30)).await, "the pool never filled");
+    let zygote = rt.zygote_pid().unwrap();
+    assert_eq!(children_of(zygote).len(), 3);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let (tx, mut events) = rt.event_channel();
+    let request =
+        RunRequest::new("print('in flight', flush=True)\nimport time\ntime.sleep(60)").with_cancel(cancel.clone());
+    let rt2 = rt.clone();
+    let h = tokio::spawn(async move { rt2.run_with_events(request, tx).await.unwrap() });
+    while !matches!(events.recv().await, Some(RunEvent::Log(_)) | None) {}
+    // The run lasts a minute unless cancelled: the wait gives up first.
+    assert!(!rt.wait_idle(Duration::from_millis(100)).await, "idle with a run in flight");
+    cancel.cancel();
+    assert_eq!(h.await.unwrap().error.unwrap().kind, FailureKind::Abort);
+    assert!(rt.wait_idle(Duration::from_secs(30)).await, "not idle after the run settled");
+    assert_eq!(children_of(zygote).len(), 3, "the pool is full again");
     rt.shutdown().await;
 }

@@ -202,6 +202,13 @@ impl Launcher {
         Ok((worker, RunSite::Host(dir)))
     }
 
+    /// Whether nothing the launcher does between runs is pending: the pool
+    /// is full, every killed process is reaped and every run directory
+    /// removed (see `Runtime::wait_idle`).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.pool.as_ref().is_none_or(Pool::is_full) && self.reaper.idle() && self.run_dirs.all_removed()
+    }
+
     /// Retires the pool's zygotes and waits until they exit, then (bounded:
     /// a process stuck in the kernel must not hang it) until every killed
     /// process is reaped and every run directory removed. Runs must be

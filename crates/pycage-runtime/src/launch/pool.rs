@@ -192,6 +192,24 @@ impl Pool {
         self.inner.refill();
     }
 
+    /// Whether the pool holds its full size of idle children of a ready
+    /// zygote with no spawn or reap pending (or is closed). Asks for a refill when
+    /// it does not, so that a caller waiting on it sees it fill.
+    pub(crate) fn is_full(&self) -> bool {
+        let full = {
+            let state = lock(&self.inner.state);
+            state.closed
+                || (state.filling == 0
+                    && state.idle.len() >= self.inner.config.size
+                    && state.successor.is_none()
+                    && state.current.as_ref().is_some_and(|z| z.is_ready() && z.reaped_all()))
+        };
+        if !full {
+            self.inner.refill();
+        }
+        full
+    }
+
     /// The current zygote's pid, if one runs (for tests and diagnostics).
     pub(crate) fn zygote_pid(&self) -> Option<i32> {
         let state = lock(&self.inner.state);

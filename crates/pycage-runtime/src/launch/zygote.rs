@@ -163,6 +163,8 @@ struct Shared {
     pid: AtomicI32,
     started: Instant,
     spawns: AtomicU64,
+    /// Reaps asked for and not answered yet (for `Runtime::wait_idle`).
+    reaping: AtomicU64,
     ready: AtomicBool,
     dead: AtomicBool,
     /// A copy of the zygote's pidfd: readable once it has exited. While it
@@ -176,7 +178,15 @@ struct Shared {
 
 impl Shared {
     fn send(&self, request: Request) -> bool {
+        let reap = matches!(request, Request::Reap { .. });
+        if reap {
+            // Counted before the supervisor can answer it.
+            self.reaping.fetch_add(1, Ordering::AcqRel);
+        }
         let sent = lock(&self.requests).as_ref().is_some_and(|tx| tx.send(request).is_ok());
+        if reap && !sent {
+            self.reaping.fetch_sub(1, Ordering::AcqRel);
+        }
         if sent {
             let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
         }
@@ -237,6 +247,7 @@ impl Zygote {
             pid: AtomicI32::new(0),
             started: Instant::now(),
             spawns: AtomicU64::new(0),
+            reaping: AtomicU64::new(0),
             ready: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             pidfd: Mutex::new(None),
@@ -350,6 +361,11 @@ impl Zygote {
             return None;
         }
         rx.await.ok()
+    }
+
+    /// Whether every reap asked for has been answered.
+    pub(crate) fn reaped_all(&self) -> bool {
+        self.shared.reaping.load(Ordering::Acquire) == 0
     }
 
     /// Asks for child `id` to be reaped, without waiting.
@@ -713,6 +729,7 @@ impl Supervisor {
                 let Some(reply) = self.reaps.remove(&id) else {
                     return Err(format!("it reaped child {id}, which nobody asked for"));
                 };
+                self.shared.reaping.fetch_sub(1, Ordering::AcqRel);
                 if let Some(tx) = reply {
                     let _ = tx.send(Exit { status: ExitStatus::from_raw(status), cpu: Duration::from_nanos(cpu_ns) });
                 }
@@ -728,6 +745,7 @@ impl Supervisor {
         crate::process::kill_run_group(spawned.pid, &spawned.pidfd, true);
         let id = spawned.id;
         self.outgoing.push_back(Outgoing { bytes: ZygoteRequest::Reap { id }.encode(), fds: Vec::new() });
+        self.shared.reaping.fetch_add(1, Ordering::AcqRel);
         self.reaps.insert(id, None);
         self.asked.insert((false, id), Instant::now());
         self.flush();

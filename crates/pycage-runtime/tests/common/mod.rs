@@ -40,16 +40,53 @@ pub fn echo_ns() -> Namespace {
     Namespace::new("tools").with_function("echo", Binding::new(|a| async move { Ok(a) }))
 }
 
-/// Processes anywhere whose command line contains `marker`.
-pub fn processes_with_marker(marker: &str) -> Vec<String> {
+/// Makes this test process the subreaper of everything it starts: a
+/// process a run leaves behind (an orphan, whatever session or group it
+/// moved to) is re-parented to this process, so [`live_children`] finds it
+/// without looking at any process this test did not start.
+pub fn become_subreaper() {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).expect("PR_SET_CHILD_SUBREAPER");
+}
+
+/// This process's live (not zombie) children as `/proc/<pid>/stat` lines,
+/// except those `skip` rejects (given each child's `/proc` directory).
+///
+/// As a subreaper, this process must also reap what it adopts: a zombie
+/// of a sandbox's PID namespace (a zygote child's program, orphaned when
+/// the child was killed) keeps that namespace's init from exiting until
+/// it is reaped. Only zombies of nested PID namespaces are reaped here:
+/// the runtime waits for its own children, all in this namespace, and so
+/// do other tests.
+pub fn live_children(skip: impl Fn(&std::path::Path) -> bool) -> Vec<String> {
+    let me = std::process::id().to_string();
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) && !cmd.contains("cargo") {
-                out.push(cmd);
-            }
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let mut after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("").split_whitespace();
+        let (state, parent) = (after.next(), after.next());
+        if parent != Some(me.as_str()) {
+            continue;
+        }
+        if state == Some("Z") {
+            // An adopted orphan that died is dead, not a leftover.
+            reap_if_nested(&e.path());
+        } else if !skip(&e.path()) {
+            out.push(stat);
         }
     }
     out
+}
+
+fn reap_if_nested(proc_dir: &std::path::Path) {
+    let status = std::fs::read_to_string(proc_dir.join("status")).unwrap_or_default();
+    let nested =
+        status.lines().find_map(|l| l.strip_prefix("NSpid:")).is_some_and(|ids| ids.split_whitespace().count() > 1);
+    let pid = proc_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse().ok())
+        .and_then(rustix::process::Pid::from_raw);
+    if let (true, Some(pid)) = (nested, pid) {
+        let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
+    }
 }
