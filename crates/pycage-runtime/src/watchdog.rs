@@ -238,6 +238,9 @@ pub enum Exceeded {
         used: u64,
         /// Most a run may hold.
         budget: u64,
+        /// Processes whose descriptors could not be read, counted at
+        /// their `RLIMIT_NOFILE`.
+        hidden: u64,
     },
 }
 
@@ -261,8 +264,11 @@ impl Exceeded {
                 budget >> 20,
                 used >> 20
             ),
-            Exceeded::Objects { what, used, budget } => format!(
+            Exceeded::Objects { what, used, budget, hidden: 0 } => format!(
                 "the run's processes together held more than the {budget} {what} a run may hold ({used}); the run was ended"
+            ),
+            Exceeded::Objects { what, used, budget, hidden } => format!(
+                "the run's processes together held more than the {budget} {what} a run may hold ({used}, counting {hidden} process(es) that hide their descriptors at their RLIMIT_NOFILE); the run was ended"
             ),
         }
     }
@@ -291,6 +297,7 @@ impl Usage {
             what,
             used,
             budget,
+            hidden: k.hidden,
         })
     }
 }
@@ -574,8 +581,15 @@ impl Descriptors {
 
     /// A process that may not be inspected (non-dumpable, the host not
     /// root): each descriptor its `RLIMIT_NOFILE` allows counts as held,
-    /// and as a full pipe.
+    /// and as a full pipe. One that is exiting counts as nothing.
     fn hidden(&mut self, pid: i32) {
+        // An exiting process has released its memory map, and /proc then
+        // shows it as root's: it hides nothing, its descriptors are going.
+        let mapped =
+            read_proc(&format!("/proc/{pid}/status")).is_some_and(|s| s.lines().any(|l| l.starts_with("VmSize:")));
+        if !mapped {
+            return;
+        }
         let nofile = read_proc(&format!("/proc/{pid}/limits"))
             .and_then(|limits| {
                 let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
