@@ -275,29 +275,26 @@ impl Exceeded {
 }
 
 impl Usage {
-    /// The first budget this sample exceeds, CPU first.
+    /// The first budget this sample exceeds: CPU, then the counts of
+    /// kernel objects, then memory.
     pub fn check(&self, budget: &Budget) -> Option<Exceeded> {
         if self.cpu > budget.cpu {
             return Some(Exceeded::Cpu { used: self.cpu, budget: budget.cpu });
         }
-        if self.memory_bytes > budget.memory_bytes {
-            return Some(Exceeded::Memory {
-                used: self.memory_bytes,
-                budget: budget.memory_bytes,
-                kernel: self.kernel.bytes(),
-            });
-        }
+        // Counts first: a run over one is over it whatever its memory.
         let k = &self.kernel;
         let objects = [
             ("descriptors", k.descriptors, MAX_RUN_DESCRIPTORS),
             ("epoll registrations", k.epoll_watches, MAX_RUN_EPOLL_WATCHES),
             ("pipes", k.pipes, max_run_pipes()),
         ];
-        objects.into_iter().find(|(_, used, most)| used > most).map(|(what, used, budget)| Exceeded::Objects {
-            what,
-            used,
-            budget,
-            hidden: k.hidden,
+        if let Some((what, used, budget)) = objects.into_iter().find(|(_, used, most)| used > most) {
+            return Some(Exceeded::Objects { what, used, budget, hidden: k.hidden });
+        }
+        (self.memory_bytes > budget.memory_bytes).then(|| Exceeded::Memory {
+            used: self.memory_bytes,
+            budget: budget.memory_bytes,
+            kernel: self.kernel.bytes(),
         })
     }
 }
