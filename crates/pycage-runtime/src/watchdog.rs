@@ -254,7 +254,7 @@ impl Exceeded {
                 used.as_secs_f64()
             ),
             Exceeded::Memory { used, budget, kernel } if *kernel >= 1 << 20 => format!(
-                "the memory budget of {} MiB was exceeded by the run's processes together ({} MiB held, {} MiB of it in kernel buffers); the run was ended",
+                "the memory budget of {} MiB was exceeded by the run's processes together ({} MiB held, {} MiB of it in the kernel: buffers, memfds); the run was ended",
                 budget >> 20,
                 used >> 20,
                 kernel >> 20

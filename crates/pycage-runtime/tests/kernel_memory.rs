@@ -215,6 +215,23 @@ const SMALL_OBJECTS: &str = r#"def work(budget):
         pinned += 1024
     return pinned, n, note"#;
 
+/// memfds of 64 MiB each, written (not mapped): in no process's PSS.
+const MEMFD: &str = r#"def work(budget):
+    pinned = n = 0
+    note = ''
+    chunk = b'x' * (1 << 20)
+    while pinned < budget:
+        try:
+            fd = os.memfd_create('pinned')
+        except OSError as e:
+            note = err(e)
+            break
+        for i in range(64):
+            os.write(fd, chunk)
+        pinned += 64 << 20
+        n += 1
+    return pinned, n, note"#;
+
 /// Full pipes sent over a socket and closed: in flight, in no process.
 const IN_FLIGHT: &str = r#"def work(budget):
     pinned = n = 0
@@ -270,7 +287,7 @@ enum Bound {
     Measured,
 }
 
-const KERNEL: &str = "MiB of it in kernel buffers";
+const KERNEL: &str = "MiB of it in the kernel";
 
 /// `(name, program, bound in process isolation, bound in the sandbox)`.
 const ATTACKS: &[(&str, &str, Bound, Bound)] = &[
@@ -305,6 +322,12 @@ const ATTACKS: &[(&str, &str, Bound, Bound)] = &[
         SMALL_OBJECTS,
         Bound::Ended("4096 descriptors a run may hold", ""),
         Bound::Ended("4096 descriptors a run may hold", ""),
+    ),
+    (
+        "memfds",
+        MEMFD,
+        Bound::Ended("memory budget of 128 MiB was exceeded", KERNEL),
+        Bound::Value("[0,0,1,[\"ENOSYS\"]]"),
     ),
     // In flight: at most RLIMIT_NOFILE (256) descriptors of the uid, each a
     // pipe of at most 64 KiB.

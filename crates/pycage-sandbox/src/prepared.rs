@@ -48,20 +48,26 @@
 //!    the fixed layout, mount the run's size-capped tmpfs and bind its
 //!    `work`, `tmp` and `shm` directories at `/work`, `/tmp` and `/dev/shm`,
 //!    create the plan's directories, attach every clone (`move_mount`),
-//!    create the symlinks and write the generated `/etc` files.
+//!    create the symlinks and write the generated `/etc` files, and the
+//!    run's random `boot_id` into the new root's `/proc` directory (procfs
+//!    is mounted over it in step 12, which hides it).
 //! 9. `sethostname`, and the IPC namespace's SysV limits (`kernel.shmmax`,
 //!    `shmall`, `shmmni`, `sem`): C is the root of the user namespace that
 //!    owns the IPC namespace, the only writer the kernel allows. With
-//!    egress ([`SandboxPolicy::egress_port`]), bring `lo` up and listen on
+//!    egress ([`SandboxPolicy::egress_port`]), cap the namespace's TCP
+//!    buffers ([`RUN_TCP_RMEM`], [`RUN_TCP_WMEM`]), bring `lo` up and listen on
 //!    `127.0.0.1:<port>` (a TCP socket of the run's network namespace,
 //!    which has no other route): C holds `CAP_NET_ADMIN` over it, and a
 //!    socket stays in the namespace it was made in, so the host accepts
 //!    the program's connections on it with no process in between.
-//! 10. Make the new root's tmpfs read-only, open the working directory
+//! 10. Open a `NETLINK_SOCK_DIAG` socket inside the network namespace (a
+//!     dump through it lists every socket of the run with its queued
+//!     bytes: the host's watchdog counts them in the run's memory), make
+//!     the new root's tmpfs read-only, open the working directory
 //!     (`O_PATH`) for the host, open a pidfd on itself, the status pipe and
 //!     the "go" pipe, and fork G (which closes the egress listener at once).
-//!     Send G's pid, the working-directory fd and the egress listener to
-//!     the host (`SCM_RIGHTS`), then tell G to go on (so the program's
+//!     Send G's pid, the working-directory fd, the `sock_diag` socket and
+//!     the egress listener to the host (`SCM_RIGHTS`), then tell G to go on (so the program's
 //!     exec, which ends the host's `spawn()`, always follows the handoff),
 //!     close every other fd, wait for G, and exit the way the program did
 //!     (G reports its wait status on the status pipe).
@@ -70,11 +76,13 @@
 //! 11. `PR_SET_PDEATHSIG = SIGKILL`, then check C is alive by polling its
 //!     pidfd (`getppid()` reads 0 across the PID namespace boundary), and
 //!     wait for C's "go".
-//! 12. Mount `/proc` (only a process inside the PID namespace can mount its
-//!     procfs, and only while the host's `/proc` is still visible in the
-//!     mount namespace), with `hidepid=invisible`, and make `/proc/sys`
-//!     read-only (its IPC entries are writable by userns1's root, which
-//!     shares the program's host uid).
+//! 12. Clone the run's `boot_id` file (`open_tree`), mount `/proc` (only a
+//!     process inside the PID namespace can mount its procfs, and only
+//!     while the host's `/proc` is still visible in the mount namespace),
+//!     with `hidepid=invisible`, mount the clone over
+//!     `/proc/sys/kernel/random/boot_id` (the host's names the host's boot
+//!     to every run), and make `/proc/sys` read-only (its IPC entries are
+//!     writable by userns1's root, which shares the program's host uid).
 //! 13. `pivot_root` into the new root, detach the old one, enter `/work`.
 //! 14. Add Landlock rules for what exists only now: `/` (list), `/etc` and
 //!     `/proc` (read), `/work`, `/tmp`, `/dev/shm` (everything).
@@ -86,8 +94,13 @@
 //! In P (PID 2):
 //! 16. `PR_SET_PDEATHSIG = SIGKILL`; rlimits: NPROC (`max_processes` + 2:
 //!     C and G are counted at the outer level), FSIZE, NOFILE, CORE = 0,
-//!     soft = hard. Set before step 17, because a new user namespace records
-//!     its creator's `RLIMIT_NPROC` as its own ceiling.
+//!     SIGPENDING ([`RUN_SIGPENDING`]), MSGQUEUE (0), MEMLOCK
+//!     ([`RUN_MEMLOCK_BYTES`]), soft = hard. Set before step 17, because a
+//!     new user namespace records its creator's `RLIMIT_NPROC`,
+//!     `SIGPENDING`, `MSGQUEUE` and `MEMLOCK` as the ceilings of everything
+//!     counted in it: they bound the whole run, the host uid's share.
+//!     Then `unshare(CLONE_NEWCGROUP)` (still root of userns1): the
+//!     program's `/proc/self/cgroup` shows `/`, no host path.
 //! 17. `unshare(CLONE_NEWUSER)` and map uid/gid 1000 to userns1's 0: the
 //!     program is uid 1000, owns no namespace, and loses every capability
 //!     at exec. Its `RLIMIT_NPROC` counts the processes of this user
