@@ -81,6 +81,9 @@ _RLIMITS = {
     "fsize": resource.RLIMIT_FSIZE,
     "nofile": resource.RLIMIT_NOFILE,
     "core": resource.RLIMIT_CORE,
+    "sigpending": resource.RLIMIT_SIGPENDING,
+    "msgqueue": resource.RLIMIT_MSGQUEUE,
+    "memlock": resource.RLIMIT_MEMLOCK,
 }
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -312,6 +315,7 @@ def _child(message, fds, zygote_pid, ctl_fd):
 #: (pycage_sandbox::Join's field order).
 _JOIN_FDS = 8
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWCGROUP = 0x02000000
 _CLONE_NEWUTS = 0x04000000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
@@ -468,6 +472,10 @@ def _op_limit(step, state):
     resource.setrlimit(which, (value, value))
 
 
+def _op_unshare_cgroup(step, state):
+    _check(_libc.unshare(_CLONE_NEWCGROUP), "unshare(cgroup)")
+
+
 def _op_unshare_user(step, state):
     _check(_libc.unshare(_CLONE_NEWUSER), "unshare(user)")
 
@@ -537,6 +545,7 @@ def _op_seccomp(step, state):
 _CONFINE_OPS = {
     "death-signal": _op_death_signal,
     "limit": _op_limit,
+    "unshare-cgroup": _op_unshare_cgroup,
     "unshare-user": _op_unshare_user,
     "dumpable": _op_dumpable,
     "id-maps": _op_id_maps,

@@ -60,6 +60,13 @@ pub enum Rlimit {
     Fsize,
     Nofile,
     Core,
+    /// Queued signals (per user namespace and uid, so per run when set
+    /// before the nested user namespace).
+    Sigpending,
+    /// POSIX message queue bytes.
+    Msgqueue,
+    /// Locked memory.
+    Memlock,
 }
 
 impl Rlimit {
@@ -70,6 +77,9 @@ impl Rlimit {
             Rlimit::Fsize => "fsize",
             Rlimit::Nofile => "nofile",
             Rlimit::Core => "core",
+            Rlimit::Sigpending => "sigpending",
+            Rlimit::Msgqueue => "msgqueue",
+            Rlimit::Memlock => "memlock",
         }
     }
 }
@@ -85,6 +95,9 @@ pub enum ConfineStep {
     DeathSignal,
     /// The limit, soft = hard (never above the current hard limit).
     Limit { resource: Rlimit, value: u64 },
+    /// `unshare(CLONE_NEWCGROUP)`: a cgroup namespace rooted at the
+    /// process's cgroup, so `/proc/self/cgroup` shows no host path.
+    UnshareCgroup,
     /// `unshare(CLONE_NEWUSER)`: a nested user namespace.
     UnshareUser,
     /// `PR_SET_DUMPABLE(1)`: a credential change made the process
@@ -113,6 +126,7 @@ impl ConfineStep {
         match self {
             ConfineStep::DeathSignal => "death-signal",
             ConfineStep::Limit { .. } => "limit",
+            ConfineStep::UnshareCgroup => "unshare-cgroup",
             ConfineStep::UnshareUser => "unshare-user",
             ConfineStep::Dumpable => "dumpable",
             ConfineStep::IdMaps { .. } => "id-maps",
@@ -138,6 +152,7 @@ impl ConfineStep {
             }
             ConfineStep::Seccomp { filter } => o.str("filter", &hex(filter)),
             ConfineStep::DeathSignal
+            | ConfineStep::UnshareCgroup
             | ConfineStep::UnshareUser
             | ConfineStep::Dumpable
             | ConfineStep::CloseFds
@@ -153,6 +168,7 @@ impl ConfineStep {
 pub const CONFINE_FIELDS: &[(&str, &[&str])] = &[
     ("death-signal", &[]),
     ("limit", &["resource", "value"]),
+    ("unshare-cgroup", &[]),
     ("unshare-user", &[]),
     ("dumpable", &[]),
     ("id-maps", &["uidMap", "gidMap"]),
@@ -492,6 +508,7 @@ mod tests {
         let steps = [
             ConfineStep::DeathSignal,
             ConfineStep::Limit { resource: Rlimit::Core, value: 0 },
+            ConfineStep::UnshareCgroup,
             ConfineStep::UnshareUser,
             ConfineStep::Dumpable,
             ConfineStep::IdMaps { uid_map: String::new(), gid_map: String::new() },

@@ -347,6 +347,7 @@ fn scope_of(worker: &Worker, site: &RunSite, sandboxed: bool) -> Option<Scope> {
             init,
             // A zygote's child joined the namespace from outside.
             joined: worker.is_zygote_child().then(|| worker.pid()).flatten(),
+            sockets: site.sock_diag(),
         }),
         None if !sandboxed => worker.pid().map(|root| Scope::Descendants { root }),
         None => None,
@@ -361,7 +362,7 @@ fn session_watch(
     cache: Arc<crate::watchdog::ScanCache>,
 ) -> crate::watchdog::BudgetWatch {
     Box::pin(async move {
-        let Some(s) = scope else { return std::future::pending().await };
+        let Some(s) = scope.clone() else { return std::future::pending().await };
         let c = Arc::clone(&cache);
         let baseline = tokio::task::spawn_blocking(move || crate::watchdog::sample_with(s, &c).cpu)
             .await

@@ -35,14 +35,45 @@
 //! shared memory) is not in these sums: the tmpfs and the IPC namespace cap
 //! it ([`tmpfs_used`] reads the former, for callers that report it).
 //!
+//! # Kernel memory
+//!
+//! What a run pins in the kernel is in no process's PSS, so it is counted
+//! apart ([`Kernel`]) and added to the memory sum:
+//!
+//! - socket buffers, exactly: the sandbox hands the host a
+//!   `NETLINK_SOCK_DIAG` socket made inside the run's network namespace
+//!   ([`SockDiag`]); one dump of its `AF_UNIX` and TCP sockets lists every
+//!   socket of the run (held, in flight, or orphaned) with the bytes its
+//!   queues hold. Process isolation shares the host's namespace: there,
+//!   each `AF_UNIX` socket a run's process holds is looked up by inode;
+//!   TCP and UDP buffers, and sockets in flight, are not counted;
+//! - pipes: every distinct pipe a run's process holds, at 16 pages (what
+//!   a pipe may hold when `F_SETPIPE_SZ` is refused, as the sandbox's
+//!   seccomp does);
+//! - epoll registrations, from each epoll descriptor's `fdinfo`;
+//! - memfds a process holds, by their allocated blocks (process
+//!   isolation; the sandbox does not provide `memfd_create`).
+//!
+//! Descriptors are read from `/proc/<pid>/fd`. A process whose descriptors
+//! cannot be read (made non-dumpable, on a host without root) is counted
+//! as if each descriptor its `RLIMIT_NOFILE` allows held a full pipe.
+//! Besides memory, a run may hold at most [`MAX_RUN_DESCRIPTORS`]
+//! descriptors, [`MAX_RUN_EPOLL_WATCHES`] epoll registrations and a
+//! quarter of the host's `fs.pipe-user-pages-soft` in pipes, all its
+//! processes together: the last two are per-uid quotas of the host,
+//! shared with the caller when pycage is not root. This also bounds the
+//! cost of a sample.
+//!
 //! [`watch`] samples a run every [`PERIOD`] and resolves when a budget is
 //! crossed; the runtime then ends the run (`timeout` for CPU, `worker-exit`
 //! for memory), so the bound is the budget plus what the run can use in
 //! one period.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustix::process::Pid;
@@ -53,8 +84,51 @@ pub const MAX_PROCESSES: usize = 4096;
 /// Most bytes read from one proc file.
 pub const MAX_READ: usize = 16 * 1024;
 
+/// Most descriptors a run's processes may hold together.
+pub const MAX_RUN_DESCRIPTORS: u64 = 4096;
+
+/// Most epoll registrations a run's processes may hold together (each is
+/// kernel memory, and a registration of the host uid's
+/// `fs.epoll.max_user_watches`).
+pub const MAX_RUN_EPOLL_WATCHES: u64 = 65536;
+
+/// What one epoll registration is counted as: its `epitem` and wait-queue
+/// entry with slab overhead (about 200 bytes measured on x86_64).
+pub const EPOLL_WATCH_BYTES: u64 = 256;
+
+/// Pages one pipe is counted as: the default (and, with `F_SETPIPE_SZ`
+/// refused, the largest) pipe buffer.
+pub const PIPE_PAGES: u64 = 16;
+
+/// Most bytes of epoll `fdinfo` read in one sample.
+const MAX_FDINFO_BYTES: u64 = 16 << 20;
+
+/// Most sockets one `sock_diag` dump is read for.
+const MAX_DIAG_SOCKETS: usize = 1 << 17;
+
+/// A `NETLINK_SOCK_DIAG` socket inside the run's network namespace
+/// (`pycage_sandbox::Handoff::sock_diag`): what the watchdog lists the
+/// run's sockets through. Samples take turns on it.
+#[derive(Debug, Clone)]
+pub struct SockDiag(Arc<Mutex<OwnedFd>>);
+
+impl SockDiag {
+    /// Wrap the socket the sandbox handed over.
+    pub fn new(socket: OwnedFd) -> SockDiag {
+        SockDiag(Arc::new(Mutex::new(socket)))
+    }
+}
+
+impl PartialEq for SockDiag {
+    fn eq(&self, other: &SockDiag) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SockDiag {}
+
 /// Which processes make up a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Scope {
     /// The run's PID namespace, given the host pid of its init process.
     PidNamespace {
@@ -63,6 +137,8 @@ pub enum Scope {
         /// A zygote's child that joined the namespace from outside: the
         /// program is its child (born in the namespace), not the init's.
         joined: Option<Pid>,
+        /// The run's network namespace, for its sockets' buffers.
+        sockets: Option<SockDiag>,
     },
     /// `root` and its descendants (process isolation: `root` is the run's
     /// first process).
@@ -72,13 +148,47 @@ pub enum Scope {
     },
 }
 
+/// What a run holds in the kernel, outside every process's PSS (see the
+/// module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Kernel {
+    /// Bytes queued in the run's sockets (receive, send, forward-allocated,
+    /// option and backlog memory).
+    pub socket_bytes: u64,
+    /// Distinct pipes the run's processes hold.
+    pub pipes: u64,
+    /// epoll registrations of the run's epoll descriptors.
+    pub epoll_watches: u64,
+    /// Blocks allocated to memfds the run's processes hold.
+    pub memfd_bytes: u64,
+    /// Descriptors the run's processes hold.
+    pub descriptors: u64,
+    /// Processes whose descriptors could not be read (counted at their
+    /// `RLIMIT_NOFILE`, each descriptor a full pipe).
+    pub hidden: u64,
+}
+
+impl Kernel {
+    /// The bytes this counts as.
+    pub fn bytes(&self) -> u64 {
+        let page = rustix::param::page_size() as u64;
+        self.socket_bytes
+            .saturating_add(self.pipes.saturating_mul(PIPE_PAGES * page))
+            .saturating_add(self.epoll_watches.saturating_mul(EPOLL_WATCH_BYTES))
+            .saturating_add(self.memfd_bytes)
+    }
+}
+
 /// One sample of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
     /// CPU time of every process of the run, live or reaped by the run.
     pub cpu: Duration,
-    /// Proportional set size of every live process, in bytes.
+    /// Proportional set size of every live process, plus what the run
+    /// holds in the kernel ([`Kernel::bytes`]), in bytes.
     pub memory_bytes: u64,
+    /// The kernel objects and memory in `memory_bytes`.
+    pub kernel: Kernel,
     /// Live processes found.
     pub processes: usize,
     /// [`MAX_PROCESSES`] stopped the walk.
@@ -116,6 +226,21 @@ pub enum Exceeded {
         used: u64,
         /// The budget.
         budget: u64,
+        /// Of `used`, what the run holds in the kernel.
+        kernel: u64,
+    },
+    /// The run holds more kernel objects of one kind than a run may:
+    /// end the run, `worker-exit`.
+    Objects {
+        /// Which objects ("descriptors", "epoll registrations", "pipes").
+        what: &'static str,
+        /// Held now (at least).
+        used: u64,
+        /// Most a run may hold.
+        budget: u64,
+        /// Processes whose descriptors could not be read, counted at
+        /// their `RLIMIT_NOFILE`.
+        hidden: u64,
     },
 }
 
@@ -128,25 +253,49 @@ impl Exceeded {
                 budget.as_secs_f64(),
                 used.as_secs_f64()
             ),
-            Exceeded::Memory { used, budget } => format!(
+            Exceeded::Memory { used, budget, kernel } if *kernel >= 1 << 20 => format!(
+                "the memory budget of {} MiB was exceeded by the run's processes together ({} MiB held, {} MiB of it in the kernel: buffers, memfds); the run was ended",
+                budget >> 20,
+                used >> 20,
+                kernel >> 20
+            ),
+            Exceeded::Memory { used, budget, .. } => format!(
                 "the memory budget of {} MiB was exceeded by the run's processes together ({} MiB held); the run was ended",
                 budget >> 20,
                 used >> 20
+            ),
+            Exceeded::Objects { what, used, budget, hidden: 0 } => format!(
+                "the run's processes together held more than the {budget} {what} a run may hold ({used}); the run was ended"
+            ),
+            Exceeded::Objects { what, used, budget, hidden } => format!(
+                "the run's processes together held more than the {budget} {what} a run may hold ({used}, counting {hidden} process(es) that hide their descriptors at their RLIMIT_NOFILE); the run was ended"
             ),
         }
     }
 }
 
 impl Usage {
-    /// The first budget this sample exceeds, CPU first.
+    /// The first budget this sample exceeds: CPU, then the counts of
+    /// kernel objects, then memory.
     pub fn check(&self, budget: &Budget) -> Option<Exceeded> {
         if self.cpu > budget.cpu {
             return Some(Exceeded::Cpu { used: self.cpu, budget: budget.cpu });
         }
-        if self.memory_bytes > budget.memory_bytes {
-            return Some(Exceeded::Memory { used: self.memory_bytes, budget: budget.memory_bytes });
+        // Counts first: a run over one is over it whatever its memory.
+        let k = &self.kernel;
+        let objects = [
+            ("descriptors", k.descriptors, MAX_RUN_DESCRIPTORS),
+            ("epoll registrations", k.epoll_watches, MAX_RUN_EPOLL_WATCHES),
+            ("pipes", k.pipes, max_run_pipes()),
+        ];
+        if let Some((what, used, budget)) = objects.into_iter().find(|(_, used, most)| used > most) {
+            return Some(Exceeded::Objects { what, used, budget, hidden: k.hidden });
         }
-        None
+        (self.memory_bytes > budget.memory_bytes).then(|| Exceeded::Memory {
+            used: self.memory_bytes,
+            budget: budget.memory_bytes,
+            kernel: self.kernel.bytes(),
+        })
     }
 }
 
@@ -291,12 +440,15 @@ pub fn sample_with(scope: Scope, cache: &ScanCache) -> Usage {
     };
     // Roots whose memory is not the program's: pycage's own reaper (a copy
     // of the host), the zygote child that joined (a copy of the zygote).
-    let (root, joined, skip_root_memory) = match scope {
-        Scope::PidNamespace { init, joined } => {
-            (init.as_raw_nonzero().get(), joined.map(|j| j.as_raw_nonzero().get()), true)
+    let (root, joined, skip_root_memory, sockets) = match &scope {
+        Scope::PidNamespace { init, joined, sockets } => {
+            (init.as_raw_nonzero().get(), joined.map(|j| j.as_raw_nonzero().get()), true, sockets.clone())
         }
-        Scope::Descendants { root } => (root.as_raw_nonzero().get(), None, false),
+        Scope::Descendants { root } => (root.as_raw_nonzero().get(), None, false, None),
     };
+    // Without the run's own network namespace, its sockets are found
+    // through its descriptors.
+    let mut descriptors = Descriptors::new(sockets.is_none());
     let children = Children::new(root, cache);
     // (pid, the parent it was found under)
     let mut queue = vec![(root, None)];
@@ -326,13 +478,347 @@ pub fn sample_with(scope: Scope, cache: &ScanCache) -> Usage {
             }
         } else {
             count(pid, &stat, &mut usage, &mut ticks);
+            descriptors.visit(pid);
         }
         found.clear();
         children.of(pid, &mut found);
         queue.extend(found.iter().map(|&child| (child, Some(pid))));
     }
     usage.cpu = Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / ticks_per_second));
+    let mut kernel = descriptors.finish();
+    if let Some(diag) = sockets {
+        kernel.socket_bytes = diag.socket_bytes();
+    }
+    usage.kernel = kernel;
+    usage.memory_bytes = usage.memory_bytes.saturating_add(kernel.bytes());
     usage
+}
+
+/// Most pipes a run may hold: a quarter of the host's
+/// `fs.pipe-user-pages-soft` (past which the host uid's new pipes get two
+/// pages), none if that is 0 (no limit).
+pub fn max_run_pipes() -> u64 {
+    static PIPES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PIPES.get_or_init(|| {
+        let soft = read_proc("/proc/sys/fs/pipe-user-pages-soft").and_then(|t| t.trim().parse::<u64>().ok());
+        match soft {
+            Some(0) | None => u64::MAX,
+            Some(pages) => pages / 4 / PIPE_PAGES,
+        }
+    })
+}
+
+/// The descriptors of a run's processes, as one sample reads them (see
+/// the module docs).
+struct Descriptors {
+    kernel: Kernel,
+    pipes: HashSet<u64>,
+    /// Socket inodes to look up one by one (process isolation), or `None`
+    /// when the run's network namespace is dumped whole.
+    sockets: Option<HashSet<u64>>,
+    memfds: HashSet<(u64, u64)>,
+    /// Pipes counted for processes whose descriptors could not be read.
+    hidden_pipes: u64,
+    fdinfo_bytes: u64,
+}
+
+impl Descriptors {
+    fn new(sockets_by_inode: bool) -> Descriptors {
+        Descriptors {
+            kernel: Kernel::default(),
+            pipes: HashSet::new(),
+            sockets: sockets_by_inode.then(HashSet::new),
+            memfds: HashSet::new(),
+            hidden_pipes: 0,
+            fdinfo_bytes: 0,
+        }
+    }
+
+    /// Past the descriptor cap the run is over it: reading on would only
+    /// cost the host.
+    fn full(&self) -> bool {
+        self.kernel.descriptors > MAX_RUN_DESCRIPTORS
+    }
+
+    fn visit(&mut self, pid: i32) {
+        if self.full() {
+            return;
+        }
+        let entries = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return self.hidden(pid),
+            Err(_) => return,
+        };
+        for entry in entries.flatten() {
+            self.kernel.descriptors += 1;
+            if self.full() {
+                return;
+            }
+            let Ok(target) = std::fs::read_link(entry.path()) else { continue };
+            let target = std::os::unix::ffi::OsStrExt::as_bytes(target.as_os_str());
+            if let Some(ino) = bracketed_inode(target, b"pipe:[") {
+                self.pipes.insert(ino);
+            } else if let Some(ino) = bracketed_inode(target, b"socket:[") {
+                if let Some(sockets) = self.sockets.as_mut() {
+                    sockets.insert(ino);
+                }
+            } else if target == b"anon_inode:[eventpoll]" {
+                let fd = entry.file_name();
+                self.count_epoll(&format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy()));
+            } else if target.starts_with(b"/memfd:") {
+                if let Ok(meta) = std::fs::metadata(entry.path()) {
+                    use std::os::unix::fs::MetadataExt;
+                    if self.memfds.insert((meta.dev(), meta.ino())) {
+                        self.kernel.memfd_bytes = self.kernel.memfd_bytes.saturating_add(meta.blocks() * 512);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A process that may not be inspected (non-dumpable, the host not
+    /// root): each descriptor its `RLIMIT_NOFILE` allows counts as held,
+    /// and as a full pipe. One that is exiting counts as nothing.
+    fn hidden(&mut self, pid: i32) {
+        // An exiting process has released its memory map, and /proc then
+        // shows it as root's: it hides nothing, its descriptors are going.
+        let mapped =
+            read_proc(&format!("/proc/{pid}/status")).is_some_and(|s| s.lines().any(|l| l.starts_with("VmSize:")));
+        if !mapped {
+            return;
+        }
+        let nofile = read_proc(&format!("/proc/{pid}/limits"))
+            .and_then(|limits| {
+                let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+                line.trim_start_matches("Max open files").split_whitespace().next()?.parse::<u64>().ok()
+            })
+            .unwrap_or(MAX_RUN_DESCRIPTORS)
+            .min(MAX_RUN_DESCRIPTORS + 1);
+        self.kernel.hidden += 1;
+        self.kernel.descriptors = self.kernel.descriptors.saturating_add(nofile);
+        self.hidden_pipes = self.hidden_pipes.saturating_add(nofile);
+    }
+
+    /// Count the `tfd:` lines (one per registration) of an epoll
+    /// descriptor's `fdinfo`, within the sample's byte and watch caps.
+    fn count_epoll(&mut self, path: &str) {
+        use std::io::BufRead;
+        let Ok(file) = File::open(path) else { return };
+        let left = MAX_FDINFO_BYTES.saturating_sub(self.fdinfo_bytes);
+        let mut reader = io::BufReader::new(file.take(left));
+        let mut line = Vec::with_capacity(128);
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => self.fdinfo_bytes += n as u64,
+            }
+            if line.starts_with(b"tfd:") {
+                self.kernel.epoll_watches += 1;
+                if self.kernel.epoll_watches > MAX_RUN_EPOLL_WATCHES {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> Kernel {
+        self.kernel.pipes = (self.pipes.len() as u64).saturating_add(self.hidden_pipes);
+        if let Some(sockets) = self.sockets.take() {
+            if !sockets.is_empty() {
+                self.kernel.socket_bytes = unix_sockets_by_inode(&sockets);
+            }
+        }
+        self.kernel
+    }
+}
+
+/// The number in `prefix<number>]`.
+fn bracketed_inode(target: &[u8], prefix: &[u8]) -> Option<u64> {
+    let digits = target.strip_prefix(prefix)?.strip_suffix(b"]")?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+impl SockDiag {
+    /// Bytes queued in every `AF_UNIX` and TCP socket of the run's network
+    /// namespace. What cannot be read counts as nothing (the sample goes on).
+    pub fn socket_bytes(&self) -> u64 {
+        let socket = crate::sync::lock(&self.0);
+        let mut total = 0u64;
+        let _ = diag::exchange(socket.as_fd(), &diag::unix_request(None), diag::Answer::Unix, &mut total);
+        let _ = diag::exchange(socket.as_fd(), &diag::tcp_request(libc::AF_INET as u8), diag::Answer::Inet, &mut total);
+        total
+    }
+}
+
+/// Bytes queued in the `AF_UNIX` sockets with these inodes, looked up one
+/// by one in this process's network namespace (process isolation).
+fn unix_sockets_by_inode(inodes: &HashSet<u64>) -> u64 {
+    let Ok(socket) = diag::open() else { return 0 };
+    let mut total = 0u64;
+    for ino in inodes.iter().filter_map(|&ino| u32::try_from(ino).ok()) {
+        if diag::exchange(socket.as_fd(), &diag::unix_request(Some(ino)), diag::Answer::Unix, &mut total).is_err() {
+            break;
+        }
+    }
+    total
+}
+
+/// `sock_diag` over netlink: requests, and the memory of the sockets in
+/// the answers. Every message is bounds-checked; anything malformed ends
+/// the exchange.
+mod diag {
+    use std::io;
+    use std::os::fd::{BorrowedFd, OwnedFd};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    const SOCK_DIAG_BY_FAMILY: u16 = 20;
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    const NLM_F_REQUEST: u16 = 1;
+    const NLM_F_DUMP: u16 = 0x300;
+    const HEADER: usize = 16;
+    const UDIAG_SHOW_MEMINFO: u32 = 0x20;
+    const UNIX_DIAG_MEMINFO: u16 = 5;
+    const INET_DIAG_SKMEMINFO: u16 = 7;
+    /// `SK_MEMINFO_*` counted: rmem_alloc, wmem_alloc, fwd_alloc,
+    /// wmem_queued, optmem, backlog (not the rcvbuf/sndbuf limits, nor
+    /// drops).
+    const COUNTED: [usize; 6] = [0, 2, 4, 5, 6, 7];
+    /// Longest a reply may take before the exchange is given up.
+    const WAIT: rustix::event::Timespec = rustix::event::Timespec { tv_sec: 1, tv_nsec: 0 };
+
+    static SEQ: AtomicU32 = AtomicU32::new(1);
+
+    /// Which message follows the netlink header in an answer.
+    #[derive(Clone, Copy)]
+    pub(super) enum Answer {
+        /// `struct unix_diag_msg` (16 bytes), then attributes.
+        Unix,
+        /// `struct inet_diag_msg` (72 bytes), then attributes.
+        Inet,
+    }
+
+    impl Answer {
+        fn header(self) -> usize {
+            match self {
+                Answer::Unix => 16,
+                Answer::Inet => 72,
+            }
+        }
+        fn meminfo(self) -> u16 {
+            match self {
+                Answer::Unix => UNIX_DIAG_MEMINFO,
+                Answer::Inet => INET_DIAG_SKMEMINFO,
+            }
+        }
+    }
+
+    pub(super) fn open() -> io::Result<OwnedFd> {
+        rustix::net::socket_with(
+            rustix::net::AddressFamily::NETLINK,
+            rustix::net::SocketType::RAW,
+            rustix::net::SocketFlags::CLOEXEC,
+            Some(rustix::net::netlink::SOCK_DIAG),
+        )
+        .map_err(io::Error::from)
+    }
+
+    /// `struct unix_diag_req`: every socket (a dump), or the one with
+    /// inode `ino`, with its memory.
+    pub(super) fn unix_request(ino: Option<u32>) -> (bool, Vec<u8>) {
+        let mut req = vec![libc::AF_UNIX as u8, 0, 0, 0];
+        req.extend(u32::MAX.to_ne_bytes());
+        req.extend(ino.unwrap_or(0).to_ne_bytes());
+        req.extend(UDIAG_SHOW_MEMINFO.to_ne_bytes());
+        // The cookie: "none" for a lookup by inode.
+        let cookie = if ino.is_some() { u32::MAX } else { 0 };
+        req.extend(cookie.to_ne_bytes());
+        req.extend(cookie.to_ne_bytes());
+        (ino.is_none(), req)
+    }
+
+    /// `struct inet_diag_req_v2`: every TCP socket of `family`, with its
+    /// memory.
+    pub(super) fn tcp_request(family: u8) -> (bool, Vec<u8>) {
+        let mut req = vec![family, libc::IPPROTO_TCP as u8, 1 << (INET_DIAG_SKMEMINFO - 1), 0];
+        req.extend(u32::MAX.to_ne_bytes());
+        req.extend([0u8; 48]);
+        (true, req)
+    }
+
+    /// Send one request and add the memory of every socket in its answer to
+    /// `total`, reading at most [`super::MAX_DIAG_SOCKETS`] sockets.
+    pub(super) fn exchange(
+        socket: BorrowedFd<'_>,
+        (dump, body): &(bool, Vec<u8>),
+        answer: Answer,
+        total: &mut u64,
+    ) -> io::Result<()> {
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let flags = NLM_F_REQUEST | if *dump { NLM_F_DUMP } else { 0 };
+        let mut message = Vec::with_capacity(HEADER + body.len());
+        message.extend(((HEADER + body.len()) as u32).to_ne_bytes());
+        message.extend(SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+        message.extend(flags.to_ne_bytes());
+        message.extend(seq.to_ne_bytes());
+        message.extend(0u32.to_ne_bytes());
+        message.extend(body);
+        rustix::net::send(socket, &message, rustix::net::SendFlags::empty())?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut sockets = 0usize;
+        loop {
+            let mut poll = [rustix::event::PollFd::new(&socket, rustix::event::PollFlags::IN)];
+            if rustix::event::poll(&mut poll, Some(&WAIT))? == 0 {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            let (n, _) = rustix::net::recv(socket, &mut buf[..], rustix::net::RecvFlags::DONTWAIT)?;
+            let mut at = 0usize;
+            while let Some(head) = buf.get(at..at + HEADER).filter(|_| at + HEADER <= n) {
+                let len = u32::from_ne_bytes([head[0], head[1], head[2], head[3]]) as usize;
+                let kind = u16::from_ne_bytes([head[4], head[5]]);
+                let msg_seq = u32::from_ne_bytes([head[8], head[9], head[10], head[11]]);
+                let Some(msg) = buf.get(at..at + len).filter(|_| len >= HEADER && at + len <= n) else {
+                    return Err(io::ErrorKind::InvalidData.into());
+                };
+                at += (len + 3) & !3;
+                if msg_seq != seq {
+                    continue; // an earlier exchange's leftovers
+                }
+                match kind {
+                    NLMSG_DONE | NLMSG_ERROR => return Ok(()),
+                    SOCK_DIAG_BY_FAMILY => {
+                        *total = total.saturating_add(meminfo(
+                            msg.get(HEADER + answer.header()..).unwrap_or_default(),
+                            answer.meminfo(),
+                        ));
+                        sockets += 1;
+                        if !*dump || sockets >= super::MAX_DIAG_SOCKETS {
+                            return Ok(());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The counted `SK_MEMINFO` values in the attribute `kind` of `attrs`.
+    fn meminfo(mut attrs: &[u8], kind: u16) -> u64 {
+        while attrs.len() >= 4 {
+            let len = usize::from(u16::from_ne_bytes([attrs[0], attrs[1]]));
+            let attr = u16::from_ne_bytes([attrs[2], attrs[3]]);
+            let Some(payload) = attrs.get(4..len).filter(|_| len >= 4) else { return 0 };
+            if attr == kind {
+                let value = |i: usize| {
+                    payload.get(i * 4..i * 4 + 4).map_or(0, |b| u64::from(u32::from_ne_bytes([b[0], b[1], b[2], b[3]])))
+                };
+                return COUNTED.iter().map(|&i| value(i)).sum();
+            }
+            attrs = attrs.get((len + 3) & !3..).unwrap_or_default();
+        }
+        0
+    }
 }
 
 /// How often a run is sampled. A run shorter than this is never sampled.
@@ -360,6 +846,7 @@ pub async fn watch_from(
     loop {
         ticks.tick().await;
         let cache = std::sync::Arc::clone(&cache);
+        let scope = scope.clone();
         let Ok(mut usage) = tokio::task::spawn_blocking(move || sample_with(scope, &cache)).await else {
             continue;
         };
@@ -387,7 +874,7 @@ pub(crate) fn budget_watch(
         let exceeded = watch_from(scope, budget, PERIOD, cpu_baseline, cache).await;
         let kind = match exceeded {
             Exceeded::Cpu { .. } => crate::outcome::FailureKind::Timeout,
-            Exceeded::Memory { .. } => crate::outcome::FailureKind::WorkerExit,
+            Exceeded::Memory { .. } | Exceeded::Objects { .. } => crate::outcome::FailureKind::WorkerExit,
         };
         (kind, exceeded.message())
     })
@@ -423,13 +910,13 @@ mod tests {
     #[test]
     fn budgets_name_what_was_exceeded() {
         let budget = Budget { cpu: Duration::from_secs(2), memory_bytes: 128 << 20 };
-        let usage = Usage { cpu: Duration::from_millis(2500), memory_bytes: 1, processes: 3, truncated: false };
+        let usage = Usage { cpu: Duration::from_millis(2500), memory_bytes: 1, processes: 3, ..Usage::default() };
         let exceeded = usage.check(&budget).unwrap();
         assert_eq!(
             exceeded.message(),
             "the CPU budget of 2 s was exceeded by the run's processes together (2.5 s used)"
         );
-        let usage = Usage { cpu: Duration::ZERO, memory_bytes: 300 << 20, processes: 12, truncated: false };
+        let usage = Usage { cpu: Duration::ZERO, memory_bytes: 300 << 20, processes: 12, ..Usage::default() };
         assert_eq!(
             usage.check(&budget).unwrap().message(),
             "the memory budget of 128 MiB was exceeded by the run's processes together (300 MiB held); the run was ended"
@@ -441,7 +928,7 @@ mod tests {
     fn a_vanished_scope_is_empty_not_an_error() {
         // The highest pid number is never live.
         let gone = Pid::from_raw(i32::MAX).unwrap();
-        assert_eq!(sample(Scope::PidNamespace { init: gone, joined: None }), Usage::default());
+        assert_eq!(sample(Scope::PidNamespace { init: gone, joined: None, sockets: None }), Usage::default());
         assert_eq!(sample(Scope::Descendants { root: gone }), Usage::default());
     }
 }

@@ -57,6 +57,7 @@ fn marker() -> String {
 
 fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
     let marker = marker();
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let c = |name, program: &str, tweak, check| Case { name, program: program.to_string(), tweak, check };
     vec![
         c("cpu spin", "print('go')\nwhile True:\n    pass", |k| { k.cpu_seconds = 1; k.wall_time = Duration::from_secs(30) },
@@ -177,6 +178,24 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
             keep, is_value(if cfg!(target_arch = "x86_64") { "[-1,1,-1,1]" } else { "[-1,38,-1,1]" })),
         c("the host's layout does not show", "import os, sys\nreturn [os.path.exists('/root'), os.path.exists('/home'), sys.executable.startswith(('/root', '/home')), sys.prefix.startswith(('/root', '/home')), [p for p in os.listdir('/proc') if p.isdigit()], os.cpu_count() > 0]",
             keep, is_value("[false,false,false,false,[\"2\"],true]")),
+        // ---- issue 17: kernel memory and the host uid's quotas ----
+        c("socket and pipe buffers keep the kernel's size", BUFFERS, keep,
+            is_value("[\"EPERM\",\"EPERM\",\"EPERM\",\"EPERM\",\"EPERM\",65536,true]")),
+        c("inotify, POSIX message queues and io_uring are not there", NOT_THERE, keep,
+            is_value("[-1,\"ENOSYS\",-1,\"ENOSYS\",-1,\"EPERM\"]")),
+        c("pending signals, message queues and locked memory are the run's share", QUOTAS, keep,
+            is_value("[true,[[1024,1024],[0,0],[65536,65536]],\"ENOMEM\",\"EPERM\"]")),
+        c("the boot id is the run's own", &format!("import re\npath = '/proc/sys/kernel/random/boot_id'\na, b = open(path).read(), open(path).read()\ntry:\n    open(path, 'w').write('x')\n    written = 'written'\nexcept OSError as e:\n    written = type(e).__name__\nreturn [a == b, a != {boot_id:?}, bool(re.fullmatch(r'[0-9a-f]{{8}}-[0-9a-f]{{4}}-4[0-9a-f]{{3}}-[89ab][0-9a-f]{{3}}-[0-9a-f]{{12}}\\n', a)), written]"),
+            keep, is_value("[true,true,true,\"OSError\"]")),
+        c("/proc/self/cgroup shows only the run's own root", "return sorted(set(line.split(':', 2)[2] for line in open('/proc/self/cgroup').read().splitlines()))",
+            keep, is_value("[\"/\"]")),
+        c("processes that hide their descriptors count at RLIMIT_NOFILE", HIDDEN, |k| k.wall_time = Duration::from_secs(20),
+            Box::new(|r| if rustix::process::geteuid().is_root() {
+                // The host reads every process's descriptors: nothing hides.
+                is_value("\"held\"")(r)
+            } else {
+                is_failure(FailureKind::WorkerExit, "counting 2 process(es) that hide their descriptors at their RLIMIT_NOFILE")(r)
+            })),
         c("SIGKILL to itself", "print('go')\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nimport time\ntime.sleep(60)", keep,
             with_logs("go", is_failure(FailureKind::WorkerExit, "signal 9"))),
     ]
@@ -218,6 +237,85 @@ for i in range(20):
     s.sendmsg([b'{\"type\":\"log\",\"text\":\"f%d\\\\n\"}\\n' % i], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
 s.sendall(b'{\"type\":\"done\",\"value\":\"read all\"}\\n')
 time.sleep(30)";
+
+/// Every way to grow a socket's or a pipe's buffer is refused; what the
+/// kernel gave them stays, and other socket options work.
+const BUFFERS: &str = "import errno, fcntl, os, socket
+out = []
+a, b = socket.socketpair()
+for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF, 32, 33):
+    try:
+        a.setsockopt(socket.SOL_SOCKET, opt, 1 << 24)
+        out.append('set')
+    except OSError as e:
+        out.append(errno.errorcode[e.errno])
+r, w = os.pipe()
+try:
+    fcntl.fcntl(w, 1031, 1 << 20)
+    out.append('grown')
+except OSError as e:
+    out.append(errno.errorcode[e.errno])
+out.append(fcntl.fcntl(w, 1032))
+a.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+out.append(a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) > 0)
+return out";
+
+/// inotify and POSIX message queues are not provided (ENOSYS), io_uring is
+/// denied (EPERM; 425 on both architectures).
+const NOT_THERE: &str = "import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+out = []
+for call in (lambda: libc.inotify_init1(0), lambda: libc.mq_open(b'/pycage', 0o102, 0o600, None),
+             lambda: libc.syscall(425, 8, ctypes.create_string_buffer(128))):
+    ctypes.set_errno(0)
+    out += [call(), errno.errorcode.get(ctypes.get_errno(), 'none')]
+return out";
+
+/// Four children queue real-time signals to themselves until refused: all
+/// of them together get the run's RLIMIT_SIGPENDING, not four times it.
+/// Locking 1 MiB is over RLIMIT_MEMLOCK; no new user namespace.
+const QUOTAS: &str = "import ctypes, errno, os, resource, signal
+libc = ctypes.CDLL(None, use_errno=True)
+sig = signal.SIGRTMIN + 3
+signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+class Info(ctypes.Structure):
+    _fields_ = [('signo', ctypes.c_int), ('errno', ctypes.c_int), ('code', ctypes.c_int), ('pad', ctypes.c_byte * 116)]
+r, w = os.pipe()
+kids = []
+for i in range(4):
+    pid = os.fork()
+    if pid == 0:
+        n, info = 0, Info(sig, 0, -1)
+        while n < 100000 and libc.syscall(129, os.getpid(), sig, ctypes.byref(info)) == 0:
+            n += 1
+        os.write(w, b'%d\\n' % n)
+        signal.pause()
+        os._exit(0)
+    kids.append(pid)
+data = b''
+while data.count(b'\\n') < 4:
+    data += os.read(r, 64)
+total = sum(int(n) for n in data.split())
+for pid in kids:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+limits = [list(resource.getrlimit(x)) for x in (resource.RLIMIT_SIGPENDING, resource.RLIMIT_MSGQUEUE, resource.RLIMIT_MEMLOCK)]
+buf = ctypes.create_string_buffer(1 << 20)
+locked = errno.errorcode.get(ctypes.get_errno(), 'locked') if libc.mlock(buf, 1 << 20) else 'locked'
+ctypes.set_errno(0)
+userns = errno.errorcode.get(ctypes.get_errno(), 'none') if libc.unshare(0x10000000) else 'created'
+return [1000 <= total <= 1024, limits, locked, userns]";
+
+/// Two children exec an execute-only copy of `sleep`: the kernel makes
+/// them non-dumpable, so a host without root cannot read their descriptors.
+const HIDDEN: &str = "import os, shutil, time
+shutil.copy('/bin/sleep', 'hidden-sleep')
+os.chmod('hidden-sleep', 0o111)
+kids = [os.spawnv(os.P_NOWAIT, 'hidden-sleep', ['hidden-sleep', '60']) for _ in range(2)]
+time.sleep(2)
+for pid in kids:
+    os.kill(pid, 9)
+return 'held'";
 
 const SYSV_SHM: &str = "import ctypes, errno
 libc = ctypes.CDLL(None, use_errno=True)
@@ -313,7 +411,7 @@ async fn suite(spawn: SpawnMode) {
     let pycage_temp = tempfile::tempdir().unwrap();
 
     let all = cases(&canary.to_string_lossy(), port, std::process::id());
-    assert!(all.len() >= 45);
+    assert!(all.len() >= 51);
     let mut failures = Vec::new();
     for case in all {
         let mut config = RuntimeConfig {

@@ -29,7 +29,15 @@ fn the_zygote_knows_every_confinement_step_and_no_other() {
     let mut want: Vec<&str> = CONFINE_FIELDS.iter().map(|(op, _)| *op).collect();
     want.sort_unstable();
     assert_eq!(ops, want);
-    for r in [Rlimit::Nproc, Rlimit::Fsize, Rlimit::Nofile, Rlimit::Core] {
+    for r in [
+        Rlimit::Nproc,
+        Rlimit::Fsize,
+        Rlimit::Nofile,
+        Rlimit::Core,
+        Rlimit::Sigpending,
+        Rlimit::Msgqueue,
+        Rlimit::Memlock,
+    ] {
         assert!(rlimits.contains(&r.as_str()), "{rlimits:?} lacks {}", r.as_str());
     }
     // The spawn request's rlimits use these two as well.

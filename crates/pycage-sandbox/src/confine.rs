@@ -25,19 +25,26 @@ use crate::prepared::Failure;
 use crate::seccomp::Filters;
 use crate::INHERITED_FDS;
 
-/// The program's steps: death signal, limits (soft = hard), a nested user
-/// namespace mapping `uid_map`/`gid_map`, no descriptor above fd 3, no
-/// capabilities, `no_new_privs`, Landlock, seccomp last.
+/// The program's steps: death signal, limits (soft = hard), a cgroup
+/// namespace, a nested user namespace mapping `uid_map`/`gid_map`, no
+/// descriptor above fd 3, no capabilities, `no_new_privs`, Landlock,
+/// seccomp last.
 pub(crate) fn build(limits: &[(Resource, u64)], uid_map: &[u8], gid_map: &[u8], filters: &Filters) -> Vec<ConfineStep> {
     let mut steps = vec![ConfineStep::DeathSignal];
     // Before the nested user namespace: it records its creator's
-    // RLIMIT_NPROC as its own ceiling.
+    // RLIMIT_NPROC, RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE and RLIMIT_MEMLOCK
+    // as the ceilings of everything counted in it, so they bound the
+    // whole run, not one process.
     for (resource, value) in limits {
         if let Some(resource) = wire_resource(*resource) {
             steps.push(ConfineStep::Limit { resource, value: *value });
         }
     }
     steps.extend([
+        // Still root of the run's user namespace (CAP_SYS_ADMIN there):
+        // the cgroup namespace is rooted at this process's cgroup, and
+        // the program's `/proc/self/cgroup` reads `0::/`.
+        ConfineStep::UnshareCgroup,
         ConfineStep::UnshareUser,
         ConfineStep::Dumpable,
         ConfineStep::IdMaps {
@@ -61,6 +68,9 @@ fn wire_resource(r: Resource) -> Option<Rlimit> {
         Resource::Fsize => Some(Rlimit::Fsize),
         Resource::Nofile => Some(Rlimit::Nofile),
         Resource::Core => Some(Rlimit::Core),
+        Resource::Sigpending => Some(Rlimit::Sigpending),
+        Resource::Msgqueue => Some(Rlimit::Msgqueue),
+        Resource::Memlock => Some(Rlimit::Memlock),
         _ => None,
     }
 }
@@ -71,6 +81,9 @@ fn host_resource(r: Rlimit) -> Resource {
         Rlimit::Fsize => Resource::Fsize,
         Rlimit::Nofile => Resource::Nofile,
         Rlimit::Core => Resource::Core,
+        Rlimit::Sigpending => Resource::Sigpending,
+        Rlimit::Msgqueue => Resource::Msgqueue,
+        Rlimit::Memlock => Resource::Memlock,
     }
 }
 
@@ -97,6 +110,11 @@ pub(crate) fn apply(steps: &[ConfineStep], ruleset: RulesetCreated) -> Result<()
                 rustix::process::setrlimit(resource, limit)
                     .map_err(|e| Failure::at(Step::SetLimit, limit_index, e.raw_os_error()))?;
                 limit_index += 1;
+            }
+            ConfineStep::UnshareCgroup => {
+                // SAFETY: CLONE_NEWCGROUP on the single-threaded forked child.
+                unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWCGROUP) }
+                    .map_err(at(Step::UnshareProgramCgroup))?
             }
             ConfineStep::UnshareUser => {
                 // SAFETY: CLONE_NEWUSER on the single-threaded forked child.
@@ -162,7 +180,15 @@ mod tests {
     #[test]
     fn the_plan_is_ordered_as_the_sandbox_requires() {
         let filters = crate::seccomp::compile(crate::seccomp::native_arch().unwrap()).unwrap();
-        let limits = [(Resource::Nproc, 66), (Resource::Fsize, 1), (Resource::Nofile, 256), (Resource::Core, 0)];
+        let limits = [
+            (Resource::Nproc, 66),
+            (Resource::Fsize, 1),
+            (Resource::Nofile, 256),
+            (Resource::Core, 0),
+            (Resource::Sigpending, 1024),
+            (Resource::Msgqueue, 0),
+            (Resource::Memlock, 65536),
+        ];
         let steps = build(&limits, b"1000 0 1\n", b"1000 0 1\n", &filters);
         let ops: Vec<&str> = steps.iter().map(ConfineStep::op).collect();
         assert_eq!(
@@ -173,6 +199,10 @@ mod tests {
                 "limit",
                 "limit",
                 "limit",
+                "limit",
+                "limit",
+                "limit",
+                "unshare-cgroup",
                 "unshare-user",
                 "dumpable",
                 "id-maps",
@@ -187,6 +217,7 @@ mod tests {
         );
         assert_eq!(steps[1], ConfineStep::Limit { resource: Rlimit::Nproc, value: 66 });
         // The filters go in install order: the allow-list first.
-        assert_eq!(steps[13], ConfineStep::Seccomp { filter: filters.to_bytes()[0].clone() });
+        assert_eq!(steps[5], ConfineStep::Limit { resource: Rlimit::Sigpending, value: 1024 });
+        assert_eq!(steps[17], ConfineStep::Seccomp { filter: filters.to_bytes()[0].clone() });
     }
 }

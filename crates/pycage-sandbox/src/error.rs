@@ -144,6 +144,10 @@ pub enum SandboxError {
     /// A pipe or file descriptor the parent prepares could not be created.
     #[error("sandbox: cannot create the diagnostics pipe: {0}")]
     Pipe(#[source] io::Error),
+
+    /// The run's `boot_id` could not be drawn.
+    #[error("sandbox: cannot draw the run's boot_id (getrandom): {0}")]
+    Random(#[source] io::Error),
     /// A step in the forked child failed; the spawn failed with it.
     #[error(transparent)]
     Child(#[from] ChildFailure),
@@ -270,11 +274,21 @@ pub enum Step {
     LoopbackUp,
     /// Creating, binding or listening on the egress socket inside the run.
     EgressListen,
+    /// Writing a limit of the run's network namespace (`net.ipv4.tcp_rmem`,
+    /// `tcp_wmem`; egress only).
+    LimitNetwork,
+    /// Opening the `NETLINK_SOCK_DIAG` socket the host counts the run's
+    /// socket buffers through.
+    OpenSockDiag,
+    /// Mounting the run's own `boot_id` over the host's.
+    MaskBootId,
+    /// `unshare(CLONE_NEWCGROUP)` for the program.
+    UnshareProgramCgroup,
 }
 
 impl Step {
     /// All steps, in the order [`crate::Prepared::enter`] runs them.
-    pub const ALL: [Step; 54] = [
+    pub const ALL: [Step; 58] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
@@ -304,8 +318,10 @@ impl Step {
         Step::WriteFile,
         Step::SetHostname,
         Step::LimitIpc,
+        Step::LimitNetwork,
         Step::LoopbackUp,
         Step::EgressListen,
+        Step::OpenSockDiag,
         Step::RemountRootReadOnly,
         Step::OpenWorkDir,
         Step::OpenSupervisorPidfd,
@@ -313,6 +329,7 @@ impl Step {
         Step::Fork,
         Step::SupervisorGone,
         Step::MountProc,
+        Step::MaskBootId,
         Step::ProtectProcSys,
         Step::PivotRoot,
         Step::DetachOldRoot,
@@ -320,6 +337,7 @@ impl Step {
         Step::LandlockRule,
         Step::ForkProgram,
         Step::SetLimit,
+        Step::UnshareProgramCgroup,
         Step::UnshareProgramUser,
         Step::WriteProgramMaps,
         Step::CloseInheritedFds,
@@ -398,6 +416,10 @@ impl Step {
             Step::JoinHandoff => "supervisor",
             Step::LoopbackUp => "network namespace",
             Step::EgressListen => "network namespace",
+            Step::LimitNetwork => "network namespace",
+            Step::OpenSockDiag => "network namespace",
+            Step::MaskBootId => "proc",
+            Step::UnshareProgramCgroup => "cgroup namespace",
         }
     }
 
@@ -458,6 +480,10 @@ impl Step {
             Step::JoinHandoff => "sending the run's namespaces to the host (shell mode)",
             Step::LoopbackUp => "bringing the run's lo up (SIOCSIFFLAGS)",
             Step::EgressListen => "listening on the egress address inside the run",
+            Step::LimitNetwork => "writing a network namespace limit (net.ipv4.tcp_rmem/tcp_wmem)",
+            Step::OpenSockDiag => "opening a NETLINK_SOCK_DIAG socket inside the run",
+            Step::MaskBootId => "mounting the run's boot_id over /proc/sys/kernel/random/boot_id",
+            Step::UnshareProgramCgroup => "unshare(CLONE_NEWCGROUP) for the program",
         }
     }
 }

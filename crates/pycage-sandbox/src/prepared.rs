@@ -48,20 +48,26 @@
 //!    the fixed layout, mount the run's size-capped tmpfs and bind its
 //!    `work`, `tmp` and `shm` directories at `/work`, `/tmp` and `/dev/shm`,
 //!    create the plan's directories, attach every clone (`move_mount`),
-//!    create the symlinks and write the generated `/etc` files.
+//!    create the symlinks and write the generated `/etc` files, and the
+//!    run's random `boot_id` into the new root's `/proc` directory (procfs
+//!    is mounted over it in step 12, which hides it).
 //! 9. `sethostname`, and the IPC namespace's SysV limits (`kernel.shmmax`,
 //!    `shmall`, `shmmni`, `sem`): C is the root of the user namespace that
 //!    owns the IPC namespace, the only writer the kernel allows. With
-//!    egress ([`SandboxPolicy::egress_port`]), bring `lo` up and listen on
+//!    egress ([`SandboxPolicy::egress_port`]), cap the namespace's TCP
+//!    buffers ([`RUN_TCP_RMEM`], [`RUN_TCP_WMEM`]), bring `lo` up and listen on
 //!    `127.0.0.1:<port>` (a TCP socket of the run's network namespace,
 //!    which has no other route): C holds `CAP_NET_ADMIN` over it, and a
 //!    socket stays in the namespace it was made in, so the host accepts
 //!    the program's connections on it with no process in between.
-//! 10. Make the new root's tmpfs read-only, open the working directory
+//! 10. Open a `NETLINK_SOCK_DIAG` socket inside the network namespace (a
+//!     dump through it lists every socket of the run with its queued
+//!     bytes: the host's watchdog counts them in the run's memory), make
+//!     the new root's tmpfs read-only, open the working directory
 //!     (`O_PATH`) for the host, open a pidfd on itself, the status pipe and
 //!     the "go" pipe, and fork G (which closes the egress listener at once).
-//!     Send G's pid, the working-directory fd and the egress listener to
-//!     the host (`SCM_RIGHTS`), then tell G to go on (so the program's
+//!     Send G's pid, the working-directory fd, the `sock_diag` socket and
+//!     the egress listener to the host (`SCM_RIGHTS`), then tell G to go on (so the program's
 //!     exec, which ends the host's `spawn()`, always follows the handoff),
 //!     close every other fd, wait for G, and exit the way the program did
 //!     (G reports its wait status on the status pipe).
@@ -70,11 +76,13 @@
 //! 11. `PR_SET_PDEATHSIG = SIGKILL`, then check C is alive by polling its
 //!     pidfd (`getppid()` reads 0 across the PID namespace boundary), and
 //!     wait for C's "go".
-//! 12. Mount `/proc` (only a process inside the PID namespace can mount its
-//!     procfs, and only while the host's `/proc` is still visible in the
-//!     mount namespace), with `hidepid=invisible`, and make `/proc/sys`
-//!     read-only (its IPC entries are writable by userns1's root, which
-//!     shares the program's host uid).
+//! 12. Clone the run's `boot_id` file (`open_tree`), mount `/proc` (only a
+//!     process inside the PID namespace can mount its procfs, and only
+//!     while the host's `/proc` is still visible in the mount namespace),
+//!     with `hidepid=invisible`, mount the clone over
+//!     `/proc/sys/kernel/random/boot_id` (the host's names the host's boot
+//!     to every run), and make `/proc/sys` read-only (its IPC entries are
+//!     writable by userns1's root, which shares the program's host uid).
 //! 13. `pivot_root` into the new root, detach the old one, enter `/work`.
 //! 14. Add Landlock rules for what exists only now: `/` (list), `/etc` and
 //!     `/proc` (read), `/work`, `/tmp`, `/dev/shm` (everything).
@@ -86,8 +94,13 @@
 //! In P (PID 2):
 //! 16. `PR_SET_PDEATHSIG = SIGKILL`; rlimits: NPROC (`max_processes` + 2:
 //!     C and G are counted at the outer level), FSIZE, NOFILE, CORE = 0,
-//!     soft = hard. Set before step 17, because a new user namespace records
-//!     its creator's `RLIMIT_NPROC` as its own ceiling.
+//!     SIGPENDING ([`RUN_SIGPENDING`]), MSGQUEUE (0), MEMLOCK
+//!     ([`RUN_MEMLOCK_BYTES`]), soft = hard. Set before step 17, because a
+//!     new user namespace records its creator's `RLIMIT_NPROC`,
+//!     `SIGPENDING`, `MSGQUEUE` and `MEMLOCK` as the ceilings of everything
+//!     counted in it: they bound the whole run, the host uid's share.
+//!     Then `unshare(CLONE_NEWCGROUP)` (still root of userns1): the
+//!     program's `/proc/self/cgroup` shows `/`, no host path.
 //! 17. `unshare(CLONE_NEWUSER)` and map uid/gid 1000 to userns1's 0: the
 //!     program is uid 1000, owns no namespace, and loses every capability
 //!     at exec. Its `RLIMIT_NPROC` counts the processes of this user
@@ -176,16 +189,76 @@ pub const SYSV_SHM_SEGMENTS: u64 = 64;
 /// `semop`, arrays).
 pub const SYSV_SEM_LIMITS: &str = "32 1024 32 32";
 
+/// Signals a run may have queued at once (`RLIMIT_SIGPENDING`, POSIX
+/// timers included). Set before the program's user namespace, which
+/// records it as the ceiling of every process in it: a per-run share of
+/// the host uid's pending-signal quota, not one per process.
+pub const RUN_SIGPENDING: u64 = 1024;
+
+/// Bytes of POSIX message queues a run may create (`RLIMIT_MSGQUEUE`):
+/// none (`mq_open` is not provided either).
+pub const RUN_MSGQUEUE_BYTES: u64 = 0;
+
+/// Memory a run may lock (`RLIMIT_MEMLOCK`): `mlock`, `SHM_LOCK` (charged
+/// per user namespace, so per run) and `MSG_ZEROCOPY` pins (charged to the
+/// host uid).
+pub const RUN_MEMLOCK_BYTES: u64 = 64 * 1024;
+
+/// TCP buffer sizes of the run's network namespace (`net.ipv4.tcp_rmem`
+/// and `tcp_wmem`: minimum, default, most autotuning may grow a buffer
+/// to), with egress only: the program's sockets and the host's end of each
+/// of its connections to the proxy (accepted in the run's namespace) stay
+/// at most this big.
+pub const RUN_TCP_RMEM: &str = "4096 131072 262144";
+/// See [`RUN_TCP_RMEM`].
+pub const RUN_TCP_WMEM: &str = "4096 16384 262144";
+
 /// The diagnostics record: step, pad, 16-bit index, 32-bit errno.
 const RECORD_LEN: usize = 8;
 
-/// The handoff message C sends the host: G's pid (little endian) and a tag.
-const HANDOFF_LEN: usize = 8;
+/// The handoff message C sends the host: G's pid (little endian), a tag
+/// and a flags byte ([`HANDOFF_SOCK_DIAG`]).
+const HANDOFF_LEN: usize = 9;
+/// The handoff carries the run's `NETLINK_SOCK_DIAG` socket.
+const HANDOFF_SOCK_DIAG: u8 = 1;
 
 /// Connections to the egress listener the kernel queues before the host
 /// accepts them (more wait in `connect`).
 const EGRESS_BACKLOG: i32 = 128;
 const HANDOFF_TAG: [u8; 4] = *b"pycg";
+
+/// The file holding the run's `boot_id`, in the new root's `/proc`
+/// directory: procfs is mounted over it, which hides it from everything
+/// but the clone of it mounted at [`BOOT_ID_PATH`].
+const BOOT_ID_SOURCE: &str = "boot_id";
+/// Where the kernel shows its boot id, under `/proc`.
+const BOOT_ID_PATH: &str = "sys/kernel/random/boot_id";
+
+/// A random (version 4) UUID and a newline, as the kernel formats
+/// `boot_id`: the run's own, so no two runs (and not the host) share one.
+fn random_boot_id() -> Result<[u8; 37], SandboxError> {
+    let mut raw = [0u8; 16];
+    let filled = rustix::rand::getrandom(&mut raw, rustix::rand::GetRandomFlags::empty())
+        .map_err(|e| SandboxError::Random(e.into()))?;
+    if filled != raw.len() {
+        return Err(SandboxError::Random(io::Error::from(io::ErrorKind::UnexpectedEof)));
+    }
+    raw[6] = (raw[6] & 0x0f) | 0x40;
+    raw[8] = (raw[8] & 0x3f) | 0x80;
+    let mut text = [b'\n'; 37];
+    let digits = b"0123456789abcdef";
+    let mut at = 0;
+    for (index, byte) in raw.iter().enumerate() {
+        if matches!(index, 4 | 6 | 8 | 10) {
+            text[at] = b'-';
+            at += 1;
+        }
+        text[at] = digits[usize::from(byte >> 4)];
+        text[at + 1] = digits[usize::from(byte & 0x0f)];
+        at += 2;
+    }
+    Ok(text)
+}
 
 /// `MOUNT_ATTR_*` for each bind kind: (attributes, recursive).
 fn attributes(kind: MountKind) -> (u64, bool) {
@@ -281,6 +354,11 @@ pub struct Handoff {
     /// on `127.0.0.1:<port>` inside the run's network namespace. What the
     /// host accepts on it are the program's connections to that address.
     pub egress: Option<OwnedFd>,
+    /// A `NETLINK_SOCK_DIAG` socket made inside the run's network
+    /// namespace: a dump through it lists every socket of the run (and
+    /// only those), with the memory its buffers hold. `None` on a kernel
+    /// without `sock_diag`.
+    pub sock_diag: Option<OwnedFd>,
 }
 
 /// What a shell's init hands the host once the run's root is complete: what
@@ -350,7 +428,14 @@ pub struct Prepared {
     outer_uid_map: Vec<u8>,
     outer_gid_map: Vec<u8>,
     ipc_limits: [(&'static CStr, Vec<u8>); 4],
-    limits: [(Resource, u64); 4],
+    /// With egress: the network namespace's TCP buffer sizes.
+    net_limits: [(&'static CStr, &'static [u8]); 2],
+    limits: [(Resource, u64); 7],
+    /// Where the run's `boot_id` is written (under `/proc` of the new
+    /// root, hidden once procfs is mounted there), and what it says.
+    staged_boot_id: CString,
+    staged_proc_boot_id: CString,
+    boot_id: [u8; 37],
     landlock_abi: ABI,
     ruleset: RulesetCreated,
     filters: Filters,
@@ -471,6 +556,9 @@ impl Prepared {
             (Resource::Fsize, policy.max_file_bytes),
             (Resource::Nofile, policy.max_open_files),
             (Resource::Core, 0),
+            (Resource::Sigpending, RUN_SIGPENDING),
+            (Resource::Msgqueue, RUN_MSGQUEUE_BYTES),
+            (Resource::Memlock, RUN_MEMLOCK_BYTES),
         ];
         Ok(Prepared {
             root_host,
@@ -510,7 +598,14 @@ impl Prepared {
                 (c"/proc/sys/kernel/shmmni", SYSV_SHM_SEGMENTS.to_string().into_bytes()),
                 (c"/proc/sys/kernel/sem", SYSV_SEM_LIMITS.as_bytes().to_vec()),
             ],
+            net_limits: [
+                (c"/proc/sys/net/ipv4/tcp_rmem", RUN_TCP_RMEM.as_bytes()),
+                (c"/proc/sys/net/ipv4/tcp_wmem", RUN_TCP_WMEM.as_bytes()),
+            ],
             limits,
+            staged_boot_id: staged(&Path::new(PROC_DIR).join(BOOT_ID_SOURCE))?,
+            staged_proc_boot_id: staged(&Path::new(PROC_DIR).join(BOOT_ID_PATH))?,
+            boot_id: random_boot_id()?,
             landlock_abi,
             ruleset,
             confine: crate::confine::build(
@@ -573,18 +668,22 @@ impl Prepared {
     pub fn take_handoff(&self) -> Option<Handoff> {
         let mut data = [0u8; HANDOFF_LEN];
         let (bytes, fds) = self.receive_handoff(&mut data)?;
-        let [p0, p1, p2, p3, t0, t1, t2, t3] = data;
+        let [p0, p1, p2, p3, t0, t1, t2, t3, flags] = data;
         if bytes != HANDOFF_LEN || [t0, t1, t2, t3] != HANDOFF_TAG {
             return None;
         }
         let init_pid = Pid::from_raw(i32::from_le_bytes([p0, p1, p2, p3]))?;
         let mut fds = fds.into_iter();
         let work_dir = fds.next()?;
+        let sock_diag = match flags & HANDOFF_SOCK_DIAG {
+            0 => None,
+            _ => Some(fds.next()?),
+        };
         let egress = match self.egress {
             Some(_) => Some(fds.next()?),
             None => None,
         };
-        Some(Handoff { init_pid, work_dir, egress })
+        Some(Handoff { init_pid, work_dir, egress, sock_diag })
     }
 
     /// One message of the handoff socket, without blocking: its length and
@@ -678,6 +777,8 @@ impl Prepared {
             }
             Step::EnterRunDir => Some(PathBuf::from(WORK_DIR)),
             Step::MountProc | Step::ProtectProcSys => Some(PathBuf::from(PROC_DIR)),
+            Step::MaskBootId => Some(Path::new(PROC_DIR).join(BOOT_ID_PATH)),
+            Step::LimitNetwork => self.net_limits.get(index).map(|(p, _)| PathBuf::from(p.to_string_lossy().as_ref())),
             _ => None,
         };
         Some(ChildFailure { step, path, errno })
@@ -800,6 +901,15 @@ impl Prepared {
             write_all(&file, value).map_err(|errno| Failure::at(Step::LimitIpc, index, errno))?;
         }
         let egress = self.listen_for_egress()?;
+        // No sock_diag in this kernel costs the host its count of the
+        // run's socket buffers, not the run.
+        let sock_diag = rustix::net::socket_with(
+            AddressFamily::NETLINK,
+            rustix::net::SocketType::RAW,
+            rustix::net::SocketFlags::CLOEXEC,
+            Some(rustix::net::netlink::SOCK_DIAG),
+        )
+        .ok();
         sys::mount_setattr(&self.staging, false, sys::MOUNT_ATTR_RDONLY)
             .map_err(|errno| Failure::new(Step::RemountRootReadOnly, errno))?;
         let work_dir = rustix::fs::open(
@@ -822,11 +932,17 @@ impl Prepared {
                 drop(status_read);
                 drop(work_dir);
                 drop(egress);
+                drop(sock_diag);
                 drop(go_write);
                 self.init(supervisor, status_write, go_read)
             }
             Ok(init) => {
-                self.send_handoff(init, work_dir.as_fd(), egress.as_ref().map(AsFd::as_fd));
+                self.send_handoff(
+                    init,
+                    work_dir.as_fd(),
+                    sock_diag.as_ref().map(AsFd::as_fd),
+                    egress.as_ref().map(AsFd::as_fd),
+                );
                 // Only now may G go on: the program's exec (which ends the
                 // host's `spawn()`) then always follows the handoff.
                 let _ = rustix::io::write(&go_write, b"g");
@@ -880,6 +996,14 @@ impl Prepared {
             rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755))
                 .map_err(at_entry(Step::CreateLayout, index))?;
         }
+        let boot_id = rustix::fs::open(
+            self.staged_boot_id.as_c_str(),
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o444),
+        )
+        .map_err(at(Step::MaskBootId))?;
+        write_all(&boot_id, &self.boot_id).map_err(|errno| Failure::new(Step::MaskBootId, errno))?;
+        drop(boot_id);
 
         rustix::fs::mkdir(self.disk_staging.as_c_str(), Mode::from_raw_mode(0o700)).map_err(at(Step::MountDisk))?;
         rustix::mount::mount(
@@ -952,6 +1076,11 @@ impl Prepared {
     /// the spawn, with its errno.
     fn listen_for_egress(&self) -> Result<Option<OwnedFd>, Failure> {
         let Some(address) = self.egress else { return Ok(None) };
+        for (index, (path, value)) in self.net_limits.iter().enumerate() {
+            let file = rustix::fs::open(*path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(at_entry(Step::LimitNetwork, index))?;
+            write_all(&file, value).map_err(|errno| Failure::at(Step::LimitNetwork, index, errno))?;
+        }
         let socket = rustix::net::socket_with(
             AddressFamily::INET,
             rustix::net::SocketType::STREAM,
@@ -969,17 +1098,30 @@ impl Prepared {
     /// egress listener). Failing to send only costs the host its view of
     /// the run's files and processes (and the program its egress: the
     /// listener closes with this process's descriptors).
-    fn send_handoff(&self, init: libc::pid_t, work_dir: BorrowedFd<'_>, egress: Option<BorrowedFd<'_>>) {
+    fn send_handoff(
+        &self,
+        init: libc::pid_t,
+        work_dir: BorrowedFd<'_>,
+        sock_diag: Option<BorrowedFd<'_>>,
+        egress: Option<BorrowedFd<'_>>,
+    ) {
         let [p0, p1, p2, p3] = init.to_le_bytes();
         let [t0, t1, t2, t3] = HANDOFF_TAG;
-        let data = [p0, p1, p2, p3, t0, t1, t2, t3];
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
+        let flags = if sock_diag.is_some() { HANDOFF_SOCK_DIAG } else { 0 };
+        let data = [p0, p1, p2, p3, t0, t1, t2, t3, flags];
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(3))];
         let mut control = SendAncillaryBuffer::new(&mut space);
-        let both = [work_dir, egress.unwrap_or(work_dir)];
-        let fds = match egress {
-            Some(_) => &both[..],
-            None => &both[..1],
-        };
+        // In order: the working directory, the sock_diag socket, the
+        // egress listener; the flags and the policy say which are there.
+        let mut list = [work_dir; 3];
+        let mut count = 1;
+        for fd in [sock_diag, egress].into_iter().flatten() {
+            if let Some(slot) = list.get_mut(count) {
+                *slot = fd;
+                count += 1;
+            }
+        }
+        let fds = list.get(..count).unwrap_or_default();
         if control.push(SendAncillaryMessage::ScmRights(fds)) {
             let _ = rustix::net::sendmsg(
                 &self.handoff_write,
@@ -1061,6 +1203,19 @@ impl Prepared {
         }
         drop(go);
 
+        // The run's boot_id, cloned before procfs covers the file.
+        let boot_id = rustix::mount::open_tree(
+            rustix::fs::CWD,
+            self.staged_boot_id.as_c_str(),
+            OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+        )
+        .map_err(at(Step::MaskBootId))?;
+        sys::mount_setattr_fd(
+            boot_id.as_fd(),
+            false,
+            sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC,
+        )
+        .map_err(|errno| Failure::new(Step::MaskBootId, errno))?;
         rustix::mount::mount(
             c"proc",
             self.staged_proc.as_c_str(),
@@ -1071,6 +1226,18 @@ impl Prepared {
         .map_err(at(Step::MountProc))?;
         rustix::mount::mount_bind(self.staged_proc_sys.as_c_str(), self.staged_proc_sys.as_c_str())
             .map_err(at(Step::ProtectProcSys))?;
+        // The host's boot_id names the host's boot to anything that reads
+        // it (and tells runs of one host apart from another's): each run
+        // reads its own.
+        rustix::mount::move_mount(
+            boot_id.as_fd(),
+            c"",
+            rustix::fs::CWD,
+            self.staged_proc_boot_id.as_c_str(),
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+        .map_err(at(Step::MaskBootId))?;
+        drop(boot_id);
         sys::mount_setattr(&self.staged_proc_sys, true, sys::MOUNT_ATTR_RDONLY)
             .map_err(|errno| Failure::new(Step::ProtectProcSys, errno))?;
 

@@ -19,14 +19,19 @@
 //!   gets a `PermissionError` it can report. A [`When`] narrows a denial to
 //!   some arguments: sockets other than `AF_UNIX`, `clone` with namespace
 //!   flags, `personality` other than the default or a query, the terminal
-//!   injection ioctls.
+//!   injection ioctls, and what grows a kernel buffer past its default
+//!   size (`SO_SNDBUF`, `SO_RCVBUF` and their `FORCE` forms, `fcntl`'s
+//!   `F_SETPIPE_SZ`): socket and pipe buffers are kernel memory in no
+//!   process's PSS, so each one keeps the size the kernel gave it.
 //! - [`Verdict::Enosys`] and every syscall not listed at all, including
 //!   every syscall added to the kernel after this list was written, fail
 //!   with `ENOSYS`: the program sees an old kernel, and libraries fall back
 //!   (glibc retries `clone3` as `clone`, whose flags a classic BPF filter
 //!   can inspect). `memfd_create` is one of them: a memfd's pages are in
 //!   neither a process's RSS nor a size-capped tmpfs, so it would escape
-//!   every memory budget.
+//!   every memory budget. So is inotify: its watches and event queues are
+//!   kernel memory, and its instance and watch counts are quotas of the
+//!   host uid (the caller's, without root).
 //!
 //! With egress on ([`Network::LoopbackTcp`]), `socket` also takes IPv4
 //! TCP (`AF_INET`, `SOCK_STREAM`, protocol 0 or `IPPROTO_TCP`), so the
@@ -97,6 +102,18 @@ pub enum When {
         /// Each bit that triggers the denial.
         bits: &'static [u64],
     },
+    /// When argument `arg` is `value` and argument `then_arg` is one of
+    /// `values` (a socket option at one level, say).
+    ArgIsAndArgIn {
+        /// Argument index, 0-based.
+        arg: u8,
+        /// The value it must have.
+        value: u64,
+        /// The second argument's index.
+        then_arg: u8,
+        /// The denied values of the second argument.
+        values: &'static [u64],
+    },
 }
 
 /// What the filter does with one syscall.
@@ -145,6 +162,18 @@ pub enum Network {
 /// The `SOCK_*` type bits of `socket`'s second argument (`SOCK_TYPE_MASK`).
 const SOCKET_TYPE_MASK: u64 = 0xf;
 
+/// Socket options that grow a socket's buffers past the size the kernel
+/// gave it (`SO_SNDBUF` and `SO_RCVBUF` up to `net.core.wmem_max` and
+/// `rmem_max`, twice that in fact; the `FORCE` forms past them). Seccomp
+/// cannot read the value (`optval` is a pointer), so setting them at all
+/// is refused: every socket keeps the kernel's default size.
+pub const SOCKET_BUFFER_OPTIONS: &[u64] =
+    &[libc::SO_SNDBUF as u64, libc::SO_RCVBUF as u64, libc::SO_SNDBUFFORCE as u64, libc::SO_RCVBUFFORCE as u64];
+
+/// `fcntl` commands refused: `F_SETPIPE_SZ`, which grows a pipe's buffer
+/// from 16 pages up to `fs.pipe-max-size` (1 MiB by default).
+pub const DENIED_FCNTLS: &[u64] = &[libc::F_SETPIPE_SZ as u64];
+
 /// `ioctl` requests that inject input into a terminal (`TIOCSTI`) or reach
 /// the console driver (`TIOCLINUX`).
 #[allow(clippy::unnecessary_cast)] // the request type differs between C libraries
@@ -165,12 +194,11 @@ const EPERM: Verdict = Verdict::Eperm(When::Always);
 /// Reading, writing and polling descriptors.
 const FILE_IO: &[(&str, Verdict)] = &verdicts!(ALLOW;
     read write readv writev pread64 pwrite64 preadv preadv2 pwritev pwritev2 lseek
-    open openat openat2 creat close close_range dup dup2 dup3 fcntl flock
+    open openat openat2 creat close close_range dup dup2 dup3 flock
     fsync fdatasync sync syncfs sync_file_range
     ftruncate truncate fallocate fadvise64 readahead copy_file_range sendfile splice tee vmsplice
     pipe pipe2 poll ppoll select pselect6
     epoll_create epoll_create1 epoll_ctl epoll_wait epoll_pwait epoll_pwait2 eventfd eventfd2
-    inotify_init inotify_init1 inotify_add_watch inotify_rm_watch
 );
 
 /// Paths, directories, metadata and extended attributes.
@@ -217,7 +245,7 @@ const SIGNALS_TIME: &[(&str, Verdict)] = &verdicts!(ALLOW;
 /// SysV shared memory and semaphores (capped by the run's IPC namespace),
 /// and calls that only restrict the caller further.
 const SOCKETS_IPC: &[(&str, Verdict)] = &verdicts!(ALLOW;
-    bind connect listen accept accept4 getsockname getpeername getsockopt setsockopt
+    bind connect listen accept accept4 getsockname getpeername getsockopt
     sendto recvfrom sendmsg recvmsg sendmmsg recvmmsg shutdown
     shmget shmat shmdt shmctl semget semop semtimedop semctl
     seccomp landlock_create_ruleset landlock_add_rule landlock_restrict_self
@@ -230,6 +258,16 @@ const CONDITIONAL: &[(&str, Verdict)] = &[
     ("clone", Verdict::Eperm(When::ArgHasAnyBit { arg: 0, bits: CLONE_NAMESPACE_FLAGS })),
     ("personality", Verdict::Eperm(When::ArgNotIn { arg: 0, values: PERSONALITY_DEFAULTS })),
     ("ioctl", Verdict::Eperm(When::ArgIn { arg: 1, values: DENIED_IOCTLS })),
+    ("fcntl", Verdict::Eperm(When::ArgIn { arg: 1, values: DENIED_FCNTLS })),
+    (
+        "setsockopt",
+        Verdict::Eperm(When::ArgIsAndArgIn {
+            arg: 1,
+            value: libc::SOL_SOCKET as u64,
+            then_arg: 2,
+            values: SOCKET_BUFFER_OPTIONS,
+        }),
+    ),
 ];
 
 /// The known-dangerous calls: `EPERM`.
@@ -246,11 +284,12 @@ const DANGEROUS: &[(&str, Verdict)] = &verdicts!(EPERM;
 );
 
 /// Not provided (`ENOSYS`, as for anything unlisted): `clone3` (glibc falls
-/// back to `clone`), memfds (pages outside every budget), asynchronous I/O
-/// and POSIX/SysV message queues (kernel memory no budget caps; Python does
-/// not use them).
+/// back to `clone`), memfds (pages outside every budget), asynchronous I/O,
+/// POSIX/SysV message queues and inotify (kernel memory no budget caps, and
+/// per-user quotas shared with the caller: inotify instances and watches,
+/// message queue bytes; the standard library uses none of them).
 const NOT_PROVIDED: &[(&str, Verdict)] = &verdicts!(Verdict::Enosys;
-    clone3 memfd_create memfd_secret
+    clone3 memfd_create memfd_secret inotify_init inotify_init1 inotify_add_watch inotify_rm_watch
     io_setup io_submit io_getevents io_pgetevents io_cancel io_destroy
     mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr
     msgget msgsnd msgrcv msgctl nfsservctl
@@ -443,6 +482,10 @@ fn rules_for(when: When) -> Result<Vec<SeccompRule>, SandboxError> {
         When::ArgHasAnyBit { arg, bits } => {
             bits.iter().map(|&bit| rule(vec![condition(arg, SeccompCmpOp::MaskedEq(bit), bit)?])).collect()
         }
+        When::ArgIsAndArgIn { arg, value, then_arg, values } => values
+            .iter()
+            .map(|&v| rule(vec![condition(arg, SeccompCmpOp::Eq, value)?, condition(then_arg, SeccompCmpOp::Eq, v)?]))
+            .collect(),
     }
 }
 
@@ -527,7 +570,7 @@ mod tests {
         ] {
             assert_eq!(verdict(name), EPERM, "{name}");
         }
-        for name in ["clone3", "memfd_create", "listmount", "no_such_call"] {
+        for name in ["clone3", "memfd_create", "listmount", "inotify_init1", "mq_open", "no_such_call"] {
             assert_eq!(verdict(name), Verdict::Enosys, "{name}");
         }
         for name in ["read", "execve", "futex", "mmap", "wait4", "shmget", "semop", "rseq", "statx", "getrandom"] {
@@ -690,6 +733,22 @@ mod tests {
             assert_eq!(o("personality", [0x0040_0000, 0, 0, 0, 0, 0]), eperm, "READ_IMPLIES_EXEC");
             assert_eq!(o("ioctl", [0, DENIED_IOCTLS[0], 0, 0, 0, 0]), eperm);
             assert_eq!(o("ioctl", [0, 0x5401, 0, 0, 0, 0]), allow, "TCGETS");
+            // Buffers keep the kernel's size: SO_SNDBUF/SO_RCVBUF (and the
+            // FORCE forms) at SOL_SOCKET, F_SETPIPE_SZ; the rest is allowed.
+            let sol = libc::SOL_SOCKET as u64;
+            for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF, libc::SO_SNDBUFFORCE, libc::SO_RCVBUFFORCE] {
+                assert_eq!(o("setsockopt", [3, sol, opt as u64, 0, 4, 0]), eperm, "option {opt}");
+            }
+            assert_eq!(o("setsockopt", [3, sol, libc::SO_REUSEADDR as u64, 0, 4, 0]), allow);
+            assert_eq!(o("setsockopt", [3, sol, libc::SO_KEEPALIVE as u64, 0, 4, 0]), allow);
+            // The same number at another level is another option (TCP_KEEPCNT).
+            assert_eq!(o("setsockopt", [3, libc::IPPROTO_TCP as u64, libc::SO_RCVBUF as u64, 0, 4, 0]), allow);
+            assert_eq!(o("fcntl", [3, libc::F_SETPIPE_SZ as u64, 1 << 20, 0, 0, 0]), eperm);
+            assert_eq!(o("fcntl", [3, libc::F_GETPIPE_SZ as u64, 0, 0, 0, 0]), allow);
+            assert_eq!(o("fcntl", [3, libc::F_SETFL as u64, libc::O_NONBLOCK as u64, 0, 0, 0]), allow);
+            assert_eq!(o("fcntl", [3, libc::F_DUPFD_CLOEXEC as u64, 4, 0, 0, 0]), allow);
+            assert_eq!(o("inotify_init1", none), enosys);
+            assert_eq!(o("inotify_add_watch", none), enosys);
             // A syscall number nobody assigned yet is denied as ENOSYS.
             assert_eq!(outcome_nr(&f, audit, 999, none), enosys);
             // Foreign (32-bit) architectures are killed.

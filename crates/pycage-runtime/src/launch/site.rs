@@ -223,6 +223,17 @@ impl RunSite {
         }
     }
 
+    /// The run's `sock_diag` socket, for the watchdog's count of its
+    /// socket buffers (see `crate::watchdog`), when the sandbox made one.
+    pub(crate) fn sock_diag(&self) -> Option<crate::watchdog::SockDiag> {
+        match self {
+            RunSite::Sandbox(Some(Handoff { sock_diag: Some(socket), .. })) => {
+                socket.try_clone().ok().map(crate::watchdog::SockDiag::new)
+            }
+            RunSite::Sandbox(_) | RunSite::Host(_) => None,
+        }
+    }
+
     /// A copy of the run's egress listener (see `crate::egress`), when the
     /// sandbox made one.
     pub(crate) fn egress_listener(&self) -> Option<std::io::Result<OwnedFd>> {
