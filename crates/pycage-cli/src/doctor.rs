@@ -23,6 +23,12 @@ pub struct DoctorArgs {
     /// The interpreter to check (default: `python3` on PATH).
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
+    /// The virtual environment to check: what a run in it sees.
+    #[arg(long, value_name = "PATH", conflicts_with = "python")]
+    venv: Option<PathBuf>,
+    /// Modules to preload, checked as the runtime would (repeatable).
+    #[arg(long, value_name = "MODULE", value_delimiter = ',')]
+    preload: Vec<String>,
     /// The isolation to check (default: the runtime's default).
     #[arg(long, value_enum)]
     isolation: Option<IsolationArg>,
@@ -36,16 +42,33 @@ impl DoctorArgs {
 }
 
 pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    let mut config = RuntimeConfig { python: args.python.clone(), ..RuntimeConfig::default() };
+    let mut config = RuntimeConfig {
+        python: args.python.clone(),
+        venv: args.venv.clone(),
+        preload: args.preload.clone(),
+        cache_dir: pycage_runtime::default_cache_dir(),
+        // No zygote: the doctor runs nothing.
+        spawn: pycage_runtime::SpawnMode::Exec,
+        ..RuntimeConfig::default()
+    };
     if let Some(i) = args.isolation {
         config.isolation = i.into();
     }
-    let interpreter = pycage_runtime::interpreter::probe(config.python.as_deref());
     let avail = pycage_sandbox::probe();
     let uses_sandbox = config.isolation == Isolation::Sandbox;
     // The real test: can a runtime with this configuration be built?
     let runtime = Runtime::new(config.clone());
     let ok = runtime.is_ok();
+    let interpreter = match &runtime {
+        Ok(rt) => Ok(rt.interpreter().clone()),
+        Err(_) => {
+            let python = match &config.venv {
+                Some(venv) => Some(venv.join("bin/python")),
+                None => config.python.clone(),
+            };
+            pycage_runtime::interpreter::probe(python.as_deref())
+        }
+    };
 
     let mut json = pycage_protocol::JsonBuilder::new();
     let mut lines = Vec::new();
@@ -66,6 +89,18 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 json.key("version")?;
                 json.string(&v)?;
                 lines.push(format!("interpreter: ok  CPython {v} at {}", i.executable.display()));
+                if let Some(venv) = &i.venv {
+                    json.key("venv")?;
+                    json.string(&venv.to_string_lossy())?;
+                    lines.push(format!("venv: {}", venv.display()));
+                }
+                json.key("sys_path")?;
+                json.begin_array()?;
+                for p in &i.sys_path {
+                    json.string(&p.to_string_lossy())?;
+                    lines.push(format!("sys.path: {}", p.display()));
+                }
+                json.end()?;
             }
             Err(e) => {
                 json.key("ok")?;
@@ -76,6 +111,41 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             }
         }
         json.end()?;
+        if let Some(view) = runtime.as_ref().ok().and_then(Runtime::sandbox_view) {
+            json.key("sandbox_sees")?;
+            json.begin_object()?;
+            json.key("python")?;
+            json.string(&view.python.to_string_lossy())?;
+            lines.push(format!("sandbox runs: {}", view.python.display()));
+            json.key("read_only")?;
+            json.begin_array()?;
+            for p in &view.read_only {
+                json.string(&p.to_string_lossy())?;
+                lines.push(format!("sandbox sees: {} (read-only)", p.display()));
+            }
+            json.end()?;
+            json.key("remapped")?;
+            json.begin_array()?;
+            for (host, inside) in &view.remapped {
+                json.begin_object()?;
+                json.key("host")?;
+                json.string(&host.to_string_lossy())?;
+                json.key("inside")?;
+                json.string(&inside.to_string_lossy())?;
+                json.end()?;
+                lines.push(format!("sandbox sees: {} at {} (read-only)", host.display(), inside.display()));
+            }
+            json.end()?;
+            json.key("env")?;
+            json.begin_object()?;
+            for (k, v) in &view.env {
+                json.key(k)?;
+                json.string(v)?;
+                lines.push(format!("sandbox env: {k}={v}"));
+            }
+            json.end()?;
+            json.end()?;
+        }
         json.key("layers")?;
         json.begin_array()?;
         for (name, layer) in avail.layers() {
@@ -120,7 +190,7 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         json.bool(ok)?;
         if let Err(e) = &runtime {
             json.key("error")?;
-            json.string(&e.to_string())?;
+            json.string(&e.explain(&crate::CliSpelling))?;
         }
         json.end()
     })();
@@ -131,7 +201,7 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     } else {
         match &runtime {
             Ok(_) => lines.push("ok: this configuration can run programs".into()),
-            Err(e) => lines.push(format!("NOT OK: {e}")),
+            Err(e) => lines.push(format!("NOT OK: {}", e.explain(&crate::CliSpelling))),
         }
         output::stdout_texts(lines.iter().map(String::as_str))?;
     }

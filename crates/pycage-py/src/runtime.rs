@@ -93,6 +93,9 @@ impl pycage_runtime::Spelling for PythonSpelling {
             pycage_runtime::Setting::Python => "pycage.Runtime(python=...)",
             pycage_runtime::Setting::ProcessIsolation => "pycage.Runtime(isolation=\"process\")",
             pycage_runtime::Setting::AllowRead => "allow_read",
+            pycage_runtime::Setting::Venv => "venv",
+            pycage_runtime::Setting::Preload => "preload",
+            pycage_runtime::Setting::WithPackages => "with_packages",
         }
     }
 }

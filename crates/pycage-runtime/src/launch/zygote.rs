@@ -218,6 +218,10 @@ impl Drop for QuitOnDrop {
 pub(crate) struct ZygoteSpec {
     pub python: PathBuf,
     pub bootstrap_dir: PathBuf,
+    /// Modules it imports before it forks (`PYCAGE_PRELOAD`).
+    pub preload: Vec<String>,
+    /// Extra environment of its own (not its children's).
+    pub env: Vec<(String, String)>,
 }
 
 impl Zygote {
@@ -396,12 +400,16 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("LANG", "C.UTF-8")
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(diag_tx.try_clone().map_err(|e| err("pipe", e))?)
         .stderr(diag_tx)
         // Its own group: a Ctrl-C in the host's terminal does not reach it.
         .process_group(0);
+    if !spec.preload.is_empty() {
+        cmd.env("PYCAGE_PRELOAD", crate::interpreter::preload_argument(&spec.preload));
+    }
     // SAFETY: the closure runs in the forked child before exec and makes only
     // async-signal-safe calls (dup2/fcntl, prctl, getppid, _exit).
     unsafe {
