@@ -585,6 +585,21 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_set_installs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        // An interpreter without any installer: a miss would fail.
+        let none = Target { python: PathBuf::from("/nonexistent/python3"), ..interp() };
+        let cache = PackageCache::new(Some(dir.path()), &none, &[], None, Duration::from_secs(5)).unwrap();
+        let reqs = [Requirement::parse("tabulate").unwrap()];
+        let stop = AtomicBool::new(false);
+        assert_eq!(cache.ensure(&reqs, &stop), Err(PackageError::NoInstaller));
+        assert!(std::fs::read_dir(cache.root()).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().starts_with(".tmp")));
+        let entry = cache.root().join(cache.key(&reqs));
+        std::fs::create_dir(&entry).unwrap();
+        assert_eq!(cache.ensure(&reqs, &stop), Ok(entry));
+    }
+
+    #[test]
     fn the_key_is_the_set_and_the_interpreter_and_the_allow_list_is_normalized() {
         let dir = tempfile::tempdir().unwrap();
         let allow = ["Tabulate".to_owned()];

@@ -133,6 +133,13 @@ fn cached(
     preload: &[String],
 ) -> Result<Option<(Interpreter, BootstrapDir)>, PrepareError> {
     let found = match python {
+        // A bare name is looked up on PATH, as running it would.
+        Some(p) if !p.as_os_str().is_empty() && p.parent() == Some(Path::new("")) => {
+            match p.to_str().and_then(interpreter::which) {
+                Some(found) => found,
+                None => return Ok(None),
+            }
+        }
         Some(p) => p.to_path_buf(),
         None => interpreter::which("python3").ok_or(InterpreterError::NotFound)?,
     };
