@@ -62,7 +62,10 @@ fn venv_problem(path: &std::path::Path, problem: &str, spelling: &dyn Spelling) 
 
 fn preload_problem(failure: &crate::interpreter::PreloadFailure, spelling: &dyn Spelling) -> String {
     let hint = if failure.why.starts_with("ModuleNotFoundError") {
-        format!(" (install it into the interpreter's environment, or give one that has it with {})", spelling.setting(Setting::Venv))
+        format!(
+            " (install it into the interpreter's environment, or give one that has it with {})",
+            spelling.setting(Setting::Venv)
+        )
     } else {
         String::new()
     };

@@ -197,7 +197,10 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
             return settled(FailureKind::Abort, stop_message(rt));
         }
         Err(crate::packages::PackageError::Cancelled) => {
-            return settled(FailureKind::Abort, "the run was cancelled by the caller while its packages were installed");
+            return settled(
+                FailureKind::Abort,
+                "the run was cancelled by the caller while its packages were installed",
+            );
         }
         Err(e) => return settled(FailureKind::Dependencies, e.to_string()),
     };

@@ -105,7 +105,8 @@ impl Requirement {
         if text.len() > MAX_REQUIREMENT {
             return Err(format!("a requirement longer than {MAX_REQUIREMENT} bytes"));
         }
-        let name_end = text.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))).unwrap_or(text.len());
+        let name_end =
+            text.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))).unwrap_or(text.len());
         let name = &text[..name_end];
         if !is_project_name(name) {
             return Err(format!("{text:?} does not start with a package name"));
@@ -296,7 +297,8 @@ impl PackageCache {
         std::fs::create_dir_all(&root).map_err(cache_err)?;
         // Sandboxed runs (on a root host, as their own uid) read it.
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).map_err(cache_err)?;
-        let with = with.iter().map(|r| Requirement::parse(r).map_err(PackageError::Invalid)).collect::<Result<_, _>>()?;
+        let with =
+            with.iter().map(|r| Requirement::parse(r).map_err(PackageError::Invalid)).collect::<Result<_, _>>()?;
         let (major, minor, micro) = interpreter.version;
         Ok(PackageCache {
             root,
@@ -387,7 +389,8 @@ impl PackageCache {
         if entry.is_dir() {
             return Ok(entry);
         }
-        let staging = tempfile::Builder::new().prefix(&format!(".tmp-{key}-")).tempdir_in(&self.root).map_err(cache_err)?;
+        let staging =
+            tempfile::Builder::new().prefix(&format!(".tmp-{key}-")).tempdir_in(&self.root).map_err(cache_err)?;
         let target = staging.path().join("site");
         let log = tempfile::tempfile_in(staging.path()).map_err(cache_err)?;
         let installer = self.installer().ok_or(PackageError::NoInstaller)?;
@@ -593,7 +596,10 @@ mod tests {
         let reqs = [Requirement::parse("tabulate").unwrap()];
         let stop = AtomicBool::new(false);
         assert_eq!(cache.ensure(&reqs, &stop), Err(PackageError::NoInstaller));
-        assert!(std::fs::read_dir(cache.root()).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().starts_with(".tmp")));
+        assert!(std::fs::read_dir(cache.root())
+            .unwrap()
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().starts_with(".tmp")));
         let entry = cache.root().join(cache.key(&reqs));
         std::fs::create_dir(&entry).unwrap();
         assert_eq!(cache.ensure(&reqs, &stop), Ok(entry));
@@ -603,8 +609,7 @@ mod tests {
     fn the_key_is_the_set_and_the_interpreter_and_the_allow_list_is_normalized() {
         let dir = tempfile::tempdir().unwrap();
         let allow = ["Tabulate".to_owned()];
-        let cache =
-            PackageCache::new(Some(dir.path()), &interp(), &[], Some(&allow), Duration::from_secs(1)).unwrap();
+        let cache = PackageCache::new(Some(dir.path()), &interp(), &[], Some(&allow), Duration::from_secs(1)).unwrap();
         let p = |deps: &str| format!("# /// script\n# dependencies = [{deps}]\n# ///\n");
         let a = cache.requirements(&p("\"tabulate\", \"TABULATE\"")).unwrap();
         assert_eq!(a.len(), 2);
@@ -622,7 +627,8 @@ mod tests {
         // The caller's requirements are in every set, and not checked
         // against the allow-list.
         let with = ["requests".to_owned()];
-        let cache3 = PackageCache::new(Some(dir.path()), &interp(), &with, Some(&allow), Duration::from_secs(1)).unwrap();
+        let cache3 =
+            PackageCache::new(Some(dir.path()), &interp(), &with, Some(&allow), Duration::from_secs(1)).unwrap();
         assert_eq!(cache3.requirements("return 1").unwrap(), vec![r("requests")]);
         assert_eq!(cache3.requirements(&p("\"tabulate\"")).unwrap(), vec![r("requests"), r("tabulate")]);
     }

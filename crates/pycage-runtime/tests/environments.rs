@@ -58,7 +58,8 @@ fn sh(cmd: &mut Command) {
 
 fn site_packages(venv: &Path) -> PathBuf {
     let lib = venv.join("lib");
-    let version = std::fs::read_dir(&lib).unwrap().flatten().find(|e| e.file_name().to_string_lossy().starts_with("python"));
+    let version =
+        std::fs::read_dir(&lib).unwrap().flatten().find(|e| e.file_name().to_string_lossy().starts_with("python"));
     lib.join(version.unwrap().file_name()).join("site-packages")
 }
 
@@ -155,11 +156,7 @@ async fn a_venvs_python_means_that_venv() {
                     assert_eq!(rt.interpreter().venv.as_deref(), Some(venv.as_path()), "{kind}");
                     assert_eq!(rt.interpreter().executable, venv.join("bin/python"), "{kind}");
                     let r = run(&rt, VENV_PROGRAM).await;
-                    let want = format!(
-                        "[{:?},{kind:?},\"{} {kind}\",0]",
-                        venv.display().to_string(),
-                        venv.display()
-                    );
+                    let want = format!("[{:?},{kind:?},\"{} {kind}\",0]", venv.display().to_string(), venv.display());
                     if r.error.is_some() || value(&r) != want {
                         failures.push(format!("{kind} {isolation:?} {spawn:?} venv={by_venv}: {r:?}"));
                     }
@@ -473,7 +470,10 @@ async fn undeliverable_packages_fail_before_the_program_starts() {
     .unwrap();
     let block = |deps: &str| format!("# /// script\n# dependencies = [{deps}]\n# ///\nprint('started')\nreturn 1");
     let cases = [
-        (block("\"requests\""), "the package \"requests\" is not allowed here (allowed: tabulate, pycage-no-such-package-4e1d)"),
+        (
+            block("\"requests\""),
+            "the package \"requests\" is not allowed here (allowed: tabulate, pycage-no-such-package-4e1d)",
+        ),
         (block("\"tabulate @ https://example.com/t.whl\""), "direct references (URLs and paths) are not accepted"),
         ("# /// script\n# dependencies = \"tabulate\"\n# ///\nreturn 1".to_owned(), "must be an array of strings"),
         (block("\"pycage-no-such-package-4e1d\""), "installing pycage-no-such-package-4e1d with uv failed"),

@@ -89,12 +89,14 @@ impl Launcher {
     pub(crate) fn new(config: Arc<RuntimeConfig>) -> Result<Launcher, RuntimeError> {
         let python = interpreter_path(&config)?;
         let (interpreter, bootstrap) =
-            probe_cache::prepare(python.as_deref(), config.cache_dir.as_deref(), &config.preload).map_err(|e| match e {
-                PrepareError::Interpreter(e) => RuntimeError::Interpreter(e),
-                PrepareError::Write(e) => RuntimeError::Bootstrap(e),
-                PrepareError::Import { python, stderr } => RuntimeError::BootstrapImport { python, stderr },
-                PrepareError::Preload(failure) => RuntimeError::Preload(failure),
-            })?;
+            probe_cache::prepare(python.as_deref(), config.cache_dir.as_deref(), &config.preload).map_err(
+                |e| match e {
+                    PrepareError::Interpreter(e) => RuntimeError::Interpreter(e),
+                    PrepareError::Write(e) => RuntimeError::Bootstrap(e),
+                    PrepareError::Import { python, stderr } => RuntimeError::BootstrapImport { python, stderr },
+                    PrepareError::Preload(failure) => RuntimeError::Preload(failure),
+                },
+            )?;
         if let (Some(venv), None) = (&config.venv, &interpreter.venv) {
             return Err(RuntimeError::Venv {
                 path: venv.clone(),

@@ -367,15 +367,13 @@ impl Inner {
                 ("TMPDIR".into(), dir),
                 ("PATH".into(), crate::process::run_path(&self.config.python)),
             ];
-            env.extend(crate::launch::site::python_env(run_dir.path()).into_iter().map(|(k, v)| {
-                (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())
-            }));
-            let spec = ChildSpec {
-                cwd: run_dir.path().to_path_buf(),
-                env,
-                rlimits: self.config.rlimits.clone(),
-                join: None,
-            };
+            env.extend(
+                crate::launch::site::python_env(run_dir.path())
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
+            );
+            let spec =
+                ChildSpec { cwd: run_dir.path().to_path_buf(), env, rlimits: self.config.rlimits.clone(), join: None };
             let host = HostSide {
                 zygote: zygote.clone(),
                 sock: ch.host,

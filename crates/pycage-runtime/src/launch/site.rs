@@ -374,8 +374,14 @@ mod tests {
             venv: None,
             abi: String::new(),
         };
-        let layout =
-            SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Path::new("/tmp/pk"), Some(home.path())).unwrap();
+        let layout = SandboxLayout::build(
+            &RuntimeConfig::default(),
+            &i,
+            Path::new("/tmp/boot"),
+            Path::new("/tmp/pk"),
+            Some(home.path()),
+        )
+        .unwrap();
         assert_eq!(layout.python, PathBuf::from("/opt/python/bin/python3.11"));
         assert!(layout.remapped.contains(&Remap { host: prefix.clone(), inside: PathBuf::from(INTERPRETER_DIR) }));
         assert!(layout.read_only.iter().all(|p| !p.starts_with(home.path())), "{:?}", layout.read_only);
@@ -387,14 +393,17 @@ mod tests {
             ]
         );
         // Without the home directory being the caller's, /tmp is not private.
-        let layout = SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Path::new("/tmp/pk"), None).unwrap();
+        let layout =
+            SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Path::new("/tmp/pk"), None)
+                .unwrap();
         assert_eq!(layout.python, prefix.join("bin/python3.11"));
     }
 
     #[test]
     fn a_system_interpreter_keeps_its_paths() {
         let i = interp("/usr/bin/python3.11", &["/usr"], &["/usr/lib/python3.11", "/usr/lib/python3/dist-packages"]);
-        let layout = SandboxLayout::new(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Path::new("/tmp/pk")).unwrap();
+        let layout =
+            SandboxLayout::new(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Path::new("/tmp/pk")).unwrap();
         assert_eq!(layout.python, PathBuf::from("/usr/bin/python3.11"));
         assert_eq!(
             layout.remapped,
@@ -412,7 +421,9 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let base = home.path().join(".pyenv/versions/3.11.7");
         let venv = home.path().join("project/.venv");
-        for d in [base.join("lib/python3.11"), base.join("bin"), venv.join("lib/python3.11/site-packages"), venv.join("bin")] {
+        for d in
+            [base.join("lib/python3.11"), base.join("bin"), venv.join("lib/python3.11/site-packages"), venv.join("bin")]
+        {
             std::fs::create_dir_all(d).unwrap();
         }
         let i = Interpreter {
