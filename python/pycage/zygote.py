@@ -59,6 +59,7 @@ import signal
 import socket
 import sys
 import tempfile
+
 from pycage import bootstrap, preload
 
 _CTL_FD = 3

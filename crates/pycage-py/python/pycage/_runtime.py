@@ -35,9 +35,7 @@ __all__ = [
     "Session",
 ]
 
-FailureKind = Literal[
-    "exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies"
-]
+FailureKind = Literal["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies"]
 
 
 @dataclass(frozen=True)
