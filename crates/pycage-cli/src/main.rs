@@ -14,6 +14,7 @@
 //! (exit status 2), so a caller parsing JSON never has to scrape stderr.
 
 mod bench;
+mod bench_env;
 mod budget_flags;
 mod chart;
 mod doctor;
