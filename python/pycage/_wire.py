@@ -21,8 +21,9 @@ Shapes (``?``: optional):
   Fields: global: str, names: [str], errorClass?: errorClass, doc?: str, docs?: {str: str}.
 * ``errorClass`` (host): namespace.errorClass: the class failed calls raise, and its member-name
   attribute. Fields: name: str, memberNameProperty: str.
-* ``run`` (host): The program; in a session, the run's own budgets. Fields: type: "run",
-  program: str, cpuSeconds?: uint, maxLogBytes?: uint, maxValueBytes?: uint.
+* ``run`` (host): The program; in a session, the run's own budgets; sysPath: the run's package
+  directories. Fields: type: "run", program: str, cpuSeconds?: uint, maxLogBytes?: uint,
+  maxValueBytes?: uint, sysPath?: [str].
 * ``reply-ok`` (host): A binding call that succeeded. Fields: type: "reply", id: uint, ok: true,
   value: JSON.
 * ``reply-error`` (host): A binding call that failed; the program sees an exception. Fields:
@@ -198,7 +199,7 @@ def check_error_class(frame, where="errorClass"):
 
 _RUN_REQUIRED = ("type", "program")
 _RUN_REQUIRED_SET = frozenset(_RUN_REQUIRED)
-_RUN_OPTIONAL = ("cpuSeconds", "maxLogBytes", "maxValueBytes")
+_RUN_OPTIONAL = ("cpuSeconds", "maxLogBytes", "maxValueBytes", "sysPath")
 _RUN_KNOWN = frozenset(_RUN_REQUIRED + _RUN_OPTIONAL)
 
 
@@ -227,6 +228,10 @@ def check_run(frame, where="run"):
         v = frame["maxValueBytes"]
         if type(v) is not int or v < 0:
             return where + ".maxValueBytes must be a non-negative integer"
+    if "sysPath" in frame:
+        v = frame["sysPath"]
+        if type(v) is not list or not all(type(x) is str for x in v):
+            return where + ".sysPath must be a list of strings"
     return None
 
 

@@ -164,6 +164,26 @@ def start_run(budgets, session):
         _set_limit(resource.RLIMIT_CPU, used + cpu, hard)
 
 
+# --- a run's packages -------------------------------------------------------
+
+
+def add_package_dirs(dirs):
+    """Put the directories the host installed the run's declared packages
+    into (``run.sysPath``) on ``sys.path``, their ``.pth`` files processed as
+    for a site directory: after the standard library, ahead of the
+    interpreter's site-packages, so the program's pins win over the
+    environment's and no package shadows a standard module."""
+    import site
+
+    before = list(sys.path)
+    for d in dirs:
+        if d not in sys.path:
+            site.addsitedir(d)
+    added = [p for p in sys.path if p not in before]
+    at = next((i for i, p in enumerate(before) if p.endswith(("site-packages", "dist-packages"))), len(before))
+    sys.path[:] = before[:at] + added + before[at:]
+
+
 # --- warm-up --------------------------------------------------------------
 
 _WARM_UP_PROGRAM = """\
@@ -263,6 +283,8 @@ def _serve():
     while True:
         run = read_frame(_wire.check_run)
         source = run["program"]
+        if "sysPath" in run:
+            add_package_dirs(run["sysPath"])
         budgets = Budgets(run, boot)
         start_run(budgets, session)
         if program_globals is None:

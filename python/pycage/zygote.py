@@ -6,8 +6,9 @@ The host starts it once per runtime as::
 
 with fd 3 a ``SOCK_SEQPACKET`` control socket to the host. Importing this
 module imports the bootstrap, and with it everything a run needs (asyncio,
-the codec, the loop classes), so a child forked from here starts a run
-without an interpreter start or an import. The zygote itself never runs
+the codec, the loop classes), and ``main`` then imports the runtime's
+preload (``PYCAGE_PRELOAD``, see ``pycage.preload``), so a child forked
+from here starts a run without an interpreter start or an import. The zygote itself never runs
 model code, never starts a thread, and holds no descriptor a child keeps.
 
 Control messages are JSON objects, one per packet. Host to zygote:
@@ -58,9 +59,8 @@ import signal
 import socket
 import sys
 import tempfile
-import threading
 
-from pycage import bootstrap
+from pycage import bootstrap, preload
 
 _CTL_FD = 3
 #: Largest control packet accepted from the host.
@@ -120,7 +120,7 @@ class _Zygote:
             self.ctl.send(data)
 
     def serve(self):
-        self.send({"type": "ready", "pid": self.pid, "threads": threading.active_count()})
+        self.send({"type": "ready", "pid": self.pid, "threads": preload.os_threads()})
         while True:
             for fd, _events in self.poll.poll():
                 if fd == self.ctl.fileno():
@@ -182,7 +182,7 @@ class _Zygote:
         if len(fds) != want:
             self.send({"type": "spawn-failed", "id": ident, "message": f"spawn needs {want} descriptors"})
             return
-        threads = threading.active_count()
+        threads = preload.os_threads()  # native threads too (a BLAS pool)
         if threads != 1:
             # Forking a process with threads is what a zygote must never do.
             self.send({"type": "spawn-failed", "id": ident, "message": f"the zygote has {threads} threads"})
@@ -287,6 +287,7 @@ def _child(message, fds, zygote_pid, ctl_fd):
         tempfile.tempdir = None  # recomputed from TMPDIR on first use
         for name, (soft, hard) in message.get("rlimits", {}).items():
             resource.setrlimit(_RLIMITS[name], (soft, hard))
+        preload.after_fork()  # children must not share a preloaded generator's state
     except BaseException as e:  # report any setup failure, then exit
         _diag(f"child setup failed: {type(e).__name__}: {e}")
         os._exit(_EXIT_SETUP_FAILED)
@@ -589,6 +590,13 @@ def main():
     try:
         ctl = socket.socket(fileno=_CTL_FD)
         os.set_inheritable(_CTL_FD, False)
+        # The runtime's preload (PYCAGE_PRELOAD), before the heap is frozen;
+        # the host checked the list at construction, so a failure here is
+        # a change since (a package removed): say which, and stop.
+        failed = preload.from_environment()
+        if failed is not None:
+            _diag(f"could not preload {failed[0]}: {failed[1]}")
+            os._exit(3)
         # Everything imported, nothing left to collect: freeze the heap so a
         # child's collections do not write to (and so copy) shared pages.
         gc.collect()

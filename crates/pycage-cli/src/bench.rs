@@ -52,6 +52,12 @@ pub struct BenchArgs {
     /// Wall-clock budget of each run, in milliseconds (default: a run's 60000).
     #[arg(long, value_name = "N")]
     wall_ms: Option<u64>,
+    /// Instead: what bringing this virtual environment costs (it needs
+    /// numpy and pandas): a fresh `import numpy, pandas` run with
+    /// `--preload` and without, a PEP 723 dependency's first and later
+    /// runs, idle pooled children's private memory.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["python", "svg"])]
+    venv: Option<PathBuf>,
 }
 
 /// Failed tries per case: how many of how many, and the first failure in
@@ -117,25 +123,29 @@ fn in_words(e: &pycage_runtime::RunFailure) -> String {
 
 /// Latency samples and their summary.
 #[derive(Debug, Clone, Default)]
-struct Samples(Vec<Duration>);
+pub(crate) struct Samples(Vec<Duration>);
 
 impl Samples {
-    fn push(&mut self, d: Duration) {
+    pub(crate) fn push(&mut self, d: Duration) {
         self.0.push(d);
     }
 
-    fn quantile(&self, q: f64) -> Duration {
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub(crate) fn quantile(&self, q: f64) -> Duration {
         let mut v = self.0.clone();
         v.sort();
         let i = ((v.len() as f64 - 1.0) * q).round() as usize;
         v.get(i).copied().unwrap_or_default()
     }
 
-    fn p50(&self) -> Duration {
+    pub(crate) fn p50(&self) -> Duration {
         self.quantile(0.5)
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
@@ -146,7 +156,7 @@ const LATENCY_GAP: Duration = Duration::from_millis(20);
 /// settled runs reaped) before it goes on regardless.
 const IDLE_WAIT: Duration = Duration::from_secs(10);
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
@@ -168,7 +178,7 @@ impl Variant {
 }
 
 /// One floor process: spawned, waited for, timed.
-fn floor_run(python: &Path, code: &str) -> anyhow::Result<Duration> {
+pub(crate) fn floor_run(python: &Path, code: &str) -> anyhow::Result<Duration> {
     let t = Instant::now();
     let status = Command::new(python)
         .args(["-I", "-B", "-c", code])
@@ -322,7 +332,7 @@ async fn closed_loop(runtime: &Runtime, n: usize) -> (Samples, Option<Duration>,
 }
 
 /// `Private_Clean + Private_Dirty` of a process, in KiB.
-fn private_kib(pid: u32) -> Option<u64> {
+pub(crate) fn private_kib(pid: u32) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
     let field = |name: &str| -> Option<u64> {
         let line = text.lines().find(|l| l.starts_with(name))?;
@@ -338,7 +348,7 @@ fn rss_kib(pid: &str) -> Option<u64> {
 }
 
 /// The idle children a zygote holds (its children, read from /proc).
-fn children_of(pid: u32) -> Vec<u32> {
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .map(|t| t.split_whitespace().filter_map(|p| p.parse().ok()).collect())
         .unwrap_or_default()
@@ -358,6 +368,9 @@ pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(venv) = args.venv {
+        return crate::bench_env::bench(venv, args.iterations, args.json).await;
+    }
     let iterations = args.iterations.max(3);
     let mut variants = Vec::new();
     let mut unavailable = Vec::new();

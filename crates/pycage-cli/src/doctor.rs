@@ -23,6 +23,12 @@ pub struct DoctorArgs {
     /// The interpreter to check (default: `python3` on PATH).
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
+    /// The virtual environment to check: what a run in it sees.
+    #[arg(long, value_name = "PATH", conflicts_with = "python")]
+    venv: Option<PathBuf>,
+    /// Modules to preload, checked as the runtime would (repeatable).
+    #[arg(long, value_name = "MODULE", value_delimiter = ',')]
+    preload: Vec<String>,
     /// The isolation to check (default: the runtime's default).
     #[arg(long, value_enum)]
     isolation: Option<IsolationArg>,
@@ -36,16 +42,33 @@ impl DoctorArgs {
 }
 
 pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
-    let mut config = RuntimeConfig { python: args.python.clone(), ..RuntimeConfig::default() };
+    let mut config = RuntimeConfig {
+        python: args.python.clone(),
+        venv: args.venv.clone(),
+        preload: args.preload.clone(),
+        cache_dir: pycage_runtime::default_cache_dir(),
+        // No zygote: the doctor runs nothing.
+        spawn: pycage_runtime::SpawnMode::Exec,
+        ..RuntimeConfig::default()
+    };
     if let Some(i) = args.isolation {
         config.isolation = i.into();
     }
-    let interpreter = pycage_runtime::interpreter::probe(config.python.as_deref());
     let avail = pycage_sandbox::probe();
     let uses_sandbox = config.isolation == Isolation::Sandbox;
     // The real test: can a runtime with this configuration be built?
     let runtime = Runtime::new(config.clone());
     let ok = runtime.is_ok();
+    let interpreter = match &runtime {
+        Ok(rt) => Ok(rt.interpreter().clone()),
+        Err(_) => {
+            let python = match &config.venv {
+                Some(venv) => Some(venv.join("bin/python")),
+                None => config.python.clone(),
+            };
+            pycage_runtime::interpreter::probe(python.as_deref())
+        }
+    };
 
     let mut json = pycage_protocol::JsonBuilder::new();
     let mut lines = Vec::new();
@@ -66,6 +89,18 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 json.key("version")?;
                 json.string(&v)?;
                 lines.push(format!("interpreter: ok  CPython {v} at {}", i.executable.display()));
+                if let Some(venv) = &i.venv {
+                    json.key("venv")?;
+                    json.string(&venv.to_string_lossy())?;
+                    lines.push(format!("venv: {}", venv.display()));
+                }
+                json.key("sys_path")?;
+                json.begin_array()?;
+                for p in &i.sys_path {
+                    json.string(&p.to_string_lossy())?;
+                    lines.push(format!("sys.path: {}", p.display()));
+                }
+                json.end()?;
             }
             Err(e) => {
                 json.key("ok")?;
@@ -76,28 +111,54 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             }
         }
         json.end()?;
+        if let Some(view) = runtime.as_ref().ok().and_then(Runtime::sandbox_view) {
+            json.key("sandbox_sees")?;
+            json.begin_object()?;
+            json.key("python")?;
+            json.string(&view.python.to_string_lossy())?;
+            lines.push(format!("sandbox runs: {}", view.python.display()));
+            json.key("read_only")?;
+            json.begin_array()?;
+            for p in &view.read_only {
+                json.string(&p.to_string_lossy())?;
+                lines.push(format!("sandbox sees: {} (read-only)", p.display()));
+            }
+            json.end()?;
+            json.key("remapped")?;
+            json.begin_array()?;
+            for (host, inside) in &view.remapped {
+                json.begin_object()?;
+                json.key("host")?;
+                json.string(&host.to_string_lossy())?;
+                json.key("inside")?;
+                json.string(&inside.to_string_lossy())?;
+                json.end()?;
+                lines.push(format!("sandbox sees: {} at {} (read-only)", host.display(), inside.display()));
+            }
+            json.end()?;
+            json.key("env")?;
+            json.begin_object()?;
+            for (k, v) in &view.env {
+                json.key(k)?;
+                json.string(v)?;
+                lines.push(format!("sandbox env: {k}={v}"));
+            }
+            json.end()?;
+            json.end()?;
+        }
         json.key("layers")?;
         json.begin_array()?;
         for (name, layer) in avail.layers() {
-            // "Used" means a run with this configuration applies it: only a
-            // supported layer can be (a delegated cgroup v2 included).
-            let used = uses_sandbox && layer.supported;
             json.begin_object()?;
             json.key("name")?;
             json.string(name)?;
             json.key("supported")?;
             json.bool(layer.supported)?;
             json.key("used")?;
-            json.bool(used)?;
+            json.bool(used(uses_sandbox, layer))?;
             json.key("reason")?;
             json.string(&layer.reason)?;
             json.end()?;
-            lines.push(format!(
-                "{name:<22} {:<13} {:<7} {}",
-                if layer.supported { "supported" } else { "not supported" },
-                if used { "used" } else { "unused" },
-                layer.reason
-            ));
         }
         json.end()?;
         json.key("budgets")?;
@@ -113,14 +174,14 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             }
             json.end()?;
             json.end()?;
-            lines.push(format!("budget {name:<15} {}", enforcers.join("; ")));
         }
         json.end()?;
+        lines.extend(probe_lines(&config, &avail));
         json.key("ok")?;
         json.bool(ok)?;
         if let Err(e) = &runtime {
             json.key("error")?;
-            json.string(&e.to_string())?;
+            json.string(&e.explain(&crate::CliSpelling))?;
         }
         json.end()
     })();
@@ -131,11 +192,36 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     } else {
         match &runtime {
             Ok(_) => lines.push("ok: this configuration can run programs".into()),
-            Err(e) => lines.push(format!("NOT OK: {e}")),
+            Err(e) => lines.push(format!("NOT OK: {}", e.explain(&crate::CliSpelling))),
         }
         output::stdout_texts(lines.iter().map(String::as_str))?;
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// "Used" means a run with this configuration applies the layer: only a
+/// supported layer can be (a delegated cgroup v2 included).
+fn used(uses_sandbox: bool, layer: &pycage_sandbox::Layer) -> bool {
+    uses_sandbox && layer.supported
+}
+
+/// The text lines of the probe's part of the report: one per layer, then
+/// one per budget with what enforces it.
+fn probe_lines(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<String> {
+    let uses_sandbox = config.isolation == Isolation::Sandbox;
+    let mut lines = Vec::new();
+    for (name, layer) in avail.layers() {
+        lines.push(format!(
+            "{name:<22} {:<13} {:<7} {}",
+            if layer.supported { "supported" } else { "not supported" },
+            if used(uses_sandbox, layer) { "used" } else { "unused" },
+            layer.reason
+        ));
+    }
+    for (name, enforcers) in budgets(config, avail) {
+        lines.push(format!("budget {name:<15} {}", enforcers.join("; ")));
+    }
+    lines
 }
 
 fn mib(bytes: u64) -> String {
@@ -144,6 +230,15 @@ fn mib(bytes: u64) -> String {
     } else {
         format!("{bytes} bytes")
     }
+}
+
+/// What the watchdog counts of a run's kernel objects, over `whom`.
+fn kernel_objects(whom: &str) -> Vec<String> {
+    use pycage_runtime::watchdog::{MAX_RUN_DESCRIPTORS, MAX_RUN_EPOLL_WATCHES};
+    vec![format!(
+        "watchdog: {MAX_RUN_DESCRIPTORS} descriptors, {MAX_RUN_EPOLL_WATCHES} epoll registrations and a quarter of \
+         fs.pipe-user-pages-soft in pipes over {whom}, ends the run (worker-exit)"
+    )]
 }
 
 /// Which mechanism bounds each budget of a run here, with its exact bound.
@@ -163,7 +258,8 @@ fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<
                     "memory",
                     vec![
                         format!("RLIMIT_AS {backstop} per process (a backstop: address space, not memory)"),
-                        format!("watchdog: {memory} of PSS over the run's PID namespace, sampled every {period} ms, ends the run (worker-exit)"),
+                        format!("watchdog: {memory} of PSS and kernel buffers (the socket buffers of the run's network namespace, its pipes and epoll registrations) over the run's PID namespace, sampled every {period} ms, ends the run (worker-exit)"),
+                        "socket and pipe buffers cannot grow (seccomp); inotify denied".to_string(),
                         format!(
                             "outside any process: the run's tmpfs ({}) and SysV shared memory ({}, IPC namespace); memfd_create denied",
                             mib(config.disk_bytes),
@@ -176,6 +272,7 @@ fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<
                         )),
                     ],
                 ),
+                ("kernel objects", kernel_objects("the run's PID namespace")),
                 (
                     "cpu",
                     vec![
@@ -214,10 +311,11 @@ fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<
                 vec![
                     format!("RLIMIT_AS {backstop} per process (a backstop: address space, not memory)"),
                     format!(
-                        "watchdog: {memory} of PSS over the run's descendants (not orphans), sampled every {period} ms"
+                        "watchdog: {memory} of PSS and the kernel buffers it can see (Unix socket buffers, pipes, epoll registrations) over the run's descendants (not orphans), sampled every {period} ms"
                     ),
                 ],
             ),
+            ("kernel objects", kernel_objects("the run's descendants (not orphans)")),
             (
                 "cpu",
                 vec![
@@ -229,5 +327,54 @@ fn budgets(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> Vec<
             ("processes", vec!["not bounded in process isolation".to_string()]),
             ("disk", vec!["not bounded in process isolation: files go to the host's temp directory".to_string()]),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pycage_sandbox::cgroup::Cgroup;
+    use pycage_sandbox::{Availability, Layer};
+
+    /// A machine where everything but Landlock works, with a delegated
+    /// cgroup or without one.
+    fn fake_probe(cgroup: bool) -> Availability {
+        let yes = |why: &str| Layer { supported: true, reason: why.to_owned() };
+        Availability {
+            identity: yes("per-run uid leased from 200000 (root host)"),
+            user_namespace: yes("unprivileged user namespaces are allowed"),
+            pid_namespace: yes("ok"),
+            net_namespace: yes("ok"),
+            mount_namespace: yes("ok (mount_setattr)"),
+            ipc_namespace: yes("ok"),
+            uts_namespace: yes("ok"),
+            proc: yes("a procfs of the run's PID namespace mounts"),
+            nested_user_namespace: yes("ok"),
+            landlock: Layer {
+                supported: false,
+                reason: "the kernel has no Landlock (boot with lsm=...,landlock)".to_owned(),
+            },
+            landlock_abi: None,
+            seccomp: yes("ok"),
+            no_new_privs: yes("ok"),
+            cgroup_v2: if cgroup {
+                yes("delegated: memory, pids, cpu")
+            } else {
+                Layer { supported: false, reason: "no cgroup v2 controller is delegated".to_owned() }
+            },
+            cgroup: cgroup.then(|| Cgroup { path: "/sys/fs/cgroup/user.slice/pycage".into() }),
+        }
+    }
+
+    #[test]
+    fn the_probe_report_on_a_fixed_fake_probe() {
+        for (name, isolation, cgroup) in [
+            ("doctor-sandbox-no-cgroup", Isolation::Sandbox, false),
+            ("doctor-sandbox-cgroup", Isolation::Sandbox, true),
+            ("doctor-process", Isolation::Process, false),
+        ] {
+            let config = RuntimeConfig { isolation, ..RuntimeConfig::default() };
+            insta::assert_snapshot!(name, probe_lines(&config, &fake_probe(cgroup)).join("\n"));
+        }
     }
 }

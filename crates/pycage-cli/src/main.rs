@@ -14,6 +14,7 @@
 //! (exit status 2), so a caller parsing JSON never has to scrape stderr.
 
 mod bench;
+mod bench_env;
 mod budget_flags;
 mod chart;
 mod doctor;
@@ -126,8 +127,33 @@ struct RuntimeArgs {
     budgets: budget_flags::BudgetArgs,
 
     /// Python interpreter (CPython >= 3.10); default: `python3` on PATH.
+    /// A virtual environment's `bin/python` means that environment.
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
+
+    /// Run programs in this virtual environment: its interpreter, its
+    /// packages (read-only in the sandbox, at their own path). Not with --python.
+    #[arg(long, value_name = "PATH", conflicts_with = "python")]
+    venv: Option<PathBuf>,
+
+    /// Import MODULE before each program (repeatable, or comma-separated):
+    /// a pooled run then starts with it imported at fork cost. Checked when
+    /// the runtime starts; BLAS/OpenMP pools start with one thread.
+    #[arg(long, value_name = "MODULE", value_delimiter = ',')]
+    preload: Vec<String>,
+
+    /// Install REQ (a PEP 508 requirement: `tabulate`, `rich>=13`) for
+    /// every run, with what a program declares in a PEP 723
+    /// `# /// script` block (repeatable). Installed by pycage on the host
+    /// (uv, else pip) into its package cache; runs never get network.
+    #[arg(long = "with", value_name = "REQ")]
+    with_packages: Vec<String>,
+
+    /// Let programs declare only these packages in their PEP 723 block
+    /// (repeatable, or comma-separated); default: any. A program that
+    /// declares another fails with `dependencies` before it starts.
+    #[arg(long = "allow-package", value_name = "NAME", value_delimiter = ',')]
+    allow_packages: Vec<String>,
 
     /// Containment level.
     #[arg(long, value_enum, default_value_t = default_isolation())]
@@ -223,6 +249,10 @@ impl RuntimeArgs {
             .collect::<anyhow::Result<Vec<_>>>()?;
         let mut config = RuntimeConfig {
             python: self.python.clone(),
+            venv: self.venv.clone(),
+            preload: self.preload.clone(),
+            with_packages: self.with_packages.clone(),
+            allow_packages: (!self.allow_packages.is_empty()).then(|| self.allow_packages.clone()),
             isolation: self.isolation.into(),
             allow_read,
             allow_net: self.allow_net.clone(),
@@ -245,6 +275,10 @@ fn flag_message(e: &pycage_runtime::ConfigError) -> String {
         "allow_net" => "--allow-net cannot be enforced with --isolation process (its runs share the host's \
                         network, so they could connect anywhere): use --isolation sandbox"
             .to_owned(),
+        "venv" => "--venv cannot be given together with --python: a venv's interpreter is its bin/python".to_owned(),
+        "preload" => format!("--preload: {}", e.problem),
+        "with_packages" => format!("--with: {}", e.problem),
+        "allow_packages" => format!("--allow-package: {}", e.problem),
         _ => budget_flags::flag_message(e),
     }
 }
@@ -304,7 +338,7 @@ fn clap_message(e: &clap::Error) -> String {
 }
 
 /// How the CLI spells a setting in messages.
-struct CliSpelling;
+pub(crate) struct CliSpelling;
 
 impl pycage_runtime::Spelling for CliSpelling {
     fn setting(&self, setting: pycage_runtime::Setting) -> &'static str {
@@ -312,6 +346,9 @@ impl pycage_runtime::Spelling for CliSpelling {
             pycage_runtime::Setting::Python => "--python",
             pycage_runtime::Setting::ProcessIsolation => "--isolation process",
             pycage_runtime::Setting::AllowRead => "--allow-read",
+            pycage_runtime::Setting::Venv => "--venv",
+            pycage_runtime::Setting::Preload => "--preload",
+            pycage_runtime::Setting::WithPackages => "--with",
         }
     }
 }
@@ -473,6 +510,37 @@ mod tests {
         assert!(clap_message(&e).contains("is a URL; write HOST or HOST:PORT"), "{}", clap_message(&e));
         let e = Cli::try_parse_from(["pycage", "run", "--allow-net", "a.com:0", "-c", "1"]).unwrap_err();
         assert!(clap_message(&e).contains("invalid port"), "{}", clap_message(&e));
+    }
+
+    #[test]
+    fn environment_flags_map_onto_config() {
+        let c = run_config(&[
+            "--venv",
+            "/v",
+            "--preload",
+            "numpy,pandas",
+            "--preload",
+            "json",
+            "--with",
+            "rich>=13,<14",
+            "--with",
+            "tabulate",
+            "--allow-package",
+            "tabulate,rich",
+        ])
+        .unwrap();
+        assert_eq!(c.venv, Some(PathBuf::from("/v")));
+        assert_eq!(c.preload, ["numpy", "pandas", "json"]);
+        assert_eq!(c.with_packages, ["rich>=13,<14", "tabulate"]);
+        assert_eq!(c.allow_packages, Some(vec!["tabulate".to_owned(), "rich".to_owned()]));
+        assert_eq!(run_config(&[]).unwrap().allow_packages, None);
+        assert!(Cli::try_parse_from(["pycage", "run", "--venv", "/v", "--python", "/p", "-c", "1"]).is_err());
+        assert_eq!(
+            run_config(&["--preload", "os;x"]).unwrap_err().to_string(),
+            "--preload: \"os;x\" is not a module name (dotted Python identifiers, e.g. numpy.linalg)"
+        );
+        let e = run_config(&["--with", "x @ https://h/x.whl"]).unwrap_err().to_string();
+        assert!(e.starts_with("--with: ") && e.contains("direct references"), "{e}");
     }
 
     #[test]

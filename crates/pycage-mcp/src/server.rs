@@ -447,7 +447,7 @@ fn output_schema() -> Value {
             "error": {
                 "type": "object",
                 "properties": {
-                    "kind": {"type": "string", "enum": ["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit"]},
+                    "kind": {"type": "string", "enum": ["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies"]},
                     "message": {"type": "string"}
                 },
                 "required": ["kind", "message"]

@@ -58,6 +58,17 @@ impl<'a> Obj<'a> {
         let s = v.to_string();
         self.key(k).extend_from_slice(s.as_bytes());
     }
+    fn str_list(&mut self, k: &str, v: &[String]) {
+        let out = self.key(k);
+        out.push(b'[');
+        for (i, item) in v.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_json_string(out, item);
+        }
+        out.push(b']');
+    }
     fn bool(&mut self, k: &str, v: bool) {
         self.key(k).extend_from_slice(if v { b"true" } else { b"false" });
     }
@@ -181,6 +192,10 @@ pub struct RunFrame {
     pub program: String,
     /// A session run's own budgets; `None` uses `boot`'s.
     pub budgets: Option<RunBudgets>,
+    /// Directories the host installed the run's packages into (its
+    /// declared dependencies), as the child sees them: put on `sys.path`
+    /// ahead of the interpreter's site-packages. Sent only when non-empty.
+    pub sys_path: Vec<String>,
 }
 
 impl RunFrame {
@@ -193,6 +208,9 @@ impl RunFrame {
             o.u64("cpuSeconds", b.cpu_seconds);
             o.u64("maxLogBytes", b.max_log_bytes);
             o.u64("maxValueBytes", b.max_value_bytes);
+        }
+        if !self.sys_path.is_empty() {
+            o.str_list("sysPath", &self.sys_path);
         }
         o.end().push(b'\n');
     }
@@ -390,11 +408,16 @@ mod tests {
         assert_eq!(docs, vec![("a".to_string(), "A.\n".to_string()), ("my-tool".to_string(), "\"x\"".to_string())]);
 
         let mut out = Vec::new();
-        RunFrame { program: "return 1".into(), budgets: None }.encode(&mut out);
+        RunFrame { program: "return 1".into(), budgets: None, sys_path: Vec::new() }.encode(&mut out);
         assert_eq!(keys(&out), expect("run", false));
         let mut out = Vec::new();
         let budgets = RunBudgets { cpu_seconds: 1, max_log_bytes: 2, max_value_bytes: 3 };
-        RunFrame { program: "return 1".into(), budgets: Some(budgets) }.encode(&mut out);
+        RunFrame {
+            program: "return 1".into(),
+            budgets: Some(budgets),
+            sys_path: vec!["/opt/pycage-packages/x".into()],
+        }
+        .encode(&mut out);
         assert_eq!(keys(&out), expect("run", true));
         let mut out = Vec::new();
         ReplyFrame::Ok { id: 7, value: JsonValue::null() }.encode(&mut out);

@@ -144,13 +144,14 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
     FrameFields {
         frame: "run",
         sender: Sender::Host,
-        doc: "The program; in a session, the run's own budgets.",
+        doc: "The program; in a session, the run's own budgets; sysPath: the run's package directories.",
         fields: &[
             req("type", Tag("run")),
             req("program", Str),
             opt("cpuSeconds", Uint),
             opt("maxLogBytes", Uint),
             opt("maxValueBytes", Uint),
+            opt("sysPath", StrList),
         ],
     },
     FrameFields {

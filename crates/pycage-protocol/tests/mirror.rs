@@ -163,7 +163,13 @@ fn host_samples() -> Vec<(&'static str, Vec<u8>)> {
     };
     let run = |budgets: Option<RunBudgets>| {
         let mut out = Vec::new();
-        RunFrame { program: "return 1".into(), budgets }.encode(&mut out);
+        RunFrame { program: "return 1".into(), budgets, sys_path: Vec::new() }.encode(&mut out);
+        out
+    };
+    let run_with_packages = {
+        let mut out = Vec::new();
+        RunFrame { program: "return 1".into(), budgets: None, sys_path: vec!["/opt/pycage-packages/x".into()] }
+            .encode(&mut out);
         out
     };
     let reply = |r: ReplyFrame| {
@@ -176,6 +182,7 @@ fn host_samples() -> Vec<(&'static str, Vec<u8>)> {
         ("boot", boot(false, vec![])),
         ("run", run(None)),
         ("run", run(Some(RunBudgets { cpu_seconds: 1, max_log_bytes: 2, max_value_bytes: 3 }))),
+        ("run", run_with_packages),
         ("reply", reply(ReplyFrame::Ok { id: 7, value: JsonValue::parse(b"{\"a\":[1,2.5,null]}").unwrap() })),
         ("reply", reply(ReplyFrame::Err { id: MAX_CALL_ID, message: "no \"such\" thing".into() })),
     ]

@@ -80,6 +80,7 @@ fn python_name(field: &str) -> &str {
         "grace" => "grace_seconds",
         "max_processes/max_open_files" => "max_processes / max_open_files",
         "zygote_max_runs/zygote_max_age" => "zygote_max_runs / zygote_max_age_seconds",
+        "install_timeout" => "install_seconds",
         other => other,
     }
 }
@@ -93,6 +94,9 @@ impl pycage_runtime::Spelling for PythonSpelling {
             pycage_runtime::Setting::Python => "pycage.Runtime(python=...)",
             pycage_runtime::Setting::ProcessIsolation => "pycage.Runtime(isolation=\"process\")",
             pycage_runtime::Setting::AllowRead => "allow_read",
+            pycage_runtime::Setting::Venv => "pycage.Runtime(venv=...)",
+            pycage_runtime::Setting::Preload => "preload",
+            pycage_runtime::Setting::WithPackages => "with_packages",
         }
     }
 }
@@ -105,7 +109,11 @@ fn start_error(py: Python<'_>, e: RuntimeError) -> PyErr {
         }
         RuntimeError::Interpreter(_) | RuntimeError::BootstrapImport { .. } => error(py, "InterpreterError", message),
         RuntimeError::SandboxUnavailable { .. } => error(py, "SandboxUnavailableError", message),
-        RuntimeError::SandboxPolicy(_) | RuntimeError::AllowRead(_) => error(py, "ConfigError", message),
+        RuntimeError::SandboxPolicy(_)
+        | RuntimeError::AllowRead(_)
+        | RuntimeError::Venv { .. }
+        | RuntimeError::Preload(_)
+        | RuntimeError::Packages(_) => error(py, "ConfigError", message),
         RuntimeError::Bootstrap(_) | RuntimeError::RunDirs(_) | RuntimeError::Spawner(_) => {
             error(py, "PycageError", message)
         }
@@ -223,7 +231,8 @@ impl NativeRuntime {
 impl NativeRuntime {
     #[new]
     #[pyo3(signature = (*, python=None, isolation=None, allow_read=None, run_dir_parent=None, spawn=None,
-        cache_dir=None, probe_cache=true, allow_net=None, budgets=None))]
+        cache_dir=None, probe_cache=true, allow_net=None, budgets=None, venv=None, preload=None,
+        with_packages=None, allow_packages=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn new(
         py: Python<'_>,
@@ -236,9 +245,22 @@ impl NativeRuntime {
         probe_cache: bool,
         allow_net: Option<Vec<String>>,
         budgets: Option<HashMap<String, u64>>,
+        venv: Option<PathBuf>,
+        preload: Option<Vec<String>>,
+        with_packages: Option<Vec<String>>,
+        allow_packages: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let cache_dir = if probe_cache { cache_dir.or_else(pycage_runtime::default_cache_dir) } else { None };
-        let mut c = RuntimeConfig { python, run_dir_parent, cache_dir, ..RuntimeConfig::default() };
+        let mut c = RuntimeConfig {
+            python,
+            venv,
+            preload: preload.unwrap_or_default(),
+            with_packages: with_packages.unwrap_or_default(),
+            allow_packages,
+            run_dir_parent,
+            cache_dir,
+            ..RuntimeConfig::default()
+        };
         match spawn {
             None | Some("zygote") => c.spawn = SpawnMode::Zygote,
             Some("exec") => c.spawn = SpawnMode::Exec,
@@ -294,6 +316,10 @@ impl NativeRuntime {
         d.set_item("spawn", c.spawn.as_str())?;
         d.set_item("cache_dir", c.cache_dir.clone())?;
         d.set_item("allow_net", c.allow_net.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+        d.set_item("venv", inner.interpreter().venv.clone())?;
+        d.set_item("preload", c.preload.clone())?;
+        d.set_item("with_packages", c.with_packages.clone())?;
+        d.set_item("allow_packages", c.allow_packages.clone())?;
         // Every budget under its keyword, in the keyword's unit.
         for row in pycage_runtime::budgets::BUDGETS {
             let Some((keyword, unit)) = row.python else { continue };

@@ -63,8 +63,36 @@ impl SpawnMode {
 pub struct RuntimeConfig {
     /// The interpreter: `None` searches `PATH` for `python3`. Resolved once
     /// to the real executable (`sys.executable`), so a pyenv shim is paid at
-    /// construction only.
+    /// construction only. A virtual environment's `bin/python` means that
+    /// environment (its `sys.prefix` and site-packages), symlink or not.
     pub python: Option<PathBuf>,
+    /// A virtual environment to run programs in: its `bin/python` is the
+    /// interpreter, and the environment (with its base installation) is
+    /// readable, and only readable, in the sandbox at its host path. The
+    /// same as `python = VENV/bin/python`, checked to be a venv. Not
+    /// together with `python`.
+    pub venv: Option<PathBuf>,
+    /// Modules imported before each program: by the zygote before it forks
+    /// (every run then starts with them at fork cost), or by an exec'd
+    /// child before its run. Numeric libraries' thread pools start with one
+    /// thread (see `python/pycage/preload.py`). Checked at construction: a
+    /// module that does not import, or that leaves a thread running, is a
+    /// [`crate::RuntimeError::Preload`] naming it.
+    pub preload: Vec<String>,
+    /// Requirements (PEP 508: `tabulate`, `rich>=13`) installed for every
+    /// run, together with what a program declares in its PEP 723
+    /// `# /// script` block; installed by the host (uv, else pip) into the
+    /// package cache before the program starts (see `crate::packages`).
+    /// Installed once at construction, so a bad one fails there.
+    pub with_packages: Vec<String>,
+    /// The package names programs may declare (PEP 503-normalized when
+    /// compared); `None` (the default) allows any. A program that declares
+    /// another fails with `dependencies` before it starts. The caller's own
+    /// `with_packages` are not checked against it.
+    pub allow_packages: Option<Vec<String>>,
+    /// Longest time installing one run's packages may take (resolving and
+    /// downloading included); past it the run fails with `dependencies`.
+    pub install_timeout: Duration,
     /// Where the probe's answer and the compiled bootstrap are kept between
     /// processes (see `probe_cache`); `None` probes at every construction.
     /// [`crate::default_cache_dir`] is the user's cache directory.
@@ -169,6 +197,11 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             python: None,
+            venv: None,
+            preload: Vec::new(),
+            with_packages: Vec::new(),
+            allow_packages: None,
+            install_timeout: Duration::from_secs(300),
             cache_dir: None,
             wall_time: Duration::from_secs(60),
             cpu_seconds: 30,
@@ -260,6 +293,29 @@ impl RuntimeConfig {
         {
             return err("sandbox_uid_base", "the uid range must be non-empty, not include 0, and fit in u32");
         }
+        if self.python.is_some() && self.venv.is_some() {
+            return err("venv", "cannot be given together with python: a venv's interpreter is its bin/python");
+        }
+        for module in &self.preload {
+            if !is_module_name(module) {
+                return Err(ConfigError {
+                    field: "preload",
+                    problem: format!("{module:?} is not a module name (dotted Python identifiers, e.g. numpy.linalg)"),
+                });
+            }
+        }
+        for req in &self.with_packages {
+            crate::packages::Requirement::parse(req)
+                .map_err(|problem| ConfigError { field: "with_packages", problem })?;
+        }
+        for name in self.allow_packages.iter().flatten() {
+            if !crate::packages::is_project_name(name) {
+                return Err(ConfigError {
+                    field: "allow_packages",
+                    problem: format!("{name:?} is not a package name (letters, digits, '.', '_', '-')"),
+                });
+            }
+        }
         if !self.allow_net.is_empty() && self.isolation == Isolation::Process {
             return err(
                 "allow_net",
@@ -269,6 +325,17 @@ impl RuntimeConfig {
         }
         Ok(())
     }
+}
+
+/// Whether `name` is a dotted module name of ASCII identifiers.
+pub(crate) fn is_module_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 256
+        && name.split('.').all(|part| {
+            let mut chars = part.chars();
+            chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
 }
 
 #[cfg(test)]
@@ -314,5 +381,26 @@ mod tests {
         });
         assert_eq!(process_with_net.field, "allow_net");
         assert!(process_with_net.problem.contains("process isolation"), "{}", process_with_net.problem);
+        assert_eq!(
+            bad(|c| {
+                c.python = Some("/usr/bin/python3".into());
+                c.venv = Some("/venv".into());
+            })
+            .field,
+            "venv"
+        );
+        for module in ["", "numpy.", ".x", "a b", "1x", "x,y", "os;rm"] {
+            let c = RuntimeConfig { preload: vec![module.to_owned()], ..RuntimeConfig::default() };
+            assert_eq!(c.validate().unwrap_err().field, "preload", "{module:?}");
+        }
+        assert_eq!(bad(|c| c.with_packages = vec!["--index-url=http://x".into()]).field, "with_packages");
+        assert_eq!(bad(|c| c.allow_packages = Some(vec!["a b".into()])).field, "allow_packages");
+        let ok = RuntimeConfig {
+            preload: vec!["numpy".into(), "os.path".into(), "_x1".into()],
+            with_packages: vec!["tabulate==0.9.0".into()],
+            allow_packages: Some(vec!["Tabulate".into()]),
+            ..RuntimeConfig::default()
+        };
+        ok.validate().unwrap();
     }
 }

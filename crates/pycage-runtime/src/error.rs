@@ -44,6 +44,36 @@ pub enum RuntimeError {
     RunDirs(#[source] std::io::Error),
     #[error("could not start the spawner thread: {0}")]
     Spawner(#[source] std::io::Error),
+    /// The virtual environment (`RuntimeConfig::venv`) is not one.
+    #[error("{}", venv_problem(path, problem, &RustSpelling))]
+    Venv { path: PathBuf, problem: String },
+    /// A module of `RuntimeConfig::preload` does not import, or leaves a
+    /// thread running.
+    #[error("{}", preload_problem(.0, &RustSpelling))]
+    Preload(crate::interpreter::PreloadFailure),
+    /// The caller's `RuntimeConfig::with_packages` could not be installed.
+    #[error("{}", packages_problem(.0, &RustSpelling))]
+    Packages(crate::packages::PackageError),
+}
+
+fn venv_problem(path: &std::path::Path, problem: &str, spelling: &dyn Spelling) -> String {
+    format!("{} {}: {problem}", spelling.setting(Setting::Venv), path.display())
+}
+
+fn preload_problem(failure: &crate::interpreter::PreloadFailure, spelling: &dyn Spelling) -> String {
+    let hint = if failure.why.starts_with("ModuleNotFoundError") {
+        format!(
+            " (install it into the interpreter's environment, or give one that has it with {})",
+            spelling.setting(Setting::Venv)
+        )
+    } else {
+        String::new()
+    };
+    format!("{} {}: {}{hint}", spelling.setting(Setting::Preload), failure.module, failure.why)
+}
+
+fn packages_problem(e: &crate::packages::PackageError, spelling: &dyn Spelling) -> String {
+    format!("{}: {e}", spelling.setting(Setting::WithPackages))
 }
 
 fn sandbox_unavailable(layers: &str, reasons: &str, spelling: &dyn Spelling) -> String {
@@ -63,6 +93,9 @@ impl RuntimeError {
             RuntimeError::AllowRead(e) => {
                 format!("{} {}: {}", spelling.setting(Setting::AllowRead), e.path.display(), e.problem)
             }
+            RuntimeError::Venv { path, problem } => venv_problem(path, problem, spelling),
+            RuntimeError::Preload(failure) => preload_problem(failure, spelling),
+            RuntimeError::Packages(e) => packages_problem(e, spelling),
             other => other.to_string(),
         }
     }
@@ -93,6 +126,9 @@ mod tests {
                 Setting::Python => "--python",
                 Setting::ProcessIsolation => "--isolation process",
                 Setting::AllowRead => "--allow-read",
+                Setting::Venv => "--venv",
+                Setting::Preload => "--preload",
+                Setting::WithPackages => "--with",
             }
         }
     }

@@ -20,7 +20,7 @@ pub const MIN_VERSION: (u64, u64) = (3, 10);
 /// imports `pycage.bootstrap` from there — checking it and leaving its
 /// bytecode in `__pycache__` — so construction starts the interpreter once.
 const PROBE: &str = r#"
-import json, sys
+import json, os, sys
 info = {
     "implementation": sys.implementation.name,
     "version": list(sys.version_info[:3]),
@@ -28,6 +28,10 @@ info = {
     "prefixes": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}),
     "path": [p for p in sys.path if p],
 }
+import sysconfig
+info["abi"] = "-".join([sys.implementation.cache_tag or "", getattr(sys, "abiflags", ""), sysconfig.get_platform()])
+if sys.prefix != sys.base_prefix:
+    info["venv"] = sys.prefix
 if len(sys.argv) > 1:
     sys.path.insert(0, sys.argv[1])
     import traceback
@@ -40,13 +44,22 @@ if len(sys.argv) > 1:
             import pycage.zygote
         except BaseException:
             info["zygoteError"] = traceback.format_exc()
+        if len(sys.argv) > 2:
+            from pycage import preload
+            failed = preload.run(sys.argv[2].split(","))
+            if failed is not None:
+                info["preloadError"] = {"module": failed[0], "error": failed[1]}
+            info["threads"] = preload.os_threads()
 print(json.dumps(info))
 "#;
 
 /// A probed interpreter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interpreter {
-    /// The real executable (`sys.executable`), spawned for every run.
+    /// The executable runs spawn (`sys.executable`): the real one behind a
+    /// wrapper such as a pyenv shim, but a virtual environment's own
+    /// `bin/python` (not the base interpreter its symlink points to), so
+    /// that runs get the environment's `sys.prefix` and site-packages.
     pub executable: PathBuf,
     /// `(major, minor, micro)`.
     pub version: (u64, u64, u64),
@@ -57,6 +70,33 @@ pub struct Interpreter {
     /// Why the zygote cannot run on this interpreter (e.g. no `ctypes`),
     /// when the probe imported the bootstrap and the zygote failed.
     pub zygote_error: Option<String>,
+    /// The virtual environment (`sys.prefix`) when the interpreter is one's
+    /// (`sys.prefix != sys.base_prefix`).
+    pub venv: Option<PathBuf>,
+    /// What compiled packages must match: the cache tag, ABI flags and
+    /// platform (`cpython-311--linux-x86_64`); part of the package cache's key.
+    pub abi: String,
+}
+
+/// Modules a runtime imports before each program (`RuntimeConfig::preload`)
+/// that could not be preloaded: which, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreloadFailure {
+    /// The module that failed, or the whole list when the failure is the
+    /// threads they left running.
+    pub module: String,
+    /// The exception (its last line), or what is wrong.
+    pub why: String,
+}
+
+/// What one probe learned.
+#[derive(Debug, Clone)]
+pub struct ProbeReport {
+    pub interpreter: Interpreter,
+    /// The bootstrap's import, when asked: its traceback if it failed.
+    pub bootstrap: Result<(), String>,
+    /// The preload, when asked (see [`probe_with_bootstrap`]).
+    pub preload: Result<(), PreloadFailure>,
 }
 
 /// Why the interpreter cannot be used; each message says what to do
@@ -123,16 +163,19 @@ fn is_executable(p: &Path) -> bool {
 
 /// Resolves and probes the interpreter.
 pub fn probe(configured: Option<&Path>) -> Result<Interpreter, InterpreterError> {
-    probe_with_bootstrap(configured, None).map(|(i, _)| i)
+    probe_with_bootstrap(configured, None, &[]).map(|r| r.interpreter)
 }
 
 /// Probes the interpreter and, in the same process, imports the bootstrap
-/// from `bootstrap_dir`; the second result is that import's traceback when it
-/// failed.
+/// from `bootstrap_dir` and then, as a zygote would before it forks, the
+/// `preload` modules (with numeric libraries' thread pools at one thread):
+/// the report says whether each worked, and how many OS threads the
+/// process had then (a zygote must have one).
 pub fn probe_with_bootstrap(
     configured: Option<&Path>,
     bootstrap_dir: Option<&Path>,
-) -> Result<(Interpreter, Result<(), String>), InterpreterError> {
+    preload: &[String],
+) -> Result<ProbeReport, InterpreterError> {
     let path = match configured {
         Some(p) => p.to_path_buf(),
         None => which("python3").ok_or(InterpreterError::NotFound)?,
@@ -141,6 +184,9 @@ pub fn probe_with_bootstrap(
     cmd.args(["-I", "-c", PROBE]);
     if let Some(dir) = bootstrap_dir {
         cmd.arg(dir);
+        if !preload.is_empty() {
+            cmd.arg(preload_argument(preload));
+        }
     }
     let out =
         cmd.stdin(Stdio::null()).output().map_err(|source| InterpreterError::Spawn { path: path.clone(), source })?;
@@ -186,14 +232,38 @@ pub fn probe_with_bootstrap(
         Some(e) => Err(e.chars().take(4000).collect()),
         None => Ok(()),
     };
+    let preload_result = match root.get("preloadError") {
+        Some(e) => Err(PreloadFailure {
+            module: e.get("module").and_then(|m| m.as_str()).unwrap_or_default().to_owned(),
+            why: e.get("error").and_then(|m| m.as_str()).unwrap_or_default().chars().take(2000).collect(),
+        }),
+        None => match root.get("threads").and_then(|n| n.as_number()).and_then(|n| n.as_u64()) {
+            Some(threads) if threads > 1 && !preload.is_empty() => Err(PreloadFailure {
+                module: preload.join(", "),
+                why: format!(
+                    "importing them left {threads} threads running; a zygote must fork from one thread \
+                     (preload only modules that start no thread at import)"
+                ),
+            }),
+            _ => Ok(()),
+        },
+    };
     let interpreter = Interpreter {
         executable,
         version: (major, minor, micro),
         prefixes: strings("prefixes"),
         sys_path: strings("path"),
         zygote_error: root.get("zygoteError").and_then(|e| e.as_str()).map(|e| e.chars().take(4000).collect()),
+        venv: root.get("venv").and_then(|v| v.as_str()).map(PathBuf::from),
+        abi: root.get("abi").and_then(|v| v.as_str()).unwrap_or_default().to_owned(),
     };
-    Ok((interpreter, bootstrap))
+    Ok(ProbeReport { interpreter, bootstrap, preload: preload_result })
+}
+
+/// The preload list as the probe, the zygote and an exec'd child read it
+/// (`PYCAGE_PRELOAD`): module names joined by commas (a module name has none).
+pub(crate) fn preload_argument(preload: &[String]) -> String {
+    preload.join(",")
 }
 
 #[cfg(test)]

@@ -40,15 +40,16 @@
 //!
 //! 1. Leaves: `sync` (locks that survive a panic elsewhere), `spelling`,
 //!    `process` (signals, pidfds, `wait4`, a runtime's reaper thread, what a
-//!    forked child does before exec), `bindings`, [`config`] (validated
+//!    forked child does before exec), `bindings`, [`packages`] (a run's
+//!    declared packages: checked, installed, cached), [`config`] (validated
 //!    budgets), [`files`], [`ledger`] (logs), `channel` (reading fd 3),
 //!    [`lease`], [`names`] (the portable identifier rules), [`net`] (the
 //!    egress allow-list and the network report), `outcome`
 //!    (results, failure kinds, events), [`watchdog`] (run-wide CPU and
 //!    memory).
 //! 2. [`interpreter`] and `probe_cache` (resolving and probing CPython
-//!    once; the embedded bootstrap), `error`, [`cleanup`] (run directories),
-//!    `request` (what a caller asks of a run).
+//!    once, with the preload; the embedded bootstrap), `error`, [`cleanup`]
+//!    (run directories), `request` (what a caller asks of a run).
 //! 3. `launch`: every way a run's process is made (exec, exec into a
 //!    sandbox, the zygote, its pool and the sandbox shells its children
 //!    join), with typed errors; `egress`: the HTTP proxy a sandboxed run
@@ -77,6 +78,7 @@ mod lifecycle;
 pub mod names;
 pub mod net;
 mod outcome;
+pub mod packages;
 mod probe_cache;
 mod process;
 mod request;
@@ -92,16 +94,17 @@ pub use cleanup::CleanupFailure;
 pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
 pub use error::{AllowReadError, RuntimeError};
 pub use files::{CopiedFile, CopyReport, SkipKind, Skipped};
-pub use interpreter::{Interpreter, InterpreterError};
+pub use interpreter::{Interpreter, InterpreterError, PreloadFailure};
 pub use launch::site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
 pub use launch::spawn::{SpawnError, StartError};
 pub use launch::zygote::ZygoteError;
 pub use names::NameError;
 pub use net::{Connection, NetBudget, NetHost, NetRule, NetRuleError, NetworkReport};
 pub use outcome::{FailureKind, RunEvent, RunFailure, RunResult};
+pub use packages::{PackageError, PACKAGES_DIR};
 pub use probe_cache::default_cache_dir;
 pub use pycage_protocol::JsonValue;
-pub use runtime::{MisuseError, RunLimits, RunRequest, Runtime};
+pub use runtime::{MisuseError, RunLimits, RunRequest, Runtime, SandboxView};
 pub use session::{Session, SessionError, SessionOptions, SessionRun};
 pub use spelling::{RustSpelling, Setting, Spelling};
 pub use tokio_util::sync::CancellationToken;

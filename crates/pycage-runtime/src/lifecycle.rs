@@ -10,6 +10,9 @@
 //! - waiting for a place among the runs in flight (`max_concurrent_runs`):
 //!   a run cancelled in the queue settles as `abort` at once and gives its
 //!   place up; its wall clock has not started;
+//! - its declared packages (`crate::packages`): found in the cache, or
+//!   installed by the host, before the wall clock starts (bounded by
+//!   `install_timeout` instead); a failure settles as `dependencies`;
 //! - waiting for a worker (a pooled child, a fork by the zygote, a sandbox
 //!   built for the run): a zygote that does not answer is the pool's
 //!   problem, never a reason for a run to outlive its wall clock;
@@ -197,6 +200,21 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
             Err(_) => return settled(FailureKind::Abort, stop_message(rt)),
         },
     };
+    // 1b. The run's packages, before its wall clock starts: installing is
+    //     the host's work, bounded by its own timeout.
+    let sys_path = match rt.launcher.packages(&program, &cancel, &stop).await {
+        Ok(paths) => paths,
+        Err(crate::packages::PackageError::Cancelled) if stop.is_cancelled() => {
+            return settled(FailureKind::Abort, stop_message(rt));
+        }
+        Err(crate::packages::PackageError::Cancelled) => {
+            return settled(
+                FailureKind::Abort,
+                "the run was cancelled by the caller while its packages were installed",
+            );
+        }
+        Err(e) => return settled(FailureKind::Dependencies, e.to_string()),
+    };
     let deadline = Instant::now() + config.wall_time;
     let wall_exceeded = || format!("the wall-clock budget of {} ms was exceeded", config.wall_time.as_millis());
 
@@ -257,7 +275,15 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         None => crate::watchdog::budget_watch(scope, budget, Duration::ZERO, rt.scan_cache()),
         Some(()) => session_watch(scope, budget, rt.scan_cache()),
     };
-    let machine = RunMachine::new(&config, opening, program, bindings, events.is_some(), output_dir.is_some());
+    let machine = RunMachine::with_sys_path(
+        &config,
+        opening,
+        program,
+        sys_path,
+        bindings,
+        events.is_some(),
+        output_dir.is_some(),
+    );
     // With an allow-list, the run's connections are served while it is in
     // flight (a session's, cell by cell), and reported with its result.
     let egress = site.egress_listener().and_then(|listener| match listener.and_then(|l| Egress::start(l, &config)) {

@@ -21,6 +21,10 @@ pub enum FailureKind {
     InvalidOutput,
     /// A value, line or control-traffic budget was exceeded.
     OutputLimit,
+    /// The packages the run declares (PEP 723) could not be provided: not
+    /// allowed, malformed, not found, not installable, or past
+    /// `RuntimeConfig::install_timeout`. The program did not start.
+    Dependencies,
 }
 
 impl FailureKind {
@@ -33,6 +37,7 @@ impl FailureKind {
             FailureKind::WorkerExit => "worker-exit",
             FailureKind::InvalidOutput => "invalid-output",
             FailureKind::OutputLimit => "output-limit",
+            FailureKind::Dependencies => "dependencies",
         }
     }
 }

@@ -11,11 +11,20 @@
 //! - `bootstrap-<H>/pycage/*.py` (+ `__pycache__`), where `<H>` hashes the
 //!   embedded files and this crate's version: written once, atomically
 //!   (a temporary directory renamed into place), never modified after;
-//! - `interpreter-<K>.json`, the probe's answer, where `<K>` hashes the
-//!   interpreter path as found (symlinks resolved), its size and mtime, and
-//!   `<H>`. An entry is used only while the real executable it names
-//!   (`sys.executable`) still has the size and mtime recorded; otherwise the
-//!   interpreter is probed again and the entry rewritten.
+//! - `interpreter-<K>.json`, the probe's answer, where `<K>` hashes what
+//!   decides what a run will see: the interpreter path as given (made
+//!   absolute, symlinks *not* resolved: a virtual environment's
+//!   `bin/python` is a symlink to its base interpreter, and names another
+//!   `sys.prefix` and site-packages than the base does), the size and mtime
+//!   of the file it leads to, the `pyvenv.cfg` beside it (a venv's), `<H>`
+//!   and the preload list. An entry is used only while every file it
+//!   watches is unchanged: the executable it names (`sys.executable`), the
+//!   venv's `pyvenv.cfg`, and each directory on the interpreter's
+//!   `sys.path` (a directory's mtime changes when a package is installed
+//!   into it or removed: the preload's check is then made again).
+//!   Otherwise the interpreter is probed again and the entry rewritten. A
+//!   probe that fails (the bootstrap or a preload does not import) is never
+//!   kept.
 //!
 //! A path found on `PATH` may be a wrapper script (a pyenv shim) that picks
 //! its interpreter at run time; its entry stays valid while the shim and
@@ -43,11 +52,12 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
     ("script.py", include_str!("../../../python/pycage/script.py")),
     ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
+    ("preload.py", include_str!("../../../python/pycage/preload.py")),
 ];
 
 use pycage_protocol::{JsonBuilder, JsonValue, Kind};
 
-use crate::interpreter::{self, Interpreter, InterpreterError};
+use crate::interpreter::{self, Interpreter, InterpreterError, PreloadFailure};
 
 /// The bootstrap directory a runtime uses.
 pub(crate) enum BootstrapDir {
@@ -75,6 +85,8 @@ pub(crate) enum PrepareError {
     Write(std::io::Error),
     #[error("{stderr}")]
     Import { python: PathBuf, stderr: String },
+    #[error("could not preload {}: {}", .0.module, .0.why)]
+    Preload(PreloadFailure),
 }
 
 /// The user's cache directory for pycage: `$XDG_CACHE_HOME/pycage`, else
@@ -87,56 +99,92 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     base.is_absolute().then(|| base.join("pycage"))
 }
 
-/// Installs the bootstrap and probes (or recalls) the interpreter.
+/// Installs the bootstrap and probes (or recalls) the interpreter, with
+/// `preload` imported as the zygote will.
 pub(crate) fn prepare(
     python: Option<&Path>,
     cache: Option<&Path>,
+    preload: &[String],
 ) -> Result<(Interpreter, BootstrapDir), PrepareError> {
     if let Some(cache) = cache {
-        if let Some(found) = cached(python, cache)? {
+        if let Some(found) = cached(python, cache, preload)? {
             return Ok(found);
         }
     }
     let dir = write_bootstrap_temp().map_err(PrepareError::Write)?;
-    let interpreter = probe_into(python, dir.path())?;
+    let interpreter = probe_into(python, dir.path(), preload)?;
     Ok((interpreter, BootstrapDir::Temp(dir)))
 }
 
-fn probe_into(python: Option<&Path>, dir: &Path) -> Result<Interpreter, PrepareError> {
-    let (interpreter, imported) = interpreter::probe_with_bootstrap(python, Some(dir))?;
-    if let Err(stderr) = imported {
-        return Err(PrepareError::Import { python: interpreter.executable, stderr });
+fn probe_into(python: Option<&Path>, dir: &Path, preload: &[String]) -> Result<Interpreter, PrepareError> {
+    let report = interpreter::probe_with_bootstrap(python, Some(dir), preload)?;
+    if let Err(stderr) = report.bootstrap {
+        return Err(PrepareError::Import { python: report.interpreter.executable, stderr });
     }
     share_bytecode(dir);
-    Ok(interpreter)
+    report.preload.map_err(PrepareError::Preload)?;
+    Ok(report.interpreter)
 }
 
 /// `Ok(None)`: the cache cannot be used; probe without it.
-fn cached(python: Option<&Path>, cache: &Path) -> Result<Option<(Interpreter, BootstrapDir)>, PrepareError> {
+fn cached(
+    python: Option<&Path>,
+    cache: &Path,
+    preload: &[String],
+) -> Result<Option<(Interpreter, BootstrapDir)>, PrepareError> {
     let found = match python {
+        // A bare name is looked up on PATH, as running it would.
+        Some(p) if !p.as_os_str().is_empty() && p.parent() == Some(Path::new("")) => {
+            match p.to_str().and_then(interpreter::which) {
+                Some(found) => found,
+                None => return Ok(None),
+            }
+        }
         Some(p) => p.to_path_buf(),
         None => interpreter::which("python3").ok_or(InterpreterError::NotFound)?,
     };
-    let Ok(resolved) = std::fs::canonicalize(&found) else { return Ok(None) };
-    let Some(stamp) = stamp(&resolved) else { return Ok(None) };
+    // As given, not resolved: a venv's python is a symlink to its base.
+    let Ok(given) = std::path::absolute(&found) else { return Ok(None) };
+    let Some(given_stamp) = stamp(&given) else { return Ok(None) };
+    let venv_cfg = pyvenv_cfg(&given).and_then(|cfg| stamp(&cfg));
     let content = content_hash();
     let bootstrap = cache.join(format!("bootstrap-{content:016x}"));
     if !bootstrap.join("pycage").is_dir() && install_bootstrap(cache, &bootstrap).is_err() {
         return Ok(None);
     }
     let mut key = std::collections::hash_map::DefaultHasher::new();
-    (resolved.as_os_str(), stamp, content).hash(&mut key);
+    (given.as_os_str(), given_stamp, venv_cfg, content, preload).hash(&mut key);
     let entry = cache.join(format!("interpreter-{:016x}.json", key.finish()));
     if let Some(interpreter) = read_entry(&entry) {
         return Ok(Some((interpreter, BootstrapDir::Cached(bootstrap))));
     }
-    let interpreter = probe_into(Some(&found), &bootstrap)?;
+    let interpreter = probe_into(Some(&found), &bootstrap, preload)?;
     // Best effort: a failed write only means the next start probes again.
     let _ = write_entry(cache, &entry, &interpreter);
     Ok(Some((interpreter, BootstrapDir::Cached(bootstrap))))
 }
 
-/// Size and mtime (ns) of a file.
+/// The `pyvenv.cfg` that makes `python` a virtual environment's
+/// interpreter, if there is one (CPython looks beside the executable and
+/// one directory up).
+pub(crate) fn pyvenv_cfg(python: &Path) -> Option<PathBuf> {
+    let dir = python.parent()?;
+    [dir.join("pyvenv.cfg"), dir.parent()?.join("pyvenv.cfg")].into_iter().find(|p| p.is_file())
+}
+
+/// What an entry watches: the executable, the venv's `pyvenv.cfg`, and the
+/// directories on `sys.path` (their mtimes change when a package is
+/// installed or removed), each that exists.
+fn watched(i: &Interpreter) -> Vec<PathBuf> {
+    let mut paths = vec![i.executable.clone()];
+    if let Some(venv) = &i.venv {
+        paths.push(venv.join("pyvenv.cfg"));
+    }
+    paths.extend(i.sys_path.iter().filter(|p| p.is_dir()).cloned());
+    paths
+}
+
+/// Size and mtime (ns) of a file (following symlinks).
 fn stamp(path: &Path) -> Option<(u64, i128)> {
     let meta = std::fs::metadata(path).ok()?;
     let mtime = meta.modified().ok()?;
@@ -209,16 +257,26 @@ pub(crate) fn share_bytecode(dir: &Path) {
 }
 
 fn write_entry(cache: &Path, entry: &Path, i: &Interpreter) -> std::io::Result<()> {
-    let Some((size, mtime)) = stamp(&i.executable) else { return Err(std::io::Error::other("no executable")) };
+    let mut watch = Vec::new();
+    for path in watched(i) {
+        let Some((size, mtime)) = stamp(&path) else { return Err(std::io::Error::other("a watched file is gone")) };
+        watch.push((path, size, mtime));
+    }
     let mut b = JsonBuilder::new();
     let built = (|| -> Result<(), pycage_protocol::BuildError> {
         b.begin_object()?;
         b.key("executable")?;
         b.string(&i.executable.to_string_lossy())?;
-        b.key("executableSize")?;
-        b.number(&size.to_string())?;
-        b.key("executableMtime")?;
-        b.number(&mtime.to_string())?;
+        b.key("watch")?;
+        b.begin_array()?;
+        for (path, size, mtime) in &watch {
+            b.begin_array()?;
+            b.string(&path.to_string_lossy())?;
+            b.number(&size.to_string())?;
+            b.number(&mtime.to_string())?;
+            b.end()?;
+        }
+        b.end()?;
         b.key("version")?;
         b.begin_array()?;
         for part in [i.version.0, i.version.1, i.version.2] {
@@ -237,6 +295,12 @@ fn write_entry(cache: &Path, entry: &Path, i: &Interpreter) -> std::io::Result<(
             b.key("zygoteError")?;
             b.string(e)?;
         }
+        if let Some(v) = &i.venv {
+            b.key("venv")?;
+            b.string(&v.to_string_lossy())?;
+        }
+        b.key("abi")?;
+        b.string(&i.abi)?;
         b.end()
     })();
     let value = built.and_then(|()| b.finish()).map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -251,9 +315,18 @@ fn read_entry(entry: &Path) -> Option<Interpreter> {
     let value = JsonValue::parse(&bytes).ok()?;
     let root = value.root();
     let executable = PathBuf::from(root.get("executable")?.as_str()?);
-    let size = root.get("executableSize")?.as_number()?.as_u64()?;
-    let mtime: i128 = root.get("executableMtime")?.as_number()?.as_str().parse().ok()?;
-    if stamp(&executable)? != (size, mtime) {
+    let mut watched_executable = false;
+    for item in root.get("watch")?.as_array()? {
+        let mut parts = item.as_array()?;
+        let path = PathBuf::from(parts.next()?.as_str()?);
+        let size = parts.next()?.as_number()?.as_u64()?;
+        let mtime: i128 = parts.next()?.as_number()?.as_str().parse().ok()?;
+        if stamp(&path)? != (size, mtime) {
+            return None;
+        }
+        watched_executable |= path == executable;
+    }
+    if !watched_executable {
         return None;
     }
     let version: Vec<u64> =
@@ -271,6 +344,8 @@ fn read_entry(entry: &Path) -> Option<Interpreter> {
         prefixes: paths("prefixes")?,
         sys_path: paths("path")?,
         zygote_error: root.get("zygoteError").and_then(|e| e.as_str()).map(str::to_owned),
+        venv: root.get("venv").and_then(|e| e.as_str()).map(PathBuf::from),
+        abi: root.get("abi")?.as_str()?.to_owned(),
     })
 }
 
@@ -281,7 +356,7 @@ mod tests {
     #[test]
     fn second_prepare_reads_the_cache_and_a_changed_executable_is_probed_again() {
         let cache = tempfile::tempdir().unwrap();
-        let (first, dir) = prepare(None, Some(cache.path())).unwrap();
+        let (first, dir) = prepare(None, Some(cache.path()), &[]).unwrap();
         assert!(matches!(dir, BootstrapDir::Cached(_)));
         assert!(dir.path().join("pycage/__pycache__").is_dir(), "the probe compiled the bootstrap");
         let entries: Vec<_> = std::fs::read_dir(cache.path())
@@ -291,18 +366,18 @@ mod tests {
             .collect();
         assert_eq!(entries.len(), 1);
         let entry = entries[0].path();
-        let (second, _) = prepare(None, Some(cache.path())).unwrap();
+        let (second, _) = prepare(None, Some(cache.path()), &[]).unwrap();
         assert_eq!(first, second);
         assert_eq!(read_entry(&entry).as_ref(), Some(&first));
         // A stale record (the executable "changed") is not used.
-        let text = std::fs::read_to_string(&entry).unwrap().replace("\"executableSize\":", "\"executableSize\":1");
+        let text = std::fs::read_to_string(&entry).unwrap().replace("\"watch\":[[\"", "\"watch\":[[\"/gone");
         std::fs::write(&entry, text).unwrap();
         assert_eq!(read_entry(&entry), None);
-        let (third, _) = prepare(None, Some(cache.path())).unwrap();
+        let (third, _) = prepare(None, Some(cache.path()), &[]).unwrap();
         assert_eq!(third, first);
         assert_eq!(read_entry(&entry).as_ref(), Some(&first), "the entry was rewritten");
         // Garbage is ignored, not an error.
         std::fs::write(&entry, b"\xff not json").unwrap();
-        assert!(prepare(None, Some(cache.path())).is_ok());
+        assert!(prepare(None, Some(cache.path()), &[]).is_ok());
     }
 }

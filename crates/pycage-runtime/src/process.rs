@@ -263,7 +263,8 @@ mod tests {
         let pid = child.id() as i32;
         let pidfd =
             rustix::process::pidfd_open(Pid::from_raw(pid).unwrap(), rustix::process::PidfdFlags::empty()).unwrap();
-        assert!(matches!(state(pid), Some('S' | 'R')));
+        // Running, sleeping, or in the middle of its exec on a loaded machine.
+        assert!(matches!(state(pid), Some(c) if !matches!(c, 'T' | 't' | 'Z' | 'X')), "{:?}", state(pid));
         assert!(!has_exited(&pidfd));
         // Not ours to signal by group: the pidfd reaches the child alone.
         signal_run_group(pid, &pidfd, false, Signal::STOP);

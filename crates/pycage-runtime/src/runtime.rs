@@ -11,6 +11,7 @@ use crate::config::{RuntimeConfig, SpawnMode};
 pub use crate::error::{MisuseError, RuntimeError};
 use crate::interpreter::Interpreter;
 use crate::launch::site;
+pub use crate::launch::site::SandboxView;
 use crate::lifecycle::{Core, Keep, Plan};
 use crate::names;
 use crate::outcome::{RunEvent, RunResult};
@@ -38,6 +39,16 @@ impl Runtime {
     /// The probed interpreter.
     pub fn interpreter(&self) -> &Interpreter {
         self.core.launcher.interpreter()
+    }
+
+    /// What a sandboxed run sees of the host (`None` in process isolation).
+    pub fn sandbox_view(&self) -> Option<SandboxView> {
+        self.core.launcher.sandbox_view()
+    }
+
+    /// The host directory of the package cache (`crate::packages`).
+    pub fn package_cache(&self) -> &std::path::Path {
+        self.core.launcher.package_root()
     }
 
     /// How runs are spawned in fact: the configured mode, or `Exec` with

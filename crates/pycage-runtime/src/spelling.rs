@@ -10,6 +10,12 @@ pub enum Setting {
     ProcessIsolation,
     /// An extra read-only path (`RuntimeConfig::allow_read`).
     AllowRead,
+    /// The virtual environment (`RuntimeConfig::venv`).
+    Venv,
+    /// The modules imported before each program (`RuntimeConfig::preload`).
+    Preload,
+    /// The caller's requirements (`RuntimeConfig::with_packages`).
+    WithPackages,
 }
 
 /// How one interface names settings in its messages.
@@ -28,6 +34,9 @@ impl Spelling for RustSpelling {
             Setting::Python => "RuntimeConfig::python",
             Setting::ProcessIsolation => "RuntimeConfig::isolation = Isolation::Process",
             Setting::AllowRead => "RuntimeConfig::allow_read",
+            Setting::Venv => "RuntimeConfig::venv",
+            Setting::Preload => "RuntimeConfig::preload",
+            Setting::WithPackages => "RuntimeConfig::with_packages",
         }
     }
 }

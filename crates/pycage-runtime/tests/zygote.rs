@@ -257,3 +257,31 @@ async fn wait_idle_waits_for_a_full_pool_and_settled_runs() {
     assert_eq!(children_of(zygote).len(), 3, "the pool is full again");
     rt.shutdown().await;
 }
+
+/// Runs whose deadline falls around their spawn's answer (a 1 ms wall
+/// clock, an empty pool, 16 at once): every child the zygote forked for
+/// them is killed and reaped, whenever the run gave up. A child left in a
+/// dropped answer used to stay a zombie of the zygote for its whole life,
+/// and kept the runtime from ever being idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_that_give_up_while_spawning_leave_no_child() {
+    let rt = zygote_runtime(|c| {
+        c.pool_size = 0;
+        c.wall_time = Duration::from_millis(1);
+    });
+    for _ in 0..20 {
+        let runs: Vec<_> = (0..16)
+            .map(|_| {
+                let rt = rt.clone();
+                tokio::spawn(async move { rt.run(RunRequest::new("return 1")).await.unwrap() })
+            })
+            .collect();
+        for h in runs {
+            h.await.unwrap();
+        }
+    }
+    assert!(rt.wait_idle(Duration::from_secs(30)).await, "a spawn or reap never settled");
+    let zygote = rt.zygote_pid().unwrap();
+    assert_eq!(children_of(zygote), Vec::<u32>::new(), "children of the zygote are left");
+    rt.shutdown().await;
+}

@@ -35,7 +35,7 @@ __all__ = [
     "Session",
 ]
 
-FailureKind = Literal["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit"]
+FailureKind = Literal["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies"]
 
 
 @dataclass(frozen=True)
@@ -532,6 +532,18 @@ def _budget_fields(given: dict[str, Any], owner: str, *, per_run: bool = False) 
     return fields
 
 
+def _strings(name: str, value: Any, what: str) -> list[str]:
+    """A list of strings from an iterable of them (a lone string is refused:
+    it would iterate as characters)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"pycage.Runtime: {name} must be a list of {what}, got {_describe(value)}")
+    items = list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"pycage.Runtime: {name} items must be {what}, got {_describe(item)}")
+    return items
+
+
 def _check_path(name: str, value: Any) -> str:
     try:
         return os.fspath(value)
@@ -600,9 +612,23 @@ class Runtime(_Closeable):
     pycage's HTTP proxy on the host (``HTTPS_PROXY`` in its environment),
     within ``max_net_bytes`` (64 MiB) and ``max_net_connections`` (64).
     ``python`` is the interpreter for runs (default: ``python3`` on
-    ``PATH``); it is probed once, here, and the answer is kept in
+    ``PATH``; a virtual environment's ``bin/python`` means that
+    environment); it is probed once, here, and the answer is kept in
     ``cache_dir`` (default: ``$XDG_CACHE_HOME/pycage`` or
     ``~/.cache/pycage``; ``False`` probes every time).
+
+    Your environment: ``venv`` runs programs in a virtual environment (its
+    interpreter and packages, read-only in the sandbox; not with
+    ``python``). ``preload`` lists modules imported before each program, by
+    the zygote before it forks, so runs start with them at fork cost (BLAS
+    and OpenMP pools start with one thread; a module that fails to import
+    raises :class:`ConfigError` here, naming it). ``with_packages`` lists
+    requirements (``"tabulate"``, ``"rich>=13"``) installed for every run,
+    with what a program declares in a PEP 723 ``# /// script`` block; the
+    host installs them (uv, else pip) into a content-addressed cache under
+    ``cache_dir`` before the program starts, and runs never get network.
+    ``allow_packages`` (default ``None``: any) lists the package names
+    programs may declare; another fails the run with ``"dependencies"``.
 
     Processes: ``spawn="zygote"`` (the default) forks each run's process
     from a warm fork server, with ``pool_size`` (4) children forked ahead of
@@ -627,6 +653,10 @@ class Runtime(_Closeable):
         spawn: Literal["zygote", "exec"] = "zygote",
         cache_dir: Union[str, os.PathLike[str], None, Literal[False]] = None,
         allow_net: Iterable[str] = (),
+        venv: Union[str, os.PathLike[str], None] = None,
+        preload: Iterable[str] = (),
+        with_packages: Iterable[str] = (),
+        allow_packages: Optional[Iterable[str]] = None,
         **budgets: Union[int, float, None],
     ) -> None:
         if spawn not in ("zygote", "exec"):
@@ -645,6 +675,14 @@ class Runtime(_Closeable):
         for rule in net_rules:
             if not isinstance(rule, str):
                 raise TypeError(f"pycage.Runtime: allow_net items must be 'HOST[:PORT]' strings, got {_describe(rule)}")
+        if python is not None and venv is not None:
+            raise ConfigError(
+                "invalid pycage.Runtime argument: venv cannot be given together with python "
+                "(a venv's interpreter is its bin/python)"
+            )
+        preload_list = _strings("preload", preload, "module names")
+        with_list = _strings("with_packages", with_packages, "requirement strings")
+        allow_list = None if allow_packages is None else _strings("allow_packages", allow_packages, "package names")
         # Budgets (the budgets table, generated into pycage._budgets): each
         # checked here in its keyword's unit, handed over in its field's.
         # (max_control_bytes must also be at least max_line_bytes: the
@@ -660,6 +698,10 @@ class Runtime(_Closeable):
             probe_cache=cache_dir is not False,
             allow_net=net_rules,
             budgets=fields,
+            venv=None if venv is None else _check_path("venv", venv),
+            preload=preload_list,
+            with_packages=with_list,
+            allow_packages=allow_list,
         )
         self._lock = threading.Lock()
         self._loop_thread: Optional[_LoopThread] = None

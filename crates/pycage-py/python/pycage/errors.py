@@ -56,7 +56,8 @@ class RunError(PycageError):
     """Raised by :meth:`pycage.Result.unwrap` for a failed run.
 
     ``kind`` is the failure kind (``"exception"``, ``"timeout"``, ``"abort"``,
-    ``"worker-exit"``, ``"invalid-output"`` or ``"output-limit"``),
+    ``"worker-exit"``, ``"invalid-output"``, ``"output-limit"`` or
+    ``"dependencies"``),
     ``message`` its message and ``logs`` the run's output lines.
     """
 

@@ -21,12 +21,17 @@ pub(crate) mod site;
 pub(crate) mod spawn;
 pub(crate) mod zygote;
 
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
 
 use crate::cleanup::{CleanupLog, RunDirs};
 use crate::config::{Isolation, RuntimeConfig, SpawnMode};
 use crate::error::RuntimeError;
 use crate::interpreter::Interpreter;
+use crate::packages::{PackageCache, PackageError, Target};
 use crate::probe_cache::{self, BootstrapDir, PrepareError};
 use crate::process::Reaper;
 use pool::{Pool, PoolConfig, Shells};
@@ -53,18 +58,71 @@ pub(crate) struct Launcher {
     cleanup: Arc<CleanupLog>,
     /// Reaps this runtime's children dropped while dying.
     reaper: Arc<Reaper>,
+    /// Runs' declared packages.
+    packages: Arc<PackageCache>,
+    /// The zygote's matplotlib configuration directory, when it preloads
+    /// (a font cache built there stays the host's).
+    _zygote_home: Option<tempfile::TempDir>,
+}
+
+/// The interpreter a configuration names: `venv`'s `bin/python` (checked
+/// to be a virtual environment's), or `python`.
+fn interpreter_path(config: &RuntimeConfig) -> Result<Option<PathBuf>, RuntimeError> {
+    let Some(venv) = &config.venv else { return Ok(config.python.clone()) };
+    let problem = |problem: String| RuntimeError::Venv { path: venv.clone(), problem };
+    let dir = std::path::absolute(venv).map_err(|e| problem(e.to_string()))?;
+    if !dir.is_dir() {
+        return Err(problem("no such directory".into()));
+    }
+    if !dir.join("pyvenv.cfg").is_file() {
+        return Err(problem("not a virtual environment (it has no pyvenv.cfg)".into()));
+    }
+    match ["python", "python3"].iter().map(|name| dir.join("bin").join(name)).find(|p| p.exists()) {
+        Some(python) => Ok(Some(python)),
+        None => Err(problem("it has no bin/python".into())),
+    }
 }
 
 impl Launcher {
     /// Probes the interpreter, installs the bootstrap, checks the sandbox's
     /// layers and starts the zygote's pool (when runs use one).
     pub(crate) fn new(config: Arc<RuntimeConfig>) -> Result<Launcher, RuntimeError> {
-        let (interpreter, bootstrap) = probe_cache::prepare(config.python.as_deref(), config.cache_dir.as_deref())
-            .map_err(|e| match e {
-                PrepareError::Interpreter(e) => RuntimeError::Interpreter(e),
-                PrepareError::Write(e) => RuntimeError::Bootstrap(e),
-                PrepareError::Import { python, stderr } => RuntimeError::BootstrapImport { python, stderr },
-            })?;
+        let python = interpreter_path(&config)?;
+        let (interpreter, bootstrap) =
+            probe_cache::prepare(python.as_deref(), config.cache_dir.as_deref(), &config.preload).map_err(
+                |e| match e {
+                    PrepareError::Interpreter(e) => RuntimeError::Interpreter(e),
+                    PrepareError::Write(e) => RuntimeError::Bootstrap(e),
+                    PrepareError::Import { python, stderr } => RuntimeError::BootstrapImport { python, stderr },
+                    PrepareError::Preload(failure) => RuntimeError::Preload(failure),
+                },
+            )?;
+        if let (Some(venv), None) = (&config.venv, &interpreter.venv) {
+            return Err(RuntimeError::Venv {
+                path: venv.clone(),
+                problem: format!("{} does not run as a virtual environment", interpreter.executable.display()),
+            });
+        }
+        let target = Target {
+            python: interpreter.executable.clone(),
+            version: interpreter.version,
+            abi: interpreter.abi.clone(),
+        };
+        let packages = PackageCache::new(
+            config.cache_dir.as_deref(),
+            &target,
+            &config.with_packages,
+            config.allow_packages.as_deref(),
+            config.install_timeout,
+        )
+        .map_err(RuntimeError::Packages)?;
+        if !config.with_packages.is_empty() {
+            // The caller's own requirements: installed now, so that a bad
+            // one fails here and no run pays for them.
+            let requirements = packages.requirements("").map_err(RuntimeError::Packages)?;
+            packages.ensure(&requirements, &AtomicBool::new(false)).map_err(RuntimeError::Packages)?;
+        }
+        let packages = Arc::new(packages);
         // Directories left by pycage processes that died without cleaning
         // up are swept here; this runtime's own are named for its lock.
         let cleanup = Arc::new(CleanupLog::default());
@@ -77,6 +135,7 @@ impl Launcher {
                 Arc::clone(&config),
                 &interpreter,
                 bootstrap.path(),
+                packages.root(),
                 run_dirs.owner_id().to_owned(),
                 Arc::clone(&reaper),
             )?)),
@@ -96,10 +155,21 @@ impl Launcher {
             }),
             _ => None,
         };
+        let zygote_home = if use_zygote && !config.preload.is_empty() {
+            Some(tempfile::Builder::new().prefix("pycage-zygote-").tempdir().map_err(RuntimeError::Bootstrap)?)
+        } else {
+            None
+        };
+        let mut zygote_env = Vec::new();
+        if let Some(home) = &zygote_home {
+            zygote_env.push(("MPLCONFIGDIR".to_owned(), home.path().join("matplotlib").to_string_lossy().into_owned()));
+        }
         let pool = use_zygote.then(|| {
             Pool::new(PoolConfig {
                 python: interpreter.executable.clone(),
                 bootstrap_dir: bootstrap.path().to_path_buf(),
+                preload: config.preload.clone(),
+                zygote_env,
                 size: config.pool_size,
                 zygote_max_runs: config.zygote_max_runs,
                 zygote_max_age: config.zygote_max_age,
@@ -108,7 +178,68 @@ impl Launcher {
                 shells,
             })
         });
-        Ok(Launcher { config, interpreter, bootstrap, sandboxes, pool, spawn_fallback, run_dirs, cleanup, reaper })
+        Ok(Launcher {
+            config,
+            interpreter,
+            bootstrap,
+            sandboxes,
+            pool,
+            spawn_fallback,
+            run_dirs,
+            cleanup,
+            reaper,
+            packages,
+            _zygote_home: zygote_home,
+        })
+    }
+
+    /// The run's packages (the caller's `with_packages` and what `program`
+    /// declares), installed now unless the cache has them, as the run's
+    /// process will see them: its `run.sysPath`. Empty when the run needs
+    /// none. A cancel or stop kills the installer.
+    pub(crate) async fn packages(
+        &self,
+        program: &str,
+        cancel: &CancellationToken,
+        stop: &CancellationToken,
+    ) -> Result<Vec<String>, PackageError> {
+        let requirements = self.packages.requirements(program)?;
+        if requirements.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cache = Arc::clone(&self.packages);
+        let flag = Arc::new(AtomicBool::new(false));
+        let task_flag = Arc::clone(&flag);
+        let mut task = tokio::task::spawn_blocking(move || cache.ensure(&requirements, &task_flag));
+        let installed = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => None,
+            _ = stop.cancelled() => None,
+            done = &mut task => Some(done),
+        };
+        let entry = match installed {
+            Some(done) => done.map_err(|e| PackageError::Install {
+                installer: "the installer thread",
+                requirements: String::new(),
+                output: e.to_string(),
+            })??,
+            None => {
+                // The installer is killed before the run settles.
+                flag.store(true, Ordering::Release);
+                let _ = task.await;
+                return Err(PackageError::Cancelled);
+            }
+        };
+        Ok(vec![self.package_dir_inside(&entry)])
+    }
+
+    /// A package cache entry as a run's process sees it.
+    fn package_dir_inside(&self, entry: &Path) -> String {
+        let inside = match (&self.sandboxes, entry.strip_prefix(self.packages.root())) {
+            (Some(_), Ok(rel)) => Path::new(crate::packages::PACKAGES_DIR).join(rel),
+            _ => entry.to_path_buf(),
+        };
+        inside.to_string_lossy().into_owned()
     }
 
     /// The probed interpreter.
@@ -133,6 +264,16 @@ impl Launcher {
     /// The pid of the zygote serving runs now, if there is one.
     pub(crate) fn zygote_pid(&self) -> Option<i32> {
         self.pool.as_ref().and_then(Pool::zygote_pid)
+    }
+
+    /// What a sandboxed run sees of the host.
+    pub(crate) fn sandbox_view(&self) -> Option<site::SandboxView> {
+        self.sandboxes.as_ref().map(|s| s.view())
+    }
+
+    /// The package cache's host directory.
+    pub(crate) fn package_root(&self) -> &Path {
+        self.packages.root()
     }
 
     /// Whether runs are sandboxed.
@@ -187,13 +328,15 @@ impl Launcher {
         let dir = Arc::new(self.run_dirs.create().map_err(SpawnError::RunDir)?);
         site::copy_inputs(dir.path(), inputs).map_err(SpawnError::Inputs)?;
         let path = dir.path().to_path_buf();
+        let env = site::python_env(&path);
         let worker = Worker::spawn(SpawnSpec {
             python: &self.interpreter.executable,
             bootstrap_dir: self.bootstrap.path(),
+            preload: &self.config.preload,
             home: &path,
             tmp: &path,
             cwd: Some(&path),
-            env: &[],
+            env: &env,
             run_dir: Some(Arc::clone(&dir)),
             guards: Vec::new(),
             pre_exec: None,

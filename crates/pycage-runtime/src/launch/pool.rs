@@ -36,6 +36,10 @@ use crate::sync::lock;
 pub(crate) struct PoolConfig {
     pub python: PathBuf,
     pub bootstrap_dir: PathBuf,
+    /// Modules every zygote imports before it forks.
+    pub preload: Vec<String>,
+    /// The zygote's own extra environment.
+    pub zygote_env: Vec<(String, String)>,
     pub size: usize,
     pub zygote_max_runs: u64,
     pub zygote_max_age: std::time::Duration,
@@ -253,6 +257,8 @@ impl Inner {
         Zygote::start(ZygoteSpec {
             python: self.config.python.clone(),
             bootstrap_dir: self.config.bootstrap_dir.clone(),
+            preload: self.config.preload.clone(),
+            env: self.config.zygote_env.clone(),
         })
     }
 
@@ -374,16 +380,18 @@ impl Inner {
         let Some(shells) = &self.config.shells else {
             let run_dir = self.config.run_dirs.create().map_err(SpawnError::RunDir)?;
             let dir = run_dir.path().to_string_lossy().into_owned();
-            let spec = ChildSpec {
-                cwd: run_dir.path().to_path_buf(),
-                env: vec![
-                    ("HOME".into(), dir.clone()),
-                    ("TMPDIR".into(), dir),
-                    ("PATH".into(), crate::process::run_path(&self.config.python)),
-                ],
-                rlimits: self.config.rlimits.clone(),
-                join: None,
-            };
+            let mut env = vec![
+                ("HOME".into(), dir.clone()),
+                ("TMPDIR".into(), dir),
+                ("PATH".into(), crate::process::run_path(&self.config.python)),
+            ];
+            env.extend(
+                crate::launch::site::python_env(run_dir.path())
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
+            );
+            let spec =
+                ChildSpec { cwd: run_dir.path().to_path_buf(), env, rlimits: self.config.rlimits.clone(), join: None };
             let host = HostSide {
                 zygote: zygote.clone(),
                 sock: ch.host,

@@ -37,6 +37,7 @@ impl Sandboxes {
         config: Arc<RuntimeConfig>,
         interp: &Interpreter,
         bootstrap: &Path,
+        packages: &Path,
         owner: String,
         reaper: Arc<Reaper>,
     ) -> Result<Sandboxes, RuntimeError> {
@@ -51,7 +52,7 @@ impl Sandboxes {
                 .collect();
             return Err(RuntimeError::SandboxUnavailable { layers: missing.join(", "), reasons: reasons.join("; ") });
         }
-        let layout = SandboxLayout::new(&config, interp, bootstrap)?;
+        let layout = SandboxLayout::new(&config, interp, bootstrap, packages)?;
         Ok(Sandboxes { config, layout, cgroup: avail.cgroup, next_cgroup: AtomicU64::new(0), owner, reaper })
     }
 
@@ -66,6 +67,11 @@ impl Sandboxes {
             self.layout.env.iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
         );
         env
+    }
+
+    /// What every sandboxed run sees of the host.
+    pub(crate) fn view(&self) -> site::SandboxView {
+        self.layout.view()
     }
 
     /// Host path prefixes and where the sandbox shows them.
@@ -176,6 +182,7 @@ impl Sandboxes {
         Worker::spawn(SpawnSpec {
             python: &self.layout.python,
             bootstrap_dir: &self.layout.bootstrap,
+            preload: &self.config.preload,
             home: Path::new(pycage_sandbox::WORK_DIR),
             tmp: Path::new(pycage_sandbox::TMP_DIR),
             cwd: None,

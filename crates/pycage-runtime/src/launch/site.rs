@@ -7,8 +7,12 @@
 //! shown at the neutral [`INTERPRETER_DIR`] (CPython finds its standard
 //! library relative to its executable; `LD_LIBRARY_PATH` covers a
 //! `libpython` found through an absolute `RUNPATH`), and the bootstrap at
-//! [`BOOTSTRAP_DIR`]. A virtual environment (whose `pyvenv.cfg` names its
-//! base interpreter by absolute path) keeps its host paths.
+//! [`BOOTSTRAP_DIR`]. A virtual environment keeps its host paths, and so
+//! does its base installation, wherever they are: its `pyvenv.cfg` and its
+//! `bin/python` symlink name the base by absolute path, and modules a
+//! zygote preloaded from it hold their host paths (a font list, a data
+//! directory) that must stay valid in every run. The package cache
+//! (`crate::packages`) is shown at [`crate::packages::PACKAGES_DIR`].
 //!
 //! [`RunSite`] is one run's: in process isolation a private 0700 host
 //! directory ([`RunDir`]: removed when the run settles, failures reported),
@@ -54,6 +58,36 @@ pub(crate) struct SandboxLayout {
     pub egress_port: Option<u16>,
 }
 
+/// What a sandboxed run sees of the host, beyond the fixed layout of
+/// `docs/sandbox.md` (for `pycage doctor` and the curious).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxView {
+    /// Host paths shown read-only at their own path.
+    pub read_only: Vec<PathBuf>,
+    /// Host paths shown read-only elsewhere: `(host, inside)`.
+    pub remapped: Vec<(PathBuf, PathBuf)>,
+    /// The interpreter runs start, as the sandbox shows it.
+    pub python: PathBuf,
+    /// Environment runs get beyond `HOME`, `TMPDIR`, `PATH` and `LANG`.
+    pub env: Vec<(String, String)>,
+}
+
+impl SandboxLayout {
+    /// The layout as a [`SandboxView`].
+    pub(crate) fn view(&self) -> SandboxView {
+        SandboxView {
+            read_only: self.read_only.clone(),
+            remapped: self.remapped.iter().map(|r| (r.host.clone(), r.inside.clone())).collect(),
+            python: self.python.clone(),
+            env: self
+                .env
+                .iter()
+                .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+                .collect(),
+        }
+    }
+}
+
 /// Whether `path` is in a place that shows the host's users: `/root`,
 /// `/home`, or the caller's home directory.
 fn is_private(path: &Path, home: Option<&Path>) -> bool {
@@ -66,21 +100,37 @@ pub(crate) fn absolute(path: &Path) -> std::io::Result<PathBuf> {
     std::path::absolute(path)
 }
 
+/// Environment every run gets for the Python packages it may use, with
+/// `tmp` its temporary directory: matplotlib's configuration and font
+/// cache in a writable place of the run's own (not its working directory).
+pub(crate) fn python_env(tmp: &Path) -> Vec<(OsString, OsString)> {
+    vec![(OsString::from("MPLCONFIGDIR"), tmp.join("matplotlib").into_os_string())]
+}
+
 impl SandboxLayout {
-    pub(crate) fn new(config: &RuntimeConfig, interp: &Interpreter, bootstrap: &Path) -> Result<Self, AllowReadError> {
+    pub(crate) fn new(
+        config: &RuntimeConfig,
+        interp: &Interpreter,
+        bootstrap: &Path,
+        packages: &Path,
+    ) -> Result<Self, AllowReadError> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        Self::build(config, interp, bootstrap, home.as_deref())
+        Self::build(config, interp, bootstrap, packages, home.as_deref())
     }
 
     fn build(
         config: &RuntimeConfig,
         interp: &Interpreter,
         bootstrap: &Path,
+        packages: &Path,
         home: Option<&Path>,
     ) -> Result<Self, AllowReadError> {
         let mut read_only = pycage_sandbox::default_read_only_paths();
-        let mut remapped = vec![Remap { host: bootstrap.to_path_buf(), inside: PathBuf::from(BOOTSTRAP_DIR) }];
-        let mut env = Vec::new();
+        let mut remapped = vec![
+            Remap { host: bootstrap.to_path_buf(), inside: PathBuf::from(BOOTSTRAP_DIR) },
+            Remap { host: packages.to_path_buf(), inside: PathBuf::from(crate::packages::PACKAGES_DIR) },
+        ];
+        let mut env = python_env(Path::new(pycage_sandbox::TMP_DIR));
         let add = |paths: &mut Vec<PathBuf>, p: &Path| {
             if p.is_absolute() && p.exists() && !paths.iter().any(|q| p.starts_with(q)) {
                 paths.retain(|q| !q.starts_with(p));
@@ -88,7 +138,7 @@ impl SandboxLayout {
             }
         };
         let python = match interp.prefixes.as_slice() {
-            [prefix] if is_private(prefix, home) && interp.executable.starts_with(prefix) => {
+            [prefix] if interp.venv.is_none() && is_private(prefix, home) && interp.executable.starts_with(prefix) => {
                 let inside = Path::new(INTERPRETER_DIR);
                 remapped.push(Remap { host: prefix.clone(), inside: inside.to_path_buf() });
                 if prefix.join("lib").is_dir() {
@@ -100,7 +150,9 @@ impl SandboxLayout {
                 inside.join(interp.executable.strip_prefix(prefix).unwrap_or(Path::new("bin/python3")))
             }
             prefixes => {
-                for p in prefixes.iter().chain(&interp.sys_path) {
+                // A venv (`interp.venv` is one of the prefixes) and its base
+                // installation, at their own paths.
+                for p in interp.venv.iter().chain(prefixes).chain(&interp.sys_path) {
                     add(&mut read_only, p);
                 }
                 if let Some(dir) = interp.executable.parent() {
@@ -313,6 +365,8 @@ mod tests {
             prefixes: prefixes.iter().map(PathBuf::from).collect(),
             sys_path: sys_path.iter().map(PathBuf::from).collect(),
             zygote_error: None,
+            venv: None,
+            abi: String::new(),
         }
     }
 
@@ -328,29 +382,94 @@ mod tests {
             prefixes: vec![prefix.clone()],
             sys_path: vec![prefix.join("lib/python3.11")],
             zygote_error: None,
+            venv: None,
+            abi: String::new(),
         };
-        let layout =
-            SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Some(home.path())).unwrap();
+        let layout = SandboxLayout::build(
+            &RuntimeConfig::default(),
+            &i,
+            Path::new("/tmp/boot"),
+            Path::new("/tmp/pk"),
+            Some(home.path()),
+        )
+        .unwrap();
         assert_eq!(layout.python, PathBuf::from("/opt/python/bin/python3.11"));
         assert!(layout.remapped.contains(&Remap { host: prefix.clone(), inside: PathBuf::from(INTERPRETER_DIR) }));
         assert!(layout.read_only.iter().all(|p| !p.starts_with(home.path())), "{:?}", layout.read_only);
-        assert_eq!(layout.env, vec![(OsString::from("LD_LIBRARY_PATH"), OsString::from("/opt/python/lib"))]);
+        assert_eq!(
+            layout.env,
+            vec![
+                (OsString::from("MPLCONFIGDIR"), OsString::from("/tmp/matplotlib")),
+                (OsString::from("LD_LIBRARY_PATH"), OsString::from("/opt/python/lib"))
+            ]
+        );
         // Without the home directory being the caller's, /tmp is not private.
-        let layout = SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), None).unwrap();
+        let layout =
+            SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Path::new("/tmp/pk"), None)
+                .unwrap();
         assert_eq!(layout.python, prefix.join("bin/python3.11"));
     }
 
     #[test]
     fn a_system_interpreter_keeps_its_paths() {
         let i = interp("/usr/bin/python3.11", &["/usr"], &["/usr/lib/python3.11", "/usr/lib/python3/dist-packages"]);
-        let layout = SandboxLayout::new(&RuntimeConfig::default(), &i, Path::new("/tmp/boot")).unwrap();
+        let layout =
+            SandboxLayout::new(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Path::new("/tmp/pk")).unwrap();
         assert_eq!(layout.python, PathBuf::from("/usr/bin/python3.11"));
         assert_eq!(
             layout.remapped,
-            vec![Remap { host: PathBuf::from("/tmp/boot"), inside: PathBuf::from(BOOTSTRAP_DIR) }]
+            vec![
+                Remap { host: PathBuf::from("/tmp/boot"), inside: PathBuf::from(BOOTSTRAP_DIR) },
+                Remap { host: PathBuf::from("/tmp/pk"), inside: PathBuf::from(crate::packages::PACKAGES_DIR) },
+            ]
         );
-        assert!(layout.env.is_empty());
+        assert_eq!(layout.env, python_env(Path::new("/tmp")));
         assert!(layout.read_only.contains(&PathBuf::from("/usr")));
+    }
+
+    #[test]
+    fn a_venv_and_its_base_keep_their_paths_even_in_a_home() {
+        let home = tempfile::tempdir().unwrap();
+        let base = home.path().join(".pyenv/versions/3.11.7");
+        let venv = home.path().join("project/.venv");
+        for d in
+            [base.join("lib/python3.11"), base.join("bin"), venv.join("lib/python3.11/site-packages"), venv.join("bin")]
+        {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let i = Interpreter {
+            executable: venv.join("bin/python"),
+            version: (3, 11, 7),
+            prefixes: vec![base.clone(), venv.clone()],
+            sys_path: vec![base.join("lib/python3.11"), venv.join("lib/python3.11/site-packages")],
+            zygote_error: None,
+            venv: Some(venv.clone()),
+            abi: String::new(),
+        };
+        let layout = SandboxLayout::build(
+            &RuntimeConfig::default(),
+            &i,
+            Path::new("/tmp/boot"),
+            Path::new("/tmp/pk"),
+            Some(home.path()),
+        )
+        .unwrap();
+        assert_eq!(layout.python, venv.join("bin/python"));
+        assert!(layout.read_only.contains(&venv), "{:?}", layout.read_only);
+        assert!(layout.read_only.contains(&base), "{:?}", layout.read_only);
+        assert!(layout.remapped.iter().all(|r| r.inside != Path::new(INTERPRETER_DIR)));
+        // A venv whose only prefix is itself (a --copies venv of a base in
+        // a home directory reports both) is never moved either.
+        let copies = Interpreter { prefixes: vec![venv.clone()], sys_path: vec![], ..i };
+        let layout = SandboxLayout::build(
+            &RuntimeConfig::default(),
+            &copies,
+            Path::new("/tmp/boot"),
+            Path::new("/tmp/pk"),
+            Some(home.path()),
+        )
+        .unwrap();
+        assert_eq!(layout.python, venv.join("bin/python"));
     }
 
     #[test]

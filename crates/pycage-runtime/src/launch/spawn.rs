@@ -151,6 +151,9 @@ enum Parent {
 pub(crate) struct SpawnSpec<'a> {
     pub python: &'a Path,
     pub bootstrap_dir: &'a Path,
+    /// Modules the child imports before it serves its run
+    /// (`pycage.preload`, as the zygote would).
+    pub preload: &'a [String],
     /// `HOME`.
     pub home: &'a Path,
     /// `TMPDIR`.
@@ -195,14 +198,18 @@ impl Worker {
         let Channels { host: host_end, child: child_end, output_rx: out_rx, output_tx: out_tx } = Channels::new()?;
         let child_fd = child_end.as_raw_fd();
         let parent = rustix::process::getpid();
+        let entry = if spec.preload.is_empty() { "pycage.bootstrap" } else { "pycage.preload" };
         let mut cmd = Command::new(spec.python);
-        cmd.args(["-I", "-B", "-c", &loader(spec.bootstrap_dir, "pycage.bootstrap")])
+        cmd.args(["-I", "-B", "-c", &loader(spec.bootstrap_dir, entry)])
             .env_clear()
             .env("HOME", spec.home)
             .env("TMPDIR", spec.tmp)
             .env("PATH", crate::process::run_path(spec.python))
             .env("LANG", "C.UTF-8")
             .envs(spec.env.iter().map(|(k, v)| (k, v)));
+        if !spec.preload.is_empty() {
+            cmd.env("PYCAGE_PRELOAD", crate::interpreter::preload_argument(spec.preload));
+        }
         if let Some(cwd) = spec.cwd {
             cmd.current_dir(cwd);
         }

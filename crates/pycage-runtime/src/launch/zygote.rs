@@ -131,6 +131,29 @@ pub(crate) struct Spawned {
     pub pidfd: OwnedFd,
 }
 
+/// A caller's wait for a spawn answer. A caller that goes away (its run's
+/// deadline, a cancel) may do so after the answer was put in the channel
+/// and before it read it: the child is then in the dropped receiver, and
+/// nobody would kill or reap it (it would exit once its fd 3 closed and
+/// stay a zombie of the zygote for the zygote's life). On drop, the
+/// channel is closed (a later answer is discarded by the supervisor) and
+/// an answer already in it is killed and reaped here.
+struct SpawnWait<'a> {
+    rx: Option<oneshot::Receiver<Result<Spawned, ZygoteError>>>,
+    zygote: &'a Zygote,
+}
+
+impl Drop for SpawnWait<'_> {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else { return };
+        rx.close();
+        if let Ok(Ok(spawned)) = rx.try_recv() {
+            crate::process::kill_run_group(spawned.pid, &spawned.pidfd, self.zygote.holds_children());
+            self.zygote.reap_later(spawned.id);
+        }
+    }
+}
+
 /// Where the answer to a spawn goes.
 pub(crate) enum SpawnReply {
     /// To one waiting caller.
@@ -228,6 +251,10 @@ impl Drop for QuitOnDrop {
 pub(crate) struct ZygoteSpec {
     pub python: PathBuf,
     pub bootstrap_dir: PathBuf,
+    /// Modules it imports before it forks (`PYCAGE_PRELOAD`).
+    pub preload: Vec<String>,
+    /// Extra environment of its own (not its children's).
+    pub env: Vec<(String, String)>,
 }
 
 impl Zygote {
@@ -333,7 +360,14 @@ impl Zygote {
         {
             return Err(self.gone());
         }
-        rx.await.unwrap_or_else(|_| Err(self.gone()))
+        let mut wait = SpawnWait { rx: Some(rx), zygote: self };
+        let answer = match wait.rx.as_mut() {
+            Some(rx) => rx.await,
+            None => unreachable!("set just above"),
+        };
+        // Received: from here the caller owns the child.
+        wait.rx = None;
+        answer.unwrap_or_else(|_| Err(self.gone()))
     }
 
     /// Asks for a child whose answer goes to `sink` with `pending`.
@@ -412,12 +446,16 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("LANG", "C.UTF-8")
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(diag_tx.try_clone().map_err(|e| err("pipe", e))?)
         .stderr(diag_tx)
         // Its own group: a Ctrl-C in the host's terminal does not reach it.
         .process_group(0);
+    if !spec.preload.is_empty() {
+        cmd.env("PYCAGE_PRELOAD", crate::interpreter::preload_argument(&spec.preload));
+    }
     // SAFETY: the closure runs in the forked child before exec and makes only
     // async-signal-safe calls (dup2/fcntl, prctl, getppid, _exit).
     unsafe {

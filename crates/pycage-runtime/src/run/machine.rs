@@ -134,10 +134,25 @@ impl RunMachine {
     /// at once by `run`: the child applies `boot` (limits, namespaces) and
     /// answers `boot-ack` before it reads `run`, so waiting for the ack
     /// would only add a round trip to every run.
+    #[cfg(test)]
     pub(crate) fn new(
         config: &RuntimeConfig,
         opening: Opening,
         program: String,
+        bindings: Vec<Namespace>,
+        streaming: bool,
+        output: bool,
+    ) -> Self {
+        Self::with_sys_path(config, opening, program, Vec::new(), bindings, streaming, output)
+    }
+
+    /// [`RunMachine::new`], with the directories of the run's packages
+    /// (`run.sysPath`, as the child sees them).
+    pub(crate) fn with_sys_path(
+        config: &RuntimeConfig,
+        opening: Opening,
+        program: String,
+        sys_path: Vec<String>,
         bindings: Vec<Namespace>,
         streaming: bool,
         output: bool,
@@ -176,7 +191,7 @@ impl RunMachine {
             max_log_bytes: config.max_log_bytes,
             max_value_bytes: config.max_value_bytes,
         });
-        RunFrame { program, budgets }.encode(&mut out);
+        RunFrame { program, budgets, sys_path }.encode(&mut out);
         RunMachine {
             budgets: Budgets {
                 max_control_bytes: config.max_control_bytes,

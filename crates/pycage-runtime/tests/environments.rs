@@ -1,0 +1,517 @@
+//! Bring your environment: a virtual environment's interpreter means that
+//! environment (symlinked, `--copies` and uv-made venvs; `python=` and
+//! `venv=`), in both isolations, through the zygote and by exec, with the
+//! probe cache shared; numpy, pandas and matplotlib through a venv; the
+//! preload (fork safety, thread pools, failures); a program's declared
+//! packages (PEP 723) installed by the host, once.
+//!
+//! The data-science venv comes from `.ci/datasci-deps.sh`
+//! (`$PYCAGE_DATASCI_VENV`, default `target/datasci-venv`); without it these
+//! tests say so and pass, except under `PYCAGE_REQUIRE_ALL_TESTS=1`, where
+//! they fail. The package tests reach PyPI through uv on the host.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use pycage_runtime::*;
+
+fn require_all() -> bool {
+    std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_some()
+}
+
+#[allow(clippy::print_stderr)] // a skip says so where the test output shows it
+/// The data-science venv, or `None` (failing under
+/// `PYCAGE_REQUIRE_ALL_TESTS=1`) when it is not installed.
+fn datasci_venv() -> Option<PathBuf> {
+    let venv = std::env::var_os("PYCAGE_DATASCI_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/datasci-venv").components().collect()
+    });
+    if venv.join("bin/python").exists() && venv.join("bin/uv").exists() {
+        return Some(venv);
+    }
+    assert!(!require_all(), "the data-science venv is missing at {}: run .ci/datasci-deps.sh", venv.display());
+    eprintln!("skipped: no data-science venv at {} (run .ci/datasci-deps.sh)", venv.display());
+    None
+}
+
+fn base_python() -> PathBuf {
+    std::env::var_os("PYCAGE_TEST_PYTHON").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("python3"))
+}
+
+/// `uv` from the data-science venv or `PATH`.
+fn uv() -> Option<PathBuf> {
+    if let Some(venv) = datasci_venv() {
+        return Some(venv.join("bin/uv"));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("uv")).find(|p| p.exists())
+}
+
+fn sh(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn site_packages(venv: &Path) -> PathBuf {
+    let lib = venv.join("lib");
+    let version =
+        std::fs::read_dir(&lib).unwrap().flatten().find(|e| e.file_name().to_string_lossy().starts_with("python"));
+    lib.join(version.unwrap().file_name()).join("site-packages")
+}
+
+/// Opens every directory on the way for the sandbox's uid (a root host's
+/// runs have their own).
+fn share(dir: &Path) {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+}
+
+/// A venv of `kind` (`symlinks`, `copies`, `uv`) with a module of its own.
+fn make_venv(root: &Path, kind: &str) -> PathBuf {
+    let venv = root.join(kind);
+    match kind {
+        "symlinks" => sh(Command::new(base_python()).args(["-m", "venv", "--without-pip"]).arg(&venv)),
+        "copies" => sh(Command::new(base_python()).args(["-m", "venv", "--without-pip", "--copies"]).arg(&venv)),
+        "uv" => {
+            let python = which(&base_python());
+            sh(Command::new(uv().unwrap())
+                .args(["venv", "--quiet", "--no-project", "--python"])
+                .arg(python)
+                .arg(&venv)
+                .env("UV_PYTHON_DOWNLOADS", "never"))
+        }
+        _ => unreachable!(),
+    }
+    std::fs::write(site_packages(&venv).join("venvmark.py"), format!("WHERE = {kind:?}\n")).unwrap();
+    share(&venv);
+    venv
+}
+
+fn which(python: &Path) -> PathBuf {
+    if python.is_absolute() {
+        return python.to_path_buf();
+    }
+    let out = Command::new(python).args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+const VENV_PROGRAM: &str = r#"
+import subprocess, sys, venvmark
+child = subprocess.run([sys.executable, "-c", "import sys, venvmark; print(sys.prefix, venvmark.WHERE)"],
+                       capture_output=True, text=True)
+return [sys.prefix, venvmark.WHERE, child.stdout.strip(), child.returncode]
+"#;
+
+/// Issue 21: `python = VENV/bin/python` is that venv, whatever made it,
+/// with a probe cache that also holds the base interpreter (the cache used
+/// to answer for the venv with the base's, or another venv's, entry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_venvs_python_means_that_venv() {
+    let root = tempfile::tempdir().unwrap();
+    let cache = root.path().join("cache");
+    let mut kinds = vec!["symlinks", "copies"];
+    if uv().is_some() {
+        kinds.push("uv");
+    } else {
+        assert!(!require_all(), "no uv for the uv-made venv: run .ci/datasci-deps.sh");
+    }
+    let venvs: Vec<PathBuf> = kinds.iter().map(|k| make_venv(root.path(), k)).collect();
+    share(root.path());
+    // The base first: its entry must not answer for any venv.
+    let base = Runtime::new(RuntimeConfig {
+        python: Some(base_python()),
+        cache_dir: Some(cache.clone()),
+        spawn: SpawnMode::Exec,
+        ..common::config()
+    })
+    .unwrap();
+    assert_eq!(base.interpreter().venv, None);
+    base.shutdown().await;
+    let mut failures = Vec::new();
+    for (kind, venv) in kinds.iter().zip(&venvs) {
+        for isolation in [Isolation::Process, Isolation::Sandbox] {
+            for spawn in [SpawnMode::Zygote, SpawnMode::Exec] {
+                for by_venv in [false, true] {
+                    let config = RuntimeConfig {
+                        python: (!by_venv).then(|| venv.join("bin/python")),
+                        venv: by_venv.then(|| venv.clone()),
+                        cache_dir: Some(cache.clone()),
+                        isolation,
+                        spawn,
+                        pool_size: 1,
+                        ..RuntimeConfig::default()
+                    };
+                    let rt = Runtime::new(config).unwrap();
+                    assert_eq!(rt.interpreter().venv.as_deref(), Some(venv.as_path()), "{kind}");
+                    assert_eq!(rt.interpreter().executable, venv.join("bin/python"), "{kind}");
+                    let r = run(&rt, VENV_PROGRAM).await;
+                    let want = format!("[{:?},{kind:?},\"{} {kind}\",0]", venv.display().to_string(), venv.display());
+                    if r.error.is_some() || value(&r) != want {
+                        failures.push(format!("{kind} {isolation:?} {spawn:?} venv={by_venv}: {r:?}"));
+                    }
+                    rt.shutdown().await;
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // A venv's probe is kept under its own path, beside the base's.
+    let entries = std::fs::read_dir(&cache).unwrap().flatten();
+    let probes = entries.filter(|e| e.file_name().to_string_lossy().starts_with("interpreter-")).count();
+    assert!(probes > kinds.len(), "{probes} probe entries");
+}
+
+#[test]
+fn a_venvs_python_means_that_venv_as_an_unprivileged_user() {
+    if !rustix::process::geteuid().is_root() {
+        assert!(!require_all(), "needs root, and CI requires it");
+        return;
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "a_venvs_python_means_that_venv", "--nocapture"])
+        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
+        .env("TMPDIR", "/tmp")
+        .env("HOME", "/tmp")
+        .output()
+        .expect("setpriv (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_venv_that_is_not_one_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = |venv: &Path| match Runtime::new(RuntimeConfig { venv: Some(venv.to_path_buf()), ..common::config() }) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("{} was accepted as a venv", venv.display()),
+    };
+    let missing = err(&dir.path().join("nope"));
+    assert!(missing.contains("no such directory"), "{missing}");
+    let plain = err(dir.path());
+    assert!(plain.contains("not a virtual environment (it has no pyvenv.cfg)"), "{plain}");
+    assert!(plain.starts_with("RuntimeConfig::venv "), "{plain}");
+}
+
+const STACK_PROGRAM: &str = r#"
+import os
+import certifi, matplotlib, numpy as np, pandas as pd
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+a = np.arange(12.0).reshape(3, 4)
+t = pd.date_range("2024-03-30", periods=3, freq="D", tz="Europe/Paris")
+fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=100)
+ax.plot([1, 3, 2])
+ax.set_title("pycage")
+fig.savefig("plot.png")
+with open("plot.png", "rb") as f:
+    head = f.read(24)
+return {
+    "matmul": float((a @ a.T).sum()),
+    "offsets": [str(x.utcoffset()) for x in t],
+    "png": head[:8].hex(),
+    "size": [int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")],
+    "certifi": os.path.getsize(certifi.where()) > 10000,
+    "mplconfig": matplotlib.get_configdir() == os.environ["MPLCONFIGDIR"],
+}
+"#;
+
+/// Issue 18: numpy's BLAS, pandas' time zones, matplotlib (its font cache
+/// in the run's own place) and certifi's bundle, through `venv=`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numpy_pandas_and_matplotlib_through_a_venv() {
+    let Some(venv) = datasci_venv() else { return };
+    for isolation in [Isolation::Process, Isolation::Sandbox] {
+        let rt = Runtime::new(RuntimeConfig {
+            venv: Some(venv.clone()),
+            isolation,
+            pool_size: 1,
+            wall_time: std::time::Duration::from_secs(120),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let r = run(&rt, STACK_PROGRAM).await;
+        assert_eq!(
+            value(&r),
+            r#"{"matmul":1134.0,"offsets":["1:00:00","1:00:00","2:00:00"],"png":"89504e470d0a1a0a","size":[640,480],"certifi":true,"mplconfig":true}"#,
+            "{isolation:?}"
+        );
+        rt.shutdown().await;
+    }
+}
+
+const PRELOADED: &str = r#"
+import os, sys
+preloaded = "numpy" in sys.modules and "pandas" in sys.modules
+import numpy as np
+from threadpoolctl import threadpool_info
+pools = [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"]
+return {
+    "preloaded": preloaded,
+    "sum": int(np.arange(10).sum()),
+    "rand": np.random.rand(3).tolist(),
+    "tasks": len(os.listdir("/proc/self/task")),
+    "openblas": pools,
+    "env": [os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "PYCAGE_PRELOAD")],
+}
+"#;
+
+fn preloading(venv: &Path, isolation: Isolation, cache: &Path) -> Runtime {
+    let rt = Runtime::new(RuntimeConfig {
+        venv: Some(venv.to_path_buf()),
+        preload: vec!["numpy".into(), "pandas".into()],
+        cache_dir: Some(cache.to_path_buf()),
+        isolation,
+        pool_size: 2,
+        wall_time: std::time::Duration::from_secs(120),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    assert_eq!(rt.spawn_mode(), (SpawnMode::Zygote, None));
+    rt
+}
+
+/// Issue 18: numpy and pandas imported in the zygote work in every child,
+/// two after each other and two at once; each child draws its own random
+/// numbers; the BLAS pool is one thread (the zygote has one thread, and so
+/// does a run), and a run may raise it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preloaded_numpy_and_pandas_are_fork_safe() {
+    let Some(venv) = datasci_venv() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    for isolation in [Isolation::Process, Isolation::Sandbox] {
+        let rt = preloading(&venv, isolation, cache.path());
+        let mut results = vec![run(&rt, PRELOADED).await, run(&rt, PRELOADED).await];
+        let (a, b) = tokio::join!(run(&rt, PRELOADED), run(&rt, PRELOADED));
+        results.extend([a, b]);
+        let mut draws = std::collections::HashSet::new();
+        for r in &results {
+            let v = r.value.as_ref().unwrap_or_else(|| panic!("{isolation:?}: {r:?}")).root();
+            assert_eq!(v.get("preloaded").unwrap().as_bool(), Some(true), "{isolation:?} {r:?}");
+            assert_eq!(v.get("sum").unwrap().as_number().unwrap().as_u64(), Some(45));
+            assert_eq!(v.get("tasks").unwrap().as_number().unwrap().as_u64(), Some(1), "{r:?}");
+            assert_eq!(v.get("openblas").unwrap().to_owned().to_canonical_string(), "[1]", "{r:?}");
+            assert_eq!(v.get("env").unwrap().to_owned().to_canonical_string(), "[null,null,null]", "{r:?}");
+            draws.insert(v.get("rand").unwrap().to_owned().to_canonical_string());
+        }
+        assert_eq!(draws.len(), 4, "children share numpy's random state: {draws:?}");
+        let zygote = rt.zygote_pid().unwrap();
+        let tasks = std::fs::read_dir(format!("/proc/{zygote}/task")).unwrap().count();
+        assert_eq!(tasks, 1, "the preloading zygote has threads");
+        let raised = run(
+            &rt,
+            "import os, numpy as np\nfrom threadpoolctl import threadpool_limits, threadpool_info\n\
+             threadpool_limits(2)\nm = np.ones((400, 400))\nfor _ in range(3): (m @ m).sum()\n\
+             return [p['num_threads'] for p in threadpool_info() if p['internal_api'] == 'openblas']",
+        )
+        .await;
+        assert_eq!(value(&raised), "[2]", "{isolation:?}");
+        rt.shutdown().await;
+    }
+}
+
+/// Issue 18: an exec'd child imports the preload too (the same modules, the
+/// same one-thread pools), so a program sees the same either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_children_preload_too() {
+    let Some(venv) = datasci_venv() else { return };
+    let rt = Runtime::new(RuntimeConfig {
+        venv: Some(venv.clone()),
+        preload: vec!["numpy".into()],
+        spawn: SpawnMode::Exec,
+        ..common::config()
+    })
+    .unwrap();
+    let r = run(&rt, PRELOADED.replace("and \"pandas\" in sys.modules", "").as_str()).await;
+    let v = r.value.as_ref().unwrap_or_else(|| panic!("{r:?}")).root();
+    assert_eq!(v.get("preloaded").unwrap().as_bool(), Some(true), "{r:?}");
+    assert_eq!(v.get("openblas").unwrap().to_owned().to_canonical_string(), "[1]", "{r:?}");
+    assert_eq!(v.get("env").unwrap().to_owned().to_canonical_string(), "[null,null,null]", "{r:?}");
+    rt.shutdown().await;
+}
+
+/// Issue 18: a preload that cannot work is refused when the runtime is
+/// built, naming the module and why: one that is missing, one that raises,
+/// one that leaves a thread running (a zygote cannot fork then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preload_that_fails_names_the_module_and_why() {
+    let root = tempfile::tempdir().unwrap();
+    let venv = make_venv(root.path(), "symlinks");
+    let site = site_packages(&venv);
+    std::fs::write(site.join("raiser.py"), "raise ValueError('not on this machine')\n").unwrap();
+    std::fs::write(
+        site.join("spinner.py"),
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n",
+    )
+    .unwrap();
+    let cache = root.path().join("cache");
+    let refuse = |module: &str| {
+        let config = RuntimeConfig {
+            venv: Some(venv.clone()),
+            preload: vec!["json".into(), module.into()],
+            cache_dir: Some(cache.clone()),
+            ..common::config()
+        };
+        match Runtime::new(config) {
+            Err(RuntimeError::Preload(failure)) => {
+                let text = RuntimeError::Preload(failure.clone()).to_string();
+                (failure.module, text)
+            }
+            Err(e) => panic!("{module}: {e}"),
+            Ok(_) => panic!("{module} was accepted"),
+        }
+    };
+    let (module, message) = refuse("no_such_module_xyz");
+    assert_eq!(module, "no_such_module_xyz");
+    assert_eq!(
+        message,
+        "RuntimeConfig::preload no_such_module_xyz: ModuleNotFoundError: No module named 'no_such_module_xyz' \
+         (install it into the interpreter's environment, or give one that has it with RuntimeConfig::venv)"
+    );
+    let (module, message) = refuse("raiser");
+    assert_eq!(module, "raiser");
+    assert!(message.ends_with("raiser: ValueError: not on this machine"), "{message}");
+    let (module, message) = refuse("spinner");
+    assert_eq!(module, "json, spinner");
+    assert!(message.contains("left 2 threads running"), "{message}");
+    // A failed check is never cached: fixed, the next runtime starts.
+    std::fs::write(site.join("raiser.py"), "VALUE = 1\n").unwrap();
+    let fixed = Runtime::new(RuntimeConfig {
+        venv: Some(venv.clone()),
+        preload: vec!["raiser".into()],
+        cache_dir: Some(cache.clone()),
+        ..common::config()
+    })
+    .unwrap();
+    assert_eq!(value(&run(&fixed, "import sys\nreturn sys.modules['raiser'].VALUE").await), "1");
+    fixed.shutdown().await;
+    // The cached check watches site-packages: with the module gone, the
+    // next runtime checks again and refuses.
+    std::fs::remove_file(site.join("raiser.py")).unwrap();
+    let (module, _) = refuse("raiser");
+    assert_eq!(module, "raiser");
+}
+
+const TABULATE: &str = "# /// script\n# dependencies = [\"tabulate==0.9.0\"]\n# ///\n\
+import os, tabulate\n\
+try:\n    open(os.path.join(os.path.dirname(tabulate.__file__), 'x'), 'w')\n    wrote = True\n\
+except OSError:\n    wrote = False\n\
+return [tabulate.tabulate([[1, 2]]), os.path.dirname(os.path.dirname(tabulate.__file__)), wrote]";
+
+/// Issue 18: a PEP 723 dependency is installed by the host once, into the
+/// content-addressed cache, and shown read-only: the second run (another
+/// runtime, the other isolation) finds the same entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_packages_are_installed_once_and_read_only() {
+    let Some(venv) = datasci_venv() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    share(cache.path());
+    let mut entries = Vec::new();
+    for isolation in [Isolation::Sandbox, Isolation::Process] {
+        let rt = Runtime::new(RuntimeConfig {
+            venv: Some(venv.clone()),
+            cache_dir: Some(cache.path().to_path_buf()),
+            isolation,
+            pool_size: 1,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let r = run(&rt, TABULATE).await;
+        let v = r.value.as_ref().unwrap_or_else(|| panic!("{isolation:?}: {r:?}")).root();
+        let items: Vec<_> = v.as_array().unwrap().collect();
+        assert_eq!(items[0].as_str(), Some("-  -\n1  2\n-  -"));
+        let dir = PathBuf::from(items[1].as_str().unwrap());
+        if isolation == Isolation::Sandbox {
+            assert!(dir.starts_with(PACKAGES_DIR), "{dir:?}");
+            assert_eq!(items[2].as_bool(), Some(false), "a run wrote into the package cache");
+        } else {
+            assert!(dir.starts_with(cache.path()), "{dir:?}");
+        }
+        entries.push(dir.file_name().unwrap().to_owned());
+        rt.shutdown().await;
+    }
+    assert_eq!(entries[0], entries[1], "the second run installed again");
+    let listing: Vec<_> = std::fs::read_dir(cache.path().join("packages"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".lock"))
+        .collect();
+    assert_eq!(listing, [entries[0].to_string_lossy().into_owned()], "one entry, no staging left");
+}
+
+/// Issue 18: what cannot be provided settles as `dependencies` before the
+/// program starts: a package not on the allow-list, a direct reference, a
+/// malformed block, a package the index does not have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undeliverable_packages_fail_before_the_program_starts() {
+    let Some(venv) = datasci_venv() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig {
+        venv: Some(venv.clone()),
+        cache_dir: Some(cache.path().to_path_buf()),
+        allow_packages: Some(vec!["tabulate".into(), "pycage-no-such-package-4e1d".into()]),
+        ..common::config()
+    })
+    .unwrap();
+    let block = |deps: &str| format!("# /// script\n# dependencies = [{deps}]\n# ///\nprint('started')\nreturn 1");
+    let cases = [
+        (
+            block("\"requests\""),
+            "the package \"requests\" is not allowed here (allowed: tabulate, pycage-no-such-package-4e1d)",
+        ),
+        (block("\"tabulate @ https://example.com/t.whl\""), "direct references (URLs and paths) are not accepted"),
+        ("# /// script\n# dependencies = \"tabulate\"\n# ///\nreturn 1".to_owned(), "must be an array of strings"),
+        (block("\"pycage-no-such-package-4e1d\""), "installing pycage-no-such-package-4e1d with uv failed"),
+    ];
+    for (program, want) in cases {
+        let r = run(&rt, &program).await;
+        let (kind, message) = failure(&r);
+        assert_eq!(kind, FailureKind::Dependencies, "{message}");
+        assert!(message.contains(want), "{message}");
+        assert!(r.logs.is_empty(), "the program started: {:?}", r.logs);
+    }
+    rt.shutdown().await;
+}
+
+/// The caller's `with_packages` are installed when the runtime is built
+/// (a bad one fails there), and every run has them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_packages_are_installed_at_construction() {
+    let Some(venv) = datasci_venv() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let config = |with: &str| RuntimeConfig {
+        venv: Some(venv.clone()),
+        cache_dir: Some(cache.path().to_path_buf()),
+        with_packages: vec![with.to_owned()],
+        // The caller's own are not checked against it.
+        allow_packages: Some(Vec::new()),
+        ..common::config()
+    };
+    let rt = Runtime::new(config("tabulate==0.9.0")).unwrap();
+    assert_eq!(value(&run(&rt, "import tabulate\nreturn tabulate.__version__").await), "\"0.9.0\"");
+    rt.shutdown().await;
+    match Runtime::new(config("pycage-no-such-package-4e1d")) {
+        Err(e @ RuntimeError::Packages(_)) => {
+            let text = e.to_string();
+            assert!(text.starts_with("RuntimeConfig::with_packages: installing pycage-no-such-package-4e1d"), "{text}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("an uninstallable requirement was accepted"),
+    }
+}
