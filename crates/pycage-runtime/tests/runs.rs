@@ -84,9 +84,13 @@ async fn memory_error_is_an_exception() {
     assert_eq!(kind, FailureKind::Exception);
     assert!(msg.contains("MemoryError"), "{msg}");
     // Under it but over the budget once touched: the watchdog ends the run.
-    let r = run(&rt, "x = bytearray(1 << 30)
+    let r = run(
+        &rt,
+        "x = bytearray(1 << 30)
 import time
-time.sleep(5)").await;
+time.sleep(5)",
+    )
+    .await;
     let (kind, msg) = failure(&r);
     assert_eq!(kind, FailureKind::WorkerExit);
     assert!(msg.contains("memory budget of 256 MiB"), "{msg}");
