@@ -85,6 +85,12 @@ pub struct RuntimeConfig {
     pub max_log_bytes: u64,
     /// Budget for the canonical size of the return value.
     pub max_value_bytes: u64,
+    /// Display ledger of a run, on both sides: the bytes of its `display`
+    /// frames together (base64 images count as sent). Past it, one marker
+    /// display and nothing more; the run goes on. At most
+    /// [`RuntimeConfig::max_line_bytes`], so a display that fits is never a
+    /// line over the cap.
+    pub max_display_bytes: u64,
     /// Longest child→host frame line.
     pub max_line_bytes: usize,
     /// Total child→host protocol bytes per run.
@@ -175,6 +181,7 @@ impl Default for RuntimeConfig {
             address_space_bytes: 512 * 1024 * 1024,
             max_log_bytes: limits::DEFAULT_MAX_LOG_BYTES,
             max_value_bytes: limits::DEFAULT_MAX_VALUE_BYTES,
+            max_display_bytes: limits::DEFAULT_MAX_DISPLAY_BYTES,
             max_line_bytes: limits::DEFAULT_MAX_LINE_BYTES,
             max_control_bytes: limits::DEFAULT_MAX_CONTROL_BYTES,
             grace: Duration::from_millis(250),
@@ -254,6 +261,9 @@ impl RuntimeConfig {
         if (self.max_control_bytes as u128) < self.max_line_bytes as u128 {
             return err("max_control_bytes", "must be at least max_line_bytes");
         }
+        if (self.max_display_bytes as u128) > self.max_line_bytes as u128 {
+            return err("max_display_bytes", "must be at most max_line_bytes");
+        }
         if self.sandbox_uid_count == 0
             || self.sandbox_uid_base == 0
             || self.sandbox_uid_base.checked_add(self.sandbox_uid_count).is_none()
@@ -284,6 +294,7 @@ mod tests {
         assert_eq!(c.address_space_bytes, 512 << 20);
         assert_eq!(c.max_log_bytes, 64 << 10);
         assert_eq!(c.max_value_bytes, 1 << 20);
+        assert_eq!(c.max_display_bytes, 8 << 20);
         assert_eq!(c.isolation, Isolation::Sandbox);
     }
 
@@ -300,6 +311,7 @@ mod tests {
         assert_eq!(bad(|c| c.max_line_bytes = 10).field, "max_line_bytes");
         assert_eq!(bad(|c| c.max_control_bytes = 2000).field, "max_control_bytes");
         assert_eq!(bad(|c| c.max_value_bytes = 0).field, "max_value_bytes");
+        assert_eq!(bad(|c| c.max_display_bytes = (8 << 20) + 1).field, "max_display_bytes");
         assert_eq!(bad(|c| c.sandbox_uid_base = 0).field, "sandbox_uid_base");
         assert_eq!(bad(|c| c.disk_bytes = 1000).field, "disk_bytes");
         assert_eq!(bad(|c| c.max_calls_in_flight = 0).field, "max_calls_in_flight");

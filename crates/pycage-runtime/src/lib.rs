@@ -42,7 +42,8 @@
 //!    `process` (signals, pidfds, `wait4`, a runtime's reaper thread, what a
 //!    forked child does before exec), `bindings`, [`config`] (validated
 //!    budgets), [`files`], [`ledger`] (logs), `channel` (reading fd 3),
-//!    [`lease`], [`names`] (the portable identifier rules), [`net`] (the
+//!    [`lease`], [`names`] (the portable identifier rules), `display` (rich
+//!    output and its ledger), [`net`] (the
 //!    egress allow-list and the network report), `outcome`
 //!    (results, failure kinds, events), [`watchdog`] (run-wide CPU and
 //!    memory).
@@ -66,6 +67,7 @@ pub mod budgets;
 mod channel;
 pub mod cleanup;
 pub mod config;
+mod display;
 mod egress;
 mod error;
 pub mod files;
@@ -90,6 +92,7 @@ pub mod watchdog;
 pub use bindings::{Binding, BindingError, BindingFuture, CallContext, ErrorClass, Namespace, RunId};
 pub use cleanup::CleanupFailure;
 pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
+pub use display::Display;
 pub use error::{AllowReadError, RuntimeError};
 pub use files::{CopiedFile, CopyReport, SkipKind, Skipped};
 pub use interpreter::{Interpreter, InterpreterError};
