@@ -16,6 +16,7 @@
 mod bench;
 mod budget_flags;
 mod chart;
+mod displays;
 mod doctor;
 mod frames;
 mod mcp;
