@@ -199,7 +199,7 @@ pub const BUDGETS: &[BudgetRow] = &[
         per_run: false,
         min: 0,
         max: u64::MAX,
-        doc: "rich output: the encoded `display` frames of a run (both sides keep a ledger; at most \
+        doc: "rich output: the encoded `display` frames of a run (both sides keep a ledger; capped at \
               `max_line_bytes`) → later displays dropped, one marker display",
         get: |c| c.max_display_bytes,
         set: |c, v| c.max_display_bytes = v,

@@ -87,9 +87,9 @@ pub struct RuntimeConfig {
     pub max_value_bytes: u64,
     /// Display ledger of a run, on both sides: the bytes of its `display`
     /// frames together (base64 images count as sent). Past it, one marker
-    /// display and nothing more; the run goes on. At most
-    /// [`RuntimeConfig::max_line_bytes`], so a display that fits is never a
-    /// line over the cap.
+    /// display and nothing more; the run goes on. Capped at
+    /// [`RuntimeConfig::max_line_bytes`] ([`RuntimeConfig::display_budget`]),
+    /// so a display that fits is never a line over the cap.
     pub max_display_bytes: u64,
     /// Longest child→host frame line.
     pub max_line_bytes: usize,
@@ -251,6 +251,13 @@ impl RuntimeConfig {
         self.address_space_bytes.saturating_mul(4).max(self.address_space_bytes.saturating_add(ADDRESS_SPACE_HEADROOM))
     }
 
+    /// The display budget a run gets: `max_display_bytes`, capped at
+    /// `max_line_bytes` (a display that fits is then never a line over the
+    /// cap, which would end the run).
+    pub fn display_budget(&self) -> u64 {
+        self.max_display_bytes.min(self.max_line_bytes as u64)
+    }
+
     /// Checks every field; the runtime refuses to start with a bad one.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let err = |field, problem: &str| Err(ConfigError { field, problem: problem.to_owned() });
@@ -260,9 +267,6 @@ impl RuntimeConfig {
         }
         if (self.max_control_bytes as u128) < self.max_line_bytes as u128 {
             return err("max_control_bytes", "must be at least max_line_bytes");
-        }
-        if (self.max_display_bytes as u128) > self.max_line_bytes as u128 {
-            return err("max_display_bytes", "must be at most max_line_bytes");
         }
         if self.sandbox_uid_count == 0
             || self.sandbox_uid_base == 0
@@ -295,6 +299,9 @@ mod tests {
         assert_eq!(c.max_log_bytes, 64 << 10);
         assert_eq!(c.max_value_bytes, 1 << 20);
         assert_eq!(c.max_display_bytes, 8 << 20);
+        let small_lines = RuntimeConfig { max_line_bytes: 1024, ..RuntimeConfig::default() };
+        small_lines.validate().unwrap();
+        assert_eq!(small_lines.display_budget(), 1024);
         assert_eq!(c.isolation, Isolation::Sandbox);
     }
 
@@ -311,7 +318,6 @@ mod tests {
         assert_eq!(bad(|c| c.max_line_bytes = 10).field, "max_line_bytes");
         assert_eq!(bad(|c| c.max_control_bytes = 2000).field, "max_control_bytes");
         assert_eq!(bad(|c| c.max_value_bytes = 0).field, "max_value_bytes");
-        assert_eq!(bad(|c| c.max_display_bytes = (8 << 20) + 1).field, "max_display_bytes");
         assert_eq!(bad(|c| c.sandbox_uid_base = 0).field, "sandbox_uid_base");
         assert_eq!(bad(|c| c.disk_bytes = 1000).field, "disk_bytes");
         assert_eq!(bad(|c| c.max_calls_in_flight = 0).field, "max_calls_in_flight");

@@ -149,7 +149,7 @@ impl RunMachine {
             address_space_bytes: config.address_space_limit(),
             max_log_bytes: config.max_log_bytes,
             max_value_bytes: config.max_value_bytes,
-            max_display_bytes: config.max_display_bytes,
+            max_display_bytes: config.display_budget(),
             namespaces: Vec::with_capacity(bindings.len()),
             session,
         };
@@ -176,7 +176,7 @@ impl RunMachine {
             cpu_seconds: config.cpu_seconds,
             max_log_bytes: config.max_log_bytes,
             max_value_bytes: config.max_value_bytes,
-            max_display_bytes: config.max_display_bytes,
+            max_display_bytes: config.display_budget(),
         });
         RunFrame { program, budgets }.encode(&mut out);
         RunMachine {
@@ -189,7 +189,7 @@ impl RunMachine {
             },
             splitter: LineSplitter::new(config.max_line_bytes),
             ledger: LogLedger::new(config.max_log_bytes),
-            displays: DisplayLedger::new(config.max_display_bytes),
+            displays: DisplayLedger::new(config.display_budget()),
             out,
             out_sent: 0,
             written_total: 0,
