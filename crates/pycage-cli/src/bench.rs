@@ -17,6 +17,9 @@
 //! call's round trip; `asyncio.gather` throughput; the host's RSS and the
 //! private memory of an idle pooled child.
 //!
+//! `--plot PYTHON` measures showing a matplotlib chart instead
+//! ([`plot`]).
+//!
 //! A run that fails is left out of the figures and counted for its case
 //! (which row, how many of how many tries), with its first failure in
 //! words (`timeout: the wall-clock budget ...`); the report is printed
@@ -35,6 +38,8 @@ use pycage_runtime::{Binding, Isolation, Namespace, RunRequest, Runtime, Runtime
 
 use crate::output;
 
+mod plot;
+
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Print one JSON object instead of tables.
@@ -52,6 +57,11 @@ pub struct BenchArgs {
     /// Wall-clock budget of each run, in milliseconds (default: a run's 60000).
     #[arg(long, value_name = "N")]
     wall_ms: Option<u64>,
+    /// Instead: a run that shows a 640x480 matplotlib line plot, beside the
+    /// same plot rendered by a plain python with matplotlib imported. PATH
+    /// is a Python that has matplotlib (a `venv --copies`' bin/python).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["python", "svg"])]
+    plot: Option<PathBuf>,
 }
 
 /// Failed tries per case: how many of how many, and the first failure in
@@ -355,6 +365,9 @@ pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(python) = args.plot {
+        return plot::bench(python, args.iterations, args.wall_ms, args.json).await;
+    }
     let iterations = args.iterations.max(3);
     let mut variants = Vec::new();
     let mut unavailable = Vec::new();
