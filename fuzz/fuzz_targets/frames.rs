@@ -72,8 +72,13 @@ fn check_line(line: &[u8]) {
         Ok(frame) => {
             assert!(parsed.is_ok());
             match &frame {
-                ChildFrame::Done { value: Some(v), .. } | ChildFrame::Call { args: v, .. } => check_value(v),
-                ChildFrame::Done { value: None, .. } | ChildFrame::BootAck | ChildFrame::Log { .. } => {}
+                ChildFrame::Done { value: Some(v), .. }
+                | ChildFrame::Call { args: v, .. }
+                | ChildFrame::Display { metadata: Some(v), .. } => check_value(v),
+                ChildFrame::Done { value: None, .. }
+                | ChildFrame::BootAck
+                | ChildFrame::Log { .. }
+                | ChildFrame::Display { metadata: None, .. } => {}
             }
             let mut out = Vec::new();
             frame.encode(&mut out);

@@ -16,14 +16,15 @@ Shapes (``?``: optional):
 
 * ``boot`` (host): First host frame: limits (0 = unset) and namespaces; session: keep serving
   runs. Fields: type: "boot", cpuSeconds: uint, addressSpaceBytes: uint, maxLogBytes: uint,
-  maxValueBytes: uint, namespaces: [namespace], session?: bool, output?: bool.
+  maxValueBytes: uint, maxDisplayBytes: uint, namespaces: [namespace], session?: bool, output?:
+  bool.
 * ``namespace`` (host): One entry of boot.namespaces: a global, its member names, their docs.
   Fields: global: str, names: [str], errorClass?: errorClass, doc?: str, docs?: {str: str}.
 * ``errorClass`` (host): namespace.errorClass: the class failed calls raise, and its member-name
   attribute. Fields: name: str, memberNameProperty: str.
 * ``run`` (host): The program; in a session, the run's own budgets; sysPath: the run's package
   directories. Fields: type: "run", program: str, cpuSeconds?: uint, maxLogBytes?: uint,
-  maxValueBytes?: uint, sysPath?: [str].
+  maxValueBytes?: uint, maxDisplayBytes?: uint, sysPath?: [str].
 * ``reply-ok`` (host): A binding call that succeeded. Fields: type: "reply", id: uint, ok: true,
   value: JSON.
 * ``reply-error`` (host): A binding call that failed; the program sees an exception. Fields:
@@ -33,6 +34,9 @@ Shapes (``?``: optional):
   uint, global: str, name: str, args: JSON.
 * ``log`` (child): Captured program output; truncated only on the ledger's marker. Fields: type:
   "log", text: str, truncated?: true.
+* ``display`` (child): Rich output: MIME type to text (base64 if binary); truncated: the
+  ledger's marker. Fields: type: "display", data: {str: str}, metadata?: {str: JSON}, truncated?:
+  true.
 * ``done`` (child): The run settled: a value, no value, or an error (never both). Fields: type:
   "done", value?: JSON, error?: done-error.
 * ``done-error`` (child): done.error: what failed and the message. Fields: kind:
@@ -59,6 +63,11 @@ def log_truncation_marker(max_bytes):
     return "[pycage] log capture truncated at " + _int_repr(max_bytes) + " bytes"
 
 
+def display_truncation_marker(max_bytes):
+    """The text of the display that marks where a ``max_bytes`` display ledger ran out."""
+    return "[pycage] display output truncated at " + _int_repr(max_bytes) + " bytes"
+
+
 def encode_boot_ack():
     """``boot-ack`` as one line: Limits are applied; ready for run."""
     return ('{"type":"boot-ack"}\n').encode("utf-8")
@@ -74,6 +83,16 @@ def encode_call(id, global_, name, args):
 def encode_log(text, truncated=False):
     """``log`` as one line: Captured program output; truncated only on the ledger's marker."""
     s = f'{{"type":"log","text":{_quote(text)}'
+    if truncated:
+        s += ',"truncated":true'
+    return (s + "}\n").encode("utf-8")
+
+
+def encode_display(data, metadata=None, truncated=False):
+    """``display`` as one line: Rich output: MIME type to text (base64 if binary); truncated: the ledger's marker."""
+    s = f'{{"type":"display","data":{"{" + ",".join([_quote(k) + ":" + _quote(v) for k, v in data.items()]) + "}"}'
+    if metadata is not None:
+        s += ',"metadata":' + metadata
     if truncated:
         s += ',"truncated":true'
     return (s + "}\n").encode("utf-8")
@@ -96,7 +115,15 @@ def encode_done_error(kind, message):
     return f'{{"kind":{_quote(kind)},"message":{_quote(message)}}}'
 
 
-_BOOT_REQUIRED = ("type", "cpuSeconds", "addressSpaceBytes", "maxLogBytes", "maxValueBytes", "namespaces")
+_BOOT_REQUIRED = (
+    "type",
+    "cpuSeconds",
+    "addressSpaceBytes",
+    "maxLogBytes",
+    "maxValueBytes",
+    "maxDisplayBytes",
+    "namespaces",
+)
 _BOOT_REQUIRED_SET = frozenset(_BOOT_REQUIRED)
 _BOOT_OPTIONAL = ("session", "output")
 _BOOT_KNOWN = frozenset(_BOOT_REQUIRED + _BOOT_OPTIONAL)
@@ -124,6 +151,9 @@ def check_boot(frame, where="boot"):
     v = frame["maxValueBytes"]
     if type(v) is not int or v < 0:
         return where + ".maxValueBytes must be a non-negative integer"
+    v = frame["maxDisplayBytes"]
+    if type(v) is not int or v < 0:
+        return where + ".maxDisplayBytes must be a non-negative integer"
     v = frame["namespaces"]
     if type(v) is not list:
         return where + ".namespaces must be a list"
@@ -199,7 +229,7 @@ def check_error_class(frame, where="errorClass"):
 
 _RUN_REQUIRED = ("type", "program")
 _RUN_REQUIRED_SET = frozenset(_RUN_REQUIRED)
-_RUN_OPTIONAL = ("cpuSeconds", "maxLogBytes", "maxValueBytes", "sysPath")
+_RUN_OPTIONAL = ("cpuSeconds", "maxLogBytes", "maxValueBytes", "maxDisplayBytes", "sysPath")
 _RUN_KNOWN = frozenset(_RUN_REQUIRED + _RUN_OPTIONAL)
 
 
@@ -228,6 +258,10 @@ def check_run(frame, where="run"):
         v = frame["maxValueBytes"]
         if type(v) is not int or v < 0:
             return where + ".maxValueBytes must be a non-negative integer"
+    if "maxDisplayBytes" in frame:
+        v = frame["maxDisplayBytes"]
+        if type(v) is not int or v < 0:
+            return where + ".maxDisplayBytes must be a non-negative integer"
     if "sysPath" in frame:
         v = frame["sysPath"]
         if type(v) is not list or not all(type(x) is str for x in v):

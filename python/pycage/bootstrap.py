@@ -27,6 +27,8 @@ The child's modules, by concern:
 * ``encoder`` / ``decoder``: the lossless, iterative JSON codec;
 * ``channel``: fd 3 (frames out, host lines in, replies to their calls);
 * ``logs``: ``sys.stdout`` / ``sys.stderr`` as ``log`` frames;
+* ``display``: the ``display()`` builtin (rich output as ``display`` frames)
+  and ``mpl_backend``, the matplotlib backend that makes ``plt.show()`` use it;
 * ``namespaces``: the namespace objects and error classes;
 * ``runner``: a program's globals, compile, run and event loop;
 * ``signals``: the program's handlers, quiet while its outcome is sent;
@@ -53,6 +55,7 @@ from pycage import _wire
 from pycage._private import BUILTINS, EXIT_INTERNAL, diag, die
 from pycage.channel import lock, pending, read_frame, send, set_nonblocking
 from pycage.decoder import decode_json
+from pycage.display import flush_figures, start_display_ledger
 from pycage.encoder import encode_json
 from pycage.logs import start_ledger, stderr, stdout
 from pycage.namespaces import RESERVED_GLOBALS, SEEDED_GLOBALS, boot_namespaces, build_globals
@@ -89,6 +92,11 @@ _os_exit = os._exit
 _getframe = sys._getframe
 _sched_yield = os.sched_yield
 _BOOT_ACK = _wire.encode_boot_ack()
+
+#: matplotlib, if the program imports it, draws with pycage's backend:
+#: ``plt.show()`` and the figures open at the end become displays. Set
+#: here, in the child's own environment, before any program runs.
+os.environ["MPLBACKEND"] = "module://pycage.mpl_backend"
 
 
 def _finish(frame):
@@ -143,19 +151,21 @@ def apply_boot_limits(boot):
 class Budgets:
     """One run's budgets: its own (a session run carries them) or boot's."""
 
-    __slots__ = ("cpu_seconds", "max_log_bytes", "max_value_bytes")
+    __slots__ = ("cpu_seconds", "max_log_bytes", "max_value_bytes", "max_display_bytes")
 
     def __init__(self, run, boot):
         self.cpu_seconds = run.get("cpuSeconds", boot["cpuSeconds"])
         self.max_log_bytes = run.get("maxLogBytes", boot["maxLogBytes"])
         self.max_value_bytes = run.get("maxValueBytes", boot["maxValueBytes"])
+        self.max_display_bytes = run.get("maxDisplayBytes", boot["maxDisplayBytes"])
 
 
 def start_run(budgets, session):
-    """Per-run state: the log ledger, and in a session the CPU budget counted
+    """Per-run state: the log and display ledgers, and in a session the CPU budget counted
     from now (SIGXCPU ends the session's process when a run overspends, and
     each run's wall clock bounds one that handles SIGXCPU)."""
     start_ledger(budgets.max_log_bytes)
+    start_display_ledger(budgets.max_display_bytes)
     cpu = budgets.cpu_seconds
     if session and cpu:
         usage = _getrusage(resource.RUSAGE_SELF)
@@ -203,12 +213,15 @@ return value
 #: Frames like the ones a run reads, for the warm-up to check, and their checkers.
 _WARM_UP_FRAMES = (
     (
-        '{"type":"boot","cpuSeconds":0,"addressSpaceBytes":0,"maxLogBytes":1,"maxValueBytes":1,'
+        '{"type":"boot","cpuSeconds":0,"addressSpaceBytes":0,"maxLogBytes":1,"maxValueBytes":1,"maxDisplayBytes":1,'
         '"namespaces":[{"global":"w","names":["w"],"errorClass":{"name":"W","memberNameProperty":"m"},'
         '"doc":"w","docs":{"w":"w"}}]}',
         _wire.check_boot,
     ),
-    ('{"type":"run","program":"","cpuSeconds":0,"maxLogBytes":1,"maxValueBytes":1}', _wire.check_run),
+    (
+        '{"type":"run","program":"","cpuSeconds":0,"maxLogBytes":1,"maxValueBytes":1,"maxDisplayBytes":1}',
+        _wire.check_run,
+    ),
     ('{"type":"reply","id":0,"ok":true,"value":null}', _wire.check_reply),
 )
 
@@ -300,6 +313,8 @@ def _serve():
             send(frame)
             continue
         outcome = run_program(program, program_globals)
+        # Figures the program left open are shown, as after a notebook cell.
+        flush_figures()
         # Encode first: the loop's cleanup runs program code that could change the value.
         frame = outcome_frame(outcome, budgets.max_value_bytes)
         close_outcome(outcome)

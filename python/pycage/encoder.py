@@ -39,7 +39,11 @@ _gc_enable = gc.enable
 
 
 class NotJsonError(Exception):
-    """The value cannot cross as JSON; ``str(e)`` names the path and type."""
+    """The value cannot cross as JSON; ``str(e)`` names the path and type.
+    ``rich`` is true when the value is of a type no JSON hint covers (a
+    DataFrame, a figure): what a run should ``display()`` instead."""
+
+    rich = False
 
 
 class OverBudgetError(Exception):
@@ -244,7 +248,10 @@ def _encode(value, budget):
                 fresh = True
                 break
             else:
-                raise NotJsonError(f"value at {_path(frames, len(frames))} is {_describe_type(t)}, which is not JSON")
+                error = NotJsonError(f"value at {_path(frames, len(frames))} is {_describe_type(t)}, which is not JSON")
+                # No builtin-type hint applies: a rich object (a DataFrame, a figure).
+                error.rich = _describe_type(t).find("(") < 0
+                raise error
             if size > budget:
                 raise OverBudgetError
         else:

@@ -33,6 +33,13 @@ _encode_done_error = _wire.encode_done_error
 
 DONE_NO_VALUE = _encode_done()
 
+#: What an invalid-output message for a value of a non-JSON type adds: a
+#: run's value is strict JSON; rich objects are shown, not returned.
+_NOT_JSON_HINT = (
+    "; to show it, display() it and return something else; to return it, convert it to lists, dicts, "
+    "str and numbers (a DataFrame: df.to_dict('records'))"
+)
+
 
 # --- tracebacks ------------------------------------------------------------
 
@@ -153,7 +160,10 @@ def outcome_frame(outcome, max_value_bytes):
         try:
             body = encode_json(outcome.value, max_value_bytes)
         except NotJsonError as e:
-            return error_frame("invalid-output", f"return value is not JSON: {e}")
+            message = f"return value is not JSON: {e}"
+            if e.rich:
+                message += _NOT_JSON_HINT
+            return error_frame("invalid-output", message)
         except OverBudgetError:
             return error_frame("output-limit", f"return value is over the {max_value_bytes}-byte value budget")
         except BaseException as e:

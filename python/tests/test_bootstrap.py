@@ -344,7 +344,7 @@ class Child:
         # Frames are in canonical form: re-encoding them gives the same bytes.
         assert encode_json(decode_json(text)) == text, text
 
-    def boot(self, namespaces=(), cpu=0, address_space=0, max_log=65536, max_value=1 << 20):
+    def boot(self, namespaces=(), cpu=0, address_space=0, max_log=65536, max_value=1 << 20, max_display=1 << 23):
         self.send(
             {
                 "type": "boot",
@@ -352,6 +352,7 @@ class Child:
                 "addressSpaceBytes": address_space,
                 "maxLogBytes": max_log,
                 "maxValueBytes": max_value,
+                "maxDisplayBytes": max_display,
                 "namespaces": list(namespaces),
             }
         )
@@ -378,7 +379,14 @@ def run(program, on_call=None, namespaces=(), **boot):
 
     ``on_call(child, frame)`` answers a call (or defers it); default: error.
     """
+    done, logs, calls, lines, _ = run_with_displays(program, on_call, namespaces, **boot)
+    return done, logs, calls, lines
+
+
+def run_with_displays(program, on_call=None, namespaces=(), **boot):
+    """``run``, also returning the ``display`` frames, in order."""
     child = Child()
+    displays = []
     try:
         child.boot(namespaces, **boot)
         child.send({"type": "run", "program": program})
@@ -396,6 +404,8 @@ def run(program, on_call=None, namespaces=(), **boot):
                     child.send({"type": "reply", "id": frame["id"], "ok": False, "message": "no bindings"})
                 else:
                     on_call(child, frame)
+            elif kind == "display":
+                displays.append(frame)
             elif kind == "done":
                 done = frame
                 break
@@ -409,7 +419,7 @@ def run(program, on_call=None, namespaces=(), **boot):
         status, out, err = child.finish()
     assert status == 0, (status, err)
     assert err == b"", err
-    return done, logs, calls, lines
+    return done, logs, calls, lines, displays
 
 
 def reply_ok(value):

@@ -55,6 +55,7 @@ class WireTest(unittest.TestCase):
             "addressSpaceBytes": 0,
             "maxLogBytes": 1,
             "maxValueBytes": 1,
+            "maxDisplayBytes": 1,
             "namespaces": [{"global": "t", "names": ["a"], "errorClass": {"name": "E"}}],
         }
         self.assertEqual(_wire.check_boot(boot), "boot.namespaces[0].errorClass: missing field 'memberNameProperty'")
@@ -185,7 +186,7 @@ class HardeningTest(unittest.TestCase):
         out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
         # Every module but the package itself and the zygote (trusted; it
         # never runs with a program).
-        self.assertEqual(out.stdout.strip(), "[] 12", out.stderr)
+        self.assertEqual(out.stdout.strip(), "[] 13", out.stderr)
 
 
 if __name__ == "__main__":

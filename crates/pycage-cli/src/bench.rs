@@ -17,6 +17,9 @@
 //! call's round trip; `asyncio.gather` throughput; the host's RSS and the
 //! private memory of an idle pooled child.
 //!
+//! `--plot PYTHON` measures showing a matplotlib chart instead
+//! ([`plot`]).
+//!
 //! A run that fails is left out of the figures and counted for its case
 //! (which row, how many of how many tries), with its first failure in
 //! words (`timeout: the wall-clock budget ...`); the report is printed
@@ -34,6 +37,8 @@ use pycage_protocol::JsonBuilder;
 use pycage_runtime::{Binding, Isolation, Namespace, RunRequest, Runtime, RuntimeConfig, SpawnMode};
 
 use crate::output;
+
+mod plot;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -58,6 +63,11 @@ pub struct BenchArgs {
     /// runs, idle pooled children's private memory.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["python", "svg"])]
     venv: Option<PathBuf>,
+    /// Instead: a run that shows a 640x480 matplotlib line plot, beside the
+    /// same plot rendered by a plain python with matplotlib imported. PATH
+    /// is a Python that has matplotlib (a `venv --copies`' bin/python).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["python", "svg", "venv"])]
+    plot: Option<PathBuf>,
 }
 
 /// Failed tries per case: how many of how many, and the first failure in
@@ -370,6 +380,9 @@ pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
 async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(venv) = args.venv {
         return crate::bench_env::bench(venv, args.iterations, args.json).await;
+    }
+    if let Some(python) = args.plot {
+        return plot::bench(python, args.iterations, args.wall_ms, args.json).await;
     }
     let iterations = args.iterations.max(3);
     let mut variants = Vec::new();

@@ -17,6 +17,7 @@ mod bench;
 mod bench_env;
 mod budget_flags;
 mod chart;
+mod displays;
 mod doctor;
 mod frames;
 mod mcp;

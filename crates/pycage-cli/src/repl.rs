@@ -18,6 +18,14 @@
 //!   answered with `{"logs":[],"error":{"kind":"misuse","message":...}}`
 //!   and the session goes on. Any language can drive a session this way.
 //!
+//! Displays (`display()`, matplotlib figures): on a terminal each is
+//! written as a file, `display-<N>.<ext>` numbered across the repl, into
+//! `--displays DIR` or else a directory made under the system temp dir at
+//! the first display (and kept), and one line names it:
+//! `[display 1] image/png 640x480, 21.3 KiB -> /tmp/pycage-displays-x/display-1.png: <Figure ...>`.
+//! In `--json` mode a result carries its `displays` in full, as `pycage
+//! run --json` does, and nothing is written.
+//!
 //! A cell that ends without finishing (a budget ran out, it was aborted,
 //! its process died) ends the session, as sessions do. The next cell then
 //! starts a new, empty session: a terminal prints a notice on stderr, and
@@ -40,7 +48,7 @@ use pycage_runtime::{
 };
 use tokio::sync::mpsc;
 
-use crate::{output, RuntimeArgs};
+use crate::{displays, output, RuntimeArgs};
 
 #[derive(Debug, Args)]
 pub struct ReplArgs {
@@ -51,6 +59,11 @@ pub struct ReplArgs {
     /// TOML file declaring binding namespaces (commands, HTTP endpoints, MCP servers).
     #[arg(long, value_name = "FILE.toml")]
     bindings: Option<PathBuf>,
+
+    /// Where a terminal repl writes displays (created if missing; default: a
+    /// new directory under the system temp dir, made at the first display).
+    #[arg(long, value_name = "DIR")]
+    displays: Option<PathBuf>,
 
     /// The session ends after this many seconds without a cell.
     #[arg(long, value_name = "N", default_value_t = SessionOptions::default().idle_timeout.as_secs())]
@@ -112,6 +125,41 @@ impl Repl {
     }
 }
 
+/// Where a terminal repl's displays go (see the module docs).
+struct DisplaySink {
+    /// `--displays`, or the directory made at the first display.
+    dir: Option<PathBuf>,
+    /// Displays so far, across cells.
+    count: usize,
+}
+
+impl DisplaySink {
+    fn dir(&mut self) -> Result<PathBuf, String> {
+        if let Some(dir) = &self.dir {
+            return Ok(dir.clone());
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("pycage-displays-")
+            .tempdir()
+            .map_err(|e| format!("cannot make a directory for displays: {e}"))?
+            .keep();
+        self.dir = Some(dir.clone());
+        Ok(dir)
+    }
+
+    /// Writes display `d` and prints its line.
+    fn show(&mut self, d: &pycage_runtime::Display) {
+        self.count += 1;
+        let n = self.count;
+        let written = self.dir().and_then(|dir| displays::write_file(&dir, &format!("display-{n}"), d));
+        let line = match written {
+            Ok(path) => displays::summary_with_file(n, d, Some(&path)),
+            Err(e) => format!("{} (not written: {e})", displays::summary(n, d)),
+        };
+        let _ = output::stdout_text(&line);
+    }
+}
+
 /// Forgets interrupts delivered before now: a Ctrl-C that reached pycage
 /// between cells (at the prompt of a terminal the editor does not hold in
 /// raw mode, or a `kill -INT`) must not abort the next cell.
@@ -122,6 +170,9 @@ fn forget_interrupts(interrupts: &mut tokio::signal::unix::Signal) {
 
 pub fn main(args: ReplArgs) -> anyhow::Result<ExitCode> {
     let mut config = args.runtime.config()?;
+    if let Some(dir) = &args.displays {
+        std::fs::create_dir_all(dir).with_context(|| format!("--displays {}: cannot create it", dir.display()))?;
+    }
     // One long-lived session, and a fresh one at once when it ends.
     config.spawn = pycage_runtime::SpawnMode::Zygote;
     config.pool_size = 1;
@@ -142,7 +193,8 @@ pub fn main(args: ReplArgs) -> anyhow::Result<ExitCode> {
         };
         let session = runtime.session(options.clone())?;
         let mut repl = Repl { runtime: runtime.clone(), options, session };
-        let outcome = if json { json_loop(&mut repl).await } else { terminal_loop(&mut repl, terminal).await };
+        let sink = DisplaySink { dir: args.displays.clone(), count: 0 };
+        let outcome = if json { json_loop(&mut repl).await } else { terminal_loop(&mut repl, terminal, sink).await };
         repl.session.close().await;
         runtime.shutdown().await;
         bindings.close().await;
@@ -260,7 +312,7 @@ fn needs_more(cell: &str) -> bool {
     first_opens_block && !cell.ends_with("\n\n")
 }
 
-async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCode> {
+async fn terminal_loop(repl: &mut Repl, terminal: bool, mut sink: DisplaySink) -> anyhow::Result<ExitCode> {
     let history = pycage_runtime::default_cache_dir().map(|d| d.join("repl-history"));
     let (line_tx, mut line_rx) = mpsc::channel::<Input>(1);
     let (prompt_tx, prompt_rx) = std::sync::mpsc::channel::<&'static str>();
@@ -355,19 +407,23 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool) -> anyhow::Result<ExitCo
             loop {
                 tokio::select! {
                     r = &mut run => break r,
-                    Some(ev) = rx.recv() => {
-                        if let RunEvent::Log(line) = ev {
-                            let _ = output::stdout_text(&line);
-                        }
-                    }
+                    Some(ev) = rx.recv() => match ev {
+                        RunEvent::Log(line) => { let _ = output::stdout_text(&line); }
+                        RunEvent::Display(d) => sink.show(&d),
+                        RunEvent::Call { .. } | RunEvent::CallFinished { .. } => {}
+                    },
                     Some(()) = interrupts.recv(), if !cancel.is_cancelled() => cancel.cancel(),
                 }
             }
         };
         // Lines that arrived with the end of the run.
         while let Ok(ev) = rx.try_recv() {
-            if let RunEvent::Log(line) = ev {
-                let _ = output::stdout_text(&line);
+            match ev {
+                RunEvent::Log(line) => {
+                    let _ = output::stdout_text(&line);
+                }
+                RunEvent::Display(d) => sink.show(&d),
+                RunEvent::Call { .. } | RunEvent::CallFinished { .. } => {}
             }
         }
         let (result, restarted) = outcome?;

@@ -10,10 +10,16 @@
 //! special files are never copied and do not count) exits 3, and `--json`
 //! says `"complete": false` in its `output`. Whatever was copied stays.
 //!
-//! Readable output streams log lines as the program writes them, then the
-//! value as canonical JSON on stdout, then `error: <kind>: <message>` on
-//! stderr, all escaped for the terminal (`output::for_terminal`). `--json`
-//! prints `RunResult::to_json()` as one line at the end, exact.
+//! Readable output streams log lines as the program writes them, and one
+//! line per display (`[display 1] image/png 640x480, 21.3 KiB: <Figure ...>`)
+//! in their place among them, then the value as canonical JSON on stdout,
+//! then `error: <kind>: <message>` on stderr, all escaped for the terminal
+//! (`output::for_terminal`). `--json` prints `RunResult::to_json()` as one
+//! line at the end, exact (displays in full, base64 images included).
+//!
+//! With `--output DIR`, after the run, each display is also written there
+//! as `display-<N>.<ext>` of its richest type (`crate::displays`); a name the
+//! program's `out/` already took there is not overwritten (a warning says so).
 //!
 //! SIGINT and SIGTERM cancel the run (it settles as `abort`, keeping its
 //! logs); the runtime is always shut down, so no child outlives the command.
@@ -28,7 +34,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use pycage_bindings::Bindings;
 
-use crate::{output, RunArgs};
+use crate::{displays, output, RunArgs};
 
 /// Exit status of a run that settled with an error.
 const EXIT_RUN_FAILED: u8 = 1;
@@ -74,8 +80,11 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             transcript: args.transcript.clone(),
             ..RunRequest::default()
         };
-        let outcome =
-            if args.json { runtime.run(request).await.map(|r| (r, 0)) } else { run_streaming(&runtime, request).await };
+        let outcome = if args.json {
+            runtime.run(request).await.map(|r| (r, Printed::default()))
+        } else {
+            run_streaming(&runtime, request).await
+        };
         runtime.shutdown().await;
         bindings.close().await;
         watcher.abort();
@@ -85,6 +94,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         if let (Some(output), Some(dir)) = (&result.output, &args.output) {
             report_output(output, dir);
             incomplete = output.incomplete();
+        }
+        if let Some(dir) = &args.output {
+            write_displays(&result, dir);
         }
         for failure in runtime.cleanup_failures() {
             output::warning(&failure.to_string());
@@ -124,25 +136,36 @@ fn watch_signals(cancel: CancellationToken) -> anyhow::Result<tokio::task::JoinH
     }))
 }
 
-/// Runs and prints log lines as they arrive. Returns the result and how
-/// many of its log lines were already printed.
+/// How much of a result readable output already printed as it streamed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Printed {
+    logs: usize,
+    displays: usize,
+}
+
+/// Runs and prints log lines and display summaries as they arrive.
+/// Returns the result and how much of it was already printed.
 async fn run_streaming(
     runtime: &Runtime,
     request: RunRequest,
-) -> Result<(RunResult, usize), pycage_runtime::MisuseError> {
+) -> Result<(RunResult, Printed), pycage_runtime::MisuseError> {
     let (tx, mut rx) = runtime.event_channel();
     // Printing blocks when stdout stalls (a full pipe, Ctrl-S): do it on a
     // blocking thread, so the run's own loop keeps serving its deadline and
     // cancellation meanwhile.
     let printer = tokio::task::spawn_blocking(move || {
-        let mut printed = 0usize;
+        let mut printed = Printed::default();
         while let Some(event) = rx.blocking_recv() {
             match event {
                 RunEvent::Log(line) => {
                     // A closed stdout must not stop the run: keep counting
                     // so the final report does not print these again.
                     let _ = output::stdout_text(&line);
-                    printed += 1;
+                    printed.logs += 1;
+                }
+                RunEvent::Display(d) => {
+                    printed.displays += 1;
+                    let _ = output::stdout_text(&displays::summary(printed.displays, &d));
                 }
                 RunEvent::Call { .. } | RunEvent::CallFinished { .. } => {}
             }
@@ -152,23 +175,38 @@ async fn run_streaming(
     // The sender lives in the run; the printer ends when the run does.
     let result = runtime.run_with_events(request, tx).await;
     // A printer that panicked printed nothing we can count on.
-    let printed = printer.await.unwrap_or(0);
+    let printed = printer.await.unwrap_or_default();
     result.map(|r| (r, printed))
 }
 
-fn report(result: &RunResult, json: bool, printed: usize) -> anyhow::Result<()> {
+fn report(result: &RunResult, json: bool, printed: Printed) -> anyhow::Result<()> {
     if json {
         output::stdout_line(&result.to_json().to_canonical_string()).context("cannot write the result")?;
         return Ok(());
     }
-    // Lines the event stream did not deliver (none, normally).
-    let rest = result.logs.get(printed..).unwrap_or_default();
+    // What the event stream did not deliver (nothing, normally).
+    let rest = result.logs.get(printed.logs..).unwrap_or_default();
+    let summaries: Vec<String> =
+        result.displays.iter().enumerate().skip(printed.displays).map(|(i, d)| displays::summary(i + 1, d)).collect();
     let value = result.value.as_ref().map(|v| v.to_canonical_string());
-    output::stdout_texts(rest.iter().map(String::as_str).chain(value.as_deref())).context("cannot write the result")?;
+    output::stdout_texts(
+        rest.iter().map(String::as_str).chain(summaries.iter().map(String::as_str)).chain(value.as_deref()),
+    )
+    .context("cannot write the result")?;
     if let Some(e) = &result.error {
         output::stderr_text(&format!("error: {}: {}", e.kind, e.message));
     }
     Ok(())
+}
+
+/// Writes each display to `dir` as `display-<N>.<ext>`, one stderr line each.
+fn write_displays(result: &RunResult, dir: &Path) {
+    for (i, d) in result.displays.iter().enumerate() {
+        match displays::write_file(dir, &format!("display-{}", i + 1), d) {
+            Ok(path) => output::stderr_text(&format!("pycage: display {} written to {}", i + 1, path.display())),
+            Err(e) => output::warning(&format!("display {} not written: {e}", i + 1)),
+        }
+    }
 }
 
 /// Creates the `--output` directory and checks that pycage may write into

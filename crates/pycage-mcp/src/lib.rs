@@ -24,8 +24,10 @@
 //! slots per client and in total, idle expiry, and an ended session reported
 //! once to its owner, then started afresh (`clients`).
 //!
-//! A call may carry small input files, and gets back what the program left
-//! in `out/` (`files`). Over HTTP, requests pass a gate first: `Origin`
+//! A run's displays (`display()`, matplotlib figures) come back as content
+//! blocks after the result's text: images as MCP image content, markdown
+//! and HTML as text (`displays`). A call may carry small input files, and
+//! gets back what the program left in `out/` (`files`). Over HTTP, requests pass a gate first: `Origin`
 //! validation and optional bearer tokens (`transport`).
 //!
 //! With [`ServerOptions::expose_tools`], every upstream MCP tool is also
@@ -36,6 +38,7 @@
 //! is a client), and the CLI only parses flags and picks a transport.
 
 mod clients;
+mod displays;
 mod files;
 mod server;
 mod transport;

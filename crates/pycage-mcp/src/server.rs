@@ -16,6 +16,7 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{json, Value};
 
 use crate::clients::{ended_message, Lease, Limits, Owner, Refusal, Registry, MAX_LOOKUP_NAME, MAX_SESSION_NAME};
+use crate::displays;
 use crate::files::{self, InputLimits, OutputDir};
 use crate::transport::{Principal, SESSION_HEADER};
 
@@ -331,7 +332,8 @@ impl CodeModeServer {
                         result.output = Some(report);
                     }
                 }
-                let mut r = tool_result(&result, lease.as_ref().map(|l| l.name.as_str()));
+                let (display_blocks, displays) = displays::display_blocks(&std::mem::take(&mut result.displays));
+                let mut r = tool_result(&result, lease.as_ref().map(|l| l.name.as_str()), displays);
                 if let Some(lease) = lease.as_ref().filter(|l| l.minted) {
                     r.content.push(ContentBlock::text(format!(
                         "This call opened the session `{}`. Pass exactly that name as `session` to use it again: \
@@ -340,6 +342,7 @@ impl CodeModeServer {
                         lease.name
                     )));
                 }
+                r.content.extend(display_blocks);
                 r.content.extend(blocks);
                 Ok(r)
             }
@@ -367,14 +370,26 @@ impl CodeModeServer {
 }
 
 /// A run's outcome as a tool result: `{value?, logs, output?, error?}` (plus
-/// `session` when it ran in one) as structured content and as its JSON
-/// text; `isError` when the run failed.
-fn tool_result(result: &RunResult, session: Option<&str>) -> CallToolResult {
+/// `displays`, their description without their data, when the run made
+/// any, and `session` when it ran in one) as structured content and as its
+/// JSON text; `isError` when the run failed. `result.displays` is empty
+/// here: their data goes in content blocks of their own.
+fn tool_result(result: &RunResult, session: Option<&str>, displays: pycage_protocol::JsonValue) -> CallToolResult {
     let json = result.to_json();
     let mut text = json.to_canonical_string();
     // The structured copy goes through serde_json; its depth limit is far
     // below ours, so a very deep value travels as text only.
     let mut structured = json.to_serde().ok();
+    if displays.root().as_array().is_some_and(|mut a| a.next().is_some()) {
+        // The canonical object ends with `}` and has at least `logs`.
+        text.pop();
+        text.push_str(",\"displays\":");
+        text.push_str(&displays.to_canonical_string());
+        text.push('}');
+        if let (Some(Value::Object(o)), Ok(v)) = (&mut structured, displays.to_serde()) {
+            o.insert("displays".into(), v);
+        }
+    }
     if let Some(name) = session {
         // The canonical object ends with `}` and has at least `logs`.
         text.pop();
@@ -441,6 +456,18 @@ fn output_schema() -> Value {
                     "skipped": {"type": "array", "items": {"type": "object", "properties": {"path": {"type": "string"}, "reason": {"type": "string"}}}},
                     "bytes": {"type": "integer"},
                     "truncated": {"type": "boolean"}
+                }
+            },
+            "displays": {
+                "type": "array",
+                "description": "What the program displayed (display(), plt.show()), in order; each display's content is a block after this result (an image, or text).",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "types": {"type": "array", "items": {"type": "string"}, "description": "The MIME types the display had."},
+                        "shown_as": {"type": "string", "description": "The MIME type of its content block; absent when it has none."},
+                        "metadata": {"type": "object"}
+                    }
                 }
             },
             "session": {"type": "string", "description": "The session the program ran in (pass it as `session` to use it again)."},
@@ -512,11 +539,14 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
          - print() output is returned in `logs` (up to {} bytes); the value may be up to {} bytes. Return only what you need.\n\
          - Budgets: {} s wall clock, {} s CPU, {} MiB memory.\n\
          - A failed function call raises an exception (the namespace's error class below); catch it to go on.\n\
+         - display(obj) shows rich output: a matplotlib figure (plt.show()), a DataFrame, an image. \
+         Each display comes back after the result as an image or text (up to {} in all); the value stays JSON.\n\
          - The standard library is available; {}\n\
          - Files (not with `session`): `files` {{\"name\": \"text\" or {{\"base64\": \"...\"}}}} (at most {} files, {} each, {} in all) \
          appear read-only in the working directory; with `\"return_files\": true`, what the program writes under `out/` comes back ({}).\n\
          \n\
-         Result: {{\"value\": ..., \"logs\": [...], \"error\": {{\"kind\": ..., \"message\": ...}}}} (error only when the run failed).\n",
+         Result: {{\"value\": ..., \"logs\": [...], \"error\": {{\"kind\": ..., \"message\": ...}}}} (error only when the run failed), \
+         then a block per display.\n",
         runtime.interpreter().version.0,
         runtime.interpreter().version.1,
         options.session_idle.as_secs(),
@@ -525,6 +555,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
         c.wall_time.as_secs_f64(),
         c.cpu_seconds,
         c.address_space_bytes / (1024 * 1024),
+        size(c.max_display_bytes),
         network_rule(c),
         files.max_files,
         size(files.max_file_bytes),

@@ -14,7 +14,7 @@ use crate::encode::write_json_string;
 use crate::json::JsonValue;
 #[cfg(test)]
 use crate::table::frame_fields;
-use crate::table::LOG_TRUNCATION_MARKER;
+use crate::table::{DISPLAY_TRUNCATION_MARKER, LOG_TRUNCATION_MARKER};
 
 /// The child's protocol file descriptor.
 pub const PROTOCOL_FD: i32 = 3;
@@ -24,6 +24,14 @@ pub const PROTOCOL_FD: i32 = 3;
 /// ([`LOG_TRUNCATION_MARKER`]).
 pub fn log_truncation_marker(max_bytes: u64) -> String {
     let [head, tail] = LOG_TRUNCATION_MARKER;
+    format!("{head}{max_bytes}{tail}")
+}
+
+/// The `text/plain` of the display that marks where a `max_bytes` display
+/// ledger ran out (the child's `display_truncation_marker` is generated from
+/// the same pieces, [`DISPLAY_TRUNCATION_MARKER`]).
+pub fn display_truncation_marker(max_bytes: u64) -> String {
+    let [head, tail] = DISPLAY_TRUNCATION_MARKER;
     format!("{head}{max_bytes}{tail}")
 }
 
@@ -109,6 +117,7 @@ pub struct BootFrame {
     pub address_space_bytes: u64,
     pub max_log_bytes: u64,
     pub max_value_bytes: u64,
+    pub max_display_bytes: u64,
     pub namespaces: Vec<NamespaceEntry>,
     /// The child is a session: after each `done` it waits for another
     /// `run` in the same module globals (`session: true` on the wire; absent
@@ -129,6 +138,7 @@ impl BootFrame {
         o.u64("addressSpaceBytes", self.address_space_bytes);
         o.u64("maxLogBytes", self.max_log_bytes);
         o.u64("maxValueBytes", self.max_value_bytes);
+        o.u64("maxDisplayBytes", self.max_display_bytes);
         let nsout = o.key("namespaces");
         nsout.push(b'[');
         for (i, ns) in self.namespaces.iter().enumerate() {
@@ -183,6 +193,7 @@ pub struct RunBudgets {
     pub cpu_seconds: u64,
     pub max_log_bytes: u64,
     pub max_value_bytes: u64,
+    pub max_display_bytes: u64,
 }
 
 /// `run`: the program. It may follow `boot` at once (the child reads it
@@ -208,6 +219,7 @@ impl RunFrame {
             o.u64("cpuSeconds", b.cpu_seconds);
             o.u64("maxLogBytes", b.max_log_bytes);
             o.u64("maxValueBytes", b.max_value_bytes);
+            o.u64("maxDisplayBytes", b.max_display_bytes);
         }
         if !self.sys_path.is_empty() {
             o.str_list("sysPath", &self.sys_path);
@@ -295,6 +307,14 @@ pub enum ChildFrame {
         text: String,
         truncated: bool,
     },
+    /// Rich output: MIME type → text, in the order sent (keys unique);
+    /// `metadata` is an object when present. `truncated` marks the
+    /// child's display-ledger marker (trusted for stopping only).
+    Display {
+        data: Vec<(String, String)>,
+        metadata: Option<JsonValue>,
+        truncated: bool,
+    },
     /// A forged `done` may carry both; consumers treat `error` first.
     Done {
         value: Option<JsonValue>,
@@ -309,6 +329,7 @@ impl ChildFrame {
             ChildFrame::BootAck => "boot-ack",
             ChildFrame::Call { .. } => "call",
             ChildFrame::Log { .. } => "log",
+            ChildFrame::Display { .. } => "display",
             ChildFrame::Done { .. } => "done",
         }
     }
@@ -328,6 +349,19 @@ impl ChildFrame {
             }
             ChildFrame::Log { text, truncated } => {
                 o.str("text", text);
+                if *truncated {
+                    o.bool("truncated", true);
+                }
+            }
+            ChildFrame::Display { data, metadata, truncated } => {
+                let mut d = Obj::new(o.key("data"));
+                for (mime, text) in data {
+                    d.str(mime, text);
+                }
+                d.end();
+                if let Some(m) = metadata {
+                    o.value("metadata", m);
+                }
                 if *truncated {
                     o.bool("truncated", true);
                 }
@@ -382,6 +416,7 @@ mod tests {
             address_space_bytes: 1 << 29,
             max_log_bytes: 65536,
             max_value_bytes: 1 << 20,
+            max_display_bytes: 1 << 23,
             namespaces: vec![ns(false), ns(true)],
             session: true,
             output: true,
@@ -411,7 +446,7 @@ mod tests {
         RunFrame { program: "return 1".into(), budgets: None, sys_path: Vec::new() }.encode(&mut out);
         assert_eq!(keys(&out), expect("run", false));
         let mut out = Vec::new();
-        let budgets = RunBudgets { cpu_seconds: 1, max_log_bytes: 2, max_value_bytes: 3 };
+        let budgets = RunBudgets { cpu_seconds: 1, max_log_bytes: 2, max_value_bytes: 3, max_display_bytes: 4 };
         RunFrame {
             program: "return 1".into(),
             budgets: Some(budgets),
@@ -441,6 +476,17 @@ mod tests {
         let log = |t| ChildFrame::Log { text: "x".into(), truncated: t };
         assert_eq!(keys(&enc(&log(false))), expect("log", false));
         assert_eq!(keys(&enc(&log(true))), expect("log", true));
+        let display = |full: bool| ChildFrame::Display {
+            data: vec![("text/plain".into(), "x".into()), ("image/png".into(), "iVBO".into())],
+            metadata: full.then(|| JsonValue::parse(b"{\"image/png\":{\"width\":1}}").unwrap()),
+            truncated: full,
+        };
+        assert_eq!(keys(&enc(&display(false))), expect("display", false));
+        assert_eq!(keys(&enc(&display(true))), expect("display", true));
+        assert_eq!(
+            enc(&display(true)),
+            br#"{"type":"display","data":{"text/plain":"x","image/png":"iVBO"},"metadata":{"image/png":{"width":1}},"truncated":true}"#
+        );
         let done = ChildFrame::Done {
             value: Some(JsonValue::null()),
             error: Some(ChildError { kind: ChildErrorKind::Exception, message: "m".into() }),
@@ -457,6 +503,7 @@ mod tests {
     #[test]
     fn marker_text() {
         assert_eq!(log_truncation_marker(65536), "[pycage] log capture truncated at 65536 bytes");
+        assert_eq!(display_truncation_marker(10), "[pycage] display output truncated at 10 bytes");
     }
 
     #[test]

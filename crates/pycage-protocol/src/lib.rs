@@ -38,8 +38,8 @@ pub mod zygote;
 
 pub use encode::{json_string_len, write_json_string};
 pub use frames::{
-    log_truncation_marker, BootFrame, ChildError, ChildErrorKind, ChildFrame, ErrorClassEntry, NamespaceEntry,
-    ReplyFrame, RunBudgets, RunFrame, MAX_CALL_ID, PROTOCOL_FD,
+    display_truncation_marker, log_truncation_marker, BootFrame, ChildError, ChildErrorKind, ChildFrame,
+    ErrorClassEntry, NamespaceEntry, ReplyFrame, RunBudgets, RunFrame, MAX_CALL_ID, PROTOCOL_FD,
 };
 pub use json::{ArrayIter, BuildError, JsonBuilder, JsonValue, Kind, ObjectIter, ValueRef};
 pub use number::Number;
@@ -49,7 +49,8 @@ pub use reader::{FrameReader, LineEvent, LineSplitter, READ_CHUNK};
 #[cfg(feature = "serde")]
 pub use serde::{ToSerdeError, SERDE_MAX_DEPTH};
 pub use table::{
-    frame_fields, Field, FieldType, FrameFields, Sender, DONE_ERROR_KINDS, FRAME_FIELDS, LOG_TRUNCATION_MARKER,
+    frame_fields, Field, FieldType, FrameFields, Sender, DISPLAY_TRUNCATION_MARKER, DONE_ERROR_KINDS, FRAME_FIELDS,
+    LOG_TRUNCATION_MARKER,
 };
 pub use validate::{parse_child_frame, validate_child_frame, FrameError};
 
@@ -67,6 +68,9 @@ pub mod limits {
     pub const DEFAULT_MAX_LOG_BYTES: u64 = 64 * 1024;
     /// Canonical size of the completion value (1 MiB).
     pub const DEFAULT_MAX_VALUE_BYTES: u64 = 1024 * 1024;
+    /// Display ledger (8 MiB per run), both sides: the encoded `display`
+    /// frames of a run together.
+    pub const DEFAULT_MAX_DISPLAY_BYTES: u64 = 8 * 1024 * 1024;
 }
 
 /// Checks a completion value against the value budget: its exact canonical

@@ -10,7 +10,9 @@
 use std::fmt::Write as _;
 
 use crate::frames::PROTOCOL_FD;
-use crate::table::{Field, FieldType, FrameFields, Sender, FRAME_FIELDS, LOG_TRUNCATION_MARKER};
+use crate::table::{
+    Field, FieldType, FrameFields, Sender, DISPLAY_TRUNCATION_MARKER, FRAME_FIELDS, LOG_TRUNCATION_MARKER,
+};
 
 /// Where the generated module lives, relative to the repository root.
 pub const PYTHON_WIRE_PATH: &str = "python/pycage/_wire.py";
@@ -195,6 +197,7 @@ fn type_doc(ty: FieldType) -> String {
         FieldType::Json => "JSON".into(),
         FieldType::StrList => "[str]".into(),
         FieldType::StrMap => "{str: str}".into(),
+        FieldType::Object => "{str: JSON}".into(),
         FieldType::Shape(s) => s.into(),
         FieldType::ShapeList(s) => format!("[{s}]"),
     }
@@ -280,6 +283,18 @@ impl Gen<'_> {
                 "return {} + _int_repr(max_bytes) + {}",
                 lit(LOG_TRUNCATION_MARKER[0]),
                 lit(LOG_TRUNCATION_MARKER[1])
+            ),
+        );
+        self.line(0, "");
+        self.line(0, "");
+        self.line(0, "def display_truncation_marker(max_bytes):");
+        self.line(1, "\"\"\"The text of the display that marks where a ``max_bytes`` display ledger ran out.\"\"\"");
+        self.line(
+            1,
+            &format!(
+                "return {} + _int_repr(max_bytes) + {}",
+                lit(DISPLAY_TRUNCATION_MARKER[0]),
+                lit(DISPLAY_TRUNCATION_MARKER[1])
             ),
         );
     }
@@ -480,6 +495,10 @@ impl Gen<'_> {
                 self.line(i, &format!("if type({v}) is not dict or not all(type(x) is str for x in {v}.values()):"));
                 self.line(i + 1, &at("must be an object of strings"));
             }
+            FieldType::Object => {
+                self.line(i, &format!("if type({v}) is not dict:"));
+                self.line(i + 1, &at("must be an object"));
+            }
             FieldType::Shape(s) => {
                 self.line(i, &format!("problem = check_{}({v}, where + {})", snake(s), lit(&format!(".{name}"))));
                 self.line(i, "if problem is not None:");
@@ -568,7 +587,7 @@ fn value_expr(ty: FieldType, p: &str) -> String {
         FieldType::Uint => format!("_int_repr({p})"),
         FieldType::Bool => format!("(\"true\" if {p} else \"false\")"),
         FieldType::Const(b) => lit(if b { "true" } else { "false" }),
-        FieldType::Json | FieldType::Shape(_) => p.to_string(),
+        FieldType::Json | FieldType::Object | FieldType::Shape(_) => p.to_string(),
         FieldType::StrList => format!("\"[\" + \",\".join([_quote(x) for x in {p}]) + \"]\""),
         FieldType::StrMap => {
             format!("\"{{\" + \",\".join([_quote(k) + \":\" + _quote(v) for k, v in {p}.items()]) + \"}}\"")

@@ -39,6 +39,8 @@ pub enum FieldType {
     StrList,
     /// An object whose values are strings.
     StrMap,
+    /// An object with any members (any JSON values).
+    Object,
     /// An object of the named shape.
     Shape(&'static str),
     /// A list of objects of the named shape.
@@ -96,11 +98,16 @@ const fn opt(name: &'static str, ty: FieldType) -> Field {
     Field { name, ty, required: false }
 }
 
-use FieldType::{Bool, Const, Json, OneOf, Shape, ShapeList, Str, StrList, StrMap, Tag, Uint};
+use FieldType::{Bool, Const, Json, Object, OneOf, Shape, ShapeList, Str, StrList, StrMap, Tag, Uint};
 
 /// The log line both ledgers emit once when their byte budget is exhausted:
 /// these two pieces around the budget in bytes.
 pub const LOG_TRUNCATION_MARKER: [&str; 2] = ["[pycage] log capture truncated at ", " bytes"];
+
+/// The `text/plain` of the display both display ledgers emit once when
+/// their byte budget is exhausted: these two pieces around the budget in
+/// bytes.
+pub const DISPLAY_TRUNCATION_MARKER: [&str; 2] = ["[pycage] display output truncated at ", " bytes"];
 
 /// The kinds a child may report in `done.error` (`ChildErrorKind`'s wire
 /// spellings).
@@ -118,6 +125,7 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
             req("addressSpaceBytes", Uint),
             req("maxLogBytes", Uint),
             req("maxValueBytes", Uint),
+            req("maxDisplayBytes", Uint),
             req("namespaces", ShapeList("namespace")),
             opt("session", Bool),
             opt("output", Bool),
@@ -151,6 +159,7 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
             opt("cpuSeconds", Uint),
             opt("maxLogBytes", Uint),
             opt("maxValueBytes", Uint),
+            opt("maxDisplayBytes", Uint),
             opt("sysPath", StrList),
         ],
     },
@@ -183,6 +192,17 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
         sender: Sender::Child,
         doc: "Captured program output; truncated only on the ledger's marker.",
         fields: &[req("type", Tag("log")), req("text", Str), opt("truncated", Const(true))],
+    },
+    FrameFields {
+        frame: "display",
+        sender: Sender::Child,
+        doc: "Rich output: MIME type to text (base64 if binary); truncated: the ledger's marker.",
+        fields: &[
+            req("type", Tag("display")),
+            req("data", StrMap),
+            opt("metadata", Object),
+            opt("truncated", Const(true)),
+        ],
     },
     FrameFields {
         frame: "done",

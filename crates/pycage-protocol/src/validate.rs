@@ -19,6 +19,9 @@
 //! - `done.value` is any JSON; `done.error`, when present, is an object with a
 //!   known `kind` and a string `message` (`"error": null` is junk, since the
 //!   honest child omits the field);
+//! - `display.data` is an object of strings whose keys (MIME types) are
+//!   unique; `display.metadata`, when present, is an object (any members);
+//!   `display.truncated` counts only when literally `true`, as for `log`;
 //! - `boot-ack` carries nothing but its type.
 
 use crate::frames::{ChildError, ChildErrorKind, ChildFrame, MAX_CALL_ID};
@@ -46,10 +49,13 @@ pub enum FrameError {
     BadId,
     #[error("done.error.kind is not exception, invalid-output or output-limit")]
     BadKind,
+    #[error("display.data names a MIME type more than once")]
+    DuplicateMime,
 }
 
 /// Fields any child frame may use; everything else is ignored.
-const KNOWN: [&str; 9] = ["type", "id", "global", "name", "args", "text", "truncated", "value", "error"];
+const KNOWN: [&str; 11] =
+    ["type", "id", "global", "name", "args", "text", "truncated", "value", "error", "data", "metadata"];
 
 /// Validates and rebuilds one line (without its `\n`). `None` = drop it.
 pub fn validate_child_frame(line: &[u8]) -> Option<ChildFrame> {
@@ -96,6 +102,26 @@ pub fn parse_child_frame(line: &[u8]) -> Result<ChildFrame, FrameError> {
             let text = string("text")?;
             let truncated = field("truncated").and_then(|t| t.as_bool()) == Some(true);
             Ok(ChildFrame::Log { text, truncated })
+        }
+        "display" => {
+            let data = field("data").ok_or(FrameError::Missing("data"))?;
+            let mut entries: Vec<(String, String)> = Vec::new();
+            // A hostile line may name many keys: a set, not a scan per key.
+            let mut seen = std::collections::HashSet::new();
+            for (mime, text) in data.as_object().ok_or(FrameError::WrongType("data"))? {
+                let text = text.as_str().ok_or(FrameError::WrongType("data"))?;
+                if !seen.insert(mime) {
+                    return Err(FrameError::DuplicateMime);
+                }
+                entries.push((mime.to_owned(), text.to_owned()));
+            }
+            let metadata = match field("metadata") {
+                None => None,
+                Some(m) if m.as_object().is_some() => Some(m.to_owned()),
+                Some(_) => return Err(FrameError::WrongType("metadata")),
+            };
+            let truncated = field("truncated").and_then(|t| t.as_bool()) == Some(true);
+            Ok(ChildFrame::Display { data: entries, metadata, truncated })
         }
         "done" => {
             let value = field("value").map(|v| v.to_owned());
@@ -244,6 +270,35 @@ mod tests {
             FrameError::DuplicateField("kind")
         );
         assert_eq!(bad(br#"{"type":"done","value":1,"value":2}"#), FrameError::DuplicateField("value"));
+    }
+
+    #[test]
+    fn display_rules() {
+        assert_eq!(
+            ok(r#"{"type":"display","data":{"text/plain":"x","image/png":"iVBO"}}"#),
+            ChildFrame::Display {
+                data: vec![("text/plain".into(), "x".into()), ("image/png".into(), "iVBO".into())],
+                metadata: None,
+                truncated: false
+            }
+        );
+        let full = ok(r#"{"type":"display","evil":1,"data":{},"metadata":{"a":[1,{"b":null}]},"truncated":true}"#);
+        assert_eq!(reencode(&full), r#"{"type":"display","data":{},"metadata":{"a":[1,{"b":null}]},"truncated":true}"#);
+        for t in ["false", "\"true\"", "1", "null"] {
+            let line = format!(r#"{{"type":"display","data":{{}},"truncated":{t}}}"#);
+            assert!(matches!(ok(&line), ChildFrame::Display { truncated: false, .. }), "{t}");
+        }
+        assert_eq!(bad(br#"{"type":"display"}"#), FrameError::Missing("data"));
+        for data in ["[]", "\"x\"", "null", r#"{"a":1}"#, r#"{"a":"b","c":{}}"#, r#"{"a":null}"#] {
+            let line = format!(r#"{{"type":"display","data":{data}}}"#);
+            assert_eq!(bad(line.as_bytes()), FrameError::WrongType("data"), "{data}");
+        }
+        for metadata in ["[]", "\"x\"", "null", "1", "true"] {
+            let line = format!(r#"{{"type":"display","data":{{}},"metadata":{metadata}}}"#);
+            assert_eq!(bad(line.as_bytes()), FrameError::WrongType("metadata"), "{metadata}");
+        }
+        assert_eq!(bad(br#"{"type":"display","data":{"a":"1","a":"2"}}"#), FrameError::DuplicateMime);
+        assert_eq!(bad(br#"{"type":"display","data":{},"data":{}}"#), FrameError::DuplicateField("data"));
     }
 
     #[test]

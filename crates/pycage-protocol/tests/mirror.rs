@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use pycage_protocol::{
-    log_truncation_marker, parse_child_frame, python_name, python_wire_module, python_wire_module_for,
-    write_json_string, BootFrame, ErrorClassEntry, Field, FieldType, FrameFields, JsonValue, NamespaceEntry,
-    ReplyFrame, RunBudgets, RunFrame, Sender, FRAME_FIELDS, MAX_CALL_ID, PROTOCOL_FD, PYTHON_WIRE_PATH,
+    display_truncation_marker, log_truncation_marker, parse_child_frame, python_name, python_wire_module,
+    python_wire_module_for, write_json_string, BootFrame, ErrorClassEntry, Field, FieldType, FrameFields, JsonValue,
+    NamespaceEntry, ReplyFrame, RunBudgets, RunFrame, Sender, FRAME_FIELDS, MAX_CALL_ID, PROTOCOL_FD, PYTHON_WIRE_PATH,
 };
 
 const BUDGETS: [u64; 5] = [0, 1, 100, 65536, 18446744073709551615];
@@ -70,6 +70,7 @@ fn type_json(ty: FieldType) -> String {
         FieldType::Json => ("json", "null".into()),
         FieldType::StrList => ("strList", "null".into()),
         FieldType::StrMap => ("strMap", "null".into()),
+        FieldType::Object => ("object", "null".into()),
         FieldType::Shape(s) => ("shape", js(s)),
         FieldType::ShapeList(s) => ("shapeList", js(s)),
     };
@@ -109,7 +110,9 @@ fn sample_arg(ty: FieldType) -> String {
         // JSON-typed arguments are canonical JSON text.
         FieldType::Json => js("[1,{\"a\":null,\"b\":-0.0,\"c\":123456789012345678901234567890}]"),
         FieldType::StrList => "[\"a\",\"b\"]".into(),
-        FieldType::StrMap => "{\"a\":\"b\"}".into(),
+        FieldType::StrMap => "{\"a\":\"b\",\"image/png\":\"iVBORw0KGgo=\"}".into(),
+        // JSON-typed arguments are canonical JSON text.
+        FieldType::Object => js("{\"image/png\":{\"width\":640,\"n\":[1.50,null]}}"),
         FieldType::Shape(s) => format!("{{\"$encode\":{}}}", encode_case(s, true)),
         FieldType::ShapeList(s) => format!("[{{\"$encode\":{}}}]", encode_case(s, true)),
         FieldType::Tag(_) => unreachable!("tags are not arguments"),
@@ -154,6 +157,7 @@ fn host_samples() -> Vec<(&'static str, Vec<u8>)> {
             address_space_bytes: 1 << 29,
             max_log_bytes: 65536,
             max_value_bytes: 1 << 20,
+            max_display_bytes: 1 << 23,
             namespaces,
             session,
             output: session,
@@ -181,7 +185,7 @@ fn host_samples() -> Vec<(&'static str, Vec<u8>)> {
         ("boot", boot(true, vec![ns(false), ns(true)])),
         ("boot", boot(false, vec![])),
         ("run", run(None)),
-        ("run", run(Some(RunBudgets { cpu_seconds: 1, max_log_bytes: 2, max_value_bytes: 3 }))),
+        ("run", run(Some(RunBudgets { cpu_seconds: 1, max_log_bytes: 2, max_value_bytes: 3, max_display_bytes: 4 }))),
         ("run", run_with_packages),
         ("reply", reply(ReplyFrame::Ok { id: 7, value: JsonValue::parse(b"{\"a\":[1,2.5,null]}").unwrap() })),
         ("reply", reply(ReplyFrame::Err { id: MAX_CALL_ID, message: "no \"such\" thing".into() })),
@@ -195,7 +199,11 @@ from pycage import _wire
 
 plan = json.loads(sys.stdin.read())
 shapes = {s["frame"]: s for s in plan["table"]}
-out = {"fd": _wire.PROTOCOL_FD, "markers": [_wire.log_truncation_marker(b) for b in plan["budgets"]]}
+out = {
+    "fd": _wire.PROTOCOL_FD,
+    "markers": [_wire.log_truncation_marker(b) for b in plan["budgets"]],
+    "display_markers": [_wire.display_truncation_marker(b) for b in plan["budgets"]],
+}
 
 
 def call(case):
@@ -221,6 +229,7 @@ WRONG = {
     "json": [],
     "strList": ["s", [1], {}],
     "strMap": [["s"], {"a": 1}],
+    "object": [[], "x", 1, None],
     "shape": [[], "x", 1],
     "shapeList": [{}, [1], "x"],
 }
@@ -311,6 +320,7 @@ print(json.dumps(out))
 struct Answer {
     fd: i64,
     markers: Vec<String>,
+    display_markers: Vec<String>,
     encoded: Vec<Result<String, String>>,
     refused: Vec<String>,
     wrongly_accepted: Vec<String>,
@@ -354,6 +364,7 @@ fn run_driver(python_dir: &Path, encode: &[(String, &'static FrameFields, bool)]
     Answer {
         fd: root.get("fd").unwrap().as_number().unwrap().as_i64().unwrap(),
         markers: strings(root.get("markers").unwrap()),
+        display_markers: strings(root.get("display_markers").unwrap()),
         encoded: root
             .get("encoded")
             .unwrap()
@@ -397,6 +408,13 @@ fn mirror_diffs(python_dir: &Path) -> Vec<String> {
     let markers: Vec<String> = BUDGETS.iter().map(|&b| log_truncation_marker(b)).collect();
     if answer.markers != markers {
         diffs.push(format!("marker text differs: rust {markers:?}, python {:?}", answer.markers));
+    }
+    let display_markers: Vec<String> = BUDGETS.iter().map(|&b| display_truncation_marker(b)).collect();
+    if answer.display_markers != display_markers {
+        diffs.push(format!(
+            "display marker text differs: rust {display_markers:?}, python {:?}",
+            answer.display_markers
+        ));
     }
     for ((_, shape, full), got) in encode.iter().zip(&answer.encoded) {
         let what = format!("encode_{}({})", python_name(shape.frame), if *full { "all fields" } else { "required" });
@@ -516,6 +534,7 @@ fn the_mirror_catches_drift() {
                 f("addressSpaceBytes", Uint, true),
                 f("maxLogBytes", Uint, true),
                 f("maxValueBytes", Uint, true),
+                f("maxDisplayBytes", Uint, true),
                 f("namespaces", ShapeList("namespace"), true),
             ],
             "boot: unknown field 'session'",

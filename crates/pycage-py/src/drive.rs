@@ -62,7 +62,8 @@ where
 }
 
 /// Events as Python tuples: `("log", line)`, `("call", id, global, name,
-/// args)`, `("finished", id, error_or_None)`.
+/// args)`, `("finished", id, error_or_None)`, `("display", data, metadata)`
+/// (see [`display_parts`]).
 fn event_batch<'py>(py: Python<'py>, events: Vec<RunEvent>) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     for ev in events {
@@ -72,6 +73,10 @@ fn event_batch<'py>(py: Python<'py>, events: Vec<RunEvent>) -> PyResult<Bound<'p
                 ("call", id, global, name, json_to_py(py, args.root())?).into_pyobject(py)?.into_any()
             }
             RunEvent::CallFinished { id, error } => ("finished", id, error).into_pyobject(py)?.into_any(),
+            RunEvent::Display(d) => {
+                let (data, metadata) = display_parts(py, &d)?;
+                ("display", data, metadata).into_pyobject(py)?.into_any()
+            }
         };
         list.append(item)?;
     }
@@ -91,7 +96,32 @@ fn joined(r: Result<Outcome, tokio::task::JoinError>) -> Outcome {
     r.unwrap_or_else(|e| Err(RunErr::Task(e.to_string())))
 }
 
-/// `(has_value, value, logs, error_kind, error_message, dropped_frames)`.
+type DisplayParts<'py> = (Vec<(String, String)>, Bound<'py, PyAny>);
+
+/// A display as `(data, metadata)`: `[(mime, text), ...]` in the order
+/// sent, and the metadata as a dict (`{}` when none).
+fn display_parts<'py>(py: Python<'py>, d: &pycage_runtime::Display) -> PyResult<DisplayParts<'py>> {
+    let metadata = match &d.metadata {
+        Some(m) => json_to_py(py, m.root())?,
+        None => pyo3::types::PyDict::new(py).into_any(),
+    };
+    Ok((d.data.clone(), metadata))
+}
+
+/// What was copied to the output directory, when one was asked for:
+/// `([(path, bytes)], [(path, reason, kind)], bytes, truncated)`.
+fn output_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, PyAny>> {
+    let Some(o) = &r.output else { return Ok(py.None().into_bound(py)) };
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let files: Vec<(String, u64)> = o.files.iter().map(|f| (path(&f.path), f.bytes)).collect();
+    let skipped: Vec<(String, String, &str)> =
+        o.skipped.iter().map(|s| (path(&s.path), s.reason.clone(), s.kind.as_str())).collect();
+    Ok((files, skipped, o.bytes, o.truncated).into_pyobject(py)?.into_any())
+}
+
+/// `(has_value, value, logs, error_kind, error_message, dropped_frames,
+/// displays, output)`: `displays` a list of [`display_parts`], `output`
+/// [`output_parts`].
 pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, PyTuple>> {
     let value = match &r.value {
         Some(v) => json_to_py(py, v.root())?,
@@ -101,7 +131,12 @@ pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, 
         Some(e) => (Some(e.kind.as_str()), Some(e.message.as_str())),
         None => (None, None),
     };
-    (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames).into_pyobject(py)
+    let displays = PyList::empty(py);
+    for d in &r.displays {
+        displays.append(display_parts(py, d)?)?;
+    }
+    let output = output_parts(py, r)?;
+    (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames, displays, output).into_pyobject(py)
 }
 
 /// Waits for a spawned run with the GIL released and returns its parts.

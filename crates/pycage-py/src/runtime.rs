@@ -154,6 +154,16 @@ fn request(program: String, namespaces: Vec<NamespaceSpec>, site: Site) -> RunRe
     request
 }
 
+/// What one run asks besides its program: its own budgets (by config
+/// field), host paths the program reads (read-only, in its working
+/// directory under their base names), and where its `out/` is copied.
+#[derive(Debug, Default)]
+pub struct RunOptions {
+    limits: Option<HashMap<String, u64>>,
+    inputs: Option<Vec<PathBuf>>,
+    output_dir: Option<PathBuf>,
+}
+
 /// The native runtime; `pycage.Runtime` wraps it.
 #[pyclass(frozen, module = "pycage._native")]
 pub struct NativeRuntime {
@@ -199,12 +209,12 @@ impl NativeRuntime {
         namespaces: Vec<NamespaceSpec>,
         site: &Bound<'_, PyAny>,
         events: bool,
-        limits: Option<HashMap<String, u64>>,
+        options: RunOptions,
     ) -> PyResult<(Arc<tokio::runtime::Runtime>, drive::Spawned, CancellationToken)> {
         let runtime = self.runtime(py)?;
         let token = CancellationToken::new();
         let mut run_limits = pycage_runtime::RunLimits::default();
-        for (field, value) in limits.unwrap_or_default() {
+        for (field, value) in options.limits.unwrap_or_default() {
             match field.as_str() {
                 "wall_time" => run_limits.wall_time = Some(Duration::from_millis(value)),
                 "cpu_seconds" => run_limits.cpu_seconds = Some(value),
@@ -212,7 +222,10 @@ impl NativeRuntime {
                 other => return Err(error(py, "ConfigError", format!("{other} cannot be set for one run"))),
             }
         }
-        let req = request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone()).with_limits(run_limits);
+        let mut req =
+            request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone()).with_limits(run_limits);
+        req.inputs = options.inputs.unwrap_or_default();
+        req.output_dir = options.output_dir;
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
         let capacity = events.then(|| runtime.config().max_buffered_events);
@@ -347,11 +360,13 @@ impl NativeRuntime {
     }
 
     /// Runs a program to settlement with the GIL released; returns
-    /// `(has_value, value, logs, error_kind, error_message, dropped_frames)`.
+    /// `drive::result_parts`' tuple. `inputs` and `output_dir` are
+    /// `RunRequest`'s.
     /// `on_event(batch)` runs on this thread. An exception from it, or a
     /// signal handler's (when `poll_signals`), aborts the run and is raised
     /// once the run has settled.
-    #[pyo3(signature = (program, namespaces, site, on_event=None, poll_signals=false, limits=None))]
+    #[pyo3(signature = (program, namespaces, site, on_event=None, poll_signals=false, limits=None, inputs=None,
+        output_dir=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn run<'py>(
         &self,
@@ -362,15 +377,19 @@ impl NativeRuntime {
         on_event: Option<Py<PyAny>>,
         poll_signals: bool,
         limits: Option<HashMap<String, u64>>,
+        inputs: Option<Vec<PathBuf>>,
+        output_dir: Option<PathBuf>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), limits)?;
+        let options = RunOptions { limits, inputs, output_dir };
+        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), options)?;
         drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
     }
 
     /// Starts a program on the shared tokio runtime and returns at once.
     /// Event batches go to `event_loop.call_soon_threadsafe(on_event, batch)`,
     /// then the [`RunOutcome`] to `event_loop.call_soon_threadsafe(on_done, outcome)`.
-    #[pyo3(signature = (program, namespaces, site, event_loop, on_done, on_event=None, limits=None))]
+    #[pyo3(signature = (program, namespaces, site, event_loop, on_done, on_event=None, limits=None, inputs=None,
+        output_dir=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn start(
         &self,
@@ -382,8 +401,11 @@ impl NativeRuntime {
         on_done: Py<PyAny>,
         on_event: Option<Py<PyAny>>,
         limits: Option<HashMap<String, u64>>,
+        inputs: Option<Vec<PathBuf>>,
+        output_dir: Option<PathBuf>,
     ) -> PyResult<RunHandle> {
-        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), limits)?;
+        let options = RunOptions { limits, inputs, output_dir };
+        let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), options)?;
         drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
         Ok(RunHandle { token })
     }

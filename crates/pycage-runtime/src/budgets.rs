@@ -191,6 +191,20 @@ pub const BUDGETS: &[BudgetRow] = &[
         set: |c, v| c.max_value_bytes = v,
     },
     BudgetRow {
+        field: "max_display_bytes",
+        unit: Unit::Bytes,
+        flag: Some(("max-display-bytes", Unit::Bytes)),
+        python: Some(("max_display_bytes", Unit::Bytes)),
+        wire: Some("maxDisplayBytes"),
+        per_run: false,
+        min: 0,
+        max: u64::MAX,
+        doc: "rich output: the encoded `display` frames of a run (both sides keep a ledger; capped at \
+              `max_line_bytes`) → later displays dropped, one marker display",
+        get: |c| c.max_display_bytes,
+        set: |c, v| c.max_display_bytes = v,
+    },
+    BudgetRow {
         field: "max_line_bytes",
         unit: Unit::Bytes,
         flag: None,

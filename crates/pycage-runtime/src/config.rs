@@ -113,6 +113,12 @@ pub struct RuntimeConfig {
     pub max_log_bytes: u64,
     /// Budget for the canonical size of the return value.
     pub max_value_bytes: u64,
+    /// Display ledger of a run, on both sides: the bytes of its `display`
+    /// frames together (base64 images count as sent). Past it, one marker
+    /// display and nothing more; the run goes on. Capped at
+    /// [`RuntimeConfig::max_line_bytes`] ([`RuntimeConfig::display_budget`]),
+    /// so a display that fits is never a line over the cap.
+    pub max_display_bytes: u64,
     /// Longest child→host frame line.
     pub max_line_bytes: usize,
     /// Total child→host protocol bytes per run.
@@ -208,6 +214,7 @@ impl Default for RuntimeConfig {
             address_space_bytes: 512 * 1024 * 1024,
             max_log_bytes: limits::DEFAULT_MAX_LOG_BYTES,
             max_value_bytes: limits::DEFAULT_MAX_VALUE_BYTES,
+            max_display_bytes: limits::DEFAULT_MAX_DISPLAY_BYTES,
             max_line_bytes: limits::DEFAULT_MAX_LINE_BYTES,
             max_control_bytes: limits::DEFAULT_MAX_CONTROL_BYTES,
             grace: Duration::from_millis(250),
@@ -275,6 +282,13 @@ impl RuntimeConfig {
     /// is enforced on memory held ([`RuntimeConfig::address_space_bytes`]).
     pub fn address_space_limit(&self) -> u64 {
         self.address_space_bytes.saturating_mul(4).max(self.address_space_bytes.saturating_add(ADDRESS_SPACE_HEADROOM))
+    }
+
+    /// The display budget a run gets: `max_display_bytes`, capped at
+    /// `max_line_bytes` (a display that fits is then never a line over the
+    /// cap, which would end the run).
+    pub fn display_budget(&self) -> u64 {
+        self.max_display_bytes.min(self.max_line_bytes as u64)
     }
 
     /// Checks every field; the runtime refuses to start with a bad one.
@@ -351,6 +365,10 @@ mod tests {
         assert_eq!(c.address_space_bytes, 512 << 20);
         assert_eq!(c.max_log_bytes, 64 << 10);
         assert_eq!(c.max_value_bytes, 1 << 20);
+        assert_eq!(c.max_display_bytes, 8 << 20);
+        let small_lines = RuntimeConfig { max_line_bytes: 1024, ..RuntimeConfig::default() };
+        small_lines.validate().unwrap();
+        assert_eq!(small_lines.display_budget(), 1024);
         assert_eq!(c.isolation, Isolation::Sandbox);
     }
 

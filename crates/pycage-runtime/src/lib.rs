@@ -43,7 +43,8 @@
 //!    forked child does before exec), `bindings`, [`packages`] (a run's
 //!    declared packages: checked, installed, cached), [`config`] (validated
 //!    budgets), [`files`], [`ledger`] (logs), `channel` (reading fd 3),
-//!    [`lease`], [`names`] (the portable identifier rules), [`net`] (the
+//!    [`lease`], [`names`] (the portable identifier rules), `display` (rich
+//!    output and its ledger), [`net`] (the
 //!    egress allow-list and the network report), `outcome`
 //!    (results, failure kinds, events), [`watchdog`] (run-wide CPU and
 //!    memory).
@@ -67,6 +68,7 @@ pub mod budgets;
 mod channel;
 pub mod cleanup;
 pub mod config;
+mod display;
 mod egress;
 mod error;
 pub mod files;
@@ -92,6 +94,7 @@ pub mod watchdog;
 pub use bindings::{Binding, BindingError, BindingFuture, CallContext, ErrorClass, Namespace, RunId};
 pub use cleanup::CleanupFailure;
 pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
+pub use display::Display;
 pub use error::{AllowReadError, RuntimeError};
 pub use files::{CopiedFile, CopyReport, SkipKind, Skipped};
 pub use interpreter::{Interpreter, InterpreterError, PreloadFailure};

@@ -3,6 +3,7 @@
 
 use pycage_protocol::JsonValue;
 
+use crate::display::Display;
 use crate::files::CopyReport;
 use crate::net::NetworkReport;
 
@@ -65,6 +66,11 @@ pub struct RunResult {
     /// `log` frames) in the order written, raw fd 1/fd 2 output in the order
     /// written, and the two channels interleaved in arrival order.
     pub logs: Vec<String>,
+    /// Rich output, in the order the program made it (`display()`,
+    /// matplotlib figures): each a MIME bundle and its metadata, within
+    /// `RuntimeConfig::max_display_bytes` (past it, one marker display
+    /// ends the list; see `docs/semantics.md`, "Rich output").
+    pub displays: Vec<Display>,
     pub error: Option<RunFailure>,
     /// Frames from the child that failed validation and were dropped.
     pub dropped_frames: u64,
@@ -88,6 +94,8 @@ impl RunResult {
     }
 
     /// The result as one JSON object: `value` (absent when none), `logs`,
+    /// `displays` (only when the run displayed something: `[{data: {mime:
+    /// text}, metadata}]`, see [`Display::write_json`]),
     /// `output` (only when an output directory was requested: `files`
     /// `[{path, bytes}]`, `skipped` `[{path, reason, kind}]` (`kind`:
     /// `excluded`, `limit` or `failed`, see [`crate::SkipKind`]), `bytes`,
@@ -111,6 +119,14 @@ impl RunResult {
                 b.string(l)?;
             }
             b.end()?;
+            if !self.displays.is_empty() {
+                b.key("displays")?;
+                b.begin_array()?;
+                for d in &self.displays {
+                    d.write_json(&mut b)?;
+                }
+                b.end()?;
+            }
             if let Some(output) = &self.output {
                 b.key("output")?;
                 output.write_json(&mut b)?;
@@ -139,6 +155,8 @@ impl RunResult {
 pub enum RunEvent {
     /// One complete log line.
     Log(String),
+    /// A display the run kept (the host's truncation marker included).
+    Display(Display),
     /// The program called a binding.
     Call { id: u64, global: String, name: String, args: JsonValue },
     /// A call finished: `error` is the rejection message, if any.

@@ -45,6 +45,8 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("decoder.py", include_str!("../../../python/pycage/decoder.py")),
     ("channel.py", include_str!("../../../python/pycage/channel.py")),
     ("logs.py", include_str!("../../../python/pycage/logs.py")),
+    ("display.py", include_str!("../../../python/pycage/display.py")),
+    ("mpl_backend.py", include_str!("../../../python/pycage/mpl_backend.py")),
     ("namespaces.py", include_str!("../../../python/pycage/namespaces.py")),
     ("signals.py", include_str!("../../../python/pycage/signals.py")),
     ("runner.py", include_str!("../../../python/pycage/runner.py")),

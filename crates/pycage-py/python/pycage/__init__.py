@@ -14,6 +14,7 @@ namespace plus the stub text a model needs, and ``pycage.fastmcp`` for a
 fastmcp code-mode sandbox provider.
 """
 
+from ._display import Display, OutputFile, SkippedFile
 from ._native import __version__, from_json, to_json
 from ._runtime import (
     Bindings,
@@ -44,6 +45,9 @@ __all__ = [
     "Runtime",
     "Session",
     "Result",
+    "Display",
+    "OutputFile",
+    "SkippedFile",
     "Failure",
     "FailureKind",
     "Namespace",

@@ -14,6 +14,7 @@ BUDGETS = {
     "address_space_bytes": ("address_space_bytes", "bytes", "bytes", 1, 1, 67108864, None, 536870912, True),
     "max_log_bytes": ("max_log_bytes", "bytes", "bytes", 1, 1, 0, None, 65536, False),
     "max_value_bytes": ("max_value_bytes", "bytes", "bytes", 1, 1, 1, None, 1048576, False),
+    "max_display_bytes": ("max_display_bytes", "bytes", "bytes", 1, 1, 0, None, 8388608, False),
     "max_line_bytes": ("max_line_bytes", "bytes", "bytes", 1, 1, 1024, 1099511627776, 8388608, False),
     "max_control_bytes": ("max_control_bytes", "bytes", "bytes", 1, 1, 1024, None, 67108864, False),
     "grace_seconds": ("grace", "s", "ms", 1000, 1, 0, 60000, 250, False),

@@ -6,7 +6,11 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool, str]], Optional[tuple[str, str]], str]
-ResultParts = tuple[bool, Any, list[str], Optional[str], Optional[str], int]
+DisplayParts = tuple[list[tuple[str, str]], dict[str, Any]]
+OutputParts = tuple[list[tuple[str, int]], list[tuple[str, str, str]], int, bool]
+# (has_value, value, logs, error_kind, error_message, dropped_frames,
+#  displays, output (None without an output_dir)).
+ResultParts = tuple[bool, Any, list[str], Optional[str], Optional[str], int, list[DisplayParts], Optional[OutputParts]]
 
 __version__: str
 MIN_ADDRESS_SPACE_BYTES: int
@@ -60,6 +64,8 @@ class NativeRuntime:
         on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
         poll_signals: bool = False,
         limits: Optional[dict[str, int]] = None,
+        inputs: Optional[list[str]] = None,
+        output_dir: Optional[str] = None,
     ) -> ResultParts: ...
     def start(
         self,
@@ -70,6 +76,8 @@ class NativeRuntime:
         on_done: Callable[[RunOutcome], None],
         on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
         limits: Optional[dict[str, int]] = None,
+        inputs: Optional[list[str]] = None,
+        output_dir: Optional[str] = None,
     ) -> RunHandle: ...
     def session(
         self,

@@ -20,11 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, TypeVar, Union
 
 from . import _budgets, _native, _signature
+from ._display import Display, OutputFile, SkippedFile
 from .errors import ConfigError, InvalidBindingsError, RunError, RuntimeClosedError
 
 __all__ = [
     "Runtime",
     "Result",
+    "Display",
+    "OutputFile",
+    "SkippedFile",
     "Failure",
     "FailureKind",
     "Namespace",
@@ -59,6 +63,11 @@ class Result:
     newlines. ``error`` is set when the run failed, and then ``value`` is
     ``None``. ``dropped_frames`` counts protocol frames from the child that
     failed validation (diagnostics; 0 for an honest program).
+
+    ``displays`` holds the run's rich output in order (``display(obj)``,
+    matplotlib figures), each a :class:`pycage.Display` that Jupyter
+    renders. With an ``output_dir``, ``files`` lists what was copied there
+    from the program's ``out/`` and ``skipped_files`` what was not.
     """
 
     value: Any = None
@@ -66,6 +75,9 @@ class Result:
     error: Optional[Failure] = None
     has_value: bool = False
     dropped_frames: int = 0
+    displays: list[Display] = field(default_factory=list)
+    files: list[OutputFile] = field(default_factory=list)
+    skipped_files: list[SkippedFile] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -318,18 +330,31 @@ class _SessionSite(_Site):
 
 
 class _Events:
-    """Turns the native event batches into ``on_log`` / ``on_call`` calls."""
+    """Turns the native event batches into ``on_log`` / ``on_call`` /
+    ``on_display`` calls."""
 
-    __slots__ = ("on_log", "on_call", "names", "error", "handle")
+    __slots__ = ("on_log", "on_call", "on_display", "names", "error", "handle")
 
     @staticmethod
-    def of(on_log: Optional[Callable[[str], Any]], on_call: Optional[Callable[[Any], Any]]) -> Optional[_Events]:
+    def of(
+        on_log: Optional[Callable[[str], Any]],
+        on_call: Optional[Callable[[Any], Any]],
+        on_display: Optional[Callable[[Display], Any]] = None,
+    ) -> Optional[_Events]:
         """The events of a run, or None when it has no callback."""
-        return None if on_log is None and on_call is None else _Events(on_log, on_call)
+        if on_log is None and on_call is None and on_display is None:
+            return None
+        return _Events(on_log, on_call, on_display)
 
-    def __init__(self, on_log: Optional[Callable[[str], Any]], on_call: Optional[Callable[[Any], Any]]) -> None:
+    def __init__(
+        self,
+        on_log: Optional[Callable[[str], Any]],
+        on_call: Optional[Callable[[Any], Any]],
+        on_display: Optional[Callable[[Display], Any]] = None,
+    ) -> None:
         self.on_log = on_log
         self.on_call = on_call
+        self.on_display = on_display
         self.names: dict[int, tuple[str, str]] = {}
         self.error: Optional[BaseException] = None
         self.handle: Any = None
@@ -339,6 +364,9 @@ class _Events:
             if ev[0] == "log":
                 if self.on_log is not None:
                     self.on_log(ev[1])
+            elif ev[0] == "display":
+                if self.on_display is not None:
+                    self.on_display(_display(ev[1], ev[2]))
             elif ev[0] == "call":
                 _, call_id, glob, name, args = ev
                 self.names[call_id] = (glob, name)
@@ -386,10 +414,54 @@ async def _settled(loop: asyncio.AbstractEventLoop, events: Optional[_Events], s
     return _result(outcome.parts())
 
 
+def _display(data: list[tuple[str, str]], metadata: dict[str, Any]) -> Display:
+    return Display(dict(data), metadata)
+
+
 def _result(parts: tuple) -> Result:
-    has_value, value, logs, kind, message, dropped = parts
+    has_value, value, logs, kind, message, dropped, displays, output = parts
     error = Failure(kind, message) if kind is not None else None
-    return Result(value=value, logs=logs, error=error, has_value=has_value, dropped_frames=dropped)
+    files: list[OutputFile] = []
+    skipped: list[SkippedFile] = []
+    if output is not None:
+        copied, not_copied, _, _ = output
+        files = [OutputFile(path, size) for path, size in copied]
+        skipped = [SkippedFile(path, reason, kind) for path, reason, kind in not_copied]
+    return Result(
+        value=value,
+        logs=logs,
+        error=error,
+        has_value=has_value,
+        dropped_frames=dropped,
+        displays=[_display(data, metadata) for data, metadata in displays],
+        files=files,
+        skipped_files=skipped,
+    )
+
+
+def _run_files(inputs: Any, output_dir: Any, owner: str) -> tuple[Optional[list[str]], Optional[str]]:
+    """``inputs`` and ``output_dir`` of a run, checked: paths."""
+    paths = None
+    if inputs is not None:
+        if isinstance(inputs, (str, bytes, os.PathLike)) or not isinstance(inputs, Iterable):
+            raise TypeError(f"{owner}: inputs must be a list of paths, got {_describe(inputs)}")
+        paths = []
+        for p in inputs:
+            try:
+                paths.append(os.fspath(p))
+            except TypeError:
+                raise TypeError(
+                    f"{owner}: inputs items must be paths (str or os.PathLike), got {_describe(p)}"
+                ) from None
+    out = None
+    if output_dir is not None:
+        try:
+            out = os.fspath(output_dir)
+        except TypeError:
+            raise TypeError(
+                f"{owner}: output_dir must be a path (str or os.PathLike), got {_describe(output_dir)}"
+            ) from None
+    return paths, out
 
 
 class _LoopThread:
@@ -745,6 +817,9 @@ class Runtime(_Closeable):
         *,
         on_log: Optional[Callable[[str], Any]] = None,
         on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+        on_display: Optional[Callable[[Display], Any]] = None,
+        inputs: Optional[Iterable[Union[str, os.PathLike[str]]]] = None,
+        output_dir: Union[str, os.PathLike[str], None] = None,
         **limits: Union[int, float, None],
     ) -> Result:
         """Runs ``code`` to settlement and returns its :class:`Result`.
@@ -753,10 +828,19 @@ class Runtime(_Closeable):
         ``wall_seconds``, ``cpu_seconds``, ``address_space_bytes`` (checked
         like the runtime's; a pre-forked process gets the run's own).
 
+        ``inputs``: host files or directories the program reads; each
+        appears read-only in its working directory under its base name.
+        ``output_dir``: where what the program leaves in ``out/`` is copied
+        when the run settles (created if missing; at most
+        ``max_output_bytes``; symlinks and special files never copied); the
+        result's ``files`` and ``skipped_files`` say what was.
+
         The calling thread waits with the GIL released. Sync bindings run on
         a thread pool, async ones on a private event loop; both see a copy of
-        the caller's ``contextvars``. ``on_log(line)`` and ``on_call(event)``
-        are called on this thread while the run is in flight; an exception
+        the caller's ``contextvars``. ``on_log(line)``, ``on_call(event)``
+        and ``on_display(display)`` (a :class:`pycage.Display`, as the
+        program shows it) are called on this thread while the run is in
+        flight; an exception
         from one of them (or Ctrl-C on the main thread) aborts the run and
         is raised once its process is gone.
 
@@ -766,11 +850,12 @@ class Runtime(_Closeable):
         """
         code = _check_code(code)
         fields = _budget_fields(limits, "pycage.Runtime.run", per_run=True)
+        paths, out = _run_files(inputs, output_dir, "pycage.Runtime.run")
         specs = _namespaces(bindings)
         site = _Site(self._private_loop, contextvars.copy_context())
-        events = _Events.of(on_log, on_call)
+        events = _Events.of(on_log, on_call, on_display)
         main = threading.current_thread() is threading.main_thread()
-        return _result(self._native.run(code, specs, site, events, main, fields))
+        return _result(self._native.run(code, specs, site, events, main, fields, paths, out))
 
     async def arun(
         self,
@@ -779,27 +864,33 @@ class Runtime(_Closeable):
         *,
         on_log: Optional[Callable[[str], Any]] = None,
         on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+        on_display: Optional[Callable[[Display], Any]] = None,
+        inputs: Optional[Iterable[Union[str, os.PathLike[str]]]] = None,
+        output_dir: Union[str, os.PathLike[str], None] = None,
         **limits: Union[int, float, None],
     ) -> Result:
-        """Runs ``code`` without blocking the event loop (``limits`` as for
-        :meth:`run`).
+        """Runs ``code`` without blocking the event loop (``inputs``,
+        ``output_dir`` and ``limits`` as for :meth:`run`).
 
         Async bindings run as tasks on the running loop, in a copy of the
         caller's ``contextvars`` context; sync bindings run on a thread pool.
-        ``on_log`` and ``on_call`` are called on the loop. Cancelling the
+        ``on_log``, ``on_call`` and ``on_display`` are called on the loop. Cancelling the
         awaiting task aborts the run (its process is killed and reaped, its
         binding tasks cancelled) and raises ``CancelledError`` as usual.
         """
         code = _check_code(code)
         fields = _budget_fields(limits, "pycage.Runtime.arun", per_run=True)
+        paths, out = _run_files(inputs, output_dir, "pycage.Runtime.arun")
         specs = _namespaces(bindings)
         loop = asyncio.get_running_loop()
         site = _Site(lambda: loop, contextvars.copy_context())
-        events = _Events.of(on_log, on_call)
+        events = _Events.of(on_log, on_call, on_display)
         return await _settled(
             loop,
             events,
-            lambda settle, on_events: self._native.start(code, specs, site, loop, settle, on_events, fields),
+            lambda settle, on_events: self._native.start(
+                code, specs, site, loop, settle, on_events, fields, paths, out
+            ),
         )
 
     def session(
@@ -875,10 +966,13 @@ class Session(_Closeable):
         *,
         on_log: Optional[Callable[[str], Any]] = None,
         on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+        on_display: Optional[Callable[[Display], Any]] = None,
     ) -> Result:
-        """Runs ``code`` in the session's globals, like :meth:`Runtime.run`."""
+        """Runs ``code`` in the session's globals, like :meth:`Runtime.run`
+        (figures left open are shown at the end of each run, as after a
+        notebook cell)."""
         code = _check_code(code)
-        events = _Events.of(on_log, on_call)
+        events = _Events.of(on_log, on_call, on_display)
         main = threading.current_thread() is threading.main_thread()
         with self._lock:
             self._site.point(self._runtime._private_loop, contextvars.copy_context())
@@ -890,6 +984,7 @@ class Session(_Closeable):
         *,
         on_log: Optional[Callable[[str], Any]] = None,
         on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+        on_display: Optional[Callable[[Display], Any]] = None,
     ) -> Result:
         """Runs ``code`` in the session's globals, like :meth:`Runtime.arun`
         (cancelling the task aborts the run, and so ends the session)."""
@@ -904,7 +999,7 @@ class Session(_Closeable):
                 raise
         try:
             self._site.point(lambda: loop, contextvars.copy_context())
-            events = _Events.of(on_log, on_call)
+            events = _Events.of(on_log, on_call, on_display)
             return await _settled(
                 loop, events, lambda settle, on_events: self._native.start(code, loop, settle, on_events)
             )

@@ -5,8 +5,8 @@
 //! process; this machine owns every rule about what the child may say:
 //! line and control budgets, frame validation (one path for every line,
 //! the last unterminated one at EOF included), call dispatch with each id
-//! answered at most once, the log ledger, and the first `done` settling the
-//! run. Because it does no I/O, its unit tests reach what end-to-end tests
+//! answered at most once, the log and display ledgers, and the first
+//! `done` settling the run. Because it does no I/O, its unit tests reach what end-to-end tests
 //! reach only by luck: a forged `done` with calls in flight, duplicate and
 //! late replies, a child that never reads what we write.
 //!
@@ -33,6 +33,7 @@ use pycage_protocol::{
 
 use crate::bindings::{Binding, BindingError, Namespace};
 use crate::config::RuntimeConfig;
+use crate::display::DisplayLedger;
 use crate::ledger::{LogLedger, Source};
 use crate::outcome::{FailureKind, RunEvent, RunFailure, RunResult};
 
@@ -101,6 +102,7 @@ pub(crate) struct RunMachine {
     budgets: Budgets,
     splitter: LineSplitter,
     ledger: LogLedger,
+    displays: DisplayLedger,
     /// Encoded frames for fd 3; `out[out_sent..]` is not written yet.
     out: Vec<u8>,
     out_sent: usize,
@@ -163,6 +165,7 @@ impl RunMachine {
             address_space_bytes: config.address_space_limit(),
             max_log_bytes: config.max_log_bytes,
             max_value_bytes: config.max_value_bytes,
+            max_display_bytes: config.display_budget(),
             namespaces: Vec::with_capacity(bindings.len()),
             session,
             output,
@@ -190,6 +193,7 @@ impl RunMachine {
             cpu_seconds: config.cpu_seconds,
             max_log_bytes: config.max_log_bytes,
             max_value_bytes: config.max_value_bytes,
+            max_display_bytes: config.display_budget(),
         });
         RunFrame { program, budgets, sys_path }.encode(&mut out);
         RunMachine {
@@ -202,6 +206,7 @@ impl RunMachine {
             },
             splitter: LineSplitter::new(config.max_line_bytes),
             ledger: LogLedger::new(config.max_log_bytes),
+            displays: DisplayLedger::new(config.display_budget()),
             out,
             out_sent: 0,
             written_total: 0,
@@ -403,6 +408,12 @@ impl RunMachine {
                 }
                 self.stream_lines();
             }
+            display @ ChildFrame::Display { .. } => {
+                let kept = self.displays.push(display);
+                if let (Some(events), Some(d)) = (&mut self.events, kept) {
+                    events.push_back(RunEvent::Display(d.clone()));
+                }
+            }
             ChildFrame::Done { value, error } => self.settled = Some(Settled::Done { value, error }),
         }
     }
@@ -543,6 +554,7 @@ impl RunMachine {
             }
         };
         result.logs = logs;
+        result.displays = self.displays.into_displays();
         result.dropped_frames = self.dropped_frames;
         result.abandoned_calls = self.in_flight.len() as u64;
         result
@@ -887,6 +899,47 @@ mod tests {
         let mut m = RunMachine::new(&c, Opening::OneShot, "x".into(), Vec::new(), false, false);
         m.receive(b"{\"type\":\"done\",\"value\":\"abcdef\"}\n");
         assert_eq!(m.finish(None).error.unwrap().kind, FailureKind::OutputLimit);
+    }
+
+    #[test]
+    fn displays_are_kept_in_order_streamed_and_metered() {
+        // "a" (44 bytes) and the image (100) fit; "b" (44) does not.
+        let c = RuntimeConfig { max_display_bytes: 44 + 100 + 43, ..config() };
+        let mut m = RunMachine::new(&c, Opening::OneShot, "x".into(), Vec::new(), true, false);
+        let boot = drain(&mut m);
+        assert!(boot[0].contains(r#""maxDisplayBytes":187,"#), "{}", boot[0]);
+        let display = |t: &str| format!(r#"{{"type":"display","data":{{"text/plain":"{t}"}}}}"#) + "\n";
+        m.receive(display("a").as_bytes());
+        m.receive(b"{\"type\":\"log\",\"text\":\"between\\n\"}\n");
+        m.receive(
+            br#"{"type":"display","data":{"image/png":"iVBO","text/plain":"P"},"metadata":{"image/png":{"width":2}}}"#,
+        );
+        m.receive(b"\n");
+        m.receive(display("b").as_bytes());
+        m.receive(display("c").as_bytes());
+        m.receive(br#"{"type":"display","data":{"a":"1","a":"2"}}"#);
+        m.receive(b"\n{\"type\":\"done\",\"value\":1}\n");
+        let events: Vec<_> = std::iter::from_fn(|| m.next_event()).collect();
+        let r = m.finish(None);
+        assert_eq!(r.dropped_frames, 1, "the duplicate MIME type");
+        let texts: Vec<_> = r.displays.iter().map(|d| d.get("text/plain").unwrap_or("").to_owned()).collect();
+        assert_eq!(texts, ["a", "P", "[pycage] display output truncated at 187 bytes"]);
+        assert_eq!(r.displays[1].get("image/png"), Some("iVBO"));
+        assert_eq!(r.displays[1].metadata.as_ref().unwrap().to_string(), r#"{"image/png":{"width":2}}"#);
+        let streamed: Vec<_> = events
+            .into_iter()
+            .map(|e| match e {
+                RunEvent::Display(d) => format!("display {}", d.get("text/plain").unwrap_or("")),
+                RunEvent::Log(l) => format!("log {l}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            streamed,
+            ["display a", "log between", "display P", "display [pycage] display output truncated at 187 bytes"]
+        );
+        let json = r.to_json().to_string();
+        assert!(json.contains(r#""displays":[{"data":{"text/plain":"a"},"metadata":{}},"#), "{json}");
     }
 
     #[test]
