@@ -80,7 +80,7 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
             keep, with_logs("go", is_value("\"denied\""))),
         c("/etc is generated, without host users or secrets",
             "import os\npasswd = open('/etc/passwd').read()\nreturn [passwd.count('\\n'), passwd.split(':')[0], os.path.exists('/etc/shadow'), open('/etc/hostname').read(), sorted(os.listdir('/etc'))]",
-            keep, is_value("[3,\"root\",false,\"pycage\\n\",[\"ca-certificates.conf\",\"group\",\"hostname\",\"hosts\",\"ld.so.cache\",\"localtime\",\"mime.types\",\"nsswitch.conf\",\"passwd\",\"protocols\",\"services\",\"ssl\"]]")),
+            keep, is_value("[3,\"root\",false,\"pycage\\n\",[\"ca-certificates.conf\",\"fonts\",\"group\",\"hostname\",\"hosts\",\"ld.so.cache\",\"localtime\",\"mime.types\",\"nsswitch.conf\",\"passwd\",\"protocols\",\"services\",\"ssl\"]]")),
         c("write outside the run dir", "out = []\nfor p in ['/usr/pycage-hostile-w', '/root/pycage-hostile-w', '/pycage-hostile-w', '/etc/pycage-hostile-w', '/opt/pycage-hostile-w', '/proc/sys/kernel/shmmax']:\n    try:\n        open(p, 'w').write('x')\n        out.append(p)\n    except OSError:\n        pass\nreturn out",
             keep, is_value("[]")),
         c("/tmp is the run's own", "open('/tmp/pycage-hostile-w', 'w').write('x')\nreturn open('/tmp/pycage-hostile-w').read()",

@@ -71,11 +71,11 @@ pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
 /// those that exist here: `/usr`, `/bin` and `/sbin` (links into `/usr` on a
 /// merged-usr host), the C library and loader (`/lib*`), the loader cache,
 /// the local time zone, and the files of `/etc` the standard library reads
-/// (TLS roots, MIME types, services, protocols). The runtime adds the interpreter's `prefix`,
+/// (TLS roots, MIME types, services, protocols) and fontconfig's. The runtime adds the interpreter's `prefix`,
 /// `base_prefix`, `exec_prefix` and `sys.path` directories, and the
 /// bootstrap dir.
 pub fn default_read_only_paths() -> Vec<PathBuf> {
-    const CANDIDATES: [&str; 14] = [
+    const CANDIDATES: [&str; 15] = [
         "/usr",
         "/bin",
         "/sbin",
@@ -93,6 +93,10 @@ pub fn default_read_only_paths() -> Vec<PathBuf> {
         "/etc/mime.types",
         "/etc/services",
         "/etc/protocols",
+        // fontconfig's configuration (where the system's fonts are, no
+        // secret): without it matplotlib's font lookup prints
+        // "Fontconfig error: Cannot load default config file" into the run.
+        "/etc/fonts",
     ];
     existing(&CANDIDATES)
 }
