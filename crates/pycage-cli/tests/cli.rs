@@ -878,6 +878,23 @@ fn the_sandbox_works_for_an_unprivileged_user() {
     let o = as_nobody(dir.path(), &["doctor", "--python", "/usr/bin/python3"]);
     assert_exit(&o, 0);
     assert!(stdout(&o).contains("identity               supported     used    uid 65534"), "{}", stdout(&o));
+    // A service user whose HOME is `/` (a pod without a home): no cache
+    // directory can be made, and runs still work (the caches fall back to
+    // temporary ones).
+    let o = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_pycage"))
+        .args(["run", "--python", "/usr/bin/python3", "-c", "return 1"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("TMPDIR", dir.path())
+        .env("HOME", "/")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "1\n");
     // Nothing is left in its temp directory but what the test made (and
     // the probe cache in its home).
     let mut left: Vec<String> = std::fs::read_dir(dir.path())

@@ -22,7 +22,8 @@
 //!   `flock` beside the entry); bounded by `RuntimeConfig::install_timeout`
 //!   and by the run's cancel (the installer's process group is killed).
 //! - **The cache** is `<cache_dir>/packages` (a per-runtime temporary
-//!   directory without a cache directory). An entry's name is a SHA-256 of
+//!   directory without a cache directory, or when that one cannot be
+//!   written). An entry's name is a SHA-256 of
 //!   the sorted requirement set, the interpreter (path, version) and its
 //!   ABI and platform: a second run with the same requirements finds it and
 //!   installs nothing. An entry is written into a temporary sibling and
@@ -283,20 +284,34 @@ impl PackageCache {
         allow: Option<&[String]>,
         timeout: Duration,
     ) -> Result<PackageCache, PackageError> {
-        let (root, temp) = match cache_dir {
-            Some(dir) => (dir.join("packages"), None),
+        // Sandboxed runs (on a root host, as their own uid) read it.
+        let shared_dir = |root: &Path| {
+            std::fs::create_dir_all(root)?;
+            std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755))
+        };
+        let in_cache_dir = cache_dir.map(|dir| dir.join("packages")).and_then(|root| match shared_dir(&root) {
+            Ok(()) => Some(root),
+            Err(e) => {
+                // A cache directory that cannot be written (a service
+                // user whose HOME is `/`) must not stop a runtime that may
+                // never install anything: fall back to a temporary cache,
+                // as the bootstrap cache does.
+                tracing::warn!("the package cache {} cannot be used ({e}); using a temporary one", root.display());
+                None
+            }
+        });
+        let (root, temp) = match in_cache_dir {
+            Some(root) => (root, None),
             None => {
                 let t = tempfile::Builder::new()
                     .prefix("pycage-packages-")
                     .tempdir()
                     .map_err(|e| PackageError::Cache { path: std::env::temp_dir(), message: e.to_string() })?;
-                (t.path().to_path_buf(), Some(t))
+                let root = t.path().to_path_buf();
+                shared_dir(&root).map_err(|e| PackageError::Cache { path: root.clone(), message: e.to_string() })?;
+                (root, Some(t))
             }
         };
-        let cache_err = |e: std::io::Error| PackageError::Cache { path: root.clone(), message: e.to_string() };
-        std::fs::create_dir_all(&root).map_err(cache_err)?;
-        // Sandboxed runs (on a root host, as their own uid) read it.
-        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).map_err(cache_err)?;
         let with =
             with.iter().map(|r| Requirement::parse(r).map_err(PackageError::Invalid)).collect::<Result<_, _>>()?;
         let (major, minor, micro) = interpreter.version;
@@ -585,6 +600,19 @@ mod tests {
             version: (3, 11, 2),
             abi: "cpython-311--linux-x86_64".into(),
         }
+    }
+
+    #[test]
+    fn a_cache_dir_that_cannot_be_written_falls_back_to_a_temporary_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file where the directory should be: no uid can make it one.
+        std::fs::write(dir.path().join("packages"), b"").unwrap();
+        let cache = PackageCache::new(Some(dir.path()), &interp(), &[], None, Duration::from_secs(1)).unwrap();
+        assert!(cache.root().is_dir(), "{}", cache.root().display());
+        assert!(!cache.root().starts_with(dir.path()), "{}", cache.root().display());
+        let root = cache.root().to_path_buf();
+        drop(cache);
+        assert!(!root.exists(), "the temporary cache goes with its runtime");
     }
 
     #[test]
