@@ -165,9 +165,15 @@ async fn open_session(runtime: &Runtime) -> Result<pycage_runtime::Session, Stri
     }
 }
 
-/// One isolation's runtime and its rows.
+/// What the zygote of a preloaded row imports before it forks.
+const PRELOAD: &str = "matplotlib.pyplot";
+
+/// One isolation's runtime (with or without the preload) and its rows.
 struct Row {
     isolation: Isolation,
+    /// The zygote imported [`PRELOAD`]: fresh runs only (a session's
+    /// cells are the same with it).
+    preloaded: bool,
     runtime: Runtime,
     fresh: Samples,
     cells: Samples,
@@ -175,8 +181,12 @@ struct Row {
 }
 
 impl Row {
-    fn label(&self) -> &'static str {
-        self.isolation.as_str()
+    fn label(&self) -> String {
+        if self.preloaded {
+            format!("{} + preload", self.isolation.as_str())
+        } else {
+            self.isolation.as_str().to_owned()
+        }
     }
 
     /// One session cell, timed; a cell that fails ends its session and the
@@ -232,12 +242,14 @@ pub(super) async fn bench(
     let mut failures = Failures::default();
     let mut rows = Vec::new();
     let mut unavailable = Vec::new();
-    for isolation in [Isolation::Process, Isolation::Sandbox] {
+    let variants = [Isolation::Process, Isolation::Sandbox].into_iter().flat_map(|i| [(i, false), (i, true)]);
+    for (isolation, preloaded) in variants {
         let mut config = RuntimeConfig {
             python: Some(python.clone()),
             isolation,
             spawn: SpawnMode::Zygote,
             allow_read: vec![prefix.clone()],
+            preload: if preloaded { vec![PRELOAD.to_owned()] } else { Vec::new() },
             ..RuntimeConfig::default()
         };
         if let Some(ms) = wall_ms {
@@ -253,6 +265,7 @@ pub(super) async fn bench(
                 }
                 rows.push(Row {
                     isolation,
+                    preloaded,
                     runtime,
                     fresh: Samples::default(),
                     cells: Samples::default(),
@@ -270,8 +283,10 @@ pub(super) async fn bench(
     for row in &mut rows {
         let outcome = fresh(&row.runtime).await;
         failures.note(&format!("plot: warm-up, zygote / {}", row.label()), outcome);
-        row.cell(&mut failures).await;
-        row.cells = Samples::default();
+        if !row.preloaded {
+            row.cell(&mut failures).await;
+            row.cells = Samples::default();
+        }
     }
     failures.note(
         "plot floor: python -c, import matplotlib and render",
@@ -290,7 +305,9 @@ pub(super) async fn bench(
             if let Some(d) = failures.note(&format!("plot: fresh run, zygote / {}", row.label()), outcome) {
                 row.fresh.push(d);
             }
-            row.cell(&mut failures).await;
+            if !row.preloaded {
+                row.cell(&mut failures).await;
+            }
         }
     }
     drop(warm);
@@ -340,7 +357,7 @@ impl PlotReport<'_> {
         for row in self.rows {
             out.push((format!("fresh run, zygote / {}", row.label()), &row.fresh));
         }
-        for row in self.rows {
+        for row in self.rows.iter().filter(|r| !r.preloaded) {
             out.push((format!("session cell, zygote / {}", row.label()), &row.cells));
         }
         out
@@ -362,16 +379,16 @@ impl PlotReport<'_> {
         l.push(format!("  python -c: import matplotlib, render            {}", p50(self.cold)));
         l.push(String::new());
         l.push(
-            "plot shown by a run                      p50        p95    p50 / render floor    p50 / python -c floor"
+            "plot shown by a run                            p50        p95    p50 / render floor    p50 / python -c floor"
                 .into(),
         );
         for (label, s) in self.run_rows() {
             if s.is_empty() {
-                l.push(format!("  {label:<34} {NONE_SUCCEEDED}"));
+                l.push(format!("  {label:<40} {NONE_SUCCEEDED}"));
                 continue;
             }
             l.push(format!(
-                "  {label:<34} {:>7.2} ms {:>7.2} ms    {:>17}    {:>21}",
+                "  {label:<40} {:>7.2} ms {:>7.2} ms    {:>17}    {:>21}",
                 ms(s.p50()),
                 ms(s.quantile(0.95)),
                 or_dash(ratio(s, self.warm), 2),
