@@ -139,15 +139,18 @@ pub(crate) struct Spawned {
 /// channel is closed (a later answer is discarded by the supervisor) and
 /// an answer already in it is killed and reaped here.
 struct SpawnWait<'a> {
-    rx: Option<oneshot::Receiver<Result<Spawned, ZygoteError>>>,
+    rx: oneshot::Receiver<Result<Spawned, ZygoteError>>,
     zygote: &'a Zygote,
+    received: bool,
 }
 
 impl Drop for SpawnWait<'_> {
     fn drop(&mut self) {
-        let Some(mut rx) = self.rx.take() else { return };
-        rx.close();
-        if let Ok(Ok(spawned)) = rx.try_recv() {
+        if self.received {
+            return;
+        }
+        self.rx.close();
+        if let Ok(Ok(spawned)) = self.rx.try_recv() {
             crate::process::kill_run_group(spawned.pid, &spawned.pidfd, self.zygote.holds_children());
             self.zygote.reap_later(spawned.id);
         }
@@ -360,13 +363,10 @@ impl Zygote {
         {
             return Err(self.gone());
         }
-        let mut wait = SpawnWait { rx: Some(rx), zygote: self };
-        let answer = match wait.rx.as_mut() {
-            Some(rx) => rx.await,
-            None => unreachable!("set just above"),
-        };
+        let mut wait = SpawnWait { rx, zygote: self, received: false };
+        let answer = (&mut wait.rx).await;
         // Received: from here the caller owns the child.
-        wait.rx = None;
+        wait.received = true;
         answer.unwrap_or_else(|_| Err(self.gone()))
     }
 
