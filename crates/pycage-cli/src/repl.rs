@@ -38,6 +38,8 @@
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
@@ -162,10 +164,14 @@ impl DisplaySink {
 
 /// Forgets interrupts delivered before now: a Ctrl-C that reached pycage
 /// between cells (at the prompt of a terminal the editor does not hold in
-/// raw mode, or a `kill -INT`) must not abort the next cell.
-fn forget_interrupts(interrupts: &mut tokio::signal::unix::Signal) {
+/// raw mode, or a `kill -INT`) must not abort the next cell. `interrupted`
+/// is set by the signal handler itself, so clearing it forgets every
+/// SIGINT already handled, even one whose wake-up tokio's driver has not
+/// passed on yet (that wake-up then finds the flag clear and is ignored).
+fn forget_interrupts(interrupts: &mut tokio::signal::unix::Signal, interrupted: &AtomicBool) {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     while let std::task::Poll::Ready(Some(())) = interrupts.poll_recv(&mut cx) {}
+    interrupted.store(false, Ordering::SeqCst);
 }
 
 pub fn main(args: ReplArgs) -> anyhow::Result<ExitCode> {
@@ -368,6 +374,9 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool, mut sink: DisplaySink) -
     unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
     let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .context("cannot listen for SIGINT")?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&interrupted))
+        .context("cannot listen for SIGINT")?;
     if terminal {
         output::stderr_line("pycage repl: each cell runs in one session; Ctrl-C aborts a running cell; Ctrl-D leaves.");
     }
@@ -398,7 +407,7 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool, mut sink: DisplaySink) -
                 Some(Input::End) | None => break 'cells,
             }
         }
-        forget_interrupts(&mut interrupts);
+        forget_interrupts(&mut interrupts, &interrupted);
         let cancel = CancellationToken::new();
         let (tx, mut rx) = repl.runtime.event_channel();
         let outcome = {
@@ -412,7 +421,11 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool, mut sink: DisplaySink) -
                         RunEvent::Display(d) => sink.show(&d),
                         RunEvent::Call { .. } | RunEvent::CallFinished { .. } => {}
                     },
-                    Some(()) = interrupts.recv(), if !cancel.is_cancelled() => cancel.cancel(),
+                    Some(()) = interrupts.recv(), if !cancel.is_cancelled() => {
+                        if interrupted.swap(false, Ordering::SeqCst) {
+                            cancel.cancel();
+                        }
+                    }
                 }
             }
         };

@@ -540,12 +540,13 @@ fn doctor_reports_layers_and_exit_status() {
         })
         .collect();
     let names: Vec<&str> = budgets.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["memory", "cpu", "processes", "disk"]);
+    assert_eq!(names, ["memory", "kernel objects", "cpu", "processes", "disk"]);
     assert!(
         budgets[0].1.contains("watchdog: 512 MiB of PSS") && budgets[0].1.contains("RLIMIT_AS 4608 MiB per process"),
         "{budgets:?}"
     );
-    assert!(budgets[3].1.starts_with("tmpfs of 256 MiB and 32768 inodes"), "{budgets:?}");
+    assert!(budgets[1].1.contains("4096 descriptors"), "{budgets:?}");
+    assert!(budgets[4].1.starts_with("tmpfs of 256 MiB and 32768 inodes"), "{budgets:?}");
     let ok = v.root().get("ok").unwrap().as_bool().unwrap();
     assert_eq!(out.status.success(), ok, "exit status must say whether the default configuration can run");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pycage"))

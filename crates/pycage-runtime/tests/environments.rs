@@ -31,7 +31,10 @@ fn datasci_venv() -> Option<PathBuf> {
     let venv = std::env::var_os("PYCAGE_DATASCI_VENV").map(PathBuf::from).unwrap_or_else(|| {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/datasci-venv").components().collect()
     });
-    if venv.join("bin/python").exists() && venv.join("bin/uv").exists() {
+    // `bin/python` links to the interpreter the venv was made from, which
+    // an unprivileged user may not be able to read (a pyenv under /root):
+    // the link is enough here, and such a user only needs `bin/uv`.
+    if venv.join("bin/python").symlink_metadata().is_ok() && venv.join("bin/uv").exists() {
         return Some(venv);
     }
     assert!(!require_all(), "the data-science venv is missing at {}: run .ci/datasci-deps.sh", venv.display());
