@@ -45,12 +45,13 @@ SEEDED_GLOBALS = (
     "__spec__",
 )
 #: Names no namespace global or error class may take: the seeded globals,
-#: ``__debug__`` (a constant the compiler owns), and the globals other
+#: ``__debug__`` (a constant the compiler owns), the builtins the child adds
+#: (``display``), and the globals other
 #: pycage runtimes own (``console``, ``__dsh_main__``), so one binding list
 #: stays valid for every runtime. The host lists the same names
 #: (``RUNTIME_GLOBALS`` in crates/pycage-runtime/src/names.rs; a test
 #: compares them).
-RESERVED_GLOBALS = frozenset(SEEDED_GLOBALS + ("__debug__", "__dsh_main__", "console"))
+RESERVED_GLOBALS = frozenset(SEEDED_GLOBALS + ("__debug__", "__dsh_main__", "console", "display"))
 #: Functions an unknown-member error lists at most.
 _LISTED_MEMBERS = 40
 #: Close matches an unknown-member error puts first.

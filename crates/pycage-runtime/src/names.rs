@@ -16,8 +16,9 @@ use crate::bindings::Namespace;
 
 /// Globals the runtime owns: the module globals every program starts with
 /// (those of a script read from stdin: `__annotations__` ... `__spec__`),
-/// `__debug__`, and the globals other pycage runtimes own (`console`,
-/// `__dsh_main__`), so that one binding list is valid for all of them.
+/// `__debug__`, the builtins the child adds (`display`), and the globals
+/// other pycage runtimes own (`console`, `__dsh_main__`), so that one
+/// binding list is valid for all of them.
 pub const RUNTIME_GLOBALS: &[&str] = &[
     "__annotations__",
     "__builtins__",
@@ -31,6 +32,7 @@ pub const RUNTIME_GLOBALS: &[&str] = &[
     "__package__",
     "__spec__",
     "console",
+    "display",
 ];
 
 /// Every identifier in `dir(builtins)` of CPython 3.10 to 3.13 (with the

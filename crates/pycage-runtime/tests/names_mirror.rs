@@ -11,12 +11,14 @@ use pycage_runtime::JsonValue;
 
 const QUERY: &str = r#"
 import builtins, json, sys
+real = set(dir(builtins))
 sys.path.insert(0, sys.argv[1])
 from pycage import bootstrap
 print(json.dumps({
     "reserved": sorted(bootstrap._RESERVED_GLOBALS),
     "seeded": sorted(bootstrap._SEEDED_GLOBALS),
-    "builtins": sorted(n for n in dir(builtins) if n.isidentifier()),
+    "builtins": sorted(n for n in real if n.isidentifier()),
+    "added": sorted(set(dir(builtins)) - real),
 }))
 "#;
 
@@ -36,6 +38,10 @@ fn reserved_globals_match_the_bootstrap_and_the_interpreter() {
     assert_eq!(ours, strings(&v, "reserved"), "names.rs RUNTIME_GLOBALS vs bootstrap._RESERVED_GLOBALS");
     // Everything the bootstrap seeds into a program's globals is reserved.
     assert!(strings(&v, "seeded").is_subset(&ours));
+    // So is every builtin the child adds (`display`): a namespace of that
+    // name would hide it.
+    let added = strings(&v, "added");
+    assert!(added.is_subset(&ours), "the child adds builtins names.rs does not reserve: {added:?}");
 
     let builtins = strings(&v, "builtins");
     let missing: Vec<&String> = builtins.iter().filter(|b| !PYTHON_BUILTINS.contains(&b.as_str())).collect();
