@@ -1,17 +1,29 @@
-//! Driving one run (of a runtime or of a session) to Python: spawned on the
-//! runtime's workers, where its socket is polled, then either waited for on
-//! the calling thread with the GIL released ([`wait_blocking`]) or handed to
-//! an asyncio loop ([`deliver_to_loop`]). Events stream in batches: on the
-//! calling thread, or on the loop.
+//! Driving one run (of a runtime or of a session) to Python.
+//!
+//! A blocking run ([`wait_blocking`]) is driven on the calling thread, with
+//! the GIL released, until it settles or until Python code has to run on
+//! that thread (an event batch, a signal check): then the run is handed to
+//! the runtime's workers first, so that no Python code ever stalls it (its
+//! wall clock, its watchdog, its binding replies). A run without events
+//! that settles within [`SIGNAL_POLL`] thus never changes threads; a
+//! spawned run would cost a wake-up of a worker to start it and one of the
+//! caller to end it, each a scheduling latency on a loaded machine.
+//! A `start()`ed run is spawned on the workers and handed to an asyncio
+//! loop ([`deliver_to_loop`]). Events stream in batches: on the calling
+//! thread, or on the loop.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pycage_runtime::{CancellationToken, MisuseError, RunEvent, RunResult, SessionError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use crate::convert::json_to_py;
 use crate::runtime::{error, misuse};
@@ -23,7 +35,7 @@ const SIGNAL_POLL: Duration = Duration::from_millis(100);
 pub enum RunErr {
     Misuse(MisuseError),
     Session(SessionError),
-    /// The run's task panicked (a bug): reported, never hung on.
+    /// The run panicked (a bug): reported, never hung on.
     Task(String),
 }
 
@@ -41,15 +53,17 @@ impl RunErr {
 
 pub type Outcome = Result<RunResult, RunErr>;
 
-/// A run on the runtime's workers and the receiver of its events (closed
-/// when the run is over; never fed when `events` is false).
-pub struct Spawned {
-    join: tokio::task::JoinHandle<Outcome>,
+type RunFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
+
+/// A run not started yet and the receiver of its events (closed when the
+/// run is over; never fed when `events` is `None`).
+pub struct Prepared {
+    run: RunFuture,
     rx: mpsc::Receiver<RunEvent>,
 }
 
-/// Spawns `make(events_sender)`.
-pub fn spawn<F, Fut>(rt: &tokio::runtime::Runtime, events: Option<usize>, make: F) -> Spawned
+/// Prepares `make(events_sender)`; nothing runs until it is driven.
+pub fn prepare<F, Fut>(events: Option<usize>, make: F) -> Prepared
 where
     F: FnOnce(Option<mpsc::Sender<RunEvent>>) -> Fut,
     Fut: Future<Output = Outcome> + Send + 'static,
@@ -57,8 +71,58 @@ where
     // A channel of the runtime's `max_buffered_events` (a closed one of 1
     // without events).
     let (tx, rx) = mpsc::channel(events.unwrap_or(1));
-    let join = rt.spawn(make(events.map(|_| tx)));
-    Spawned { join, rx }
+    Prepared { run: Box::pin(make(events.map(|_| tx))), rx }
+}
+
+/// Where a blocking run is being driven.
+enum Driving {
+    /// Polled by the calling thread.
+    Here(RunFuture),
+    /// Handed to the runtime's workers.
+    Workers(JoinHandle<Outcome>),
+    /// Settled (its outcome taken).
+    Done,
+}
+
+impl Driving {
+    /// Hands a run still driven here to the runtime's workers (the
+    /// current runtime: this is called inside its `block_on`).
+    fn hand_off(&mut self) {
+        if matches!(self, Driving::Here(_)) {
+            if let Driving::Here(run) = std::mem::replace(self, Driving::Done) {
+                *self = Driving::Workers(tokio::runtime::Handle::current().spawn(run));
+            }
+        }
+    }
+}
+
+impl Future for Driving {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let polled = match &mut *self {
+            // A panic in the run is reported as a spawned task's would be
+            // (the future is not polled again).
+            Driving::Here(run) => match std::panic::catch_unwind(AssertUnwindSafe(|| run.as_mut().poll(cx))) {
+                Ok(p) => p,
+                Err(panic) => Poll::Ready(Err(RunErr::Task(panic_message(panic.as_ref())))),
+            },
+            Driving::Workers(join) => Pin::new(join).poll(cx).map(joined),
+            Driving::Done => Poll::Ready(Err(RunErr::Task("the run was polled after it settled".into()))),
+        };
+        if polled.is_ready() {
+            *self = Driving::Done;
+        }
+        polled
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => format!("panicked: {s}"),
+        (None, Some(s)) => format!("panicked: {s}"),
+        (None, None) => "panicked".into(),
+    }
 }
 
 /// Events as Python tuples: `("log", line)`, `("call", id, global, name,
@@ -139,23 +203,24 @@ pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, 
     (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames, displays, output).into_pyobject(py)
 }
 
-/// Waits for a spawned run with the GIL released and returns its parts.
-/// `on_event(batch)` runs on this thread. An exception from it, or from a
-/// signal handler (when `poll_signals`), cancels `token` and is raised once
-/// the run has settled.
+/// Drives a run to settlement with the GIL released (see the module docs)
+/// and returns its parts. `on_event(batch)` runs on this thread. An
+/// exception from it, or from a signal handler (when `poll_signals`),
+/// cancels `token` and is raised once the run has settled.
 pub fn wait_blocking<'py>(
     py: Python<'py>,
     rt: &tokio::runtime::Runtime,
-    run: Spawned,
+    run: Prepared,
     token: CancellationToken,
     on_event: Option<Py<PyAny>>,
     poll_signals: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let Spawned { join, mut rx } = run;
+    let Prepared { run, mut rx } = run;
     let (result, raised) = py.detach(|| {
         rt.block_on(async move {
-            tokio::pin!(join);
-            let mut tick = tokio::time::interval(SIGNAL_POLL);
+            let mut run = Driving::Here(run);
+            // The first check one period in: a short run never makes one.
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + SIGNAL_POLL, SIGNAL_POLL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let mut raised: Option<PyErr> = None;
             let deliver = |batch: Vec<RunEvent>, raised: &mut Option<PyErr>| {
@@ -173,9 +238,14 @@ pub fn wait_blocking<'py>(
             let result = loop {
                 tokio::select! {
                     biased;
-                    Some(ev) = rx.recv() => deliver(drain(ev, &mut rx), &mut raised),
-                    r = &mut join => break joined(r),
+                    Some(ev) = rx.recv() => {
+                        // Python code runs next, on this thread.
+                        run.hand_off();
+                        deliver(drain(ev, &mut rx), &mut raised);
+                    }
+                    r = &mut run => break r,
                     _ = tick.tick(), if poll_signals && raised.is_none() => {
+                        run.hand_off();
                         if let Err(e) = Python::attach(|py| py.check_signals()) {
                             raised = Some(e);
                             token.cancel();
@@ -199,17 +269,19 @@ pub fn wait_blocking<'py>(
     }
 }
 
-/// Hands a spawned run to an asyncio loop: event batches go to
+/// Spawns a run on the runtime's workers and hands it to an asyncio loop:
+/// event batches go to
 /// `event_loop.call_soon_threadsafe(on_event, batch)`, then the
 /// [`RunOutcome`] to `event_loop.call_soon_threadsafe(on_done, outcome)`.
 pub fn deliver_to_loop(
     rt: &tokio::runtime::Runtime,
-    run: Spawned,
+    run: Prepared,
     event_loop: Py<PyAny>,
     on_done: Py<PyAny>,
     on_event: Option<Py<PyAny>>,
 ) {
-    let Spawned { join, mut rx } = run;
+    let Prepared { run, mut rx } = run;
+    let join = rt.spawn(run);
     let event_loop = Arc::new(event_loop);
     rt.spawn(async move {
         tokio::pin!(join);

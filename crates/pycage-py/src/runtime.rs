@@ -200,7 +200,7 @@ impl NativeRuntime {
         Ok(self.inner(py)?.clone())
     }
 
-    /// `program` spawned on the shared tokio runtime (its events sent when
+    /// `program` prepared for the shared tokio runtime (its events sent when
     /// `events`), and the token that cancels it.
     fn launch(
         &self,
@@ -210,7 +210,7 @@ impl NativeRuntime {
         site: &Bound<'_, PyAny>,
         events: bool,
         options: RunOptions,
-    ) -> PyResult<(Arc<tokio::runtime::Runtime>, drive::Spawned, CancellationToken)> {
+    ) -> PyResult<(Arc<tokio::runtime::Runtime>, drive::Prepared, CancellationToken)> {
         let runtime = self.runtime(py)?;
         let token = CancellationToken::new();
         let mut run_limits = pycage_runtime::RunLimits::default();
@@ -229,7 +229,7 @@ impl NativeRuntime {
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
         let capacity = events.then(|| runtime.config().max_buffered_events);
-        let run = drive::spawn(&rt, capacity, move |events| async move {
+        let run = drive::prepare(capacity, move |events| async move {
             match events {
                 Some(tx) => runtime.run_with_events(req, tx).await,
                 None => runtime.run(req).await,
