@@ -438,6 +438,28 @@ impl NativeRuntime {
         Ok(NativeSession::new(session))
     }
 
+    /// For benchmarks/head_to_head.py: runs `program` (no bindings) the way
+    /// `pycage bench` does, driven from Rust on this thread with the GIL
+    /// released, and returns the seconds from the request to the
+    /// `RunResult` (no Python object made): the floor of `run`'s own path,
+    /// measured in the same process. Raises if the run did not return.
+    fn _bench_run(&self, py: Python<'_>, program: String) -> PyResult<f64> {
+        let runtime = self.runtime(py)?;
+        let rt = tokio_runtime(py)?;
+        let (took, outcome) = py.detach(|| {
+            rt.block_on(async move {
+                let t = std::time::Instant::now();
+                let outcome = runtime.run(RunRequest::new(program)).await;
+                (t.elapsed(), outcome)
+            })
+        });
+        match outcome {
+            Ok(r) if r.error.is_none() => Ok(took.as_secs_f64()),
+            Ok(r) => Err(error(py, "PycageError", format!("the benchmark run failed: {:?}", r.error))),
+            Err(e) => Err(misuse(py, e)),
+        }
+    }
+
     /// Aborts every run in flight and returns once each child has exited
     /// and been reaped (the GIL released meanwhile). Later runs raise
     /// `RuntimeClosedError`.
