@@ -28,7 +28,9 @@ Cases (each engine runs the program in its own dialect):
   process spent per run. Its floor is the same pycage run driven from Rust
   in this process (``NativeRuntime._bench_run``, what ``pycage bench``
   times): the package's own path is the difference. ``--latency-only``
-  runs this section alone.
+  runs this section alone; ``--baseline DIR`` adds the rows of another
+  build of the package (``pip install --no-deps --target DIR .`` at another
+  commit), imported beside this one, for an interleaved before/after.
 
 Samples of one case alternate between engines (ABCABC...), so a noisy
 neighbour hits every engine alike; each row gives p50 and p90 of its samples.
@@ -415,9 +417,29 @@ def host_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def latency_rows(pycages: list[Pycage], monty: Monty) -> dict[str, Callable[[], Any]]:
+def import_baseline(path: str) -> Any:
+    """The ``pycage`` package under ``path``, imported as ``pycage_baseline``
+    (its native module keeps its own tokio runtime and statics)."""
+    import importlib.util
+
+    init = os.path.join(path, "pycage", "__init__.py")
+    spec = importlib.util.spec_from_file_location(
+        "pycage_baseline", init, submodule_search_locations=[os.path.dirname(init)]
+    )
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--baseline: no pycage package under {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["pycage_baseline"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def latency_rows(pycages: list[Pycage], monty: Monty, baseline: Any = None) -> dict[str, Callable[[], Any]]:
     rows: dict[str, Callable[[], Any]] = {}
     for p in pycages:
+        if baseline is not None and p.spawn == "zygote":
+            old = baseline.Runtime(isolation=p.rt.config["isolation"])
+            rows[f"baseline {p.name}"] = lambda old=old: old.run("return 1 + 1").unwrap()
         if p.spawn != "zygote":
             continue
         rt = p.rt
@@ -486,6 +508,7 @@ def main() -> None:
     ap.add_argument("--json", help="write raw results here")
     ap.add_argument("--no-sandbox", action="store_true", help="skip pycage's sandbox isolation (needs root)")
     ap.add_argument("--latency-only", action="store_true", help="only the latency section (spaced, closed loop)")
+    ap.add_argument("--baseline", help="latency rows of another build of the package too (pip install --target DIR)")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
@@ -498,7 +521,8 @@ def main() -> None:
     pycages = [Pycage("process")] + ([] if args.no_sandbox else [Pycage("sandbox")]) + [Pycage("process", "exec")]
     monty = Monty()
     print(f"measuring latency ({rounds(200)} rounds)...", file=sys.stderr, flush=True)
-    latency = measure_latency(latency_rows(pycages, monty), rounds(200))
+    baseline = import_baseline(args.baseline) if args.baseline else None
+    latency = measure_latency(latency_rows(pycages, monty, baseline), rounds(200))
     if args.latency_only:
         for e in [*pycages, monty]:
             e.close()

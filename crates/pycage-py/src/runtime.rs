@@ -136,9 +136,15 @@ pub fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
 /// `help(<global>.<name>)` and `help(<global>)` show in the program.
 pub type NamespaceSpec = (String, Vec<(String, Py<PyAny>, bool, String)>, Option<(String, String)>, String);
 
-fn request(program: String, namespaces: Vec<NamespaceSpec>, site: Site) -> RunRequest {
-    let site = Arc::new(site);
+/// The request of `program` with `namespaces`, whose calls go through the
+/// Python `site` (read only when there are namespaces: a plain run passes
+/// `None` and makes no Python object for it).
+fn request(program: String, namespaces: Vec<NamespaceSpec>, site: &Bound<'_, PyAny>) -> PyResult<RunRequest> {
     let mut request = RunRequest::new(program);
+    if namespaces.is_empty() {
+        return Ok(request);
+    }
+    let site = Arc::new(Site::from_py(site)?);
     for (global, members, error_class, doc) in namespaces {
         let mut ns = Namespace::new(global.clone()).with_doc(doc);
         for (name, func, is_async, help) in members {
@@ -151,7 +157,7 @@ fn request(program: String, namespaces: Vec<NamespaceSpec>, site: Site) -> RunRe
         }
         request = request.with_namespace(ns);
     }
-    request
+    Ok(request)
 }
 
 /// What one run asks besides its program: its own budgets (by config
@@ -222,8 +228,7 @@ impl NativeRuntime {
                 other => return Err(error(py, "ConfigError", format!("{other} cannot be set for one run"))),
             }
         }
-        let mut req =
-            request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone()).with_limits(run_limits);
+        let mut req = request(program, namespaces, site)?.with_cancel(token.clone()).with_limits(run_limits);
         req.inputs = options.inputs.unwrap_or_default();
         req.output_dir = options.output_dir;
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
@@ -355,7 +360,7 @@ impl NativeRuntime {
 
     /// Checks the name rules of a binding list without running anything.
     fn check(&self, py: Python<'_>, namespaces: Vec<NamespaceSpec>, site: &Bound<'_, PyAny>) -> PyResult<()> {
-        let r = request(String::new(), namespaces, Site::from_py(site)?);
+        let r = request(String::new(), namespaces, site)?;
         pycage_runtime::names::check_bindings(&r.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))
     }
 
@@ -423,7 +428,7 @@ impl NativeRuntime {
         address_space_bytes: Option<u64>,
     ) -> PyResult<NativeSession> {
         let runtime = self.runtime(py)?;
-        let bindings = request(String::new(), namespaces, Site::from_py(site)?).bindings;
+        let bindings = request(String::new(), namespaces, site)?.bindings;
         let mut options = SessionOptions { bindings, memory_bytes: address_space_bytes, ..SessionOptions::default() };
         if let Some(s) = idle_timeout_seconds {
             options.idle_timeout = seconds(py, "idle_timeout_seconds", s)?;
