@@ -5,9 +5,12 @@
 //! that thread (an event batch, a signal check): then the run is handed to
 //! the runtime's workers first, so that no Python code ever stalls it (its
 //! wall clock, its watchdog, its binding replies). A run without events
-//! that settles within [`SIGNAL_POLL`] thus never changes threads; a
+//! that settles between two signal checks thus never changes threads; a
 //! spawned run would cost a wake-up of a worker to start it and one of the
 //! caller to end it, each a scheduling latency on a loaded machine.
+//! Signal checks follow one shared tick ([`SignalTicks`]) rather than a
+//! timer per run: registering a timer wakes the worker parked in the
+//! reactor, one more wake-up per run.
 //! A `start()`ed run is spawned on the workers and handed to an asyncio
 //! loop ([`deliver_to_loop`]). Events stream in batches: on the calling
 //! thread, or on the loop.
@@ -15,7 +18,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -30,6 +33,87 @@ use crate::runtime::{error, misuse};
 
 /// How often a blocking run on the main thread checks for signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+/// How many ticks the signal tick goes on for without a run waiting for
+/// it (10 s): runs a few seconds apart find it running.
+const IDLE_TICKS: u32 = 100;
+
+/// The signal tick of the blocking runs on the main thread: one task of
+/// the runtime notifies every [`SIGNAL_POLL`] while such a run is in
+/// flight, and for [`IDLE_TICKS`] after the last one.
+pub struct SignalTicks {
+    notify: tokio::sync::Notify,
+    /// Runs waiting for ticks, and whether the ticking task is running.
+    state: Mutex<(usize, bool)>,
+}
+
+/// A blocking run's registration with [`SignalTicks`]: the tick keeps
+/// going while it lives.
+struct Ticking(Arc<SignalTicks>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.0.state.lock() {
+            state.0 = state.0.saturating_sub(1);
+        }
+    }
+}
+
+impl SignalTicks {
+    /// This process's ticks (a forked child, whose runtime is a new one,
+    /// starts its own).
+    fn get() -> Arc<SignalTicks> {
+        static TICKS: Mutex<Option<(u32, Arc<SignalTicks>)>> = Mutex::new(None);
+        static FALLBACK: OnceLock<Arc<SignalTicks>> = OnceLock::new();
+        let pid = std::process::id();
+        let Ok(mut slot) = TICKS.lock() else {
+            return Arc::clone(FALLBACK.get_or_init(SignalTicks::new));
+        };
+        match slot.as_ref() {
+            Some((owner, ticks)) if *owner == pid => Arc::clone(ticks),
+            _ => {
+                let ticks = SignalTicks::new();
+                *slot = Some((pid, Arc::clone(&ticks)));
+                ticks
+            }
+        }
+    }
+
+    fn new() -> Arc<SignalTicks> {
+        Arc::new(SignalTicks { notify: tokio::sync::Notify::new(), state: Mutex::new((0, false)) })
+    }
+
+    /// Registers a run; starts the ticking task on the current runtime
+    /// if it is not running.
+    fn register(self: &Arc<Self>) -> Ticking {
+        let start = match self.state.lock() {
+            Ok(mut state) => {
+                state.0 += 1;
+                !std::mem::replace(&mut state.1, true)
+            }
+            Err(_) => false,
+        };
+        if start {
+            let ticks = Arc::clone(self);
+            tokio::runtime::Handle::current().spawn(async move {
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + SIGNAL_POLL, SIGNAL_POLL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                let mut idle = 0;
+                loop {
+                    tick.tick().await;
+                    ticks.notify.notify_waiters();
+                    let Ok(mut state) = ticks.state.lock() else { return };
+                    idle = if state.0 == 0 { idle + 1 } else { 0 };
+                    if idle >= IDLE_TICKS {
+                        state.1 = false;
+                        return;
+                    }
+                }
+            });
+        }
+        Ticking(Arc::clone(self))
+    }
+}
 
 /// Why a run produced no result.
 pub enum RunErr {
@@ -203,6 +287,14 @@ pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, 
     (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames, displays, output).into_pyobject(py)
 }
 
+/// The next signal tick (never, without ticks).
+fn next_tick(ticks: Option<&SignalTicks>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+    match ticks {
+        Some(t) => Box::pin(t.notify.notified()),
+        None => Box::pin(std::future::pending()),
+    }
+}
+
 /// Drives a run to settlement with the GIL released (see the module docs)
 /// and returns its parts. `on_event(batch)` runs on this thread. An
 /// exception from it, or from a signal handler (when `poll_signals`),
@@ -219,9 +311,9 @@ pub fn wait_blocking<'py>(
     let (result, raised) = py.detach(|| {
         rt.block_on(async move {
             let mut run = Driving::Here(run);
-            // The first check one period in: a short run never makes one.
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + SIGNAL_POLL, SIGNAL_POLL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let ticks = poll_signals.then(SignalTicks::get);
+            let _ticking = ticks.as_ref().map(SignalTicks::register);
+            let mut tick = next_tick(ticks.as_deref());
             let mut raised: Option<PyErr> = None;
             let deliver = |batch: Vec<RunEvent>, raised: &mut Option<PyErr>| {
                 if raised.is_some() {
@@ -244,7 +336,8 @@ pub fn wait_blocking<'py>(
                         deliver(drain(ev, &mut rx), &mut raised);
                     }
                     r = &mut run => break r,
-                    _ = tick.tick(), if poll_signals && raised.is_none() => {
+                    _ = &mut tick, if poll_signals && raised.is_none() => {
+                        tick = next_tick(ticks.as_deref());
                         run.hand_off();
                         if let Err(e) = Python::attach(|py| py.check_signals()) {
                             raised = Some(e);
