@@ -9,6 +9,7 @@ values exactly.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextvars
 import inspect
@@ -415,6 +416,14 @@ async def _settled(loop: asyncio.AbstractEventLoop, events: Optional[_Events], s
 
 
 _object_new = object.__new__
+
+# Whether a blocking run polls for signals (only the main thread gets
+# them): by thread id, which touches fewer objects than
+# ``threading.current_thread()`` (see _result). The thread that forks is
+# the child's main thread.
+_get_ident = _thread.get_ident
+_main_ident = [threading.main_thread().ident]
+os.register_at_fork(after_in_child=lambda: _main_ident.__setitem__(0, _get_ident()))
 
 
 def _display(data: list[tuple[str, str]], metadata: dict[str, Any]) -> Display:
@@ -879,7 +888,7 @@ class Runtime(_Closeable):
         ):
             # A plain run: nothing to check or convert, and no site (it
             # serves bindings only); see _result for why fewer objects.
-            main = threading.current_thread() is threading.main_thread()
+            main = _get_ident() == _main_ident[0]
             return _result(self._native.run(code, [], None, None, main))
         code = _check_code(code)
         fields = _budget_fields(limits, "pycage.Runtime.run", per_run=True)
@@ -887,7 +896,7 @@ class Runtime(_Closeable):
         specs = _namespaces(bindings)
         site = _Site(self._private_loop, contextvars.copy_context())
         events = _Events.of(on_log, on_call, on_display)
-        main = threading.current_thread() is threading.main_thread()
+        main = _get_ident() == _main_ident[0]
         return _result(self._native.run(code, specs, site, events, main, fields, paths, out))
 
     async def arun(
@@ -1006,7 +1015,7 @@ class Session(_Closeable):
         notebook cell)."""
         code = _check_code(code)
         events = _Events.of(on_log, on_call, on_display)
-        main = threading.current_thread() is threading.main_thread()
+        main = _get_ident() == _main_ident[0]
         with self._lock:
             self._site.point(self._runtime._private_loop, contextvars.copy_context())
             return _result(self._native.run(code, events, main))
