@@ -437,11 +437,11 @@ def import_baseline(path: str) -> Any:
 def latency_rows(pycages: list[Pycage], monty: Monty, baseline: Any = None) -> dict[str, Callable[[], Any]]:
     rows: dict[str, Callable[[], Any]] = {}
     for p in pycages:
-        if baseline is not None and p.spawn == "zygote":
-            old = baseline.Runtime(isolation=p.rt.config["isolation"])
-            rows[f"baseline {p.name}"] = lambda old=old: old.run("return 1 + 1").unwrap()
         if p.spawn != "zygote":
             continue
+        if baseline is not None:
+            old = baseline.Runtime(isolation=p.rt.config["isolation"])
+            rows[f"baseline {p.name}"] = lambda old=old: old.run("return 1 + 1").unwrap()
         rt = p.rt
         rows[p.name] = lambda rt=rt: rt.run("return 1 + 1").unwrap()
         # The floor: the same run driven from Rust, timed by Rust.
