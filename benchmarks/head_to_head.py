@@ -21,6 +21,16 @@ Cases (each engine runs the program in its own dialect):
   a function, against the same code ``exec``-ed by the host's CPython.
 - ``memory``: peak RSS of a fresh process (and of its largest child) that
   runs ``list(range(1_000_000))`` once through the engine.
+- ``latency``: the trivial run as a user's code makes it, in two patterns:
+  *spaced* (one run of each row in turn, 20 ms apart, so no row pays for
+  another's background work) and *closed loop* (blocks of 50 back-to-back
+  runs of one row, rows alternating); p50 and p99, and the CPU this (host)
+  process spent per run. Its floor is the same pycage run driven from Rust
+  in this process (``NativeRuntime._bench_run``, what ``pycage bench``
+  times): the package's own path is the difference. ``--latency-only``
+  runs this section alone; ``--baseline DIR`` adds the rows of another
+  build of the package (``pip install --no-deps --target DIR .`` at another
+  commit), imported beside this one, for an interleaved before/after.
 
 Samples of one case alternate between engines (ABCABC...), so a noisy
 neighbour hits every engine alike; each row gives p50 and p90 of its samples.
@@ -33,6 +43,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -396,6 +407,97 @@ def measure_memory(engines: list[str]) -> dict[str, dict[str, float]]:
     return out
 
 
+LATENCY_GAP = 0.02
+LATENCY_BLOCK = 50
+
+
+def host_cpu() -> float:
+    """CPU seconds this process has used (every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def import_baseline(path: str) -> Any:
+    """The ``pycage`` package under ``path``, imported as ``pycage_baseline``
+    (its native module keeps its own tokio runtime and statics)."""
+    import importlib.util
+
+    init = os.path.join(path, "pycage", "__init__.py")
+    spec = importlib.util.spec_from_file_location(
+        "pycage_baseline", init, submodule_search_locations=[os.path.dirname(init)]
+    )
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--baseline: no pycage package under {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["pycage_baseline"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def latency_rows(pycages: list[Pycage], monty: Monty, baseline: Any = None) -> dict[str, Callable[[], Any]]:
+    rows: dict[str, Callable[[], Any]] = {}
+    for p in pycages:
+        if p.spawn != "zygote":
+            continue
+        if baseline is not None:
+            old = baseline.Runtime(isolation=p.rt.config["isolation"])
+            rows[f"baseline {p.name}"] = lambda old=old: old.run("return 1 + 1").unwrap()
+        rt = p.rt
+        rows[p.name] = lambda rt=rt: rt.run("return 1 + 1").unwrap()
+        # The floor: the same run driven from Rust, timed by Rust.
+        rows[f"floor: {p.name}, driven from Rust"] = InnerTimed(lambda rt=rt: rt._native._bench_run("return 1 + 1"))
+    rows[monty.name] = lambda: monty.feed("1 + 1")
+    return rows
+
+
+def measure_latency(rows: dict[str, Callable[[], Any]], rounds: int) -> dict[str, dict[str, dict[str, float]]]:
+    for fn in rows.values():  # warm-up
+        for _ in range(3):
+            fn()
+    spaced: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            time.sleep(LATENCY_GAP)
+            spaced[name].append(sample(fn))
+    closed: dict[str, list[float]] = {name: [] for name in rows}
+    cpu: dict[str, float] = dict.fromkeys(rows, 0.0)
+    for _ in range(max(1, rounds // LATENCY_BLOCK)):
+        for name, fn in rows.items():
+            time.sleep(0.2)  # the previous block's refills and reaps
+            before = host_cpu()
+            closed[name].extend(sample(fn) for _ in range(LATENCY_BLOCK))
+            cpu[name] += host_cpu() - before
+    out: dict[str, dict[str, dict[str, float]]] = {"spaced": {}, "closed loop": {}}
+    for pattern, samples in (("spaced", spaced), ("closed loop", closed)):
+        for name, xs in samples.items():
+            xs = sorted(xs)
+            out[pattern][name] = {
+                "p50": statistics.median(xs),
+                "p99": xs[min(len(xs) - 1, int(0.99 * len(xs)))],
+                "n": len(xs),
+            }
+            if pattern == "closed loop":
+                out[pattern][name]["host_cpu"] = cpu[name] / len(xs)
+    return out
+
+
+def report_latency(latency: dict[str, dict[str, dict[str, float]]]) -> None:
+    print("### latency: the trivial run, spaced (20 ms apart) and in a closed loop\n")
+    print("Host CPU: this process's CPU per run over the closed-loop blocks (the")
+    print("package's own path and the host side of the run; not the zygote, the")
+    print("run's process or Monty's worker). A floor row is the same pycage run")
+    print("driven from Rust in this process, timed by Rust.\n")
+    print("| pattern | row | p50 | p99 | / monty p50 | host CPU per run |")
+    print("|---|---|---|---|---|---|")
+    for pattern, rows in latency.items():
+        monty = rows.get(Monty.name, {}).get("p50")
+        for name, s in rows.items():
+            ratio = f"{s['p50'] / monty:.2f}" if monty else "—"
+            cpu = f"{ms(s['host_cpu'])}" if "host_cpu" in s else ""
+            print(f"| {pattern} | {name} | {ms(s['p50'])} | {ms(s['p99'])} | {ratio} | {cpu} |")
+    print()
+
+
 def ms(x: float) -> str:
     return f"{x * 1e3:.3f}" if x < 0.01 else f"{x * 1e3:.1f}"
 
@@ -405,6 +507,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=float, default=1.0, help="scale the number of samples")
     ap.add_argument("--json", help="write raw results here")
     ap.add_argument("--no-sandbox", action="store_true", help="skip pycage's sandbox isolation (needs root)")
+    ap.add_argument("--latency-only", action="store_true", help="only the latency section (spaced, closed loop)")
+    ap.add_argument("--baseline", help="latency rows of another build of the package too (pip install --target DIR)")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
@@ -416,11 +520,23 @@ def main() -> None:
 
     pycages = [Pycage("process")] + ([] if args.no_sandbox else [Pycage("sandbox")]) + [Pycage("process", "exec")]
     monty = Monty()
+    print(f"measuring latency ({rounds(200)} rounds)...", file=sys.stderr, flush=True)
+    baseline = import_baseline(args.baseline) if args.baseline else None
+    latency = measure_latency(latency_rows(pycages, monty, baseline), rounds(200))
+    if args.latency_only:
+        for e in [*pycages, monty]:
+            e.close()
+        print(f"Python {platform.python_version()}; times in ms.\n")
+        report_latency(latency)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"python": platform.python_version(), "latency": latency}, f, indent=1)
+        return
     monty_async = AsyncMontyWarm()
     smol = Smolagents()
     engines = [*pycages, monty, smol]
     pipe = PipeEcho()
-    results: dict[str, Any] = {"python": platform.python_version(), "cases": {}}
+    results: dict[str, Any] = {"python": platform.python_version(), "cases": {}, "latency": latency}
 
     plan = [
         ("trivial", 40),
@@ -481,6 +597,7 @@ def report(results: dict[str, Any]) -> None:
             ratio = f"{s['p50'] / monty:.2f}" if monty else "—"
             print(f"| {name} | {ms(s['p50'])} | {ms(s['p90'])} | {ratio} |")
         print()
+    report_latency(results["latency"])
     print("### one call round trip (host -> program -> host), in µs\n")
     print("The interval between two consecutive calls of the host function in calls100's")
     print("sequential loop (all intervals of all samples); the floor is one JSON line")

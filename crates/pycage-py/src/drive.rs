@@ -1,17 +1,32 @@
-//! Driving one run (of a runtime or of a session) to Python: spawned on the
-//! runtime's workers, where its socket is polled, then either waited for on
-//! the calling thread with the GIL released ([`wait_blocking`]) or handed to
-//! an asyncio loop ([`deliver_to_loop`]). Events stream in batches: on the
-//! calling thread, or on the loop.
+//! Driving one run (of a runtime or of a session) to Python.
+//!
+//! A blocking run ([`wait_blocking`]) is driven on the calling thread, with
+//! the GIL released, until it settles or until Python code has to run on
+//! that thread (an event batch, a signal check): then the run is handed to
+//! the runtime's workers first, so that no Python code ever stalls it (its
+//! wall clock, its watchdog, its binding replies). A run without events
+//! that settles between two signal checks thus never changes threads; a
+//! spawned run would cost a wake-up of a worker to start it and one of the
+//! caller to end it, each a scheduling latency on a loaded machine.
+//! Signal checks follow one shared tick ([`SignalTicks`]) rather than a
+//! timer per run: registering a timer wakes the worker parked in the
+//! reactor, one more wake-up per run.
+//! A `start()`ed run is spawned on the workers and handed to an asyncio
+//! loop ([`deliver_to_loop`]). Events stream in batches: on the calling
+//! thread, or on the loop.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pycage_runtime::{CancellationToken, MisuseError, RunEvent, RunResult, SessionError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use crate::convert::json_to_py;
 use crate::runtime::{error, misuse};
@@ -19,11 +34,92 @@ use crate::runtime::{error, misuse};
 /// How often a blocking run on the main thread checks for signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
 
+/// How many ticks the signal tick goes on for without a run waiting for
+/// it (10 s): runs a few seconds apart find it running.
+const IDLE_TICKS: u32 = 100;
+
+/// The signal tick of the blocking runs on the main thread: one task of
+/// the runtime notifies every [`SIGNAL_POLL`] while such a run is in
+/// flight, and for [`IDLE_TICKS`] after the last one.
+pub struct SignalTicks {
+    notify: tokio::sync::Notify,
+    /// Runs waiting for ticks, and whether the ticking task is running.
+    state: Mutex<(usize, bool)>,
+}
+
+/// A blocking run's registration with [`SignalTicks`]: the tick keeps
+/// going while it lives.
+struct Ticking(Arc<SignalTicks>);
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.0.state.lock() {
+            state.0 = state.0.saturating_sub(1);
+        }
+    }
+}
+
+impl SignalTicks {
+    /// This process's ticks (a forked child, whose runtime is a new one,
+    /// starts its own).
+    fn get() -> Arc<SignalTicks> {
+        static TICKS: Mutex<Option<(u32, Arc<SignalTicks>)>> = Mutex::new(None);
+        static FALLBACK: OnceLock<Arc<SignalTicks>> = OnceLock::new();
+        let pid = std::process::id();
+        let Ok(mut slot) = TICKS.lock() else {
+            return Arc::clone(FALLBACK.get_or_init(SignalTicks::new));
+        };
+        match slot.as_ref() {
+            Some((owner, ticks)) if *owner == pid => Arc::clone(ticks),
+            _ => {
+                let ticks = SignalTicks::new();
+                *slot = Some((pid, Arc::clone(&ticks)));
+                ticks
+            }
+        }
+    }
+
+    fn new() -> Arc<SignalTicks> {
+        Arc::new(SignalTicks { notify: tokio::sync::Notify::new(), state: Mutex::new((0, false)) })
+    }
+
+    /// Registers a run; starts the ticking task on the current runtime
+    /// if it is not running.
+    fn register(self: &Arc<Self>) -> Ticking {
+        let start = match self.state.lock() {
+            Ok(mut state) => {
+                state.0 += 1;
+                !std::mem::replace(&mut state.1, true)
+            }
+            Err(_) => false,
+        };
+        if start {
+            let ticks = Arc::clone(self);
+            tokio::runtime::Handle::current().spawn(async move {
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + SIGNAL_POLL, SIGNAL_POLL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                let mut idle = 0;
+                loop {
+                    tick.tick().await;
+                    ticks.notify.notify_waiters();
+                    let Ok(mut state) = ticks.state.lock() else { return };
+                    idle = if state.0 == 0 { idle + 1 } else { 0 };
+                    if idle >= IDLE_TICKS {
+                        state.1 = false;
+                        return;
+                    }
+                }
+            });
+        }
+        Ticking(Arc::clone(self))
+    }
+}
+
 /// Why a run produced no result.
 pub enum RunErr {
     Misuse(MisuseError),
     Session(SessionError),
-    /// The run's task panicked (a bug): reported, never hung on.
+    /// The run panicked (a bug): reported, never hung on.
     Task(String),
 }
 
@@ -41,15 +137,17 @@ impl RunErr {
 
 pub type Outcome = Result<RunResult, RunErr>;
 
-/// A run on the runtime's workers and the receiver of its events (closed
-/// when the run is over; never fed when `events` is false).
-pub struct Spawned {
-    join: tokio::task::JoinHandle<Outcome>,
+type RunFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
+
+/// A run not started yet and the receiver of its events (closed when the
+/// run is over; never fed when `events` is `None`).
+pub struct Prepared {
+    run: RunFuture,
     rx: mpsc::Receiver<RunEvent>,
 }
 
-/// Spawns `make(events_sender)`.
-pub fn spawn<F, Fut>(rt: &tokio::runtime::Runtime, events: Option<usize>, make: F) -> Spawned
+/// Prepares `make(events_sender)`; nothing runs until it is driven.
+pub fn prepare<F, Fut>(events: Option<usize>, make: F) -> Prepared
 where
     F: FnOnce(Option<mpsc::Sender<RunEvent>>) -> Fut,
     Fut: Future<Output = Outcome> + Send + 'static,
@@ -57,8 +155,58 @@ where
     // A channel of the runtime's `max_buffered_events` (a closed one of 1
     // without events).
     let (tx, rx) = mpsc::channel(events.unwrap_or(1));
-    let join = rt.spawn(make(events.map(|_| tx)));
-    Spawned { join, rx }
+    Prepared { run: Box::pin(make(events.map(|_| tx))), rx }
+}
+
+/// Where a blocking run is being driven.
+enum Driving {
+    /// Polled by the calling thread.
+    Here(RunFuture),
+    /// Handed to the runtime's workers.
+    Workers(JoinHandle<Outcome>),
+    /// Settled (its outcome taken).
+    Done,
+}
+
+impl Driving {
+    /// Hands a run still driven here to the runtime's workers (the
+    /// current runtime: this is called inside its `block_on`).
+    fn hand_off(&mut self) {
+        if matches!(self, Driving::Here(_)) {
+            if let Driving::Here(run) = std::mem::replace(self, Driving::Done) {
+                *self = Driving::Workers(tokio::runtime::Handle::current().spawn(run));
+            }
+        }
+    }
+}
+
+impl Future for Driving {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let polled = match &mut *self {
+            // A panic in the run is reported as a spawned task's would be
+            // (the future is not polled again).
+            Driving::Here(run) => match std::panic::catch_unwind(AssertUnwindSafe(|| run.as_mut().poll(cx))) {
+                Ok(p) => p,
+                Err(panic) => Poll::Ready(Err(RunErr::Task(panic_message(panic.as_ref())))),
+            },
+            Driving::Workers(join) => Pin::new(join).poll(cx).map(joined),
+            Driving::Done => Poll::Ready(Err(RunErr::Task("the run was polled after it settled".into()))),
+        };
+        if polled.is_ready() {
+            *self = Driving::Done;
+        }
+        polled
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => format!("panicked: {s}"),
+        (None, Some(s)) => format!("panicked: {s}"),
+        (None, None) => "panicked".into(),
+    }
 }
 
 /// Events as Python tuples: `("log", line)`, `("call", id, global, name,
@@ -139,24 +287,33 @@ pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, 
     (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames, displays, output).into_pyobject(py)
 }
 
-/// Waits for a spawned run with the GIL released and returns its parts.
-/// `on_event(batch)` runs on this thread. An exception from it, or from a
-/// signal handler (when `poll_signals`), cancels `token` and is raised once
-/// the run has settled.
+/// The next signal tick (never, without ticks).
+fn next_tick(ticks: Option<&SignalTicks>) -> Pin<Box<dyn Future<Output = ()> + '_>> {
+    match ticks {
+        Some(t) => Box::pin(t.notify.notified()),
+        None => Box::pin(std::future::pending()),
+    }
+}
+
+/// Drives a run to settlement with the GIL released (see the module docs)
+/// and returns its parts. `on_event(batch)` runs on this thread. An
+/// exception from it, or from a signal handler (when `poll_signals`),
+/// cancels `token` and is raised once the run has settled.
 pub fn wait_blocking<'py>(
     py: Python<'py>,
     rt: &tokio::runtime::Runtime,
-    run: Spawned,
+    run: Prepared,
     token: CancellationToken,
     on_event: Option<Py<PyAny>>,
     poll_signals: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let Spawned { join, mut rx } = run;
+    let Prepared { run, mut rx } = run;
     let (result, raised) = py.detach(|| {
         rt.block_on(async move {
-            tokio::pin!(join);
-            let mut tick = tokio::time::interval(SIGNAL_POLL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut run = Driving::Here(run);
+            let ticks = poll_signals.then(SignalTicks::get);
+            let _ticking = ticks.as_ref().map(SignalTicks::register);
+            let mut tick = next_tick(ticks.as_deref());
             let mut raised: Option<PyErr> = None;
             let deliver = |batch: Vec<RunEvent>, raised: &mut Option<PyErr>| {
                 if raised.is_some() {
@@ -173,9 +330,15 @@ pub fn wait_blocking<'py>(
             let result = loop {
                 tokio::select! {
                     biased;
-                    Some(ev) = rx.recv() => deliver(drain(ev, &mut rx), &mut raised),
-                    r = &mut join => break joined(r),
-                    _ = tick.tick(), if poll_signals && raised.is_none() => {
+                    Some(ev) = rx.recv() => {
+                        // Python code runs next, on this thread.
+                        run.hand_off();
+                        deliver(drain(ev, &mut rx), &mut raised);
+                    }
+                    r = &mut run => break r,
+                    _ = &mut tick, if poll_signals && raised.is_none() => {
+                        tick = next_tick(ticks.as_deref());
+                        run.hand_off();
                         if let Err(e) = Python::attach(|py| py.check_signals()) {
                             raised = Some(e);
                             token.cancel();
@@ -199,17 +362,19 @@ pub fn wait_blocking<'py>(
     }
 }
 
-/// Hands a spawned run to an asyncio loop: event batches go to
+/// Spawns a run on the runtime's workers and hands it to an asyncio loop:
+/// event batches go to
 /// `event_loop.call_soon_threadsafe(on_event, batch)`, then the
 /// [`RunOutcome`] to `event_loop.call_soon_threadsafe(on_done, outcome)`.
 pub fn deliver_to_loop(
     rt: &tokio::runtime::Runtime,
-    run: Spawned,
+    run: Prepared,
     event_loop: Py<PyAny>,
     on_done: Py<PyAny>,
     on_event: Option<Py<PyAny>>,
 ) {
-    let Spawned { join, mut rx } = run;
+    let Prepared { run, mut rx } = run;
+    let join = rt.spawn(run);
     let event_loop = Arc::new(event_loop);
     rt.spawn(async move {
         tokio::pin!(join);

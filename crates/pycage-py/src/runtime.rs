@@ -136,9 +136,15 @@ pub fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
 /// `help(<global>.<name>)` and `help(<global>)` show in the program.
 pub type NamespaceSpec = (String, Vec<(String, Py<PyAny>, bool, String)>, Option<(String, String)>, String);
 
-fn request(program: String, namespaces: Vec<NamespaceSpec>, site: Site) -> RunRequest {
-    let site = Arc::new(site);
+/// The request of `program` with `namespaces`, whose calls go through the
+/// Python `site` (read only when there are namespaces: a plain run passes
+/// `None` and makes no Python object for it).
+fn request(program: String, namespaces: Vec<NamespaceSpec>, site: &Bound<'_, PyAny>) -> PyResult<RunRequest> {
     let mut request = RunRequest::new(program);
+    if namespaces.is_empty() {
+        return Ok(request);
+    }
+    let site = Arc::new(Site::from_py(site)?);
     for (global, members, error_class, doc) in namespaces {
         let mut ns = Namespace::new(global.clone()).with_doc(doc);
         for (name, func, is_async, help) in members {
@@ -151,7 +157,7 @@ fn request(program: String, namespaces: Vec<NamespaceSpec>, site: Site) -> RunRe
         }
         request = request.with_namespace(ns);
     }
-    request
+    Ok(request)
 }
 
 /// What one run asks besides its program: its own budgets (by config
@@ -200,7 +206,7 @@ impl NativeRuntime {
         Ok(self.inner(py)?.clone())
     }
 
-    /// `program` spawned on the shared tokio runtime (its events sent when
+    /// `program` prepared for the shared tokio runtime (its events sent when
     /// `events`), and the token that cancels it.
     fn launch(
         &self,
@@ -210,7 +216,7 @@ impl NativeRuntime {
         site: &Bound<'_, PyAny>,
         events: bool,
         options: RunOptions,
-    ) -> PyResult<(Arc<tokio::runtime::Runtime>, drive::Spawned, CancellationToken)> {
+    ) -> PyResult<(Arc<tokio::runtime::Runtime>, drive::Prepared, CancellationToken)> {
         let runtime = self.runtime(py)?;
         let token = CancellationToken::new();
         let mut run_limits = pycage_runtime::RunLimits::default();
@@ -222,14 +228,13 @@ impl NativeRuntime {
                 other => return Err(error(py, "ConfigError", format!("{other} cannot be set for one run"))),
             }
         }
-        let mut req =
-            request(program, namespaces, Site::from_py(site)?).with_cancel(token.clone()).with_limits(run_limits);
+        let mut req = request(program, namespaces, site)?.with_cancel(token.clone()).with_limits(run_limits);
         req.inputs = options.inputs.unwrap_or_default();
         req.output_dir = options.output_dir;
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
         let capacity = events.then(|| runtime.config().max_buffered_events);
-        let run = drive::spawn(&rt, capacity, move |events| async move {
+        let run = drive::prepare(capacity, move |events| async move {
             match events {
                 Some(tx) => runtime.run_with_events(req, tx).await,
                 None => runtime.run(req).await,
@@ -355,7 +360,7 @@ impl NativeRuntime {
 
     /// Checks the name rules of a binding list without running anything.
     fn check(&self, py: Python<'_>, namespaces: Vec<NamespaceSpec>, site: &Bound<'_, PyAny>) -> PyResult<()> {
-        let r = request(String::new(), namespaces, Site::from_py(site)?);
+        let r = request(String::new(), namespaces, site)?;
         pycage_runtime::names::check_bindings(&r.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))
     }
 
@@ -423,7 +428,7 @@ impl NativeRuntime {
         address_space_bytes: Option<u64>,
     ) -> PyResult<NativeSession> {
         let runtime = self.runtime(py)?;
-        let bindings = request(String::new(), namespaces, Site::from_py(site)?).bindings;
+        let bindings = request(String::new(), namespaces, site)?.bindings;
         let mut options = SessionOptions { bindings, memory_bytes: address_space_bytes, ..SessionOptions::default() };
         if let Some(s) = idle_timeout_seconds {
             options.idle_timeout = seconds(py, "idle_timeout_seconds", s)?;
@@ -436,6 +441,28 @@ impl NativeRuntime {
         let _entered = rt.enter();
         let session = runtime.session(options).map_err(|e| misuse(py, e))?;
         Ok(NativeSession::new(session))
+    }
+
+    /// For benchmarks/head_to_head.py: runs `program` (no bindings) the way
+    /// `pycage bench` does, driven from Rust on this thread with the GIL
+    /// released, and returns the seconds from the request to the
+    /// `RunResult` (no Python object made): the floor of `run`'s own path,
+    /// measured in the same process. Raises if the run did not return.
+    fn _bench_run(&self, py: Python<'_>, program: String) -> PyResult<f64> {
+        let runtime = self.runtime(py)?;
+        let rt = tokio_runtime(py)?;
+        let (took, outcome) = py.detach(|| {
+            rt.block_on(async move {
+                let t = std::time::Instant::now();
+                let outcome = runtime.run(RunRequest::new(program)).await;
+                (t.elapsed(), outcome)
+            })
+        });
+        match outcome {
+            Ok(r) if r.error.is_none() => Ok(took.as_secs_f64()),
+            Ok(r) => Err(error(py, "PycageError", format!("the benchmark run failed: {:?}", r.error))),
+            Err(e) => Err(misuse(py, e)),
+        }
     }
 
     /// Aborts every run in flight and returns once each child has exited

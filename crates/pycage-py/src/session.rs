@@ -33,20 +33,20 @@ impl NativeSession {
         self.inner.clone().ok_or_else(|| error(py, "PycageError", "the session is gone".into()))
     }
 
-    /// `program` spawned in the session on the shared tokio runtime (its
+    /// `program` prepared for the session on the shared tokio runtime (its
     /// events sent when `events`), and the token that cancels it.
     fn launch(
         &self,
         py: Python<'_>,
         program: String,
         events: bool,
-    ) -> PyResult<(std::sync::Arc<tokio::runtime::Runtime>, drive::Spawned, CancellationToken)> {
+    ) -> PyResult<(std::sync::Arc<tokio::runtime::Runtime>, drive::Prepared, CancellationToken)> {
         let session = self.session(py)?;
         let token = CancellationToken::new();
         let request = SessionRun::new(program).with_cancel(token.clone());
         let rt = tokio_runtime(py)?;
         let capacity = events.then(|| session.config().max_buffered_events);
-        let run = drive::spawn(&rt, capacity, move |events| async move {
+        let run = drive::prepare(capacity, move |events| async move {
             session.run_with(request, events).await.map_err(RunErr::Session)
         });
         Ok((rt, run, token))

@@ -347,6 +347,43 @@ def test_ctrl_c_aborts_a_sync_run(tmp_path):
     assert out.stdout.split() == ["interrupted", "after", "5"]
 
 
+def test_ctrl_c_aborts_a_sync_run_without_callbacks(tmp_path):
+    # Without callbacks the run is driven on the calling thread until the
+    # signal check hands it to a worker: the interrupt still aborts it.
+    script = tmp_path / "interrupt.py"
+    up = tmp_path / "up"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal, threading, time, pycage
+            rt = pycage.Runtime(isolation="process")
+            def interrupt():
+                while not os.path.exists({str(up)!r}):
+                    time.sleep(0.01)
+                os.kill(os.getpid(), signal.SIGINT)
+            threading.Thread(target=interrupt, daemon=True).start()
+            try:
+                rt.run("open({str(up)!r}, 'w').close()\\nimport time\\ntime.sleep(3600)")
+            except KeyboardInterrupt:
+                print("interrupted")
+            print("after", rt.run("return 5").value)
+            rt.close()
+            """
+        )
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["interrupted", "after", "5"]
+
+
+def test_a_run_outliving_signal_checks_settles_on_the_main_thread(process_rt):
+    # pytest runs this on the main thread: the run is handed to a worker at
+    # the first signal check (every 0.1 s) and settles there.
+    assert threading.current_thread() is threading.main_thread()
+    r = process_rt.run("import time\ntime.sleep(0.35)\nprint('slept')\nreturn 3")
+    assert (r.value, r.logs, r.error) == (3, ["slept"], None)
+
+
 def test_use_after_fork_is_refused(process_rt):
     pid = os.fork()
     if pid == 0:

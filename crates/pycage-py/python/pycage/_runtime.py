@@ -9,6 +9,7 @@ values exactly.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextvars
 import inspect
@@ -414,12 +415,39 @@ async def _settled(loop: asyncio.AbstractEventLoop, events: Optional[_Events], s
     return _result(outcome.parts())
 
 
+_object_new = object.__new__
+
+# Whether a blocking run polls for signals (only the main thread gets
+# them): by thread id, which touches fewer objects than
+# ``threading.current_thread()`` (see _result). The thread that forks is
+# the child's main thread.
+_get_ident = _thread.get_ident
+_main_ident = [threading.main_thread().ident]
+os.register_at_fork(after_in_child=lambda: _main_ident.__setitem__(0, _get_ident()))
+
+
 def _display(data: list[tuple[str, str]], metadata: dict[str, Any]) -> Display:
     return Display(dict(data), metadata)
 
 
 def _result(parts: tuple) -> Result:
     has_value, value, logs, kind, message, dropped, displays, output = parts
+    if kind is None and not displays and output is None:
+        # The common outcome, made with the fewest Python objects touched:
+        # while a sandbox shell (a fork of this process that never execs)
+        # shares this process's pages, each page written costs a fault.
+        result = _object_new(Result)
+        result.__dict__.update(
+            value=value,
+            logs=logs,
+            error=None,
+            has_value=has_value,
+            dropped_frames=dropped,
+            displays=[],
+            files=[],
+            skipped_files=[],
+        )
+        return result
     error = Failure(kind, message) if kind is not None else None
     files: list[OutputFile] = []
     skipped: list[SkippedFile] = []
@@ -848,13 +876,27 @@ class Runtime(_Closeable):
         :class:`pycage.RuntimeClosedError`, ``TypeError``. Every outcome of
         the program itself, its crash included, is a :class:`Result`.
         """
+        if (
+            bindings is None
+            and not limits
+            and inputs is None
+            and output_dir is None
+            and on_log is None
+            and on_call is None
+            and on_display is None
+            and type(code) is str
+        ):
+            # A plain run: nothing to check or convert, and no site (it
+            # serves bindings only); see _result for why fewer objects.
+            main = _get_ident() == _main_ident[0]
+            return _result(self._native.run(code, [], None, None, main))
         code = _check_code(code)
         fields = _budget_fields(limits, "pycage.Runtime.run", per_run=True)
         paths, out = _run_files(inputs, output_dir, "pycage.Runtime.run")
         specs = _namespaces(bindings)
         site = _Site(self._private_loop, contextvars.copy_context())
         events = _Events.of(on_log, on_call, on_display)
-        main = threading.current_thread() is threading.main_thread()
+        main = _get_ident() == _main_ident[0]
         return _result(self._native.run(code, specs, site, events, main, fields, paths, out))
 
     async def arun(
@@ -973,7 +1015,7 @@ class Session(_Closeable):
         notebook cell)."""
         code = _check_code(code)
         events = _Events.of(on_log, on_call, on_display)
-        main = threading.current_thread() is threading.main_thread()
+        main = _get_ident() == _main_ident[0]
         with self._lock:
             self._site.point(self._runtime._private_loop, contextvars.copy_context())
             return _result(self._native.run(code, events, main))
