@@ -36,6 +36,11 @@ The child's modules, by concern:
 * ``bootstrap`` (this module): the serve loop, rlimits and a run's budgets,
   the warm-up.
 
+And beside the child: ``zygote``, the fork server children come from;
+``confine``, a zygote child's joining of its sandbox shell and the host's
+confinement steps; ``preload``, the modules a zygote imports first;
+``script``, how a program compiles as a script.
+
 Exit statuses without a ``done``: 1 the host is gone (EOF or error on fd 3),
 2 the host sent a malformed frame, 3 a bug in the child. The reason goes to
 fd 2, never to fd 3.

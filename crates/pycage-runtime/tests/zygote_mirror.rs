@@ -15,8 +15,8 @@ fn the_zygote_knows_every_confinement_step_and_no_other() {
         .arg("-I")
         .arg("-c")
         .arg(format!(
-            "import sys; sys.path.insert(0, {:?}); from pycage import zygote; \
-             print(' '.join(sorted(zygote._CONFINE_OPS))); print(' '.join(sorted(zygote._RLIMITS)))",
+            "import sys; sys.path.insert(0, {:?}); from pycage import confine, zygote; \
+             print(' '.join(sorted(confine._CONFINE_OPS))); print(' '.join(sorted(zygote._RLIMITS)))",
             python_dir.to_string_lossy()
         ))
         .output()

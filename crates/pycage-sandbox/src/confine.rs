@@ -6,7 +6,7 @@
 //! the forked program process ([`apply`]); a zygote's child receives the
 //! same list over the zygote's control socket and runs it through a table
 //! of one-operation functions that refuses any step it does not know
-//! (`python/pycage/zygote.py`). A conformance test runs one program through
+//! (`python/pycage/confine.py`). A conformance test runs one program through
 //! both paths and compares what it sees of itself.
 //!
 //! [`apply`] runs between fork and exec of a multi-threaded host: every

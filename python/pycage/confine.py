@@ -1,0 +1,339 @@
+"""Joining a sandbox shell and the confinement program, in a zygote's child.
+
+Sandbox isolation through the zygote: the child the zygote forked joins the
+run's namespaces and root the host built (``_join_shell``), forks the
+program into the run's PID namespace, and runs the host's ordered list of
+final steps in it (``_confine``: one function per step in ``_CONFINE_OPS``;
+a step it does not know fails the setup). The policy and the order live in
+Rust (pycage-sandbox's ``confine`` module; the exec path runs the same list
+there); this module only executes them. Also the few helpers the zygote
+shares with it (``_prctl``, ``_diag``, the rlimit names).
+"""
+
+import ctypes
+import os
+import resource
+import select
+import signal
+import sys
+
+from pycage import bootstrap
+
+_PR_SET_PDEATHSIG = 1
+#: Exit status of a child whose setup failed before the run (the reason is
+#: written to its fd 2, which the host captures as the run's logs).
+_EXIT_SETUP_FAILED = 127
+
+#: Limits by wire name (a confinement step's ``resource``, a spawn's ``rlimits``).
+_RLIMITS = {
+    "cpu": resource.RLIMIT_CPU,
+    "as": resource.RLIMIT_AS,
+    "nproc": resource.RLIMIT_NPROC,
+    "fsize": resource.RLIMIT_FSIZE,
+    "nofile": resource.RLIMIT_NOFILE,
+    "core": resource.RLIMIT_CORE,
+    "sigpending": resource.RLIMIT_SIGPENDING,
+    "msgqueue": resource.RLIMIT_MSGQUEUE,
+    "memlock": resource.RLIMIT_MEMLOCK,
+}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option, arg):
+    if _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+
+
+def _diag(message):
+    try:
+        os.write(2, ("pycage zygote: " + message + "\n").encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+# --- joining a sandbox shell ---------------------------------------------
+#
+# Sandbox isolation through the zygote. The host builds each run's sandbox
+# (pycage-sandbox's `Prepared::into_shell`): its user, mount, PID, network,
+# IPC and UTS namespaces, its root (pivoted), its tmpfs, its init process
+# as PID 1 and the finished Landlock ruleset, exactly as for an exec'd
+# run. The init process hands those over as descriptors instead of forking
+# the program, and the host passes them here. This child joins them and
+# forks the program into the run's PID namespace; the program then applies
+# its own steps (rlimits, a nested user namespace as uid 1000, no
+# capabilities, no_new_privs, Landlock, seccomp: `Prepared::program_plan`)
+# before it reads anything of the run. Every value comes from the host.
+
+#: Descriptors of a join, after the two channels, in this order
+#: (pycage_sandbox::Join's field order).
+_JOIN_FDS = 8
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWCGROUP = 0x02000000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+#: landlock_restrict_self: the same number on every architecture (the
+#: generic syscall table), x86_64 and aarch64 included.
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+#: Exit status of a join whose program process was lost (as the sandbox's
+#: supervisor uses).
+_EXIT_LOST = 125
+
+
+def _prctl5(option, a2=0, a3=0, a4=0, a5=0):
+    """prctl with every argument as an unsigned long, as the kernel reads them."""
+    ul = ctypes.c_ulong
+    return _libc.prctl(ctypes.c_int(option), ul(a2), ul(a3), ul(a4), ul(a5))
+
+
+def _check(ret, what):
+    if ret != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _setns(fd, kind, what):
+    _check(_libc.setns(fd, kind), f"setns({what})")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _join_shell(join, fds, zygote_pid):
+    """Join the run's namespaces and root, fork the program into its PID
+    namespace, and return in the program once it is confined. The process
+    that joined stays outside that namespace as the program's parent: it
+    exits the way the program does (so the zygote reports the program's
+    status and CPU time), and its death signal takes the program with it."""
+    user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset = fds
+    host_ids = join.get("hostIds")
+    if host_ids is not None:
+        # A root host: the run's user namespace maps only the run's leased
+        # ids, which own it; become them first.
+        uid, gid = host_ids
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    _setns(user_ns, _CLONE_NEWUSER, "user")
+    _setns(mount_ns, _CLONE_NEWNS, "mnt")
+    os.fchdir(root)
+    os.chroot(".")
+    _setns(uts_ns, _CLONE_NEWUTS, "uts")
+    _setns(ipc_ns, _CLONE_NEWIPC, "ipc")
+    _setns(net_ns, _CLONE_NEWNET, "net")
+    _setns(pid_ns, _CLONE_NEWPID, "pid")
+    for fd in (user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root):
+        os.close(fd)
+    # The credential changes cleared the death signal: arm it again.
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != zygote_pid:
+        _diag("the zygote died while a child joined its sandbox")
+        os._exit(_EXIT_SETUP_FAILED)
+    # The program's parent stays outside the PID namespace, where getppid()
+    # reads 0: it is watched through a pidfd instead.
+    joiner = os.pidfd_open(os.getpid())
+    program = os.fork()
+    if program:
+        _mirror(program)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if select.select([joiner], [], [], 0)[0]:
+        _diag("the joining process died before the program was confined")
+        os._exit(_EXIT_SETUP_FAILED)
+    os.close(joiner)
+    _confine(join, ruleset)
+
+
+def _mirror(program):
+    """The joiner's life after the fork: hold nothing, wait for the program,
+    and exit the way it did. Never returns."""
+    os.closerange(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    while True:
+        try:
+            _, status = os.waitpid(program, 0)
+            break
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(_EXIT_LOST)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+            os.kill(os.getpid(), sig)
+        except (OSError, ValueError):
+            pass
+        os._exit(128 + sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else _EXIT_LOST)
+
+
+def _write_proc(name, text):
+    fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+    try:
+        os.write(fd, text.encode("ascii"))
+    finally:
+        os.close(fd)
+
+
+def _confine(join, ruleset):
+    """The program's own final steps, in the program's process: the host's
+    ordered list (pycage-sandbox's `confine` module builds it; the exec path
+    runs the same list in Rust), each step through one function of
+    _CONFINE_OPS. A step this table does not know fails the setup: nothing
+    is ever run less confined than the host asked."""
+    state = {"ruleset": ruleset}
+    for step in join["confine"]:
+        op = _CONFINE_OPS.get(step.get("op")) if type(step) is dict else None
+        if op is None:
+            raise ValueError(f"unknown confinement step {step!r}")
+        op(step, state)
+    if state["ruleset"] is not None:
+        raise ValueError("the confinement list has no landlock step")
+    _remap_paths(join.get("remaps", ()))
+
+
+def _op_death_signal(step, state):
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _op_limit(step, state):
+    which = _RLIMITS[step["resource"]]
+    value = step["value"]
+    _, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)  # without root, a hard limit cannot rise
+    resource.setrlimit(which, (value, value))
+
+
+def _op_unshare_cgroup(step, state):
+    _check(_libc.unshare(_CLONE_NEWCGROUP), "unshare(cgroup)")
+
+
+def _op_unshare_user(step, state):
+    _check(_libc.unshare(_CLONE_NEWUSER), "unshare(user)")
+
+
+def _op_dumpable(step, state):
+    # The credential changes of the join made this process non-dumpable,
+    # which makes its /proc/self files root's: it writes its own maps.
+    _check(_prctl5(_PR_SET_DUMPABLE, 1), "prctl(PR_SET_DUMPABLE)")
+
+
+def _op_id_maps(step, state):
+    _write_proc("setgroups", "deny\n")
+    _write_proc("uid_map", step["uidMap"])
+    _write_proc("gid_map", step["gidMap"])
+
+
+def _op_close_fds(step, state):
+    # Only stdio, fd 3 and the ruleset (closed by its step) stay open.
+    ruleset = state["ruleset"]
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if ruleset is None:
+        os.closerange(bootstrap.PROTOCOL_FD + 1, nofile)
+        return
+    os.closerange(bootstrap.PROTOCOL_FD + 1, ruleset)
+    os.closerange(ruleset + 1, max(nofile, ruleset + 1))
+
+
+def _op_drop_caps(step, state):
+    for cap in range(64):
+        # Numbers past the kernel's last capability fail with EINVAL (22).
+        if _prctl5(_PR_CAPBSET_DROP, cap) != 0 and ctypes.get_errno() != 22:
+            _check(-1, "prctl(PR_CAPBSET_DROP)")
+    _check(_prctl5(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+def _op_no_new_privs(step, state):
+    _check(_prctl5(_PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def _op_landlock(step, state):
+    # The ruleset was built with every right a hard requirement: the host
+    # refused to hand over one this kernel would not fully enforce.
+    ruleset = state["ruleset"]
+    if ruleset is None:
+        raise ValueError("a second landlock step")
+    _check(
+        _libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_long(ruleset), ctypes.c_long(0)),
+        "landlock_restrict_self",
+    )
+    os.close(ruleset)
+    state["ruleset"] = None
+
+
+def _op_seccomp(step, state):
+    raw = bytes.fromhex(step["filter"])
+    if not raw or len(raw) % 8:
+        raise ValueError("a seccomp filter is whole 8-byte instructions")
+    buf = ctypes.create_string_buffer(raw, len(raw))
+    prog = _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _check(_prctl5(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog)), "seccomp")
+
+
+#: One function per confinement step (pycage_protocol::zygote::ConfineStep).
+_CONFINE_OPS = {
+    "death-signal": _op_death_signal,
+    "limit": _op_limit,
+    "unshare-cgroup": _op_unshare_cgroup,
+    "unshare-user": _op_unshare_user,
+    "dumpable": _op_dumpable,
+    "id-maps": _op_id_maps,
+    "close-fds": _op_close_fds,
+    "drop-caps": _op_drop_caps,
+    "no-new-privs": _op_no_new_privs,
+    "landlock": _op_landlock,
+    "seccomp": _op_seccomp,
+}
+
+
+def _remap_paths(remaps):
+    """The zygote runs on the host: its interpreter's paths are the host's.
+    Inside the sandbox they may be elsewhere (an interpreter under /root is
+    shown at /opt/python): rewrite what later imports and subprocesses use
+    (with the bootstrap's mapping, which its tracebacks use too)."""
+    bootstrap.set_path_remaps(remaps)
+
+    def inside(path):
+        return bootstrap._inside_path(path) if type(path) is str else path
+
+    sys.path[:] = [inside(p) for p in sys.path]
+    for name in ("prefix", "base_prefix", "exec_prefix", "base_exec_prefix", "executable", "_base_executable"):
+        if hasattr(sys, name):
+            setattr(sys, name, inside(getattr(sys, name)))
+    # Packages imported in the zygote find their submodules through their
+    # __path__ (codecs' `encodings.idna`, say): it moves too.
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if type(search) is list:
+            search[:] = [inside(p) for p in search]
+        spec = getattr(module, "__spec__", None)
+        locations = getattr(spec, "submodule_search_locations", None)
+        if type(locations) is list and locations is not search:
+            locations[:] = [inside(p) for p in locations]
+    sys.path_importer_cache.clear()
