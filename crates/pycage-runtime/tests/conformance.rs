@@ -7,6 +7,7 @@
 //! is refused) and its open descriptors; both spawn modes must agree
 //! exactly, in both isolations, as root and as `nobody`.
 #![allow(clippy::unwrap_used, clippy::panic)]
+mod common;
 
 use pycage_runtime::*;
 
@@ -75,21 +76,5 @@ fn both_spawn_modes_confine_alike() {
 /// As root, the same comparison as `nobody` with the system interpreter.
 #[test]
 fn both_spawn_modes_confine_alike_as_an_unprivileged_user() {
-    if !rustix::process::geteuid().is_root() {
-        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
-        return;
-    }
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "both_spawn_modes_confine_alike", "--nocapture"])
-        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
-        .env("TMPDIR", "/tmp")
-        .env("HOME", "/tmp")
-        .output()
-        .expect("setpriv (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    common::rerun_as_nobody("both_spawn_modes_confine_alike");
 }

@@ -7,6 +7,7 @@
 //! Through the zygote and by exec; as root, again as `nobody` (`setpriv`)
 //! with `/usr/bin/python3`.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stderr)]
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -366,23 +367,7 @@ fn egress_through_the_allow_list() {
 
 #[test]
 fn egress_through_the_allow_list_as_an_unprivileged_user() {
-    if !rustix::process::geteuid().is_root() {
-        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
-        return;
-    }
-    let out = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "egress_through_the_allow_list", "--nocapture"])
-        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
-        .env("TMPDIR", "/tmp")
-        .env("HOME", "/tmp")
-        .output()
-        .expect("setpriv (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    common::rerun_as_nobody("egress_through_the_allow_list");
 }
 
 #[test]

@@ -178,23 +178,7 @@ async fn a_venvs_python_means_that_venv() {
 
 #[test]
 fn a_venvs_python_means_that_venv_as_an_unprivileged_user() {
-    if !rustix::process::geteuid().is_root() {
-        assert!(!require_all(), "needs root, and CI requires it");
-        return;
-    }
-    let out = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "a_venvs_python_means_that_venv", "--nocapture"])
-        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
-        .env("TMPDIR", "/tmp")
-        .env("HOME", "/tmp")
-        .output()
-        .expect("setpriv (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    common::rerun_as_nobody("a_venvs_python_means_that_venv");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

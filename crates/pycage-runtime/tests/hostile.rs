@@ -475,22 +475,5 @@ async fn suite(spawn: SpawnMode) {
 /// (the default `python3` may live under `/root`, which nobody can read).
 #[test]
 fn hostile_programs_get_exact_outcomes_as_an_unprivileged_user() {
-    if !rustix::process::geteuid().is_root() {
-        // Re-running as `nobody` needs root; CI runs as root and requires it.
-        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
-        return;
-    }
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "hostile_programs_get_exact_outcomes", "--nocapture"])
-        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
-        .env("TMPDIR", "/tmp")
-        .env("HOME", "/tmp")
-        .output()
-        .expect("setpriv (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    common::rerun_as_nobody("hostile_programs_get_exact_outcomes");
 }

@@ -11,6 +11,7 @@
 //! isolations (process isolation through exec; the sandbox through the
 //! zygote and exec), as root and, again, as `nobody`.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::print_stderr)]
+mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -474,22 +475,5 @@ fn kernel_memory_attacks() {
 /// the runs then have the caller's uid.
 #[test]
 fn kernel_memory_attacks_as_an_unprivileged_user() {
-    if !rustix::process::geteuid().is_root() {
-        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
-        return;
-    }
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "kernel_memory_attacks", "--nocapture"])
-        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
-        .env("TMPDIR", "/tmp")
-        .env("HOME", "/tmp")
-        .output()
-        .expect("setpriv (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stderr}");
-    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    common::rerun_as_nobody("kernel_memory_attacks");
 }

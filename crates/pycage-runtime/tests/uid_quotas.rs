@@ -8,6 +8,7 @@
 //! through the zygote and through exec; as root the runs have their own
 //! uid, so the test runs again as `nobody`, where they share the caller's.
 #![allow(clippy::unwrap_used, clippy::panic)]
+mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -161,21 +162,5 @@ fn a_run_takes_only_its_share_of_the_uids_quotas() {
 /// As root, again as `nobody`: the runs then share the caller's uid.
 #[test]
 fn a_run_takes_only_its_share_of_the_uids_quotas_as_an_unprivileged_user() {
-    if !rustix::process::geteuid().is_root() {
-        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
-        return;
-    }
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "a_run_takes_only_its_share_of_the_uids_quotas", "--nocapture"])
-        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
-        .env("TMPDIR", "/tmp")
-        .env("HOME", "/tmp")
-        .output()
-        .expect("setpriv (util-linux)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    common::rerun_as_nobody("a_run_takes_only_its_share_of_the_uids_quotas");
 }

@@ -90,3 +90,31 @@ fn reap_if_nested(proc_dir: &std::path::Path) {
         let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
     }
 }
+
+/// Runs this test binary's test `name` again as `nobody` (uid and gid
+/// 65534, no groups), with the system interpreter (the default `python3`
+/// may live under `/root`, which nobody can read), and asserts it passed.
+/// Without root it cannot switch users: it returns, and fails under
+/// `PYCAGE_REQUIRE_ALL_TESTS` (CI runs as root and requires it). The
+/// re-run's stderr (figures some tests print) is passed on.
+#[allow(clippy::print_stderr)]
+pub fn rerun_as_nobody(name: &str) {
+    if !rustix::process::geteuid().is_root() {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
+        return;
+    }
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env("PYCAGE_TEST_PYTHON", "/usr/bin/python3")
+        .env("TMPDIR", "/tmp")
+        .env("HOME", "/tmp")
+        .output()
+        .expect("setpriv (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+}
