@@ -124,6 +124,38 @@ impl Failures {
     fn failed(&self) -> impl Iterator<Item = &Tally> {
         self.0.iter().filter(|t| t.failed > 0)
     }
+
+    /// The report's "failed runs" lines (none when every run succeeded).
+    fn text(&self) -> Vec<String> {
+        if !self.any() {
+            return Vec::new();
+        }
+        let mut l = vec![String::new(), "failed runs (left out of the figures above)".into()];
+        for t in self.failed() {
+            let first = t.first.as_deref().unwrap_or("");
+            l.push(format!("  {}: {} of {} failed; first: {first}", t.case, t.failed, t.tried));
+        }
+        l
+    }
+
+    /// The report's `"failures"` member: one object per failing case.
+    fn json(&self, b: &mut JsonBuilder) -> Result<(), pycage_protocol::BuildError> {
+        b.key("failures")?;
+        b.begin_array()?;
+        for t in self.failed() {
+            b.begin_object()?;
+            b.key("case")?;
+            b.string(&t.case)?;
+            b.key("tried")?;
+            b.number(&t.tried.to_string())?;
+            b.key("failed")?;
+            b.number(&t.failed.to_string())?;
+            b.key("first")?;
+            b.string(t.first.as_deref().unwrap_or(""))?;
+            b.end()?;
+        }
+        b.end()
+    }
 }
 
 /// A run's failure in words: `kind: message`.
@@ -744,19 +776,7 @@ impl Report<'_> {
         if let Some(c) = self.child_private_median {
             l.push(format!("idle pooled child private memory (median): {c} KiB"));
         }
-        if self.failures.any() {
-            l.push(String::new());
-            l.push("failed runs (left out of the figures above)".into());
-            for t in self.failures.failed() {
-                l.push(format!(
-                    "  {}: {} of {} failed; first: {}",
-                    t.case,
-                    t.failed,
-                    t.tried,
-                    t.first.as_deref().unwrap_or("")
-                ));
-            }
-        }
+        l.extend(self.failures.text());
         l
     }
 
@@ -895,21 +915,7 @@ impl Report<'_> {
                 }
             }
             b.end()?;
-            b.key("failures")?;
-            b.begin_array()?;
-            for t in self.failures.failed() {
-                b.begin_object()?;
-                b.key("case")?;
-                b.string(&t.case)?;
-                b.key("tried")?;
-                b.number(&t.tried.to_string())?;
-                b.key("failed")?;
-                b.number(&t.failed.to_string())?;
-                b.key("first")?;
-                b.string(t.first.as_deref().unwrap_or(""))?;
-                b.end()?;
-            }
-            b.end()?;
+            self.failures.json(&mut b)?;
             b.end()
         })();
         match built.and_then(|()| b.finish()) {

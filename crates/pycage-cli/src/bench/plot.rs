@@ -398,19 +398,7 @@ impl PlotReport<'_> {
         for (label, why) in self.unavailable {
             l.push(format!("  zygote / {label}: unavailable: {why}"));
         }
-        if self.failures.any() {
-            l.push(String::new());
-            l.push("failed runs (left out of the figures above)".into());
-            for t in self.failures.failed() {
-                l.push(format!(
-                    "  {}: {} of {} failed; first: {}",
-                    t.case,
-                    t.failed,
-                    t.tried,
-                    t.first.as_deref().unwrap_or("")
-                ));
-            }
-        }
+        l.extend(self.failures.text());
         l
     }
 
@@ -459,21 +447,7 @@ impl PlotReport<'_> {
                 b.end()?;
             }
             b.end()?;
-            b.key("failures")?;
-            b.begin_array()?;
-            for t in self.failures.failed() {
-                b.begin_object()?;
-                b.key("case")?;
-                b.string(&t.case)?;
-                b.key("tried")?;
-                b.number(&t.tried.to_string())?;
-                b.key("failed")?;
-                b.number(&t.failed.to_string())?;
-                b.key("first")?;
-                b.string(t.first.as_deref().unwrap_or(""))?;
-                b.end()?;
-            }
-            b.end()?;
+            self.failures.json(&mut b)?;
             b.end()
         })();
         match built.and_then(|()| b.finish()) {
