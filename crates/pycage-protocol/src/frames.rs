@@ -39,18 +39,19 @@ pub fn display_truncation_marker(max_bytes: u64) -> String {
 /// double holds exactly, so an id survives any JSON implementation).
 pub const MAX_CALL_ID: u64 = (1 << 53) - 1;
 
-/// Small writer for compact JSON objects with fields in a fixed order.
-struct Obj<'a> {
+/// Small writer for compact JSON objects with fields in a fixed order
+/// (the fd-3 frames here, the zygote messages in [`crate::zygote`]).
+pub(crate) struct Obj<'a> {
     out: &'a mut Vec<u8>,
     first: bool,
 }
 
 impl<'a> Obj<'a> {
-    fn new(out: &'a mut Vec<u8>) -> Self {
+    pub(crate) fn new(out: &'a mut Vec<u8>) -> Self {
         out.push(b'{');
         Obj { out, first: true }
     }
-    fn key(&mut self, k: &str) -> &mut Vec<u8> {
+    pub(crate) fn key(&mut self, k: &str) -> &mut Vec<u8> {
         if !self.first {
             self.out.push(b',');
         }
@@ -59,14 +60,14 @@ impl<'a> Obj<'a> {
         self.out.push(b':');
         self.out
     }
-    fn str(&mut self, k: &str, v: &str) {
+    pub(crate) fn str(&mut self, k: &str, v: &str) {
         write_json_string(self.key(k), v);
     }
-    fn u64(&mut self, k: &str, v: u64) {
+    pub(crate) fn u64(&mut self, k: &str, v: u64) {
         let s = v.to_string();
         self.key(k).extend_from_slice(s.as_bytes());
     }
-    fn str_list(&mut self, k: &str, v: &[String]) {
+    pub(crate) fn str_list(&mut self, k: &str, v: &[String]) {
         let out = self.key(k);
         out.push(b'[');
         for (i, item) in v.iter().enumerate() {
@@ -77,13 +78,13 @@ impl<'a> Obj<'a> {
         }
         out.push(b']');
     }
-    fn bool(&mut self, k: &str, v: bool) {
+    pub(crate) fn bool(&mut self, k: &str, v: bool) {
         self.key(k).extend_from_slice(if v { b"true" } else { b"false" });
     }
-    fn value(&mut self, k: &str, v: &JsonValue) {
+    pub(crate) fn value(&mut self, k: &str, v: &JsonValue) {
         v.write_canonical(self.key(k));
     }
-    fn end(self) -> &'a mut Vec<u8> {
+    pub(crate) fn end(self) -> &'a mut Vec<u8> {
         self.out.push(b'}');
         self.out
     }

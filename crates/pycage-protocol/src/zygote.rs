@@ -30,6 +30,7 @@
 //! | `spawn-failed` | `id`, `message` | |
 //! | `reaped` | `id`, `status`, `cpuNs` | |
 
+use crate::frames::Obj;
 use crate::{write_json_string, JsonValue, ValueRef};
 
 /// Largest control packet either side accepts.
@@ -394,38 +395,6 @@ fn hex(bytes: &[u8]) -> String {
         let _ = write!(out, "{b:02x}");
     }
     out
-}
-
-/// A JSON object being written (keys in call order).
-struct Obj<'a> {
-    out: &'a mut Vec<u8>,
-    first: bool,
-}
-
-impl<'a> Obj<'a> {
-    fn new(out: &'a mut Vec<u8>) -> Self {
-        out.push(b'{');
-        Obj { out, first: true }
-    }
-    fn key(&mut self, k: &str) -> &mut Vec<u8> {
-        if !self.first {
-            self.out.push(b',');
-        }
-        self.first = false;
-        write_json_string(self.out, k);
-        self.out.push(b':');
-        self.out
-    }
-    fn str(&mut self, k: &str, v: &str) {
-        write_json_string(self.key(k), v);
-    }
-    fn u64(&mut self, k: &str, v: u64) {
-        let s = v.to_string();
-        self.key(k).extend_from_slice(s.as_bytes());
-    }
-    fn end(self) {
-        self.out.push(b'}');
-    }
 }
 
 #[cfg(test)]
