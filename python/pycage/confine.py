@@ -125,7 +125,8 @@ def _join_shell(join, fds, zygote_pid):
     namespace, and return in the program once it is confined. The process
     that joined stays outside that namespace as the program's parent: it
     exits the way the program does (so the zygote reports the program's
-    status and CPU time), and its death signal takes the program with it."""
+    status and CPU time), ignoring the host's SIGTERM, and its death signal
+    takes the program with it."""
     user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset = fds
     host_ids = join.get("hostIds")
     if host_ids is not None:
@@ -153,9 +154,18 @@ def _join_shell(join, fds, zygote_pid):
     # The program's parent stays outside the PID namespace, where getppid()
     # reads 0: it is watched through a pidfd instead.
     joiner = os.pidfd_open(os.getpid())
+    # The host stops a run by SIGTERM to its whole group once the program
+    # closed fd 3, and the program's own death closes fd 3 an instant
+    # before the joiner can mirror it: the joiner ignores SIGTERM, or it
+    # would report the host's signal instead of the program's end. Blocked
+    # across the fork, so neither side misses or mistakes one.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
     program = os.fork()
     if program:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         _mirror(program)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if select.select([joiner], [], [], 0)[0]:
         _diag("the joining process died before the program was confined")

@@ -66,11 +66,13 @@
 //!     the new root's tmpfs read-only, open the working directory
 //!     (`O_PATH`) for the host, open a pidfd on itself, the status pipe and
 //!     the "go" pipe, and fork G (which closes the egress listener at once).
+//!     Ignore SIGTERM (the host's stop signal reaches C the instant the
+//!     program's death closes fd 3, and C must live to report that death).
 //!     Send G's pid, the working-directory fd, the `sock_diag` socket and
-//!     the egress listener to the host (`SCM_RIGHTS`), then tell G to go on (so the program's
-//!     exec, which ends the host's `spawn()`, always follows the handoff),
-//!     close every other fd, wait for G, and exit the way the program did
-//!     (G reports its wait status on the status pipe).
+//!     the egress listener to the host (`SCM_RIGHTS`), then tell G to go on
+//!     (so the program's exec, which ends the host's `spawn()`, always
+//!     follows the handoff), close every other fd, wait for G, and exit the
+//!     way the program did (G reports its wait status on the status pipe).
 //!
 //! In G (PID 1 of the new PID namespace, still root of userns1):
 //! 11. `PR_SET_PDEATHSIG = SIGKILL`, then check C is alive by polling its
@@ -937,6 +939,9 @@ impl Prepared {
                 self.init(supervisor, status_write, go_read)
             }
             Ok(init) => {
+                // Before G may go on (so before the program exists): from
+                // now on only the program's end or SIGKILL ends C.
+                sys::ignore_sigterm();
                 self.send_handoff(
                     init,
                     work_dir.as_fd(),

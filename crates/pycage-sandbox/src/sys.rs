@@ -208,6 +208,18 @@ pub(crate) fn cloexec_from(first: u32) -> Result<(), i32> {
     }
 }
 
+/// Ignore `SIGTERM` in the calling process. For the process that waits for
+/// the program and exits the way it did: the host stops a run by SIGTERM to
+/// its whole group once the program closed fd 3, and the program's own
+/// death closes fd 3 an instant before this process can mirror it. Dying of
+/// that SIGTERM would report the host's signal instead of the program's
+/// end. The program gets the same SIGTERM; SIGKILL still ends this process.
+pub(crate) fn ignore_sigterm() {
+    // SAFETY: sets one signal's disposition of this process to SIG_IGN;
+    // no handler code and no memory are involved.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+}
+
 /// Close every file descriptor of the calling process except `keep`.
 fn close_all_fds_but(keep: libc::c_int) {
     // close_range exists on every kernel the sandbox accepts (see
