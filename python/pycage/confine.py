@@ -221,7 +221,31 @@ def _confine(join, ruleset):
         op(step, state)
     if state["ruleset"] is not None:
         raise ValueError("the confinement list has no landlock step")
-    _remap_paths(join.get("remaps", ()))
+    if not remap_once(join.get("remaps", ())):
+        raise ValueError("the sandbox's path remaps differ from the ones the zygote applied")
+
+
+#: The remaps this process's paths went through (``remap_once``), or None.
+_applied_remaps = None
+
+
+def remap_once(remaps):
+    """Move this process's paths into the sandbox (``_remap_paths``) unless
+    that is done; False if another mapping already moved them (paths move
+    once).
+
+    The zygote calls it at its first sandboxed spawn, so every child forked
+    after inherits the moved paths. Rewriting them in each child touched
+    every module's ``__path__`` and spec: about 420 copy-on-write page
+    faults of a sandboxed run's ~1,200. The zygote imports nothing after
+    it: the new paths exist only inside the sandbox."""
+    global _applied_remaps
+    remaps = [[host, inside] for host, inside in remaps]
+    if _applied_remaps is None:
+        _remap_paths(remaps)
+        _applied_remaps = remaps
+        return True
+    return _applied_remaps == remaps
 
 
 def _op_death_signal(step, state):

@@ -22,7 +22,9 @@ Control messages are JSON objects, one per packet. Host to zygote:
     With ``join`` (``{hostIds, remaps, confine}``: sandbox isolation) eight
     more descriptors follow, and the child joins the run's sandbox shell,
     then runs ``confine``, the program's final steps as the host ordered
-    them (see ``pycage.confine``).
+    them (see ``pycage.confine``). At its first such spawn the zygote
+    moves its own paths (``sys.path``, the modules' ``__path__``) to where
+    the sandbox shows them (``remaps``), once, so no child has to.
 ``reap`` ``{type, id}``: once the child has exited, reap it and answer
     ``reaped {type, id, status, cpuNs}`` (a ``wait4`` status and the CPU time
     of the child and its reaped descendants). The zygote never reaps a child
@@ -61,7 +63,16 @@ import socket
 import tempfile
 
 from pycage import bootstrap, preload
-from pycage.confine import _EXIT_SETUP_FAILED, _JOIN_FDS, _PR_SET_PDEATHSIG, _RLIMITS, _diag, _join_shell, _prctl
+from pycage.confine import (
+    _EXIT_SETUP_FAILED,
+    _JOIN_FDS,
+    _PR_SET_PDEATHSIG,
+    _RLIMITS,
+    _diag,
+    _join_shell,
+    _prctl,
+    remap_once,
+)
 
 _CTL_FD = 3
 #: Largest control packet accepted from the host.
@@ -151,6 +162,17 @@ class _Zygote:
         if len(fds) != want:
             self.send({"type": "spawn-failed", "id": ident, "message": f"spawn needs {want} descriptors"})
             return
+        join = message.get("join")
+        if join is not None:
+            try:
+                moved = remap_once(join.get("remaps", ()))
+            except Exception as e:  # the host's message: say what was wrong with it
+                moved, why = False, f"malformed remaps: {type(e).__name__}: {e}"
+            else:
+                why = "the sandbox's path remaps changed"
+            if not moved:
+                self.send({"type": "spawn-failed", "id": ident, "message": why})
+                return
         threads = preload.os_threads()  # native threads too (a BLAS pool)
         if threads != 1:
             # Forking a process with threads is what a zygote must never do.

@@ -174,6 +174,36 @@ class RecursionDepthTest(unittest.TestCase):
         self.assertEqual(limit_after, 1000)
 
 
+class RemapOnceTest(unittest.TestCase):
+    """The zygote moves its paths into the sandbox once; its children then
+    find them moved and must not move them again (``confine.remap_once``)."""
+
+    def test_paths_move_once_and_a_second_mapping_is_refused(self):
+        script = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import encodings
+from pycage import confine
+prefix = os.path.dirname(encodings.__path__[0])
+remaps = [(prefix, "/inside")]
+first = confine.remap_once(remaps)
+moved = (list(sys.path), list(encodings.__path__))
+again = confine.remap_once([[prefix, "/inside"]])
+other = confine.remap_once([[prefix, "/elsewhere"]])
+print(json.dumps([prefix, first, again, other, moved, [list(sys.path), list(encodings.__path__)]]))
+"""
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", script, PYTHON_DIR], capture_output=True, text=True, check=True
+        ).stdout
+        prefix, first, again, other, moved, after = json.loads(out)
+        self.assertEqual((first, again, other), (True, True, False))
+        self.assertEqual(moved[1], ["/inside/encodings"])
+        self.assertIn("/inside", moved[0])
+        self.assertFalse([p for p in moved[0] if p.startswith(prefix + "/") or p == prefix])
+        # Neither the repeat nor the refused mapping moved anything.
+        self.assertEqual(after, moved)
+
+
 class HardeningTest(unittest.TestCase):
     def test_every_child_module_resolves_builtins_privately(self):
         script = (
