@@ -497,7 +497,7 @@ impl Prepared {
             Some(_) => seccomp::Network::LoopbackTcp,
             None => seccomp::Network::None,
         };
-        let filters = seccomp::compile_with(seccomp::native_arch()?, network)?;
+        let filters = seccomp::compile_native(network)?;
         let (diag_read, diag_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
             .map_err(|e| SandboxError::Pipe(e.into()))?;
         let (handoff_read, handoff_write) = rustix::net::socketpair(
