@@ -22,8 +22,8 @@ Cases (each engine runs the program in its own dialect):
 - ``memory``: peak RSS of a fresh process (and of its largest child) that
   runs ``list(range(1_000_000))`` once through the engine.
 - ``latency``: the trivial run as a user's code makes it, in two patterns:
-  *spaced* (one run of each row in turn, 20 ms apart, so no row pays for
-  another's background work) and *closed loop* (blocks of 50 back-to-back
+  *spaced* (one run of each row in turn, in a new order every round, 20
+  ms apart) and *closed loop* (blocks of 50 back-to-back
   runs of one row, rows alternating); p50 and p99, and the CPU this (host)
   process spent per run. Its floor is the same pycage run driven from Rust
   in this process (``NativeRuntime._bench_run``, what ``pycage bench``
@@ -43,6 +43,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import resource
 import statistics
 import subprocess
@@ -455,10 +456,17 @@ def measure_latency(rows: dict[str, Callable[[], Any]], rounds: int) -> dict[str
         for _ in range(3):
             fn()
     spaced: dict[str, list[float]] = {name: [] for name in rows}
+    # A fresh order each round (seeded, so reruns repeat it): in a fixed
+    # order a row always follows the same one, and follows it by only 20 ms,
+    # while that row's pool still refills (a sandboxed refill is ~15 ms of
+    # CPU). The row after a sandboxed one then paid for it every time.
+    order = random.Random(19)
     for _ in range(rounds):
-        for name, fn in rows.items():
+        names = list(rows)
+        order.shuffle(names)
+        for name in names:
             time.sleep(LATENCY_GAP)
-            spaced[name].append(sample(fn))
+            spaced[name].append(sample(rows[name]))
     closed: dict[str, list[float]] = {name: [] for name in rows}
     cpu: dict[str, float] = dict.fromkeys(rows, 0.0)
     for _ in range(max(1, rounds // LATENCY_BLOCK)):
