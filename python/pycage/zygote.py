@@ -302,7 +302,7 @@ def _warm_up():
     Its first pass writes to memory a run's path uses: specialized bytecode,
     the type attribute cache, interned names, the frame stack. Done in every
     child, each write copies a page the child shares with the zygote (about
-    150 of a child's 950 page faults in a harness of forked children). Done
+    130 of a child's 1,020 page faults with process isolation). Done
     here, before the heap is frozen, it happens once and is shared; the
     child's own warm-up then mostly reads. The warm-up leaves no state, no
     thread and no descriptor behind (checked: a descriptor left here would
