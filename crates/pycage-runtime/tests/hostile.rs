@@ -199,10 +199,13 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
         // The host's stop signal reaches the program's parent outside its
         // PID namespace as well: that parent must live to report how the
         // program ended (it used to die of the SIGTERM first, which raced
-        // with the SIGKILL case below).
+        // with the SIGKILL case below). The grace is waited twice (for the
+        // child to end by itself, then between SIGTERM and SIGKILL): long
+        // enough for the handler to run on a loaded machine, short enough
+        // not to stretch the suite.
         c("ends its own way when stopped after closing fd 3",
             "print('go')\nimport os, signal, time\nsignal.signal(signal.SIGTERM, lambda *a: os._exit(7))\nos.close(3)\ntime.sleep(60)",
-            |c| c.grace = Duration::from_secs(30),
+            |c| c.grace = Duration::from_secs(5),
             with_logs("go", is_failure(FailureKind::WorkerExit, "exited with status 7"))),
         c("SIGKILL to itself", "print('go')\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nimport time\ntime.sleep(60)", keep,
             with_logs("go", is_failure(FailureKind::WorkerExit, "signal 9"))),
