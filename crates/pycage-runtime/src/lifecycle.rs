@@ -390,9 +390,8 @@ fn session_watch(
     Box::pin(async move {
         let Some(s) = scope.clone() else { return std::future::pending().await };
         let c = Arc::clone(&cache);
-        let baseline = tokio::task::spawn_blocking(move || crate::watchdog::sample_with(s, &c).cpu)
-            .await
-            .unwrap_or(Duration::ZERO);
+        let baseline =
+            tokio::task::spawn_blocking(move || crate::watchdog::sample_cpu(s, &c)).await.unwrap_or(Duration::ZERO);
         crate::watchdog::budget_watch(scope, budget, baseline, cache).await
     })
 }

@@ -342,7 +342,7 @@ impl Inner {
     fn sample_edge(&self, scope: crate::watchdog::Scope, run: u64, edge: Edge) {
         let (edges, cache) = (Arc::clone(&self.edges), self.runtime.scan_cache());
         let sampled = tokio::task::spawn_blocking(move || {
-            let cpu = crate::watchdog::sample_with(scope, &cache).cpu;
+            let cpu = crate::watchdog::sample_cpu(scope, &cache);
             lock(&edges).record(run, edge, cpu);
         });
         drop(sampled);

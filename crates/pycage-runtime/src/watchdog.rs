@@ -428,13 +428,38 @@ pub fn sample(scope: Scope) -> Usage {
 
 /// [`sample`], sharing `cache`'s scan of `/proc` with other runs.
 pub fn sample_with(scope: Scope, cache: &ScanCache) -> Usage {
+    walk(scope, cache, Detail::Full)
+}
+
+/// The run's CPU time alone, as [`sample_with`] counts it. What a
+/// session's run edges need: it reads one `stat` per process, where a full
+/// sample also reads every process's `smaps_rollup` and descriptors and
+/// dumps the run's sockets (a session cell took three such samples, all for
+/// their CPU).
+pub fn sample_cpu(scope: Scope, cache: &ScanCache) -> Duration {
+    walk(scope, cache, Detail::Cpu).cpu
+}
+
+/// What a sample reads besides each process's `stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    /// Nothing: CPU and the process count only.
+    Cpu,
+    /// Memory, descriptors and (sandboxed) the run's sockets too.
+    Full,
+}
+
+fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
+    let full = detail == Detail::Full;
     let ticks_per_second = rustix::param::clock_ticks_per_second().max(1);
     let mut usage = Usage::default();
     let mut ticks = 0u64;
     let count = |pid: i32, stat: &str, usage: &mut Usage, ticks: &mut u64| {
         if let Some((_, t)) = parse_stat(stat) {
             *ticks = ticks.saturating_add(t);
-            usage.memory_bytes = usage.memory_bytes.saturating_add(memory_of(pid).unwrap_or(0));
+            if full {
+                usage.memory_bytes = usage.memory_bytes.saturating_add(memory_of(pid).unwrap_or(0));
+            }
             usage.processes += 1;
         }
     };
@@ -478,13 +503,18 @@ pub fn sample_with(scope: Scope, cache: &ScanCache) -> Usage {
             }
         } else {
             count(pid, &stat, &mut usage, &mut ticks);
-            descriptors.visit(pid);
+            if full {
+                descriptors.visit(pid);
+            }
         }
         found.clear();
         children.of(pid, &mut found);
         queue.extend(found.iter().map(|&child| (child, Some(pid))));
     }
     usage.cpu = Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / ticks_per_second));
+    if !full {
+        return usage;
+    }
     let mut kernel = descriptors.finish();
     if let Some(diag) = sockets {
         kernel.socket_bytes = diag.socket_bytes();

@@ -251,6 +251,10 @@ time.sleep(60)",
     assert!(usage.memory_bytes >= 150 << 20, "{usage:?}");
     assert!(usage.cpu > Duration::ZERO, "{usage:?}");
     assert!(!usage.truncated);
+    // The CPU-only sample (a session's run edges) counts the same CPU: the
+    // tree is asleep, so at most a clock tick (10 ms) or two apart.
+    let cpu = watchdog::sample_cpu(Scope::Descendants { root }, &watchdog::ScanCache::default());
+    assert!(cpu >= usage.cpu && cpu <= usage.cpu + Duration::from_millis(20), "{cpu:?} against {usage:?}");
     let budget = Budget { cpu: Duration::from_secs(3600), memory_bytes: 100 << 20 };
     assert!(matches!(usage.check(&budget), Some(watchdog::Exceeded::Memory { .. })));
     // SAFETY: signalling the process group this test created.
