@@ -1,0 +1,50 @@
+"""A warm session's trivial cell, through the Python package.
+
+One ``Runtime(isolation=...).session()``, ``x = 0``, then ``--cells`` cells
+``x = x + 1; x`` spaced ``--gap-ms`` apart (an agent's cells come apart, so
+the session's background work between them is not in the figure). Prints
+p50 and p90 per isolation. Run it with another build first on
+``PYTHONPATH`` (``pip install --no-deps --target DIR .`` at another commit)
+for a before/after:
+
+    for i in 1 2 3; do
+      PYTHONPATH=/tmp/base-pkg python benchmarks/session_cells.py
+      python benchmarks/session_cells.py
+    done
+"""
+
+import argparse
+import time
+
+import pycage
+
+
+def cells(isolation, n, gap):
+    rt = pycage.Runtime(isolation=isolation)
+    session = rt.session()
+    session.run("x = 0").unwrap()
+    lat = []
+    for _ in range(n):
+        t = time.perf_counter()
+        session.run("x = x + 1\nx").unwrap()
+        lat.append(time.perf_counter() - t)
+        time.sleep(gap)
+    rt.close()
+    lat.sort()
+    return lat[n // 2], lat[int(n * 0.9)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--isolation", default="process,sandbox", help="comma-separated: process, sandbox")
+    ap.add_argument("--cells", type=int, default=300)
+    ap.add_argument("--gap-ms", type=float, default=5.0)
+    args = ap.parse_args()
+    print(f"pycage from {pycage.__file__}")
+    for isolation in args.isolation.split(","):
+        p50, p90 = cells(isolation, args.cells, args.gap_ms / 1000)
+        print(f"{isolation:<8} cell p50 {p50 * 1e3:.3f} ms  p90 {p90 * 1e3:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
