@@ -324,56 +324,56 @@ def test_wait_for_timeout_aborts_the_run(process_rt):
     asyncio.run(main())
 
 
-def test_ctrl_c_aborts_a_sync_run(tmp_path):
+def _interrupted_then_five(tmp_path, program):
+    """Run `program` (which must end in a KeyboardInterrupt caught around a
+    run, then a run returning 5) as a script; it must say so."""
     script = tmp_path / "interrupt.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import os, signal, threading, pycage
-            rt = pycage.Runtime(isolation="process")
-            up = threading.Event()
-            threading.Thread(target=lambda: (up.wait(30), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
-            try:
-                rt.run("print('up', flush=True)\\nimport time\\ntime.sleep(3600)", on_log=lambda _: up.set())
-            except KeyboardInterrupt:
-                print("interrupted")
-            print("after", rt.run("return 5").value)
-            rt.close()
-            """
-        )
-    )
+    script.write_text(textwrap.dedent(program))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["interrupted", "after", "5"]
+
+
+def test_ctrl_c_aborts_a_sync_run(tmp_path):
+    _interrupted_then_five(
+        tmp_path,
+        """
+        import os, signal, threading, pycage
+        rt = pycage.Runtime(isolation="process")
+        up = threading.Event()
+        threading.Thread(target=lambda: (up.wait(30), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+        try:
+            rt.run("print('up', flush=True)\\nimport time\\ntime.sleep(3600)", on_log=lambda _: up.set())
+        except KeyboardInterrupt:
+            print("interrupted")
+        print("after", rt.run("return 5").value)
+        rt.close()
+        """,
+    )
 
 
 def test_ctrl_c_aborts_a_sync_run_without_callbacks(tmp_path):
     # Without callbacks the run is driven on the calling thread until the
     # signal check hands it to a worker: the interrupt still aborts it.
-    script = tmp_path / "interrupt.py"
     up = tmp_path / "up"
-    script.write_text(
-        textwrap.dedent(
-            f"""
-            import os, signal, threading, time, pycage
-            rt = pycage.Runtime(isolation="process")
-            def interrupt():
-                while not os.path.exists({str(up)!r}):
-                    time.sleep(0.01)
-                os.kill(os.getpid(), signal.SIGINT)
-            threading.Thread(target=interrupt, daemon=True).start()
-            try:
-                rt.run("open({str(up)!r}, 'w').close()\\nimport time\\ntime.sleep(3600)")
-            except KeyboardInterrupt:
-                print("interrupted")
-            print("after", rt.run("return 5").value)
-            rt.close()
-            """
-        )
+    _interrupted_then_five(
+        tmp_path,
+        f"""
+        import os, signal, threading, time, pycage
+        rt = pycage.Runtime(isolation="process")
+        def interrupt():
+            while not os.path.exists({str(up)!r}):
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            rt.run("open({str(up)!r}, 'w').close()\\nimport time\\ntime.sleep(3600)")
+        except KeyboardInterrupt:
+            print("interrupted")
+        print("after", rt.run("return 5").value)
+        rt.close()
+        """,
     )
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["interrupted", "after", "5"]
 
 
 def test_a_run_outliving_signal_checks_settles_on_the_main_thread(process_rt):

@@ -16,6 +16,9 @@
 //!   that cannot be read. PSS does not count a page shared by a forked
 //!   pool eight times.
 //!
+//! [`sample_cpu`] walks the same processes and reads only their `stat`
+//! (a session's run edges need the CPU alone).
+//!
 //! Which processes: [`Scope::PidNamespace`] starts at the run's init
 //! process (PID 1 of the run's namespace, [`pycage_sandbox::Handoff`] gives
 //! its host pid) and walks `/proc/<pid>/task/<tid>/children`, keeping a

@@ -67,13 +67,19 @@ return [total >> 20, objects, children, sorted(notes)]"#
     )
 }
 
-const UNIX_STREAM: &str = r#"def work(budget):
+/// Unix socket pairs, each end's send buffer filled: `$pair` makes one.
+macro_rules! unix_pairs {
+    ($pair:literal) => {
+        concat!(
+            r#"def work(budget):
     pinned = n = 0
     note = ''
     chunk = b'x' * 65536
     while pinned < budget:
         try:
-            a, b = socket.socketpair()
+            a, b = "#,
+            $pair,
+            r#"
         except OSError as e:
             note = err(e)
             break
@@ -90,32 +96,14 @@ const UNIX_STREAM: &str = r#"def work(budget):
             except BlockingIOError:
                 pass
         n += 2
-    return pinned, n, note"#;
+    return pinned, n, note"#
+        )
+    };
+}
 
-const UNIX_DGRAM: &str = r#"def work(budget):
-    pinned = n = 0
-    note = ''
-    chunk = b'x' * 65536
-    while pinned < budget:
-        try:
-            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-        except OSError as e:
-            note = err(e)
-            break
-        keep.append((a, b))
-        for s in (a, b):
-            try:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 20)
-            except OSError as e:
-                note = 'SO_SNDBUF ' + err(e)
-            s.setblocking(False)
-            try:
-                while True:
-                    pinned += s.send(chunk)
-            except BlockingIOError:
-                pass
-        n += 2
-    return pinned, n, note"#;
+const UNIX_STREAM: &str = unix_pairs!("socket.socketpair()");
+
+const UNIX_DGRAM: &str = unix_pairs!("socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)");
 
 const PIPES: &str = r#"def work(budget):
     pinned = n = 0

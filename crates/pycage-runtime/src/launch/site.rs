@@ -358,16 +358,21 @@ impl Drop for CgroupGuard {
 mod tests {
     use super::*;
 
-    fn interp(executable: &str, prefixes: &[&str], sys_path: &[&str]) -> Interpreter {
+    fn interp<P: AsRef<Path>>(executable: P, prefixes: &[P], sys_path: &[P]) -> Interpreter {
         Interpreter {
-            executable: PathBuf::from(executable),
+            executable: executable.as_ref().to_path_buf(),
             version: (3, 11, 7),
-            prefixes: prefixes.iter().map(PathBuf::from).collect(),
-            sys_path: sys_path.iter().map(PathBuf::from).collect(),
+            prefixes: prefixes.iter().map(|p| p.as_ref().to_path_buf()).collect(),
+            sys_path: sys_path.iter().map(|p| p.as_ref().to_path_buf()).collect(),
             zygote_error: None,
             venv: None,
             abi: String::new(),
         }
+    }
+
+    /// The layout for `i`, with `home` as the caller's home directory.
+    fn layout_in(i: &Interpreter, home: Option<&Path>) -> SandboxLayout {
+        SandboxLayout::build(&RuntimeConfig::default(), i, Path::new("/tmp/boot"), Path::new("/tmp/pk"), home).unwrap()
     }
 
     #[test]
@@ -376,23 +381,8 @@ mod tests {
         let prefix = home.path().join(".pyenv/versions/3.11.7");
         std::fs::create_dir_all(prefix.join("lib/python3.11")).unwrap();
         std::fs::create_dir_all(prefix.join("bin")).unwrap();
-        let i = Interpreter {
-            executable: prefix.join("bin/python3.11"),
-            version: (3, 11, 7),
-            prefixes: vec![prefix.clone()],
-            sys_path: vec![prefix.join("lib/python3.11")],
-            zygote_error: None,
-            venv: None,
-            abi: String::new(),
-        };
-        let layout = SandboxLayout::build(
-            &RuntimeConfig::default(),
-            &i,
-            Path::new("/tmp/boot"),
-            Path::new("/tmp/pk"),
-            Some(home.path()),
-        )
-        .unwrap();
+        let i = interp(prefix.join("bin/python3.11"), std::slice::from_ref(&prefix), &[prefix.join("lib/python3.11")]);
+        let layout = layout_in(&i, Some(home.path()));
         assert_eq!(layout.python, PathBuf::from("/opt/python/bin/python3.11"));
         assert!(layout.remapped.contains(&Remap { host: prefix.clone(), inside: PathBuf::from(INTERPRETER_DIR) }));
         assert!(layout.read_only.iter().all(|p| !p.starts_with(home.path())), "{:?}", layout.read_only);
@@ -404,9 +394,7 @@ mod tests {
             ]
         );
         // Without the home directory being the caller's, /tmp is not private.
-        let layout =
-            SandboxLayout::build(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Path::new("/tmp/pk"), None)
-                .unwrap();
+        let layout = layout_in(&i, None);
         assert_eq!(layout.python, prefix.join("bin/python3.11"));
     }
 
@@ -438,22 +426,14 @@ mod tests {
             std::fs::create_dir_all(d).unwrap();
         }
         let i = Interpreter {
-            executable: venv.join("bin/python"),
-            version: (3, 11, 7),
-            prefixes: vec![base.clone(), venv.clone()],
-            sys_path: vec![base.join("lib/python3.11"), venv.join("lib/python3.11/site-packages")],
-            zygote_error: None,
             venv: Some(venv.clone()),
-            abi: String::new(),
+            ..interp(
+                venv.join("bin/python"),
+                &[base.clone(), venv.clone()],
+                &[base.join("lib/python3.11"), venv.join("lib/python3.11/site-packages")],
+            )
         };
-        let layout = SandboxLayout::build(
-            &RuntimeConfig::default(),
-            &i,
-            Path::new("/tmp/boot"),
-            Path::new("/tmp/pk"),
-            Some(home.path()),
-        )
-        .unwrap();
+        let layout = layout_in(&i, Some(home.path()));
         assert_eq!(layout.python, venv.join("bin/python"));
         assert!(layout.read_only.contains(&venv), "{:?}", layout.read_only);
         assert!(layout.read_only.contains(&base), "{:?}", layout.read_only);
@@ -461,14 +441,7 @@ mod tests {
         // A venv whose only prefix is itself (a --copies venv of a base in
         // a home directory reports both) is never moved either.
         let copies = Interpreter { prefixes: vec![venv.clone()], sys_path: vec![], ..i };
-        let layout = SandboxLayout::build(
-            &RuntimeConfig::default(),
-            &copies,
-            Path::new("/tmp/boot"),
-            Path::new("/tmp/pk"),
-            Some(home.path()),
-        )
-        .unwrap();
+        let layout = layout_in(&copies, Some(home.path()));
         assert_eq!(layout.python, venv.join("bin/python"));
     }
 
