@@ -130,7 +130,13 @@ const PIPES: &str = r#"def work(budget):
 
 /// Registrations of 120 descriptors (one pipe, duplicated: a registration
 /// is per descriptor) in as many epoll instances as fit, counted at 200
-/// bytes each (an epitem and its wait-queue entry).
+/// bytes each (an epitem and its wait-queue entry). A child's 256
+/// descriptors hold at most 64 registrations each, so the run crosses the
+/// registration cap at its 5th child and the descriptor cap only at its
+/// 16th. Each child pauses before it reports (the parent forks the next one
+/// then), so that order is also seconds apart in time: with children
+/// filling in milliseconds, a watchdog sample delayed on a loaded machine
+/// saw both caps crossed at once (and reported the descriptors).
 const EPOLL: &str = r#"def work(budget):
     pinned = n = 0
     note = ''
@@ -147,6 +153,7 @@ const EPOLL: &str = r#"def work(budget):
             ep.register(t, select.EPOLLIN)
             n += 1
             pinned += 200
+    time.sleep(0.3)
     return pinned, n, note"#;
 
 /// Instances watching 200 files each, then a queue of events in each
