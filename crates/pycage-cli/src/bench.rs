@@ -422,8 +422,13 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut failures = Failures::default();
     for isolation in [Isolation::Process, Isolation::Sandbox] {
         for spawn in [SpawnMode::Zygote, SpawnMode::Exec] {
-            let mut config =
-                RuntimeConfig { python: args.python.clone(), isolation, spawn, ..RuntimeConfig::default() };
+            let mut config = RuntimeConfig {
+                python: args.python.clone(),
+                isolation,
+                spawn,
+                shell_helper: crate::shell_helper(),
+                ..RuntimeConfig::default()
+            };
             if let Some(ms) = args.wall_ms {
                 config.wall_time = Duration::from_millis(ms);
             }

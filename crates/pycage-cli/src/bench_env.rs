@@ -63,6 +63,7 @@ fn config(venv: &Path, isolation: Isolation, preload: bool, cache: Option<&Path>
         preload: if preload { vec!["numpy".into(), "pandas".into()] } else { Vec::new() },
         cache_dir: cache.map(Path::to_path_buf).or_else(pycage_runtime::default_cache_dir),
         wall_time: Duration::from_secs(120),
+        shell_helper: crate::shell_helper(),
         ..RuntimeConfig::default()
     }
 }

@@ -261,6 +261,7 @@ impl RuntimeArgs {
             // zygote plus a pool; the probe is cached across invocations.
             spawn: pycage_runtime::SpawnMode::Exec,
             cache_dir: pycage_runtime::default_cache_dir(),
+            shell_helper: shell_helper(),
             ..RuntimeConfig::default()
         };
         self.budgets.apply(&mut config)?;
@@ -284,8 +285,28 @@ fn flag_message(e: &pycage_runtime::ConfigError) -> String {
     }
 }
 
+/// This program as a runtime's sandbox shell helper: sandboxed runs' shells
+/// are forked from a small process, not from a CLI that may have grown
+/// (`RuntimeConfig::shell_helper`).
+pub(crate) fn shell_helper() -> Option<Vec<OsString>> {
+    std::env::current_exe().ok().map(|exe| vec![exe.into_os_string(), SHELL_HELPER_ARG.into()])
+}
+
+/// The hidden first argument that makes this program a shell helper.
+const SHELL_HELPER_ARG: &str = "__shell-helper";
+
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == SHELL_HELPER_ARG) {
+        // Before anything starts a thread: the helper forks.
+        return match pycage_runtime::serve_shell_helper() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                output::stderr_line(&format!("pycage {SHELL_HELPER_ARG}: {e}"));
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         // `--help` and `--version` are "errors" that print to stdout.

@@ -31,6 +31,14 @@ fn from_json<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
     convert::json_to_py(py, value.root())
 }
 
+/// `_serve_shell_helper()`: serves as a runtime's sandbox shell helper on
+/// fd 3 until the runtime closes it (see `runtime::shell_helper`). Only a
+/// runtime starts a process that calls it.
+#[pyfunction]
+fn _serve_shell_helper() -> PyResult<()> {
+    pycage_runtime::serve_shell_helper().map_err(Into::into)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::NativeRuntime>()?;
@@ -40,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<calls::Reply>()?;
     m.add_function(wrap_pyfunction!(to_json, m)?)?;
     m.add_function(wrap_pyfunction!(from_json, m)?)?;
+    m.add_function(wrap_pyfunction!(_serve_shell_helper, m)?)?;
     // The package's version is the workspace's (maturin takes it from Cargo).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MIN_ADDRESS_SPACE_BYTES", pycage_runtime::config::MIN_ADDRESS_SPACE_BYTES)?;

@@ -197,6 +197,16 @@ pub struct RuntimeConfig {
     /// Connections a run may make to the egress proxy, refused ones
     /// included; more are refused.
     pub max_net_connections: u64,
+    /// The command (program and arguments) of a process that builds
+    /// sandbox shells for zygote-spawned sandboxed runs, exec'd once per
+    /// runtime, when the first is wanted. `None` (the default): the host
+    /// forks each shell itself, which costs in proportion to the host's
+    /// memory (a 370 MiB host makes sandboxed runs about three times
+    /// slower). The process must call [`crate::serve_shell_helper`]: the
+    /// `pycage` CLI runs itself as `pycage __shell-helper`, the Python
+    /// package its extension module; a Rust host can do the same from its
+    /// own `main` (see the function).
+    pub shell_helper: Option<Vec<std::ffi::OsString>>,
 }
 
 impl Default for RuntimeConfig {
@@ -241,6 +251,7 @@ impl Default for RuntimeConfig {
             allow_net: Vec::new(),
             max_net_bytes: 64 * 1024 * 1024,
             max_net_connections: 64,
+            shell_helper: None,
         }
     }
 }

@@ -99,6 +99,28 @@ pub use error::{AllowReadError, RuntimeError};
 pub use files::{CopiedFile, CopyReport, SkipKind, Skipped};
 pub use interpreter::{Interpreter, InterpreterError, PreloadFailure};
 pub use launch::site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
+
+/// Serves as the sandbox shell helper of a runtime in another process
+/// ([`RuntimeConfig::shell_helper`]): builds the shells it asks for on
+/// fd 3 until it closes its end, then returns. Call it early in `main`
+/// when the process was started as the helper (the `pycage` CLI checks its
+/// first argument for `__shell-helper`), before any thread is started:
+///
+/// ```no_run
+/// if std::env::args().nth(1).as_deref() == Some("__shell-helper") {
+///     std::process::exit(match pycage_runtime::serve_shell_helper() {
+///         Ok(()) => 0,
+///         Err(_) => 1,
+///     });
+/// }
+/// let config = pycage_runtime::RuntimeConfig {
+///     shell_helper: Some(vec![std::env::current_exe().unwrap().into(), "__shell-helper".into()]),
+///     ..Default::default()
+/// };
+/// ```
+pub fn serve_shell_helper() -> std::io::Result<()> {
+    launch::helper::serve_fd3()
+}
 pub use launch::spawn::{SpawnError, StartError};
 pub use launch::zygote::ZygoteError;
 pub use names::NameError;

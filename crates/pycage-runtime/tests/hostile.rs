@@ -375,18 +375,43 @@ fn children_of_self() -> Vec<String> {
 
 /// Each suite leases run uids from its own range, so the two suites can run
 /// at once and each checks only its own runs' processes.
-fn uid_base(spawn: SpawnMode) -> u32 {
-    match spawn {
-        SpawnMode::Zygote => 2_100_000,
-        SpawnMode::Exec => 2_200_000,
+fn uid_base(launch: Launch) -> u32 {
+    match launch {
+        Launch::Zygote => 2_100_000,
+        Launch::Exec => 2_200_000,
+        Launch::ZygoteHelper => 2_300_000,
+    }
+}
+
+/// How a suite's runs are made.
+#[derive(Clone, Copy, Debug)]
+enum Launch {
+    /// A zygote's child joins a shell the host forked.
+    Zygote,
+    /// ... a shell the shell helper forked.
+    ZygoteHelper,
+    /// A new interpreter enters its sandbox itself.
+    Exec,
+}
+
+impl Launch {
+    fn spawn(self) -> SpawnMode {
+        match self {
+            Launch::Zygote | Launch::ZygoteHelper => SpawnMode::Zygote,
+            Launch::Exec => SpawnMode::Exec,
+        }
+    }
+
+    fn shell_helper(self) -> Option<Vec<std::ffi::OsString>> {
+        matches!(self, Launch::ZygoteHelper).then(|| vec![env!("CARGO_BIN_EXE_pycage-shell-helper").into()])
     }
 }
 
 const UID_COUNT: u32 = 10_000;
 
 /// Processes of a suite's uid range on a root host.
-fn sandbox_uid_processes(spawn: SpawnMode) -> Vec<String> {
-    let range = uid_base(spawn)..uid_base(spawn) + UID_COUNT;
+fn sandbox_uid_processes(launch: Launch) -> Vec<String> {
+    let range = uid_base(launch)..uid_base(launch) + UID_COUNT;
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         if let Ok(status) = std::fs::read_to_string(e.path().join("status")) {
@@ -400,17 +425,20 @@ fn sandbox_uid_processes(spawn: SpawnMode) -> Vec<String> {
 }
 
 /// Every case through the zygote (a forked child joins a sandbox the host
-/// built), then through a new interpreter per run. One after the other:
-/// the checks after each suite look at every child of this process.
+/// built), again with the shells built by the shell helper, then through a
+/// new interpreter per run. One after the other: the checks after each
+/// suite look at every child of this process.
 #[test]
 fn hostile_programs_get_exact_outcomes() {
     common::become_subreaper();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(suite(SpawnMode::Zygote));
-    rt.block_on(suite(SpawnMode::Exec));
+    rt.block_on(suite(Launch::Zygote));
+    rt.block_on(suite(Launch::ZygoteHelper));
+    rt.block_on(suite(Launch::Exec));
 }
 
-async fn suite(spawn: SpawnMode) {
+async fn suite(launch: Launch) {
+    let spawn = launch.spawn();
     let python = std::env::var_os("PYCAGE_TEST_PYTHON").map(std::path::PathBuf::from);
     let canary_dir = tempfile::tempdir().unwrap();
     let canary = canary_dir.path().join("secret.txt");
@@ -430,19 +458,20 @@ async fn suite(spawn: SpawnMode) {
             run_dir_parent: Some(pycage_temp.path().to_path_buf()),
             python: python.clone(),
             spawn,
-            sandbox_uid_base: uid_base(spawn),
+            sandbox_uid_base: uid_base(launch),
             sandbox_uid_count: UID_COUNT,
+            shell_helper: launch.shell_helper(),
             ..RuntimeConfig::default()
         };
         (case.tweak)(&mut config);
         let rt = Runtime::new(config).unwrap();
-        assert_eq!(rt.spawn_mode(), (spawn, None), "{}", case.name);
+        assert_eq!(rt.spawn_mode(), (spawn, None), "{} ({launch:?})", case.name);
         let r = rt.run(RunRequest::new(case.program.clone())).await.unwrap();
         if let Err(e) = (case.check)(&r) {
-            failures.push(format!("{}: {e}", case.name));
+            failures.push(format!("{} ({launch:?}): {e}", case.name));
         }
         rt.shutdown().await;
-        assert_eq!(rt.cleanup_failures(), Vec::new(), "{}", case.name);
+        assert_eq!(rt.cleanup_failures(), Vec::new(), "{} ({launch:?})", case.name);
     }
     // Nothing connected to the listener, the canary is intact, no process
     // of a run survived, nothing was written where the programs tried, and
@@ -462,10 +491,10 @@ async fn suite(spawn: SpawnMode) {
     assert_eq!(children_of_self(), Vec::<String>::new());
     if rustix::process::geteuid().is_root() {
         // A killed supervisor's init dies of its death signal an instant later.
-        while !sandbox_uid_processes(spawn).is_empty() && std::time::Instant::now() < deadline {
+        while !sandbox_uid_processes(launch).is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert_eq!(sandbox_uid_processes(spawn), Vec::<String>::new());
+        assert_eq!(sandbox_uid_processes(launch), Vec::<String>::new());
     }
     for p in [
         "/tmp/pycage-hostile-w",

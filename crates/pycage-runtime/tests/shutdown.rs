@@ -1,10 +1,10 @@
 //! Shutdown with sandboxed runs in flight leaves no live process behind:
 //! the runs' children, their sandbox shells and the pool's. One test in its
 //! own binary, so this process's children are only these runs'.
-use std::time::Duration;
 
 use pycage_runtime::*;
-use tokio::sync::mpsc;
+
+mod common;
 
 /// This process's children that are not zombies: `pid state` for each.
 fn live_children() -> Vec<String> {
@@ -33,31 +33,7 @@ async fn shutdown_with_sandboxed_runs_in_flight_leaves_no_process() {
         let rt = Runtime::new(RuntimeConfig { isolation: Isolation::Sandbox, ..RuntimeConfig::default() }).unwrap();
         // No run first: the pool is still building its shells when the
         // runs start, and when shutdown comes.
-        let (up_tx, mut up_rx) = mpsc::unbounded_channel();
-        let mut runs = Vec::new();
-        for _ in 0..4 {
-            let rt = rt.clone();
-            let up = up_tx.clone();
-            runs.push(tokio::spawn(async move {
-                let (tx, mut rx) = mpsc::channel(64);
-                let forward = tokio::spawn(async move {
-                    while let Some(ev) = rx.recv().await {
-                        if matches!(ev, RunEvent::Log(_)) {
-                            let _ = up.send(());
-                        }
-                    }
-                });
-                let r = rt
-                    .run_with_events(RunRequest::new("print('up', flush=True)\nimport time\ntime.sleep(3600)"), tx)
-                    .await
-                    .unwrap();
-                let _ = forward.await;
-                r
-            }));
-        }
-        for _ in 0..4 {
-            tokio::time::timeout(Duration::from_secs(30), up_rx.recv()).await.unwrap().unwrap();
-        }
+        let runs = common::sleeping_runs(&rt, 4).await;
         assert!(live_children().len() >= 4, "round {round}: the runs' shells are this process's children");
         rt.shutdown().await;
         assert_eq!(live_children(), Vec::<String>::new(), "round {round}");

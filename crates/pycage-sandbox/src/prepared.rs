@@ -397,6 +397,55 @@ pub struct JoinPlan {
     pub confine: Vec<ConfineStep>,
 }
 
+impl JoinPlan {
+    /// The plan [`Prepared::join_plan`] gives for `policy`, without building
+    /// the sandbox: for a host whose shells are built by another process
+    /// (which runs [`Prepared::new`] with the same policy there).
+    pub fn for_policy(policy: &SandboxPolicy) -> Result<JoinPlan, SandboxError> {
+        let host_ids = match (rustix::process::geteuid().is_root(), policy.host_ids) {
+            (true, Some(ids)) => Some((ids.uid, ids.gid)),
+            (true, None) => return Err(SandboxError::NoRunIds),
+            (false, None) => None,
+            (false, Some(ids)) => {
+                return Err(SandboxError::RunIdsNeedRoot { uid: ids.uid, euid: rustix::process::geteuid().as_raw() })
+            }
+        };
+        let filters = seccomp::compile_native(network(policy))?;
+        Ok(JoinPlan { host_ids, confine: confine_steps(&run_limits(policy), &filters) })
+    }
+}
+
+/// The rlimits of a run's processes (step 16), soft = hard.
+fn run_limits(policy: &SandboxPolicy) -> [(Resource, u64); 7] {
+    [
+        (Resource::Nproc, policy.max_processes.saturating_add(SANDBOX_PROCESSES)),
+        (Resource::Fsize, policy.max_file_bytes),
+        (Resource::Nofile, policy.max_open_files),
+        (Resource::Core, 0),
+        (Resource::Sigpending, RUN_SIGPENDING),
+        (Resource::Msgqueue, RUN_MSGQUEUE_BYTES),
+        (Resource::Memlock, RUN_MEMLOCK_BYTES),
+    ]
+}
+
+/// What the program may do on the network, by the policy's egress.
+fn network(policy: &SandboxPolicy) -> seccomp::Network {
+    match policy.egress_port {
+        Some(_) => seccomp::Network::LoopbackTcp,
+        None => seccomp::Network::None,
+    }
+}
+
+/// Steps 16-18 for a run with `limits` under `filters`.
+fn confine_steps(limits: &[(Resource, u64)], filters: &Filters) -> Vec<ConfineStep> {
+    crate::confine::build(
+        limits,
+        format!("{INSIDE_UID} 0 1\n").as_bytes(),
+        format!("{INSIDE_GID} 0 1\n").as_bytes(),
+        filters,
+    )
+}
+
 /// Number of descriptors a [`Join`] carries, in its field order.
 const JOIN_FDS: usize = 8;
 const JOIN_TAG: [u8; 4] = *b"join";
@@ -493,11 +542,7 @@ impl Prepared {
             required: landlock_rules::MIN_ABI as u32,
         })?;
         let ruleset = landlock_rules::build_ruleset(&plan, landlock_abi, policy.egress_port)?;
-        let network = match policy.egress_port {
-            Some(_) => seccomp::Network::LoopbackTcp,
-            None => seccomp::Network::None,
-        };
-        let filters = seccomp::compile_native(network)?;
+        let filters = seccomp::compile_native(network(policy))?;
         let (diag_read, diag_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
             .map_err(|e| SandboxError::Pipe(e.into()))?;
         let (handoff_read, handoff_write) = rustix::net::socketpair(
@@ -553,15 +598,7 @@ impl Prepared {
         let page = rustix::param::page_size() as u64;
         let shm_pages = policy.sysv_shm_bytes.div_ceil(page);
 
-        let limits = [
-            (Resource::Nproc, policy.max_processes.saturating_add(SANDBOX_PROCESSES)),
-            (Resource::Fsize, policy.max_file_bytes),
-            (Resource::Nofile, policy.max_open_files),
-            (Resource::Core, 0),
-            (Resource::Sigpending, RUN_SIGPENDING),
-            (Resource::Msgqueue, RUN_MSGQUEUE_BYTES),
-            (Resource::Memlock, RUN_MEMLOCK_BYTES),
-        ];
+        let limits = run_limits(policy);
         Ok(Prepared {
             root_host,
             host_pid: rustix::process::getpid(),
@@ -610,12 +647,7 @@ impl Prepared {
             boot_id: random_boot_id()?,
             landlock_abi,
             ruleset,
-            confine: crate::confine::build(
-                &limits,
-                format!("{INSIDE_UID} 0 1\n").as_bytes(),
-                format!("{INSIDE_GID} 0 1\n").as_bytes(),
-                &filters,
-            ),
+            confine: confine_steps(&limits, &filters),
             filters,
             diag_read,
             diag_write,

@@ -15,6 +15,7 @@
 //! gets a process. Failures are typed ([`spawn::SpawnError`], wrapped in a
 //! [`spawn::StartError`] naming the interpreter).
 
+pub(crate) mod helper;
 pub(crate) mod pool;
 pub(crate) mod sandbox;
 pub(crate) mod site;
@@ -359,6 +360,11 @@ impl Launcher {
     pub(crate) async fn close(&self) {
         if let Some(pool) = &self.pool {
             pool.close().await;
+        }
+        // No shell is wanted any more: the helper kills and reaps what it
+        // still has, and exits.
+        if let Some(sandboxes) = self.sandboxes.clone() {
+            let _ = tokio::task::spawn_blocking(move || sandboxes.close_helper()).await;
         }
         // Processes dropped rather than stopped (a sandbox shell's
         // supervisor, a child killed on drop) were sent SIGKILL and handed

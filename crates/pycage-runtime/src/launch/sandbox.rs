@@ -3,6 +3,7 @@
 //! when one is delegated) and entered by an exec'd interpreter or, as a
 //! shell, joined by a zygote's child.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::interpreter::Interpreter;
+use crate::launch::helper::ShellHelper;
 use crate::launch::pool::Shell;
 use crate::launch::site::{self, CgroupGuard, RunSite, SandboxLayout};
 use crate::launch::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Worker};
@@ -28,6 +30,8 @@ pub(crate) struct Sandboxes {
     /// The runtime's owner id (run cgroups are named after it).
     owner: String,
     reaper: Arc<Reaper>,
+    /// Builds the shells when the configuration names a helper.
+    helper: Option<ShellHelper>,
 }
 
 impl Sandboxes {
@@ -53,7 +57,8 @@ impl Sandboxes {
             return Err(RuntimeError::SandboxUnavailable { layers: missing.join(", "), reasons: reasons.join("; ") });
         }
         let layout = SandboxLayout::new(&config, interp, bootstrap, packages)?;
-        Ok(Sandboxes { config, layout, cgroup: avail.cgroup, next_cgroup: AtomicU64::new(0), owner, reaper })
+        let helper = config.shell_helper.clone().map(|argv| ShellHelper::new(argv, Arc::clone(&reaper)));
+        Ok(Sandboxes { config, layout, cgroup: avail.cgroup, next_cgroup: AtomicU64::new(0), owner, reaper, helper })
     }
 
     /// The environment of a sandboxed zygote child, as the sandbox shows paths.
@@ -87,6 +92,9 @@ impl Sandboxes {
     /// as for an exec'd run, its init stopped before the program (see
     /// `Prepared::into_shell`). Call it on the spawner thread.
     pub(crate) fn shell(&self) -> Result<Shell, SpawnError> {
+        if let Some(helper) = &self.helper {
+            return self.shell_from(helper);
+        }
         let (prepared, guards) = self.prepare(&[])?;
         let prepared = Arc::new(prepared.into_shell());
         // Nothing is exec'd: the supervisor and init never return from the
@@ -102,6 +110,31 @@ impl Sandboxes {
         Ok(Shell { supervisor, handoff, join, plan: prepared.join_plan() })
     }
 
+    /// Ends the shell helper, if one runs (see `ShellHelper::close`).
+    pub(crate) fn close_helper(&self) {
+        if let Some(helper) = &self.helper {
+            helper.close();
+        }
+    }
+
+    /// A shell the helper builds; the host keeps the run's lease and
+    /// cgroup with the supervisor.
+    fn shell_from(&self, helper: &ShellHelper) -> Result<Shell, SpawnError> {
+        let (policy, mut guards) = self.policy(&[])?;
+        let plan = crate::launch::helper::join_plan(&policy)?;
+        let procs = match &self.cgroup {
+            Some(parent) => {
+                let (guard, procs) = self.run_cgroup(parent)?;
+                guards.push(Box::new(guard));
+                Some(procs)
+            }
+            None => None,
+        };
+        let remote = helper.shell(&policy, procs)?;
+        let supervisor = Worker::from_helper(remote.pid, remote.pidfd, remote.hold, guards)?;
+        Ok(Shell { supervisor, handoff: remote.handoff, join: remote.join, plan })
+    }
+
     /// A new interpreter in its own sandbox, with `inputs` in its working
     /// directory.
     pub(crate) fn spawn(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), SpawnError> {
@@ -115,6 +148,19 @@ impl Sandboxes {
     /// `inputs` shown in its working directory), prepared, and what the
     /// run's process must keep until it is reaped.
     fn prepare(&self, inputs: &[site::Input]) -> Result<(pycage_sandbox::Prepared, Vec<Guard>), SpawnError> {
+        let (policy, mut guards) = self.policy(inputs)?;
+        let mut prepared = pycage_sandbox::Prepared::new(&policy)?;
+        if let Some(parent) = &self.cgroup {
+            let (guard, procs) = self.run_cgroup(parent)?;
+            guards.push(Box::new(guard));
+            prepared.join_cgroup(procs);
+        }
+        Ok((prepared, guards))
+    }
+
+    /// The sandbox policy of one run (leasing its uid on a root host, with
+    /// `inputs` shown in its working directory), and the lease to keep.
+    fn policy(&self, inputs: &[site::Input]) -> Result<(pycage_sandbox::SandboxPolicy, Vec<Guard>), SpawnError> {
         let config = &self.config;
         let mut guards: Vec<Guard> = Vec::new();
         let host_ids = if rustix::process::geteuid().is_root() {
@@ -140,20 +186,13 @@ impl Sandboxes {
             sysv_shm_bytes: config.sysv_shm_bytes,
             egress_port: self.layout.egress_port,
         };
-        let mut prepared = pycage_sandbox::Prepared::new(&policy)?;
-        if let Some(parent) = &self.cgroup {
-            guards.push(Box::new(self.join_run_cgroup(parent, &mut prepared)?));
-        }
-        Ok((prepared, guards))
+        Ok((policy, guards))
     }
 
     /// Creates the run's cgroup under the delegated `parent`, with the run's
-    /// budgets as kernel limits, and has the sandbox join it first thing.
-    fn join_run_cgroup(
-        &self,
-        parent: &pycage_sandbox::cgroup::Cgroup,
-        prepared: &mut pycage_sandbox::Prepared,
-    ) -> Result<CgroupGuard, SpawnError> {
+    /// budgets as kernel limits, and opens its `cgroup.procs`, which the
+    /// sandbox's supervisor joins first thing.
+    fn run_cgroup(&self, parent: &pycage_sandbox::cgroup::Cgroup) -> Result<(CgroupGuard, OwnedFd), SpawnError> {
         use pycage_sandbox::cgroup::{CgroupLimits, RealCgroupFs, RunCgroup};
         let config = &self.config;
         let n = self.next_cgroup.fetch_add(1, Ordering::Relaxed);
@@ -167,8 +206,7 @@ impl Sandboxes {
         let run = RunCgroup::create(&RealCgroupFs, parent, &name, &limits).map_err(SpawnError::Cgroup)?;
         let guard = CgroupGuard(run);
         let procs = std::fs::OpenOptions::new().write(true).open(guard.0.procs_file()).map_err(SpawnError::Cgroup)?;
-        prepared.join_cgroup(procs.into());
-        Ok(guard)
+        Ok((guard, procs.into()))
     }
 
     /// Forks a sandboxed run (or a shell): the interpreter as the sandbox
@@ -196,7 +234,7 @@ impl Sandboxes {
 }
 
 /// The sandbox hook: enters every layer between fork and exec.
-struct SandboxHook(Arc<pycage_sandbox::Prepared>);
+pub(crate) struct SandboxHook(pub(crate) Arc<pycage_sandbox::Prepared>);
 
 impl PreExec for SandboxHook {
     unsafe fn pre_exec(&self) -> std::io::Result<()> {

@@ -94,6 +94,10 @@ pub enum SpawnError {
     /// No sandbox uid could be leased for the run (root hosts).
     #[error(transparent)]
     Lease(#[from] crate::lease::LeaseError),
+    /// The shell helper (`RuntimeConfig::shell_helper`) could not be
+    /// started, or stopped answering; the next shell starts another.
+    #[error("the sandbox shell helper failed: {0}")]
+    ShellHelper(String),
     /// The request's inputs could not be placed in the run's directory.
     #[error("could not copy the run's inputs: {0}")]
     Inputs(String),
@@ -145,6 +149,10 @@ enum Parent {
     Host,
     /// A zygote, which reaps child `id` when asked.
     Zygote { zygote: Zygote, id: u64 },
+    /// The shell helper, which reaps the child once this worker drops its
+    /// hold on it (the last of its guards): until then the child's pid and
+    /// group id name it, as for a child of this process.
+    Helper,
 }
 
 /// What to start. Paths are as the child sees them.
@@ -249,18 +257,9 @@ impl Worker {
         // From here on the child runs: any failure must kill and reap it,
         // which dropping the half-built worker does.
         let pid = child.id() as i32;
-        let mut worker = Worker {
-            pid,
-            pidfd: None,
-            sock: None,
-            output: None,
-            exit: None,
-            parent: Parent::Host,
-            run_dir: spec.run_dir,
-            companion: None,
-            reaper: Some(spec.reaper),
-            _guards: spec.guards,
-        };
+        let mut worker = Worker::unattached(pid, Parent::Host, spec.guards);
+        worker.run_dir = spec.run_dir;
+        worker.reaper = Some(spec.reaper);
         let pidfd = Pid::from_raw(pid)
             .ok_or_else(|| io::Error::other("child has pid 0"))
             .and_then(|pid| rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK).map_err(io::Error::from))
@@ -279,29 +278,59 @@ impl Worker {
         run_dir: Option<RunDir>,
         companion: Option<Worker>,
     ) -> Result<Worker, SpawnError> {
-        let mut worker = Worker {
-            pid: spawned.pid,
-            pidfd: None,
-            sock: None,
-            output: None,
-            exit: None,
-            parent: Parent::Zygote { zygote, id: spawned.id },
-            run_dir: run_dir.map(Arc::new),
-            companion: companion.map(Box::new),
-            reaper: None,
-            _guards: Vec::new(),
-        };
+        let mut worker = Worker::unattached(spawned.pid, Parent::Zygote { zygote, id: spawned.id }, Vec::new());
+        worker.run_dir = run_dir.map(Arc::new);
+        worker.companion = companion.map(Box::new);
         rustix::io::ioctl_fionbio(&spawned.pidfd, true).map_err(|e| SpawnError::Channel(e.into()))?;
         worker.attach(spawned.pidfd, host, output_rx)?;
         Ok(worker)
     }
 
-    fn attach(&mut self, pidfd: OwnedFd, host: UnixStream, output_rx: OwnedFd) -> Result<(), SpawnError> {
+    /// A sandbox shell's supervisor that the shell helper forked: `pidfd`
+    /// names it, and the helper does not reap it before `hold` is closed.
+    /// Needs a tokio runtime (the pidfd is registered with it).
+    pub(crate) fn from_helper(
+        pid: i32,
+        pidfd: OwnedFd,
+        hold: OwnedFd,
+        mut guards: Vec<Guard>,
+    ) -> Result<Worker, SpawnError> {
+        // Last: guards drop in order, after the child is killed.
+        guards.push(Box::new(hold));
+        let mut worker = Worker::unattached(pid, Parent::Helper, guards);
+        rustix::io::ioctl_fionbio(&pidfd, true).map_err(|e| SpawnError::Channel(e.into()))?;
+        worker.watch(pidfd)?;
+        Ok(worker)
+    }
+
+    /// A worker for child `pid` whose pidfd and channels are not attached
+    /// yet: dropping it kills and reaps the child as `parent` can.
+    fn unattached(pid: i32, parent: Parent, guards: Vec<Guard>) -> Worker {
+        Worker {
+            pid,
+            pidfd: None,
+            sock: None,
+            output: None,
+            exit: None,
+            parent,
+            run_dir: None,
+            companion: None,
+            reaper: None,
+            _guards: guards,
+        }
+    }
+
+    fn watch(&mut self, pidfd: OwnedFd) -> Result<(), SpawnError> {
         // SAFETY: the AsyncFd owns this OwnedFd, which stays open and names
         // the same pidfd until the AsyncFd is dropped.
         let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
             .map_err(|e| SpawnError::Channel(io::Error::other(e.to_string())))?;
         self.pidfd = Some(pidfd);
+        Ok(())
+    }
+
+    fn attach(&mut self, pidfd: OwnedFd, host: UnixStream, output_rx: OwnedFd) -> Result<(), SpawnError> {
+        self.watch(pidfd)?;
         host.set_nonblocking(true).map_err(SpawnError::Channel)?;
         self.sock = Some(tokio::net::UnixStream::from_std(host).map_err(SpawnError::Channel)?);
         self.output = Some(pipe::Receiver::from_owned_fd(output_rx).map_err(SpawnError::Channel)?);
@@ -335,6 +364,8 @@ impl Worker {
             // The zygote reaps only when asked, and it has not been: its
             // child is unreaped while the zygote lives.
             Parent::Zygote { zygote, .. } => zygote.holds_children(),
+            // Unreaped while this worker holds it (its guards).
+            Parent::Helper => true,
         };
         match &self.pidfd {
             Some(pidfd) => crate::process::signal_run_group(self.pid, pidfd.get_ref(), leader_is_ours, sig),
@@ -375,6 +406,8 @@ impl Worker {
                 let exit = match &self.parent {
                     Parent::Host => wait4(self.pid, libc::WNOHANG),
                     Parent::Zygote { zygote, id } => zygote.reap(*id).await,
+                    // Reaped by the helper; its status is not ours to know.
+                    Parent::Helper => None,
                 };
                 // `None`: someone else reaped it, or its zygote died (and the
                 // child with it, by its death signal); either way it is gone.
@@ -427,8 +460,60 @@ impl Drop for Worker {
                 }
             }
             Parent::Zygote { zygote, id } => zygote.reap_later(*id),
+            Parent::Helper => {}
         }
     }
+}
+
+/// Starts the shell helper, `argv`, with `sock` as its fd 3, in its own
+/// process group, dying with this process's current thread (the spawner).
+/// Returns its pid: this process's child, to reap.
+pub(crate) fn start_helper(argv: &[std::ffi::OsString], sock: OwnedFd) -> Result<i32, SpawnError> {
+    let (program, args) = argv.split_first().ok_or_else(|| SpawnError::Exec(io::Error::other("empty argv")))?;
+    let parent = rustix::process::getpid();
+    let fd = sock.as_raw_fd();
+    let mut cmd = Command::new(program);
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // only async-signal-safe calls (dup2, fcntl, close_range, prctl, getppid).
+    unsafe {
+        cmd.pre_exec(move || {
+            install_fd3(fd)?;
+            cloexec_above_fd3();
+            die_with_parent(parent)
+        });
+    }
+    let child = cmd.spawn().map_err(SpawnError::Exec)?;
+    drop(sock);
+    Ok(child.id() as i32)
+}
+
+/// In the shell helper: forks a sandbox shell through `prepared`'s hook
+/// (nothing is exec'd; see `Prepared::into_shell`), in its own process
+/// group, dying with the helper. `/dev/null` is its fd 0-3, so nothing of
+/// the helper's (its socket to the host) reaches the shell. Returns once
+/// the shell has handed its run over; the pid is the helper's child.
+pub(crate) fn fork_shell(prepared: &Arc<pycage_sandbox::Prepared>) -> Result<i32, SpawnError> {
+    let null = std::fs::File::open("/dev/null").map_err(SpawnError::Channel)?;
+    let null_fd = null.as_raw_fd();
+    let parent = rustix::process::getpid();
+    let hook = crate::launch::sandbox::SandboxHook(Arc::clone(prepared));
+    // Never executed: the hook does not return in shell mode.
+    let mut cmd = Command::new("/");
+    cmd.env_clear().stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
+    // SAFETY: the closure runs in the forked child before exec and makes
+    // only async-signal-safe calls, plus `Prepared::enter`, written for
+    // that child.
+    unsafe {
+        cmd.pre_exec(move || {
+            install_fd3(null_fd)?;
+            cloexec_above_fd3();
+            die_with_parent(parent)?;
+            hook.pre_exec()
+        });
+    }
+    let child = cmd.spawn().map_err(|e| SpawnError::Sandbox(prepared.explain_spawn_error(e)))?;
+    Ok(child.id() as i32)
 }
 
 /// A long-lived thread that forks sandbox shells. `PR_SET_PDEATHSIG` fires

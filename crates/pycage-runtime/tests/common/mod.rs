@@ -118,3 +118,34 @@ pub fn rerun_as_nobody(name: &str) {
     assert!(out.status.success(), "as nobody:\n{stdout}\n{stderr}");
     assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
 }
+
+/// Starts `n` runs that log `up` and then sleep for an hour, and returns
+/// once each has logged: their results, once something ends them.
+pub async fn sleeping_runs(rt: &Runtime, n: usize) -> Vec<tokio::task::JoinHandle<RunResult>> {
+    let (up_tx, mut up_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut runs = Vec::new();
+    for _ in 0..n {
+        let rt = rt.clone();
+        let up = up_tx.clone();
+        runs.push(tokio::spawn(async move {
+            let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+            let forward = tokio::spawn(async move {
+                while let Some(ev) = rx.recv().await {
+                    if matches!(ev, RunEvent::Log(_)) {
+                        let _ = up.send(());
+                    }
+                }
+            });
+            let r = rt
+                .run_with_events(RunRequest::new("print('up', flush=True)\nimport time\ntime.sleep(3600)"), tx)
+                .await
+                .unwrap();
+            let _ = forward.await;
+            r
+        }));
+    }
+    for _ in 0..n {
+        tokio::time::timeout(std::time::Duration::from_secs(60), up_rx.recv()).await.unwrap().unwrap();
+    }
+    runs
+}

@@ -1,0 +1,139 @@
+//! Sandbox shells built by the shell helper (`RuntimeConfig::shell_helper`):
+//! runs work as with shells forked by the host (the hostile suite runs once
+//! more that way), a helper that dies fails only the runs whose shells it
+//! held and is replaced, and nothing it started outlives the runtime. This
+//! process is the subreaper of everything it starts, so a shell orphaned by
+//! its helper would show up here as a leftover.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::time::Duration;
+
+use pycage_runtime::*;
+use tokio::sync::mpsc;
+
+mod common;
+
+const HELPER: &str = env!("CARGO_BIN_EXE_pycage-shell-helper");
+
+fn config() -> RuntimeConfig {
+    RuntimeConfig {
+        isolation: Isolation::Sandbox,
+        spawn: SpawnMode::Zygote,
+        shell_helper: Some(vec![HELPER.into()]),
+        python: std::env::var_os("PYCAGE_TEST_PYTHON").map(Into::into),
+        ..RuntimeConfig::default()
+    }
+}
+
+/// This process's live children that run the helper binary.
+fn helpers() -> Vec<i32> {
+    let mut out = Vec::new();
+    for line in common::live_children(|_| false) {
+        let pid: i32 = line.split_whitespace().next().unwrap().parse().unwrap();
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        if exe.is_some_and(|e| e == std::path::Path::new(HELPER)) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// The pids of `pid`'s live children.
+fn children_of(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Nothing this process started is left. A shell's init outlives its
+/// supervisor an instant: it waits for every process of its namespace to
+/// be reaped, and `live_children` reaps those this process adopted.
+async fn no_process_left() {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !common::live_children(|_| false).is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(common::live_children(|_| false), Vec::<String>::new());
+}
+
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One test: each part looks at every child of this process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_helper() {
+    common::become_subreaper();
+    the_helper_serves_only_a_runtime();
+    shells_come_from_the_helper_and_shutdown_leaves_no_process().await;
+    a_killed_helper_fails_its_runs_and_is_replaced().await;
+}
+
+/// Runs starting while the pool is still filling, through the helper:
+/// their shells are the helper's children, not this process's; shutdown
+/// aborts the runs and ends the helper, which kills and reaps every shell.
+async fn shells_come_from_the_helper_and_shutdown_leaves_no_process() {
+    let rt = Runtime::new(config()).unwrap();
+    let runs = common::sleeping_runs(&rt, 3).await;
+    let helpers = helpers();
+    assert_eq!(helpers.len(), 1, "one helper: {:?}", common::live_children(|_| false));
+    assert!(children_of(helpers[0]).len() >= 3, "the runs' shells are the helper's children");
+    rt.shutdown().await;
+    no_process_left().await;
+    for r in runs {
+        assert_eq!(r.await.unwrap().error.unwrap().kind, FailureKind::Abort);
+    }
+}
+
+/// SIGKILL to the helper takes its shells, and so the running program,
+/// with it: that run settles as `worker-exit`, and the next run gets a
+/// shell from a new helper.
+async fn a_killed_helper_fails_its_runs_and_is_replaced() {
+    let rt = Runtime::new(RuntimeConfig { pool_size: 1, ..config() }).unwrap();
+    assert_eq!(common::value(&common::run(&rt, "1 + 1").await), "2");
+    let (tx, mut rx) = mpsc::channel(64);
+    let running = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            rt.run_with_events(RunRequest::new("print('up', flush=True)\nimport time\ntime.sleep(3600)"), tx)
+                .await
+                .unwrap()
+        })
+    };
+    loop {
+        match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.unwrap() {
+            Some(RunEvent::Log(_)) => break,
+            Some(_) => {}
+            None => panic!("the run ended before it logged"),
+        }
+    }
+    let first = helpers();
+    assert_eq!(first.len(), 1);
+    // This process's own child (the runtime started it), not reaped yet.
+    let pid = rustix::process::Pid::from_raw(first[0]).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(60), running).await.unwrap().unwrap();
+    assert_eq!(common::failure(&r).0, FailureKind::WorkerExit, "{r:?}");
+    // The pool's idle child lost its shell too; the next run must not.
+    for _ in 0..3 {
+        assert_eq!(common::value(&common::run(&rt, "2 + 2").await), "4");
+    }
+    wait_for("a new helper", || helpers().iter().any(|p| !first.contains(p))).await;
+    rt.shutdown().await;
+    no_process_left().await;
+}
+
+/// Started by anything but a runtime (no socket on fd 3), the helper
+/// refuses to serve, and says why.
+fn the_helper_serves_only_a_runtime() {
+    let out = std::process::Command::new(HELPER).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("fd 3 is not a pycage runtime's socket"), "{stderr}");
+}
