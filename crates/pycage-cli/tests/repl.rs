@@ -345,3 +345,47 @@ fn a_sigint_at_the_prompt_is_not_held_over_to_the_next_cell() {
     t.expect("false");
     t.leave();
 }
+
+/// A sandboxed session's shell is forked by the repl's shell helper
+/// (`pycage __shell-helper`, the repl's child), not by the repl; the repl
+/// ends it when it exits.
+#[test]
+fn sandboxed_sessions_get_their_shells_from_the_helper() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = pycage(dir.path())
+        .args(["repl", "--json", "--isolation", "sandbox"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut d = Driver {
+        stdin: child.stdin.take().unwrap(),
+        stdout: BufReader::new(child.stdout.take().unwrap()),
+        child,
+        _dir: dir,
+    };
+    assert_eq!(d.program("1 + 1"), r#"{"value":2,"logs":[]}"#);
+    let repl = d.child.id();
+    // Each thread's children: the spawner thread starts the helper.
+    let children: String = std::fs::read_dir(format!("/proc/{repl}/task"))
+        .unwrap()
+        .flatten()
+        .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let helpers: Vec<u32> = children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .filter(|p| {
+            let argv = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            argv.split(|&b| b == 0).nth(1) == Some(b"__shell-helper".as_slice())
+        })
+        .collect();
+    assert_eq!(helpers.len(), 1, "the repl's children: {children}");
+    // The helper's own children: the shell of the session, and the pool's.
+    let shells = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", helpers[0])).unwrap_or_default();
+    assert!(!shells.trim().is_empty(), "the helper forked no shell");
+    let o = d.finish();
+    assert_exit(&o, 0);
+}

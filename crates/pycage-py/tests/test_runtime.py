@@ -416,3 +416,28 @@ def test_gil_is_released_while_a_run_waits(process_rt):
         stop.set()
         t.join()
     assert ticks > 1000
+
+
+def test_sandbox_shells_come_from_a_small_helper(sandbox_rt):
+    """Sandbox shells are forked by the runtime's shell helper (this
+    interpreter, loading only the extension module) rather than by this
+    process, whose page tables and heap a fork would copy."""
+    assert sandbox_rt.run("1 + 1").value == 2
+    helpers = []
+    for pid in child_pids():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if parent == os.getpid() and any(a.endswith(b"m._serve_shell_helper()\n") for a in argv):
+            helpers.append(pid)
+    assert len(helpers) == 1, helpers
+    with open(f"/proc/{helpers[0]}/status") as f:
+        rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    assert rss_kib < 32 * 1024, f"the helper holds {rss_kib} KiB"
+    with open(f"/proc/{helpers[0]}/task/{helpers[0]}/children") as f:
+        assert f.read().split(), "the helper forked no shell (the pool's)"
