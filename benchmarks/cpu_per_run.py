@@ -10,13 +10,16 @@ process is rarely small). It measures:
   back for ``--seconds``; runs per second and, per run, the CPU of:
   the host process (``RUSAGE_SELF``), the zygote itself, the zygote's
   reaped children (the run's processes: their CPU and minor page faults,
-  from the zygote's ``/proc/<pid>/stat``), and the host's reaped children
-  (sandbox shells, forked from the host);
+  from the zygote's ``/proc/<pid>/stat``), and the sandbox shells: the
+  shell helper's own CPU and its reaped children's (the shells), plus the
+  host's reaped children (shells forked by the host, for a build without
+  the helper);
 - a floor in the same invocation: the CPU and wall time of a bare
   ``python3 -I -c pass``, the interpreter start a pooled child avoids.
 
 The zygote is found as this process's child whose command line names
-``pycage.zygote``: a child this benchmark's runtime started. Its run budget
+``pycage.zygote``, the shell helper as the one whose command line calls
+``_serve_shell_helper``: children this benchmark's runtime started. Its run budget
 is lifted so one zygote serves the loop; should it still be replaced (its
 age budget), the row shows no zygote figures.
 
@@ -37,6 +40,14 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _zygote_pid():
+    return _child_pid(b"pycage.zygote")
+
+
+def _helper_pid():
+    return _child_pid(b"_serve_shell_helper")
+
+
+def _child_pid(needle):
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -48,7 +59,7 @@ def _zygote_pid():
                 cmdline = f.read()
         except OSError:
             continue
-        if int(fields[1]) == me and b"pycage.zygote" in cmdline:
+        if int(fields[1]) == me and needle in cmdline:
             return int(entry)
     return None
 
@@ -90,6 +101,8 @@ def one(isolation, host_mib, seconds, concurrency, spaced):
         time.sleep(0.02)
     zygote = _zygote_pid()
     z0 = _zygote_stat(zygote) if zygote else None
+    helper = _helper_pid()
+    h0 = _zygote_stat(helper) if helper else None
     s0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = [0]
     errors = []
@@ -112,6 +125,13 @@ def one(isolation, host_mib, seconds, concurrency, spaced):
     s1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     same_zygote = zygote is not None and _zygote_pid() == zygote
     z1 = _zygote_stat(zygote) if same_zygote else None
+    same_helper = helper is not None and _helper_pid() == helper
+    h1 = _zygote_stat(helper) if same_helper else None
+    helper_cpu = (h1[0] + h1[2] - h0[0] - h0[2]) if h1 else 0.0
+    helper_rss = None
+    if same_helper:
+        with open(f"/proc/{helper}/statm") as f:
+            helper_rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
     n = max(done[0], 1)
     with open("/proc/self/statm") as f:
         rss_mib = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
@@ -123,7 +143,8 @@ def one(isolation, host_mib, seconds, concurrency, spaced):
         "spacedP99Ms": sorted(lat)[int(len(lat) * 0.99)] * 1e3 if lat else None,
         "runsPerSecond": done[0] / elapsed,
         "hostCpuMs": (_cpu(s1) - _cpu(s0)) / n * 1e3,
-        "shellCpuMs": (_cpu(c1) - _cpu(c0)) / n * 1e3,
+        "shellCpuMs": (_cpu(c1) - _cpu(c0) + helper_cpu) / n * 1e3,
+        "helperRssMib": helper_rss,
         "zygoteCpuMs": (z1[0] - z0[0]) / n * 1e3 if z1 else None,
         "zygoteFaults": (z1[1] - z0[1]) / n if z1 else None,
         "childCpuMs": (z1[2] - z0[2]) / n * 1e3 if z1 else None,
@@ -181,7 +202,7 @@ def main():
     print(f"floor: `{sys.executable} -I -c pass` CPU {floor_cpu:.2f} ms, wall {floor_wall:.2f} ms (medians)")
     print(f"closed loop at concurrency {args.concurrency} for {args.seconds:g} s; CPU and faults per run")
     head = (
-        "isolation  host RSS  spaced p50/p99 ms  runs/s  host CPU  shells CPU  zygote CPU (faults)"
+        "isolation  host RSS  helper RSS  spaced p50/p99 ms  runs/s  host CPU  shells CPU  zygote CPU (faults)"
         "  child CPU (faults)  total CPU / floor"
     )
     print(head)
@@ -189,7 +210,8 @@ def main():
         parts = [r["hostCpuMs"], r["shellCpuMs"], r["zygoteCpuMs"], r["childCpuMs"]]
         total = None if None in parts else sum(parts)
         print(
-            f"{r['isolation']:<10} {r['hostRssMib']:>4} MiB  {_fmt(r['spacedP50Ms']):>6} / {_fmt(r['spacedP99Ms']):>6}"
+            f"{r['isolation']:<10} {r['hostRssMib']:>4} MiB  {_fmt(r.get('helperRssMib'), 0):>6} MiB"
+            f"  {_fmt(r['spacedP50Ms']):>6} / {_fmt(r['spacedP99Ms']):>6}"
             f"  {r['runsPerSecond']:>6.0f}  {_fmt(r['hostCpuMs']):>5} ms  {_fmt(r['shellCpuMs']):>7} ms"
             f"  {_fmt(r['zygoteCpuMs']):>6} ms ({_fmt(r['zygoteFaults'], 0):>4})"
             f"  {_fmt(r['childCpuMs']):>6} ms ({_fmt(r['childFaults'], 0):>5})"

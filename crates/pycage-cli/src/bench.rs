@@ -324,9 +324,10 @@ async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> (f64
 }
 
 /// CPU time (user + system) of this process, of its reaped children, and
-/// of the zygote `zygote` with the children it reaped: everything a run
-/// costs, on every side (host, sandbox shells, zygote, the run's process).
-fn cpu_now(zygote: Option<u32>) -> Duration {
+/// of each of `others` (the zygote, the shell helper) with the children it
+/// reaped: everything a run costs, on every side (host, sandbox shells,
+/// zygote, the run's process).
+fn cpu_now(others: &[Option<u32>]) -> Duration {
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
     let usage = |who: libc::c_int| {
         // SAFETY: an all-zero rusage is a valid value of this plain C struct.
@@ -339,7 +340,7 @@ fn cpu_now(zygote: Option<u32>) -> Duration {
         tv(u.ru_utime) + tv(u.ru_stime)
     };
     let host = usage(libc::RUSAGE_SELF) + usage(libc::RUSAGE_CHILDREN);
-    let zygote = zygote.and_then(|pid| {
+    let other = |pid: u32| {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let (_, rest) = stat.rsplit_once(')')?;
         let fields: Vec<&str> = rest.split_whitespace().collect();
@@ -347,8 +348,8 @@ fn cpu_now(zygote: Option<u32>) -> Duration {
         let ticks: u64 = (11..=14).filter_map(|i| fields.get(i)?.parse::<u64>().ok()).sum();
         let per_second = rustix::param::clock_ticks_per_second().max(1);
         Some(Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / per_second)))
-    });
-    host + zygote.unwrap_or_default()
+    };
+    host + others.iter().flatten().filter_map(|&pid| other(pid)).sum::<Duration>()
 }
 
 /// Back-to-back trivial runs, one at a time (the pool cannot keep up: its
@@ -356,7 +357,9 @@ fn cpu_now(zygote: Option<u32>) -> Duration {
 /// cost on every side, when the zygote was the same throughout.
 async fn closed_loop(runtime: &Runtime, n: usize) -> (Samples, Option<Duration>, Vec<String>) {
     let zygote = runtime.zygote_pid();
-    let before = cpu_now(zygote);
+    // The helper has started by now (the pool's shells), and serves on.
+    let helper = runtime.shell_helper_pid();
+    let before = cpu_now(&[zygote, helper]);
     let mut samples = Samples::default();
     let mut errors = Vec::new();
     for _ in 0..n {
@@ -367,8 +370,8 @@ async fn closed_loop(runtime: &Runtime, n: usize) -> (Samples, Option<Duration>,
     }
     // Let the last refill and reaps finish: they belong to these runs.
     runtime.wait_idle(IDLE_WAIT).await;
-    let after = cpu_now(zygote);
-    let same_zygote = runtime.zygote_pid() == zygote;
+    let after = cpu_now(&[zygote, helper]);
+    let same_zygote = runtime.zygote_pid() == zygote && runtime.shell_helper_pid() == helper;
     let per_run = (same_zygote && n > 0).then(|| (after.saturating_sub(before)) / n as u32);
     (samples, per_run, errors)
 }

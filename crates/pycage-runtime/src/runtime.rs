@@ -70,6 +70,13 @@ impl Runtime {
         self.core.launcher.zygote_pid().and_then(|p| u32::try_from(p).ok())
     }
 
+    /// The shell helper's pid, while one runs (`RuntimeConfig::shell_helper`;
+    /// started with the first sandbox shell): for benchmarks that count its
+    /// CPU, and its shells', as the runs' cost.
+    pub fn shell_helper_pid(&self) -> Option<u32> {
+        self.core.launcher.shell_helper_pid().and_then(|p| u32::try_from(p).ok())
+    }
+
     /// Runs one program. `Err` only for misuse; every program outcome is `Ok`.
     pub async fn run(&self, request: RunRequest) -> Result<RunResult, MisuseError> {
         self.run_inner(request, None).await

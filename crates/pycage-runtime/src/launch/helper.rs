@@ -170,6 +170,11 @@ impl ShellHelper {
         Err(helper_error("it exited twice in a row".to_owned()))
     }
 
+    /// The running helper's pid.
+    pub(crate) fn pid(&self) -> Option<i32> {
+        crate::sync::lock(&self.conn).as_ref().map(|c| c.pid)
+    }
+
     /// Ends the helper, if one runs: it kills and reaps its shells, and is
     /// reaped. Blocks for that (milliseconds); the next shell would start
     /// another helper.

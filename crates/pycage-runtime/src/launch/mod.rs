@@ -267,6 +267,10 @@ impl Launcher {
         self.pool.as_ref().and_then(Pool::zygote_pid)
     }
 
+    pub(crate) fn shell_helper_pid(&self) -> Option<i32> {
+        self.sandboxes.as_ref().and_then(|s| s.shell_helper_pid())
+    }
+
     /// What a sandboxed run sees of the host.
     pub(crate) fn sandbox_view(&self) -> Option<site::SandboxView> {
         self.sandboxes.as_ref().map(|s| s.view())

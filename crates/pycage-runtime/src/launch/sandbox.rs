@@ -110,6 +110,11 @@ impl Sandboxes {
         Ok(Shell { supervisor, handoff, join, plan: prepared.join_plan() })
     }
 
+    /// The shell helper's pid, while one runs.
+    pub(crate) fn shell_helper_pid(&self) -> Option<i32> {
+        self.helper.as_ref().and_then(ShellHelper::pid)
+    }
+
     /// Ends the shell helper, if one runs (see `ShellHelper::close`).
     pub(crate) fn close_helper(&self) {
         if let Some(helper) = &self.helper {
