@@ -289,7 +289,7 @@ fn flag_message(e: &pycage_runtime::ConfigError) -> String {
 /// are forked from a small process, not from a CLI that may have grown
 /// (`RuntimeConfig::shell_helper`).
 pub(crate) fn shell_helper() -> Option<Vec<OsString>> {
-    std::env::current_exe().ok().map(|exe| vec![exe.into_os_string(), SHELL_HELPER_ARG.into()])
+    Some(vec!["/proc/self/exe".into(), SHELL_HELPER_ARG.into()])
 }
 
 /// The hidden first argument that makes this program a shell helper.

@@ -388,4 +388,18 @@ fn sandboxed_sessions_get_their_shells_from_the_helper() {
     assert!(!shells.trim().is_empty(), "the helper forked no shell");
     let o = d.finish();
     assert_exit(&o, 0);
+    // Gone with the repl (its death signal, or the runtime's shutdown);
+    // init reaps it.
+    let helper = helpers[0];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{helper}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().next() != Some("Z")))
+            .unwrap_or(false)
+    };
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!alive(), "the helper outlived the repl");
 }

@@ -50,13 +50,13 @@ pub fn tokio_runtime(py: Python<'_>) -> PyResult<Arc<tokio::runtime::Runtime>> {
     Ok(rt)
 }
 
-/// An instance of an exception class of `pycage.errors`.
 /// This interpreter, loading only this extension module (not the
 /// package, nor `site`), as the runtime's sandbox shell helper: a process
-/// of about 8 MiB that forks the sandbox shells, so that their cost does not
-/// grow with the host's heap (`RuntimeConfig::shell_helper`). `None` when
-/// the interpreter or the module's file is unknown (an embedded Python):
-/// the host then forks the shells itself.
+/// of about 11 MiB that forks the sandbox shells, so that their cost does
+/// not grow with the host's heap (`RuntimeConfig::shell_helper`). `None`
+/// when the interpreter or the module's file is unknown; a
+/// `sys.executable` that is not a Python (an embedded one) fails the
+/// helper's start, and the runtime then forks the shells itself.
 fn shell_helper(py: Python<'_>) -> Option<Vec<std::ffi::OsString>> {
     const CODE: &str = "import sys, importlib.util as u\n\
         s = u.spec_from_file_location('pycage._native', sys.argv[1])\n\
@@ -71,6 +71,7 @@ fn shell_helper(py: Python<'_>) -> Option<Vec<std::ffi::OsString>> {
     Some(vec![executable.into(), "-I".into(), "-S".into(), "-c".into(), CODE.into(), module.into()])
 }
 
+/// An instance of an exception class of `pycage.errors`.
 pub fn error(py: Python<'_>, class: &str, message: String) -> PyErr {
     match py.import("pycage.errors").and_then(|m| m.getattr(class)).and_then(|c| Ok(c.cast_into::<PyType>()?)) {
         Ok(ty) => PyErr::from_type(ty, message),

@@ -438,6 +438,7 @@ def test_sandbox_shells_come_from_a_small_helper(sandbox_rt):
     assert len(helpers) == 1, helpers
     with open(f"/proc/{helpers[0]}/status") as f:
         rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    assert rss_kib < 32 * 1024, f"the helper holds {rss_kib} KiB"
+    # About 11 MiB (a release build); far from a host's size either way.
+    assert rss_kib < 64 * 1024, f"the helper holds {rss_kib} KiB"
     with open(f"/proc/{helpers[0]}/task/{helpers[0]}/children") as f:
         assert f.read().split(), "the helper forked no shell (the pool's)"

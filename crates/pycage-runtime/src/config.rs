@@ -205,7 +205,9 @@ pub struct RuntimeConfig {
     /// slower). The process must call [`crate::serve_shell_helper`]: the
     /// `pycage` CLI runs itself as `pycage __shell-helper`, the Python
     /// package its extension module; a Rust host can do the same from its
-    /// own `main` (see the function).
+    /// own `main` (see the function), or name the `pycage-shell-helper`
+    /// binary of this crate. A helper that fails before its first shell
+    /// is given up with a warning: the host forks the shells then.
     pub shell_helper: Option<Vec<std::ffi::OsString>>,
 }
 

@@ -226,6 +226,15 @@ pub(crate) fn die_with_parent(parent: Pid) -> io::Result<()> {
     Ok(())
 }
 
+/// Restores SIGCHLD's default disposition in this process: with it
+/// ignored (inherited through exec from a host that ignores it), the kernel
+/// reaps children by itself, and `wait` finds nothing to report.
+pub(crate) fn default_sigchld() {
+    // SAFETY: `signal` with SIG_DFL installs no handler and touches no
+    // memory of this process.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+}
+
 /// A readable description of a wait status.
 pub(crate) fn describe_status(status: ExitStatus) -> String {
     if let Some(code) = status.code() {

@@ -73,6 +73,7 @@ async fn shell_helper() {
     the_helper_serves_only_a_runtime();
     shells_come_from_the_helper_and_shutdown_leaves_no_process().await;
     a_killed_helper_fails_its_runs_and_is_replaced().await;
+    a_helper_that_never_serves_is_given_up().await;
 }
 
 /// Runs starting while the pool is still filling, through the helper:
@@ -127,6 +128,22 @@ async fn a_killed_helper_fails_its_runs_and_is_replaced() {
     wait_for("a new helper", || helpers().iter().any(|p| !first.contains(p))).await;
     rt.shutdown().await;
     no_process_left().await;
+}
+
+/// A helper command that is not a helper (a missing program, one that
+/// exits at once) fails before its first shell: the runtime gives it up
+/// and forks its shells itself, and runs work as without one.
+async fn a_helper_that_never_serves_is_given_up() {
+    for argv in [vec!["/nonexistent/pycage-shell-helper"], vec!["/bin/false"]] {
+        let config = RuntimeConfig { shell_helper: Some(argv.iter().map(Into::into).collect()), ..config() };
+        let rt = Runtime::new(config).unwrap();
+        for _ in 0..3 {
+            assert_eq!(common::value(&common::run(&rt, "1 + 1").await), "2", "{argv:?}");
+        }
+        assert_eq!(rt.shell_helper_pid(), None, "{argv:?}");
+        rt.shutdown().await;
+        no_process_left().await;
+    }
 }
 
 /// Started by anything but a runtime (no socket on fd 3), the helper

@@ -7,7 +7,7 @@
 //! sandboxed runs three times slower (`BENCHMARKS.md`, "A large host").
 //! With [`crate::RuntimeConfig::shell_helper`] set, a helper process is
 //! exec'd once per runtime (lazily, on the spawner thread, dying with it)
-//! and forks every shell from its own small address space.
+//! and forks the zygote path's shells from its own small address space.
 //!
 //! The helper is the host's own code in another process, not the child's:
 //! it never runs a program. Host and helper speak over a `SOCK_SEQPACKET`
@@ -19,21 +19,25 @@
 //! - reply: `ok01`, the supervisor's pid and its init's pid (little endian
 //!   `i32`), a flags byte (bit 0: a handoff, bit 1: its `sock_diag`
 //!   socket, bit 2: its egress listener), carrying the supervisor's pidfd,
-//!   the shell's hold (below), the handoff's descriptors and the eight
-//!   [`Join`] descriptors; or `err1` and the error's text.
+//!   the handoff's descriptors and the eight [`Join`] descriptors; or
+//!   `err1` and the error's text.
 //!
 //! The host computes the program's own steps itself
 //! ([`JoinPlan::for_policy`]), so nothing of the plan crosses. It keeps
-//! the run's uid lease and cgroup, and the shell's *hold*: the write end of
-//! a pipe whose read end the helper polls. The helper reaps a shell's
-//! supervisor only once the host has closed its hold, so while the host
-//! holds it the supervisor's pid (and process group id) names that shell
-//! and nothing else, and the host signals the whole group as it does a
-//! shell it forked itself ([`Worker::from_helper`]). When a hold closes,
-//! the helper kills the shell's group and reaps it. At end of file it
-//! kills and reaps every shell it still has, then exits. A helper that
-//! dies takes its shells with it (their death signal); the next shell
-//! starts a new one.
+//! the run's uid lease and cgroup, and holds the supervisor through its
+//! pidfd only ([`Worker::from_helper`]): it signals the supervisor alone,
+//! through the pidfd (never a pid the helper may have reaped), and the
+//! supervisor's death takes the shell's init, and with it the run's PID
+//! namespace, by their death signals. The helper reaps its shells as they
+//! exit; at end of file (the runtime's shutdown) it kills and reaps every
+//! shell it still has, then exits. A helper that dies takes its shells with
+//! it (their death signal), and so every run and pooled child that used
+//! them; the next shell starts a new helper. A helper that cannot start, or
+//! fails before it built its first shell (a host whose `sys.executable` is
+//! not a Python, say), is given up: shells are then forked by the host, as
+//! without one, and a warning says why.
+//!
+//! [`Worker::from_helper`]: crate::launch::spawn::Worker::from_helper
 
 use std::ffi::OsString;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -41,6 +45,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,22 +72,24 @@ const WITH_EGRESS: u8 = 4;
 const MAX_REQUEST: usize = 128 * 1024;
 /// The largest reply (an error's text is cut to fit).
 const MAX_REPLY: usize = 4096;
-/// Descriptors a reply carries at most: the pidfd, the hold, three of the
-/// handoff, eight of the join.
-const MAX_REPLY_FDS: usize = 13;
+/// Descriptors a reply carries at most: the pidfd, three of the handoff,
+/// eight of the join.
+const MAX_REPLY_FDS: usize = 12;
 /// How long the host waits for a shell. One takes milliseconds; a helper
-/// that has not answered in this long is broken, and is replaced.
+/// that has not answered in this long is broken, and is replaced (its
+/// shells, and the runs using them, end with it).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often an idle helper reaps its shells that have exited.
-const REAP_EVERY: Duration = Duration::from_millis(500);
+/// How often the helper reaps its shells that have exited, while it has any.
+const REAP_EVERY: Duration = Duration::from_millis(200);
+/// How long a helper told to end may take to kill and reap its shells
+/// before it is killed.
+const END_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A shell the helper built: its supervisor (the helper's child) and what
 /// its supervisor and init handed over.
 pub(crate) struct RemoteShell {
     pub pid: i32,
     pub pidfd: OwnedFd,
-    /// While this is open, the helper does not reap the supervisor.
-    pub hold: OwnedFd,
     pub handoff: Option<Handoff>,
     pub join: Join,
 }
@@ -91,8 +98,23 @@ pub(crate) struct RemoteShell {
 /// again after one failed.
 pub(crate) struct ShellHelper {
     argv: Vec<OsString>,
-    conn: Mutex<Option<Conn>>,
+    state: Mutex<State>,
+    /// The running helper's pid, or 0 (read without the lock, which a
+    /// request holds).
+    pid: AtomicI32,
     reaper: Arc<Reaper>,
+}
+
+#[derive(Default)]
+struct State {
+    conn: Option<Conn>,
+    /// The runtime is shutting down: no helper starts any more.
+    closed: bool,
+    /// A helper has built a shell: failures now restart it rather than
+    /// give it up.
+    served: bool,
+    /// Given up (see the module docs): the host forks shells itself.
+    given_up: bool,
 }
 
 /// A running helper: the host's end of its socket, and its pid.
@@ -104,9 +126,6 @@ struct Conn {
     reaper: Arc<Reaper>,
 }
 
-/// How long a helper told to end may take to kill and reap its shells.
-const END_TIMEOUT: Duration = Duration::from_secs(5);
-
 impl Drop for Conn {
     /// Closing the socket ends the helper, which kills and reaps its shells
     /// first. Waits for that (milliseconds): the helper dies with the
@@ -114,9 +133,17 @@ impl Drop for Conn {
     /// before it reaped would leave its shells to whoever adopts orphans.
     fn drop(&mut self) {
         let _ = rustix::net::shutdown(&self.sock, rustix::net::Shutdown::Both);
-        let mut fds = [rustix::event::PollFd::new(&self.pidfd, rustix::event::PollFlags::IN)];
-        let timeout = rustix::event::Timespec { tv_sec: END_TIMEOUT.as_secs() as i64, tv_nsec: 0 };
-        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        let deadline = std::time::Instant::now() + END_TIMEOUT;
+        while !crate::process::has_exited(&self.pidfd) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let mut fds = [rustix::event::PollFd::new(&self.pidfd, rustix::event::PollFlags::IN)];
+            let timeout =
+                rustix::event::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
+            let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        }
         if crate::process::wait4(self.pid, libc::WNOHANG).is_none() {
             let _ = rustix::process::pidfd_send_signal(&self.pidfd, Signal::KILL);
             self.reaper.adopt(self.pid);
@@ -126,12 +153,18 @@ impl Drop for Conn {
 
 impl ShellHelper {
     pub(crate) fn new(argv: Vec<OsString>, reaper: Arc<Reaper>) -> ShellHelper {
-        ShellHelper { argv, conn: Mutex::new(None), reaper }
+        ShellHelper { argv, state: Mutex::new(State::default()), pid: AtomicI32::new(0), reaper }
+    }
+
+    /// Whether shells come from the helper (it has not been given up).
+    pub(crate) fn in_use(&self) -> bool {
+        !crate::sync::lock(&self.state).given_up
     }
 
     /// A shell for `policy`, in the run cgroup whose `cgroup.procs` is
     /// `cgroup` if there is one. Call it on the spawner thread: a helper
-    /// started here dies with the thread that started it.
+    /// started here dies with the thread that started it. After an error,
+    /// [`ShellHelper::in_use`] says whether the helper was given up.
     pub(crate) fn shell(&self, policy: &SandboxPolicy, cgroup: Option<OwnedFd>) -> Result<RemoteShell, SpawnError> {
         let mut request = Vec::with_capacity(256);
         request.extend_from_slice(&REQUEST_TAG);
@@ -141,46 +174,88 @@ impl ShellHelper {
             return Err(helper_error(format!("the sandbox policy is too large ({} bytes)", request.len())));
         }
         let fds: Vec<_> = cgroup.iter().map(|fd| fd.as_fd()).collect();
-        let mut conn = crate::sync::lock(&self.conn);
+        let mut state = crate::sync::lock(&self.state);
+        if state.closed {
+            return Err(helper_error("the runtime is shutting down".to_owned()));
+        }
         // A helper that died since the last shell fails the send: start
         // another one once. One that fails while building does not get a
         // second request (it may fail the same way).
         for attempt in 0..2 {
-            let live = match conn.take() {
+            let live = match state.conn.take() {
                 Some(c) => c,
-                None => self.start()?,
+                None => match self.start() {
+                    Ok(c) => c,
+                    Err(e) => return Err(self.failed(&mut state, e)),
+                },
             };
+            self.pid.store(live.pid, Ordering::Relaxed);
             match send(&live.sock, &request, &fds) {
                 Ok(()) => {}
-                Err(_) if attempt == 0 => continue,
-                Err(e) => return Err(helper_error(format!("could not reach it: {e}"))),
+                Err(_) if attempt == 0 => {
+                    self.drop_conn(live);
+                    continue;
+                }
+                Err(e) => {
+                    self.drop_conn(live);
+                    return Err(self.failed(&mut state, helper_error(format!("could not reach it: {e}"))));
+                }
             }
-            let reply = receive_reply(&live.sock);
-            let dead = matches!(reply, Err(Failure::Broken(_)));
-            if !dead {
-                *conn = Some(live);
-            }
-            return reply.map_err(|f| match f {
-                Failure::Broken(message) => helper_error(message),
-                Failure::Refused(message) => SpawnError::Sandbox(pycage_sandbox::SandboxError::Spawn(
-                    io::Error::other(format!("the shell helper could not build the sandbox: {message}")),
-                )),
-            });
+            return match receive_reply(&live.sock) {
+                Ok(shell) => {
+                    state.served = true;
+                    state.conn = Some(live);
+                    Ok(shell)
+                }
+                Err(Failure::Refused(message)) => {
+                    state.conn = Some(live);
+                    Err(SpawnError::Sandbox(pycage_sandbox::SandboxError::Spawn(io::Error::other(format!(
+                        "the shell helper could not build the sandbox: {message}"
+                    )))))
+                }
+                Err(Failure::Broken(message)) => {
+                    self.drop_conn(live);
+                    Err(self.failed(&mut state, helper_error(message)))
+                }
+            };
         }
-        Err(helper_error("it exited twice in a row".to_owned()))
+        Err(self.failed(&mut state, helper_error("it exited twice in a row".to_owned())))
+    }
+
+    /// A helper failed: given up if none has built a shell yet.
+    fn failed(&self, state: &mut State, e: SpawnError) -> SpawnError {
+        if !state.served {
+            state.given_up = true;
+            tracing::warn!(
+                helper = ?self.argv,
+                "pycage: the sandbox shell helper failed before its first shell ({e}); \
+                 this runtime's sandbox shells are forked by the host instead"
+            );
+        }
+        e
+    }
+
+    fn drop_conn(&self, conn: Conn) {
+        self.pid.store(0, Ordering::Relaxed);
+        drop(conn);
     }
 
     /// The running helper's pid.
     pub(crate) fn pid(&self) -> Option<i32> {
-        crate::sync::lock(&self.conn).as_ref().map(|c| c.pid)
+        Some(self.pid.load(Ordering::Relaxed)).filter(|&p| p > 0)
     }
 
     /// Ends the helper, if one runs: it kills and reaps its shells, and is
-    /// reaped. Blocks for that (milliseconds); the next shell would start
-    /// another helper.
+    /// reaped. Blocks for that (milliseconds). No helper starts afterwards.
     pub(crate) fn close(&self) {
-        let conn = crate::sync::lock(&self.conn).take();
-        drop(conn);
+        let conn = {
+            let mut state = crate::sync::lock(&self.state);
+            state.closed = true;
+            state.conn.take()
+        };
+        if let Some(conn) = conn {
+            self.drop_conn(conn);
+        }
     }
 
     fn start(&self) -> Result<Conn, SpawnError> {
@@ -227,7 +302,12 @@ fn send(sock: &OwnedFd, data: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> io:
     if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(io::Error::other("too many descriptors"));
     }
-    let sent = rustix::net::sendmsg(sock, &[IoSlice::new(data)], &mut control, SendFlags::NOSIGNAL)?;
+    let sent = loop {
+        match rustix::net::sendmsg(sock, &[IoSlice::new(data)], &mut control, SendFlags::NOSIGNAL) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other?,
+        }
+    };
     if sent != data.len() {
         return Err(io::Error::other("short send"));
     }
@@ -270,23 +350,31 @@ fn receive_reply(sock: &OwnedFd) -> Result<RemoteShell, Failure> {
     parse_ok(data, fds).ok_or_else(|| Failure::Broken("its answer was malformed".to_owned()))
 }
 
+/// A positive pid (a negative one would name a process group to `kill`).
+fn positive(raw: i32) -> Option<Pid> {
+    if raw > 0 {
+        Pid::from_raw(raw)
+    } else {
+        None
+    }
+}
+
 fn parse_ok(data: &[u8], fds: Vec<OwnedFd>) -> Option<RemoteShell> {
     let rest = data.strip_prefix(&REPLY_OK)?;
     let [s0, s1, s2, s3, i0, i1, i2, i3, flags] = <[u8; 9]>::try_from(rest).ok()?;
     let pid = i32::from_le_bytes([s0, s1, s2, s3]);
-    Pid::from_raw(pid)?;
+    positive(pid)?;
     let with = |bit: u8| flags & bit != 0;
     let handoff_fds = 1 + usize::from(with(WITH_SOCK_DIAG)) + usize::from(with(WITH_EGRESS));
-    let expected = 2 + usize::from(with(WITH_HANDOFF)) * handoff_fds + 8;
+    let expected = 1 + usize::from(with(WITH_HANDOFF)) * handoff_fds + 8;
     if fds.len() != expected {
         return None;
     }
     let mut fds = fds.into_iter();
     let pidfd = fds.next()?;
-    let hold = fds.next()?;
     let handoff = match with(WITH_HANDOFF) {
         true => Some(Handoff {
-            init_pid: Pid::from_raw(i32::from_le_bytes([i0, i1, i2, i3]))?,
+            init_pid: positive(i32::from_le_bytes([i0, i1, i2, i3]))?,
             work_dir: fds.next()?,
             sock_diag: if with(WITH_SOCK_DIAG) { Some(fds.next()?) } else { None },
             egress: if with(WITH_EGRESS) { Some(fds.next()?) } else { None },
@@ -303,7 +391,7 @@ fn parse_ok(data: &[u8], fds: Vec<OwnedFd>) -> Option<RemoteShell> {
         root: fds.next()?,
         ruleset: fds.next()?,
     };
-    Some(RemoteShell { pid, pidfd, hold, handoff, join })
+    Some(RemoteShell { pid, pidfd, handoff, join })
 }
 
 /// The helper's main loop on its fd 3, which must be a `SOCK_SEQPACKET`
@@ -323,47 +411,23 @@ pub(crate) fn serve_fd3() -> io::Result<()> {
     serve(sock)
 }
 
-/// A shell the helper built: its supervisor, and the read end of the
-/// host's hold on it (`None` once the host let go).
-struct Held {
-    pid: Pid,
-    hold: Option<OwnedFd>,
-}
-
 /// The helper's main loop on `sock` (its fd 3): serves requests until the
 /// host closes its end, then kills and reaps every shell it still has.
 pub(crate) fn serve(sock: OwnedFd) -> io::Result<()> {
-    let mut shells: Vec<Held> = Vec::new();
+    // Shells must stay this process's to reap (an inherited SIG_IGN would
+    // have the kernel reap them, and std's spawn wait for nothing).
+    crate::process::default_sigchld();
+    let mut shells: Vec<Pid> = Vec::new();
     let mut buf = vec![0u8; MAX_REQUEST];
     let result = loop {
-        let (request, released) = {
-            let mut poll = vec![rustix::event::PollFd::new(&sock, rustix::event::PollFlags::IN)];
-            let held: Vec<usize> = (0..shells.len()).filter(|&i| shells[i].hold.is_some()).collect();
-            poll.extend(
-                held.iter()
-                    .filter_map(|&i| shells[i].hold.as_ref())
-                    .map(|fd| rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)),
-            );
-            let every = rustix::event::Timespec { tv_sec: 0, tv_nsec: REAP_EVERY.as_nanos() as i64 };
-            match rustix::event::poll(&mut poll, Some(&every)) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => break Err(e.into()),
-            }
-            // A hold's read end reports the host's close as HUP (or IN).
-            let released: Vec<usize> =
-                held.iter().zip(&poll[1..]).filter(|(_, p)| !p.revents().is_empty()).map(|(&i, _)| i).collect();
-            (!poll[0].revents().is_empty(), released)
-        };
-        for i in released {
-            // Unreaped (we reap only released shells): its group id is its.
-            let _ = rustix::process::kill_process_group(shells[i].pid, Signal::KILL);
-            shells[i].hold = None;
-        }
-        shells.retain(|s| {
-            s.hold.is_some() || matches!(rustix::process::waitpid(Some(s.pid), WaitOptions::NOHANG), Ok(None))
-        });
-        if !request {
-            continue;
+        shells.retain(|&pid| matches!(rustix::process::waitpid(Some(pid), WaitOptions::NOHANG), Ok(None)));
+        let mut poll = [rustix::event::PollFd::new(&sock, rustix::event::PollFlags::IN)];
+        // Wake up to reap only while there are shells to reap.
+        let every = rustix::event::Timespec { tv_sec: 0, tv_nsec: REAP_EVERY.as_nanos() as i64 };
+        match rustix::event::poll(&mut poll, (!shells.is_empty()).then_some(&every)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+            Ok(_) => {}
+            Err(e) => break Err(e.into()),
         }
         let (len, mut fds) = match receive(&sock, &mut buf, RecvFlags::DONTWAIT) {
             Ok(got) => got,
@@ -374,8 +438,8 @@ pub(crate) fn serve(sock: OwnedFd) -> io::Result<()> {
             break Ok(());
         }
         let reply = match build(&buf[..len], &mut fds) {
-            Ok((pid, hold, shell)) => {
-                shells.push(Held { pid, hold: Some(hold) });
+            Ok((pid, shell)) => {
+                shells.push(pid);
                 encode_ok(pid, shell)
             }
             Err(message) => {
@@ -391,15 +455,15 @@ pub(crate) fn serve(sock: OwnedFd) -> io::Result<()> {
         }
     };
     // The host has gone: no shell outlives the helper's answer to that.
-    for shell in shells {
-        kill_and_reap(shell.pid);
+    for pid in shells {
+        kill_and_reap(pid);
     }
     result
 }
 
 /// Builds the shell a request asks for: its supervisor's pid and what it
 /// handed over, or the error's text.
-fn build(request: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, OwnedFd, RemoteShell), String> {
+fn build(request: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), String> {
     let body = request.strip_prefix(&REQUEST_TAG).ok_or("not a shell request")?;
     let (&flags, policy) = body.split_first().ok_or("an empty request")?;
     let policy = decode_policy(policy).ok_or("a malformed sandbox policy")?;
@@ -416,18 +480,17 @@ fn build(request: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, OwnedFd, Remote
     let raw = spawn::fork_shell(&prepared).map_err(|e| e.to_string())?;
     let pid = Pid::from_raw(raw).ok_or("the shell has pid 0")?;
     let shell = (|| {
+        // Our child, not reaped yet: the pidfd names it.
         let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|e| format!("pidfd_open: {e}"))?;
-        let (kept, hold) =
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
         let handoff = prepared.take_handoff();
         let join = prepared.take_join().ok_or_else(|| match prepared.take_child_failure() {
             Some(failure) => pycage_sandbox::SandboxError::Child(failure).to_string(),
             None => "the shell handed nothing over".to_owned(),
         })?;
-        Ok((kept, RemoteShell { pid: raw, pidfd, hold, handoff, join }))
+        Ok(RemoteShell { pid: raw, pidfd, handoff, join })
     })();
     match shell {
-        Ok((kept, shell)) => Ok((pid, kept, shell)),
+        Ok(shell) => Ok((pid, shell)),
         Err(message) => {
             kill_and_reap(pid);
             Err(message)
@@ -438,7 +501,7 @@ fn build(request: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, OwnedFd, Remote
 fn encode_ok(pid: Pid, shell: RemoteShell) -> (Vec<u8>, Vec<OwnedFd>) {
     let mut data = REPLY_OK.to_vec();
     data.extend_from_slice(&pid.as_raw_nonzero().get().to_le_bytes());
-    let mut fds = vec![shell.pidfd, shell.hold];
+    let mut fds = vec![shell.pidfd];
     let mut flags = 0;
     let mut init = 0i32;
     if let Some(h) = shell.handoff {

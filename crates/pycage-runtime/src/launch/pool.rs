@@ -95,10 +95,14 @@ impl Idle {
         self.0.as_ref().map(|(host, _)| &host.zygote)
     }
 
+    /// Its zygote and the child live, and so does its shell (a shell dies
+    /// with the shell helper that forked it).
     fn usable(&self) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|(host, spawned)| !host.zygote.is_dead() && !crate::process::has_exited(&spawned.pidfd))
+        self.0.as_ref().is_some_and(|(host, spawned)| {
+            !host.zygote.is_dead()
+                && !crate::process::has_exited(&spawned.pidfd)
+                && host.shell.as_ref().is_none_or(|(supervisor, _)| !supervisor.has_exited())
+        })
     }
 
     /// The child as a worker, and (sandboxed) what its shell handed over.

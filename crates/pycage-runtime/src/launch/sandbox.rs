@@ -92,8 +92,12 @@ impl Sandboxes {
     /// as for an exec'd run, its init stopped before the program (see
     /// `Prepared::into_shell`). Call it on the spawner thread.
     pub(crate) fn shell(&self) -> Result<Shell, SpawnError> {
-        if let Some(helper) = &self.helper {
-            return self.shell_from(helper);
+        if let Some(helper) = self.helper.as_ref().filter(|h| h.in_use()) {
+            match self.shell_from(helper) {
+                // Given up (it never built a shell): the host forks them.
+                Err(SpawnError::ShellHelper(_)) if !helper.in_use() => {}
+                other => return other,
+            }
         }
         let (prepared, guards) = self.prepare(&[])?;
         let prepared = Arc::new(prepared.into_shell());
@@ -136,7 +140,7 @@ impl Sandboxes {
             None => None,
         };
         let remote = helper.shell(&policy, procs)?;
-        let supervisor = Worker::from_helper(remote.pid, remote.pidfd, remote.hold, guards)?;
+        let supervisor = Worker::from_helper(remote.pid, remote.pidfd, guards)?;
         Ok(Shell { supervisor, handoff: remote.handoff, join: remote.join, plan })
     }
 

@@ -149,9 +149,8 @@ enum Parent {
     Host,
     /// A zygote, which reaps child `id` when asked.
     Zygote { zygote: Zygote, id: u64 },
-    /// The shell helper, which reaps the child once this worker drops its
-    /// hold on it (the last of its guards): until then the child's pid and
-    /// group id name it, as for a child of this process.
+    /// The shell helper, which reaps the child when it exits: only its
+    /// pidfd names it, and its death takes the rest of its shell.
     Helper,
 }
 
@@ -287,16 +286,8 @@ impl Worker {
     }
 
     /// A sandbox shell's supervisor that the shell helper forked: `pidfd`
-    /// names it, and the helper does not reap it before `hold` is closed.
-    /// Needs a tokio runtime (the pidfd is registered with it).
-    pub(crate) fn from_helper(
-        pid: i32,
-        pidfd: OwnedFd,
-        hold: OwnedFd,
-        mut guards: Vec<Guard>,
-    ) -> Result<Worker, SpawnError> {
-        // Last: guards drop in order, after the child is killed.
-        guards.push(Box::new(hold));
+    /// names it. Needs a tokio runtime (the pidfd is registered with it).
+    pub(crate) fn from_helper(pid: i32, pidfd: OwnedFd, guards: Vec<Guard>) -> Result<Worker, SpawnError> {
         let mut worker = Worker::unattached(pid, Parent::Helper, guards);
         rustix::io::ioctl_fionbio(&pidfd, true).map_err(|e| SpawnError::Channel(e.into()))?;
         worker.watch(pidfd)?;
@@ -341,6 +332,11 @@ impl Worker {
         Pid::from_raw(self.pid)
     }
 
+    /// Whether the child has exited (reaped or not), without waiting.
+    pub(crate) fn has_exited(&self) -> bool {
+        self.exit.is_some() || self.pidfd.as_ref().is_some_and(|fd| crate::process::has_exited(fd.get_ref()))
+    }
+
     /// Whether a zygote forked this child.
     pub(crate) fn is_zygote_child(&self) -> bool {
         matches!(self.parent, Parent::Zygote { .. })
@@ -364,8 +360,8 @@ impl Worker {
             // The zygote reaps only when asked, and it has not been: its
             // child is unreaped while the zygote lives.
             Parent::Zygote { zygote, .. } => zygote.holds_children(),
-            // Unreaped while this worker holds it (its guards).
-            Parent::Helper => true,
+            // The helper may have reaped it (or died, and init did).
+            Parent::Helper => false,
         };
         match &self.pidfd {
             Some(pidfd) => crate::process::signal_run_group(self.pid, pidfd.get_ref(), leader_is_ours, sig),
@@ -490,9 +486,11 @@ pub(crate) fn start_helper(argv: &[std::ffi::OsString], sock: OwnedFd) -> Result
 
 /// In the shell helper: forks a sandbox shell through `prepared`'s hook
 /// (nothing is exec'd; see `Prepared::into_shell`), in its own process
-/// group, dying with the helper. `/dev/null` is its fd 0-3, so nothing of
-/// the helper's (its socket to the host) reaches the shell. Returns once
-/// the shell has handed its run over; the pid is the helper's child.
+/// group, dying with the helper. `/dev/null` is its fd 0-3 (fd 3 is the
+/// helper's socket to the host); the helper's descriptors above 3 are
+/// closed by the shell's own steps after its handoff, before any program
+/// exists. Returns once the shell has handed its run over; the pid is the
+/// helper's child.
 pub(crate) fn fork_shell(prepared: &Arc<pycage_sandbox::Prepared>) -> Result<i32, SpawnError> {
     let null = std::fs::File::open("/dev/null").map_err(SpawnError::Channel)?;
     let null_fd = null.as_raw_fd();
