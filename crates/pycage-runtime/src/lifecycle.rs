@@ -155,9 +155,14 @@ pub(crate) enum Keep<'a> {
     /// Nobody: the worker serves this run only.
     OneShot,
     /// A session: its process (taken at its first run), kept after every
-    /// run that finished (`done`), gone after any other.
-    Session { kept: &'a mut Option<Kept>, first: bool },
+    /// run that finished (`done`), gone after any other. `baseline`, when
+    /// the session sampled its processes' CPU at the run's start (its run
+    /// edge), is that sample: the run's CPU budget counts from it.
+    Session { kept: &'a mut Option<Kept>, first: bool, baseline: Option<Baseline> },
 }
+
+/// A session's CPU at a run's start, sampled off the run's critical path.
+pub(crate) type Baseline = tokio::sync::oneshot::Receiver<Duration>;
 
 /// How a run ended, beyond its result.
 pub(crate) struct Outcome {
@@ -222,7 +227,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     //    and the deadline. A half-made worker is dropped (killed, reaped).
     let (opening, took_worker) = match &keep {
         Keep::OneShot => (Opening::OneShot, true),
-        Keep::Session { kept, first } => {
+        Keep::Session { kept, first, .. } => {
             let opening = if *first { Opening::SessionFirst } else { Opening::SessionNext };
             (opening, kept.is_none())
         }
@@ -252,14 +257,14 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
             Some((w, s)) => (w, &*s, None),
             None => return settled(FailureKind::WorkerExit, "no process was started for the run"),
         },
-        Keep::Session { kept, .. } => {
+        Keep::Session { kept, baseline, .. } => {
             if let Some((worker, site)) = fresh.take() {
                 *kept = Some(Kept { worker, site });
             }
             match kept.as_mut() {
                 Some(k) => {
                     let Kept { worker, site } = k;
-                    (worker, &*site, Some(()))
+                    (worker, &*site, Some(baseline))
                 }
                 None => return settled(FailureKind::WorkerExit, "the session has no process"),
             }
@@ -271,9 +276,10 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     let sandboxed = rt.sandboxed();
     let scope = scope_of(worker, site, sandboxed);
     let budget = Budget { cpu: Duration::from_secs(config.cpu_seconds), memory_bytes: config.address_space_bytes };
+    let is_session = session_slot.is_some();
     let watch = match session_slot {
         None => crate::watchdog::budget_watch(scope, budget, Duration::ZERO, rt.scan_cache()),
-        Some(()) => session_watch(scope, budget, rt.scan_cache()),
+        Some(baseline) => session_watch(scope, budget, baseline, rt.scan_cache()),
     };
     let machine = RunMachine::with_sys_path(
         &config,
@@ -325,7 +331,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     // 4. Settling. A session keeps a process that finished; everything else
     //    is stopped and reaped (off the critical path when nothing waits
     //    for it), and its output is copied once no process of it is left.
-    if session_slot.is_some() {
+    if is_session {
         return Outcome { result, after, took_worker, ran: true };
     }
     let Some((mut worker, site)) = fresh else {
@@ -381,17 +387,27 @@ fn scope_of(worker: &Worker, site: &RunSite, sandboxed: bool) -> Option<Scope> {
 }
 
 /// A session run's watch: CPU counted from what the session's processes
-/// had used when the run started (sampled off the run's critical path).
+/// had used when the run started (sampled off the run's critical path:
+/// the session's own start-edge sample when it took one, else here).
 fn session_watch(
     scope: Option<Scope>,
     budget: Budget,
+    sampled: Option<Baseline>,
     cache: Arc<crate::watchdog::ScanCache>,
 ) -> crate::watchdog::BudgetWatch {
     Box::pin(async move {
         let Some(s) = scope.clone() else { return std::future::pending().await };
-        let c = Arc::clone(&cache);
-        let baseline =
-            tokio::task::spawn_blocking(move || crate::watchdog::sample_cpu(s, &c)).await.unwrap_or(Duration::ZERO);
+        let sampled = match sampled {
+            Some(rx) => rx.await.ok(),
+            None => None,
+        };
+        let baseline = match sampled {
+            Some(cpu) => cpu,
+            None => {
+                let c = Arc::clone(&cache);
+                tokio::task::spawn_blocking(move || crate::watchdog::sample_cpu(s, &c)).await.unwrap_or(Duration::ZERO)
+            }
+        };
         crate::watchdog::budget_watch(scope, budget, baseline, cache).await
     })
 }

@@ -283,10 +283,13 @@ impl Session {
         let first = state.runs == 0;
         let state = &mut *state;
         let run_index = state.runs;
-        if let Some(scope) = state.kept.as_ref().and_then(|k| k.scope(runtime.sandboxed())) {
-            inner.sample_edge(scope, run_index, Edge::Start);
-        }
-        let outcome = lifecycle::run(runtime, plan, Keep::Session { kept: &mut state.kept, first }).await;
+        // The start edge is also the run's CPU-budget baseline: one sample.
+        let baseline = state
+            .kept
+            .as_ref()
+            .and_then(|k| k.scope(runtime.sandboxed()))
+            .map(|scope| inner.sample_edge(scope, run_index, Edge::Start));
+        let outcome = lifecycle::run(runtime, plan, Keep::Session { kept: &mut state.kept, first, baseline }).await;
         *lock(&inner.last_used) = Instant::now();
         if outcome.took_worker {
             // This session took a pooled child: replace it, between runs.
@@ -299,7 +302,7 @@ impl Session {
         match (outcome.ran, outcome.after) {
             (true, ChildAfter::Finished) => {
                 if let Some(scope) = state.kept.as_ref().and_then(|k| k.scope(runtime.sandboxed())) {
-                    inner.sample_edge(scope, run_index, Edge::End);
+                    drop(inner.sample_edge(scope, run_index, Edge::End));
                 }
             }
             (true, ChildAfter::Gone) => {
@@ -339,13 +342,20 @@ const CLOSED: &str = "it was closed, or the runtime was shut down";
 impl Inner {
     /// Samples the session's CPU at an edge of run `run` on the blocking
     /// pool and records it when done (the run does not wait for it).
-    fn sample_edge(&self, scope: crate::watchdog::Scope, run: u64, edge: Edge) {
+    /// Samples the session's CPU at a run's edge, off the critical path
+    /// and whatever becomes of the run (a detached blocking task): the
+    /// edge is recorded, and the sample is also sent on the returned
+    /// channel (a run's start: its CPU-budget baseline).
+    fn sample_edge(&self, scope: crate::watchdog::Scope, run: u64, edge: Edge) -> lifecycle::Baseline {
         let (edges, cache) = (Arc::clone(&self.edges), self.runtime.scan_cache());
+        let (tx, rx) = tokio::sync::oneshot::channel();
         let sampled = tokio::task::spawn_blocking(move || {
             let cpu = crate::watchdog::sample_cpu(scope, &cache);
             lock(&edges).record(run, edge, cpu);
+            let _ = tx.send(cpu);
         });
         drop(sampled);
+        rx
     }
 
     fn set_ended(&self, reason: String) {

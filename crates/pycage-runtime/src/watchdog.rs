@@ -385,8 +385,11 @@ fn scan_parents() -> Vec<(i32, i32)> {
 }
 
 impl Children {
-    fn new(root: i32, cache: &ScanCache) -> Children {
-        if std::path::Path::new(&format!("/proc/{root}/task/{root}/children")).exists() {
+    fn new(cache: &ScanCache) -> Children {
+        // Whether the kernel has them does not change: asked once, not at
+        // every sample (a session cell takes two).
+        static FILES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *FILES.get_or_init(|| std::path::Path::new("/proc/thread-self/children").exists()) {
             return Children::Files;
         }
         let fresh = PERIOD / 2;
@@ -477,7 +480,7 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
     // Without the run's own network namespace, its sockets are found
     // through its descriptors.
     let mut descriptors = Descriptors::new(sockets.is_none());
-    let children = Children::new(root, cache);
+    let children = Children::new(cache);
     // (pid, the parent it was found under)
     let mut queue = vec![(root, None)];
     queue.extend(joined.map(|j| (j, None)));
