@@ -3,7 +3,9 @@
 One ``Runtime(isolation=...).session()``, ``x = 0``, then ``--cells`` cells
 ``x = x + 1; x`` spaced ``--gap-ms`` apart (an agent's cells come apart, so
 the session's background work between them is not in the figure). Prints
-p50 and p90 per isolation. Run it with another build first on
+p50 and p90 per isolation, and the host's CPU per cell (``RUSAGE_SELF``:
+the package, the runtime's threads, the session's samples of its
+processes; ``--gap-ms 0`` for cells back to back). Run it with another build first on
 ``PYTHONPATH`` (``pip install --no-deps --target DIR .`` at another commit)
 for a before/after:
 
@@ -14,6 +16,7 @@ for a before/after:
 """
 
 import argparse
+import resource
 import time
 
 import pycage
@@ -24,14 +27,18 @@ def cells(isolation, n, gap):
     session = rt.session()
     session.run("x = 0").unwrap()
     lat = []
+    before = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(n):
         t = time.perf_counter()
         session.run("x = x + 1\nx").unwrap()
         lat.append(time.perf_counter() - t)
-        time.sleep(gap)
+        if gap:
+            time.sleep(gap)
+    after = resource.getrusage(resource.RUSAGE_SELF)
     rt.close()
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     lat.sort()
-    return lat[n // 2], lat[int(n * 0.9)]
+    return lat[n // 2], lat[int(n * 0.9)], cpu / n
 
 
 def main():
@@ -42,8 +49,8 @@ def main():
     args = ap.parse_args()
     print(f"pycage from {pycage.__file__}")
     for isolation in args.isolation.split(","):
-        p50, p90 = cells(isolation, args.cells, args.gap_ms / 1000)
-        print(f"{isolation:<8} cell p50 {p50 * 1e3:.3f} ms  p90 {p90 * 1e3:.3f} ms")
+        p50, p90, cpu = cells(isolation, args.cells, args.gap_ms / 1000)
+        print(f"{isolation:<8} cell p50 {p50 * 1e3:.3f} ms  p90 {p90 * 1e3:.3f} ms  host CPU {cpu * 1e6:.0f} us")
 
 
 if __name__ == "__main__":
