@@ -114,7 +114,8 @@ pub use launch::site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
 ///     });
 /// }
 /// let config = pycage_runtime::RuntimeConfig {
-///     shell_helper: Some(vec![std::env::current_exe().unwrap().into(), "__shell-helper".into()]),
+///     // This very binary, even if the file on disk was replaced since.
+///     shell_helper: Some(vec!["/proc/self/exe".into(), "__shell-helper".into()]),
 ///     ..Default::default()
 /// };
 /// ```

@@ -1123,3 +1123,18 @@ fn fd3_closed_child() {
     assert_eq!(got, "hi");
     eprintln!("fd3-child: ok");
 }
+
+/// A host whose shells another process builds computes the program's own
+/// steps from the policy alone: the very plan the built sandbox would
+/// give, for each network mode.
+#[test]
+fn the_join_plan_from_the_policy_is_the_built_sandboxs() {
+    for egress_port in [None, Some(8080)] {
+        let mut fixture = Fixture::new(90);
+        fixture.policy.egress_port = egress_port;
+        let built = Prepared::new(&fixture.policy).expect("Prepared::new").join_plan();
+        let from_policy = pycage_sandbox::JoinPlan::for_policy(&fixture.policy).expect("JoinPlan::for_policy");
+        assert_eq!(from_policy, built, "egress {egress_port:?}");
+        assert!(from_policy.confine.len() > 10);
+    }
+}

@@ -288,10 +288,26 @@ impl Worker {
     /// A sandbox shell's supervisor that the shell helper forked: `pidfd`
     /// names it. Needs a tokio runtime (the pidfd is registered with it).
     pub(crate) fn from_helper(pid: i32, pidfd: OwnedFd, guards: Vec<Guard>) -> Result<Worker, SpawnError> {
+        // A worker without a pidfd could not signal the shell: on failure,
+        // kill it through the pidfd (the helper then reaps it).
+        let killer = match pidfd.try_clone() {
+            Ok(killer) => killer,
+            Err(e) => {
+                let _ = rustix::process::pidfd_send_signal(&pidfd, Signal::KILL);
+                return Err(SpawnError::Channel(e));
+            }
+        };
         let mut worker = Worker::unattached(pid, Parent::Helper, guards);
-        rustix::io::ioctl_fionbio(&pidfd, true).map_err(|e| SpawnError::Channel(e.into()))?;
-        worker.watch(pidfd)?;
-        Ok(worker)
+        let watched = rustix::io::ioctl_fionbio(&pidfd, true)
+            .map_err(|e| SpawnError::Channel(e.into()))
+            .and_then(|()| worker.watch(pidfd));
+        match watched {
+            Ok(()) => Ok(worker),
+            Err(e) => {
+                let _ = rustix::process::pidfd_send_signal(&killer, Signal::KILL);
+                Err(e)
+            }
+        }
     }
 
     /// A worker for child `pid` whose pidfd and channels are not attached
