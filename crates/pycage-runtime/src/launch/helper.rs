@@ -13,14 +13,17 @@
 //! it never runs a program. Host and helper speak over a `SOCK_SEQPACKET`
 //! pair (the helper's fd 3), one request and one reply at a time:
 //!
-//! - request: `shl1`, a flags byte (bit 0: the run cgroup's `cgroup.procs`
-//!   descriptor rides along), then the run's [`SandboxPolicy`] (encoded
-//!   here, length-prefixed; [`decode_policy`] checks every length);
+//! - request: `shl1`, the host's build (a length byte and [`BUILD`]), a
+//!   flags byte (bit 0: the run cgroup's `cgroup.procs` descriptor rides
+//!   along), then the run's [`SandboxPolicy`] (encoded here,
+//!   length-prefixed; [`decode_policy`] checks every length);
 //! - reply: `ok01`, the supervisor's pid and its init's pid (little endian
 //!   `i32`), a flags byte (bit 0: a handoff, bit 1: its `sock_diag`
 //!   socket, bit 2: its egress listener), carrying the supervisor's pidfd,
 //!   the handoff's descriptors and the eight [`Join`] descriptors; or
-//!   `err1` and the error's text.
+//!   `err1` and the error's text; or `ver1` and the helper's build, when
+//!   it is not the host's (a package upgraded under a running host: its
+//!   helper would be the new one), and the helper is then given up.
 //!
 //! The host computes the program's own steps itself
 //! ([`JoinPlan::for_policy`]), so nothing of the plan crosses. It keeps
@@ -62,6 +65,10 @@ use crate::process::Reaper;
 const REQUEST_TAG: [u8; 4] = *b"shl1";
 const REPLY_OK: [u8; 4] = *b"ok01";
 const REPLY_ERR: [u8; 4] = *b"err1";
+const REPLY_BUILD: [u8; 4] = *b"ver1";
+/// Host and helper must be one build: this crate's version and the
+/// protocol's revision.
+const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "/shell-helper-1");
 /// The request carries the run cgroup's `cgroup.procs`.
 const WITH_CGROUP: u8 = 1;
 const WITH_HANDOFF: u8 = 1;
@@ -168,6 +175,8 @@ impl ShellHelper {
     pub(crate) fn shell(&self, policy: &SandboxPolicy, cgroup: Option<OwnedFd>) -> Result<RemoteShell, SpawnError> {
         let mut request = Vec::with_capacity(256);
         request.extend_from_slice(&REQUEST_TAG);
+        request.push(BUILD.len() as u8);
+        request.extend_from_slice(BUILD.as_bytes());
         request.push(if cgroup.is_some() { WITH_CGROUP } else { 0 });
         encode_policy(policy, &mut request);
         if request.len() > MAX_REQUEST {
@@ -215,6 +224,14 @@ impl ShellHelper {
                 }
                 Err(Failure::Broken(message)) => {
                     self.drop_conn(live);
+                    Err(self.failed(&mut state, helper_error(message)))
+                }
+                Err(Failure::OtherBuild(theirs)) => {
+                    self.drop_conn(live);
+                    // Every helper started from this command would be
+                    // that build: give it up even if one served before.
+                    state.served = false;
+                    let message = format!("it is build {theirs:?}, this runtime {BUILD:?}");
                     Err(self.failed(&mut state, helper_error(message)))
                 }
             };
@@ -289,11 +306,14 @@ fn helper_error(message: String) -> SpawnError {
 }
 
 /// Why a reply brought no shell.
+#[derive(Debug, PartialEq)]
 enum Failure {
     /// The helper is gone or spoke nonsense: it must be replaced.
     Broken(String),
     /// The helper could not build this shell, and said why.
     Refused(String),
+    /// The helper is another build (named): no helper from its command will do.
+    OtherBuild(String),
 }
 
 fn send(sock: &OwnedFd, data: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> io::Result<()> {
@@ -344,8 +364,15 @@ fn receive_reply(sock: &OwnedFd) -> Result<RemoteShell, Failure> {
     if len == 0 {
         return Err(Failure::Broken("it exited".to_owned()));
     }
+    parse_reply(data, fds)
+}
+
+fn parse_reply(data: &[u8], fds: Vec<OwnedFd>) -> Result<RemoteShell, Failure> {
     if let Some(text) = data.strip_prefix(&REPLY_ERR) {
         return Err(Failure::Refused(String::from_utf8_lossy(text).into_owned()));
+    }
+    if let Some(theirs) = data.strip_prefix(&REPLY_BUILD) {
+        return Err(Failure::OtherBuild(String::from_utf8_lossy(theirs).into_owned()));
     }
     parse_ok(data, fds).ok_or_else(|| Failure::Broken("its answer was malformed".to_owned()))
 }
@@ -437,17 +464,20 @@ pub(crate) fn serve(sock: OwnedFd) -> io::Result<()> {
         if len == 0 {
             break Ok(());
         }
-        let reply = match build(&buf[..len], &mut fds) {
-            Ok((pid, shell)) => {
-                shells.push(pid);
-                encode_ok(pid, shell)
-            }
-            Err(message) => {
-                let mut data = REPLY_ERR.to_vec();
-                let text = message.as_bytes();
-                data.extend_from_slice(&text[..text.len().min(MAX_REPLY - REPLY_ERR.len())]);
-                (data, Vec::new())
-            }
+        let reply = match same_build(&buf[..len]) {
+            Err(reply) => (reply, Vec::new()),
+            Ok(body) => match build(body, &mut fds) {
+                Ok((pid, shell)) => {
+                    shells.push(pid);
+                    encode_ok(pid, shell)
+                }
+                Err(message) => {
+                    let mut data = REPLY_ERR.to_vec();
+                    let text = message.as_bytes();
+                    data.extend_from_slice(&text[..text.len().min(MAX_REPLY - REPLY_ERR.len())]);
+                    (data, Vec::new())
+                }
+            },
         };
         let borrowed: Vec<_> = reply.1.iter().map(|fd| fd.as_fd()).collect();
         if let Err(e) = send(&sock, &reply.0, &borrowed) {
@@ -461,10 +491,27 @@ pub(crate) fn serve(sock: OwnedFd) -> io::Result<()> {
     result
 }
 
-/// Builds the shell a request asks for: its supervisor's pid and what it
-/// handed over, or the error's text.
-fn build(request: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), String> {
-    let body = request.strip_prefix(&REQUEST_TAG).ok_or("not a shell request")?;
+/// The request after its tag and build, or the reply that refuses it: an
+/// error for something that is not a request, `ver1` and this helper's
+/// build for another build's request.
+fn same_build(request: &[u8]) -> Result<&[u8], Vec<u8>> {
+    let refuse = |text: &str| [REPLY_ERR.as_slice(), text.as_bytes()].concat();
+    let body = request.strip_prefix(&REQUEST_TAG).ok_or_else(|| refuse("not a shell request"))?;
+    let (&len, rest) = body.split_first().ok_or_else(|| refuse("an empty request"))?;
+    let len = usize::from(len);
+    if rest.len() < len {
+        return Err(refuse("a request cut short"));
+    }
+    let (theirs, body) = rest.split_at(len);
+    if theirs != BUILD.as_bytes() {
+        return Err([REPLY_BUILD.as_slice(), BUILD.as_bytes()].concat());
+    }
+    Ok(body)
+}
+
+/// Builds the shell a request (after its tag and build) asks for: its
+/// supervisor's pid and what it handed over, or the error's text.
+fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), String> {
     let (&flags, policy) = body.split_first().ok_or("an empty request")?;
     let policy = decode_policy(policy).ok_or("a malformed sandbox policy")?;
     let cgroup = match (flags & WITH_CGROUP != 0, fds.len()) {
@@ -698,6 +745,21 @@ mod tests {
         #[test]
         fn any_bytes_decode_without_panic(data in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = decode_policy(&data);
+        }
+    }
+
+    /// A helper of another build answers with its build, which the host
+    /// reads as a reason to give the helper up, not to retry it.
+    #[test]
+    fn builds_must_match() {
+        let request = |build: &[u8]| [REQUEST_TAG.as_slice(), &[build.len() as u8], build, &[0, 1, 2]].concat();
+        assert_eq!(same_build(&request(BUILD.as_bytes())), Ok([0u8, 1, 2].as_slice()));
+        let reply = same_build(&request(b"0.0.9/shell-helper-1")).unwrap_err();
+        assert_eq!(parse_reply(&reply, Vec::new()).err(), Some(Failure::OtherBuild(BUILD.to_owned())));
+        // Not a request, or one cut inside its build: refused, not a build.
+        for bad in [&b"xxxx"[..], &REQUEST_TAG[..], &[REQUEST_TAG.as_slice(), &[200, 1]].concat()[..]] {
+            let reply = same_build(bad).unwrap_err();
+            assert!(matches!(parse_reply(&reply, Vec::new()), Err(Failure::Refused(_))), "{bad:?}");
         }
     }
 
