@@ -25,17 +25,18 @@ fn config() -> RuntimeConfig {
     }
 }
 
-/// This process's live children that run the helper binary.
-fn helpers() -> Vec<i32> {
-    let mut out = Vec::new();
-    for line in common::live_children(|_| false) {
-        let pid: i32 = line.split_whitespace().next().unwrap().parse().unwrap();
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        if exe.is_some_and(|e| e == std::path::Path::new(HELPER)) {
-            out.push(pid);
-        }
-    }
-    out
+/// The runtime's helper: its pid, checked to be this process's live child
+/// running the helper binary. (Not found by scanning this process's
+/// children for that binary: a shell's init, a fork of the helper, is
+/// adopted by this subreaper once its supervisor dies, until its PID
+/// namespace is torn down.)
+fn helper_of(rt: &Runtime) -> i32 {
+    let pid = rt.shell_helper_pid().expect("a helper runs") as i32;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let parent = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(1).unwrap();
+    assert_eq!(parent, std::process::id().to_string(), "the helper is this process's child");
+    assert_eq!(std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(), std::path::Path::new(HELPER));
+    pid
 }
 
 /// The pids of `pid`'s live children.
@@ -82,9 +83,8 @@ async fn shell_helper() {
 async fn shells_come_from_the_helper_and_shutdown_leaves_no_process() {
     let rt = Runtime::new(config()).unwrap();
     let runs = common::sleeping_runs(&rt, 3).await;
-    let helpers = helpers();
-    assert_eq!(helpers.len(), 1, "one helper: {:?}", common::live_children(|_| false));
-    assert!(children_of(helpers[0]).len() >= 3, "the runs' shells are the helper's children");
+    let helper = helper_of(&rt);
+    assert!(children_of(helper).len() >= 3, "the runs' shells are the helper's children");
     rt.shutdown().await;
     no_process_left().await;
     for r in runs {
@@ -114,10 +114,9 @@ async fn a_killed_helper_fails_its_runs_and_is_replaced() {
             None => panic!("the run ended before it logged"),
         }
     }
-    let first = helpers();
-    assert_eq!(first.len(), 1);
+    let first = helper_of(&rt);
     // This process's own child (the runtime started it), not reaped yet.
-    let pid = rustix::process::Pid::from_raw(first[0]).unwrap();
+    let pid = rustix::process::Pid::from_raw(first).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
     let r = tokio::time::timeout(Duration::from_secs(60), running).await.unwrap().unwrap();
     assert_eq!(common::failure(&r).0, FailureKind::WorkerExit, "{r:?}");
@@ -125,7 +124,8 @@ async fn a_killed_helper_fails_its_runs_and_is_replaced() {
     for _ in 0..3 {
         assert_eq!(common::value(&common::run(&rt, "2 + 2").await), "4");
     }
-    wait_for("a new helper", || helpers().iter().any(|p| !first.contains(p))).await;
+    wait_for("a new helper", || rt.shell_helper_pid().is_some_and(|p| p as i32 != first)).await;
+    helper_of(&rt);
     rt.shutdown().await;
     no_process_left().await;
 }
