@@ -64,8 +64,8 @@ def _child_pid(needle):
     return None
 
 
-def _zygote_stat(pid):
-    """(own CPU s, own minor faults, reaped children's CPU s, their minor faults)."""
+def _proc_stat(pid):
+    """A process's (own CPU s, own minor faults, reaped children's CPU s, their minor faults)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     # After the command: state ppid pgrp session tty tpgid flags minflt
@@ -100,9 +100,9 @@ def one(isolation, host_mib, seconds, concurrency, spaced):
         assert r.value == 1, r
         time.sleep(0.02)
     zygote = _zygote_pid()
-    z0 = _zygote_stat(zygote) if zygote else None
+    z0 = _proc_stat(zygote) if zygote else None
     helper = _helper_pid()
-    h0 = _zygote_stat(helper) if helper else None
+    h0 = _proc_stat(helper) if helper else None
     s0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     done = [0]
     errors = []
@@ -124,9 +124,9 @@ def one(isolation, host_mib, seconds, concurrency, spaced):
     elapsed = time.monotonic() - t0
     s1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     same_zygote = zygote is not None and _zygote_pid() == zygote
-    z1 = _zygote_stat(zygote) if same_zygote else None
+    z1 = _proc_stat(zygote) if same_zygote else None
     same_helper = helper is not None and _helper_pid() == helper
-    h1 = _zygote_stat(helper) if same_helper else None
+    h1 = _proc_stat(helper) if same_helper else None
     helper_cpu = (h1[0] + h1[2] - h0[0] - h0[2]) if h1 else 0.0
     helper_rss = None
     if same_helper:

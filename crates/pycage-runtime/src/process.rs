@@ -226,6 +226,19 @@ pub(crate) fn die_with_parent(parent: Pid) -> io::Result<()> {
     Ok(())
 }
 
+/// fd 3, owned by the caller from now on, if it is open: the channel a
+/// process started by the host (`install_fd3`) serves on.
+pub(crate) fn take_fd3() -> Option<OwnedFd> {
+    let raw = pycage_protocol::PROTOCOL_FD;
+    // SAFETY: borrowed only for `F_GETFD`, which fails cleanly (EBADF) if
+    // fd 3 is not open.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+    rustix::io::fcntl_getfd(borrowed).ok()?;
+    // SAFETY: fd 3 is open (checked above) and was installed for this
+    // process by its starter; nothing else in it owns or closes fd 3.
+    Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
+}
+
 /// Restores SIGCHLD's default disposition in this process: with it
 /// ignored (inherited through exec from a host that ignores it), the kernel
 /// reaps children by itself, and `wait` finds nothing to report.

@@ -785,6 +785,18 @@ impl Prepared {
         })
     }
 
+    /// What a shell handed over once `spawn()` returned: the supervisor's
+    /// handoff (if it sent one) and the init's [`Join`], or why there is
+    /// no join (the child's recorded failure, else [`SandboxError::Spawn`]).
+    pub fn take_shell(&self) -> Result<(Option<Handoff>, Join), SandboxError> {
+        let handoff = self.take_handoff();
+        let join = self.take_join().ok_or_else(|| match self.take_child_failure() {
+            Some(failure) => SandboxError::Child(failure),
+            None => SandboxError::Spawn(io::Error::other("the shell handed nothing over")),
+        })?;
+        Ok((handoff, join))
+    }
+
     /// The failure the child recorded, if `enter` failed in a spawn that
     /// used this `Prepared`. Each failure is returned once.
     pub fn take_child_failure(&self) -> Option<ChildFailure> {

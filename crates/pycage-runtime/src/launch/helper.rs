@@ -424,17 +424,9 @@ fn parse_ok(data: &[u8], fds: Vec<OwnedFd>) -> Option<RemoteShell> {
 /// The helper's main loop on its fd 3, which must be a `SOCK_SEQPACKET`
 /// socket (what the host passes): anything else is refused, not used.
 pub(crate) fn serve_fd3() -> io::Result<()> {
-    let raw = pycage_protocol::PROTOCOL_FD;
-    // SAFETY: only borrowed for the check below, which fails cleanly
-    // (EBADF, ENOTSOCK) if fd 3 is not open or not a socket.
-    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
-    match rustix::net::sockopt::socket_type(borrowed) {
-        Ok(SocketType::SEQPACKET) => {}
-        _ => return Err(io::Error::other("fd 3 is not a pycage runtime's socket: only a runtime starts the helper")),
-    }
-    // SAFETY: fd 3 is open (checked above) and was installed by the host
-    // for this process alone; nothing else in it owns or closes fd 3.
-    let sock = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let sock = crate::process::take_fd3()
+        .filter(|fd| rustix::net::sockopt::socket_type(fd) == Ok(SocketType::SEQPACKET))
+        .ok_or_else(|| io::Error::other("fd 3 is not a pycage runtime's socket: only a runtime starts the helper"))?;
     serve(sock)
 }
 
@@ -529,11 +521,7 @@ fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), Stri
     let shell = (|| {
         // Our child, not reaped yet: the pidfd names it.
         let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|e| format!("pidfd_open: {e}"))?;
-        let handoff = prepared.take_handoff();
-        let join = prepared.take_join().ok_or_else(|| match prepared.take_child_failure() {
-            Some(failure) => pycage_sandbox::SandboxError::Child(failure).to_string(),
-            None => "the shell handed nothing over".to_owned(),
-        })?;
+        let (handoff, join) = prepared.take_shell().map_err(|e| e.to_string())?;
         Ok(RemoteShell { pid: raw, pidfd, handoff, join })
     })();
     match shell {

@@ -105,12 +105,7 @@ impl Sandboxes {
         // hook, and `spawn` returns once both have closed every descriptor,
         // after their handoffs.
         let supervisor = self.spawn_prepared(&prepared, guards)?;
-        let handoff = prepared.take_handoff();
-        let join = prepared.take_join().ok_or_else(|| {
-            SpawnError::Sandbox(prepared.take_child_failure().map(pycage_sandbox::SandboxError::Child).unwrap_or_else(
-                || pycage_sandbox::SandboxError::Spawn(std::io::Error::other("the shell handed nothing over")),
-            ))
-        })?;
+        let (handoff, join) = prepared.take_shell()?;
         Ok(Shell { supervisor, handoff, join, plan: prepared.join_plan() })
     }
 

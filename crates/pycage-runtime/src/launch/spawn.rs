@@ -1,4 +1,5 @@
-//! Spawning one child and ending it: the only module with `unsafe`.
+//! Spawning one child and ending it, with the `unsafe` of the fork and
+//! exec hooks (other syscalls are behind `crate::process`'s wrappers).
 //!
 //! A [`Worker`] is a started `python3 -I` running the bootstrap, blocked on
 //! its `boot` frame: it can be started before its request is known (a warm
