@@ -340,8 +340,6 @@ impl Session {
 const CLOSED: &str = "it was closed, or the runtime was shut down";
 
 impl Inner {
-    /// Samples the session's CPU at an edge of run `run` on the blocking
-    /// pool and records it when done (the run does not wait for it).
     /// Samples the session's CPU at a run's edge, off the critical path
     /// and whatever becomes of the run (a detached blocking task): the
     /// edge is recorded, and the sample is also sent on the returned
