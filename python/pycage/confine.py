@@ -11,6 +11,7 @@ shares with it (``_prctl``, ``_diag``, the rlimit names).
 """
 
 import ctypes
+import errno
 import os
 import resource
 import select
@@ -42,8 +43,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 def _prctl(option, arg):
     if _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def _diag(message):
@@ -69,6 +70,8 @@ def _diag(message):
 #: Descriptors of a join, after the two channels, in this order
 #: (pycage_sandbox::Join's field order).
 _JOIN_FDS = 8
+#: Index of the run's PID namespace among them.
+_JOIN_PID_NS = 2
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWCGROUP = 0x02000000
 _CLONE_NEWUTS = 0x04000000
@@ -100,8 +103,8 @@ def _prctl5(option, a2=0, a3=0, a4=0, a5=0):
 
 def _check(ret, what):
     if ret != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def _setns(fd, kind, what):
@@ -120,13 +123,56 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
-def _join_shell(join, fds, zygote_pid):
-    """Join the run's namespaces and root, fork the program into its PID
-    namespace, and return in the program once it is confined. The process
-    that joined stays outside that namespace as the program's parent: it
+class _PidNamespaces:
+    """The zygote's way into a run's PID namespace for one fork.
+
+    ``setns(CLONE_NEWPID)`` changes only where this process's next children
+    are born, and needs ``CAP_SYS_ADMIN`` over the target namespace and in
+    this process's own user namespace: a zygote of a root host has both.
+    Its child is then born in the run's PID namespace as the program
+    itself, and the zygote goes straight back to its own namespace. Where
+    the kernel refuses (a host that is not root), that is remembered, and
+    every child joins from outside and forks the program
+    (``_join_shell``)."""
+
+    def __init__(self):
+        self.own = None
+        self.own_pidfd = None
+        try:
+            self.own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+            # Watched by a child born elsewhere, whose getppid() reads 0.
+            self.own_pidfd = os.pidfd_open(os.getpid())
+        except OSError:
+            self.own = None
+
+    def enter(self, fd):
+        """Make the next fork's child be born in the PID namespace ``fd``;
+        False (nothing changed) where this process may not."""
+        if self.own is None or self.own_pidfd is None:
+            return False
+        if _libc.setns(fd, _CLONE_NEWPID) == 0:
+            return True
+        if ctypes.get_errno() == errno.EPERM:
+            self.own = None  # not privileged: never ask again
+        return False
+
+    def leave(self):
+        """Children are born in this process's own namespace again."""
+        return _libc.setns(self.own, _CLONE_NEWPID) == 0
+
+
+def _join_shell(join, fds, zygote_gone, born):
+    """Join the run's namespaces and root, and return in the program once
+    it is confined.
+
+    ``born``: this process was forked in the run's PID namespace
+    (``_PidNamespaces``) and is the program. Otherwise it forks the program
+    into that namespace and stays outside as the program's parent: it
     exits the way the program does (so the zygote reports the program's
     status and CPU time), ignoring the host's SIGTERM, and its death signal
-    takes the program with it."""
+    takes the program with it. ``zygote_gone()`` says whether the zygote
+    died (the credential changes clear the death signal, which is armed
+    again)."""
     user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset = fds
     host_ids = join.get("hostIds")
     if host_ids is not None:
@@ -143,14 +189,18 @@ def _join_shell(join, fds, zygote_pid):
     _setns(uts_ns, _CLONE_NEWUTS, "uts")
     _setns(ipc_ns, _CLONE_NEWIPC, "ipc")
     _setns(net_ns, _CLONE_NEWNET, "net")
-    _setns(pid_ns, _CLONE_NEWPID, "pid")
+    if not born:
+        _setns(pid_ns, _CLONE_NEWPID, "pid")
     for fd in (user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root):
         os.close(fd)
     # The credential changes cleared the death signal: arm it again.
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != zygote_pid:
+    if zygote_gone():
         _diag("the zygote died while a child joined its sandbox")
         os._exit(_EXIT_SETUP_FAILED)
+    if born:
+        _confine(join, ruleset)
+        return
     # The program's parent stays outside the PID namespace, where getppid()
     # reads 0: it is watched through a pidfd instead.
     joiner = os.pidfd_open(os.getpid())

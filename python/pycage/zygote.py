@@ -66,10 +66,12 @@ from pycage import bootstrap, preload
 from pycage.confine import (
     _EXIT_SETUP_FAILED,
     _JOIN_FDS,
+    _JOIN_PID_NS,
     _PR_SET_PDEATHSIG,
     _RLIMITS,
     _diag,
     _join_shell,
+    _PidNamespaces,
     _prctl,
     remap_once,
 )
@@ -89,6 +91,9 @@ class _Zygote:
         # id -> [pid, pidfd, reap requested]
         self.children = {}
         self.quitting = False
+        # Forks a sandboxed child straight into its run's PID namespace
+        # where the kernel lets it (a root host).
+        self.pid_namespaces = _PidNamespaces()
         self.poll = select.poll()
         self.poll.register(ctl.fileno(), select.POLLIN)
 
@@ -178,13 +183,23 @@ class _Zygote:
             # Forking a process with threads is what a zygote must never do.
             self.send({"type": "spawn-failed", "id": ident, "message": f"the zygote has {threads} threads"})
             return
+        # A sandboxed child is forked into its run's PID namespace when this
+        # process may enter it: it is then the program itself, with no
+        # second fork to get there (``_join_shell``).
+        born = join is not None and self.pid_namespaces.enter(fds[2 + _JOIN_PID_NS])
         try:
             pid = os.fork()
         except OSError as e:
-            self.send({"type": "spawn-failed", "id": ident, "message": f"fork failed: {e}"})
-            return
+            pid, failed = None, e
         if pid == 0:
-            _child(message, fds, self.pid, self.ctl.fileno())
+            _child(message, fds, self.pid, self.ctl.fileno(), self.pid_namespaces.own_pidfd if born else None)
+        if born and not self.pid_namespaces.leave():
+            # Every later child would be born in that run's namespace.
+            _diag("could not return to the zygote's PID namespace: retiring")
+            self.quitting = True
+        if pid is None:
+            self.send({"type": "spawn-failed", "id": ident, "message": f"fork failed: {failed}"})
+            return
         try:
             pidfd = os.pidfd_open(pid)
         except OSError as e:
@@ -194,7 +209,10 @@ class _Zygote:
             self.send({"type": "spawn-failed", "id": ident, "message": f"pidfd_open failed: {e}"})
             return
         self.children[ident] = [pid, pidfd, False]
-        self.send({"type": "spawned", "id": ident, "pid": pid}, (pidfd,))
+        answer = {"type": "spawned", "id": ident, "pid": pid}
+        if born:
+            answer["born"] = True
+        self.send(answer, (pidfd,))
 
     def reap(self, ident):
         child = self.children.get(ident)
@@ -251,15 +269,17 @@ def _fd_array_from(payload):
     return list(out)
 
 
-def _child(message, fds, zygote_pid, ctl_fd):
+def _child(message, fds, zygote_pid, ctl_fd, born_watch):
     """The forked child: set up (joining a sandbox shell when asked), then
-    serve one run. Never returns."""
+    serve one run. Never returns. ``born_watch`` is a pidfd of the zygote
+    when the child was born in its run's PID namespace, where its parent's
+    pid reads 0 (so its death is seen through that descriptor)."""
     sock_fd, out_fd = fds[0], fds[1]
     join = message.get("join")
     try:
         os.setsid()
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != zygote_pid:
+        if _zygote_gone(zygote_pid, born_watch):
             os._exit(_EXIT_SETUP_FAILED)  # the zygote died before the signal was armed
         os.close(ctl_fd)
         os.dup2(out_fd, 1)
@@ -268,7 +288,8 @@ def _child(message, fds, zygote_pid, ctl_fd):
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         if join is not None:
-            _join_shell(join, fds[2:], zygote_pid)  # returns in the program's process
+            # Returns in the program's process.
+            _join_shell(join, fds[2:], lambda: _zygote_gone(zygote_pid, born_watch), born_watch is not None)
         else:
             os.closerange(bootstrap.PROTOCOL_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         cwd = message["cwd"]
@@ -288,6 +309,14 @@ def _child(message, fds, zygote_pid, ctl_fd):
         _diag(f"warm-up failed: {type(e).__name__}: {e}")
     bootstrap.main()
     os._exit(bootstrap._EXIT_INTERNAL)
+
+
+def _zygote_gone(zygote_pid, born_watch):
+    """Whether the zygote that forked this child has died (it would then
+    not get the death signal armed after the fork)."""
+    if born_watch is None:
+        return os.getppid() != zygote_pid
+    return bool(select.select([born_watch], [], [], 0)[0])
 
 
 #: How often the zygote runs the child's warm-up itself. CPython specializes

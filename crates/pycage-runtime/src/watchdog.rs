@@ -137,9 +137,9 @@ pub enum Scope {
     PidNamespace {
         /// Host pid of PID 1 of the run's namespace.
         init: Pid,
-        /// A zygote's child that joined the namespace from outside: the
-        /// program is its child (born in the namespace), not the init's.
-        joined: Option<Pid>,
+        /// A zygote's child: not in the init's tree (the zygote is its
+        /// parent), so walked from too.
+        joined: Option<Joined>,
         /// The run's network namespace, for its sockets' buffers.
         sockets: Option<SockDiag>,
     },
@@ -149,6 +149,18 @@ pub enum Scope {
         /// The run's first process.
         root: Pid,
     },
+}
+
+/// A sandboxed run's zygote child, which the walk from the run's init does
+/// not find (its parent is the zygote).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Joined {
+    /// It joined the namespace from outside and forked the program there
+    /// (its child): its own memory, a copy of the zygote's, is not the
+    /// program's.
+    Joiner(Pid),
+    /// It was born in the namespace and is the program.
+    Program(Pid),
 }
 
 /// What a run holds in the kernel, outside every process's PSS (see the
@@ -471,11 +483,16 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
     };
     // Roots whose memory is not the program's: pycage's own reaper (a copy
     // of the host), the zygote child that joined (a copy of the zygote).
-    let (root, joined, skip_root_memory, sockets) = match &scope {
+    let (root, joined, joiner, skip_root_memory, sockets) = match &scope {
         Scope::PidNamespace { init, joined, sockets } => {
-            (init.as_raw_nonzero().get(), joined.map(|j| j.as_raw_nonzero().get()), true, sockets.clone())
+            let (joined, joiner) = match joined {
+                Some(Joined::Joiner(pid)) => (Some(pid.as_raw_nonzero().get()), true),
+                Some(Joined::Program(pid)) => (Some(pid.as_raw_nonzero().get()), false),
+                None => (None, false),
+            };
+            (init.as_raw_nonzero().get(), joined, joiner, true, sockets.clone())
         }
-        Scope::Descendants { root } => (root.as_raw_nonzero().get(), None, false, None),
+        Scope::Descendants { root } => (root.as_raw_nonzero().get(), None, false, false, None),
     };
     // Without the run's own network namespace, its sockets are found
     // through its descriptors.
@@ -501,7 +518,7 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
         if parent.is_some() && ppid != parent {
             continue;
         }
-        if skip_root_memory && (pid == root || Some(pid) == joined) {
+        if skip_root_memory && (pid == root || (joiner && Some(pid) == joined)) {
             // pycage's own reaper: its CPU is what it reaped, its memory
             // (a copy of the host's) is not the program's.
             if let Some((_, t)) = parse_stat(&stat) {

@@ -286,3 +286,43 @@ async fn runs_that_give_up_while_spawning_leave_no_child() {
     assert_eq!(children_of(zygote), Vec::<u32>::new(), "children of the zygote are left");
     rt.shutdown().await;
 }
+
+fn pid_ns_of(pid: u32) -> std::path::PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap()
+}
+
+/// A sandboxed child is forked straight into its run's PID namespace where
+/// the zygote may enter it (a root host): the zygote's child is then the
+/// program. Elsewhere the child joins from outside and forks the program
+/// there. Both are checked: as root, then again as an unprivileged user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxed_programs_are_born_in_their_pid_namespace_where_the_zygote_may() {
+    let rt = zygote_runtime(|c| c.isolation = Isolation::Sandbox);
+    let runs = sleeping_runs(&rt, 1).await;
+    let zygote = rt.zygote_pid().unwrap();
+    let children = children_of(zygote);
+    // The sleeping run's child, and any the pool holds: all sandboxed.
+    assert!(!children.is_empty());
+    let root = rustix::process::geteuid().is_root();
+    for child in &children {
+        let grandchildren = children_of(*child);
+        if root {
+            assert_ne!(pid_ns_of(*child), pid_ns_of(zygote), "born in the run's namespace");
+            assert_eq!(grandchildren, Vec::<u32>::new(), "the child is the program: it forked nothing");
+        } else {
+            assert_eq!(pid_ns_of(*child), pid_ns_of(zygote), "joined from outside");
+            assert_eq!(grandchildren.len(), 1, "the joiner forked the program");
+            assert_ne!(pid_ns_of(grandchildren[0]), pid_ns_of(zygote));
+        }
+    }
+    // The program sees no parent either way.
+    let r = run(&rt, "import os\nreturn [os.getppid(), os.getpid() > 1]").await;
+    assert_eq!(value(&r), "[0,true]");
+    rt.shutdown().await;
+    for run in runs {
+        let _ = run.await;
+    }
+    if root {
+        rerun_as_nobody("sandboxed_programs_are_born_in_their_pid_namespace_where_the_zygote_may");
+    }
+}
