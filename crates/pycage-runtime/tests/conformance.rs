@@ -61,7 +61,7 @@ fn both_spawn_modes_confine_alike() {
             for needle in [
                 r#""NoNewPrivs":["1"]"#,
                 r#""Seccomp":["2"]"#,
-                r#""Seccomp_filters":["2"]"#,
+                r#""Seccomp_filters":["1"]"#,
                 r#""CapEff":["0000000000000000"]"#,
                 r#""CapBnd":["0000000000000000"]"#,
                 r#""landlock":"PermissionError""#,

@@ -211,13 +211,12 @@ mod tests {
                 "drop-caps",
                 "no-new-privs",
                 "landlock",
-                "seccomp",
                 "seccomp"
             ]
         );
         assert_eq!(steps[1], ConfineStep::Limit { resource: Rlimit::Nproc, value: 66 });
-        // The filters go in install order: the allow-list first.
         assert_eq!(steps[5], ConfineStep::Limit { resource: Rlimit::Sigpending, value: 1024 });
+        // The whole seccomp policy is one program, installed last.
         assert_eq!(steps[17], ConfineStep::Seccomp { filter: filters.to_bytes()[0].clone() });
     }
 }
