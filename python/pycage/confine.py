@@ -128,37 +128,50 @@ class _PidNamespaces:
 
     ``setns(CLONE_NEWPID)`` changes only where this process's next children
     are born, and needs ``CAP_SYS_ADMIN`` over the target namespace and in
-    this process's own user namespace: a zygote of a root host has both.
-    Its child is then born in the run's PID namespace as the program
-    itself, and the zygote goes straight back to its own namespace. Where
-    the kernel refuses (a host that is not root), that is remembered, and
-    every child joins from outside and forks the program
-    (``_join_shell``)."""
+    this process's own user namespace. A zygote of a root host has both; so
+    does one the host started in its own user namespace (a host that is not
+    root: pycage_sandbox's ``zygote_user_namespace``), of which every run's
+    user namespace is a child. Its child is then born in the run's PID
+    namespace as the program itself. Where the kernel refuses, that is
+    remembered, and every child joins from outside and forks the program
+    (``_join_shell``).
+
+    After the fork the zygote sets its own PID namespace back. A zygote in
+    its own user namespace may not (that needs ``CAP_SYS_ADMIN`` over the
+    host's): its next child would be born in the namespace of the run
+    before (``stale``), so every later fork must enter its own run's
+    namespace first, and a fork that cannot is refused."""
 
     def __init__(self):
         self.own = None
         self.own_pidfd = None
+        #: The kernel refused to let this process enter a run's namespace.
+        self.refused = False
+        #: Children would be born in a namespace entered for an earlier fork.
+        self.stale = False
         try:
             self.own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
             # Watched by a child born elsewhere, whose getppid() reads 0.
             self.own_pidfd = os.pidfd_open(os.getpid())
         except OSError:
-            self.own = None
+            self.refused = True
 
     def enter(self, fd):
         """Make the next fork's child be born in the PID namespace ``fd``;
         False (nothing changed) where this process may not."""
-        if self.own is None or self.own_pidfd is None:
+        if self.refused:
             return False
         if _libc.setns(fd, _CLONE_NEWPID) == 0:
             return True
         if ctypes.get_errno() == errno.EPERM:
-            self.own = None  # not privileged: never ask again
+            self.refused = True  # not privileged: never ask again
         return False
 
     def leave(self):
-        """Children are born in this process's own namespace again."""
-        return _libc.setns(self.own, _CLONE_NEWPID) == 0
+        """Children are born in this process's own namespace again, where
+        the kernel lets it go back (else ``stale``)."""
+        self.stale = self.own is None or _libc.setns(self.own, _CLONE_NEWPID) != 0
+        return not self.stale
 
 
 def _join_shell(join, fds, zygote_gone, born):

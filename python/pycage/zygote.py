@@ -187,16 +187,20 @@ class _Zygote:
         # process may enter it: it is then the program itself, with no
         # second fork to get there (``_join_shell``).
         born = join is not None and self.pid_namespaces.enter(fds[2 + _JOIN_PID_NS])
+        if not born and self.pid_namespaces.stale:
+            # The child would be born in the namespace of an earlier run.
+            self.quitting = True
+            why = "the zygote cannot place this child in its own PID namespace: retiring"
+            self.send({"type": "spawn-failed", "id": ident, "message": why})
+            return
         try:
             pid = os.fork()
         except OSError as e:
             pid, failed = None, e
         if pid == 0:
             _child(message, fds, self.pid, self.ctl.fileno(), self.pid_namespaces.own_pidfd if born else None)
-        if born and not self.pid_namespaces.leave():
-            # Every later child would be born in that run's namespace.
-            _diag("could not return to the zygote's PID namespace: retiring")
-            self.quitting = True
+        if born:
+            self.pid_namespaces.leave()
         if pid is None:
             self.send({"type": "spawn-failed", "id": ident, "message": f"fork failed: {failed}"})
             return

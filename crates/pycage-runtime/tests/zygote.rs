@@ -291,38 +291,48 @@ fn pid_ns_of(pid: u32) -> std::path::PathBuf {
     std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap()
 }
 
-/// A sandboxed child is forked straight into its run's PID namespace where
-/// the zygote may enter it (a root host): the zygote's child is then the
-/// program. Elsewhere the child joins from outside and forks the program
-/// there. Both are checked: as root, then again as an unprivileged user.
+fn user_ns_of(pid: u32) -> std::path::PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/ns/user")).unwrap()
+}
+
+/// A sandboxed zygote child is forked straight into its run's PID
+/// namespace, so it is the program (no second fork): on a root host through
+/// the zygote's own privilege, elsewhere because the zygote runs as root of
+/// a user namespace of its own, of which every run's is a child. Checked as
+/// root, then again as an unprivileged user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sandboxed_programs_are_born_in_their_pid_namespace_where_the_zygote_may() {
+async fn sandboxed_programs_are_born_in_their_pid_namespace() {
     let rt = zygote_runtime(|c| c.isolation = Isolation::Sandbox);
     let runs = sleeping_runs(&rt, 1).await;
     let zygote = rt.zygote_pid().unwrap();
+    let root = rustix::process::geteuid().is_root();
+    let own = std::process::id();
+    if root {
+        assert_eq!(user_ns_of(zygote), user_ns_of(own), "a root host's zygote needs no user namespace");
+    } else {
+        assert_ne!(user_ns_of(zygote), user_ns_of(own), "the zygote has its own user namespace");
+    }
     let children = children_of(zygote);
     // The sleeping run's child, and any the pool holds: all sandboxed.
     assert!(!children.is_empty());
-    let root = rustix::process::geteuid().is_root();
     for child in &children {
-        let grandchildren = children_of(*child);
-        if root {
-            assert_ne!(pid_ns_of(*child), pid_ns_of(zygote), "born in the run's namespace");
-            assert_eq!(grandchildren, Vec::<u32>::new(), "the child is the program: it forked nothing");
-        } else {
-            assert_eq!(pid_ns_of(*child), pid_ns_of(zygote), "joined from outside");
-            assert_eq!(grandchildren.len(), 1, "the joiner forked the program");
-            assert_ne!(pid_ns_of(grandchildren[0]), pid_ns_of(zygote));
-        }
+        assert_ne!(pid_ns_of(*child), pid_ns_of(zygote), "born in the run's namespace");
+        assert_eq!(children_of(*child), Vec::<u32>::new(), "the child is the program: it forked nothing");
     }
-    // The program sees no parent either way.
-    let r = run(&rt, "import os\nreturn [os.getppid(), os.getpid() > 1]").await;
-    assert_eq!(value(&r), "[0,true]");
+    // The program sees no parent, and is uid 1000 of its own namespace.
+    let r = run(&rt, "import os\nreturn [os.getppid(), os.getpid() > 1, os.getuid()]").await;
+    assert_eq!(value(&r), "[0,true,1000]");
+    // Process isolation never gets a user namespace of its own.
+    let process = zygote_runtime(|c| c.isolation = Isolation::Process);
+    let r = run(&process, "return 1").await;
+    assert_eq!(value(&r), "1");
+    assert_eq!(user_ns_of(process.zygote_pid().unwrap()), user_ns_of(own));
+    process.shutdown().await;
     rt.shutdown().await;
     for run in runs {
         let _ = run.await;
     }
     if root {
-        rerun_as_nobody("sandboxed_programs_are_born_in_their_pid_namespace_where_the_zygote_may");
+        rerun_as_nobody("sandboxed_programs_are_born_in_their_pid_namespace");
     }
 }

@@ -155,6 +155,16 @@ pub enum SandboxError {
     /// the interpreter could not be executed).
     #[error("spawn failed: {0}")]
     Spawn(#[source] io::Error),
+    /// The user namespace a zygote lives in (see
+    /// [`crate::zygote_user_namespace`]) could not be made.
+    #[error("sandbox: cannot make the zygote's user namespace: {what}: {source}")]
+    ZygoteUserNamespace {
+        /// The step that failed.
+        what: &'static str,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// A step of [`crate::Prepared::enter`], recorded when it fails.
@@ -284,11 +294,15 @@ pub enum Step {
     MaskBootId,
     /// `unshare(CLONE_NEWCGROUP)` for the program.
     UnshareProgramCgroup,
+    /// Joining the user namespace of the runtime's zygote before making the
+    /// run's (a host that is not root: the zygote can then fork its children
+    /// straight into the run's PID namespace).
+    JoinZygoteUser,
 }
 
 impl Step {
     /// All steps, in the order [`crate::Prepared::enter`] runs them.
-    pub const ALL: [Step; 58] = [
+    pub const ALL: [Step; 59] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
@@ -347,6 +361,7 @@ impl Step {
         Step::LandlockNotEnforced,
         Step::Seccomp,
         Step::JoinHandoff,
+        Step::JoinZygoteUser,
     ];
 
     /// The wire code of this step on the diagnostics pipe.
@@ -372,6 +387,7 @@ impl Step {
             Step::SetUid => "host uid",
             Step::SetDumpable => "host uid",
             Step::UnshareUser => "user namespace",
+            Step::JoinZygoteUser => "user namespace",
             Step::DenySetgroups => "user namespace",
             Step::WriteUidMap => "user namespace",
             Step::WriteGidMap => "user namespace",
@@ -436,6 +452,7 @@ impl Step {
             Step::SetUid => "setresuid",
             Step::SetDumpable => "prctl(PR_SET_DUMPABLE)",
             Step::UnshareUser => "unshare(CLONE_NEWUSER)",
+            Step::JoinZygoteUser => "setns into the zygote's user namespace",
             Step::DenySetgroups => "writing /proc/self/setgroups",
             Step::WriteUidMap => "writing /proc/self/uid_map",
             Step::WriteGidMap => "writing /proc/self/gid_map",

@@ -51,6 +51,7 @@ mod probe;
 pub mod seccomp;
 mod sys;
 mod syscalls;
+mod zygote_userns;
 
 use std::path::{Path, PathBuf};
 
@@ -66,6 +67,7 @@ pub use prepared::{
     Handoff, Join, JoinPlan, Prepared, INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS,
 };
 pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
+pub use zygote_userns::zygote_user_namespace;
 
 /// System paths a dynamically linked CPython and `subprocess` need, among
 /// those that exist here: `/usr`, `/bin` and `/sbin` (links into `/usr` on a

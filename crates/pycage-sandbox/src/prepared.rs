@@ -32,7 +32,10 @@
 //!    `setgroups([])`, `setresgid`, `setresuid` to the run's host ids and
 //!    make C dumpable again (the uid change cleared it, which would make
 //!    its `/proc/self` map files root-owned).
-//! 4. `unshare(CLONE_NEWUSER)`: the run's user namespace, "userns1".
+//! 4. `unshare(CLONE_NEWUSER)`: the run's user namespace, "userns1". For a
+//!    zygote's shell on a host that is not root, C first joins the zygote's
+//!    user namespace ([`Prepared::join_zygote_user_namespace`]), where the
+//!    host's ids are 0: userns1 is then its child, and step 5 maps 0 to 0.
 //! 5. Write `deny` to `setgroups` and map uid/gid 0 to the host ids
 //!    (`0 <host uid> 1`): an unprivileged writer may map exactly its own
 //!    ids. C now holds every capability in userns1 and none outside.
@@ -498,6 +501,9 @@ pub struct Prepared {
     handoff_write: OwnedFd,
     /// The run's `cgroup.procs`, opened for writing by the host.
     cgroup_procs: Option<OwnedFd>,
+    /// The zygote's user namespace, which the supervisor joins before it
+    /// makes the run's ([`Prepared::join_zygote_user_namespace`]).
+    zygote_userns: Option<OwnedFd>,
     /// Shell mode: the init process stops before the program and hands the
     /// run to the host (see [`Prepared::into_shell`]).
     shell: bool,
@@ -655,6 +661,7 @@ impl Prepared {
             handoff_write,
             shell: false,
             cgroup_procs: None,
+            zygote_userns: None,
             egress: policy.egress_port.map(|port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)),
             plan,
         })
@@ -666,6 +673,21 @@ impl Prepared {
     /// process of the run is in it from the start.
     pub fn join_cgroup(&mut self, procs: OwnedFd) {
         self.cgroup_procs = Some(procs);
+    }
+
+    /// Make the run's user namespace a child of the zygote's (`userns`,
+    /// from [`crate::zygote_user_namespace`]): the supervisor joins it
+    /// first, where the host's ids are 0, so the run's namespace maps uid
+    /// and gid 0 to 0 of it. A zygote in `userns` then holds every
+    /// capability over the run's namespaces. Ignored on a root host, whose
+    /// zygote holds them anyway and whose runs are leased other ids.
+    pub fn join_zygote_user_namespace(&mut self, userns: OwnedFd) {
+        if self.root_host {
+            return;
+        }
+        self.outer_uid_map = b"0 0 1\n".to_vec();
+        self.outer_gid_map = b"0 0 1\n".to_vec();
+        self.zygote_userns = Some(userns);
     }
 
     /// The resolved mount plan (for `pycage doctor` and diagnostics).
@@ -905,6 +927,12 @@ impl Prepared {
             rustix::process::set_dumpable_behavior(DumpableBehavior::Dumpable).map_err(at(Step::SetDumpable))?;
         }
 
+        if let Some(userns) = &self.zygote_userns {
+            // The owner of the zygote's namespace, joining it: every
+            // capability there, none outside (see `zygote_userns`).
+            rustix::thread::move_into_link_name_space(userns.as_fd(), Some(rustix::thread::LinkNameSpaceType::User))
+                .map_err(at(Step::JoinZygoteUser))?;
+        }
         // SAFETY: CLONE_NEWUSER on a single-threaded process.
         unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(at(Step::UnshareUser))?;
         write_at(&proc_self, c"setgroups", b"deny\n", Step::DenySetgroups)?;

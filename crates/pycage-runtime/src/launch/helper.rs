@@ -15,7 +15,8 @@
 //!
 //! - request: `shl1`, the host's build (a length byte and [`BUILD`]), a
 //!   flags byte (bit 0: the run cgroup's `cgroup.procs` descriptor rides
-//!   along), then the run's [`SandboxPolicy`] (encoded here,
+//!   along; bit 1: so does the zygote's user namespace, which the shell
+//!   joins first, after the cgroup's if both), then the run's [`SandboxPolicy`] (encoded here,
 //!   length-prefixed; [`decode_policy`] checks every length);
 //! - reply: `ok01`, the supervisor's pid and its init's pid (little endian
 //!   `i32`), a flags byte (bit 0: a handoff, bit 1: its `sock_diag`
@@ -45,7 +46,7 @@
 use std::ffi::OsString;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -68,9 +69,11 @@ const REPLY_ERR: [u8; 4] = *b"err1";
 const REPLY_BUILD: [u8; 4] = *b"ver1";
 /// Host and helper must be one build: this crate's version and the
 /// protocol's revision.
-const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "/shell-helper-1");
+const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "/shell-helper-2");
 /// The request carries the run cgroup's `cgroup.procs`.
 const WITH_CGROUP: u8 = 1;
+/// The request carries the zygote's user namespace.
+const WITH_ZYGOTE_USERNS: u8 = 2;
 const WITH_HANDOFF: u8 = 1;
 const WITH_SOCK_DIAG: u8 = 2;
 const WITH_EGRESS: u8 = 4;
@@ -169,20 +172,28 @@ impl ShellHelper {
     }
 
     /// A shell for `policy`, in the run cgroup whose `cgroup.procs` is
-    /// `cgroup` if there is one. Call it on the spawner thread: a helper
-    /// started here dies with the thread that started it. After an error,
-    /// [`ShellHelper::in_use`] says whether the helper was given up.
-    pub(crate) fn shell(&self, policy: &SandboxPolicy, cgroup: Option<OwnedFd>) -> Result<RemoteShell, SpawnError> {
+    /// `cgroup` if there is one, its user namespace a child of `userns` if
+    /// given (`Prepared::join_zygote_user_namespace`). Call it on the
+    /// spawner thread: a helper started here dies with the thread that
+    /// started it. After an error, [`ShellHelper::in_use`] says whether the
+    /// helper was given up.
+    pub(crate) fn shell(
+        &self,
+        policy: &SandboxPolicy,
+        cgroup: Option<OwnedFd>,
+        userns: Option<BorrowedFd<'_>>,
+    ) -> Result<RemoteShell, SpawnError> {
         let mut request = Vec::with_capacity(256);
         request.extend_from_slice(&REQUEST_TAG);
         request.push(BUILD.len() as u8);
         request.extend_from_slice(BUILD.as_bytes());
-        request.push(if cgroup.is_some() { WITH_CGROUP } else { 0 });
+        let flag = |on: bool, bit: u8| if on { bit } else { 0 };
+        request.push(flag(cgroup.is_some(), WITH_CGROUP) | flag(userns.is_some(), WITH_ZYGOTE_USERNS));
         encode_policy(policy, &mut request);
         if request.len() > MAX_REQUEST {
             return Err(helper_error(format!("the sandbox policy is too large ({} bytes)", request.len())));
         }
-        let fds: Vec<_> = cgroup.iter().map(|fd| fd.as_fd()).collect();
+        let fds: Vec<_> = cgroup.iter().map(|fd| fd.as_fd()).chain(userns).collect();
         let mut state = crate::sync::lock(&self.state);
         if state.closed {
             return Err(helper_error("the runtime is shutting down".to_owned()));
@@ -506,14 +517,20 @@ fn same_build(request: &[u8]) -> Result<&[u8], Vec<u8>> {
 fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), String> {
     let (&flags, policy) = body.split_first().ok_or("an empty request")?;
     let policy = decode_policy(policy).ok_or("a malformed sandbox policy")?;
-    let cgroup = match (flags & WITH_CGROUP != 0, fds.len()) {
-        (true, 1) => fds.pop(),
-        (false, 0) => None,
-        _ => return Err("the request's descriptors do not match it".to_owned()),
-    };
+    let (with_cgroup, with_userns) = (flags & WITH_CGROUP != 0, flags & WITH_ZYGOTE_USERNS != 0);
+    if flags & !(WITH_CGROUP | WITH_ZYGOTE_USERNS) != 0
+        || fds.len() != usize::from(with_cgroup) + usize::from(with_userns)
+    {
+        return Err("the request's descriptors do not match it".to_owned());
+    }
+    let userns = if with_userns { fds.pop() } else { None };
+    let cgroup = if with_cgroup { fds.pop() } else { None };
     let mut prepared = pycage_sandbox::Prepared::new(&policy).map_err(|e| e.to_string())?;
     if let Some(procs) = cgroup {
         prepared.join_cgroup(procs);
+    }
+    if let Some(userns) = userns {
+        prepared.join_zygote_user_namespace(userns);
     }
     let prepared = Arc::new(prepared.into_shell());
     let raw = spawn::fork_shell(&prepared).map_err(|e| e.to_string())?;

@@ -130,6 +130,12 @@ impl Launcher {
         let parent = config.run_dir_parent.clone().unwrap_or_else(std::env::temp_dir);
         let run_dirs = Arc::new(RunDirs::new(parent, Arc::clone(&cleanup)).map_err(RuntimeError::RunDirs)?);
         let reaper = Arc::new(Reaper::new());
+        let spawn_fallback = match (config.spawn, &interpreter.zygote_error) {
+            (SpawnMode::Exec, _) => None,
+            (SpawnMode::Zygote, Some(e)) => Some(format!("the zygote cannot run on this interpreter: {e}")),
+            (SpawnMode::Zygote, None) => None,
+        };
+        let use_zygote = config.spawn == SpawnMode::Zygote && spawn_fallback.is_none();
         let sandboxes = match config.isolation {
             Isolation::Process => None,
             Isolation::Sandbox => Some(Arc::new(Sandboxes::new(
@@ -139,14 +145,9 @@ impl Launcher {
                 packages.root(),
                 run_dirs.owner_id().to_owned(),
                 Arc::clone(&reaper),
+                use_zygote,
             )?)),
         };
-        let spawn_fallback = match (config.spawn, &interpreter.zygote_error) {
-            (SpawnMode::Exec, _) => None,
-            (SpawnMode::Zygote, Some(e)) => Some(format!("the zygote cannot run on this interpreter: {e}")),
-            (SpawnMode::Zygote, None) => None,
-        };
-        let use_zygote = config.spawn == SpawnMode::Zygote && spawn_fallback.is_none();
         let shells = match &sandboxes {
             Some(sandboxes) if use_zygote => Some(Shells {
                 sandboxes: Arc::clone(sandboxes),

@@ -263,6 +263,7 @@ impl Inner {
             bootstrap_dir: self.config.bootstrap_dir.clone(),
             preload: self.config.preload.clone(),
             env: self.config.zygote_env.clone(),
+            userns: self.config.shells.as_ref().and_then(|s| s.sandboxes.zygote_userns()),
         })
     }
 

@@ -3,7 +3,7 @@
 //! when one is delegated) and entered by an exec'd interpreter or, as a
 //! shell, joined by a zygote's child.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +32,11 @@ pub(crate) struct Sandboxes {
     reaper: Arc<Reaper>,
     /// Builds the shells when the configuration names a helper.
     helper: Option<ShellHelper>,
+    /// On a host that is not root, for the zygote path: the user namespace
+    /// the zygotes live in and every shell's user namespace is a child of
+    /// (`pycage_sandbox::zygote_user_namespace`), so that a zygote forks its
+    /// children straight into their run's PID namespace.
+    zygote_userns: Option<Arc<OwnedFd>>,
 }
 
 impl Sandboxes {
@@ -44,6 +49,7 @@ impl Sandboxes {
         packages: &Path,
         owner: String,
         reaper: Arc<Reaper>,
+        for_zygote: bool,
     ) -> Result<Sandboxes, RuntimeError> {
         let avail = pycage_sandbox::probe();
         let missing = avail.missing();
@@ -58,7 +64,25 @@ impl Sandboxes {
         }
         let layout = SandboxLayout::new(&config, interp, bootstrap, packages)?;
         let helper = config.shell_helper.clone().map(|argv| ShellHelper::new(argv, Arc::clone(&reaper)));
-        Ok(Sandboxes { config, layout, cgroup: avail.cgroup, next_cgroup: AtomicU64::new(0), owner, reaper, helper })
+        let zygote_userns = if for_zygote && !rustix::process::geteuid().is_root() {
+            let userns = pycage_sandbox::zygote_user_namespace().map_err(|e| RuntimeError::SandboxUnavailable {
+                layers: "user namespace".to_owned(),
+                reasons: e.to_string(),
+            })?;
+            Some(Arc::new(userns))
+        } else {
+            None
+        };
+        Ok(Sandboxes {
+            config,
+            layout,
+            cgroup: avail.cgroup,
+            next_cgroup: AtomicU64::new(0),
+            owner,
+            reaper,
+            helper,
+            zygote_userns,
+        })
     }
 
     /// The environment of a sandboxed zygote child, as the sandbox shows paths.
@@ -72,6 +96,11 @@ impl Sandboxes {
             self.layout.env.iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
         );
         env
+    }
+
+    /// The user namespace zygotes are started in, if they need their own.
+    pub(crate) fn zygote_userns(&self) -> Option<Arc<OwnedFd>> {
+        self.zygote_userns.clone()
     }
 
     /// What every sandboxed run sees of the host.
@@ -99,7 +128,10 @@ impl Sandboxes {
                 other => return other,
             }
         }
-        let (prepared, guards) = self.prepare(&[])?;
+        let (mut prepared, guards) = self.prepare(&[])?;
+        if let Some(userns) = &self.zygote_userns {
+            prepared.join_zygote_user_namespace(userns.try_clone().map_err(SpawnError::Channel)?);
+        }
         let prepared = Arc::new(prepared.into_shell());
         // Nothing is exec'd: the supervisor and init never return from the
         // hook, and `spawn` returns once both have closed every descriptor,
@@ -134,7 +166,7 @@ impl Sandboxes {
             }
             None => None,
         };
-        let remote = helper.shell(&policy, procs)?;
+        let remote = helper.shell(&policy, procs, self.zygote_userns.as_deref().map(AsFd::as_fd))?;
         let supervisor = Worker::from_helper(remote.pid, remote.pidfd, guards)?;
         Ok(Shell { supervisor, handoff: remote.handoff, join: remote.join, plan })
     }

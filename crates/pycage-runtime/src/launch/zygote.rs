@@ -261,6 +261,9 @@ pub(crate) struct ZygoteSpec {
     pub preload: Vec<String>,
     /// Extra environment of its own (not its children's).
     pub env: Vec<(String, String)>,
+    /// A user namespace to start it in (a sandbox runtime on a host that
+    /// is not root: `Sandboxes::zygote_userns`).
+    pub userns: Option<Arc<OwnedFd>>,
 }
 
 impl Zygote {
@@ -459,12 +462,21 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
     if !spec.preload.is_empty() {
         cmd.env("PYCAGE_PRELOAD", crate::interpreter::preload_argument(&spec.preload));
     }
+    let userns = spec.userns.clone();
     // SAFETY: the closure runs in the forked child before exec and makes only
-    // async-signal-safe calls (dup2/fcntl, prctl, getppid, _exit).
+    // async-signal-safe calls (dup2/fcntl, setns, prctl, getppid, _exit).
     unsafe {
         cmd.pre_exec(move || {
             process::install_fd3(child_fd)?;
             process::cloexec_above_fd3();
+            if let Some(userns) = &userns {
+                // Root of it after exec: it may then enter its children's
+                // PID namespaces (see `pycage_sandbox::zygote_user_namespace`).
+                rustix::thread::move_into_link_name_space(
+                    userns.as_fd(),
+                    Some(rustix::thread::LinkNameSpaceType::User),
+                )?;
+            }
             process::die_with_parent(parent)
         });
     }
