@@ -1,20 +1,19 @@
 """Joining a sandbox shell and the confinement program, in a zygote's child.
 
-Sandbox isolation through the zygote: the child the zygote forked joins the
-run's namespaces and root the host built (``_join_shell``), forks the
-program into the run's PID namespace, and runs the host's ordered list of
-final steps in it (``_confine``: one function per step in ``_CONFINE_OPS``;
-a step it does not know fails the setup). The policy and the order live in
-Rust (pycage-sandbox's ``confine`` module; the exec path runs the same list
+Sandbox isolation through the zygote: the zygote forks the child straight
+into the run's PID namespace (``_PidNamespaces``), so the child is the
+program; it joins the run's other namespaces and root the host built
+(``_join_shell``), and runs the host's ordered list of final steps
+(``_confine``: one function per step in ``_CONFINE_OPS``; a step it does not
+know fails the setup). The policy and the order live in Rust
+(pycage-sandbox's ``confine`` module; the exec path runs the same list
 there); this module only executes them. Also the few helpers the zygote
 shares with it (``_prctl``, ``_diag``, the rlimit names).
 """
 
 import ctypes
-import errno
 import os
 import resource
-import select
 import signal
 import sys
 
@@ -61,9 +60,9 @@ def _diag(message):
 # IPC and UTS namespaces, its root (pivoted), its tmpfs, its init process
 # as PID 1 and the finished Landlock ruleset, exactly as for an exec'd
 # run. The init process hands those over as descriptors instead of forking
-# the program, and the host passes them here. This child joins them and
-# forks the program into the run's PID namespace; the program then applies
-# its own steps (rlimits, a nested user namespace as uid 1000, no
+# the program, and the host passes them here. The zygote forks this child
+# into the run's PID namespace; it joins the others and, as the program,
+# applies its own steps (rlimits, a nested user namespace as uid 1000, no
 # capabilities, no_new_privs, Landlock, seccomp: `Prepared::program_plan`)
 # before it reads anything of the run. Every value comes from the host.
 
@@ -90,9 +89,6 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 #: landlock_restrict_self: the same number on every architecture (the
 #: generic syscall table), x86_64 and aarch64 included.
 _SYS_LANDLOCK_RESTRICT_SELF = 446
-#: Exit status of a join whose program process was lost (as the sandbox's
-#: supervisor uses).
-_EXIT_LOST = 125
 
 
 def _prctl5(option, a2=0, a3=0, a4=0, a5=0):
@@ -126,15 +122,13 @@ class _CapData(ctypes.Structure):
 class _PidNamespaces:
     """The zygote's way into a run's PID namespace for one fork.
 
-    ``setns(CLONE_NEWPID)`` changes only where this process's next children
-    are born, and needs ``CAP_SYS_ADMIN`` over the target namespace and in
-    this process's own user namespace. A zygote of a root host has both; so
-    does one the host started in its own user namespace (a host that is not
-    root: pycage_sandbox's ``zygote_user_namespace``), of which every run's
-    user namespace is a child. Its child is then born in the run's PID
-    namespace as the program itself. Where the kernel refuses, that is
-    remembered, and every child joins from outside and forks the program
-    (``_join_shell``).
+    A process enters a PID namespace only by being forked into it.
+    ``setns(CLONE_NEWPID)`` changes where this process's next children are
+    born, and needs ``CAP_SYS_ADMIN`` over the target namespace and in this
+    process's own user namespace. A zygote of a root host has both; so does
+    one the host started as root of a user namespace of its own (a host that
+    is not root: pycage_sandbox's ``zygote_user_namespace``), of which every
+    run's user namespace is a child.
 
     After the fork the zygote sets its own PID namespace back. A zygote in
     its own user namespace may not (that needs ``CAP_SYS_ADMIN`` over the
@@ -143,49 +137,28 @@ class _PidNamespaces:
     namespace first, and a fork that cannot is refused."""
 
     def __init__(self):
-        self.own = None
-        self.own_pidfd = None
-        #: The kernel refused to let this process enter a run's namespace.
-        self.refused = False
+        self.own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        #: Watched by a child born in a run's namespace, whose getppid()
+        #: reads 0 (its parent is outside).
+        self.own_pidfd = os.pidfd_open(os.getpid())
         #: Children would be born in a namespace entered for an earlier fork.
         self.stale = False
-        try:
-            self.own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-            # Watched by a child born elsewhere, whose getppid() reads 0.
-            self.own_pidfd = os.pidfd_open(os.getpid())
-        except OSError:
-            self.refused = True
 
     def enter(self, fd):
-        """Make the next fork's child be born in the PID namespace ``fd``;
-        False (nothing changed) where this process may not."""
-        if self.refused:
-            return False
-        if _libc.setns(fd, _CLONE_NEWPID) == 0:
-            return True
-        if ctypes.get_errno() == errno.EPERM:
-            self.refused = True  # not privileged: never ask again
-        return False
+        """Make the next fork's child be born in the PID namespace ``fd``."""
+        _setns(fd, _CLONE_NEWPID, "pid")
 
     def leave(self):
         """Children are born in this process's own namespace again, where
         the kernel lets it go back (else ``stale``)."""
-        self.stale = self.own is None or _libc.setns(self.own, _CLONE_NEWPID) != 0
-        return not self.stale
+        self.stale = _libc.setns(self.own, _CLONE_NEWPID) != 0
 
 
-def _join_shell(join, fds, zygote_gone, born):
-    """Join the run's namespaces and root, and return in the program once
-    it is confined.
-
-    ``born``: this process was forked in the run's PID namespace
-    (``_PidNamespaces``) and is the program. Otherwise it forks the program
-    into that namespace and stays outside as the program's parent: it
-    exits the way the program does (so the zygote reports the program's
-    status and CPU time), ignoring the host's SIGTERM, and its death signal
-    takes the program with it. ``zygote_gone()`` says whether the zygote
-    died (the credential changes clear the death signal, which is armed
-    again)."""
+def _join_shell(join, fds, zygote_gone):
+    """Join the run's namespaces and root, in a child the zygote forked in
+    the run's PID namespace (``_PidNamespaces``), and confine it: it is the
+    program. ``zygote_gone()`` says whether the zygote died (the credential
+    changes clear the death signal, which is armed again)."""
     user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset = fds
     host_ids = join.get("hostIds")
     if host_ids is not None:
@@ -202,8 +175,6 @@ def _join_shell(join, fds, zygote_gone, born):
     _setns(uts_ns, _CLONE_NEWUTS, "uts")
     _setns(ipc_ns, _CLONE_NEWIPC, "ipc")
     _setns(net_ns, _CLONE_NEWNET, "net")
-    if not born:
-        _setns(pid_ns, _CLONE_NEWPID, "pid")
     for fd in (user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root):
         os.close(fd)
     # The credential changes cleared the death signal: arm it again.
@@ -211,55 +182,7 @@ def _join_shell(join, fds, zygote_gone, born):
     if zygote_gone():
         _diag("the zygote died while a child joined its sandbox")
         os._exit(_EXIT_SETUP_FAILED)
-    if born:
-        _confine(join, ruleset)
-        return
-    # The program's parent stays outside the PID namespace, where getppid()
-    # reads 0: it is watched through a pidfd instead.
-    joiner = os.pidfd_open(os.getpid())
-    # The host stops a run by SIGTERM to its whole group once the program
-    # closed fd 3, and the program's own death closes fd 3 an instant
-    # before the joiner can mirror it: the joiner ignores SIGTERM, or it
-    # would report the host's signal instead of the program's end. Blocked
-    # across the fork, so neither side misses or mistakes one.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-    program = os.fork()
-    if program:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        _mirror(program)
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if select.select([joiner], [], [], 0)[0]:
-        _diag("the joining process died before the program was confined")
-        os._exit(_EXIT_SETUP_FAILED)
-    os.close(joiner)
     _confine(join, ruleset)
-
-
-def _mirror(program):
-    """The joiner's life after the fork: hold nothing, wait for the program,
-    and exit the way it did. Never returns."""
-    os.closerange(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    while True:
-        try:
-            _, status = os.waitpid(program, 0)
-            break
-        except InterruptedError:
-            continue
-        except OSError:
-            os._exit(_EXIT_LOST)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            if sig not in (signal.SIGKILL, signal.SIGSTOP):
-                signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-            os.kill(os.getpid(), sig)
-        except (OSError, ValueError):
-            pass
-        os._exit(128 + sig)
-    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else _EXIT_LOST)
 
 
 def _write_proc(name, text):

@@ -183,11 +183,16 @@ class _Zygote:
             # Forking a process with threads is what a zygote must never do.
             self.send({"type": "spawn-failed", "id": ident, "message": f"the zygote has {threads} threads"})
             return
-        # A sandboxed child is forked into its run's PID namespace when this
-        # process may enter it: it is then the program itself, with no
-        # second fork to get there (``_join_shell``).
-        born = join is not None and self.pid_namespaces.enter(fds[2 + _JOIN_PID_NS])
-        if not born and self.pid_namespaces.stale:
+        # A sandboxed child is forked into its run's PID namespace: it is
+        # the program (``_PidNamespaces``, ``_join_shell``).
+        if join is not None:
+            try:
+                self.pid_namespaces.enter(fds[2 + _JOIN_PID_NS])
+            except OSError as e:
+                why = f"cannot enter the run's PID namespace: {e}"
+                self.send({"type": "spawn-failed", "id": ident, "message": why})
+                return
+        elif self.pid_namespaces.stale:
             # The child would be born in the namespace of an earlier run.
             self.quitting = True
             why = "the zygote cannot place this child in its own PID namespace: retiring"
@@ -198,8 +203,9 @@ class _Zygote:
         except OSError as e:
             pid, failed = None, e
         if pid == 0:
-            _child(message, fds, self.pid, self.ctl.fileno(), self.pid_namespaces.own_pidfd if born else None)
-        if born:
+            born_watch = self.pid_namespaces.own_pidfd if join is not None else None
+            _child(message, fds, self.pid, self.ctl.fileno(), born_watch)
+        if join is not None:
             self.pid_namespaces.leave()
         if pid is None:
             self.send({"type": "spawn-failed", "id": ident, "message": f"fork failed: {failed}"})
@@ -213,10 +219,7 @@ class _Zygote:
             self.send({"type": "spawn-failed", "id": ident, "message": f"pidfd_open failed: {e}"})
             return
         self.children[ident] = [pid, pidfd, False]
-        answer = {"type": "spawned", "id": ident, "pid": pid}
-        if born:
-            answer["born"] = True
-        self.send(answer, (pidfd,))
+        self.send({"type": "spawned", "id": ident, "pid": pid}, (pidfd,))
 
     def reap(self, ident):
         child = self.children.get(ident)
@@ -292,8 +295,7 @@ def _child(message, fds, zygote_pid, ctl_fd, born_watch):
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         if join is not None:
-            # Returns in the program's process.
-            _join_shell(join, fds[2:], lambda: _zygote_gone(zygote_pid, born_watch), born_watch is not None)
+            _join_shell(join, fds[2:], lambda: _zygote_gone(zygote_pid, born_watch))
         else:
             os.closerange(bootstrap.PROTOCOL_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         cwd = message["cwd"]

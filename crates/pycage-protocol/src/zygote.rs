@@ -46,7 +46,7 @@ pub const ZYGOTE_FIELDS: &[(&str, &[&str], &[&str])] = &[
     ("reap", &["type", "id"], &[]),
     ("quit", &["type"], &[]),
     ("ready", &["type", "pid", "threads"], &[]),
-    ("spawned", &["type", "id", "pid"], &["born"]),
+    ("spawned", &["type", "id", "pid"], &[]),
     ("spawn-failed", &["type", "id", "message"], &[]),
     ("reaped", &["type", "id", "status", "cpuNs"], &[]),
 ];
@@ -283,10 +283,8 @@ impl ZygoteRequest {
 pub enum ZygoteAnswer {
     /// Everything is imported; requests are served from now on.
     Ready { pid: i32, threads: u64 },
-    /// Child `id` was forked as `pid` (its pidfd is attached). `born`: a
-    /// sandboxed child was forked inside its run's PID namespace and is the
-    /// program itself (else it joins from outside and forks the program).
-    Spawned { id: u64, pid: i32, born: bool },
+    /// Child `id` was forked as `pid` (its pidfd is attached).
+    Spawned { id: u64, pid: i32 },
     /// Child `id` could not be forked.
     SpawnFailed { id: u64, message: String },
     /// Child `id` was reaped: its wait status and CPU time (with its reaped
@@ -352,15 +350,7 @@ pub fn parse_zygote_answer(packet: &[u8]) -> Result<ZygoteAnswer, AnswerError> {
     };
     Ok(match kind {
         "ready" => ZygoteAnswer::Ready { pid: pid_of("pid")?, threads: u64_of("threads")? },
-        "spawned" => {
-            let born = match root.get("born") {
-                None => false,
-                Some(v) => {
-                    v.as_bool().ok_or(AnswerError::Invalid { kind, field: "born", problem: "is not a boolean" })?
-                }
-            };
-            ZygoteAnswer::Spawned { id: u64_of("id")?, pid: pid_of("pid")?, born }
-        }
+        "spawned" => ZygoteAnswer::Spawned { id: u64_of("id")?, pid: pid_of("pid")? },
         "spawn-failed" => {
             let message = root.get("message").and_then(|m| m.as_str()).ok_or(AnswerError::Invalid {
                 kind,
@@ -451,11 +441,7 @@ mod tests {
     fn answers_parse_key_exactly() {
         let ok = |s: &str| parse_zygote_answer(s.as_bytes()).unwrap();
         assert_eq!(ok(r#"{"type":"ready","pid":12,"threads":1}"#), ZygoteAnswer::Ready { pid: 12, threads: 1 });
-        assert_eq!(ok(r#"{"type":"spawned","id":1,"pid":99}"#), ZygoteAnswer::Spawned { id: 1, pid: 99, born: false });
-        assert_eq!(
-            ok(r#"{"type":"spawned","id":1,"pid":99,"born":true}"#),
-            ZygoteAnswer::Spawned { id: 1, pid: 99, born: true }
-        );
+        assert_eq!(ok(r#"{"type":"spawned","id":1,"pid":99}"#), ZygoteAnswer::Spawned { id: 1, pid: 99 });
         assert_eq!(
             ok(r#"{"type":"reaped","id":1,"status":9,"cpuNs":1500}"#),
             ZygoteAnswer::Reaped { id: 1, status: 9, cpu_ns: 1500 }
@@ -477,7 +463,6 @@ mod tests {
         assert_eq!(err(br#"{"type":"spawned","id":1,"id":1,"pid":2}"#), r#"`spawned` has an unexpected key "id""#);
         assert_eq!(err(br#"{"type":"spawned","id":-1,"pid":2}"#), "`spawned.id` is not a non-negative integer");
         assert_eq!(err(br#"{"type":"spawned","id":1,"pid":0}"#), "`spawned.pid` is not a process id");
-        assert_eq!(err(br#"{"type":"spawned","id":1,"pid":2,"born":1}"#), "`spawned.born` is not a boolean");
         assert_eq!(
             err(br#"{"type":"reaped","id":1,"status":2.5,"cpuNs":0}"#),
             "`reaped.status` is not a 32-bit integer"

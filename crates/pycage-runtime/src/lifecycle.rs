@@ -375,7 +375,12 @@ fn stop_message(rt: &Core) -> &'static str {
 /// the child and its descendants otherwise.
 fn scope_of(worker: &Worker, site: &RunSite, sandboxed: bool) -> Option<Scope> {
     match site.init_pid() {
-        Some(init) => Some(Scope::PidNamespace { init, joined: worker.joined(), sockets: site.sock_diag() }),
+        Some(init) => Some(Scope::PidNamespace {
+            init,
+            // A zygote's child is the program, born in the namespace.
+            program: worker.is_zygote_child().then(|| worker.pid()).flatten(),
+            sockets: site.sock_diag(),
+        }),
         None if !sandboxed => worker.pid().map(|root| Scope::Descendants { root }),
         None => None,
     }

@@ -137,9 +137,9 @@ pub enum Scope {
     PidNamespace {
         /// Host pid of PID 1 of the run's namespace.
         init: Pid,
-        /// A zygote's child: not in the init's tree (the zygote is its
-        /// parent), so walked from too.
-        joined: Option<Joined>,
+        /// A zygote's child, born in the namespace: the program, outside
+        /// the init's tree (the zygote is its parent), so walked from too.
+        program: Option<Pid>,
         /// The run's network namespace, for its sockets' buffers.
         sockets: Option<SockDiag>,
     },
@@ -149,18 +149,6 @@ pub enum Scope {
         /// The run's first process.
         root: Pid,
     },
-}
-
-/// A sandboxed run's zygote child, which the walk from the run's init does
-/// not find (its parent is the zygote).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Joined {
-    /// It joined the namespace from outside and forked the program there
-    /// (its child): its own memory, a copy of the zygote's, is not the
-    /// program's.
-    Joiner(Pid),
-    /// It was born in the namespace and is the program.
-    Program(Pid),
 }
 
 /// What a run holds in the kernel, outside every process's PSS (see the
@@ -481,18 +469,13 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
             usage.processes += 1;
         }
     };
-    // Roots whose memory is not the program's: pycage's own reaper (a copy
-    // of the host), the zygote child that joined (a copy of the zygote).
-    let (root, joined, joiner, skip_root_memory, sockets) = match &scope {
-        Scope::PidNamespace { init, joined, sockets } => {
-            let (joined, joiner) = match joined {
-                Some(Joined::Joiner(pid)) => (Some(pid.as_raw_nonzero().get()), true),
-                Some(Joined::Program(pid)) => (Some(pid.as_raw_nonzero().get()), false),
-                None => (None, false),
-            };
-            (init.as_raw_nonzero().get(), joined, joiner, true, sockets.clone())
+    // The root whose memory is not the program's: pycage's own reaper (a
+    // copy of the host).
+    let (root, program, skip_root_memory, sockets) = match &scope {
+        Scope::PidNamespace { init, program, sockets } => {
+            (init.as_raw_nonzero().get(), program.map(|p| p.as_raw_nonzero().get()), true, sockets.clone())
         }
-        Scope::Descendants { root } => (root.as_raw_nonzero().get(), None, false, false, None),
+        Scope::Descendants { root } => (root.as_raw_nonzero().get(), None, false, None),
     };
     // Without the run's own network namespace, its sockets are found
     // through its descriptors.
@@ -500,7 +483,7 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
     let children = Children::new(cache);
     // (pid, the parent it was found under)
     let mut queue = vec![(root, None)];
-    queue.extend(joined.map(|j| (j, None)));
+    queue.extend(program.map(|p| (p, None)));
     let mut seen = std::collections::HashSet::new();
     let mut found = Vec::new();
     while let Some((pid, parent)) = queue.pop() {
@@ -518,7 +501,7 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
         if parent.is_some() && ppid != parent {
             continue;
         }
-        if skip_root_memory && (pid == root || (joiner && Some(pid) == joined)) {
+        if skip_root_memory && pid == root {
             // pycage's own reaper: its CPU is what it reaped, its memory
             // (a copy of the host's) is not the program's.
             if let Some((_, t)) = parse_stat(&stat) {
@@ -981,7 +964,7 @@ mod tests {
     fn a_vanished_scope_is_empty_not_an_error() {
         // The highest pid number is never live.
         let gone = Pid::from_raw(i32::MAX).unwrap();
-        assert_eq!(sample(Scope::PidNamespace { init: gone, joined: None, sockets: None }), Usage::default());
+        assert_eq!(sample(Scope::PidNamespace { init: gone, program: None, sockets: None }), Usage::default());
         assert_eq!(sample(Scope::Descendants { root: gone }), Usage::default());
     }
 }

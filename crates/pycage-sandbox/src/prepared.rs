@@ -374,7 +374,7 @@ pub struct Join {
     pub user_ns: OwnedFd,
     /// Its mount namespace (the run's root is pivoted in it).
     pub mount_ns: OwnedFd,
-    /// Its PID namespace: a joiner's children are born in it.
+    /// Its PID namespace: the zygote forks the program into it.
     pub pid_ns: OwnedFd,
     /// Its network namespace (a downed `lo` only).
     pub net_ns: OwnedFd,

@@ -149,7 +149,7 @@ enum Parent {
     /// This process (an exec'd child).
     Host,
     /// A zygote, which reaps child `id` when asked.
-    Zygote { zygote: Zygote, id: u64, born: bool },
+    Zygote { zygote: Zygote, id: u64 },
     /// The shell helper, which reaps the child when it exits: only its
     /// pidfd names it, and its death takes the rest of its shell.
     Helper,
@@ -278,8 +278,7 @@ impl Worker {
         run_dir: Option<RunDir>,
         companion: Option<Worker>,
     ) -> Result<Worker, SpawnError> {
-        let mut worker =
-            Worker::unattached(spawned.pid, Parent::Zygote { zygote, id: spawned.id, born: spawned.born }, Vec::new());
+        let mut worker = Worker::unattached(spawned.pid, Parent::Zygote { zygote, id: spawned.id }, Vec::new());
         worker.run_dir = run_dir.map(Arc::new);
         worker.companion = companion.map(Box::new);
         rustix::io::ioctl_fionbio(&spawned.pidfd, true).map_err(|e| SpawnError::Channel(e.into()))?;
@@ -355,13 +354,9 @@ impl Worker {
         self.exit.is_some() || self.pidfd.as_ref().is_some_and(|fd| crate::process::has_exited(fd.get_ref()))
     }
 
-    /// A zygote's child in a run's PID namespace, which a walk from the
-    /// namespace's init does not find (its parent is the zygote).
-    pub(crate) fn joined(&self) -> Option<crate::watchdog::Joined> {
-        use crate::watchdog::Joined;
-        let Parent::Zygote { born, .. } = self.parent else { return None };
-        let pid = self.pid()?;
-        Some(if born { Joined::Program(pid) } else { Joined::Joiner(pid) })
+    /// Whether a zygote forked this child.
+    pub(crate) fn is_zygote_child(&self) -> bool {
+        matches!(self.parent, Parent::Zygote { .. })
     }
 
     /// The run's host directory, in process isolation.
@@ -423,7 +418,7 @@ impl Worker {
                 self.exited().await;
                 let exit = match &self.parent {
                     Parent::Host => wait4(self.pid, libc::WNOHANG),
-                    Parent::Zygote { zygote, id, .. } => zygote.reap(*id).await,
+                    Parent::Zygote { zygote, id } => zygote.reap(*id).await,
                     // Reaped by the helper; its status is not ours to know.
                     Parent::Helper => None,
                 };
@@ -477,7 +472,7 @@ impl Drop for Worker {
                     }
                 }
             }
-            Parent::Zygote { zygote, id, .. } => zygote.reap_later(*id),
+            Parent::Zygote { zygote, id } => zygote.reap_later(*id),
             Parent::Helper => {}
         }
     }

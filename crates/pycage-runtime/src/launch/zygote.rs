@@ -129,9 +129,6 @@ pub(crate) struct Spawned {
     pub id: u64,
     pub pid: i32,
     pub pidfd: OwnedFd,
-    /// A sandboxed child born in its run's PID namespace: the program
-    /// itself, not a process that joins from outside and forks it.
-    pub born: bool,
 }
 
 /// A caller's wait for a spawn answer. A caller that goes away (its run's
@@ -750,13 +747,13 @@ impl Supervisor {
                 self.ready_at = Some(Instant::now());
                 self.shared.ready.store(true, Ordering::Release);
             }
-            ZygoteAnswer::Spawned { id, pid, born } => {
+            ZygoteAnswer::Spawned { id, pid } => {
                 let pidfd = fds.pop().ok_or_else(|| format!("it answered spawn {id} without a pidfd"))?;
                 self.asked.remove(&(true, id));
                 let Some(Waiting::Spawn { pending, reply }) = self.spawns.remove(&id) else {
                     return Err(format!("it answered spawn {id}, which nobody asked for"));
                 };
-                let spawned = Spawned { id, pid, pidfd, born };
+                let spawned = Spawned { id, pid, pidfd };
                 match reply {
                     SpawnReply::Caller(tx) => {
                         if let Err(Ok(unwanted)) = tx.send(Ok(spawned)) {
