@@ -199,7 +199,7 @@ def _confine(join, ruleset):
     runs the same list in Rust), each step through one function of
     _CONFINE_OPS. A step this table does not know fails the setup: nothing
     is ever run less confined than the host asked."""
-    state = {"ruleset": ruleset}
+    state = {"ruleset": ruleset, "closed": False}
     for step in join["confine"]:
         op = _CONFINE_OPS.get(step.get("op")) if type(step) is dict else None
         if op is None:
@@ -207,6 +207,10 @@ def _confine(join, ruleset):
         op(step, state)
     if state["ruleset"] is not None:
         raise ValueError("the confinement list has no landlock step")
+    if not state["closed"]:
+        # The zygote's descriptors (its PID namespace, its pidfd) must not
+        # reach the program.
+        raise ValueError("the confinement list has no close-fds step")
     if not remap_once(join.get("remaps", ())):
         raise ValueError("the sandbox's path remaps differ from the ones the zygote applied")
 
@@ -271,6 +275,7 @@ def _op_id_maps(step, state):
 def _op_close_fds(step, state):
     # Only stdio, fd 3 and the ruleset (closed by its step) stay open.
     ruleset = state["ruleset"]
+    state["closed"] = True
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if ruleset is None:
         os.closerange(bootstrap.PROTOCOL_FD + 1, nofile)

@@ -92,7 +92,7 @@ class _Zygote:
         self.children = {}
         self.quitting = False
         # Forks a sandboxed child straight into its run's PID namespace
-        # where the kernel lets it (a root host).
+        # (a root host, or a zygote exec'd in the runtime's user namespace).
         self.pid_namespaces = _PidNamespaces()
         self.poll = select.poll()
         self.poll.register(ctl.fileno(), select.POLLIN)

@@ -183,8 +183,9 @@ pub const CONFINE_FIELDS: &[(&str, &[&str])] = &[
 /// How a zygote's child joins a sandbox shell and confines itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinRequest {
-    /// On a root host, the run's leased host uid and gid: the joiner drops
-    /// to them before it joins (the run's user namespace maps only them).
+    /// On a root host, the run's leased host uid and gid: the zygote's
+    /// child drops to them before it joins (the run's user namespace maps
+    /// only them).
     pub host_ids: Option<(u32, u32)>,
     /// Host path prefixes and where the sandbox shows them.
     pub remaps: Vec<(String, String)>,

@@ -106,9 +106,9 @@ fn cases(canary: &str, port: u16, host_pid: u32) -> Vec<Case> {
             keep, is_value("[-1,1,-1,1]")),
         c("raise rlimits back", "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_NPROC, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))\n    return 'raised'\nexcept (ValueError, OSError) as e:\n    return 'refused'",
             keep, is_value("\"refused\"")),
-        // The parent is the run's init (exec), or the zygote child that joined
-        // the run from outside its PID namespace (which reads as 0): never a
-        // host process the program can see.
+        // The parent is the run's init (exec), or the zygote, which forked
+        // the program into the run's PID namespace from outside it (and so
+        // reads as 0): never a host process the program can see.
         c("runs as an unprivileged uid", "import os\nreturn [os.getuid(), os.geteuid(), os.getgid(), os.getpid(), os.getppid() in (0, 1)]", keep, is_value("[1000,1000,1000,2,true]")),
         c("flood stdout through print", "for i in range(200000):\n    print('x' * 100)\nreturn 'flooded'", keep,
             Box::new(|r| {

@@ -291,6 +291,14 @@ fn pid_ns_of(pid: u32) -> std::path::PathBuf {
     std::fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap()
 }
 
+/// A process's pid in each PID namespace it is in, outermost first
+/// (`NSpid` of its status).
+fn ns_pids_of(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap();
+    line.split_whitespace().map(|p| p.parse().unwrap()).collect()
+}
+
 fn user_ns_of(pid: u32) -> std::path::PathBuf {
     std::fs::read_link(format!("/proc/{pid}/ns/user")).unwrap()
 }
@@ -317,6 +325,11 @@ async fn sandboxed_programs_are_born_in_their_pid_namespace() {
     assert!(!children.is_empty());
     for child in &children {
         assert_ne!(pid_ns_of(*child), pid_ns_of(zygote), "born in the run's namespace");
+        // One level below the zygote's, and not its namespace's init (the
+        // shell's): a process of the run.
+        let (child_pids, zygote_pids) = (ns_pids_of(*child), ns_pids_of(zygote));
+        assert_eq!(child_pids.len(), zygote_pids.len() + 1, "{child_pids:?} under {zygote_pids:?}");
+        assert!(child_pids.last().copied().unwrap() > 1, "{child_pids:?}");
         assert_eq!(children_of(*child), Vec::<u32>::new(), "the child is the program: it forked nothing");
     }
     // The program sees no parent, and is uid 1000 of its own namespace.
@@ -334,5 +347,39 @@ async fn sandboxed_programs_are_born_in_their_pid_namespace() {
     }
     if root {
         rerun_as_nobody("sandboxed_programs_are_born_in_their_pid_namespace");
+    }
+}
+
+/// A sandboxed zygote's successor forks into the same runtime's user
+/// namespace (on a host that is not root, the one made for the runtime), so
+/// the shells built for the first serve the second's children: runs go on
+/// across the swap. Checked as root, then again as an unprivileged user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_zygote_is_replaced_in_the_same_user_namespace() {
+    let rt = zygote_runtime(|c| {
+        c.isolation = Isolation::Sandbox;
+        c.zygote_max_runs = 3;
+        c.pool_size = 2;
+    });
+    assert_eq!(value(&run(&rt, "return 0").await), "0");
+    let first = rt.zygote_pid().unwrap();
+    let first_ns = user_ns_of(first);
+    for _ in 0..40 {
+        if rt.zygote_pid() != Some(first) {
+            break;
+        }
+        assert_eq!(value(&run(&rt, "return 1").await), "1");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = rt.zygote_pid().unwrap();
+    assert_ne!(second, first, "the zygote was never replaced");
+    assert_eq!(user_ns_of(second), first_ns, "the successor shares the runtime's user namespace");
+    // Its children are born in their runs' namespaces too (no parent in sight).
+    for _ in 0..4 {
+        assert_eq!(value(&run(&rt, "import os\nreturn os.getppid()").await), "0");
+    }
+    rt.shutdown().await;
+    if rustix::process::geteuid().is_root() {
+        rerun_as_nobody("a_sandboxed_zygote_is_replaced_in_the_same_user_namespace");
     }
 }

@@ -301,7 +301,10 @@ pub enum Step {
 }
 
 impl Step {
-    /// All steps, in the order [`crate::Prepared::enter`] runs them.
+    /// All steps, in the order of their wire codes: the order
+    /// [`crate::Prepared::enter`] runs them, except the steps added later,
+    /// which are appended so that the codes of the others stay
+    /// ([`Step::JoinZygoteUser`] runs before [`Step::UnshareUser`]).
     pub const ALL: [Step; 59] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,

@@ -384,8 +384,8 @@ pub struct Join {
     pub uts_ns: OwnedFd,
     /// The run's root directory (`O_PATH`): `fchdir` + `chroot(".")` there.
     pub root: OwnedFd,
-    /// The Landlock ruleset with every rule of the run: the joiner's
-    /// program restricts itself with it.
+    /// The Landlock ruleset with every rule of the run: the program
+    /// restricts itself with it.
     pub ruleset: OwnedFd,
 }
 
@@ -393,7 +393,7 @@ pub struct Join {
 /// [`Prepared::join_plan`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinPlan {
-    /// On a root host, the run's leased host uid and gid: the joiner drops
+    /// On a root host, the run's leased host uid and gid: the program drops
     /// to them before it joins (the run's user namespace maps only them).
     pub host_ids: Option<(u32, u32)>,
     /// Steps 16-18, the same list [`Prepared::enter`] runs (see [`crate::confine`]).
@@ -712,7 +712,7 @@ impl Prepared {
         self.egress
     }
 
-    /// The seccomp filters the program runs under.
+    /// The seccomp program the program runs under.
     pub fn filters(&self) -> &Filters {
         &self.filters
     }

@@ -163,10 +163,12 @@ pub(crate) fn reset_signal_dispositions() {
 ///
 /// # Safety
 ///
-/// The calling process must be single-threaded (a forked child), so the new
-/// child is a consistent copy.
+/// Either the calling process is single-threaded (a forked child), so the
+/// new child is a consistent copy, or the child makes only
+/// async-signal-safe calls (raw syscalls, no allocation, no lock) before it
+/// execs or `_exit`s, as after a fork of a multi-threaded host.
 pub(crate) unsafe fn fork() -> Result<libc::pid_t, i32> {
-    // SAFETY: the caller guarantees a single-threaded process.
+    // SAFETY: the caller upholds one of the two conditions above.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         Err(last_errno())
@@ -344,8 +346,9 @@ pub(crate) unsafe fn reap_as_init(program: libc::pid_t, status_write: libc::c_in
 }
 
 /// A shell's init process after its handoff: close every fd, drop every
-/// capability, and reap whatever the PID namespace leaves it (a joined
-/// program reparented here, its orphans) until the host kills the
+/// capability, and reap whatever the PID namespace leaves it (the
+/// program's orphans; the program itself is the zygote's child and is
+/// reaped there) until the host kills the
 /// supervisor, whose death signal then takes this process and the whole
 /// namespace with it. Never returns.
 ///

@@ -57,9 +57,10 @@ pub fn zygote_user_namespace() -> Result<OwnedFd, SandboxError> {
         drop(ready_rx);
         drop(go_tx);
         // SAFETY: a single-threaded child (only the forking thread exists).
+        // The status byte is 0 or the errno (every errno fits in a byte).
         let status = match unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) } {
             Ok(()) => 0u8,
-            Err(_) => 1u8,
+            Err(e) => u8::try_from(e.raw_os_error()).unwrap_or(u8::MAX).max(1),
         };
         let _ = rustix::io::write(&ready_tx, &[status]);
         let mut byte = [0u8; 1];
@@ -70,7 +71,11 @@ pub fn zygote_user_namespace() -> Result<OwnedFd, SandboxError> {
     drop(ready_tx);
     drop(go_rx);
     let result = maps_and_namespace(pid, &ready_rx, &uid_map, &gid_map);
-    // Whatever happened, let the child exit, and reap it.
+    // Whatever happened, let the child exit, and reap it. A byte, not end
+    // of file: another thread of this host may fork (and not yet exec) a
+    // process holding a copy of `go_tx`, and two runtimes made at once
+    // would each wait for the other's copy to close.
+    let _ = rustix::io::write(&go_tx, &[0]);
     drop(go_tx);
     if let Some(child) = rustix::process::Pid::from_raw(pid) {
         let _ = rustix::process::waitpid(Some(child), rustix::process::WaitOptions::empty());
@@ -83,10 +88,16 @@ fn maps_and_namespace(pid: i32, ready: &OwnedFd, uid_map: &str, gid_map: &str) -
         |what: &'static str| move |e: rustix::io::Errno| SandboxError::ZygoteUserNamespace { what, source: e.into() };
     let mut status = [1u8; 1];
     let read = rustix::io::read(ready, &mut status).map_err(fail("waiting for the child"))?;
-    if read != 1 || status[0] != 0 {
+    if read != 1 {
         return Err(SandboxError::ZygoteUserNamespace {
             what: "unshare(CLONE_NEWUSER)",
-            source: std::io::Error::other("the child could not make a user namespace"),
+            source: std::io::Error::other("the child exited before it made a user namespace"),
+        });
+    }
+    if status[0] != 0 {
+        return Err(SandboxError::ZygoteUserNamespace {
+            what: "unshare(CLONE_NEWUSER)",
+            source: std::io::Error::from_raw_os_error(i32::from(status[0])),
         });
     }
     let proc =

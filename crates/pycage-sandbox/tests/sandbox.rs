@@ -808,7 +808,7 @@ fn killing_the_process_group_kills_the_whole_namespace() {
 }
 
 /// What the host sees of a running program: the run's host uid, no
-/// capabilities at all, no_new_privs, two seccomp filters, PID 2 of its own
+/// capabilities at all, no_new_privs, one seccomp filter, PID 2 of its own
 /// PID namespace under the init the handoff names, and six namespaces of
 /// its own. SIGKILL on the supervisor takes it down.
 #[test]
