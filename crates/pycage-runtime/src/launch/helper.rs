@@ -16,8 +16,9 @@
 //! - request: `shl1`, the host's build (a length byte and [`BUILD`]), a
 //!   flags byte (bit 0: the run cgroup's `cgroup.procs` descriptor rides
 //!   along; bit 1: so does the zygote's user namespace, which the shell
-//!   joins first, after the cgroup's if both), then the run's [`SandboxPolicy`] (encoded here,
-//!   length-prefixed; [`decode_policy`] checks every length);
+//!   joins first, after the cgroup's if both), then the run's
+//!   [`SandboxPolicy`] (encoded here, length-prefixed; [`decode_policy`]
+//!   checks every length);
 //! - reply: `ok01`, the supervisor's pid and its init's pid (little endian
 //!   `i32`), a flags byte (bit 0: a handoff, bit 1: its `sock_diag`
 //!   socket, bit 2: its egress listener), carrying the supervisor's pidfd,
