@@ -11,7 +11,7 @@ process is rarely small). It measures:
   the host process (``RUSAGE_SELF``), the zygote itself, the zygote's
   reaped children (the run's processes: their CPU and minor page faults,
   from the zygote's ``/proc/<pid>/stat``), and the sandbox shells: the
-  shell helper's own CPU and its reaped children's (the shells), plus the
+  shell helper's own CPU and faults and its reaped children's (the shells), plus the
   host's reaped children (shells forked by the host, for a build without
   the helper);
 - a floor in the same invocation: the CPU and wall time of a bare
@@ -128,6 +128,7 @@ def one(isolation, host_mib, seconds, concurrency, spaced):
     same_helper = helper is not None and _helper_pid() == helper
     h1 = _proc_stat(helper) if same_helper else None
     helper_cpu = (h1[0] + h1[2] - h0[0] - h0[2]) if h1 else 0.0
+    helper_faults = (h1[1] + h1[3] - h0[1] - h0[3]) if h1 else None
     helper_rss = None
     if same_helper:
         with open(f"/proc/{helper}/statm") as f:
@@ -144,6 +145,7 @@ def one(isolation, host_mib, seconds, concurrency, spaced):
         "runsPerSecond": done[0] / elapsed,
         "hostCpuMs": (_cpu(s1) - _cpu(s0)) / n * 1e3,
         "shellCpuMs": (_cpu(c1) - _cpu(c0) + helper_cpu) / n * 1e3,
+        "shellFaults": helper_faults / n if helper_faults is not None else None,
         "helperRssMib": helper_rss,
         "zygoteCpuMs": (z1[0] - z0[0]) / n * 1e3 if z1 else None,
         "zygoteFaults": (z1[1] - z0[1]) / n if z1 else None,
@@ -202,7 +204,8 @@ def main():
     print(f"floor: `{sys.executable} -I -c pass` CPU {floor_cpu:.2f} ms, wall {floor_wall:.2f} ms (medians)")
     print(f"closed loop at concurrency {args.concurrency} for {args.seconds:g} s; CPU and faults per run")
     head = (
-        "isolation  host RSS  helper RSS  spaced p50/p99 ms  runs/s  host CPU  shells CPU  zygote CPU (faults)"
+        "isolation  host RSS  helper RSS  spaced p50/p99 ms  runs/s  host CPU  shells CPU (faults)"
+        "  zygote CPU (faults)"
         "  child CPU (faults)  total CPU / floor"
     )
     print(head)
@@ -212,7 +215,8 @@ def main():
         print(
             f"{r['isolation']:<10} {r['hostRssMib']:>4} MiB  {_fmt(r.get('helperRssMib'), 0):>6} MiB"
             f"  {_fmt(r['spacedP50Ms']):>6} / {_fmt(r['spacedP99Ms']):>6}"
-            f"  {r['runsPerSecond']:>6.0f}  {_fmt(r['hostCpuMs']):>5} ms  {_fmt(r['shellCpuMs']):>7} ms"
+            f"  {r['runsPerSecond']:>6.0f}  {_fmt(r['hostCpuMs']):>5} ms"
+            f"  {_fmt(r['shellCpuMs']):>7} ms ({_fmt(r.get('shellFaults'), 0):>4})"
             f"  {_fmt(r['zygoteCpuMs']):>6} ms ({_fmt(r['zygoteFaults'], 0):>4})"
             f"  {_fmt(r['childCpuMs']):>6} ms ({_fmt(r['childFaults'], 0):>5})"
             f"  {_fmt(total):>6} ms / {total / floor_cpu if total else float('nan'):.2f}"

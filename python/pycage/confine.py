@@ -160,6 +160,10 @@ def _join_shell(join, fds, zygote_gone):
     program. ``zygote_gone()`` says whether the zygote died (the credential
     changes clear the death signal, which is armed again)."""
     user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset = fds
+    # The network namespace first, with the zygote's capabilities: a
+    # recycled one is owned outside the run's user namespace (by the host's
+    # or the zygote's), where the run's ids hold none.
+    _setns(net_ns, _CLONE_NEWNET, "net")
     host_ids = join.get("hostIds")
     if host_ids is not None:
         # A root host: the run's user namespace maps only the run's leased
@@ -174,7 +178,6 @@ def _join_shell(join, fds, zygote_gone):
     os.chroot(".")
     _setns(uts_ns, _CLONE_NEWUTS, "uts")
     _setns(ipc_ns, _CLONE_NEWIPC, "ipc")
-    _setns(net_ns, _CLONE_NEWNET, "net")
     for fd in (user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root):
         os.close(fd)
     # The credential changes cleared the death signal: arm it again.

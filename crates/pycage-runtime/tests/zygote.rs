@@ -383,3 +383,91 @@ async fn a_sandboxed_zygote_is_replaced_in_the_same_user_namespace() {
         rerun_as_nobody("a_sandboxed_zygote_is_replaced_in_the_same_user_namespace");
     }
 }
+
+/// The user namespace that owns `pid`'s network namespace (`NS_GET_USERNS`).
+fn net_ns_owner(pid: u32) -> std::path::PathBuf {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const NS_GET_USERNS: libc::c_ulong = 0xb701;
+    let net = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
+    // SAFETY: an ioctl without argument on a descriptor this function owns.
+    let owner = unsafe { libc::ioctl(net.as_raw_fd(), NS_GET_USERNS) };
+    assert!(owner >= 0, "NS_GET_USERNS: {}", std::io::Error::last_os_error());
+    // SAFETY: the ioctl returned a new descriptor, owned by nothing else.
+    let owner = unsafe { OwnedFd::from_raw_fd(owner) };
+    std::fs::read_link(format!("/proc/self/fd/{}", owner.as_raw_fd())).unwrap()
+}
+
+/// A run that leaves sockets behind it: a cycle of `SCM_RIGHTS` messages
+/// keeps an abstract socket bound after every descriptor of it is closed,
+/// until the kernel collects the cycle.
+const LEAVE_A_SOCKET: &str = "\
+import array, socket
+s = socket.socket(socket.AF_UNIX)
+s.bind(b'\\0pycage-left-behind')
+a, b = socket.socketpair()
+fds = array.array('i', [s.fileno(), a.fileno(), b.fileno()])
+a.sendmsg([b'x'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+b.sendmsg([b'x'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+return 1";
+
+/// The cookie of the run's network namespace (`SO_NETNS_COOKIE`).
+const NET_NS_COOKIE: &str = "\
+import socket
+return socket.socket(socket.AF_UNIX).getsockopt(socket.SOL_SOCKET, 71, 8).hex()";
+
+/// The network namespace of an ended sandboxed run serves later runs: made
+/// outside the run's user namespace (owned by the zygote's, or by the
+/// host's on a root host), it is nothing the run could change, and it is
+/// joined again only once every process of its run is gone and no socket
+/// is left in it. With shells the host forks and shells the helper forks;
+/// as root, then as an unprivileged user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_runs_network_namespaces_serve_later_runs() {
+    for helper in [false, true] {
+        let rt = zygote_runtime(|c| {
+            c.isolation = Isolation::Sandbox;
+            c.pool_size = 1;
+            if helper {
+                c.shell_helper = Some(vec![env!("CARGO_BIN_EXE_pycage-shell-helper").into()]);
+            }
+        });
+        let mut seen = HashSet::new();
+        let mut reused = false;
+        for _ in 0..40 {
+            // The namespace's cookie: never reused, as an inode number may be.
+            let r = run(&rt, NET_NS_COOKIE).await;
+            if !seen.insert(value(&r)) {
+                reused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(reused, "no run had an ended run's network namespace (helper: {helper}): {seen:?}");
+        // Whatever an earlier run left in a namespace, no later run finds it.
+        assert_eq!(value(&run(&rt, LEAVE_A_SOCKET).await), "1");
+        let bind = "import socket\nsocket.socket(socket.AF_UNIX).bind(b'\\0pycage-left-behind')\nreturn 2";
+        for _ in 0..6 {
+            assert_eq!(value(&run(&rt, bind).await), "2");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Owned by the zygote's user namespace (the host's on a root host),
+        // not by the run's: the run holds no capability over it.
+        let runs = sleeping_runs(&rt, 1).await;
+        let zygote = rt.zygote_pid().unwrap();
+        let children = children_of(zygote);
+        assert!(!children.is_empty());
+        for child in children {
+            assert_eq!(net_ns_owner(child), user_ns_of(zygote), "helper: {helper}");
+            assert_ne!(user_ns_of(child), user_ns_of(zygote));
+        }
+        let r = run(&rt, "import socket, fcntl, struct\ns = socket.socket(socket.AF_UNIX)\ntry:\n    fcntl.ioctl(s, 0x8914, struct.pack('16sH14x', b'lo', 1))\nexcept OSError as e:\n    return e.errno\nreturn 0").await;
+        assert_eq!(value(&r), "1", "bringing lo up: EPERM");
+        rt.shutdown().await;
+        for run in runs {
+            let _ = run.await;
+        }
+    }
+    if rustix::process::geteuid().is_root() {
+        rerun_as_nobody("ended_runs_network_namespaces_serve_later_runs");
+    }
+}

@@ -298,14 +298,22 @@ pub enum Step {
     /// run's (a host that is not root: the zygote can then fork its children
     /// straight into the run's PID namespace).
     JoinZygoteUser,
+    /// Making the run's network namespace before its user namespace, so
+    /// that the run holds no capability over it and it can serve later
+    /// runs ([`crate::Prepared::outer_network_namespace`]).
+    UnshareNetwork,
+    /// Joining the network namespace of an earlier run, all of whose
+    /// processes are gone ([`crate::Prepared::outer_network_namespace`]).
+    JoinNetwork,
 }
 
 impl Step {
     /// All steps, in the order of their wire codes: the order
     /// [`crate::Prepared::enter`] runs them, except the steps added later,
     /// which are appended so that the codes of the others stay
-    /// ([`Step::JoinZygoteUser`] runs before [`Step::UnshareUser`]).
-    pub const ALL: [Step; 59] = [
+    /// ([`Step::JoinZygoteUser`], [`Step::UnshareNetwork`] and
+    /// [`Step::JoinNetwork`] run before [`Step::UnshareUser`]).
+    pub const ALL: [Step; 61] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
@@ -365,6 +373,8 @@ impl Step {
         Step::Seccomp,
         Step::JoinHandoff,
         Step::JoinZygoteUser,
+        Step::UnshareNetwork,
+        Step::JoinNetwork,
     ];
 
     /// The wire code of this step on the diagnostics pipe.
@@ -439,6 +449,8 @@ impl Step {
             Step::OpenSockDiag => "network namespace",
             Step::MaskBootId => "proc",
             Step::UnshareProgramCgroup => "cgroup namespace",
+            Step::UnshareNetwork => "network namespace",
+            Step::JoinNetwork => "network namespace",
         }
     }
 
@@ -460,7 +472,9 @@ impl Step {
             Step::WriteUidMap => "writing /proc/self/uid_map",
             Step::WriteGidMap => "writing /proc/self/gid_map",
             Step::DeathSignal => "prctl(PR_SET_PDEATHSIG)",
-            Step::UnshareNamespaces => "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS)",
+            Step::UnshareNamespaces => {
+                "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWUTS, and CLONE_NEWNET unless made before)"
+            }
             Step::MakeRootPrivate => "making / recursively private",
             Step::MountTmpfs => "mounting the tmpfs for the new root",
             Step::CreateLayout => "creating a directory of the fixed layout",
@@ -504,6 +518,8 @@ impl Step {
             Step::OpenSockDiag => "opening a NETLINK_SOCK_DIAG socket inside the run",
             Step::MaskBootId => "mounting the run's boot_id over /proc/sys/kernel/random/boot_id",
             Step::UnshareProgramCgroup => "unshare(CLONE_NEWCGROUP) for the program",
+            Step::UnshareNetwork => "unshare(CLONE_NEWNET) outside the run's user namespace",
+            Step::JoinNetwork => "setns into the network namespace an earlier run left",
         }
     }
 }

@@ -370,13 +370,16 @@ pub struct Handoff {
 /// a process forked elsewhere (a zygote's child) needs to join the run.
 #[derive(Debug)]
 pub struct Join {
-    /// The run's user namespace ("userns1"); joining it comes first.
+    /// The run's user namespace ("userns1"); joined first of all but the
+    /// network namespace.
     pub user_ns: OwnedFd,
     /// Its mount namespace (the run's root is pivoted in it).
     pub mount_ns: OwnedFd,
     /// Its PID namespace: the zygote forks the program into it.
     pub pid_ns: OwnedFd,
-    /// Its network namespace (a downed `lo` only).
+    /// Its network namespace (a downed `lo` only). Joined first: it may be
+    /// owned outside the run's user namespace
+    /// ([`Prepared::outer_network_namespace`]).
     pub net_ns: OwnedFd,
     /// Its IPC namespace (SysV limits set).
     pub ipc_ns: OwnedFd,
@@ -504,11 +507,30 @@ pub struct Prepared {
     /// The zygote's user namespace, which the supervisor joins before it
     /// makes the run's ([`Prepared::join_zygote_user_namespace`]).
     zygote_userns: Option<OwnedFd>,
+    /// Where the run's network namespace comes from
+    /// ([`Prepared::outer_network_namespace`]).
+    network: NetworkNamespace,
     /// Shell mode: the init process stops before the program and hands the
     /// run to the host (see [`Prepared::into_shell`]).
     shell: bool,
     /// Where the supervisor listens for egress, inside the run.
     egress: Option<std::net::SocketAddrV4>,
+}
+
+/// Where a run's network namespace comes from.
+#[derive(Debug)]
+enum NetworkNamespace {
+    /// Made with the run's other namespaces, inside (and owned by) its user
+    /// namespace.
+    Inside,
+    /// Made before the run's user namespace, so owned by the one the
+    /// supervisor is in then (the host's on a root host, the zygote's).
+    Outside,
+    /// This namespace, which an earlier run's shell made [`Outside`]:
+    /// joined before the run's user namespace is made.
+    ///
+    /// [`Outside`]: NetworkNamespace::Outside
+    Join(OwnedFd),
 }
 
 /// Which Landlock rights a directory of the new root gets.
@@ -662,6 +684,7 @@ impl Prepared {
             shell: false,
             cgroup_procs: None,
             zygote_userns: None,
+            network: NetworkNamespace::Inside,
             egress: policy.egress_port.map(|port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)),
             plan,
         })
@@ -688,6 +711,36 @@ impl Prepared {
         self.outer_uid_map = b"0 0 1\n".to_vec();
         self.outer_gid_map = b"0 0 1\n".to_vec();
         self.zygote_userns = Some(userns);
+    }
+
+    /// Give the run a network namespace that it holds no capability over,
+    /// so that it can serve later runs: the supervisor makes it (or joins
+    /// `reuse`, made so for an earlier run) before it makes the run's user
+    /// namespace, as root on a root host and in the zygote's user namespace
+    /// otherwise ([`Prepared::join_zygote_user_namespace`] first).
+    ///
+    /// The run can then change nothing of it (its interfaces, routes,
+    /// sysctls: each needs a capability in the namespace's owner), and,
+    /// with sockets limited to `AF_UNIX`, leaves nothing in it but sockets,
+    /// which end with their last holder. So once every process of a run is
+    /// gone and a `sock_diag` dump of its namespace lists no socket (a
+    /// socket in flight in an `SCM_RIGHTS` message outlives its process),
+    /// the namespace is as a new one is, and another run may have it
+    /// instead of a new one, which costs the kernel about a millisecond to
+    /// make and tear down. Returns false, and changes nothing, for a run
+    /// with egress (the supervisor brings the run's loopback up and
+    /// listens on it: the namespace must be the run's own), or a host that
+    /// is not root without the zygote's user namespace (it could not make
+    /// a network namespace outside the run's user namespace).
+    pub fn outer_network_namespace(&mut self, reuse: Option<OwnedFd>) -> bool {
+        if self.egress.is_some() || !(self.root_host || self.zygote_userns.is_some()) {
+            return false;
+        }
+        self.network = match reuse {
+            Some(fd) => NetworkNamespace::Join(fd),
+            None => NetworkNamespace::Outside,
+        };
+        true
     }
 
     /// The resolved mount plan (for `pycage doctor` and diagnostics).
@@ -919,6 +972,9 @@ impl Prepared {
         if self.root_host {
             self.raise_hard_limits()?;
             self.clone_sources(&mut clones)?;
+            // As root: the namespace is then owned by the host's user
+            // namespace, where the run holds nothing.
+            self.enter_outer_network()?;
             rustix::thread::set_thread_groups(&[]).map_err(at(Step::SetGroups))?;
             let gid = rustix::process::Gid::from_raw(self.host_gid);
             rustix::thread::set_thread_res_gid(gid, gid, gid).map_err(at(Step::SetGid))?;
@@ -932,6 +988,7 @@ impl Prepared {
             // capability there, none outside (see `zygote_userns`).
             rustix::thread::move_into_link_name_space(userns.as_fd(), Some(rustix::thread::LinkNameSpaceType::User))
                 .map_err(at(Step::JoinZygoteUser))?;
+            self.enter_outer_network()?;
         }
         // SAFETY: CLONE_NEWUSER on a single-threaded process.
         unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(at(Step::UnshareUser))?;
@@ -948,17 +1005,12 @@ impl Prepared {
             unsafe { libc::_exit(SUPERVISOR_LOST_EXIT) };
         }
 
-        // SAFETY: namespace flags only, on a single-threaded process.
-        unsafe {
-            rustix::thread::unshare_unsafe(
-                UnshareFlags::NEWNS
-                    | UnshareFlags::NEWPID
-                    | UnshareFlags::NEWNET
-                    | UnshareFlags::NEWIPC
-                    | UnshareFlags::NEWUTS,
-            )
+        let mut namespaces = UnshareFlags::NEWNS | UnshareFlags::NEWPID | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS;
+        if matches!(self.network, NetworkNamespace::Inside) {
+            namespaces |= UnshareFlags::NEWNET;
         }
-        .map_err(at(Step::UnshareNamespaces))?;
+        // SAFETY: namespace flags only, on a single-threaded process.
+        unsafe { rustix::thread::unshare_unsafe(namespaces) }.map_err(at(Step::UnshareNamespaces))?;
         if !self.root_host {
             self.clone_sources(&mut clones)?;
         }
@@ -1026,6 +1078,22 @@ impl Prepared {
                 // SAFETY: `init` is our only child; after the fork this
                 // process only waits for it and exits.
                 unsafe { sys::supervise(init, status_read.as_raw_fd()) }
+            }
+        }
+    }
+
+    /// The run's network namespace, when it is made (or joined) outside the
+    /// run's user namespace ([`Prepared::outer_network_namespace`]).
+    fn enter_outer_network(&self) -> Result<(), Failure> {
+        match &self.network {
+            NetworkNamespace::Inside => Ok(()),
+            NetworkNamespace::Outside => {
+                // SAFETY: CLONE_NEWNET on a single-threaded process.
+                unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }.map_err(at(Step::UnshareNetwork))
+            }
+            NetworkNamespace::Join(fd) => {
+                rustix::thread::move_into_link_name_space(fd.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
+                    .map_err(at(Step::JoinNetwork))
             }
         }
     }

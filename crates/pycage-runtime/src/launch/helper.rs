@@ -16,7 +16,11 @@
 //! - request: `shl1`, the host's build (a length byte and [`BUILD`]), a
 //!   flags byte (bit 0: the run cgroup's `cgroup.procs` descriptor rides
 //!   along; bit 1: so does the zygote's user namespace, which the shell
-//!   joins first, after the cgroup's if both), then the run's
+//!   joins first, after the cgroup's if both; bit 2: the run's network
+//!   namespace is made outside its user namespace,
+//!   `Prepared::outer_network_namespace`; bit 3: with bit 2, the network
+//!   namespace of an earlier run rides along, last, to be joined instead),
+//!   then the run's
 //!   [`SandboxPolicy`] (encoded here, length-prefixed; [`decode_policy`]
 //!   checks every length);
 //! - reply: `ok01`, the supervisor's pid and its init's pid (little endian
@@ -70,11 +74,15 @@ const REPLY_ERR: [u8; 4] = *b"err1";
 const REPLY_BUILD: [u8; 4] = *b"ver1";
 /// Host and helper must be one build: this crate's version and the
 /// protocol's revision.
-const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "/shell-helper-2");
+const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "/shell-helper-3");
 /// The request carries the run cgroup's `cgroup.procs`.
 const WITH_CGROUP: u8 = 1;
 /// The request carries the zygote's user namespace.
 const WITH_ZYGOTE_USERNS: u8 = 2;
+/// The run's network namespace is made outside its user namespace.
+const WITH_OUTER_NET: u8 = 4;
+/// ... and is this one, an earlier run's (its descriptor rides along).
+const WITH_NET_NS: u8 = 8;
 const WITH_HANDOFF: u8 = 1;
 const WITH_SOCK_DIAG: u8 = 2;
 const WITH_EGRESS: u8 = 4;
@@ -95,6 +103,18 @@ const REAP_EVERY: Duration = Duration::from_millis(200);
 /// How long a helper told to end may take to kill and reap its shells
 /// before it is killed.
 const END_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where a shell's network namespace comes from
+/// (`Prepared::outer_network_namespace`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ShellNetwork<'a> {
+    /// Made with the run's other namespaces, owned by its user namespace.
+    Inside,
+    /// Made before the run's user namespace, outside it.
+    Outside,
+    /// An earlier run's, made [`ShellNetwork::Outside`], joined.
+    Join(BorrowedFd<'a>),
+}
 
 /// A shell the helper built: its supervisor (the helper's child) and what
 /// its supervisor and init handed over.
@@ -174,7 +194,8 @@ impl ShellHelper {
 
     /// A shell for `policy`, in the run cgroup whose `cgroup.procs` is
     /// `cgroup` if there is one, its user namespace a child of `userns` if
-    /// given (`Prepared::join_zygote_user_namespace`). Call it on the
+    /// given (`Prepared::join_zygote_user_namespace`), its network
+    /// namespace from `network`. Call it on the
     /// spawner thread: a helper started here dies with the thread that
     /// started it. After an error, [`ShellHelper::in_use`] says whether the
     /// helper was given up.
@@ -183,18 +204,24 @@ impl ShellHelper {
         policy: &SandboxPolicy,
         cgroup: Option<OwnedFd>,
         userns: Option<BorrowedFd<'_>>,
+        network: ShellNetwork<'_>,
     ) -> Result<RemoteShell, SpawnError> {
         let mut request = Vec::with_capacity(256);
         request.extend_from_slice(&REQUEST_TAG);
         request.push(BUILD.len() as u8);
         request.extend_from_slice(BUILD.as_bytes());
         let flag = |on: bool, bit: u8| if on { bit } else { 0 };
-        request.push(flag(cgroup.is_some(), WITH_CGROUP) | flag(userns.is_some(), WITH_ZYGOTE_USERNS));
+        let (net_flags, net_ns) = match network {
+            ShellNetwork::Inside => (0, None),
+            ShellNetwork::Outside => (WITH_OUTER_NET, None),
+            ShellNetwork::Join(fd) => (WITH_OUTER_NET | WITH_NET_NS, Some(fd)),
+        };
+        request.push(flag(cgroup.is_some(), WITH_CGROUP) | flag(userns.is_some(), WITH_ZYGOTE_USERNS) | net_flags);
         encode_policy(policy, &mut request);
         if request.len() > MAX_REQUEST {
             return Err(helper_error(format!("the sandbox policy is too large ({} bytes)", request.len())));
         }
-        let fds: Vec<_> = cgroup.iter().map(|fd| fd.as_fd()).chain(userns).collect();
+        let fds: Vec<_> = cgroup.iter().map(|fd| fd.as_fd()).chain(userns).chain(net_ns).collect();
         let mut state = crate::sync::lock(&self.state);
         if state.closed {
             return Err(helper_error("the runtime is shutting down".to_owned()));
@@ -519,11 +546,14 @@ fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), Stri
     let (&flags, policy) = body.split_first().ok_or("an empty request")?;
     let policy = decode_policy(policy).ok_or("a malformed sandbox policy")?;
     let (with_cgroup, with_userns) = (flags & WITH_CGROUP != 0, flags & WITH_ZYGOTE_USERNS != 0);
-    if flags & !(WITH_CGROUP | WITH_ZYGOTE_USERNS) != 0
-        || fds.len() != usize::from(with_cgroup) + usize::from(with_userns)
+    let (outer_net, with_net_ns) = (flags & WITH_OUTER_NET != 0, flags & WITH_NET_NS != 0);
+    if flags & !(WITH_CGROUP | WITH_ZYGOTE_USERNS | WITH_OUTER_NET | WITH_NET_NS) != 0
+        || (with_net_ns && !outer_net)
+        || fds.len() != usize::from(with_cgroup) + usize::from(with_userns) + usize::from(with_net_ns)
     {
         return Err("the request's descriptors do not match it".to_owned());
     }
+    let net_ns = if with_net_ns { fds.pop() } else { None };
     let userns = if with_userns { fds.pop() } else { None };
     let cgroup = if with_cgroup { fds.pop() } else { None };
     let mut prepared = pycage_sandbox::Prepared::new(&policy).map_err(|e| e.to_string())?;
@@ -532,6 +562,10 @@ fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), Stri
     }
     if let Some(userns) = userns {
         prepared.join_zygote_user_namespace(userns);
+    }
+    // The host recycles the namespace: it must be outside the run's.
+    if outer_net && !prepared.outer_network_namespace(net_ns) {
+        return Err("this run's network namespace cannot be made outside its user namespace".to_owned());
     }
     let prepared = Arc::new(prepared.into_shell());
     let raw = spawn::fork_shell(&prepared).map_err(|e| e.to_string())?;

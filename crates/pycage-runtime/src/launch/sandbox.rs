@@ -2,6 +2,13 @@
 //! and each run's sandbox, prepared (a uid lease on a root host, a cgroup
 //! when one is delegated) and entered by an exec'd interpreter or, as a
 //! shell, joined by a zygote's child.
+//!
+//! A shell's network namespace outlives its run: made outside the run's
+//! user namespace (`Prepared::outer_network_namespace`), the run can leave
+//! nothing in it but sockets, so once every process of the run is gone and
+//! no socket is left, the next shell joins it instead of making one
+//! ([`NetNamespaces`]). Making and tearing one down cost the kernel about
+//! 1.7 ms of CPU per run (`BENCHMARKS.md`).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -11,7 +18,7 @@ use std::sync::Arc;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::interpreter::Interpreter;
-use crate::launch::helper::ShellHelper;
+use crate::launch::helper::{ShellHelper, ShellNetwork};
 use crate::launch::pool::Shell;
 use crate::launch::site::{self, CgroupGuard, RunSite, SandboxLayout};
 use crate::launch::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Worker};
@@ -37,6 +44,66 @@ pub(crate) struct Sandboxes {
     /// (`pycage_sandbox::zygote_user_namespace`), so that a zygote forks its
     /// children straight into their run's PID namespace.
     zygote_userns: Option<Arc<OwnedFd>>,
+    /// Network namespaces of ended runs, for the next shells.
+    nets: Arc<NetNamespaces>,
+}
+
+/// Most network namespaces kept for later runs: more than shells are
+/// built ahead of runs, and each holds a little kernel memory.
+const MAX_SPARE_NETS: usize = 32;
+
+/// Network namespaces that shells made outside their runs' user namespaces,
+/// given back as their runs end, for later shells to join.
+#[derive(Default)]
+pub(crate) struct NetNamespaces {
+    spare: std::sync::Mutex<Vec<SpareNet>>,
+}
+
+/// An ended run's network namespace.
+struct SpareNet {
+    net_ns: OwnedFd,
+    /// A pidfd of the run's init. The kernel lets the init of a PID
+    /// namespace finish exiting only once every other process of the
+    /// namespace is reaped, so once this is readable no process of the run
+    /// holds a descriptor.
+    init: OwnedFd,
+}
+
+impl NetNamespaces {
+    /// A namespace whose run is over, if one is kept.
+    fn take(&self) -> Option<OwnedFd> {
+        let mut spare = crate::sync::lock(&self.spare);
+        let at = spare.iter().position(|s| crate::process::has_exited(&s.init))?;
+        Some(spare.swap_remove(at).net_ns)
+    }
+
+    fn give(&self, net: SpareNet) {
+        let mut spare = crate::sync::lock(&self.spare);
+        if spare.len() < MAX_SPARE_NETS {
+            spare.push(net);
+        }
+    }
+
+    /// How many are kept (tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        crate::sync::lock(&self.spare).len()
+    }
+}
+
+/// Kept by a shell's supervisor: gives the run's network namespace back
+/// when the supervisor is gone.
+struct NetLease {
+    nets: Arc<NetNamespaces>,
+    net: Option<SpareNet>,
+}
+
+impl Drop for NetLease {
+    fn drop(&mut self) {
+        if let Some(net) = self.net.take() {
+            self.nets.give(net);
+        }
+    }
 }
 
 impl Sandboxes {
@@ -82,6 +149,7 @@ impl Sandboxes {
             reaper,
             helper,
             zygote_userns,
+            nets: Arc::default(),
         })
     }
 
@@ -119,10 +187,58 @@ impl Sandboxes {
 
     /// A sandbox shell for a zygote's child to join: the run built exactly
     /// as for an exec'd run, its init stopped before the program (see
-    /// `Prepared::into_shell`). Call it on the spawner thread.
+    /// `Prepared::into_shell`), in the network namespace an ended run left
+    /// when there is one ([`NetNamespaces`]). Call it on the spawner thread.
     pub(crate) fn shell(&self) -> Result<Shell, SpawnError> {
+        if !self.recycles_networks() {
+            return self.build_shell(ShellNetwork::Inside);
+        }
+        if let Some(net_ns) = self.nets.take() {
+            match self.build_shell(ShellNetwork::Join(net_ns.as_fd())) {
+                Ok(shell) if no_socket_left(&shell) => return Ok(self.lease_network(shell)),
+                // A socket outlived its run (in flight in a message, or
+                // held by a process that has not exited): this namespace
+                // serves no other run. Dropping the shell kills it.
+                Ok(_) => {}
+                Err(_) => {}
+            }
+        }
+        self.build_shell(ShellNetwork::Outside).map(|shell| self.lease_network(shell))
+    }
+
+    /// Whether shells make their network namespaces outside their runs'
+    /// user namespaces, to give them to later runs: for runs without
+    /// egress (whose supervisor configures the namespace), on a root host
+    /// or in the zygotes' user namespace.
+    fn recycles_networks(&self) -> bool {
+        self.layout.egress_port.is_none() && (rustix::process::geteuid().is_root() || self.zygote_userns.is_some())
+    }
+
+    /// `shell`, which keeps its network namespace for a later run once its
+    /// supervisor is gone. Unchanged if there is no way to check the
+    /// namespace then (no `sock_diag`, or a kernel without its `AF_UNIX`
+    /// dumps) or to know when the run is over.
+    fn lease_network(&self, mut shell: Shell) -> Shell {
+        let Some(handoff) = shell.handoff.as_ref() else { return shell };
+        let Some(diag) = handoff.sock_diag.as_ref() else { return shell };
+        if crate::watchdog::unix_sockets_in(diag.as_fd()).is_err() {
+            return shell;
+        }
+        // The init is alive (it waits for the program): its pid is not
+        // reused. Were it not, the pidfd would name another process, whose
+        // exit would only make the namespace wait longer.
+        let Ok(init) = rustix::process::pidfd_open(handoff.init_pid, rustix::process::PidfdFlags::empty()) else {
+            return shell;
+        };
+        let Ok(net_ns) = shell.join.net_ns.try_clone() else { return shell };
+        let net = SpareNet { net_ns, init };
+        shell.supervisor.keep(Box::new(NetLease { nets: Arc::clone(&self.nets), net: Some(net) }));
+        shell
+    }
+
+    fn build_shell(&self, network: ShellNetwork<'_>) -> Result<Shell, SpawnError> {
         if let Some(helper) = self.helper.as_ref().filter(|h| h.in_use()) {
-            match self.shell_from(helper) {
+            match self.shell_from(helper, network) {
                 // Given up (it never built a shell): the host forks them.
                 Err(SpawnError::ShellHelper(_)) if !helper.in_use() => {}
                 other => return other,
@@ -131,6 +247,17 @@ impl Sandboxes {
         let (mut prepared, guards) = self.prepare(&[])?;
         if let Some(userns) = &self.zygote_userns {
             prepared.join_zygote_user_namespace(userns.try_clone().map_err(SpawnError::Channel)?);
+        }
+        let reuse = match network {
+            ShellNetwork::Inside => None,
+            ShellNetwork::Outside => Some(None),
+            ShellNetwork::Join(fd) => Some(Some(fd.try_clone_to_owned().map_err(SpawnError::Channel)?)),
+        };
+        if let Some(reuse) = reuse {
+            if !prepared.outer_network_namespace(reuse) {
+                let why = "this run's network namespace cannot be made outside its user namespace";
+                return Err(SpawnError::Sandbox(pycage_sandbox::SandboxError::Spawn(std::io::Error::other(why))));
+            }
         }
         let prepared = Arc::new(prepared.into_shell());
         // Nothing is exec'd: the supervisor and init never return from the
@@ -155,7 +282,7 @@ impl Sandboxes {
 
     /// A shell the helper builds; the host keeps the run's lease and
     /// cgroup with the supervisor.
-    fn shell_from(&self, helper: &ShellHelper) -> Result<Shell, SpawnError> {
+    fn shell_from(&self, helper: &ShellHelper, network: ShellNetwork<'_>) -> Result<Shell, SpawnError> {
         let (policy, mut guards) = self.policy(&[])?;
         let plan = crate::launch::helper::join_plan(&policy)?;
         let procs = match &self.cgroup {
@@ -166,7 +293,7 @@ impl Sandboxes {
             }
             None => None,
         };
-        let remote = helper.shell(&policy, procs, self.zygote_userns.as_deref().map(AsFd::as_fd))?;
+        let remote = helper.shell(&policy, procs, self.zygote_userns.as_deref().map(AsFd::as_fd), network)?;
         let supervisor = Worker::from_helper(remote.pid, remote.pidfd, guards)?;
         Ok(Shell { supervisor, handoff: remote.handoff, join: remote.join, plan })
     }
@@ -269,6 +396,13 @@ impl Sandboxes {
     }
 }
 
+/// Whether the network namespace `shell` joined holds no socket: the check
+/// a namespace an earlier run left must pass before a program may use it.
+fn no_socket_left(shell: &Shell) -> bool {
+    let diag = shell.handoff.as_ref().and_then(|h| h.sock_diag.as_ref());
+    diag.is_some_and(|socket| matches!(crate::watchdog::unix_sockets_in(socket.as_fd()), Ok(0)))
+}
+
 /// The sandbox hook: enters every layer between fork and exec.
 pub(crate) struct SandboxHook(pub(crate) Arc<pycage_sandbox::Prepared>);
 
@@ -280,5 +414,41 @@ impl PreExec for SandboxHook {
 
     fn explain(&self, e: std::io::Error) -> SpawnError {
         SpawnError::Sandbox(self.0.explain_spawn_error(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spare(init: OwnedFd) -> SpareNet {
+        SpareNet { net_ns: std::fs::File::open("/proc/self/ns/net").unwrap().into(), init }
+    }
+
+    /// A namespace is handed out only once its run's init has exited.
+    #[test]
+    fn a_spare_network_waits_for_its_runs_init() {
+        let nets = NetNamespaces::default();
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        let init = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+        nets.give(spare(init));
+        assert!(nets.take().is_none(), "its init still runs");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(nets.take().is_some());
+        assert_eq!(nets.len(), 0);
+    }
+
+    #[test]
+    fn spare_networks_are_bounded() {
+        let nets = NetNamespaces::default();
+        for _ in 0..MAX_SPARE_NETS + 5 {
+            let me = rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty());
+            nets.give(spare(me.unwrap()));
+        }
+        assert_eq!(nets.len(), MAX_SPARE_NETS);
+        // This process has not exited: none is handed out.
+        assert!(nets.take().is_none());
     }
 }

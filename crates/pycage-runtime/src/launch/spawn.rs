@@ -311,6 +311,11 @@ impl Worker {
         }
     }
 
+    /// Keep `guard` until the child is reaped (or this worker dropped).
+    pub(crate) fn keep(&mut self, guard: Guard) {
+        self._guards.push(guard);
+    }
+
     /// A worker for child `pid` whose pidfd and channels are not attached
     /// yet: dropping it kills and reaps the child as `parent` can.
     fn unattached(pid: i32, parent: Parent, guards: Vec<Guard>) -> Worker {
