@@ -219,5 +219,35 @@ class HardeningTest(unittest.TestCase):
         self.assertEqual(out.stdout.strip(), "[] 13", out.stderr)
 
 
+class ZygoteMessageTest(unittest.TestCase):
+    """The zygote's short ways to encode and decode control messages say
+    exactly what ``json`` would (``zygote._encode``, ``zygote._decode``)."""
+
+    def test_encode_is_compact_json(self):
+        from pycage import zygote
+
+        messages = [
+            {"type": "spawned", "id": 7, "pid": 4242},
+            {"type": "reaped", "id": 7, "status": 9, "cpuNs": 1234567},
+            {"type": "reaped", "id": 2**70, "status": -1, "cpuNs": 0},
+            {"type": "spawned", "id": True, "pid": 1},
+            {"type": "spawned", "id": "7", "pid": 1},
+            {"type": "reaped", "id": 7, "status": 1.5, "cpuNs": 0},
+            {"type": "spawn-failed", "id": 7, "message": 'a "quoted" \u00e9 \n'},
+            {"type": "ready", "pid": 1, "threads": 1},
+        ]
+        for message in messages:
+            self.assertEqual(zygote._encode(message), json.dumps(message, separators=(",", ":")).encode(), message)
+
+    def test_decode_reads_what_json_reads(self):
+        from pycage import zygote
+
+        for data in [b'{"type":"spawn","id":1,"env":{"A":"\\u00e9"}}', b' {"a": [1, 2.5, null]} ', b"[]", b'"s"']:
+            self.assertEqual(zygote._decode(data), json.loads(data), data)
+        for data in [b"{", b'{"a":1}x', b"", b"\xff", b"nul"]:
+            with self.assertRaises(ValueError, msg=data):
+                zygote._decode(data)
+
+
 if __name__ == "__main__":
     unittest.main()
