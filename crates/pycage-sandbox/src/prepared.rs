@@ -723,9 +723,9 @@ impl Prepared {
     /// sysctls: each needs a capability in the namespace's owner), and,
     /// with sockets limited to `AF_UNIX`, leaves nothing in it but sockets,
     /// which end with their last holder. So once every process of a run is
-    /// gone and a `sock_diag` dump of its namespace lists no socket (a
-    /// socket in flight in an `SCM_RIGHTS` message outlives its process),
-    /// the namespace is as a new one is, and another run may have it
+    /// gone and the namespace lists no socket (one in flight in an
+    /// `SCM_RIGHTS` message, or waiting in a listener outside, outlives its
+    /// process), the namespace is as a new one is, and another run may have it
     /// instead of a new one, which costs the kernel about a millisecond to
     /// make and tear down. Returns false, and changes nothing, for a run
     /// with egress (the supervisor brings the run's loopback up and

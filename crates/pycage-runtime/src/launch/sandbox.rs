@@ -5,8 +5,9 @@
 //!
 //! A shell's network namespace outlives its run: made outside the run's
 //! user namespace (`Prepared::outer_network_namespace`), the run can leave
-//! nothing in it but sockets, so once every process of the run is gone and
-//! no socket is left, the next shell joins it instead of making one
+//! nothing in it but sockets, so once every process of the run is gone, the
+//! next shell joins it instead of making one, and keeps it if its list of
+//! sockets is empty
 //! ([`NetNamespaces`]). Making and tearing one down cost the kernel about
 //! 1.7 ms of CPU per run (`BENCHMARKS.md`).
 
@@ -56,7 +57,10 @@ const MAX_SPARE_NETS: usize = 32;
 /// given back as their runs end, for later shells to join.
 #[derive(Default)]
 pub(crate) struct NetNamespaces {
-    spare: std::sync::Mutex<Vec<SpareNet>>,
+    /// Oldest first.
+    spare: std::sync::Mutex<std::collections::VecDeque<SpareNet>>,
+    /// Joining one failed: every shell gets a new one.
+    disabled: std::sync::atomic::AtomicBool,
 }
 
 /// An ended run's network namespace.
@@ -72,16 +76,30 @@ struct SpareNet {
 impl NetNamespaces {
     /// A namespace whose run is over, if one is kept.
     fn take(&self) -> Option<OwnedFd> {
+        if self.disabled.load(Ordering::Relaxed) {
+            return None;
+        }
         let mut spare = crate::sync::lock(&self.spare);
         let at = spare.iter().position(|s| crate::process::has_exited(&s.init))?;
-        Some(spare.swap_remove(at).net_ns)
+        spare.remove(at).map(|s| s.net_ns)
     }
 
+    /// Keep `net`; when full, the oldest goes (one whose init never ends,
+    /// an unreaped zombie's, must not hold its place forever).
     fn give(&self, net: SpareNet) {
-        let mut spare = crate::sync::lock(&self.spare);
-        if spare.len() < MAX_SPARE_NETS {
-            spare.push(net);
+        if self.disabled.load(Ordering::Relaxed) {
+            return;
         }
+        let mut spare = crate::sync::lock(&self.spare);
+        if spare.len() >= MAX_SPARE_NETS {
+            spare.pop_front();
+        }
+        spare.push_back(net);
+    }
+
+    fn disable(&self) {
+        self.disabled.store(true, Ordering::Relaxed);
+        crate::sync::lock(&self.spare).clear();
     }
 
     /// How many are kept (tests).
@@ -195,15 +213,22 @@ impl Sandboxes {
         }
         if let Some(net_ns) = self.nets.take() {
             match self.build_shell(ShellNetwork::Join(net_ns.as_fd())) {
-                Ok(shell) if no_socket_left(&shell) => return Ok(self.lease_network(shell)),
+                Ok(shell) if socket_free(&shell) => return Ok(self.lease_network(shell)),
                 // A socket outlived its run (in flight in a message, or
-                // held by a process that has not exited): this namespace
-                // serves no other run. Dropping the shell kills it.
+                // waiting in a listener outside the namespace): this
+                // namespace serves no other run. Dropping the shell kills it.
                 Ok(_) => {}
-                Err(_) => {}
+                Err(e) => {
+                    // Each shell would be built twice: stop trying.
+                    self.nets.disable();
+                    tracing::warn!(
+                        "joining an ended run's network namespace failed ({e}); each sandboxed run gets a new one"
+                    );
+                }
             }
         }
-        self.build_shell(ShellNetwork::Outside).map(|shell| self.lease_network(shell))
+        let shell = self.build_shell(ShellNetwork::Outside)?;
+        Ok(if socket_free(&shell) { self.lease_network(shell) } else { shell })
     }
 
     /// Whether shells make their network namespaces outside their runs'
@@ -214,22 +239,22 @@ impl Sandboxes {
         self.layout.egress_port.is_none() && (rustix::process::geteuid().is_root() || self.zygote_userns.is_some())
     }
 
-    /// `shell`, which keeps its network namespace for a later run once its
-    /// supervisor is gone. Unchanged if there is no way to check the
-    /// namespace then (no `sock_diag`, or a kernel without its `AF_UNIX`
-    /// dumps) or to know when the run is over.
+    /// `shell`, whose network namespace holds no socket, keeping that
+    /// namespace for a later run once its supervisor is gone. Unchanged
+    /// if there is no sure way to know when the run is over.
     fn lease_network(&self, mut shell: Shell) -> Shell {
         let Some(handoff) = shell.handoff.as_ref() else { return shell };
-        let Some(diag) = handoff.sock_diag.as_ref() else { return shell };
-        if crate::watchdog::unix_sockets_in(diag.as_fd()).is_err() {
-            return shell;
-        }
-        // The init is alive (it waits for the program): its pid is not
-        // reused. Were it not, the pidfd would name another process, whose
-        // exit would only make the namespace wait longer.
         let Ok(init) = rustix::process::pidfd_open(handoff.init_pid, rustix::process::PidfdFlags::empty()) else {
             return shell;
         };
+        // The pidfd names the run's init only if that pid, now that the
+        // pidfd holds it, is PID 1 of a namespace one level down (a helper
+        // in another PID namespace would report a pid that means nothing
+        // here). `status` says so to any user; `ns/net` needs ptrace
+        // rights over the init, which a host that is not root lacks.
+        if !is_child_namespace_init(handoff.init_pid) {
+            return shell;
+        }
         let Ok(net_ns) = shell.join.net_ns.try_clone() else { return shell };
         let net = SpareNet { net_ns, init };
         shell.supervisor.keep(Box::new(NetLease { nets: Arc::clone(&self.nets), net: Some(net) }));
@@ -396,11 +421,30 @@ impl Sandboxes {
     }
 }
 
-/// Whether the network namespace `shell` joined holds no socket: the check
-/// a namespace an earlier run left must pass before a program may use it.
-fn no_socket_left(shell: &Shell) -> bool {
-    let diag = shell.handoff.as_ref().and_then(|h| h.sock_diag.as_ref());
-    diag.is_some_and(|socket| matches!(crate::watchdog::unix_sockets_in(socket.as_fd()), Ok(0)))
+/// Whether the network namespace of `shell` holds no socket, by the list
+/// of its `AF_UNIX` sockets in `/proc/<init>/net/unix` (the run may make no
+/// other kind). The kernel lists there every socket of the namespace, also
+/// those a `sock_diag` dump skips: one the run connected to a listener
+/// outside the namespace, waiting there to be accepted.
+fn socket_free(shell: &Shell) -> bool {
+    let Some(handoff) = shell.handoff.as_ref() else { return false };
+    let path = format!("/proc/{}/net/unix", handoff.init_pid.as_raw_nonzero());
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    // The header line alone: one line feed, at the end (bounded read).
+    let mut listing = Vec::with_capacity(256);
+    if std::io::Read::read_to_end(&mut std::io::Read::take(file, 1024), &mut listing).is_err() {
+        return false;
+    }
+    listing.iter().filter(|&&b| b == b'\n').count() == 1 && listing.ends_with(b"\n")
+}
+
+/// Whether `pid` is PID 1 of a PID namespace one level below this
+/// process's (its `NSpid` line: its pid here, then 1).
+fn is_child_namespace_init(pid: rustix::process::Pid) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", pid.as_raw_nonzero())) else { return false };
+    let Some(line) = status.lines().find_map(|l| l.strip_prefix("NSpid:")) else { return false };
+    let pids: Vec<&str> = line.split_whitespace().collect();
+    pids.len() == 2 && pids[0] == pid.as_raw_nonzero().to_string() && pids[1] == "1"
 }
 
 /// The sandbox hook: enters every layer between fork and exec.
@@ -441,14 +485,34 @@ mod tests {
     }
 
     #[test]
-    fn spare_networks_are_bounded() {
+    fn spare_networks_are_bounded_and_the_oldest_goes() {
         let nets = NetNamespaces::default();
-        for _ in 0..MAX_SPARE_NETS + 5 {
-            let me = rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty());
-            nets.give(spare(me.unwrap()));
+        let me = || rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty());
+        // First, one whose init has exited; then more than fit, whose init
+        // (this process) has not.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        let exited = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+        child.wait().unwrap();
+        nets.give(spare(exited));
+        for _ in 0..MAX_SPARE_NETS {
+            nets.give(spare(me().unwrap()));
         }
         assert_eq!(nets.len(), MAX_SPARE_NETS);
-        // This process has not exited: none is handed out.
+        // The exited one was the oldest, and went.
+        assert!(nets.take().is_none());
+    }
+
+    #[test]
+    fn a_disabled_pool_keeps_nothing() {
+        let nets = NetNamespaces::default();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+        let init = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+        child.wait().unwrap();
+        nets.give(spare(init));
+        nets.disable();
+        assert_eq!(nets.len(), 0);
         assert!(nets.take().is_none());
     }
 }
