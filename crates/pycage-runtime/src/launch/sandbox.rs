@@ -8,8 +8,8 @@
 //! nothing in it but sockets, so once every process of the run is gone, the
 //! next shell joins it instead of making one, and keeps it if its list of
 //! sockets is empty
-//! ([`NetNamespaces`]). Making and tearing one down cost the kernel about
-//! 1.7 ms of CPU per run (`BENCHMARKS.md`).
+//! ([`NetNamespaces`]). Making and tearing one down cost the kernel
+//! 1.3-1.7 ms of CPU per run (`BENCHMARKS.md`).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -228,6 +228,8 @@ impl Sandboxes {
             }
         }
         let shell = self.build_shell(ShellNetwork::Outside)?;
+        // A new namespace lists nothing; where its list cannot be read, no
+        // later shell could check it either, and would be built twice.
         Ok(if socket_free(&shell) { self.lease_network(shell) } else { shell })
     }
 
