@@ -239,8 +239,11 @@ def warm_up():
     and CPython writes to every object it touches (reference counts), so the
     first run in a fresh child takes hundreds of page faults. A pooled child
     calls this while it waits for its run, which moves those faults off the
-    run's critical path. Leaves no state behind: the globals, loop and
-    signal state it used are discarded or restored.
+    run's critical path; it also takes faults a simple run never would
+    (about 270 of a trivial run's 980), so the host forks a child cold,
+    without it, when no core is free for it (``pycage.zygote``). Leaves no
+    state behind: the globals, loop and signal state it used are discarded
+    or restored.
     """
     # Recursion depths are measured here rather than on the run's critical
     # path: this function's (one measurement), the warm-up run's, and the

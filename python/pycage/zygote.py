@@ -15,7 +15,7 @@ thread, and holds no descriptor a child keeps.
 
 Control messages are JSON objects, one per packet. Host to zygote:
 
-``spawn`` ``{type, id, cwd, env, rlimits}`` with two descriptors attached
+``spawn`` ``{type, id, cwd, env, rlimits[, join][, cold]}`` with two descriptors attached
     (the child's fd 3 socket and the write end of its fd 1/fd 2 pipe):
     fork one child; answer ``spawned {type, id, pid}`` with a pidfd of the
     child attached, or ``spawn-failed {type, id, message}``.
@@ -25,6 +25,9 @@ Control messages are JSON objects, one per packet. Host to zygote:
     them (see ``pycage.confine``). At its first such spawn the zygote
     moves its own paths (``sys.path``, the modules' ``__path__``) to where
     the sandbox shows them (``remaps``), once, so no child has to.
+    With ``cold: true`` the child skips its warm-up (the host asks when a
+    run is already waiting for the child, or its runs keep every core
+    busy: the warm-up would then only take CPU from runs).
 ``reap`` ``{type, id}``: once the child has exited, reap it and answer
     ``reaped {type, id, status, cpuNs}`` (a ``wait4`` status and the CPU time
     of the child and its reaped descendants). The zygote never reaps a child
@@ -44,8 +47,9 @@ own process group, so the host can signal everything it starts), arms
 ``PR_SET_PDEATHSIG`` against the zygote, installs its descriptors (fd 0
 ``/dev/null``, fd 1 and fd 2 the run's pipe, fd 3 the run's socket; nothing
 else stays open), enters the run directory, sets ``HOME`` and ``TMPDIR``
-there, applies the requested rlimits, and then serves exactly one run with
-the bootstrap. ``random`` reseeds itself in every child (it registers an
+there, applies the requested rlimits, warms up unless it is cold
+(``bootstrap.warm_up``), and then serves exactly one run with the
+bootstrap. ``random`` reseeds itself in every child (it registers an
 ``os.register_at_fork`` hook when imported, which happens here); the hash
 seed and the address-space layout are the zygote's, which is why the host
 replaces a zygote after a bounded number of runs or seconds.
@@ -346,7 +350,8 @@ def _child(message, fds, zygote_pid, ctl_fd, born_watch):
         _diag(f"child setup failed: {type(e).__name__}: {e}")
         os._exit(_EXIT_SETUP_FAILED)
     try:
-        bootstrap.warm_up()
+        if not message.get("cold", False):
+            bootstrap.warm_up()
     except BaseException as e:  # a cold run is slower, not wrong
         _diag(f"warm-up failed: {type(e).__name__}: {e}")
     bootstrap.main()

@@ -14,12 +14,13 @@
 //!
 //! | `type` | fields | descriptors |
 //! |---|---|---|
-//! | `spawn` | `id`, `cwd`, `env` {name: value}, `rlimits` {name: [soft, hard]}, optional `join` | fd 3, fd 1/2 (+ 8 join fds) |
+//! | `spawn` | `id`, `cwd`, `env` {name: value}, `rlimits` {name: [soft, hard]}, optional `join`, optional `cold` (`true`) | fd 3, fd 1/2 (+ 8 join fds) |
 //! | `reap` | `id` | |
 //! | `quit` | | |
 //!
 //! `join` is `{hostIds: [uid, gid] or null, remaps: [[host, inside], ...],
 //! confine: [step, ...]}`; each step is `{op, ...}` ([`ConfineStep`]).
+//! `cold: true` asks the child to skip its warm-up ([`SpawnRequest::cold`]).
 //!
 //! Zygote to host ([`ZygoteAnswer`]):
 //!
@@ -42,7 +43,7 @@ pub const MAX_ZYGOTE_MESSAGE: usize = 4096;
 /// Every message's keys, by `type`: `(type, required, optional)`. The
 /// zygote's side is checked against this table by the mirror test.
 pub const ZYGOTE_FIELDS: &[(&str, &[&str], &[&str])] = &[
-    ("spawn", &["type", "id", "cwd", "env", "rlimits"], &["join"]),
+    ("spawn", &["type", "id", "cwd", "env", "rlimits"], &["join", "cold"]),
     ("reap", &["type", "id"], &[]),
     ("quit", &["type"], &[]),
     ("ready", &["type", "pid", "threads"], &[]),
@@ -202,6 +203,11 @@ pub struct SpawnRequest {
     /// `(name, soft, hard)`; names as in [`Rlimit`] plus `cpu` and `as`.
     pub rlimits: Vec<(String, u64, u64)>,
     pub join: Option<JoinRequest>,
+    /// The child serves its run without warming up first: a warm-up moves
+    /// copy-on-write faults off a later run's critical path, and is wasted
+    /// CPU when a run is already waiting for this child or the host's runs
+    /// already keep every core busy. Sent only when `true`.
+    pub cold: bool,
 }
 
 /// What the host asks of the zygote.
@@ -271,6 +277,9 @@ impl ZygoteRequest {
                     }
                     steps.push(b']');
                     jo.end();
+                }
+                if s.cold {
+                    o.bool("cold", true);
                 }
             }
         }
@@ -412,6 +421,7 @@ mod tests {
             env: vec![("HOME".into(), "/tmp/run".into())],
             rlimits: vec![("nproc".into(), 64, 64)],
             join: None,
+            cold: false,
         };
         assert_eq!(
             String::from_utf8(ZygoteRequest::Spawn(spawn.clone()).encode()).unwrap(),
@@ -427,6 +437,11 @@ mod tests {
                 ConfineStep::Seccomp { filter: vec![0x20, 0, 0xff] },
             ],
         };
+        let cold = SpawnRequest { cold: true, ..spawn.clone() };
+        assert_eq!(
+            String::from_utf8(ZygoteRequest::Spawn(cold).encode()).unwrap(),
+            r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{"HOME":"/tmp/run"},"rlimits":{"nproc":[64,64]},"cold":true}"#
+        );
         let spawn = SpawnRequest { join: Some(join), env: Vec::new(), rlimits: Vec::new(), ..spawn };
         assert_eq!(
             String::from_utf8(ZygoteRequest::Spawn(spawn).encode()).unwrap(),

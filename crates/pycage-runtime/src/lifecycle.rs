@@ -106,7 +106,10 @@ impl Core {
     /// not once shutdown has begun (the children would be killed unused).
     pub(crate) fn refill_pool(&self) {
         if !self.shutdown.is_cancelled() {
-            self.launcher.refill();
+            // Runs holding a place among those in flight: the caller's,
+            // which still holds its place, included.
+            let in_flight = self.config.max_concurrent_runs.saturating_sub(self.admission.available_permits());
+            self.launcher.refill(in_flight);
         }
     }
 

@@ -85,6 +85,46 @@ async fn the_zygote_holds_no_descriptor_of_its_children() {
     rt.shutdown().await;
 }
 
+/// A child forked while a run waits for it (an empty pool) is cold: it
+/// skips the warm-up a pooled child runs while it waits, whose faults
+/// would be on the run's critical path. It serves the same runs (its
+/// depth bookkeeping is measured instead of announced), and has taken
+/// fewer page faults when its program starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_forked_for_a_waiting_run_skips_the_warm_up() {
+    const FAULTS: &str = "import resource\nreturn resource.getrusage(resource.RUSAGE_SELF).ru_minflt";
+    let cold = zygote_runtime(|c| c.pool_size = 0);
+    let programs = [
+        ("def f(n):\n    return f(n + 1)\ntry:\n    f(0)\nexcept RecursionError:\n    return 'deep'", "\"deep\""),
+        (
+            "import asyncio\nasync def main():\n    await asyncio.sleep(0)\n    return 2\nreturn asyncio.run(main())",
+            "2",
+        ),
+        ("import asyncio\nawait asyncio.sleep(0)\nreturn 3", "3"),
+    ];
+    for (program, expected) in programs {
+        assert_eq!(value(&run(&cold, program).await), expected, "{program}");
+    }
+    let r = run(&cold, "x = 1\nraise ValueError('cold')").await;
+    let e = r.error.expect("the run raised");
+    assert!(e.message.contains("line 2") && e.message.contains("ValueError: cold"), "{}", e.message);
+    let cold_faults: u64 = value(&run(&cold, FAULTS).await).parse().unwrap();
+    cold.shutdown().await;
+
+    // A pooled child, filled while nothing runs, warms up first (on a
+    // machine with a core to spare for it: see `Warmth::for_load`).
+    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+        return;
+    }
+    let warm = zygote_runtime(|c| c.pool_size = 1);
+    assert!(warm.wait_idle(Duration::from_secs(30)).await, "the pool did not fill");
+    let warm_faults: u64 = value(&run(&warm, FAULTS).await).parse().unwrap();
+    warm.shutdown().await;
+    // The warm-up takes some 270 faults a run like this does not: far
+    // more than faults vary between children.
+    assert!(cold_faults + 100 < warm_faults, "cold child {cold_faults} faults, warm child {warm_faults}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_child_reseeds_random_and_starts_pristine() {
     let rt = zygote_runtime(|_| {});

@@ -64,6 +64,9 @@ pub(crate) struct Launcher {
     /// The zygote's matplotlib configuration directory, when it preloads
     /// (a font cache built there stays the host's).
     _zygote_home: Option<tempfile::TempDir>,
+    /// The cores this process may use (affinity and cgroup quota), read
+    /// once: whether the pool's new children warm up depends on it.
+    cores: usize,
 }
 
 /// The interpreter a configuration names: `venv`'s `bin/python` (checked
@@ -181,6 +184,7 @@ impl Launcher {
             })
         });
         Ok(Launcher {
+            cores: std::thread::available_parallelism().map_or(1, usize::from),
             config,
             interpreter,
             bootstrap,
@@ -287,10 +291,12 @@ impl Launcher {
         self.sandboxes.is_some()
     }
 
-    /// Tops the zygote's pool up after a run (off the run's critical path).
-    pub(crate) fn refill(&self) {
+    /// Tops the zygote's pool up after a run (off the run's critical path);
+    /// `runs_in_flight` (this one included) decides whether the new
+    /// children warm up ([`pool::Warmth::for_load`]).
+    pub(crate) fn refill(&self, runs_in_flight: usize) {
         if let Some(pool) = &self.pool {
-            pool.refill_after_run();
+            pool.refill_after_run(pool::Warmth::for_load(runs_in_flight, self.cores));
         }
     }
 

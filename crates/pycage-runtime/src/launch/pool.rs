@@ -11,6 +11,15 @@
 //! fork) and asks for a refill. No refill is requested once the runtime
 //! shuts down.
 //!
+//! A child warms up (runs a run's common path once, taking its
+//! copy-on-write faults) before it waits for its `boot`: that takes the
+//! faults off the latency of a run that finds it idle, but costs about
+//! 270 page faults (1.5-2 ms of CPU) that a trivial run would not take.
+//! So a child is forked cold when warming it would only take CPU from
+//! runs: when a run is already waiting for it (the direct fork), and when
+//! the caller of a refill says the host's runs keep every core busy
+//! ([`Pool::refill_after_run`]).
+//!
 //! Zygote life cycle: every child of one zygote shares its hash seed and
 //! address-space layout, so a zygote is replaced once it has forked
 //! `zygote_max_runs` children or is `zygote_max_age` old. Its successor is
@@ -31,6 +40,27 @@ use crate::cleanup::{RunDir, RunDirs};
 use crate::launch::spawn::{Channels, SpawnError, Spawner, Worker};
 use crate::launch::zygote::{ChildSpec, JoinSpec, PendingChild, PoolSink, Spawned, Zygote, ZygoteError, ZygoteSpec};
 use crate::sync::lock;
+
+/// Whether a child warms up before it waits for its run (see the module
+/// docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Warmth {
+    Warm,
+    Cold,
+}
+
+impl Warmth {
+    /// Warm while the host's runs in flight leave a core free for the
+    /// warm-up: a warm-up competing with runs for cores is CPU taken from
+    /// them (each run occupies about one core while it runs).
+    pub(crate) fn for_load(runs_in_flight: usize, cores: usize) -> Warmth {
+        if runs_in_flight < cores {
+            Warmth::Warm
+        } else {
+            Warmth::Cold
+        }
+    }
+}
 
 /// How the pool builds children.
 pub(crate) struct PoolConfig {
@@ -153,7 +183,7 @@ impl Pool {
     /// Starts the first zygote and fills the pool in the background.
     pub(crate) fn new(config: PoolConfig) -> Pool {
         let inner = Arc::new_cyclic(|me| Inner { config, state: Mutex::new(State::default()), me: me.clone() });
-        inner.refill();
+        inner.refill(Warmth::Warm);
         Pool { inner }
     }
 
@@ -170,16 +200,20 @@ impl Pool {
                 // core from the run (see `refill_after_run`).
                 return idle.into_worker();
             }
-            self.inner.refill();
+            // The pool ran dry: runs come faster than children are made,
+            // so the next ones are taken soon after their fork, and this
+            // run waits for its own child: a warm-up would be on a run's
+            // critical path, and take more faults than the run saves.
+            self.inner.refill(Warmth::Cold);
             let zygote = self.inner.current()?;
             let (host, fds, spec) = match &self.inner.config.shells {
-                None => self.inner.host_side(&zygote)?,
+                None => self.inner.host_side(&zygote, Warmth::Cold)?,
                 Some(shells) => {
                     let inner = Arc::clone(&self.inner);
                     let z = zygote.clone();
                     shells
                         .spawner
-                        .run(move || inner.host_side(&z))
+                        .run(move || inner.host_side(&z, Warmth::Cold))
                         .await
                         .ok_or_else(|| SpawnError::Channel(std::io::Error::other("the spawner thread is gone")))??
                 }
@@ -195,9 +229,10 @@ impl Pool {
 
     /// Tops the pool up again; called when a run has settled, so the fork
     /// and warm-up of its replacement happen between runs. Cheap: it asks
-    /// the zygote (or the spawner thread) and returns.
-    pub(crate) fn refill_after_run(&self) {
-        self.inner.refill();
+    /// the zygote (or the spawner thread) and returns. `warmth` says
+    /// whether the replacements warm up (see the module docs).
+    pub(crate) fn refill_after_run(&self, warmth: Warmth) {
+        self.inner.refill(warmth);
     }
 
     /// Whether the pool holds its full size of idle children of a ready
@@ -213,7 +248,7 @@ impl Pool {
                     && state.current.as_ref().is_some_and(|z| z.is_ready() && z.reaped_all()))
         };
         if !full {
-            self.inner.refill();
+            self.inner.refill(Warmth::Warm);
         }
         full
     }
@@ -328,7 +363,7 @@ impl Inner {
     /// Requests spawns until idle plus pending reaches the pool size. Only
     /// the count is taken under the lock; each child's host side (a run
     /// directory, or a sandbox shell on the spawner thread) is made outside it.
-    fn refill(&self) {
+    fn refill(&self, warmth: Warmth) {
         let shells = self.config.shells.as_ref();
         // Shells are forked on the spawner thread, and must register with a
         // tokio runtime: without one (at construction), the pool fills at
@@ -356,7 +391,7 @@ impl Inner {
                     inner.child_failed(ZygoteError::Gone("the runtime is shutting down".into()));
                     return;
                 }
-                match inner.host_side(&z) {
+                match inner.host_side(&z, warmth) {
                     Ok((host, fds, spec)) => {
                         if !z.spawn_into(spec, fds, Box::new(host), sink) {
                             inner.child_failed(ZygoteError::Gone(String::new()));
@@ -379,7 +414,8 @@ impl Inner {
     /// Everything the host keeps of a child, the descriptors the child gets
     /// and how it sets itself up. Sandboxed, this forks the child's shell:
     /// call it on the spawner thread then.
-    fn host_side(&self, zygote: &Zygote) -> Result<(HostSide, Vec<OwnedFd>, ChildSpec), SpawnError> {
+    fn host_side(&self, zygote: &Zygote, warmth: Warmth) -> Result<(HostSide, Vec<OwnedFd>, ChildSpec), SpawnError> {
+        let cold = warmth == Warmth::Cold;
         let ch = Channels::new()?;
         let mut fds = vec![OwnedFd::from(ch.child), OwnedFd::from(ch.output_tx)];
         let Some(shells) = &self.config.shells else {
@@ -395,8 +431,13 @@ impl Inner {
                     .into_iter()
                     .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
             );
-            let spec =
-                ChildSpec { cwd: run_dir.path().to_path_buf(), env, rlimits: self.config.rlimits.clone(), join: None };
+            let spec = ChildSpec {
+                cwd: run_dir.path().to_path_buf(),
+                env,
+                rlimits: self.config.rlimits.clone(),
+                join: None,
+                cold,
+            };
             let host = HostSide {
                 zygote: zygote.clone(),
                 sock: ch.host,
@@ -414,6 +455,7 @@ impl Inner {
             env: shells.env.clone(),
             rlimits: Vec::new(),
             join: Some(JoinSpec { plan, remaps: shells.remaps.clone() }),
+            cold,
         };
         let host = HostSide {
             zygote: zygote.clone(),
@@ -451,5 +493,21 @@ fn same(a: Option<&Zygote>, b: Option<&Zygote>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => a.same(b),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Warmth;
+
+    #[test]
+    fn children_warm_up_only_while_a_core_is_free_of_runs() {
+        assert_eq!(Warmth::for_load(0, 2), Warmth::Warm);
+        assert_eq!(Warmth::for_load(1, 2), Warmth::Warm);
+        assert_eq!(Warmth::for_load(2, 2), Warmth::Cold);
+        assert_eq!(Warmth::for_load(4, 2), Warmth::Cold);
+        // One core: the run that asks for the refill takes it.
+        assert_eq!(Warmth::for_load(1, 1), Warmth::Cold);
+        assert_eq!(Warmth::for_load(7, 64), Warmth::Warm);
     }
 }

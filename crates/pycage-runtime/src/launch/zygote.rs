@@ -110,6 +110,8 @@ pub(crate) struct ChildSpec {
     /// descriptors, in [`pycage_sandbox::Join`]'s field order) and applies
     /// the program's own steps.
     pub join: Option<JoinSpec>,
+    /// Skip the child's warm-up ([`pycage_protocol::zygote::SpawnRequest::cold`]).
+    pub cold: bool,
 }
 
 /// How a zygote's child joins a sandbox shell.
@@ -883,6 +885,7 @@ fn encode_spawn(id: u64, spec: &ChildSpec) -> Vec<u8> {
         env: spec.env.clone(),
         rlimits: spec.rlimits.iter().map(|(n, soft, hard)| ((*n).to_owned(), *soft, *hard)).collect(),
         join,
+        cold: spec.cold,
     })
     .encode()
 }
