@@ -27,7 +27,10 @@
 //!   `i32`), a flags byte (bit 0: a handoff, bit 1: its `sock_diag`
 //!   socket, bit 2: its egress listener), carrying the supervisor's pidfd,
 //!   the handoff's descriptors and the eight [`Join`] descriptors; or
-//!   `err1` and the error's text; or `ver1` and the helper's build, when
+//!   `err1` and the error's text; or `ern1` and an errno (little endian
+//!   `i32`) when joining the earlier run's network namespace failed (the
+//!   host then stops recycling them, and nothing else does); or `ver1` and
+//!   the helper's build, when
 //!   it is not the host's (a package upgraded under a running host: its
 //!   helper would be the new one), and the helper is then given up.
 //!
@@ -58,7 +61,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pycage_sandbox::{Handoff, HostIds, Join, JoinPlan, Remap, SandboxPolicy};
+use pycage_sandbox::{ChildFailure, Handoff, HostIds, Join, JoinPlan, Remap, SandboxError, SandboxPolicy, Step};
 use rustix::net::{
     AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
     SendFlags, SocketFlags, SocketType,
@@ -71,6 +74,7 @@ use crate::process::Reaper;
 const REQUEST_TAG: [u8; 4] = *b"shl1";
 const REPLY_OK: [u8; 4] = *b"ok01";
 const REPLY_ERR: [u8; 4] = *b"err1";
+const REPLY_ERR_JOIN_NET: [u8; 4] = *b"ern1";
 const REPLY_BUILD: [u8; 4] = *b"ver1";
 /// Host and helper must be one build: this crate's version and the
 /// protocol's revision.
@@ -261,6 +265,14 @@ impl ShellHelper {
                         "the shell helper could not build the sandbox: {message}"
                     )))))
                 }
+                Err(Failure::JoinNetwork(errno)) => {
+                    state.conn = Some(live);
+                    Err(SpawnError::Sandbox(SandboxError::Child(ChildFailure {
+                        step: Step::JoinNetwork,
+                        path: None,
+                        errno,
+                    })))
+                }
                 Err(Failure::Broken(message)) => {
                     self.drop_conn(live);
                     Err(self.failed(&mut state, helper_error(message)))
@@ -351,6 +363,8 @@ enum Failure {
     Broken(String),
     /// The helper could not build this shell, and said why.
     Refused(String),
+    /// The shell could not join the network namespace it was given (errno).
+    JoinNetwork(i32),
     /// The helper is another build (named): no helper from its command will do.
     OtherBuild(String),
 }
@@ -409,6 +423,10 @@ fn receive_reply(sock: &OwnedFd) -> Result<RemoteShell, Failure> {
 fn parse_reply(data: &[u8], fds: Vec<OwnedFd>) -> Result<RemoteShell, Failure> {
     if let Some(text) = data.strip_prefix(&REPLY_ERR) {
         return Err(Failure::Refused(String::from_utf8_lossy(text).into_owned()));
+    }
+    if let Some(errno) = data.strip_prefix(&REPLY_ERR_JOIN_NET) {
+        let errno = <[u8; 4]>::try_from(errno).map_err(|_| Failure::Broken("its answer was malformed".to_owned()))?;
+        return Err(Failure::JoinNetwork(i32::from_le_bytes(errno)));
     }
     if let Some(theirs) = data.strip_prefix(&REPLY_BUILD) {
         return Err(Failure::OtherBuild(String::from_utf8_lossy(theirs).into_owned()));
@@ -502,7 +520,10 @@ pub(crate) fn serve(sock: OwnedFd) -> io::Result<()> {
                     shells.push(pid);
                     encode_ok(pid, shell)
                 }
-                Err(message) => {
+                Err(Refusal::JoinNetwork(errno)) => {
+                    ([REPLY_ERR_JOIN_NET.as_slice(), &errno.to_le_bytes()].concat(), Vec::new())
+                }
+                Err(Refusal::Other(message)) => {
                     let mut data = REPLY_ERR.to_vec();
                     let text = message.as_bytes();
                     data.extend_from_slice(&text[..text.len().min(MAX_REPLY - REPLY_ERR.len())]);
@@ -542,7 +563,35 @@ fn same_build(request: &[u8]) -> Result<&[u8], Vec<u8>> {
 
 /// Builds the shell a request (after its tag and build) asks for: its
 /// supervisor's pid and what it handed over, or the error's text.
-fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), String> {
+/// Why the helper built no shell.
+enum Refusal {
+    /// The shell could not join the network namespace it was given (errno).
+    JoinNetwork(i32),
+    Other(String),
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Refusal {
+        Refusal::Other(message)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(message: &str) -> Refusal {
+        Refusal::Other(message.to_owned())
+    }
+}
+
+impl From<SandboxError> for Refusal {
+    fn from(e: SandboxError) -> Refusal {
+        match e {
+            SandboxError::Child(ChildFailure { step: Step::JoinNetwork, errno, .. }) => Refusal::JoinNetwork(errno),
+            e => Refusal::Other(e.to_string()),
+        }
+    }
+}
+
+fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), Refusal> {
     let (&flags, policy) = body.split_first().ok_or("an empty request")?;
     let policy = decode_policy(policy).ok_or("a malformed sandbox policy")?;
     let (with_cgroup, with_userns) = (flags & WITH_CGROUP != 0, flags & WITH_ZYGOTE_USERNS != 0);
@@ -551,12 +600,12 @@ fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), Stri
         || (with_net_ns && !outer_net)
         || fds.len() != usize::from(with_cgroup) + usize::from(with_userns) + usize::from(with_net_ns)
     {
-        return Err("the request's descriptors do not match it".to_owned());
+        return Err("the request's descriptors do not match it".into());
     }
     let net_ns = if with_net_ns { fds.pop() } else { None };
     let userns = if with_userns { fds.pop() } else { None };
     let cgroup = if with_cgroup { fds.pop() } else { None };
-    let mut prepared = pycage_sandbox::Prepared::new(&policy).map_err(|e| e.to_string())?;
+    let mut prepared = pycage_sandbox::Prepared::new(&policy)?;
     if let Some(procs) = cgroup {
         prepared.join_cgroup(procs);
     }
@@ -565,15 +614,19 @@ fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), Stri
     }
     // The host recycles the namespace: it must be outside the run's.
     if outer_net && !prepared.outer_network_namespace(net_ns) {
-        return Err("this run's network namespace cannot be made outside its user namespace".to_owned());
+        return Err("this run's network namespace cannot be made outside its user namespace".into());
     }
     let prepared = Arc::new(prepared.into_shell());
-    let raw = spawn::fork_shell(&prepared).map_err(|e| e.to_string())?;
+    let raw = spawn::fork_shell(&prepared).map_err(|e| match e {
+        SpawnError::Sandbox(e) => Refusal::from(e),
+        e => Refusal::Other(e.to_string()),
+    })?;
     let pid = Pid::from_raw(raw).ok_or("the shell has pid 0")?;
     let shell = (|| {
         // Our child, not reaped yet: the pidfd names it.
-        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|e| format!("pidfd_open: {e}"))?;
-        let (handoff, join) = prepared.take_shell().map_err(|e| e.to_string())?;
+        let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())
+            .map_err(|e| Refusal::Other(format!("pidfd_open: {e}")))?;
+        let (handoff, join) = prepared.take_shell()?;
         Ok(RemoteShell { pid: raw, pidfd, handoff, join })
     })();
     match shell {
@@ -800,6 +853,22 @@ mod tests {
         for bad in [&b"xxxx"[..], &REQUEST_TAG[..], &[REQUEST_TAG.as_slice(), &[200, 1]].concat()[..]] {
             let reply = same_build(bad).unwrap_err();
             assert!(matches!(parse_reply(&reply, Vec::new()), Err(Failure::Refused(_))), "{bad:?}");
+        }
+    }
+
+    /// A failed join of the given network namespace is told apart from
+    /// every other failure: only it turns the host's recycling off.
+    #[test]
+    fn a_failed_network_join_is_its_own_reply() {
+        let join = SandboxError::Child(ChildFailure { step: Step::JoinNetwork, path: None, errno: 22 });
+        let Refusal::JoinNetwork(errno) = Refusal::from(join) else { panic!("not a network join") };
+        let reply = [REPLY_ERR_JOIN_NET.as_slice(), &errno.to_le_bytes()].concat();
+        assert_eq!(parse_reply(&reply, Vec::new()).err(), Some(Failure::JoinNetwork(22)));
+        let other = SandboxError::Child(ChildFailure { step: Step::UnshareUser, path: None, errno: 1 });
+        assert!(matches!(Refusal::from(other), Refusal::Other(m) if m.contains("Operation not permitted")));
+        // Cut short or too long: malformed, not a refusal.
+        for bad in [&reply[..6], &[reply.as_slice(), &[0]].concat()[..]] {
+            assert!(matches!(parse_reply(bad, Vec::new()), Err(Failure::Broken(_))), "{bad:?}");
         }
     }
 

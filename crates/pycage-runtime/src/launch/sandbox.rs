@@ -109,6 +109,18 @@ impl NetNamespaces {
     }
 }
 
+/// Whether a shell failed at joining the network namespace it was given
+/// (built here or by the shell helper, which reports that step apart).
+fn joining_network_failed(e: &SpawnError) -> bool {
+    matches!(
+        e,
+        SpawnError::Sandbox(pycage_sandbox::SandboxError::Child(pycage_sandbox::ChildFailure {
+            step: pycage_sandbox::Step::JoinNetwork,
+            ..
+        }))
+    )
+}
+
 /// Kept by a shell's supervisor: gives the run's network namespace back
 /// when the supervisor is gone.
 struct NetLease {
@@ -218,13 +230,17 @@ impl Sandboxes {
                 // waiting in a listener outside the namespace): this
                 // namespace serves no other run. Dropping the shell kills it.
                 Ok(_) => {}
-                Err(e) => {
+                Err(e) if joining_network_failed(&e) => {
                     // Each shell would be built twice: stop trying.
                     self.nets.disable();
                     tracing::warn!(
                         "joining an ended run's network namespace failed ({e}); each sandboxed run gets a new one"
                     );
                 }
+                // Something else failed (a fork refused under load, say):
+                // this namespace is dropped, and a shell with a new one is
+                // tried; later shells still join the ones kept.
+                Err(_) => {}
             }
         }
         let shell = self.build_shell(ShellNetwork::Outside)?;
@@ -503,6 +519,16 @@ mod tests {
         assert_eq!(nets.len(), MAX_SPARE_NETS);
         // The exited one was the oldest, and went.
         assert!(nets.take().is_none());
+    }
+
+    #[test]
+    fn only_a_failed_network_join_turns_recycling_off() {
+        use pycage_sandbox::{ChildFailure, SandboxError, Step};
+        let failed = |step| SpawnError::Sandbox(SandboxError::Child(ChildFailure { step, path: None, errno: 1 }));
+        assert!(joining_network_failed(&failed(Step::JoinNetwork)));
+        assert!(!joining_network_failed(&failed(Step::UnshareNetwork)));
+        assert!(!joining_network_failed(&failed(Step::UnshareUser)));
+        assert!(!joining_network_failed(&SpawnError::Channel(std::io::Error::other("no fork"))));
     }
 
     #[test]
