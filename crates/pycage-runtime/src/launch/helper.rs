@@ -561,19 +561,11 @@ fn same_build(request: &[u8]) -> Result<&[u8], Vec<u8>> {
     Ok(body)
 }
 
-/// Builds the shell a request (after its tag and build) asks for: its
-/// supervisor's pid and what it handed over, or the error's text.
 /// Why the helper built no shell.
 enum Refusal {
     /// The shell could not join the network namespace it was given (errno).
     JoinNetwork(i32),
     Other(String),
-}
-
-impl From<String> for Refusal {
-    fn from(message: String) -> Refusal {
-        Refusal::Other(message)
-    }
 }
 
 impl From<&str> for Refusal {
@@ -591,6 +583,8 @@ impl From<SandboxError> for Refusal {
     }
 }
 
+/// Builds the shell a request (after its tag and build) asks for: its
+/// supervisor's pid and what it handed over, or why not.
 fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), Refusal> {
     let (&flags, policy) = body.split_first().ok_or("an empty request")?;
     let policy = decode_policy(policy).ok_or("a malformed sandbox policy")?;
