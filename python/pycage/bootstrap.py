@@ -58,7 +58,7 @@ import traceback
 
 from pycage import _wire
 from pycage._private import BUILTINS, EXIT_INTERNAL, diag, die
-from pycage.channel import lock, pending, read_frame, send, set_nonblocking
+from pycage.channel import hold, lock, pending, read_frame, send, set_nonblocking
 from pycage.decoder import decode_json
 from pycage.display import flush_figures, start_display_ledger
 from pycage.encoder import encode_json
@@ -297,7 +297,8 @@ def _serve():
         # Only a run whose output is collected has `out/`: otherwise the
         # working directory starts empty, as under plain python3.
         os.mkdir("out", 0o755)
-    send(_BOOT_ACK)
+    # The ack goes out with the run's first frame (a log, a call, `done`).
+    hold(_BOOT_ACK)
 
     program_globals = None
     # One run, or in a session one run after another in the same globals.

@@ -60,6 +60,7 @@ _inbuf = bytearray()
 _scan_from = 0  # _inbuf[:_scan_from] holds no newline
 _sending = False
 _backlog = []
+_held = None  # a frame that goes out with the next one (``hold``)
 pending = {}  # call id -> asyncio Future, or a Slot for a blocking call
 _watched = {}  # id(loop) -> [loop, calls pending on it]; it reads fd 3 meanwhile
 ids = itertools.count()
@@ -165,10 +166,25 @@ def _write_all(data):
             _dispatch_replies()
 
 
-def send(data):
-    """Write one whole frame (bytes ending in a newline) to fd 3."""
-    global _sending
+def hold(data):
+    """Send the frame ``data`` with the next one, in the same write.
+
+    For ``boot-ack``, which the host reads but never waits for: sent alone,
+    it woke the host's reader (and on a small machine took this process's
+    CPU for it) once more per run, just before ``done`` woke it again."""
+    global _held
     with lock:
+        _held = data if _held is None else _held + data
+
+
+def send(data):
+    """Write one whole frame (bytes ending in a newline) to fd 3, after
+    the one held back (``hold``), if any."""
+    global _sending, _held
+    with lock:
+        if _held is not None:
+            data = _held + data
+            _held = None
         if _sending:
             _backlog.append(data)
             return

@@ -49,7 +49,11 @@ own process group, so the host can signal everything it starts), arms
 else stays open), enters the run directory, sets ``HOME`` and ``TMPDIR``
 there, applies the requested rlimits, warms up unless it is cold
 (``bootstrap.warm_up``), and then serves exactly one run with the
-bootstrap. ``random`` reseeds itself in every child (it registers an
+bootstrap. The host starts the zygote as a background process for the
+scheduler (``SCHED_BATCH``: waking it for a refill never preempts a run or
+its caller); a child inherits that for its setup and warm-up, and becomes
+an ordinary process (``SCHED_OTHER``) just before it serves its run.
+``random`` reseeds itself in every child (it registers an
 ``os.register_at_fork`` hook when imported, which happens here); the hash
 seed and the address-space layout are the zygote's, which is why the host
 replaces a zygote after a bounded number of runs or seconds.
@@ -316,6 +320,9 @@ def _fd_array_from(payload):
     return list(out)
 
 
+_ORDINARY = os.sched_param(0)
+
+
 def _child(message, fds, zygote_pid, ctl_fd, born_watch):
     """The forked child: set up (joining a sandbox shell when asked), then
     serve one run. Never returns. ``born_watch`` is a pidfd of the zygote
@@ -354,6 +361,12 @@ def _child(message, fds, zygote_pid, ctl_fd, born_watch):
             bootstrap.warm_up()
     except BaseException as e:  # a cold run is slower, not wrong
         _diag(f"warm-up failed: {type(e).__name__}: {e}")
+    # The zygote is a background process for the scheduler (SCHED_BATCH),
+    # and so were this child's setup and warm-up; its run is an ordinary one.
+    try:
+        os.sched_setscheduler(0, os.SCHED_OTHER, _ORDINARY)
+    except OSError:
+        pass
     bootstrap.main()
     os._exit(bootstrap._EXIT_INTERNAL)
 

@@ -407,8 +407,7 @@ impl BenchArgs {
 }
 
 pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let rt = crate::tokio_runtime()?;
     rt.block_on(bench(args))
 }
 

@@ -285,6 +285,19 @@ fn flag_message(e: &pycage_runtime::ConfigError) -> String {
     }
 }
 
+/// The async runtime of every command that makes runs. Its threads are
+/// background threads for the scheduler ([`pycage_runtime::run_in_background`]):
+/// waking one never preempts a run's program, nor the thread that waits
+/// for a run's result.
+pub(crate) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context as _;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(pycage_runtime::run_in_background)
+        .build()
+        .context("cannot start the async runtime")
+}
+
 /// This program as a runtime's sandbox shell helper: sandboxed runs' shells
 /// are forked from a small process, not from a CLI that may have grown
 /// (`RuntimeConfig::shell_helper`).

@@ -111,10 +111,6 @@ pub struct StubsArgs {
     bindings: PathBuf,
 }
 
-fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")
-}
-
 async fn load(path: Option<&PathBuf>, limits: pycage_bindings::slots::SlotLimits) -> anyhow::Result<Bindings> {
     match path {
         Some(p) => Ok(Bindings::load_with(p, limits).await?),
@@ -123,7 +119,7 @@ async fn load(path: Option<&PathBuf>, limits: pycage_bindings::slots::SlotLimits
 }
 
 pub fn stubs(args: StubsArgs) -> anyhow::Result<ExitCode> {
-    tokio_runtime()?.block_on(async move {
+    crate::tokio_runtime()?.block_on(async move {
         let bindings = load(Some(&args.bindings), pycage_bindings::slots::SlotLimits::default()).await?;
         let text = bindings.stubs_text();
         bindings.close().await;
@@ -199,7 +195,7 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
         // Checked before anything starts, so a bad file is misuse at once.
         pycage_bindings::file::read(path)?;
     }
-    tokio_runtime()?.block_on(async move {
+    crate::tokio_runtime()?.block_on(async move {
         let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
         let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
         let runtime = Runtime::new(config)?;

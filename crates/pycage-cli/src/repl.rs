@@ -182,8 +182,7 @@ pub fn main(args: ReplArgs) -> anyhow::Result<ExitCode> {
     // One long-lived session, and a fresh one at once when it ends.
     config.spawn = pycage_runtime::SpawnMode::Zygote;
     config.pool_size = 1;
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let rt = crate::tokio_runtime()?;
     let json = args.json;
     let terminal = !json && std::io::stdin().is_terminal();
     rt.block_on(async move {

@@ -53,8 +53,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.output {
         check_output_dir(dir)?;
     }
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let rt = crate::tokio_runtime()?;
     rt.block_on(async move {
         // Listen for signals before anything slow, so an early Ctrl-C
         // cancels the run instead of killing pycage mid-construction.

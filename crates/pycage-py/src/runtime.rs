@@ -43,6 +43,7 @@ pub fn tokio_runtime(py: Python<'_>) -> PyResult<Arc<tokio::runtime::Runtime>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("pycage")
+        .on_thread_start(pycage_runtime::run_in_background)
         .build()
         .map_err(|e| error(py, "PycageError", format!("could not start the tokio runtime: {e}")))?;
     let rt = Arc::new(rt);

@@ -217,6 +217,24 @@ def test_runs_from_many_threads_at_once(rt):
         assert results[i].logs == [f"thread {i}"]
 
 
+def test_programs_are_ordinary_processes_for_the_scheduler(rt):
+    # The runtime's threads are background threads (SCHED_BATCH: waking one
+    # never preempts a run's caller or its program); a program never
+    # inherits that: what they start resets to SCHED_OTHER.
+    where = {}
+
+    def policy():
+        where["binding"] = os.sched_getscheduler(0)
+        return 0
+
+    r = rt.run("import os\nawait tools.policy()\nreturn os.sched_getscheduler(0)", {"tools": {"policy": policy}})
+    assert r.error is None, r.error
+    assert r.value == os.SCHED_OTHER
+    # A sync binding runs on the runtime's blocking pool: a background thread.
+    reset_on_fork = 0x40000000
+    assert where["binding"] & ~reset_on_fork == os.SCHED_BATCH, where
+
+
 def test_concurrent_aruns(process_rt):
     async def main():
         return await asyncio.gather(*[process_rt.arun(f"return {i} * 2") for i in range(6)])

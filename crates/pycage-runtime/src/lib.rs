@@ -129,6 +129,7 @@ pub use net::{Connection, NetBudget, NetHost, NetRule, NetRuleError, NetworkRepo
 pub use outcome::{FailureKind, RunEvent, RunFailure, RunResult};
 pub use packages::{PackageError, PACKAGES_DIR};
 pub use probe_cache::default_cache_dir;
+pub use process::run_in_background;
 pub use pycage_protocol::JsonValue;
 pub use runtime::{MisuseError, RunLimits, RunRequest, Runtime, SandboxView};
 pub use session::{Session, SessionError, SessionOptions, SessionRun};

@@ -89,6 +89,40 @@ pub(crate) fn loader(bootstrap_dir: &Path, module: &str) -> String {
     format!("import sys; sys.path.insert(0, {}); from {module} import main; main()", String::from_utf8_lossy(&quoted))
 }
 
+/// Makes the calling thread a background thread for the scheduler:
+/// `SCHED_BATCH`, so that waking it never preempts the thread that woke it
+/// (a run's caller that asked for a refill and still has a result to
+/// return, a program that wrote a frame). It still gets its fair share of
+/// CPU; it only waits for the running thread's turn to end instead of
+/// cutting it short. Any thread may do this; a failure leaves the thread as
+/// it was.
+///
+/// The policy is inherited across `fork` (`SCHED_RESET_ON_FORK` resets
+/// only the real-time ones), which suits pycage's own processes (the shell
+/// helper, sandbox shells): what runs a program resets it
+/// ([`ordinary_scheduling`]).
+pub fn run_in_background() {
+    set_policy(libc::SCHED_BATCH);
+}
+
+/// Back to `SCHED_OTHER`: for a process that runs programs (a zygote, an
+/// exec'd child), whichever thread started it. Async-signal-safe (one
+/// system call), for a `pre_exec` hook.
+pub(crate) fn ordinary_scheduling() {
+    set_policy(libc::SCHED_OTHER);
+}
+
+fn set_policy(policy: libc::c_int) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_setscheduler(0, ...)` changes the calling thread's
+    // policy only; `param` is a valid, initialized struct that the kernel
+    // reads and does not keep. Unprivileged callers may switch between
+    // SCHED_OTHER and SCHED_BATCH at priority 0.
+    unsafe {
+        libc::sched_setscheduler(0, policy, &param);
+    }
+}
+
 /// One runtime's thread that reaps killed children nobody waits for
 /// anymore (a worker dropped while its child was still dying). Each
 /// runtime has its own, so one runtime's shutdown never waits on another's
@@ -278,6 +312,36 @@ fn signal_name(sig: i32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_background_thread_is_batch_and_a_program_it_starts_is_not() {
+        fn policy_of_a_child(pre_exec: bool) -> String {
+            let mut cmd = std::process::Command::new("python3");
+            cmd.args(["-I", "-c", "import os; print(os.sched_getscheduler(0))"]);
+            if pre_exec {
+                // SAFETY: one system call in the forked child.
+                unsafe {
+                    std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                        ordinary_scheduling();
+                        Ok(())
+                    });
+                }
+            }
+            String::from_utf8_lossy(&cmd.output().unwrap().stdout).trim().to_string()
+        }
+        std::thread::spawn(|| {
+            // SAFETY: no arguments but the calling thread (0).
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+            run_in_background();
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_BATCH);
+            // Inherited by what it starts, unless that resets it.
+            assert_eq!(policy_of_a_child(false), libc::SCHED_BATCH.to_string());
+            assert_eq!(policy_of_a_child(true), libc::SCHED_OTHER.to_string());
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn state_and_exit_of_a_child() {

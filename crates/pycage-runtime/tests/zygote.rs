@@ -62,6 +62,30 @@ fn fds_of(pid: u32) -> usize {
 
 /// The zygote closes each child's descriptors after the fork: holding them
 /// would leak two per run and keep every run's output pipe from EOF.
+/// The scheduling policy of `pid` (`/proc/<pid>/stat`, field 41).
+fn policy_of(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command (which may hold spaces), from field 3 on.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split_whitespace().nth(41 - 3).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zygote_is_a_background_process_and_a_program_is_not() {
+    const SCHED_OTHER: u32 = 0;
+    const SCHED_BATCH: u32 = 3;
+    for isolation in [Isolation::Process, Isolation::Sandbox] {
+        let rt = zygote_runtime(|c| c.isolation = isolation);
+        // The program runs as an ordinary process.
+        let r = run(&rt, "import os\nreturn os.sched_getscheduler(0)").await;
+        assert_eq!(value(&r), SCHED_OTHER.to_string(), "{isolation:?}: {r:?}");
+        // Its forks for refills never preempt a run: SCHED_BATCH, whichever
+        // thread (here an ordinary one) started it.
+        assert_eq!(policy_of(rt.zygote_pid().unwrap()), SCHED_BATCH, "{isolation:?}");
+        rt.shutdown().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_zygote_holds_no_descriptor_of_its_children() {
     let rt = zygote_runtime(|c| c.pool_size = 0);

@@ -362,7 +362,8 @@ impl Inner {
 
     /// Requests spawns until idle plus pending reaches the pool size. Only
     /// the count is taken under the lock; each child's host side (a run
-    /// directory, or a sandbox shell on the spawner thread) is made outside it.
+    /// directory on the blocking pool, or a sandbox shell on the spawner
+    /// thread) is made outside it, and off the calling thread.
     fn refill(&self, warmth: Warmth) {
         let shells = self.config.shells.as_ref();
         // Shells are forked on the spawner thread, and must register with a
@@ -406,7 +407,15 @@ impl Inner {
                         self.child_failed(ZygoteError::Gone("the spawner thread is gone".into()));
                     }
                 }
-                None => job(),
+                // Without shells, a child's host side is still file-system
+                // work (its run directory: a `mkdir`, ~0.1 ms on ext4) and
+                // a socketpair and pipe: on the blocking pool, off this
+                // thread, which is most often a run's caller, just before
+                // it returns the run's result.
+                None => match tokio::runtime::Handle::try_current() {
+                    Ok(handle) => drop(handle.spawn_blocking(job)),
+                    Err(_) => job(),
+                },
             }
         }
     }

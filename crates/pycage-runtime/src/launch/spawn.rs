@@ -228,13 +228,17 @@ impl Worker {
         let extra = spec.pre_exec;
         let hook = extra.clone();
         // SAFETY: the closure runs in the forked child before exec and makes
-        // only async-signal-safe calls (dup2, fcntl, prctl, getppid, _exit)
-        // plus the PreExec hook, whose contract requires the same.
+        // only async-signal-safe calls (dup2, fcntl, prctl, getppid,
+        // sched_setscheduler, _exit) plus the PreExec hook, whose contract
+        // requires the same.
         unsafe {
             cmd.pre_exec(move || {
                 install_fd3(child_fd)?;
                 cloexec_above_fd3();
                 die_with_parent(parent)?;
+                // A program is an ordinary process, whatever thread (a
+                // background one) started it.
+                crate::process::ordinary_scheduling();
                 if let Some(hook) = &hook {
                     hook.pre_exec()?;
                 }
@@ -549,6 +553,7 @@ impl Spawner {
     pub(crate) fn new() -> std::io::Result<Spawner> {
         let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
         std::thread::Builder::new().name("pycage-spawner".into()).spawn(move || {
+            crate::process::run_in_background();
             for job in rx {
                 job();
             }

@@ -463,11 +463,16 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
     }
     let userns = spec.userns.clone();
     // SAFETY: the closure runs in the forked child before exec and makes only
-    // async-signal-safe calls (dup2/fcntl, setns, prctl, getppid, _exit).
+    // async-signal-safe calls (dup2/fcntl, setns, prctl, getppid,
+    // sched_setscheduler, _exit).
     unsafe {
         cmd.pre_exec(move || {
             process::install_fd3(child_fd)?;
             process::cloexec_above_fd3();
+            // A background process, whatever thread started it: its forks
+            // for refills never preempt a run. Its children reset to an
+            // ordinary process before they run a program (`pycage.zygote`).
+            process::run_in_background();
             if let Some(userns) = &userns {
                 // Root of it after exec: it may then enter its children's
                 // PID namespaces (see `pycage_sandbox::zygote_user_namespace`).
