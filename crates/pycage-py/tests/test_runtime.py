@@ -220,7 +220,7 @@ def test_runs_from_many_threads_at_once(rt):
 def test_programs_are_ordinary_processes_for_the_scheduler(rt):
     # The runtime's threads are background threads (SCHED_BATCH: waking one
     # never preempts a run's caller or its program); a program never
-    # inherits that: what they start resets to SCHED_OTHER.
+    # inherits that: what runs programs resets to SCHED_OTHER.
     where = {}
 
     def policy():
@@ -231,8 +231,7 @@ def test_programs_are_ordinary_processes_for_the_scheduler(rt):
     assert r.error is None, r.error
     assert r.value == os.SCHED_OTHER
     # A sync binding runs on the runtime's blocking pool: a background thread.
-    reset_on_fork = 0x40000000
-    assert where["binding"] & ~reset_on_fork == os.SCHED_BATCH, where
+    assert where["binding"] == os.SCHED_BATCH, where
 
 
 def test_concurrent_aruns(process_rt):
