@@ -32,28 +32,34 @@ _HANDLER_SIGNALS = tuple(sorted(sig for sig in _ALL_SIGNALS if sig not in (signa
 
 class SignalState:
     """What ``quiet_signals`` changed: the thread's signal mask before (None
-    until blocked) and each Python-level handler it replaced."""
+    until blocked), each Python-level handler it replaced, and whether it
+    finished (``quiet``)."""
 
-    __slots__ = ("mask", "handlers")
+    __slots__ = ("mask", "handlers", "quiet")
 
     def __init__(self):
         self.mask = None
         self.handlers = {}
+        self.quiet = False
 
 
 def _quiet_once(state):
     if state.mask is None:
         state.mask = _pthread_sigmask(_SIG_BLOCK, _ALL_SIGNALS)
+    handlers = state.handlers
     for sig in _HANDLER_SIGNALS:
         handler = _getsignal(sig)
-        # None: not set from Python; SIG_DFL / SIG_IGN are ints.
-        if handler is None or issubclass(type(handler), int):
+        # None: not set from Python; SIG_DFL / SIG_IGN are ints (or int
+        # enum members, when the program passed those).
+        if handler is None or isinstance(handler, int):
             continue
-        state.handlers.setdefault(sig, handler)
+        if sig not in handlers:
+            handlers[sig] = handler
         try:
             _setsignal(sig, _SIG_IGN)
         except (OSError, ValueError):
             pass
+    state.quiet = True
 
 
 def quiet_signals(state):
@@ -66,10 +72,15 @@ def quiet_signals(state):
     handlers in the main thread either way; a handler replaced by SIG_IGN
     is skipped even when its signal is pending. A handler may raise while
     this runs; that attempt is retried (the state records what was already
-    changed, so nothing is saved twice). The host's SIGTERM/SIGKILL still end
-    the process: SIGKILL cannot be blocked, and a one-shot child exits right
-    after ``done`` (a session calls ``restore_signals`` instead).
+    changed, so nothing is saved twice). Once it has finished, calling it
+    again does nothing until ``restore_signals`` (a second call is for a
+    first one that handlers kept interrupting). The host's
+    SIGTERM/SIGKILL still end the process: SIGKILL cannot be blocked, and a
+    one-shot child exits right after ``done`` (a session calls
+    ``restore_signals`` instead).
     """
+    if state.quiet:
+        return
     for _ in range(_QUIET_ATTEMPTS):
         try:
             _quiet_once(state)
@@ -87,6 +98,7 @@ def restore_signals(state):
         except (OSError, ValueError, TypeError):
             pass
     state.handlers = {}
+    state.quiet = False
     if state.mask is not None:
         _pthread_sigmask(_SIG_SETMASK, state.mask)
         state.mask = None

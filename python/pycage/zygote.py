@@ -72,7 +72,7 @@ import signal
 import socket
 import tempfile
 
-from pycage import bootstrap, preload
+from pycage import _private, bootstrap, preload
 from pycage.confine import (
     _EXIT_SETUP_FAILED,
     _JOIN_FDS,
@@ -420,6 +420,7 @@ def main():
         if failed is not None:
             _diag(f"could not preload {failed[0]}: {failed[1]}")
             os._exit(3)
+        _private.track_builtins()
         _warm_up()
         # Everything imported, nothing left to collect: freeze the heap so a
         # child's collections do not write to (and so copy) shared pages.

@@ -219,6 +219,50 @@ class HardeningTest(unittest.TestCase):
         self.assertEqual(out.stdout.strip(), "[] 13", out.stderr)
 
 
+class RestoreBuiltinsTest(unittest.TestCase):
+    """``restore_builtins`` after ``track_builtins`` (the zygote's children):
+    the copy is skipped only while nothing changed the shared builtins."""
+
+    def test_the_copy_is_made_exactly_when_something_changed(self):
+        script = (
+            f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "import builtins\n"
+            "from pycage import _private\n"
+            "_private.track_builtins()\n"
+            "copies = []\n"
+            "real = _private._update_shared\n"
+            "_private._update_shared = lambda d: (copies.append(1), real(d))\n"
+            "def restore():\n"
+            "    before = copies.__len__()\n"
+            "    _private.restore_builtins()\n"
+            "    return copies.__len__() - before\n"
+            "out = {'tracked': _private._tag_of is not None}\n"
+            "out['first'] = restore()\n"
+            "out['unchanged'] = restore()\n"
+            "original = builtins.len\n"
+            "builtins.len = None\n"
+            "out['rebound'] = [restore(), builtins.len is original]\n"
+            "del builtins.print\n"
+            "out['deleted'] = [restore(), 'print' in vars(builtins)]\n"
+            "builtins.len = None; builtins.len = original\n"
+            "out['rebound back'] = restore()\n"
+            "out['after'] = restore()\n"
+            "import json; print(json.dumps(out))\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = json.loads(out.stdout)
+        tracked = (3, 11) <= sys.version_info[:2] <= (3, 13)
+        self.assertEqual(got["tracked"], tracked)
+        self.assertEqual(got["first"], 1)
+        self.assertEqual(got["unchanged"], 0 if tracked else 1)
+        self.assertEqual(got["rebound"], [1, True])
+        self.assertEqual(got["deleted"], [1, True])
+        # A change undone by the program still moved the tag: copied again.
+        self.assertEqual(got["rebound back"], 1)
+        self.assertEqual(got["after"], 0 if tracked else 1)
+
+
 class ZygoteMessageTest(unittest.TestCase):
     """The zygote's short ways to encode and decode control messages say
     exactly what ``json`` would (``zygote._encode``, ``zygote._decode``)."""

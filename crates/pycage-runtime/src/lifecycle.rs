@@ -159,12 +159,13 @@ pub(crate) enum Keep<'a> {
     OneShot,
     /// A session: its process (taken at its first run), kept after every
     /// run that finished (`done`), gone after any other. `baseline`, when
-    /// the session sampled its processes' CPU at the run's start (its run
-    /// edge), is that sample: the run's CPU budget counts from it.
+    /// the session has one, is its processes' CPU at its last sample before
+    /// the run (the previous run's end, or a sample between runs): the
+    /// run's CPU budget counts from it.
     Session { kept: &'a mut Option<Kept>, first: bool, baseline: Option<Baseline> },
 }
 
-/// A session's CPU at a run's start, sampled off the run's critical path.
+/// A session's CPU before a run, sampled off the run's critical path.
 pub(crate) type Baseline = tokio::sync::oneshot::Receiver<Duration>;
 
 /// How a run ended, beyond its result.
@@ -390,8 +391,8 @@ fn scope_of(worker: &Worker, site: &RunSite, sandboxed: bool) -> Option<Scope> {
 }
 
 /// A session run's watch: CPU counted from what the session's processes
-/// had used when the run started (sampled off the run's critical path:
-/// the session's own start-edge sample when it took one, else here).
+/// had used before the run (the session's last sample before it, else a
+/// sample here at its start; either off the run's critical path).
 fn session_watch(
     scope: Option<Scope>,
     budget: Budget,

@@ -14,11 +14,15 @@
 //! Between runs the session is watched too: its processes may use at most
 //! [`SessionOptions::idle_cpu`] of CPU in total while no run is in flight
 //! (a thread left spinning by a run cannot burn a core until the idle
-//! timeout) and hold at most the memory budget. CPU between runs is the
-//! sum of the gaps from one run's end to the next run's start (both edges
-//! sampled on the blocking pool, off the runs' critical path) and of the
-//! open gap since the last run, so cells sent back to back leave no gap
-//! uncounted. The session has an idle
+//! timeout) and hold at most the memory budget. The session's CPU is
+//! sampled once per run, at its end (on the blocking pool, off the runs'
+//! critical path), and every half second between runs. A gap between
+//! runs counts as CPU between runs from the run's end to the last sample
+//! before the next run; that sample is also the next run's CPU baseline,
+//! so what the processes used after it counts against that run's CPU
+//! budget. Every CPU second is counted against one budget or the other
+//! (cells sent back to back included), and a run's start costs no sample.
+//! The session has an idle
 //! timeout, a maximum lifetime and a memory budget (for every run, and
 //! between runs).
 //!
@@ -142,6 +146,9 @@ impl SessionRun {
 struct State {
     kept: Option<Kept>,
     runs: u64,
+    /// The last run's end sample while it is still being taken: the next
+    /// run's CPU baseline if it starts before the sample is in.
+    end_sample: Option<lifecycle::Baseline>,
 }
 
 struct Inner {
@@ -154,7 +161,7 @@ struct Inner {
     /// Why the session ended; set once.
     ended: Mutex<Option<String>>,
     last_used: Mutex<Instant>,
-    /// CPU of the session's processes at its runs' edges.
+    /// CPU of the session's processes at its runs' ends and between runs.
     edges: Arc<Mutex<Edges>>,
     /// Cancelled by `close` and by the runtime's shutdown (a child token):
     /// a run in flight or queued is aborted and the watchdog ends the session.
@@ -193,7 +200,7 @@ impl Session {
             config,
             options,
             opened: now,
-            state: tokio::sync::Mutex::new(State { kept: None, runs: 0 }),
+            state: tokio::sync::Mutex::new(State { kept: None, runs: 0, end_sample: None }),
             ended: Mutex::new(None),
             last_used: Mutex::new(now),
             edges: Arc::default(),
@@ -283,12 +290,10 @@ impl Session {
         let first = state.runs == 0;
         let state = &mut *state;
         let run_index = state.runs;
-        // The start edge is also the run's CPU-budget baseline: one sample.
-        let baseline = state
-            .kept
-            .as_ref()
-            .and_then(|k| k.scope(runtime.sandboxed()))
-            .map(|scope| inner.sample_edge(scope, run_index, Edge::Start));
+        let baseline = match state.kept.as_ref().and_then(|k| k.scope(runtime.sandboxed())) {
+            Some(_) => inner.baseline(run_index, state.end_sample.take()),
+            None => None,
+        };
         let outcome = lifecycle::run(runtime, plan, Keep::Session { kept: &mut state.kept, first, baseline }).await;
         *lock(&inner.last_used) = Instant::now();
         if outcome.took_worker {
@@ -297,12 +302,13 @@ impl Session {
         }
         if outcome.ran {
             state.runs += 1;
+            lock(&inner.edges).ran(run_index);
         }
         let result = outcome.result;
         match (outcome.ran, outcome.after) {
             (true, ChildAfter::Finished) => {
                 if let Some(scope) = state.kept.as_ref().and_then(|k| k.scope(runtime.sandboxed())) {
-                    drop(inner.sample_edge(scope, run_index, Edge::End));
+                    state.end_sample = Some(inner.sample_end(scope, run_index));
                 }
             }
             (true, ChildAfter::Gone) => {
@@ -340,20 +346,35 @@ impl Session {
 const CLOSED: &str = "it was closed, or the runtime was shut down";
 
 impl Inner {
-    /// Samples the session's CPU at a run's edge, off the critical path
-    /// and whatever becomes of the run (a detached blocking task): the
-    /// edge is recorded, and the sample is also sent on the returned
-    /// channel (a run's start: its CPU-budget baseline).
-    fn sample_edge(&self, scope: crate::watchdog::Scope, run: u64, edge: Edge) -> lifecycle::Baseline {
+    /// Samples the session's CPU at the end of run `run`, off the critical
+    /// path and whatever becomes of the next run (a detached blocking
+    /// task): the end is recorded, and the sample is also sent on the
+    /// returned channel (the next run's CPU baseline, should it start
+    /// before the sample is in).
+    fn sample_end(&self, scope: crate::watchdog::Scope, run: u64) -> lifecycle::Baseline {
         let (edges, cache) = (Arc::clone(&self.edges), self.runtime.scan_cache());
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sampled = tokio::task::spawn_blocking(move || {
             let cpu = crate::watchdog::sample_cpu(scope, &cache);
-            lock(&edges).record(run, edge, cpu);
+            lock(&edges).ended(run, cpu);
             let _ = tx.send(cpu);
         });
         drop(sampled);
         rx
+    }
+
+    /// Run `run`'s CPU baseline: the last sample since the previous run
+    /// ended, or that run's end sample once it is in (`pending`). `None`
+    /// when there is neither (the run's watch samples then).
+    fn baseline(&self, run: u64, pending: Option<lifecycle::Baseline>) -> Option<lifecycle::Baseline> {
+        match lock(&self.edges).baseline(run) {
+            Some(cpu) => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let _ = tx.send(cpu);
+                Some(rx)
+            }
+            None => pending,
+        }
     }
 
     fn set_ended(&self, reason: String) {
@@ -369,48 +390,66 @@ impl Inner {
     }
 }
 
-/// Which edge of a run a CPU sample was taken at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Edge {
-    Start,
-    End,
-}
-
-/// The session's CPU at its runs' edges, for CPU used between runs. The
-/// samples land in any order (each is taken on the blocking pool): a start
-/// that comes before the previous run's end waits for it.
+/// The session's CPU at its runs' ends and between runs (see the module
+/// docs). End samples land whenever their blocking task runs: one that
+/// comes after the next run has run opens no gap (that gap's CPU was the
+/// next run's).
 #[derive(Debug, Default)]
 struct Edges {
-    /// The last run that ended, and the CPU then.
-    last_end: Option<(u64, Duration)>,
-    /// A run's start sample that came before the previous run's end.
-    early_start: Option<(u64, Duration)>,
-    /// CPU used in closed gaps (one run's end to the next one's start).
+    /// The gap after the last run that ended, while no later run has run.
+    gap: Option<Gap>,
+    /// The last run that ran.
+    ran: Option<u64>,
+    /// CPU used in closed gaps.
     idle: Duration,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Gap {
+    /// The run it follows.
+    after: u64,
+    /// The session's CPU at that run's end.
+    end: Duration,
+    /// ... and at the latest sample since.
+    latest: Duration,
+}
+
 impl Edges {
-    fn record(&mut self, run: u64, edge: Edge, cpu: Duration) {
-        match edge {
-            Edge::Start => match self.last_end {
-                Some((ended, at)) if ended + 1 == run => self.idle += cpu.saturating_sub(at),
-                _ => self.early_start = Some((run, cpu)),
-            },
-            Edge::End => {
-                self.last_end = Some((run, cpu));
-                if let Some((_, start)) = self.early_start.take_if(|(started, _)| *started == run + 1) {
-                    self.idle += start.saturating_sub(cpu);
-                }
-            }
+    /// Run `run` ended with the session's processes at `cpu`.
+    fn ended(&mut self, run: u64, cpu: Duration) {
+        if self.ran.is_some_and(|ran| ran > run) {
+            return;
         }
+        self.gap = Some(Gap { after: run, end: cpu, latest: cpu });
+    }
+
+    /// A sample between runs, with `runs` runs done.
+    fn sampled(&mut self, runs: u64, cpu: Duration) {
+        if let Some(gap) = self.gap.as_mut().filter(|g| g.after + 1 == runs) {
+            gap.latest = gap.latest.max(cpu);
+        }
+    }
+
+    /// Run `run`'s CPU baseline: the latest sample of the gap before it,
+    /// if that gap's end sample is in.
+    fn baseline(&self, run: u64) -> Option<Duration> {
+        self.gap.filter(|g| g.after + 1 == run).map(|g| g.latest)
+    }
+
+    /// Run `run` ran: the gap before it closes at its latest sample.
+    fn ran(&mut self, run: u64) {
+        if let Some(gap) = self.gap.take_if(|g| g.after < run) {
+            self.idle += gap.latest.saturating_sub(gap.end);
+        }
+        self.ran = Some(self.ran.map_or(run, |r| r.max(run)));
     }
 
     /// CPU between runs so far, given the session's CPU `now` with `runs`
     /// runs done: the closed gaps, and the open one since the last run's
     /// end (once its end sample is in).
     fn idle_at(&self, runs: u64, now: Duration) -> Duration {
-        match self.last_end {
-            Some((ended, at)) if ended + 1 == runs => self.idle + now.saturating_sub(at),
+        match self.gap {
+            Some(gap) if gap.after + 1 == runs => self.idle + now.saturating_sub(gap.end),
             _ => self.idle,
         }
     }
@@ -477,12 +516,18 @@ async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio:
             let cache = inner.runtime.scan_cache();
             let usage = tokio::task::spawn_blocking(move || crate::watchdog::sample_with(scope, &cache)).await;
             let Ok(usage) = usage else { continue };
-            // A run that started meanwhile counts its own CPU.
-            let runs_now = inner.state.try_lock().map(|s| s.runs).ok();
-            if runs_now != Some(runs) {
+            // A run that started meanwhile counts its own CPU (it holds the
+            // state: no run starts while the sample is recorded).
+            let Ok(now_state) = inner.state.try_lock() else { continue };
+            if now_state.runs != runs {
                 continue;
             }
-            let idle = lock(&inner.edges).idle_at(runs, usage.cpu);
+            let idle = {
+                let mut edges = lock(&inner.edges);
+                edges.sampled(runs, usage.cpu);
+                edges.idle_at(runs, usage.cpu)
+            };
+            drop(now_state);
             match over_idle_budget(idle, usage.memory_bytes, &inner.options, inner.config.address_space_bytes) {
                 Some(reason) => reason,
                 None => continue,
@@ -506,28 +551,60 @@ mod tests {
     #[test]
     fn gaps_between_runs_add_up_whatever_order_the_samples_land_in() {
         let mut e = Edges::default();
-        // Run 0 ends at 100 ms of CPU; run 1 starts at 300 (a 200 ms gap).
-        e.record(0, Edge::End, MS(100));
+        e.ran(0);
+        // Run 0 ends at 100 ms of CPU; an idle sample sees 150, another 300.
+        e.ended(0, MS(100));
         assert_eq!(e.idle_at(1, MS(150)), MS(50), "the open gap counts before the next run starts");
-        e.record(1, Edge::Start, MS(300));
-        // Run 2's start sample lands before run 1's end sample.
-        e.record(2, Edge::Start, MS(900));
-        e.record(1, Edge::End, MS(500));
-        assert_eq!(e.idle, MS(200 + 400));
-        // Between runs after run 2: closed gaps plus the open one.
-        e.record(2, Edge::End, MS(1000));
-        assert_eq!(e.idle_at(3, MS(1250)), MS(600 + 250));
-        // Before run 2's end sample is in, only the closed gaps count.
-        let mut late = Edges::default();
-        late.record(0, Edge::End, MS(10));
-        assert_eq!(late.idle_at(2, MS(5000)), Duration::ZERO);
+        e.sampled(1, MS(150));
+        e.sampled(1, MS(300));
+        // Run 1's baseline is the gap's last sample; the gap closes when it ran.
+        assert_eq!(e.baseline(1), Some(MS(300)));
+        e.ran(1);
+        assert_eq!(e.idle, MS(200));
+        // Run 2 starts before run 1's end sample is in: no baseline here
+        // (it waits for that sample), and the late sample opens no gap.
+        assert_eq!(e.baseline(2), None);
+        e.ran(2);
+        e.ended(1, MS(500));
+        assert_eq!(e.idle_at(3, MS(5000)), MS(200), "the gap before run 2 was run 2's");
+        // Run 2's end; between runs after it, closed gaps plus the open one.
+        e.ended(2, MS(1000));
+        assert_eq!(e.idle_at(3, MS(1250)), MS(200 + 250));
+    }
+
+    #[test]
+    fn a_late_end_sample_still_opens_the_gap_of_a_run_in_flight() {
+        let mut e = Edges::default();
+        e.ran(0);
+        // Run 1 started (waiting for run 0's end sample); the sample lands.
+        assert_eq!(e.baseline(1), None);
+        e.ended(0, MS(40));
+        e.ran(1);
+        assert_eq!(e.idle, Duration::ZERO, "nothing was sampled between the runs");
+        assert!(e.gap.is_none());
+    }
+
+    #[test]
+    fn a_run_that_did_not_run_leaves_the_gap_open() {
+        let mut e = Edges::default();
+        e.ran(0);
+        e.ended(0, MS(10));
+        // An attempt at run 1 takes its baseline and never runs: the gap
+        // is still open, and still counted between runs.
+        assert_eq!(e.baseline(1), Some(MS(10)));
+        e.sampled(1, MS(70));
+        assert_eq!(e.idle_at(1, MS(90)), MS(80));
+        assert_eq!(e.baseline(1), Some(MS(70)));
+        e.ran(1);
+        assert_eq!(e.idle, MS(60));
     }
 
     #[test]
     fn the_first_run_has_no_gap_before_it() {
         let mut e = Edges::default();
-        e.record(0, Edge::Start, MS(40));
-        e.record(0, Edge::End, MS(60));
+        assert_eq!(e.baseline(0), None);
+        e.ran(0);
+        e.ended(0, MS(60));
         assert_eq!(e.idle, Duration::ZERO);
         assert_eq!(e.idle_at(1, MS(60)), Duration::ZERO);
     }

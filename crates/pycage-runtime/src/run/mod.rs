@@ -25,8 +25,20 @@ use crate::process::Exit;
 use machine::{ChildEnd, Settled};
 pub(crate) use machine::{Opening, RunMachine};
 
-/// Read buffer for each of fd 3 and the raw output pipe.
+/// Read buffer for each of fd 3 and the raw output pipe, at most ...
 const READ_BUF: usize = 64 * 1024;
+
+/// ... and at first: most runs read a few hundred bytes, and zeroing two
+/// buffers of the largest size cost every run (a session cell too) more
+/// than its reads.
+const FIRST_READ_BUF: usize = 4 * 1024;
+
+/// Doubles `buf` (up to [`READ_BUF`]) after a read of `n` bytes filled it.
+fn grow_after(buf: &mut Vec<u8>, n: usize) {
+    if n == buf.len() && buf.len() < READ_BUF {
+        buf.resize((buf.len() * 2).min(READ_BUF), 0);
+    }
+}
 
 /// Longest the raw pipe is drained after the run settled.
 const DRAIN_LIMIT: Duration = Duration::from_millis(200);
@@ -101,7 +113,7 @@ struct RawPipe {
 
 impl RawPipe {
     fn new(rx: Option<tokio::net::unix::pipe::Receiver>) -> Self {
-        RawPipe { rx, buf: vec![0; READ_BUF] }
+        RawPipe { rx, buf: vec![0; FIRST_READ_BUF] }
     }
 
     fn closed(&self) -> bool {
@@ -114,7 +126,10 @@ impl RawPipe {
     fn drain_now(&mut self, m: &mut RunMachine) {
         while let Some(rx) = &self.rx {
             match rustix::io::read(rx, &mut self.buf) {
-                Ok(n) if n > 0 => m.receive_raw(self.buf.get(..n).unwrap_or_default()),
+                Ok(n) if n > 0 => {
+                    m.receive_raw(self.buf.get(..n).unwrap_or_default());
+                    grow_after(&mut self.buf, n);
+                }
                 Err(rustix::io::Errno::AGAIN) => return,
                 Err(rustix::io::Errno::INTR) => {}
                 Ok(_) | Err(_) => self.rx = None,
@@ -139,6 +154,7 @@ impl RawPipe {
         if n == 0 {
             self.rx = None;
         }
+        grow_after(&mut self.buf, n);
         self.buf.get(..n).unwrap_or_default()
     }
 }
@@ -261,7 +277,7 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
     // (threads, processes) learn that nobody will read their replies.
     let _settled = cx.settled.clone().drop_guard();
     let mut tasks = JoinSet::new();
-    let mut inbox = Inbox { buf: vec![0u8; READ_BUF], from: 0, len: 0 };
+    let mut inbox = Inbox { buf: vec![0u8; FIRST_READ_BUF], from: 0, len: 0 };
     let mut raw = RawPipe::new(worker.output.take());
     let mut write_failed = false;
     let mut budget = inputs.budget;
@@ -309,6 +325,7 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                     if let Some(t) = &inputs.transcript {
                         t.record(inbox.buf.get(..n).unwrap_or_default());
                     }
+                    grow_after(&mut inbox.buf, n);
                 }
                 None => m.receive_eof(),
             },
@@ -346,6 +363,7 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                                 t.record(inbox.buf.get(..n).unwrap_or_default());
                             }
                             inbox.feed(&mut m);
+                            grow_after(&mut inbox.buf, n);
                         }
                         Err(_) => break,
                     }
