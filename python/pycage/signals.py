@@ -50,8 +50,9 @@ def _quiet_once(state):
     for sig in _HANDLER_SIGNALS:
         handler = _getsignal(sig)
         # None: not set from Python; SIG_DFL / SIG_IGN are ints (or int
-        # enum members, when the program passed those).
-        if handler is None or isinstance(handler, int):
+        # enum members, when the program passed those). The type, not
+        # `__class__`, which a handler object may fake.
+        if handler is None or issubclass(type(handler), int):
             continue
         if sig not in handlers:
             handlers[sig] = handler
