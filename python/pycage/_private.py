@@ -72,8 +72,7 @@ def track_builtins():
 
     The copy writes to the reference count of every builtin, and in a child
     forked from the zygote that copies about 90 shared pages (0.4-0.6 ms of
-    CPU on a small VM: a cold trivial run's largest single cost after the
-    fork). Whether the dict changed is read from its modification tag (PEP
+    CPU on a small VM, in every run). Whether the dict changed is read from its modification tag (PEP
     509's ``ma_version_tag``, which every change sets to a new value of a
     global counter: no program can set it back), through ``ctypes``, without
     touching a value. The zygote calls this once, before any program runs;

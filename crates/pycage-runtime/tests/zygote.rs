@@ -60,8 +60,6 @@ fn fds_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
 }
 
-/// The zygote closes each child's descriptors after the fork: holding them
-/// would leak two per run and keep every run's output pipe from EOF.
 /// The scheduling policy of `pid` (`/proc/<pid>/stat`, field 41).
 fn policy_of(pid: u32) -> u32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -86,6 +84,8 @@ async fn the_zygote_is_a_background_process_and_a_program_is_not() {
     }
 }
 
+/// The zygote closes each child's descriptors after the fork: holding them
+/// would leak two per run and keep every run's output pipe from EOF.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_zygote_holds_no_descriptor_of_its_children() {
     let rt = zygote_runtime(|c| c.pool_size = 0);
