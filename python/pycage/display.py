@@ -57,13 +57,18 @@ _FORMATTERS = (
 
 _display_left = 0  # bytes the ledger still accepts; -1 once the marker is sent
 _marker_frame = b""
+_marker_for = None  # the budget _marker_frame names
 
 
 def start_display_ledger(max_display_bytes):
-    """A new run's display ledger: ``max_display_bytes`` to spend, then the marker."""
-    global _display_left, _marker_frame
+    """A new run's display ledger: ``max_display_bytes`` to spend, then the
+    marker (built ahead, and again only when the budget changes, as the
+    log ledger's)."""
+    global _display_left, _marker_frame, _marker_for
     _display_left = max_display_bytes
-    _marker_frame = _encode_display({"text/plain": _wire.display_truncation_marker(max_display_bytes)}, None, True)
+    if max_display_bytes != _marker_for:
+        _marker_frame = _encode_display({"text/plain": _wire.display_truncation_marker(max_display_bytes)}, None, True)
+        _marker_for = max_display_bytes
 
 
 def _kind(mime):

@@ -22,13 +22,20 @@ _type_name = type.__dict__["__name__"].__get__
 
 _log_left = 0  # bytes the ledger still accepts; -1 once the marker is sent
 _marker_frame = b""
+_marker_for = None  # the budget _marker_frame names
 
 
 def start_ledger(max_log_bytes):
-    """A new run's ledger: ``max_log_bytes`` to spend, then the marker."""
-    global _log_left, _marker_frame
+    """A new run's ledger: ``max_log_bytes`` to spend, then the marker.
+
+    The marker is built here, before the program runs, so that sending it
+    never needs memory the program may have taken; a session's runs share
+    their budget, so it is built again only when the budget changes."""
+    global _log_left, _marker_frame, _marker_for
     _log_left = max_log_bytes
-    _marker_frame = _encode_log(_wire.log_truncation_marker(max_log_bytes), True)
+    if max_log_bytes != _marker_for:
+        _marker_frame = _encode_log(_wire.log_truncation_marker(max_log_bytes), True)
+        _marker_for = max_log_bytes
 
 
 def log(text):

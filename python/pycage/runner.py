@@ -111,10 +111,12 @@ def run_program(program, program_globals):
     try:
         try:
             if program.is_coroutine:
-                _run_in_loop(program.code, program_globals, outcome, depth)
+                _run_in_loop(program, program_globals, outcome, depth)
             else:
                 _raise_limit(outcome, depth)
                 eval(program.code, program_globals)
+                if program.tail is not None:
+                    program.keep(eval(program.tail, program_globals))
         finally:
             # First thing after the program, whichever way it ended. A
             # handler that raises before the signals are quiet raises here,
@@ -132,11 +134,19 @@ def run_program(program, program_globals):
 _RUN_PROGRAM_CODE = run_program.__code__
 
 
-async def _await_program(code, program_globals, outcome, depth):
+async def _await_program(program, program_globals, outcome, depth):
     """The program's coroutine, with its exception (or None) as the result."""
     try:
         _raise_limit(outcome, depth + _loop_depth(depth) + _AWAIT_EXTRA)
-        await eval(code, program_globals)
+        result = eval(program.code, program_globals)
+        if program.code_awaits:
+            await result
+        tail = program.tail
+        if tail is not None:
+            result = eval(tail, program_globals)
+            if program.tail_awaits:
+                result = await result
+            program.keep(result)
     except BaseException as exc:
         restore_builtins()
         return exc
@@ -144,10 +154,10 @@ async def _await_program(code, program_globals, outcome, depth):
     return None
 
 
-def _run_in_loop(code, program_globals, outcome, depth):
+def _run_in_loop(program, program_globals, outcome, depth):
     loop = outcome.loop = _Loop(_Selector())
     _set_event_loop(loop)
-    task = loop.create_task(_await_program(code, program_globals, outcome, depth))
+    task = loop.create_task(_await_program(program, program_globals, outcome, depth))
     loop_error = None
     try:
         loop.run_until_complete(task)

@@ -28,12 +28,29 @@ def run(source, program_globals=None):
     """(has_value, value, globals) of running ``source``."""
     g = fresh_globals() if program_globals is None else program_globals
     program = compile_program(source)
-    if program.is_coroutine:
-        asyncio.run(eval(program.code, g))
-    else:
-        exec(program.code, g)
+    run_compiled(program, g)
     has_value, value = program.value()
     return has_value, value, g
+
+
+def run_compiled(program, g):
+    """Run a compiled program as the runner does."""
+    if program.is_coroutine:
+        asyncio.run(_awaited(program, g))
+    else:
+        eval(program.code, g)
+        if program.tail is not None:
+            program.keep(eval(program.tail, g))
+
+
+async def _awaited(program, g):
+    """What the runner's loop does with a program that awaits."""
+    result = eval(program.code, g)
+    if program.code_awaits:
+        await result
+    if program.tail is not None:
+        result = eval(program.tail, g)
+        program.keep(await result if program.tail_awaits else result)
 
 
 def value(source):
@@ -256,12 +273,10 @@ class ScriptSemanticsTest(unittest.TestCase):
         self.assertFalse(compile_program("return 1").is_coroutine)
 
     def test_traceback_names_module_frames(self):
-        g = fresh_globals()
-        program = compile_program("def f():\n    raise ValueError('x')\nf()\n")
         try:
-            exec(program.code, g)
+            run("def f():\n    raise ValueError('x')\nf()\n")
         except ValueError as e:
-            frames = traceback.extract_tb(e.__traceback__)[1:]
+            frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == PROGRAM_FILENAME]
         self.assertEqual(
             [(f.filename, f.lineno, f.name) for f in frames],
             [(PROGRAM_FILENAME, 3, "<module>"), (PROGRAM_FILENAME, 2, "f")],
