@@ -31,6 +31,8 @@ Cases (each engine runs the program in its own dialect):
   runs this section alone; ``--baseline DIR`` adds the rows of another
   build of the package (``pip install --no-deps --target DIR .`` at another
   commit), imported beside this one, for an interleaved before/after.
+  ``--cases session_cell,trivial`` measures only those cases (and the
+  latency section), without the memory section.
 
 Samples of one case alternate between engines (ABCABC...), so a noisy
 neighbour hits every engine alike; each row gives p50 and p90 of its samples.
@@ -517,6 +519,7 @@ def main() -> None:
     ap.add_argument("--no-sandbox", action="store_true", help="skip pycage's sandbox isolation (needs root)")
     ap.add_argument("--latency-only", action="store_true", help="only the latency section (spaced, closed loop)")
     ap.add_argument("--baseline", help="latency rows of another build of the package too (pip install --target DIR)")
+    ap.add_argument("--cases", help="comma-separated cases to measure (default: all), e.g. session_cell")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
@@ -554,6 +557,8 @@ def main() -> None:
         ("loop_top", 6),
         ("loop_fn", 6),
     ]
+    if args.cases:
+        plan = [(case, n) for case, n in plan if case in args.cases.split(",")]
     for case, n in plan:
         runners: dict[str, Callable[[], Any]] = {}
         for e in engines:
@@ -586,7 +591,7 @@ def main() -> None:
 
     mem_engines = ["none", "cpython", "pycage:process"] + ([] if args.no_sandbox else ["pycage:sandbox"])
     mem_engines += ["monty", "smolagents"]
-    results["memory"] = measure_memory(mem_engines)
+    results["memory"] = {} if args.cases else measure_memory(mem_engines)
     report(results)
     if args.json:
         with open(args.json, "w") as f:
@@ -606,13 +611,19 @@ def report(results: dict[str, Any]) -> None:
             print(f"| {name} | {ms(s['p50'])} | {ms(s['p90'])} | {ratio} |")
         print()
     report_latency(results["latency"])
+    if "calls100" in cases:
+        report_round_trip(cases["calls100"])
+    if results["memory"]:
+        report_memory(results["memory"])
+
+
+def report_round_trip(rows: dict[str, Any]) -> None:
     print("### one call round trip (host -> program -> host), in µs\n")
     print("The interval between two consecutive calls of the host function in calls100's")
     print("sequential loop (all intervals of all samples); the floor is one JSON line")
     print("echoed by a Python child over a pipe.\n")
     print("| row | p50 | p90 | / monty p50 | / pipe floor p50 |")
     print("|---|---|---|---|---|")
-    rows = cases["calls100"]
     m = rows.get("pydantic-monty", {}).get("call_p50")
     f = rows.get("floor: 100 pipe round trips", {}).get("call_p50")
     for name, r in rows.items():
@@ -621,10 +632,13 @@ def report(results: dict[str, Any]) -> None:
             vs_f = f"{r['call_p50'] / f:.2f}" if f else "—"
             print(f"| {name} | {r['call_p50'] * 1e6:.1f} | {r['call_p90'] * 1e6:.1f} | {vs_m} | {vs_f} |")
     print()
+
+
+def report_memory(memory: dict[str, Any]) -> None:
     print("### peak RSS (VmHWM) running list(range(1_000_000)) once from a fresh process, in MiB\n")
     print("| engine | host process | process that ran the program | helpers alive after the run (PSS) |")
     print("|---|---|---|---|")
-    for name, r in results["memory"].items():
+    for name, r in memory.items():
         h, c, k = r["host_kib"] / 1024, r["run_kib"] / 1024, r["helpers_pss_kib"] / 1024
         if name == "pycage:sandbox" and c == 0:  # a sandboxed run has no /proc to read its peak from
             print(f"| {name} | {h:.1f} | n/a (no /proc in the sandbox) | {k:.1f} |")
