@@ -289,7 +289,8 @@ def _compile_rewritten(source):
 # so it is compiled as two code objects: the text up to its last top-level
 # statement (the head), compiled as it is, and that statement alone (the
 # tail: an expression in ``eval`` mode, whose result is the value; a final
-# ``return X``, the most common ``return``, is ``X`` in ``eval`` mode). A
+# ``return X``, the most common ``return``, is ``X`` in ``eval`` mode: see
+# ``_compile_return``). A
 # program whose split this cannot prove goes to the rewrite, which stays the
 # reference: the two agree on every program (``tests/test_script_split.py``).
 # Any other top-level ``return`` makes the head or the tail fail to compile
@@ -322,12 +323,37 @@ del _name
 _CLAUSES = ("else", "elif", "except", "finally")
 #: A line that starts with a string, perhaps in parentheses: a docstring?
 _STRING_START = re.compile(r"\(*[bBrRuUfF]{0,2}['\"]")
+#: What may follow ``return`` on its line for ``_compile_return`` to read it.
+_AFTER_RETURN = frozenset(" \t([{'\"")
+_NOT_AFTER_RETURN = re.compile(r":=|\bfor\b")
 _TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 _Return = ast.Return
 _Expr = ast.Expr
 _Constant = ast.Constant
 _Expression = ast.Expression
 _Module = ast.Module
+
+
+def _compile_return(line, lines, k, flags):
+    """``return X`` on the last statement's line, alone (what follows is
+    blank or comments), as ``X`` in ``eval`` mode: ``return`` becomes ``(``
+    and five spaces, so ``X`` keeps its columns, and a ``)`` closes it on a
+    line of its own. In parentheses ``X`` could be two things it cannot be
+    after ``return`` (an unparenthesized ``:=`` or generator): a line with
+    either goes to the tree, as does any line this does not compile."""
+    value = line[6:].strip()
+    if not value or value[0] == "#" or _NOT_AFTER_RETURN.search(line) is not None:
+        return None
+    rest = lines[k + 1 :]
+    for later in rest:
+        later = later.strip()
+        if later and later[0] != "#":
+            return None
+    text = "\n" * k + "(     " + line[6:] + "\n" + "\n".join(rest) + "\n)"
+    try:
+        return _compile(text, PROGRAM_FILENAME, "eval", flags, dont_inherit=True)
+    except Exception:
+        return None
 
 
 def _compile_split(source):
@@ -350,7 +376,13 @@ def _compile_split(source):
     except Exception:
         return None
     flags = _TOP_LEVEL_AWAIT | (head.co_flags & _FUTURE_FLAGS)
-    if _STRING_START.match(lines[k]) is None and not lines[k].startswith("return"):
+    line = lines[k]
+    if line.startswith("return") and line[6:7] in _AFTER_RETURN:
+        tail = _compile_return(line, lines, k, flags)
+        if tail is not None:
+            returned = _Box()
+            return Program(head, returned, _Box(), tail, returned)
+    elif _STRING_START.match(line) is None:
         # Most often the last statement is an expression: compiled as one at
         # once. A string could be a docstring: the tree says.
         try:
