@@ -334,6 +334,10 @@ _Expression = ast.Expression
 _Module = ast.Module
 
 
+#: The head of a program that is one statement.
+_NOTHING = compile("", PROGRAM_FILENAME, "exec", dont_inherit=True)
+
+
 def _compile_return(line, lines, k, flags):
     """``return X`` on the last statement's line, alone (what follows is
     blank or comments), as ``X`` in ``eval`` mode: ``return`` becomes ``(``
@@ -371,10 +375,13 @@ def _compile_split(source):
         k -= 1  # a decorated definition starts at its first decorator
     # Padded with the head's lines, so the tail's locations are the program's.
     tail_text = "\n" * k + "\n".join(lines[k:])
-    try:
-        head = _compile("\n".join(lines[:k]), PROGRAM_FILENAME, "exec", _TOP_LEVEL_AWAIT, dont_inherit=True)
-    except Exception:
-        return None
+    if k == 0:
+        head = _NOTHING  # a one-statement program: no head to compile
+    else:
+        try:
+            head = _compile("\n".join(lines[:k]), PROGRAM_FILENAME, "exec", _TOP_LEVEL_AWAIT, dont_inherit=True)
+        except Exception:
+            return None
     flags = _TOP_LEVEL_AWAIT | (head.co_flags & _FUTURE_FLAGS)
     line = lines[k]
     if line.startswith("return") and line[6:7] in _AFTER_RETURN:
