@@ -40,6 +40,9 @@ the program can reach them. Because the wrapper loop would make ``break`` and
 own messages; every other error (``yield`` or ``nonlocal`` at module level,
 ``return`` in a class body, misplaced ``from __future__``) is the compiler's.
 
+Most programs do not go through the tree at all: they compile from their
+text in two pieces, with the same outcome ("the split", below).
+
 Stdlib only; nothing here runs program code. The walk is iterative.
 """
 
@@ -290,9 +293,9 @@ def _compile_rewritten(source):
 # statement (the head), compiled as it is, and that statement alone (the
 # tail: an expression in ``eval`` mode, whose result is the value; a final
 # ``return X``, the most common ``return``, is ``X`` in ``eval`` mode: see
-# ``_compile_return``). A
-# program whose split this cannot prove goes to the rewrite, which stays the
-# reference: the two agree on every program (``tests/test_script_split.py``).
+# ``_compile_return``). A program whose split this cannot prove goes to the
+# rewrite, which stays the reference: the two agree on every program
+# (``tests/test_script_split.py``).
 # Any other top-level ``return`` makes the head or the tail fail to compile
 # (the compiler's "'return' outside function"), which sends it to the rewrite.
 #
