@@ -324,8 +324,9 @@ for _name in __future__.all_feature_names:
 del _name
 #: Lines that go on a compound statement rather than start one.
 _CLAUSES = ("else", "elif", "except", "finally")
-#: A line that starts with a string, perhaps in parentheses: a docstring?
-_STRING_START = re.compile(r"\(*[bBrRuUfF]{0,2}['\"]")
+#: A statement that starts with a string, perhaps in parentheses, past
+#: blanks and comments: a docstring, if it comes first?
+_MAYBE_DOCSTRING = re.compile(r"(?:[(\s]|#[^\n]*)*[bBrRuUfF]{0,2}['\"]")
 #: What may follow ``return`` on its line for ``_compile_return`` to read it.
 _AFTER_RETURN = frozenset(" \t([{'\"")
 _NOT_AFTER_RETURN = re.compile(r":=|\bfor\b")
@@ -339,6 +340,16 @@ _Module = ast.Module
 
 #: The head of a program that is one statement.
 _NOTHING = compile("", PROGRAM_FILENAME, "exec", dont_inherit=True)
+
+
+def _has_code(lines, k):
+    """Whether a statement comes before line ``k`` (a line that is not blank
+    and not a comment; the first one is most often line 0)."""
+    for i in range(k):
+        line = lines[i].strip()
+        if line and line[0] != "#":
+            return True
+    return False
 
 
 def _compile_return(line, lines, k, flags):
@@ -392,9 +403,10 @@ def _compile_split(source):
         if tail is not None:
             returned = _Box()
             return Program(head, returned, _Box(), tail, returned)
-    elif _STRING_START.match(line) is None:
+    elif (k and _has_code(lines, k)) or _MAYBE_DOCSTRING.match(tail_text, k) is None:
         # Most often the last statement is an expression: compiled as one at
-        # once. A string could be a docstring: the tree says.
+        # once. A string that is the program's first statement could be its
+        # docstring: the tree says.
         try:
             tail = _compile(tail_text, PROGRAM_FILENAME, "eval", flags, dont_inherit=True)
             last = _Box()
