@@ -259,15 +259,58 @@ class SplitAgreesWithRewriteTest(unittest.TestCase):
             "(w := x)",
             "x = (\n1)",
             "1 / (x - x)",
+            # Strings, continuations, clauses and statements the split must
+            # read right or leave to the tree.
+            '(\n"doc")',
+            "(  # c\n'doc')",
+            's = """\nreturn 1\n"""',
+            "if x:\n    z = x\nelif y:\n    z = 1",
+            "for i in range(2):\n    x += i\nelse:\n    x -= 1",
+            "try:\n    pass\nfinally:\n    x = 3",
+            "@(lambda f: f)\n@staticmethod\ndef h():\n    pass",
+            "x; y = 2",
+            "    # an indented comment",
+            "'s'",
+            "return",
+            "while x:\n    return 2",
+            "return x,",
+            "return *[x], 1",
+            "return (w := x)",
+            "return i for i in y",
+            "x = 1 \\\n + 2",
+            "return x \\\n  + 1",
+            "x = '\\n'",
+            "x = '\\d'",
+            "r = r'\\d'",
+            "é = 1",
+            "é",
+            "\tx = 1",
+            "[i for i in range(3)]",
+            "f'''\n{x}\n'''",
+            "async def co():\n    return 1",
+            "await co()",
+            "return await co()",
+            "global gg\ngg = 1",
+            "del x",
+            "pass",
+            "...",
+            "from __future__ import annotations",
+            "raise ValueError('v')",
+            "break",
+            "yield 1",
+            "x = 1\r\nx",
+            "\x0cx = 2",
+            "match x:\n    case 1:\n        y = 1\n    case _:\n        y = 2",
+            "returned = 3",
         ]
         rng = random.Random(19)
         split = 0
-        for _ in range(600):
-            source = "\n".join(rng.choice(pieces) for _ in range(rng.randint(1, 5)))
+        for _ in range(2000):
+            source = "\n".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))
             split += _splits(source)
             with self.subTest(source=source):
                 self.assert_same(source)
-        self.assertGreater(split, 200)
+        self.assertGreater(split, 500)
 
 
 if __name__ == "__main__":
