@@ -325,8 +325,10 @@ del _name
 #: Lines that go on a compound statement rather than start one.
 _CLAUSES = ("else", "elif", "except", "finally")
 #: A statement that starts with a string, perhaps in parentheses, past
-#: blanks and comments: a docstring, if it comes first?
-_MAYBE_DOCSTRING = re.compile(r"(?:[(\s]|#[^\n]*)*[bBrRuUfF]{0,2}['\"]")
+#: blanks and comments: a docstring, if it comes first? A comment is taken
+#: to its line's end only (the lookahead), so there is one way to match
+#: and no backtracking blows up on a banner of ``#``.
+_MAYBE_DOCSTRING = re.compile(r"(?:[(\s]|#[^\n]*(?=\n|\Z))*[bBrRuUfF]{0,2}['\"]")
 #: What may follow ``return`` on its line for ``_compile_return`` to read it.
 _AFTER_RETURN = frozenset(" \t([{'\"")
 _NOT_AFTER_RETURN = re.compile(r":=|\bfor\b")

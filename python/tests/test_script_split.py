@@ -58,6 +58,10 @@ SPLIT = [
     "x = 1\n('a string, not a docstring')",
     "# a comment\n1 + 1",
     "\n\nb'bytes: no docstring, as the tree says'",
+    # Banners: a comment of many `#` once made the docstring check backtrack
+    # exponentially (these would not finish).
+    "(  " + "#" * 80 + "\n    1\n)",
+    "# a comment\n(  # " + "#(" * 40 + "\n    2\n)",
     "(y := 4)",
     "*a, b = [1, 2, 3]\na",
     "x = [\n    1,\n    2,\n]\nlen(x)",
@@ -302,6 +306,7 @@ class SplitAgreesWithRewriteTest(unittest.TestCase):
             "\x0cx = 2",
             "match x:\n    case 1:\n        y = 1\n    case _:\n        y = 2",
             "returned = 3",
+            "(  " + "#" * 40 + "\n 3)",
         ]
         rng = random.Random(19)
         split = 0
