@@ -73,7 +73,12 @@ def new_program_globals(injected):
 def compile_for(source):
     """The program compiled as a script (``pycage.script``); its lines go
     into ``linecache`` so tracebacks quote them. Raises what ``compile`` raises."""
-    linecache.cache[_PROGRAM] = (len(source), None, source.splitlines(True), _PROGRAM)
+    lines = source.splitlines(True)
+    if lines and not lines[-1].endswith("\n"):
+        # As linecache reads a file: without it, tracebacks put the carets
+        # under an error on the last line one column too far right.
+        lines[-1] += "\n"
+    linecache.cache[_PROGRAM] = (len(source), None, lines, _PROGRAM)
     return script.compile_program(source)
 
 

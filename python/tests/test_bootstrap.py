@@ -469,6 +469,29 @@ class EndToEndTest(unittest.TestCase):
         self.assertNotIn(os.path.join(PYTHON_DIR, "pycage"), message)
         self.assertNotIn("value", done)
 
+    def test_carets_under_an_error_on_the_last_line(self):
+        """The traceback marks the failing expression where python3 does,
+        also on a last line without a newline."""
+        for program in ('d = {}\ny = d["missing"]', 'd = {}\nd["missing"]', 'd = {}\nreturn d["missing"]  # c'):
+            with self.subTest(program=program):
+                done, _, _, _ = run(program)
+                mine = done["error"]["message"].splitlines()[-3:-1]
+                with tempfile.TemporaryDirectory() as tmp:
+                    script_path = os.path.join(tmp, "p.py")
+                    with open(script_path, "w") as f:
+                        f.write(program.replace("return ", "_ = "))
+                    out = subprocess.run(
+                        [sys.executable, "-I", script_path], capture_output=True, text=True, timeout=60, check=False
+                    )
+                source_line, carets = out.stderr.splitlines()[-3:-1]
+                self.assertEqual(mine[0].strip(), program.splitlines()[-1].strip())
+                # The same columns under the same expression (the line itself differs for `return`).
+                self.assertEqual(
+                    carets.index("~") - source_line.index("d["),
+                    mine[1].index("~") - mine[0].index("d["),
+                    (mine, out.stderr),
+                )
+
     def test_system_exit_is_an_exception(self):
         done, _, _, _ = run("import sys\nsys.exit(3)")
         self.assertEqual(done["error"]["kind"], "exception")
