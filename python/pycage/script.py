@@ -389,8 +389,6 @@ def _compile_split(source):
         return None  # no statement: the rewrite keeps the rules for a docstring alone
     while k > 0 and lines[k - 1][:1] == "@":
         k -= 1  # a decorated definition starts at its first decorator
-    # Padded with the head's lines, so the tail's locations are the program's.
-    tail_text = "\n" * k + "\n".join(lines[k:])
     if k == 0:
         head = _NOTHING  # a one-statement program: no head to compile
     else:
@@ -400,12 +398,15 @@ def _compile_split(source):
             return None
     flags = _TOP_LEVEL_AWAIT | (head.co_flags & _FUTURE_FLAGS)
     line = lines[k]
-    if line.startswith("return") and line[6:7] in _AFTER_RETURN:
+    final_return = line.startswith("return") and line[6:7] in _AFTER_RETURN
+    if final_return:
         tail = _compile_return(line, lines, k, flags)
         if tail is not None:
             returned = _Box()
             return Program(head, returned, _Box(), tail, returned)
-    elif (k and _has_code(lines, k)) or _MAYBE_DOCSTRING.match(tail_text, k) is None:
+    # Padded with the head's lines, so the tail's locations are the program's.
+    tail_text = "\n" * k + "\n".join(lines[k:])
+    if not final_return and ((k and _has_code(lines, k)) or _MAYBE_DOCSTRING.match(tail_text, k) is None):
         # Most often the last statement is an expression: compiled as one at
         # once. A string that is the program's first statement could be its
         # docstring: the tree says.
