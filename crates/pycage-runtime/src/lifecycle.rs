@@ -144,6 +144,8 @@ pub(crate) struct Plan {
 pub(crate) struct Kept {
     pub worker: Worker,
     pub site: RunSite,
+    /// Its processes' `/proc` files, held for the session's samples.
+    pub held: Arc<crate::watchdog::HeldFiles>,
 }
 
 impl Kept {
@@ -263,12 +265,12 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         },
         Keep::Session { kept, baseline, .. } => {
             if let Some((worker, site)) = fresh.take() {
-                *kept = Some(Kept { worker, site });
+                *kept = Some(Kept { worker, site, held: Arc::default() });
             }
             match kept.as_mut() {
                 Some(k) => {
-                    let Kept { worker, site } = k;
-                    (worker, &*site, Some(baseline))
+                    let Kept { worker, site, held } = k;
+                    (worker, &*site, Some((baseline, Arc::clone(held))))
                 }
                 None => return settled(FailureKind::WorkerExit, "the session has no process"),
             }
@@ -283,7 +285,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     let is_session = session_slot.is_some();
     let watch = match session_slot {
         None => crate::watchdog::budget_watch(scope, budget, Duration::ZERO, rt.scan_cache()),
-        Some(baseline) => session_watch(scope, budget, baseline, rt.scan_cache()),
+        Some((baseline, held)) => session_watch(scope, budget, baseline, rt.scan_cache(), held),
     };
     let machine = RunMachine::with_sys_path(
         &config,
@@ -398,6 +400,7 @@ fn session_watch(
     budget: Budget,
     sampled: Option<Baseline>,
     cache: Arc<crate::watchdog::ScanCache>,
+    held: Arc<crate::watchdog::HeldFiles>,
 ) -> crate::watchdog::BudgetWatch {
     Box::pin(async move {
         let Some(s) = scope.clone() else { return std::future::pending().await };
@@ -409,7 +412,9 @@ fn session_watch(
             Some(cpu) => cpu,
             None => {
                 let c = Arc::clone(&cache);
-                tokio::task::spawn_blocking(move || crate::watchdog::sample_cpu(s, &c)).await.unwrap_or(Duration::ZERO)
+                tokio::task::spawn_blocking(move || crate::watchdog::sample_cpu_held(s, &c, &held))
+                    .await
+                    .unwrap_or(Duration::ZERO)
             }
         };
         crate::watchdog::budget_watch(scope, budget, baseline, cache).await

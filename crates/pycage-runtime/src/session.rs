@@ -307,8 +307,10 @@ impl Session {
         let result = outcome.result;
         match (outcome.ran, outcome.after) {
             (true, ChildAfter::Finished) => {
-                if let Some(scope) = state.kept.as_ref().and_then(|k| k.scope(runtime.sandboxed())) {
-                    state.end_sample = Some(inner.sample_end(scope, run_index));
+                if let Some(kept) = state.kept.as_ref() {
+                    if let Some(scope) = kept.scope(runtime.sandboxed()) {
+                        state.end_sample = Some(inner.sample_end(scope, Arc::clone(&kept.held), run_index));
+                    }
                 }
             }
             (true, ChildAfter::Gone) => {
@@ -351,11 +353,16 @@ impl Inner {
     /// task): the end is recorded, and the sample is also sent on the
     /// returned channel (the next run's CPU baseline, should it start
     /// before the sample is in).
-    fn sample_end(&self, scope: crate::watchdog::Scope, run: u64) -> lifecycle::Baseline {
+    fn sample_end(
+        &self,
+        scope: crate::watchdog::Scope,
+        held: Arc<crate::watchdog::HeldFiles>,
+        run: u64,
+    ) -> lifecycle::Baseline {
         let (edges, cache) = (Arc::clone(&self.edges), self.runtime.scan_cache());
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sampled = tokio::task::spawn_blocking(move || {
-            let cpu = crate::watchdog::sample_cpu(scope, &cache);
+            let cpu = crate::watchdog::sample_cpu_held(scope, &cache, &held);
             lock(&edges).ended(run, cpu);
             let _ = tx.send(cpu);
         });
@@ -508,13 +515,14 @@ async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio:
             format!("it was idle for {} s", inner.options.idle_timeout.as_secs())
         } else {
             // Between runs (no run holds the state): sample its processes.
-            let scoped =
-                inner.state.try_lock().ok().and_then(|s| {
-                    s.kept.as_ref().and_then(|k| k.scope(inner.runtime.sandboxed())).map(|sc| (sc, s.runs))
-                });
-            let Some((scope, runs)) = scoped else { continue };
+            let scoped = inner.state.try_lock().ok().and_then(|s| {
+                let kept = s.kept.as_ref()?;
+                kept.scope(inner.runtime.sandboxed()).map(|sc| (sc, Arc::clone(&kept.held), s.runs))
+            });
+            let Some((scope, held, runs)) = scoped else { continue };
             let cache = inner.runtime.scan_cache();
-            let usage = tokio::task::spawn_blocking(move || crate::watchdog::sample_with(scope, &cache)).await;
+            let usage =
+                tokio::task::spawn_blocking(move || crate::watchdog::sample_with_held(scope, &cache, &held)).await;
             let Ok(usage) = usage else { continue };
             // A run that started meanwhile counts its own CPU (it holds the
             // state: no run starts while the sample is recorded).

@@ -434,7 +434,7 @@ pub fn sample(scope: Scope) -> Usage {
 
 /// [`sample`], sharing `cache`'s scan of `/proc` with other runs.
 pub fn sample_with(scope: Scope, cache: &ScanCache) -> Usage {
-    walk(scope, cache, Detail::Full)
+    walk(scope, cache, Detail::Full, None)
 }
 
 /// The run's CPU time alone, as [`sample_with`] counts it. What a
@@ -443,7 +443,117 @@ pub fn sample_with(scope: Scope, cache: &ScanCache) -> Usage {
 /// dumps the run's sockets (a session cell took three such samples, all for
 /// their CPU).
 pub fn sample_cpu(scope: Scope, cache: &ScanCache) -> Duration {
-    walk(scope, cache, Detail::Cpu).cpu
+    walk(scope, cache, Detail::Cpu, None).cpu
+}
+
+/// [`sample_cpu`], reading the scope's first processes through `held`.
+pub fn sample_cpu_held(scope: Scope, cache: &ScanCache, held: &HeldFiles) -> Duration {
+    walk(scope, cache, Detail::Cpu, Some(held)).cpu
+}
+
+/// [`sample_with`], reading the scope's first processes through `held`.
+pub fn sample_with_held(scope: Scope, cache: &ScanCache, held: &HeldFiles) -> Usage {
+    walk(scope, cache, Detail::Full, Some(held))
+}
+
+/// Most processes whose files one [`HeldFiles`] holds (a scope has one or
+/// two first processes).
+const MAX_HELD: usize = 4;
+
+/// The `/proc` files of a scope's first processes (its root; or its init
+/// and its program), held open between the samples of a long-lived scope
+/// (a session's processes, a run's watch) and read again with `pread`.
+///
+/// A session samples its processes at every run's end. Opening
+/// `/proc/<pid>/stat`, listing `/proc/<pid>/task` and opening each task's
+/// `children` file cost about 60 µs of host CPU per cell; two `pread`s of
+/// held files cost a fraction of that. A single-threaded process's children
+/// are all in its main thread's `children` file (`num_threads` in `stat`
+/// says whether it is), so the task list is read only for a process with
+/// threads.
+///
+/// A held file names its process, not its pid: once that process is
+/// reaped, reading it fails (`ESRCH`) and the entry is dropped, so a
+/// recycled pid is never read through it. At most [`MAX_HELD`] processes'
+/// files are held (two descriptors each).
+#[derive(Debug, Default)]
+pub struct HeldFiles(Mutex<Vec<Held>>);
+
+#[derive(Debug)]
+struct Held {
+    pid: i32,
+    stat: File,
+    /// The main thread's `children`.
+    children: File,
+}
+
+/// A held process's `stat`, and its children when it has one thread.
+struct HeldRead {
+    stat: String,
+    children: Option<Vec<i32>>,
+}
+
+impl HeldFiles {
+    /// `None` when `pid`'s files cannot be held or read (the caller then
+    /// reads by path, as for any other process).
+    fn read(&self, pid: i32) -> Option<HeldRead> {
+        let mut held = crate::sync::lock(&self.0);
+        let index = match held.iter().position(|h| h.pid == pid) {
+            Some(i) => i,
+            None if held.len() < MAX_HELD => {
+                let stat = File::open(format!("/proc/{pid}/stat")).ok()?;
+                let children = File::open(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+                held.push(Held { pid, stat, children });
+                held.len() - 1
+            }
+            None => return None,
+        };
+        let read = held[index].read();
+        if read.is_none() {
+            held.swap_remove(index);
+        }
+        read
+    }
+}
+
+impl Held {
+    fn read(&self) -> Option<HeldRead> {
+        // One record ending in a newline: one read returns all of it.
+        let stat = pread_to_end(&self.stat, true)?;
+        let threads = stat_fields(&stat).and_then(|f| f.get(17).and_then(|t| t.parse::<u64>().ok()));
+        let children = match threads {
+            Some(1) => {
+                let text = pread_to_end(&self.children, false)?;
+                Some(text.split_whitespace().filter_map(|c| c.parse::<i32>().ok()).collect())
+            }
+            _ => None,
+        };
+        Some(HeldRead { stat, children })
+    }
+}
+
+/// A held proc file's contents now (at most [`MAX_READ`] bytes), read
+/// from offset 0, which makes the kernel generate it afresh. `line`: the
+/// file is one line, complete once a read ends with its newline.
+fn pread_to_end(file: &File, line: bool) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 1024];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            if len >= MAX_READ {
+                break;
+            }
+            buf.resize((len * 2).min(MAX_READ), 0);
+        }
+        let n = file.read_at(&mut buf[len..], len as u64).ok()?;
+        len += n;
+        if n == 0 || (line && buf[..len].ends_with(b"\n")) {
+            break;
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).ok()
 }
 
 /// What a sample reads besides each process's `stat`.
@@ -455,7 +565,7 @@ enum Detail {
     Full,
 }
 
-fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
+fn walk(scope: Scope, cache: &ScanCache, detail: Detail, held: Option<&HeldFiles>) -> Usage {
     let full = detail == Detail::Full;
     let ticks_per_second = rustix::param::clock_ticks_per_second().max(1);
     let mut usage = Usage::default();
@@ -494,7 +604,15 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
             usage.truncated = true;
             break;
         }
-        let Some(stat) = read_proc(&format!("/proc/{pid}/stat")) else { continue };
+        // A first process may be read through held files.
+        let read = held.filter(|_| parent.is_none()).and_then(|h| h.read(pid));
+        let (stat, held_children) = match read {
+            Some(r) => (r.stat, r.children),
+            None => match read_proc(&format!("/proc/{pid}/stat")) {
+                Some(stat) => (stat, None),
+                None => continue,
+            },
+        };
         // A pid that exited and was recycled since its parent was read has
         // another parent now: not the run's.
         let ppid = stat_fields(&stat).and_then(|f| f.get(1).and_then(|p| p.parse::<i32>().ok()));
@@ -514,7 +632,10 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail) -> Usage {
             }
         }
         found.clear();
-        children.of(pid, &mut found);
+        match held_children {
+            Some(held) => found.extend(held),
+            None => children.of(pid, &mut found),
+        }
         queue.extend(found.iter().map(|&child| (child, Some(pid))));
     }
     usage.cpu = Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / ticks_per_second));
@@ -876,14 +997,16 @@ pub async fn watch_from(
     cpu_baseline: Duration,
     cache: std::sync::Arc<ScanCache>,
 ) -> Exceeded {
+    // Held across the watch's samples (see [`HeldFiles`]).
+    let held = std::sync::Arc::new(HeldFiles::default());
     let start = tokio::time::Instant::now() + period;
     let mut ticks = tokio::time::interval_at(start, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         ticks.tick().await;
         let cache = std::sync::Arc::clone(&cache);
-        let scope = scope.clone();
-        let Ok(mut usage) = tokio::task::spawn_blocking(move || sample_with(scope, &cache)).await else {
+        let (scope, held) = (scope.clone(), std::sync::Arc::clone(&held));
+        let Ok(mut usage) = tokio::task::spawn_blocking(move || sample_with_held(scope, &cache, &held)).await else {
             continue;
         };
         usage.cpu = usage.cpu.saturating_sub(cpu_baseline);
@@ -958,6 +1081,98 @@ mod tests {
             "the memory budget of 128 MiB was exceeded by the run's processes together (300 MiB held); the run was ended"
         );
         assert_eq!(Usage::default().check(&budget), None);
+    }
+
+    /// A process tree in its own process group, started by `program`
+    /// (python3), once it has printed `ready`. Killed with its group on drop.
+    struct Tree(Option<std::process::Child>);
+
+    impl Tree {
+        fn start(program: &str) -> Tree {
+            use std::io::BufRead;
+            use std::os::unix::process::CommandExt;
+            let mut child = std::process::Command::new("python3")
+                .args(["-I", "-c", program])
+                .stdout(std::process::Stdio::piped())
+                .process_group(0)
+                .spawn()
+                .expect("python3 runs");
+            let mut out = io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line, "ready\n");
+            Tree(Some(child))
+        }
+
+        fn pid(&self) -> i32 {
+            self.0.as_ref().map_or(0, |c| c.id() as i32)
+        }
+
+        fn scope(&self) -> Scope {
+            Scope::Descendants { root: Pid::from_raw(self.pid()).unwrap() }
+        }
+
+        /// Kill the group and reap its leader (once: its group id may be
+        /// reused after that).
+        fn end(&mut self) {
+            if let Some(mut child) = self.0.take() {
+                // SAFETY: signalling the process group this test created,
+                // whose leader is not reaped yet.
+                assert_eq!(unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) }, 0);
+                child.wait().unwrap();
+            }
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            self.end();
+        }
+    }
+
+    /// Children started before `ready`: two from the main thread of a
+    /// single-threaded process.
+    const TWO_CHILDREN: &str = "import subprocess, time\n\
+        kids = [subprocess.Popen(['sleep', '60']) for _ in range(2)]\n\
+        print('ready', flush=True)\ntime.sleep(60)";
+
+    #[test]
+    fn held_files_find_what_paths_find_and_drop_a_reaped_process() {
+        let tree = Tree::start(TWO_CHILDREN);
+        let (cache, held) = (ScanCache::default(), HeldFiles::default());
+        let by_path = walk(tree.scope(), &cache, Detail::Full, None);
+        assert_eq!(by_path.processes, 3, "{by_path:?}");
+        for _ in 0..3 {
+            let by_held = walk(tree.scope(), &cache, Detail::Full, Some(&held));
+            assert_eq!(by_held.processes, 3, "{by_held:?}");
+            assert!(by_held.memory_bytes > 0 && by_held.kernel.descriptors > 0, "{by_held:?}");
+        }
+        assert_eq!(crate::sync::lock(&held.0).len(), 1, "only the first process is held");
+        let root = tree.pid();
+        let mut tree = tree;
+        tree.end();
+        // Reaped: the held files read nothing (a recycled pid is not
+        // theirs), the entry is dropped, and the path finds nothing either.
+        let after = walk(Scope::Descendants { root: Pid::from_raw(root).unwrap() }, &cache, Detail::Cpu, Some(&held));
+        assert_eq!(after.processes, 0, "{after:?}");
+        assert!(crate::sync::lock(&held.0).is_empty());
+    }
+
+    #[test]
+    fn held_files_list_every_thread_s_children_once_a_process_has_threads() {
+        // The child is forked from a second thread that stays alive: it is
+        // in that thread's `children`, not the main thread's.
+        let mut tree = Tree::start(
+            "import subprocess, threading, time\n\
+             forked = threading.Event()\n\
+             def fork():\n    subprocess.Popen(['sleep', '60'])\n    forked.set()\n    time.sleep(60)\n\
+             threading.Thread(target=fork, daemon=True).start()\n\
+             forked.wait()\nprint('ready', flush=True)\ntime.sleep(60)",
+        );
+        let held = HeldFiles::default();
+        let usage = walk(tree.scope(), &ScanCache::default(), Detail::Cpu, Some(&held));
+        assert_eq!(usage.processes, 2, "{usage:?}");
+        tree.end();
     }
 
     #[test]
