@@ -520,9 +520,9 @@ async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio:
                 kept.scope(inner.runtime.sandboxed()).map(|sc| (sc, Arc::clone(&kept.held), s.runs))
             });
             let Some((scope, held, runs)) = scoped else { continue };
-            let cache = inner.runtime.scan_cache();
-            let usage =
-                tokio::task::spawn_blocking(move || crate::watchdog::sample_with_held(scope, &cache, &held)).await;
+            let (cache, ceiling) = (inner.runtime.scan_cache(), inner.config.address_space_bytes);
+            let sampled = move || crate::watchdog::sample_with_held(scope, &cache, &held, ceiling);
+            let usage = tokio::task::spawn_blocking(sampled).await;
             let Ok(usage) = usage else { continue };
             // A run that started meanwhile counts its own CPU (it holds the
             // state: no run starts while the sample is recorded).

@@ -14,7 +14,10 @@
 //!   memory pages, divided among the processes that map them) from
 //!   `/proc/<pid>/smaps_rollup`, or `VmRSS` from `/proc/<pid>/status` when
 //!   that cannot be read. PSS does not count a page shared by a forked
-//!   pool eight times.
+//!   pool eight times. The samples that only check a budget (a run's
+//!   watch, a session between runs: [`sample_with_held`]) read each
+//!   process's resident size first, a counter, and PSS, a walk of its page
+//!   tables, only when the resident sizes could exceed the budget.
 //!
 //! [`sample_cpu`] walks the same processes and reads only their `stat`
 //! (a session's run edges need the CPU alone).
@@ -47,7 +50,8 @@
 //!   `NETLINK_SOCK_DIAG` socket made inside the run's network namespace
 //!   ([`SockDiag`]); one dump of its `AF_UNIX` and TCP sockets lists every
 //!   socket of the run (held, in flight, or orphaned) with the bytes its
-//!   queues hold. Process isolation shares the host's namespace: there,
+//!   queues hold. A dump is skipped when the namespace's own listing (its
+//!   `net/unix`; `net/sockstat`'s TCP count) shows it has none of that kind. Process isolation shares the host's namespace: there,
 //!   each `AF_UNIX` socket a run's process holds is looked up by inode;
 //!   TCP and UDP buffers, and sockets in flight, are not counted;
 //! - pipes: every distinct pipe a run's process holds, at 16 pages (what
@@ -451,9 +455,52 @@ pub fn sample_cpu_held(scope: Scope, cache: &ScanCache, held: &HeldFiles) -> Dur
     walk(scope, cache, Detail::Cpu, Some(held)).cpu
 }
 
-/// [`sample_with`], reading the scope's first processes through `held`.
-pub fn sample_with_held(scope: Scope, cache: &ScanCache, held: &HeldFiles) -> Usage {
-    walk(scope, cache, Detail::Full, Some(held))
+/// [`sample_with`], reading the scope's first processes through `held`,
+/// for a check against a memory budget of `ceiling` bytes: the processes'
+/// resident sizes (`/proc/<pid>/statm`, a counter the kernel keeps) are
+/// read first, and their proportional sizes (`smaps_rollup`, a walk of
+/// every page table: about 0.35 ms for one idle CPython child, per sample)
+/// only when the resident sizes together, with the kernel's counting slack
+/// ([`rss_slack`]) and what the run holds in the kernel, could exceed the
+/// ceiling. A page counts in PSS at most as much as in RSS, so the check's
+/// answer is the same; `memory_bytes` is then that upper bound, not PSS.
+pub fn sample_with_held(scope: Scope, cache: &ScanCache, held: &HeldFiles, ceiling: u64) -> Usage {
+    walk(scope, cache, Detail::Bounded(ceiling), Some(held))
+}
+
+/// Pages by which one process's resident size (`statm`) may read low:
+/// the kernel sums its three resident counters (file, anonymous, shmem)
+/// per CPU and folds a CPU's share in only past a batch
+/// (`percpu_counter_batch`, `max(32, 2 * CPUs)`), and kernels before 6.2
+/// kept up to 64 events per thread unfolded.
+fn rss_slack(threads: u64) -> u64 {
+    static PER_PROCESS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let per_process = *PER_PROCESS.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64).max(possible_cpus());
+        3 * (2 * cpus).max(32) * cpus
+    });
+    per_process.saturating_add(threads.saturating_mul(64))
+}
+
+/// CPUs the kernel may bring online (`/sys/devices/system/cpu/possible`,
+/// e.g. `0-63`), which is what its per-CPU counters span.
+fn possible_cpus() -> u64 {
+    let Some(text) = read_proc("/sys/devices/system/cpu/possible") else { return 1 };
+    text.trim()
+        .split(',')
+        .filter_map(|range| match range.split_once('-') {
+            Some((a, b)) => Some(b.parse::<u64>().ok()?.saturating_sub(a.parse().ok()?) + 1),
+            None => range.parse::<u64>().ok().map(|_| 1),
+        })
+        .sum::<u64>()
+        .max(1)
+}
+
+/// Resident bytes of one process (`statm`'s second field, in pages).
+fn rss_of(pid: i32) -> Option<u64> {
+    let statm = read_proc(&format!("/proc/{pid}/statm"))?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages.saturating_mul(rustix::param::page_size() as u64))
 }
 
 /// Most processes whose files one [`HeldFiles`] holds (a scope has one or
@@ -563,17 +610,35 @@ enum Detail {
     Cpu,
     /// Memory, descriptors and (sandboxed) the run's sockets too.
     Full,
+    /// [`Detail::Full`], memory exact only where it could exceed this
+    /// ceiling (see [`sample_with_held`]).
+    Bounded(u64),
 }
 
 fn walk(scope: Scope, cache: &ScanCache, detail: Detail, held: Option<&HeldFiles>) -> Usage {
-    let full = detail == Detail::Full;
+    let full = detail != Detail::Cpu;
+    let ceiling = match detail {
+        Detail::Bounded(ceiling) => Some(ceiling),
+        _ => None,
+    };
     let ticks_per_second = rustix::param::clock_ticks_per_second().max(1);
     let mut usage = Usage::default();
     let mut ticks = 0u64;
-    let count = |pid: i32, stat: &str, usage: &mut Usage, ticks: &mut u64| {
+    // Against a ceiling: resident sizes and their slack first, and the
+    // processes whose PSS to read should they not do.
+    let (mut resident, mut counted) = (0u64, Vec::new());
+    let page = rustix::param::page_size() as u64;
+    let mut count = |pid: i32, stat: &str, usage: &mut Usage, ticks: &mut u64| {
         if let Some((_, t)) = parse_stat(stat) {
             *ticks = ticks.saturating_add(t);
-            if full {
+            if ceiling.is_some() {
+                let threads = stat_fields(stat).and_then(|f| f.get(17).and_then(|t| t.parse::<u64>().ok()));
+                let slack = rss_slack(threads.unwrap_or(MAX_PROCESSES as u64)).saturating_mul(page);
+                // Unreadable: as if it held the whole ceiling (PSS decides).
+                let rss = rss_of(pid).unwrap_or(u64::MAX);
+                resident = resident.saturating_add(rss).saturating_add(slack);
+                counted.push(pid);
+            } else if full {
                 usage.memory_bytes = usage.memory_bytes.saturating_add(memory_of(pid).unwrap_or(0));
             }
             usage.processes += 1;
@@ -644,9 +709,17 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail, held: Option<&HeldFiles
     }
     let mut kernel = descriptors.finish();
     if let Some(diag) = sockets {
-        kernel.socket_bytes = diag.socket_bytes();
+        // The run's init is in the namespace.
+        kernel.socket_bytes = diag.socket_bytes_seen_by(Some(root));
     }
     usage.kernel = kernel;
+    if let Some(ceiling) = ceiling {
+        usage.memory_bytes = if resident.saturating_add(kernel.bytes()) <= ceiling {
+            resident
+        } else {
+            counted.iter().map(|&pid| memory_of(pid).unwrap_or(0)).fold(0u64, u64::saturating_add)
+        };
+    }
     usage.memory_bytes = usage.memory_bytes.saturating_add(kernel.bytes());
     usage
 }
@@ -800,12 +873,56 @@ impl SockDiag {
     /// Bytes queued in every `AF_UNIX` and TCP socket of the run's network
     /// namespace. What cannot be read counts as nothing (the sample goes on).
     pub fn socket_bytes(&self) -> u64 {
+        self.socket_bytes_seen_by(None)
+    }
+
+    /// [`SockDiag::socket_bytes`], skipping each dump that `member`'s
+    /// `/proc/<member>/net` (a process of the namespace: the run's init)
+    /// shows would list nothing. A dump of TCP sockets walks the host's
+    /// whole established-connection table whatever the namespace holds
+    /// (262,144 buckets on a 24 GiB host: about 2 ms of host CPU), and a
+    /// sandboxed session was sampled with one every 0.5 s while idle, a
+    /// run every 0.1 s; most runs' namespaces hold no socket at all (those
+    /// without egress may make only `AF_UNIX` ones).
+    fn socket_bytes_seen_by(&self, member: Option<i32>) -> u64 {
+        let (unix, tcp) = match member {
+            Some(pid) => (!unix_listing_empty(pid), tcp_in_use(pid) != Some(0)),
+            None => (true, true),
+        };
         let socket = crate::sync::lock(&self.0);
         let mut total = 0u64;
-        let _ = diag::exchange(socket.as_fd(), &diag::unix_request(None), diag::Answer::Unix, &mut total);
-        let _ = diag::exchange(socket.as_fd(), &diag::tcp_request(libc::AF_INET as u8), diag::Answer::Inet, &mut total);
+        if unix {
+            let _ = diag::exchange(socket.as_fd(), &diag::unix_request(None), diag::Answer::Unix, &mut total);
+        }
+        if tcp {
+            let request = diag::tcp_request(libc::AF_INET as u8);
+            let _ = diag::exchange(socket.as_fd(), &request, diag::Answer::Inet, &mut total);
+        }
         total
     }
+}
+
+/// Whether `/proc/<pid>/net/unix` lists no socket (its header line alone).
+/// The kernel lists there every `AF_UNIX` socket of the namespace, also one
+/// waiting to be accepted by a listener outside it. Unreadable: not empty.
+fn unix_listing_empty(pid: i32) -> bool {
+    read_proc(&format!("/proc/{pid}/net/unix")).is_some_and(|text| listing_is_header_only(&text))
+}
+
+fn listing_is_header_only(text: &str) -> bool {
+    text.ends_with('\n') && text.matches('\n').count() == 1
+}
+
+/// The IPv4 TCP sockets hashed in `pid`'s network namespace
+/// (`/proc/<pid>/net/sockstat`, `TCP: inuse N`): every socket that may
+/// hold buffers (connected, listening, orphaned and closing) is hashed.
+fn tcp_in_use(pid: i32) -> Option<u64> {
+    sockstat_tcp_in_use(&read_proc(&format!("/proc/{pid}/net/sockstat"))?)
+}
+
+fn sockstat_tcp_in_use(text: &str) -> Option<u64> {
+    let fields = text.lines().find_map(|l| l.strip_prefix("TCP: inuse "))?;
+    fields.split_whitespace().next()?.parse().ok()
 }
 
 /// Bytes queued in the `AF_UNIX` sockets with these inodes, looked up one
@@ -1006,7 +1123,8 @@ pub async fn watch_from(
         ticks.tick().await;
         let cache = std::sync::Arc::clone(&cache);
         let (scope, held) = (scope.clone(), std::sync::Arc::clone(&held));
-        let Ok(mut usage) = tokio::task::spawn_blocking(move || sample_with_held(scope, &cache, &held)).await else {
+        let sampled = move || sample_with_held(scope, &cache, &held, budget.memory_bytes);
+        let Ok(mut usage) = tokio::task::spawn_blocking(sampled).await else {
             continue;
         };
         usage.cpu = usage.cpu.saturating_sub(cpu_baseline);
@@ -1056,6 +1174,25 @@ mod tests {
         assert_eq!(parse_stat(stat), Some((777, 310)));
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn namespace_listings_say_when_a_dump_would_find_nothing() {
+        let header = "Num       RefCount Protocol Flags    Type St Inode Path\n";
+        assert!(listing_is_header_only(header));
+        assert!(!listing_is_header_only(&format!("{header}0000: 00000002 00000000 00010000 0001 01 1234 @x\n")));
+        assert!(!listing_is_header_only("Num       RefCount Protocol"), "a cut listing is not empty");
+        let sockstat = "sockets: used 5\nTCP: inuse 0 orphan 0 tw 0 alloc 1 mem 0\nUDP: inuse 0 mem 0\n";
+        assert_eq!(sockstat_tcp_in_use(sockstat), Some(0));
+        assert_eq!(sockstat_tcp_in_use(&sockstat.replace("inuse 0 orphan", "inuse 3 orphan")), Some(3));
+        assert_eq!(sockstat_tcp_in_use("sockets: used 5\n"), None);
+        // This process's own namespace, read as the watchdog reads a run's.
+        let me = std::process::id() as i32;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(tcp_in_use(me).unwrap() >= 1, "a listening socket is hashed");
+        drop(listener);
+        let (_a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(!unix_listing_empty(me));
     }
 
     #[test]
@@ -1156,6 +1293,32 @@ mod tests {
         let after = walk(Scope::Descendants { root: Pid::from_raw(root).unwrap() }, &cache, Detail::Cpu, Some(&held));
         assert_eq!(after.processes, 0, "{after:?}");
         assert!(crate::sync::lock(&held.0).is_empty());
+    }
+
+    #[test]
+    fn against_a_ceiling_resident_sizes_stand_in_for_pss_until_they_could_pass_it() {
+        let tree = Tree::start(TWO_CHILDREN);
+        let (cache, held) = (ScanCache::default(), HeldFiles::default());
+        let exact = walk(tree.scope(), &cache, Detail::Full, None);
+        let roomy = walk(tree.scope(), &cache, Detail::Bounded(u64::MAX / 2), Some(&held));
+        let tight = walk(tree.scope(), &cache, Detail::Bounded(1), Some(&held));
+        assert_eq!((roomy.processes, tight.processes), (3, 3));
+        // Resident sizes and their slack bound PSS from above.
+        assert!(roomy.memory_bytes > exact.memory_bytes, "{roomy:?} against {exact:?}");
+        assert_eq!(roomy.check(&Budget { cpu: Duration::MAX, memory_bytes: u64::MAX / 2 }), None);
+        // Past the ceiling, PSS is read (the tree is asleep: it barely moves).
+        assert!(tight.memory_bytes < roomy.memory_bytes, "{tight:?} against {roomy:?}");
+        let off = tight.memory_bytes.abs_diff(exact.memory_bytes);
+        assert!(off < exact.memory_bytes / 10, "{tight:?} against {exact:?}");
+        let exceeded = tight.check(&Budget { cpu: Duration::MAX, memory_bytes: 1 });
+        assert!(matches!(exceeded, Some(Exceeded::Memory { .. })), "{exceeded:?}");
+    }
+
+    #[test]
+    fn the_counting_slack_spans_every_possible_cpu() {
+        assert!(possible_cpus() >= std::thread::available_parallelism().unwrap().get() as u64);
+        assert!(rss_slack(1) >= 3 * 32 + 64);
+        assert!(rss_slack(10) > rss_slack(1));
     }
 
     #[test]
