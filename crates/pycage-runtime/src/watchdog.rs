@@ -51,8 +51,9 @@
 //!   ([`SockDiag`]); one dump of its `AF_UNIX` and TCP sockets lists every
 //!   socket of the run (held, in flight, or orphaned) with the bytes its
 //!   queues hold. A dump is skipped when the namespace's own listing (its
-//!   `net/unix`; `net/sockstat`'s TCP count) shows it has none of that kind. Process isolation shares the host's namespace: there,
-//!   each `AF_UNIX` socket a run's process holds is looked up by inode;
+//!   `net/unix`; `net/sockstat`'s TCP count) shows it has none of that
+//!   kind. Process isolation shares the host's namespace: there, each
+//!   `AF_UNIX` socket a run's process holds is looked up by inode;
 //!   TCP and UDP buffers, and sockets in flight, are not counted;
 //! - pipes: every distinct pipe a run's process holds, at 16 pages (what
 //!   a pipe may hold when `F_SETPIPE_SZ` is refused, as the sandbox's
