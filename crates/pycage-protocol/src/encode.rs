@@ -50,7 +50,7 @@ fn escape_class(c: u8) -> u8 {
 }
 
 #[inline]
-fn hex(nibble: u8) -> u8 {
+pub(crate) fn hex(nibble: u8) -> u8 {
     HEX.get(usize::from(nibble & 15)).copied().unwrap_or(b'0')
 }
 

@@ -402,10 +402,9 @@ fn check_keys(
 /// carries its seccomp filter (kilobytes) this way: a `write!` per byte
 /// was 10 % of the host's CPU in a closed loop of sandboxed runs.
 fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = Vec::with_capacity(bytes.len() * 2);
     for &b in bytes {
-        out.extend_from_slice(&[DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]]);
+        out.extend_from_slice(&[crate::encode::hex(b >> 4), crate::encode::hex(b)]);
     }
     // Only ASCII digits were written.
     String::from_utf8(out).unwrap_or_default()
