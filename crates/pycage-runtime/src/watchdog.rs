@@ -337,6 +337,12 @@ fn parse_stat(stat: &str) -> Option<(i32, u64)> {
     Some((pgrp, ticks))
 }
 
+/// `num_threads` of a `/proc/<pid>/stat` line.
+fn stat_threads(stat: &str) -> Option<u64> {
+    // After the name: ... priority(15) nice(16) num_threads(17).
+    stat_fields(stat)?.get(17)?.parse().ok()
+}
+
 /// A `Key:   1234 kB` line's value in bytes.
 fn kb_field(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|line| {
@@ -568,8 +574,7 @@ impl Held {
     fn read(&self) -> Option<HeldRead> {
         // One record ending in a newline: one read returns all of it.
         let stat = pread_to_end(&self.stat, true)?;
-        let threads = stat_fields(&stat).and_then(|f| f.get(17).and_then(|t| t.parse::<u64>().ok()));
-        let children = match threads {
+        let children = match stat_threads(&stat) {
             Some(1) => {
                 let text = pread_to_end(&self.children, false)?;
                 Some(text.split_whitespace().filter_map(|c| c.parse::<i32>().ok()).collect())
@@ -633,8 +638,8 @@ fn walk(scope: Scope, cache: &ScanCache, detail: Detail, held: Option<&HeldFiles
         if let Some((_, t)) = parse_stat(stat) {
             *ticks = ticks.saturating_add(t);
             if ceiling.is_some() {
-                let threads = stat_fields(stat).and_then(|f| f.get(17).and_then(|t| t.parse::<u64>().ok()));
-                let slack = rss_slack(threads.unwrap_or(MAX_PROCESSES as u64)).saturating_mul(page);
+                // Threads unknown: the slack of as many as a run may have processes.
+                let slack = rss_slack(stat_threads(stat).unwrap_or(MAX_PROCESSES as u64)).saturating_mul(page);
                 // Unreadable: as if it held the whole ceiling (PSS decides).
                 let rss = rss_of(pid).unwrap_or(u64::MAX);
                 resident = resident.saturating_add(rss).saturating_add(slack);
@@ -1175,6 +1180,7 @@ mod tests {
         assert_eq!(parse_stat(stat), Some((777, 310)));
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x) S 1 2"), None);
+        assert_eq!(stat_threads(stat), Some(1));
     }
 
     #[test]
