@@ -14,8 +14,10 @@ process is rarely small). It measures:
   shell helper's own CPU and faults and its reaped children's (the shells), plus the
   host's reaped children (shells forked by the host, for a build without
   the helper);
-- a floor in the same invocation: the CPU and wall time of a bare
-  ``python3 -I -c pass``, the interpreter start a pooled child avoids.
+- floors in the same invocation: the CPU and wall time of a bare
+  ``python3 -I -c pass``, the interpreter start a pooled child avoids; and
+  the CPU of a fork and an immediate ``_exit`` of ``python3 -I``, bare and
+  with the zygote's imports, which every fresh process per run pays.
 
 The zygote is found as this process's child whose command line names
 ``pycage.zygote``, the shell helper as the one whose command line calls
@@ -30,6 +32,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -79,7 +82,7 @@ def _cpu(usage):
     return usage.ru_utime + usage.ru_stime
 
 
-def one(isolation, host_mib, seconds, concurrency, spaced):
+def one(isolation, host_mib, seconds, concurrency, spaced, python=None):
     """Measure one configuration in this process; returns a dict."""
     import pycage
 
@@ -89,7 +92,7 @@ def one(isolation, host_mib, seconds, concurrency, spaced):
     ballast.append([str(i) * 3 for i in range(host_mib * 5000)])
     # One zygote serves the whole loop (by default one is replaced after
     # 1,000 runs, and a replaced zygote's figures leave with it).
-    rt = pycage.Runtime(isolation=isolation, zygote_max_runs=1_000_000)
+    rt = pycage.Runtime(isolation=isolation, zygote_max_runs=1_000_000, python=python)
     rt.run("return 1")
     time.sleep(0.5)
     lat = []
@@ -169,6 +172,39 @@ def floor(python, samples=20):
     return statistics.median(cpu) * 1e3, statistics.median(wall) * 1e3
 
 
+#: The fork floor's child: fork and ``_exit`` at once, ``argv[1]`` times,
+#: after importing what the zygote imports when ``argv[2]`` names the
+#: child's source directory; prints the parent's and the children's CPU
+#: per fork in ms.
+_FORK_FLOOR = """
+import gc, os, resource, sys
+if len(sys.argv) > 2:
+    sys.path.insert(0, sys.argv[2])
+    import pycage.zygote
+gc.collect()
+gc.freeze()
+n = int(sys.argv[1])
+cpu = lambda who: (lambda u: u.ru_utime + u.ru_stime)(resource.getrusage(who))
+s0, c0 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+s1, c1 = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+print((s1 - s0) / n * 1e3, (c1 - c0) / n * 1e3)
+"""
+
+
+def fork_floor(python, child_dir=None, forks=1000):
+    """(parent, child) CPU in ms of a fork and an immediate ``_exit`` of
+    ``python -I``, bare or with the zygote's imports: what a process per
+    run costs before it runs anything."""
+    cmd = [python, "-I", "-c", _FORK_FLOOR, str(forks)] + ([child_dir] if child_dir else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env={}).stdout.split()
+    return float(out[0]), float(out[1])
+
+
 def _fmt(v, digits=2):
     return "-" if v is None else f"{v:.{digits}f}"
 
@@ -181,11 +217,13 @@ def main():
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--spaced", type=int, default=100, help="spaced samples per configuration")
     ap.add_argument("--rounds", type=int, default=1, help="repeat every configuration, interleaved")
+    ap.add_argument("--python", help="the runs' interpreter (default: python3 on PATH, as pycage finds it)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per configuration")
     ap.add_argument("--one", nargs=2, metavar=("ISOLATION", "MIB"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(args.one[0], int(args.one[1]), args.seconds, args.concurrency, args.spaced)))
+        row = one(args.one[0], int(args.one[1]), args.seconds, args.concurrency, args.spaced, args.python)
+        print(json.dumps(row))
         return
     sizes = [int(m) for m in args.host_mib.split(",")]
     configs = [(i, m) for _ in range(args.rounds) for m in sizes for i in args.isolation.split(",")]
@@ -193,15 +231,34 @@ def main():
     for isolation, mib in configs:
         cmd = [sys.executable, __file__, "--one", isolation, str(mib)]
         cmd += ["--seconds", str(args.seconds), "--concurrency", str(args.concurrency), "--spaced", str(args.spaced)]
+        cmd += ["--python", args.python] if args.python else []
         row = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
     floor_cpu, floor_wall = floor(sys.executable)
+    python3 = args.python or shutil.which("python3") or sys.executable
+    bare_fork = fork_floor(python3)
+    zygote_fork = fork_floor(python3, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     if args.json:
-        print(json.dumps({"floorPythonStartCpuMs": floor_cpu, "floorPythonStartWallMs": floor_wall}))
+        print(
+            json.dumps(
+                {
+                    "floorPythonStartCpuMs": floor_cpu,
+                    "floorPythonStartWallMs": floor_wall,
+                    "floorForkCpuMs": bare_fork,
+                    "floorZygoteForkCpuMs": zygote_fork,
+                }
+            )
+        )
         return
     print(f"floor: `{sys.executable} -I -c pass` CPU {floor_cpu:.2f} ms, wall {floor_wall:.2f} ms (medians)")
+    print(
+        f"fork floor: fork + _exit of `{python3} -I`: {sum(bare_fork):.2f} ms CPU"
+        f" (parent {bare_fork[0]:.2f}, child {bare_fork[1]:.2f});"
+        f" with the zygote's imports: {sum(zygote_fork):.2f} ms"
+        f" (parent {zygote_fork[0]:.2f}, child {zygote_fork[1]:.2f})"
+    )
     print(f"closed loop at concurrency {args.concurrency} for {args.seconds:g} s; CPU and faults per run")
     head = (
         "isolation  host RSS  helper RSS  spaced p50/p99 ms  runs/s  host CPU  shells CPU (faults)"

@@ -83,6 +83,7 @@ from pycage.confine import (
     _join_shell,
     _PidNamespaces,
     _prctl,
+    prepare,
     remap_once,
 )
 
@@ -188,6 +189,7 @@ class _Zygote:
             if not moved:
                 self.send({"type": "spawn-failed", "id": ident, "message": why})
                 return
+            prepare(join)
         threads = preload.os_threads()  # native threads too (a BLAS pool)
         if threads != 1:
             # Forking a process with threads is what a zygote must never do.

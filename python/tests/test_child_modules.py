@@ -204,6 +204,82 @@ print(json.dumps([prefix, first, again, other, moved, [list(sys.path), list(enco
         self.assertEqual(after, moved)
 
 
+class ConfinePreparedTest(unittest.TestCase):
+    """What the zygote builds before it forks for a child's confinement
+    steps (``confine.prepare``), and the capability drop that uses the
+    kernel's own last capability number."""
+
+    def test_seccomp_programs_are_built_once_and_bounded(self):
+        script = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from pycage import confine
+one = "06000000ff7fff7f"  # one instruction: return ALLOW
+confine.prepare({"confine": [{"op": "limit"}, {"op": "seccomp", "filter": one}]})
+built = confine._SECCOMP_PROGRAMS.get(one)
+same = confine._seccomp_program(one) is built[1]
+# Malformed steps are left to the child, which fails the same step.
+for bad in ({"confine": [{"op": "seccomp", "filter": "abc"}]}, {"confine": 5}, {"confine": [{"op": "seccomp"}]}):
+    confine.prepare(bad)
+errors = []
+for bad in ("", "abc", "0600"):
+    try:
+        confine._seccomp_program(bad)
+    except ValueError as e:
+        errors.append(type(e).__name__)
+for i in range(10):
+    confine._seccomp_program(one + "%016x" % i)
+print(json.dumps([built is not None, same, errors, len(confine._SECCOMP_PROGRAMS) <= 4]))
+"""
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", script, PYTHON_DIR], capture_output=True, text=True, timeout=60
+        )
+        self.assertEqual(json.loads(out.stdout), [True, True, ["ValueError"] * 3, True], out.stderr)
+
+    def test_drop_caps_empties_every_set_in_a_user_namespace(self):
+        # In a forked child that made a user namespace (every capability
+        # there, and a full bounding set); fails loudly where user
+        # namespaces cannot be made, as the sandbox needs them anyway.
+        script = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from pycage import confine
+with open("/proc/sys/kernel/cap_last_cap") as f:
+    last = int(f.read())
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        confine._check(confine._libc.unshare(confine._CLONE_NEWUSER), "unshare(user)")
+        def sets():
+            with open("/proc/self/status") as f:
+                return {k: v.strip() for k, v in (l.split(":", 1) for l in f) if k.startswith("Cap")}
+        before = sets()
+        confine._op_drop_caps({}, {})
+        out = [before, sets()]
+    except OSError as e:
+        out = str(e)
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.close(w)
+data = os.read(r, 65536)
+os.waitpid(pid, 0)
+print(json.dumps([confine._LAST_CAP, last, json.loads(data)]))
+"""
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", script, PYTHON_DIR], capture_output=True, text=True, timeout=60
+        )
+        known, last, sets = json.loads(out.stdout)
+        self.assertEqual(known, last)
+        self.assertIsInstance(sets, list, f"no user namespace here: {sets}")
+        before, after = sets
+        full = format((1 << (last + 1)) - 1, "016x")
+        self.assertEqual(before["CapBnd"], full)
+        self.assertEqual(before["CapEff"], full)
+        for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+            self.assertEqual(after[name], "0" * 16, name)
+
+
 class HardeningTest(unittest.TestCase):
     def test_every_child_module_resolves_builtins_privately(self):
         script = (
