@@ -21,7 +21,8 @@ process is rarely small). It measures:
 
 The zygote is found as this process's child whose command line names
 ``pycage.zygote``, the shell helper as the one whose command line calls
-``_serve_shell_helper``: children this benchmark's runtime started. Its run budget
+``_serve_shell_helper`` (an interpreter) or names ``shell-helper`` (the
+program the package embeds): children this benchmark's runtime started. Its run budget
 is lifted so one zygote serves the loop; should it still be replaced (its
 age budget), the row shows no zygote figures.
 
@@ -47,7 +48,7 @@ def _zygote_pid():
 
 
 def _helper_pid():
-    return _child_pid(b"_serve_shell_helper")
+    return _child_pid(b"_serve_shell_helper") or _child_pid(b"shell-helper")
 
 
 def _child_pid(needle):

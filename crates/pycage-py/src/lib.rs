@@ -10,6 +10,7 @@
 mod calls;
 mod convert;
 mod drive;
+mod helper;
 mod runtime;
 mod session;
 
@@ -32,11 +33,19 @@ fn from_json<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
 }
 
 /// `_serve_shell_helper()`: serves as a runtime's sandbox shell helper on
-/// fd 3 until the runtime closes it (see `runtime::shell_helper`). Only a
+/// fd 3 until the runtime closes it (see the `helper` module). Only a
 /// runtime starts a process that calls it.
 #[pyfunction]
 fn _serve_shell_helper() -> PyResult<()> {
     pycage_runtime::serve_shell_helper().map_err(Into::into)
+}
+
+/// `_shell_helper_kind()`: `"program"` when this module's runtimes start
+/// the bundled `pycage-shell-helper` program as their sandbox shell helper,
+/// `"interpreter"` when they start this interpreter.
+#[pyfunction]
+fn _shell_helper_kind() -> &'static str {
+    helper::kind()
 }
 
 #[pymodule]
@@ -49,6 +58,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(to_json, m)?)?;
     m.add_function(wrap_pyfunction!(from_json, m)?)?;
     m.add_function(wrap_pyfunction!(_serve_shell_helper, m)?)?;
+    m.add_function(wrap_pyfunction!(_shell_helper_kind, m)?)?;
     // The package's version is the workspace's (maturin takes it from Cargo).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MIN_ADDRESS_SPACE_BYTES", pycage_runtime::config::MIN_ADDRESS_SPACE_BYTES)?;

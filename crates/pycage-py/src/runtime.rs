@@ -51,27 +51,6 @@ pub fn tokio_runtime(py: Python<'_>) -> PyResult<Arc<tokio::runtime::Runtime>> {
     Ok(rt)
 }
 
-/// This interpreter, loading only this extension module (not the
-/// package, nor `site`), as the runtime's sandbox shell helper: a process
-/// of about 11 MiB that forks the sandbox shells, so that their cost does
-/// not grow with the host's heap (`RuntimeConfig::shell_helper`). `None`
-/// when the interpreter or the module's file is unknown; a
-/// `sys.executable` that is not a Python (an embedded one) fails the
-/// helper's start, and the runtime then forks the shells itself.
-fn shell_helper(py: Python<'_>) -> Option<Vec<std::ffi::OsString>> {
-    const CODE: &str = "import sys, importlib.util as u\n\
-        s = u.spec_from_file_location('pycage._native', sys.argv[1])\n\
-        m = u.module_from_spec(s)\n\
-        s.loader.exec_module(m)\n\
-        m._serve_shell_helper()\n";
-    let executable: PathBuf = py.import("sys").ok()?.getattr("executable").ok()?.extract().ok()?;
-    let module: PathBuf = py.import("pycage._native").ok()?.getattr("__file__").ok()?.extract().ok()?;
-    if executable.as_os_str().is_empty() || !module.is_absolute() {
-        return None;
-    }
-    Some(vec![executable.into(), "-I".into(), "-S".into(), "-c".into(), CODE.into(), module.into()])
-}
-
 /// An instance of an exception class of `pycage.errors`.
 pub fn error(py: Python<'_>, class: &str, message: String) -> PyErr {
     match py.import("pycage.errors").and_then(|m| m.getattr(class)).and_then(|c| Ok(c.cast_into::<PyType>()?)) {
@@ -339,7 +318,7 @@ impl NativeRuntime {
             })?;
             c.allow_net.push(parsed);
         }
-        c.shell_helper = shell_helper(py);
+        c.shell_helper = crate::helper::argv(py);
         // The probe starts an interpreter: let other Python threads run.
         let runtime = py.detach(|| Runtime::new(c)).map_err(|e| start_error(py, e))?;
         Ok(NativeRuntime { inner: Some(runtime), pid: std::process::id() })

@@ -436,9 +436,16 @@ def test_gil_is_released_while_a_run_waits(process_rt):
 
 
 def test_sandbox_shells_come_from_a_small_helper(sandbox_rt):
-    """Sandbox shells are forked by the runtime's shell helper (this
-    interpreter, loading only the extension module) rather than by this
-    process, whose page tables and heap a fork would copy."""
+    """Sandbox shells are forked by the runtime's shell helper rather than
+    by this process, whose page tables and heap a fork would copy. A wheel
+    build (pip install .) embeds the helper as a program of its own,
+    installed into pycage's cache; a build without it starts this
+    interpreter, loading only the extension module."""
+    from pycage import _native
+
+    kind = _native._shell_helper_kind()
+    # pip install . builds the module with the program (pyproject.toml).
+    assert kind == "program"
     assert sandbox_rt.run("1 + 1").value == 2
     helpers = []
     for pid in child_pids():
@@ -447,15 +454,64 @@ def test_sandbox_shells_come_from_a_small_helper(sandbox_rt):
                 argv = f.read().split(b"\0")
             with open(f"/proc/{pid}/stat") as f:
                 stat = f.read()
+            exe = os.readlink(f"/proc/{pid}/exe")
         except OSError:
             continue
         parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        if parent == os.getpid() and any(a.endswith(b"m._serve_shell_helper()\n") for a in argv):
-            helpers.append(pid)
+        if parent != os.getpid():
+            continue
+        if os.path.basename(exe).startswith("shell-helper-") or any(
+            a.endswith(b"m._serve_shell_helper()\n") for a in argv
+        ):
+            helpers.append((pid, exe))
     assert len(helpers) == 1, helpers
-    with open(f"/proc/{helpers[0]}/status") as f:
+    pid, exe = helpers[0]
+    # The program, from the cache, holding exactly what the module embeds
+    # (the helper protocol refuses another build's helper).
+    assert os.path.basename(exe).startswith("shell-helper-"), exe
+    assert os.path.dirname(exe).endswith("pycage"), exe
+    with open(f"/proc/{pid}/status") as f:
         rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    # About 11 MiB (a release build); far from a host's size either way.
+    # A few MiB (an interpreter was about 11 MiB); far from a host's size.
     assert rss_kib < 64 * 1024, f"the helper holds {rss_kib} KiB"
-    with open(f"/proc/{helpers[0]}/task/{helpers[0]}/children") as f:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
         assert f.read().split(), "the helper forked no shell (the pool's)"
+
+
+def test_the_bundled_helper_is_installed_once_and_repaired(tmp_path):
+    """The program is written into $XDG_CACHE_HOME/pycage under a name of
+    its content; a file of another content under that name (a stale or
+    damaged one) is replaced, and a cache that cannot take it leaves the
+    interpreter as the helper. Each case in a fresh process: the choice is
+    made once per process."""
+    script = """
+import os, sys, pycage
+from pycage import _native
+rt = pycage.Runtime(isolation="sandbox")
+try:
+    assert rt.run("1 + 1").value == 2
+finally:
+    rt.close()
+print(_native._shell_helper_kind())
+"""
+
+    def start(cache):
+        env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    cache = tmp_path / "cache"
+    assert start(cache) == "program"
+    [installed] = (cache / "pycage").glob("shell-helper-*")
+    content = installed.read_bytes()
+    assert os.access(installed, os.X_OK)
+    assert not list((cache / "pycage").glob("tmp-shell-helper-*"))
+    # Damaged: cut short. The next process writes it whole again.
+    installed.write_bytes(content[:1000])
+    assert start(cache) == "program"
+    assert installed.read_bytes() == content
+    # A cache directory that is a file: nothing can be installed there.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("not a directory")
+    assert start(blocked) == "interpreter"
