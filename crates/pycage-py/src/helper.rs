@@ -24,7 +24,7 @@ static BUNDLED: Option<&[u8]> = None;
 /// Which helper a runtime of this module starts: `"program"` (the bundled
 /// one, installed), or `"interpreter"`.
 pub fn kind() -> &'static str {
-    if installed().is_some() {
+    if installed().is_some_and(|program| program.is_file()) {
         "program"
     } else {
         "interpreter"
@@ -36,8 +36,11 @@ pub fn kind() -> &'static str {
 /// forks the shells itself).
 pub fn argv(py: Python<'_>) -> Option<Vec<OsString>> {
     match installed() {
-        Some(program) => Some(vec![program.clone().into_os_string()]),
-        None => interpreter(py),
+        // Still there: a cache cleaned since the install leaves the
+        // interpreter (a helper that cannot start would leave the runtime
+        // forking the shells itself).
+        Some(program) if program.is_file() => Some(vec![program.clone().into_os_string()]),
+        _ => interpreter(py),
     }
 }
 

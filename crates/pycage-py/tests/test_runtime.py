@@ -515,3 +515,25 @@ print(_native._shell_helper_kind())
     blocked = tmp_path / "blocked"
     blocked.write_text("not a directory")
     assert start(blocked) == "interpreter"
+    # The cache cleaned while a process runs: its next runtime starts the
+    # interpreter (and its sandboxed runs still work).
+    cleaned = """
+import glob, os, pycage
+from pycage import _native
+kinds = []
+for clean in (False, True):
+    if clean:
+        for path in glob.glob(os.path.join(os.environ["XDG_CACHE_HOME"], "pycage", "shell-helper-*")):
+            os.unlink(path)
+    rt = pycage.Runtime(isolation="sandbox")
+    try:
+        assert rt.run("1 + 1").value == 2
+    finally:
+        rt.close()
+    kinds.append(_native._shell_helper_kind())
+print(" ".join(kinds))
+"""
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cleaned"))
+    out = subprocess.run([sys.executable, "-c", cleaned], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["program", "interpreter"]
