@@ -24,7 +24,7 @@ static BUNDLED: Option<&[u8]> = None;
 /// Which helper a runtime of this module starts: `"program"` (the bundled
 /// one, installed), or `"interpreter"`.
 pub fn kind() -> &'static str {
-    if installed().is_some_and(|program| program.is_file()) {
+    if usable().is_some() {
         "program"
     } else {
         "interpreter"
@@ -35,13 +35,17 @@ pub fn kind() -> &'static str {
 /// neither the program nor this interpreter can serve (the runtime then
 /// forks the shells itself).
 pub fn argv(py: Python<'_>) -> Option<Vec<OsString>> {
-    match installed() {
-        // Still there: a cache cleaned since the install leaves the
-        // interpreter (a helper that cannot start would leave the runtime
-        // forking the shells itself).
-        Some(program) if program.is_file() => Some(vec![program.clone().into_os_string()]),
-        _ => interpreter(py),
+    match usable() {
+        Some(program) => Some(vec![program.clone().into_os_string()]),
+        None => interpreter(py),
     }
+}
+
+/// The installed program while it is still there: a cache cleaned since
+/// the install leaves the interpreter (a helper that cannot start would
+/// leave the runtime forking the shells itself).
+fn usable() -> Option<&'static PathBuf> {
+    installed().filter(|program| program.is_file())
 }
 
 /// The bundled program's path in the cache, installed on first use in this

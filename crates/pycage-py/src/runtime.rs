@@ -318,7 +318,11 @@ impl NativeRuntime {
             })?;
             c.allow_net.push(parsed);
         }
-        c.shell_helper = crate::helper::argv(py);
+        // Only sandboxed runs have shells: a process runtime installs and
+        // starts no helper.
+        if matches!(c.isolation, Isolation::Sandbox) {
+            c.shell_helper = crate::helper::argv(py);
+        }
         // The probe starts an interpreter: let other Python threads run.
         let runtime = py.detach(|| Runtime::new(c)).map_err(|e| start_error(py, e))?;
         Ok(NativeRuntime { inner: Some(runtime), pid: std::process::id() })
