@@ -59,7 +59,7 @@ import traceback
 
 from pycage import _wire
 from pycage._private import BUILTINS, EXIT_INTERNAL, diag, die
-from pycage.channel import hold, lock, pending, read_frame, send, set_nonblocking
+from pycage.channel import _host_frame, hold, lock, pending, read_frame, send, set_nonblocking, touch_read_path
 from pycage.decoder import decode_json
 from pycage.display import flush_figures, start_display_ledger
 from pycage.encoder import encode_json
@@ -98,6 +98,9 @@ _os_exit = os._exit
 _getframe = sys._getframe
 _sched_yield = os.sched_yield
 _BOOT_ACK = _wire.encode_boot_ack()
+
+#: Clears CPython's type attribute cache (3.13 deprecates the older name).
+_clear_type_cache = getattr(sys, "_clear_internal_caches", None) or getattr(sys, "_clear_type_cache", None)
 
 #: matplotlib, if the program imports it, draws with pycage's backend:
 #: ``plt.show()`` and the figures open at the end become displays. Set
@@ -246,17 +249,33 @@ def warm_up():
     state behind: the globals, loop and signal state it used are discarded
     or restored.
     """
+    # The type attribute cache is one table of 4,096 entries (16 pages) that
+    # every attribute lookup may write to: clearing it writes all of it, so
+    # in a pooled child those pages are copied here, and the lookups below
+    # fill it again with what a run looks up.
+    if _clear_type_cache is not None:
+        _clear_type_cache()
     # Recursion depths are measured here rather than on the run's critical
     # path: this function's (one measurement), the warm-up run's, and the
     # run that comes next, from the same caller through main() and _serve().
     depth = recursion_depth()
     expect_run(0, _getframe(), depth)
+    touch_read_path()
     # The boot and run path on samples: read, checked, built, encoded; nothing
-    # is sent and nothing kept.
-    boot, run, _ = frames = [decode_json(text) for text, _ in _WARM_UP_FRAMES]
+    # is sent and nothing kept (a run starts its ledgers again).
+    boot, run, _ = frames = [_host_frame(text) for text, _ in _WARM_UP_FRAMES]
     if all(check(frame) is None for frame, (_, check) in zip(frames, _WARM_UP_FRAMES, strict=True)):
+        apply_boot_limits(boot)
         build_globals(boot_namespaces(boot))
-        Budgets(run, boot)
+        budgets = Budgets(run, boot)
+        start_run(budgets, False)
+        # Each ledger builds its marker only when the budget changes: once
+        # more with another budget, so that this child builds one itself
+        # (the zygote's own warm-up left one built for this budget).
+        start_ledger(budgets.max_log_bytes + 1)
+        start_display_ledger(budgets.max_display_bytes + 1)
+    for function in (main, _serve, _finish):
+        function.__code__  # noqa: B018 -- a call writes its reference count
     _wire.encode_call(0, "w", "w", "{}")
     _wire.encode_log("w", True)
     error_frame("exception", "w")

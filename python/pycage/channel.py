@@ -79,6 +79,28 @@ _readbuf = bytearray(_READ_CHUNK)
 _readview = memoryview(_readbuf)
 
 
+def touch_read_path():
+    """Write, without reading or sending anything, to what a run's first
+    read writes: the read buffer's first page (the kernel's copy into it),
+    its view's export count, the input buffer, the lock, and the code
+    objects of the functions that read and send (a call writes their
+    reference counts). In a child forked from the zygote each of these
+    writes copies a shared page, about 10 µs here after the child has
+    idled in the pool; its warm-up (``bootstrap.warm_up``) takes them
+    off the run's critical path. Leaves every buffer as it was."""
+    global _scan_from
+    with lock:
+        if _readbuf:
+            _readbuf[0] = _readbuf[0]
+        _readview[:1].release()
+        if not _inbuf:
+            _inbuf.extend(b"\0")
+            _inbuf.clear()
+            _scan_from = 0
+    for function in (_pump, _take_line, _host_frame, read_frame, _write_all, send, hold):
+        function.__code__  # noqa: B018 -- the reference count is the point
+
+
 def set_nonblocking():
     """Make fd 3 non-blocking (the start of a run); exit if it is unusable."""
     try:

@@ -1077,3 +1077,34 @@ class WarmUpTest(unittest.TestCase):
         )
         out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
         self.assertEqual(out.stdout.strip(), "ok", out.stderr)
+
+    def test_warm_up_keeps_what_the_channel_holds(self):
+        # What the host sent before the warm-up touched the read path (a
+        # child forked cold reads early) is still there, in order, after it.
+        script = (
+            "import sys, threading\n"
+            f"sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})\n"
+            "from pycage import bootstrap, channel\n"
+            "channel._readbuf[0] = 7\n"
+            'channel._inbuf.extend(b\'{"type":"bo\')\n'
+            "assert channel._take_line() is None\n"
+            "scan = channel._scan_from\n"
+            "bootstrap.warm_up()\n"
+            'assert channel._inbuf == b\'{"type":"bo\', bytes(channel._inbuf)\n'
+            "assert channel._scan_from == scan, channel._scan_from\n"
+            "assert channel._readbuf[0] == 7\n"
+            "assert channel._held is None and not channel._backlog and not channel._sending\n"
+            "got = []\n"
+            "def take():\n"
+            "    got.append(channel.lock.acquire(timeout=5))\n"
+            "    channel.lock.release()\n"
+            "t = threading.Thread(target=take)\n"
+            "t.start(); t.join()\n"
+            "assert got == [True], 'the warm-up left the channel lock held'\n"
+            "channel._inbuf.clear(); channel._scan_from = 0\n"
+            "bootstrap.warm_up()\n"
+            "assert not channel._inbuf and channel._scan_from == 0\n"
+            "print('ok')\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.stdout.strip(), "ok", out.stderr)
