@@ -14,12 +14,15 @@
 //! (`MSG_CTRUNC`) the kernel itself discards, and closes, what did not
 //! fit. The bytes are the frames, and go on to the line splitter as
 //! before.
+//!
+//! [`write_now`] is the host's side of writing: the frames go out the
+//! moment a run has them, whatever tokio has seen of the socket yet.
 
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::AsFd;
 
-use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags};
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
@@ -62,6 +65,21 @@ pub(crate) async fn read_counting(stream: &UnixStream, buf: &mut [u8]) -> io::Re
 /// is in the socket already, but its readiness may not be observed yet.
 pub(crate) fn read_now(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
     recv_dropping_control(stream, buf).map(|(n, _)| n)
+}
+
+/// Write what `stream` takes of `data` now, without waiting. Unlike
+/// `try_write`, this tries the socket even when tokio has not seen it
+/// writable yet: a socket registered for this run (a pooled child's) has
+/// no readiness until the reactor's next turn, and waiting for it cost
+/// every run a hand-off to a worker thread and back before its first
+/// frame went out. `WouldBlock` only when the socket is full, and then
+/// tokio's readiness is cleared too, so `writable()` waits for room.
+pub(crate) fn write_now(stream: &UnixStream, data: &[u8]) -> io::Result<usize> {
+    match rustix::net::send(stream.as_fd(), data, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+        Ok(n) => Ok(n),
+        Err(rustix::io::Errno::AGAIN) => stream.try_write(data),
+        Err(e) => Err(io::Error::from_raw_os_error(e.raw_os_error())),
+    }
 }
 
 /// Kernel memory held for what was written to `stream` and not yet read by
@@ -178,6 +196,41 @@ mod tests {
         assert!((3 + 64..3 + 200).contains(&total.descriptors), "{}", total.descriptors);
         assert!(total.truncated);
         assert_eq!(open_on(&path), 0, "every received descriptor was closed");
+    }
+
+    /// A socket registered a moment ago takes the frames at once; a full
+    /// one says so, and then waits for room rather than spinning on stale
+    /// readiness.
+    #[tokio::test]
+    async fn frames_go_out_before_tokio_has_seen_the_socket_and_a_full_one_waits() {
+        use std::io::Read;
+        let (mut theirs, ours) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let host = UnixStream::from_std(ours).unwrap();
+        assert_eq!(write_now(&host, b"boot\nrun\n").unwrap(), 9);
+        let mut buf = [0u8; 9];
+        theirs.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"boot\nrun\n");
+
+        let chunk = [b'x'; 4096];
+        let mut queued = 0usize;
+        let full = loop {
+            match write_now(&host, &chunk) {
+                Ok(n) => queued += n,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(full.kind(), io::ErrorKind::WouldBlock, "{full}");
+        let short = std::time::Duration::from_millis(100);
+        assert!(tokio::time::timeout(short, host.writable()).await.is_err(), "no room yet, so not writable");
+        let reader = std::thread::spawn(move || {
+            let mut sink = vec![0u8; queued];
+            theirs.read_exact(&mut sink).unwrap();
+            theirs
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(10), host.writable()).await.unwrap().unwrap();
+        assert!(write_now(&host, b"done\n").is_ok());
+        drop(reader.join().unwrap());
     }
 
     /// The bug this module fixes: with every message queued before the

@@ -289,7 +289,7 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
         start_calls(&mut m, &mut tasks, &cx);
         // Write what the socket takes now; the rest waits for writability.
         while !write_failed && !m.pending_output().is_empty() {
-            match sock.try_write(m.pending_output()) {
+            match crate::channel::write_now(&sock, m.pending_output()) {
                 Ok(n) => m.wrote(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 // The child closed its end: nothing more can be sent; its
