@@ -72,10 +72,11 @@ fn install(program: &[u8], cache: &Path) -> std::io::Result<PathBuf> {
     if noexec {
         return Err(std::io::Error::other("the cache directory is mounted noexec"));
     }
+    sweep_stale_temporaries(cache);
     if same_content(&path, program) {
         return Ok(path);
     }
-    let mut file = tempfile::Builder::new().prefix("tmp-shell-helper-").tempfile_in(cache)?;
+    let mut file = tempfile::Builder::new().prefix(TEMPORARY_PREFIX).tempfile_in(cache)?;
     file.write_all(program)?;
     file.as_file().set_permissions(std::fs::Permissions::from_mode(0o755))?;
     file.as_file().sync_all()?;
@@ -90,6 +91,35 @@ fn install(program: &[u8], cache: &Path) -> std::io::Result<PathBuf> {
             // A stale file of another content under our name: replace it.
             e.file.persist(&path).map_err(|e| e.error)?;
             Ok(path)
+        }
+    }
+}
+
+/// Prefix of an install's temporary file in the cache.
+const TEMPORARY_PREFIX: &str = "tmp-shell-helper-";
+
+/// How old an install's temporary file must be to be taken for the
+/// leftover of a process killed mid-install (a live install writes and
+/// renames its own within a second).
+const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Removes the temporary files of installs that never finished (their
+/// process was killed between writing and renaming): a megabyte each,
+/// which nothing else would ever remove. Best effort; regular files only.
+fn sweep_stale_temporaries(cache: &Path) {
+    let Ok(entries) = std::fs::read_dir(cache) else { return };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(TEMPORARY_PREFIX) {
+            continue;
+        }
+        let stale = entry
+            .metadata()
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .and_then(|m| m.modified().ok())
+            .is_some_and(|modified| modified.elapsed().is_ok_and(|age| age >= STALE_TEMPORARY));
+        if stale {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }

@@ -502,7 +502,19 @@ print(_native._shell_helper_kind())
         return out.stdout.strip()
 
     cache = tmp_path / "cache"
+    # The leftovers of installs killed before their rename: one two hours
+    # old is removed, one just written (another process's install in
+    # flight) is left alone.
+    (cache / "pycage").mkdir(parents=True)
+    stale, fresh = cache / "pycage" / "tmp-shell-helper-dead", cache / "pycage" / "tmp-shell-helper-live"
+    stale.write_bytes(b"partial")
+    fresh.write_bytes(b"partial")
+    two_hours_ago = time.time() - 7200
+    os.utime(stale, (two_hours_ago, two_hours_ago))
     assert start(cache) == "program"
+    assert not stale.exists()
+    assert fresh.exists()
+    fresh.unlink()
     [installed] = (cache / "pycage").glob("shell-helper-*")
     content = installed.read_bytes()
     assert os.access(installed, os.X_OK)
