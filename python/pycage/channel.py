@@ -85,7 +85,7 @@ def touch_read_path():
     its view's export count, the input buffer, the lock, and the code
     objects of the functions that read and send (a call writes their
     reference counts). In a child forked from the zygote each of these
-    writes copies a shared page, about 10 µs here after the child has
+    writes copies a shared page, about 8 µs here after the child has
     idled in the pool; its warm-up (``bootstrap.warm_up``) takes them
     off the run's critical path. Leaves every buffer as it was."""
     global _scan_from

@@ -1061,10 +1061,15 @@ class WarmUpTest(unittest.TestCase):
     """``warm_up`` runs in a pooled child before its run: it must leave
     nothing a run could notice."""
 
+    def assert_prints_ok(self, script):
+        """Run ``script`` in a fresh interpreter with the child modules importable."""
+        script = f"import sys\nsys.path.insert(0, {PYTHON_DIR!r})\n" + script
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.stdout.strip(), "ok", out.stderr)
+
     def test_warm_up_leaves_no_state(self):
         script = (
-            "import asyncio, linecache, signal, sys\n"
-            f"sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})\n"
+            "import asyncio, linecache, signal\n"
             "from pycage import bootstrap\n"
             "mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])\n"
             "handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}\n"
@@ -1075,15 +1080,13 @@ class WarmUpTest(unittest.TestCase):
             "assert asyncio.get_event_loop_policy()._local._loop is None, 'an event loop is set'\n"
             "print('ok')\n"
         )
-        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
-        self.assertEqual(out.stdout.strip(), "ok", out.stderr)
+        self.assert_prints_ok(script)
 
     def test_warm_up_keeps_what_the_channel_holds(self):
         # What the host sent before the warm-up touched the read path (a
         # child forked cold reads early) is still there, in order, after it.
         script = (
-            "import sys, threading\n"
-            f"sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})\n"
+            "import threading\n"
             "from pycage import bootstrap, channel\n"
             "channel._readbuf[0] = 7\n"
             'channel._inbuf.extend(b\'{"type":"bo\')\n'
@@ -1106,5 +1109,4 @@ class WarmUpTest(unittest.TestCase):
             "assert not channel._inbuf and channel._scan_from == 0\n"
             "print('ok')\n"
         )
-        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
-        self.assertEqual(out.stdout.strip(), "ok", out.stderr)
+        self.assert_prints_ok(script)
