@@ -408,7 +408,8 @@ impl BenchArgs {
 
 pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::tokio_runtime()?;
-    rt.block_on(bench(args))
+    // Runs wait on their child's socket on this thread (`pycage_runtime::block_on`).
+    pycage_runtime::block_on(rt.handle(), bench(args))
 }
 
 async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {

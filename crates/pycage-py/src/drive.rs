@@ -173,6 +173,8 @@ impl Driving {
     /// current runtime: this is called inside its `block_on`).
     fn hand_off(&mut self) {
         if matches!(self, Driving::Here(_)) {
+            // This thread must not wait on the run's socket any more.
+            pycage_runtime::forget_wait_hint();
             if let Driving::Here(run) = std::mem::replace(self, Driving::Done) {
                 *self = Driving::Workers(tokio::runtime::Handle::current().spawn(run));
             }
@@ -309,7 +311,7 @@ pub fn wait_blocking<'py>(
 ) -> PyResult<Bound<'py, PyTuple>> {
     let Prepared { run, mut rx } = run;
     let (result, raised) = py.detach(|| {
-        rt.block_on(async move {
+        pycage_runtime::block_on(rt.handle(), async move {
             let mut run = Driving::Here(run);
             let ticks = poll_signals.then(SignalTicks::get);
             let _ticking = ticks.as_ref().map(SignalTicks::register);

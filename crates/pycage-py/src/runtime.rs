@@ -458,7 +458,7 @@ impl NativeRuntime {
         let runtime = self.runtime(py)?;
         let rt = tokio_runtime(py)?;
         let (took, outcome) = py.detach(|| {
-            rt.block_on(async move {
+            pycage_runtime::block_on(rt.handle(), async move {
                 let t = std::time::Instant::now();
                 let outcome = runtime.run(RunRequest::new(program)).await;
                 (t.elapsed(), outcome)

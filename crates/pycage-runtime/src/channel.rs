@@ -17,10 +17,13 @@
 //!
 //! [`write_now`] is the host's side of writing: the frames go out the
 //! moment a run has them, whatever tokio has seen of the socket yet.
+//!
+//! [`Channel`] is a run's end of fd 3, watched by the reactor or by a
+//! blocking caller's own thread (`blocking`).
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags};
 use tokio::io::Interest;
@@ -63,7 +66,7 @@ pub(crate) async fn read_counting(stream: &UnixStream, buf: &mut [u8]) -> io::Re
 /// tokio last saw of its readiness (`WouldBlock` when it holds nothing).
 /// For the moment the child is known to have exited: every write it made
 /// is in the socket already, but its readiness may not be observed yet.
-pub(crate) fn read_now(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_now(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
     recv_dropping_control(stream, buf).map(|(n, _)| n)
 }
 
@@ -88,7 +91,7 @@ pub(crate) fn write_now(stream: &UnixStream, data: &[u8]) -> io::Result<usize> {
 /// peer has read everything). The host learns from it whether the program
 /// has read its replies: there is no other signal, and none is trusted
 /// from the child.
-pub(crate) fn unread_by_peer(stream: &UnixStream) -> io::Result<usize> {
+pub(crate) fn unread_by_peer(stream: &impl AsFd) -> io::Result<usize> {
     // SIOCOUTQ has TIOCOUTQ's number; the kernel writes one int.
     const SIOCOUTQ: rustix::ioctl::Opcode = libc::TIOCOUTQ as rustix::ioctl::Opcode;
     // SAFETY: SIOCOUTQ on a socket takes a pointer to one `c_int`, which
@@ -98,7 +101,7 @@ pub(crate) fn unread_by_peer(stream: &UnixStream) -> io::Result<usize> {
     Ok(usize::try_from(queued).unwrap_or(0))
 }
 
-fn recv_dropping_control(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Dropped)> {
+fn recv_dropping_control(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<(usize, Dropped)> {
     let mut space = [MaybeUninit::<u8>::uninit(); CONTROL_SPACE];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut iov = [io::IoSliceMut::new(buf)];
@@ -116,6 +119,119 @@ fn recv_dropping_control(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usi
         }
     }
     Ok((msg.bytes, dropped))
+}
+
+/// The host's end of a child's fd 3, watched by tokio's reactor or by the
+/// caller's own thread.
+///
+/// A [`crate::blocking::block_on`] caller that polls the run waits on the
+/// socket with `poll(2)` itself, and the socket is then not registered
+/// with the reactor at all (`Plain`): a registered socket wakes a worker
+/// thread when it is registered (it is writable), each time the child
+/// reads from it, and when the child's `done` arrives, all on the run's
+/// critical path (see `blocking`). Polled by a worker thread instead, the
+/// run registers it (`Reactor`). A run checks which at each turn of its
+/// loop ([`Channel::for_this_thread`]), so a blocking caller that hands
+/// the run to a worker mid-way, or a session whose cells come from both
+/// kinds of caller, switches between the two.
+#[derive(Debug)]
+pub(crate) enum Channel {
+    /// Not registered: only a `block_on` caller waits on it.
+    Plain(std::os::unix::net::UnixStream),
+    /// Registered with the current runtime's reactor.
+    Reactor(UnixStream),
+}
+
+/// What a [`Channel::read`] got.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Received {
+    /// This many bytes.
+    Bytes(usize),
+    /// End of stream, or an error reading it.
+    End,
+    /// Nothing: the run is polled by a thread that does not wait on a
+    /// `Plain` channel; the run's loop registers it and reads again.
+    Retry,
+}
+
+impl Channel {
+    /// A socket in non-blocking mode, not registered yet.
+    pub(crate) fn new(stream: std::os::unix::net::UnixStream) -> Channel {
+        Channel::Plain(stream)
+    }
+
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Channel::Plain(s) => s.as_fd(),
+            Channel::Reactor(s) => s.as_fd(),
+        }
+    }
+
+    /// This channel as the thread polling the run needs it: `Plain` for a
+    /// `block_on` caller, `Reactor` for anyone else. Registering needs a
+    /// runtime's context.
+    pub(crate) fn for_this_thread(self) -> io::Result<Channel> {
+        match (self, crate::blocking::caller_polls()) {
+            (Channel::Reactor(s), true) => Ok(Channel::Plain(s.into_std()?)),
+            (Channel::Plain(s), false) => Ok(Channel::Reactor(UnixStream::from_std(s)?)),
+            (channel, _) => Ok(channel),
+        }
+    }
+
+    /// [`write_now`] for either kind.
+    pub(crate) fn write_now(&self, data: &[u8]) -> io::Result<usize> {
+        match self {
+            Channel::Plain(s) => rustix::net::send(s, data, SendFlags::DONTWAIT | SendFlags::NOSIGNAL)
+                .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error())),
+            Channel::Reactor(s) => write_now(s, data),
+        }
+    }
+
+    /// The next bytes (see [`read`]); a `Plain` channel notes for the
+    /// caller that the run waits for them.
+    pub(crate) async fn read(&self, buf: &mut [u8]) -> Received {
+        let received = |r: io::Result<usize>| match r {
+            Ok(0) | Err(_) => Received::End,
+            Ok(n) => Received::Bytes(n),
+        };
+        match self {
+            Channel::Reactor(s) => received(read(s, buf).await),
+            Channel::Plain(s) => {
+                std::future::poll_fn(|_| match read_now(s, buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if !crate::blocking::caller_polls() {
+                            return std::task::Poll::Ready(Received::Retry);
+                        }
+                        crate::blocking::wait_for(s.as_fd(), true, false);
+                        std::task::Poll::Pending
+                    }
+                    r => std::task::Poll::Ready(received(r)),
+                })
+                .await
+            }
+        }
+    }
+
+    /// Resolves when the socket may take more (for a `Plain` one: once the
+    /// caller was woken, by it or by anything else; the write that follows
+    /// says whether it did).
+    pub(crate) async fn writable(&self) -> io::Result<()> {
+        match self {
+            Channel::Reactor(s) => s.writable().await,
+            Channel::Plain(s) => {
+                let mut noted = false;
+                std::future::poll_fn(|_| {
+                    if noted || !crate::blocking::caller_polls() {
+                        return std::task::Poll::Ready(Ok(()));
+                    }
+                    noted = true;
+                    crate::blocking::wait_for(s.as_fd(), false, true);
+                    std::task::Poll::Pending
+                })
+                .await
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -64,6 +64,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod bindings;
+mod blocking;
 pub mod budgets;
 mod channel;
 pub mod cleanup;
@@ -92,6 +93,7 @@ mod sync;
 pub mod watchdog;
 
 pub use bindings::{Binding, BindingError, BindingFuture, CallContext, ErrorClass, Namespace, RunId};
+pub use blocking::{block_on, forget_wait_hint};
 pub use cleanup::CleanupFailure;
 pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
 pub use display::Display;

@@ -122,7 +122,7 @@ pub(crate) struct Worker {
     pid: i32,
     /// `None` only while `spawn` is still building the worker.
     pidfd: Option<AsyncFd<OwnedFd>>,
-    pub sock: Option<tokio::net::UnixStream>,
+    pub sock: Option<crate::channel::Channel>,
     /// The read end of the one pipe that is both the child's fd 1 and fd 2.
     pub output: Option<pipe::Receiver>,
     exit: Option<Exit>,
@@ -349,7 +349,9 @@ impl Worker {
     fn attach(&mut self, pidfd: OwnedFd, host: UnixStream, output_rx: OwnedFd) -> Result<(), SpawnError> {
         self.watch(pidfd)?;
         host.set_nonblocking(true).map_err(SpawnError::Channel)?;
-        self.sock = Some(tokio::net::UnixStream::from_std(host).map_err(SpawnError::Channel)?);
+        // Registered with the reactor only if a worker thread drives the run
+        // (`Channel`).
+        self.sock = Some(crate::channel::Channel::new(host));
         self.output = Some(pipe::Receiver::from_owned_fd(output_rx).map_err(SpawnError::Channel)?);
         Ok(())
     }

@@ -9,6 +9,7 @@
 
 pub(crate) mod machine;
 
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 use pycage_protocol::JsonValue;
@@ -18,6 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::bindings::{BindingError, CallContext, RunId};
+use crate::channel::{Channel, Received};
 use crate::config::RuntimeConfig;
 use crate::launch::spawn::Worker;
 use crate::outcome::{FailureKind, RunEvent, RunResult};
@@ -159,16 +161,6 @@ impl RawPipe {
     }
 }
 
-/// Reads fd 3: `Some(n)` bytes, `None` at EOF or on an error. Descriptors
-/// and other control data the program sends with its frames are closed and
-/// ignored (see `channel`).
-async fn read_sock(sock: &tokio::net::UnixStream, buf: &mut [u8]) -> Option<usize> {
-    match crate::channel::read(sock, buf).await {
-        Ok(0) | Err(_) => None,
-        Ok(n) => Some(n),
-    }
-}
-
 /// Starts what the machine asks: a call ready on its first poll is answered
 /// inline (no task, no wakeup); the rest run as tasks.
 fn start_calls(m: &mut RunMachine, tasks: &mut JoinSet<(u64, Result<JsonValue, BindingError>)>, cx: &CallContext) {
@@ -217,9 +209,9 @@ async fn event_room(events: &Option<mpsc::Sender<RunEvent>>) -> Option<mpsc::Per
 
 /// Tells the machine what the kernel holds for the child (zero: it has
 /// read everything written to fd 3).
-fn update_read_progress(m: &mut RunMachine, sock: &tokio::net::UnixStream) {
+fn update_read_progress(m: &mut RunMachine, sock: BorrowedFd<'_>) {
     if m.has_unread_replies() || m.waiting_for_child_to_read() {
-        if let Ok(queued) = crate::channel::unread_by_peer(sock) {
+        if let Ok(queued) = crate::channel::unread_by_peer(&sock) {
             m.kernel_queued(queued as u64);
         }
     }
@@ -283,13 +275,22 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
     let mut budget = inputs.budget;
     let mut events = inputs.events;
 
+    let mut channel = Some(sock);
     while m.settled().is_none() {
-        update_read_progress(&mut m, &sock);
+        // Watched by this thread's blocking caller, or by the reactor.
+        let sock = match channel.take().map(Channel::for_this_thread) {
+            Some(Ok(sock)) => channel.insert(sock),
+            _ => {
+                m.settle(FailureKind::WorkerExit, "the host could not watch the protocol channel".into());
+                break;
+            }
+        };
+        update_read_progress(&mut m, sock.fd());
         inbox.feed(&mut m);
         start_calls(&mut m, &mut tasks, &cx);
         // Write what the socket takes now; the rest waits for writability.
         while !write_failed && !m.pending_output().is_empty() {
-            match crate::channel::write_now(&sock, m.pending_output()) {
+            match sock.write_now(m.pending_output()) {
                 Ok(n) => m.wrote(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 // The child closed its end: nothing more can be sent; its
@@ -318,8 +319,10 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                 format!("the wall-clock budget of {} ms was exceeded", config.wall_time.as_millis()),
             ),
             (kind, message) = &mut budget => m.settle(kind, message),
-            r = read_sock(&sock, &mut inbox.buf), if want_read => match r {
-                Some(n) => {
+            // Descriptors and other control data the program sends with its
+            // frames are closed and ignored (see `channel`).
+            r = sock.read(&mut inbox.buf), if want_read => match r {
+                Received::Bytes(n) => {
                     inbox.from = 0;
                     inbox.len = n;
                     if let Some(t) = &inputs.transcript {
@@ -327,7 +330,9 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                     }
                     grow_after(&mut inbox.buf, n);
                 }
-                None => m.receive_eof(),
+                Received::End => m.receive_eof(),
+                // Polled by a worker thread now: registered next turn.
+                Received::Retry => {}
             },
             chunk = raw.read(), if !backlog => m.receive_raw(chunk),
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
@@ -354,7 +359,7 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                 m.child_gone();
                 inbox.feed(&mut m);
                 while m.settled().is_none() {
-                    match crate::channel::read_now(&sock, &mut inbox.buf) {
+                    match crate::channel::read_now(&sock.fd(), &mut inbox.buf) {
                         Ok(0) => m.receive_eof(),
                         Ok(n) => {
                             inbox.from = 0;
@@ -388,13 +393,13 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
         // first), so take it without waiting for EOF. The channels stay
         // with the worker for a session's next run.
         raw.drain_now(&mut m);
-        worker.sock = Some(sock);
+        worker.sock = channel;
         worker.output = raw.rx.take();
         m.flush_logs();
         finish_events(&mut m, &mut events).await;
         return (m.finish(None), ChildAfter::Finished);
     }
-    drop(sock);
+    drop(channel);
 
     // Without `done`, the outcome depends on how the child ended: it gets
     // `grace` to exit by itself when it already closed fd 3 / exited;
