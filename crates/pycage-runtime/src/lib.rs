@@ -19,6 +19,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A host that waits for runs on a thread of its own, outside async code,
+//! drives them with [`block_on`] (with a multi-thread runtime's handle)
+//! rather than tokio's: the thread then waits on the child's socket
+//! itself, and a run's reply wakes it directly instead of waking a worker
+//! thread that wakes it in turn.
+//!
 //! # Errors: `Err` or a failed run
 //!
 //! - Building a [`Runtime`] fails with [`RuntimeError`] when the
