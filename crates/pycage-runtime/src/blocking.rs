@@ -22,11 +22,12 @@
 //! (an `async` caller, or a blocking one that handed the run over) finds
 //! [`caller_polls`] false and registers it.
 //!
-//! The socket is named by a thread-local hint that the run sets while this
-//! thread polls it, and that is read between two polls only: the run,
-//! suspended, owns the socket until it is polled again by this thread. A
-//! caller that moves the future to another thread clears the hint first
-//! ([`forget_wait_hint`]).
+//! The sockets are named by thread-local hints that the runs set while
+//! this thread polls them (one future may drive several runs), that are
+//! read between two polls only, and that each run takes back when it
+//! stops waiting ([`Noted`]): a run, suspended, owns its socket until it
+//! is polled again by this thread or dropped. A caller that moves the
+//! future to another thread clears the hints first ([`forget_wait_hint`]).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -40,9 +41,9 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 thread_local! {
     /// Whether a [`block_on`] on this thread is polling its future now.
     static CALLER: Cell<bool> = const { Cell::new(false) };
-    /// What the future polled last on this thread waits for: a descriptor
-    /// and its `PollFlags` bits, or `(-1, 0)`.
-    static WAIT: Cell<(RawFd, u16)> = const { Cell::new((-1, 0)) };
+    /// What the runs of the future polled last on this thread wait for:
+    /// descriptors and their `PollFlags` bits.
+    static WAIT: RefCell<Vec<(RawFd, u16)>> = const { RefCell::new(Vec::new()) };
     /// This thread's waker, kept for its next [`block_on`]; `None` while
     /// one uses it (a nested call makes its own).
     static SPARE: RefCell<Option<Arc<EventfdWaker>>> = const { RefCell::new(None) };
@@ -54,10 +55,10 @@ pub(crate) fn caller_polls() -> bool {
     CALLER.with(Cell::get)
 }
 
-/// Notes, for the [`block_on`] caller polling on this thread, that the run
-/// waits for `fd` to be readable (`read`) and/or writable (`write`). The
-/// descriptor must stay open until the future is polled again.
-pub(crate) fn wait_for(fd: BorrowedFd<'_>, read: bool, write: bool) {
+/// Notes, for the [`block_on`] caller polling on this thread, that a run
+/// waits for `fd` to be readable (`read`) and/or writable (`write`), until
+/// `noted` (made before, and kept while the run waits) is dropped.
+pub(crate) fn wait_for(noted: &Noted, read: bool, write: bool) {
     let mut flags = PollFlags::empty();
     if read {
         flags |= PollFlags::IN;
@@ -66,19 +67,42 @@ pub(crate) fn wait_for(fd: BorrowedFd<'_>, read: bool, write: bool) {
         flags |= PollFlags::OUT;
     }
     WAIT.with(|cell| {
-        let (noted, noted_flags) = cell.get();
-        if noted == fd.as_raw_fd() {
-            flags |= PollFlags::from_bits_truncate(noted_flags);
+        let mut hints = cell.borrow_mut();
+        match hints.iter_mut().find(|(fd, _)| *fd == noted.0) {
+            Some((_, bits)) => *bits |= flags.bits(),
+            None => hints.push((noted.0, flags.bits())),
         }
-        cell.set((fd.as_raw_fd(), flags.bits()));
     });
 }
 
-/// Forgets what a run polled on this thread waits for. Call it before the
-/// run's future moves to another thread (a tokio task): its socket is not
-/// this thread's to wait on any more.
+/// A run's claim on its socket's hints: dropped when the run stops waiting
+/// (its wait completed or was dropped), it takes them back, so no hint
+/// outlives the descriptor it names.
+pub(crate) struct Noted(RawFd);
+
+impl Noted {
+    /// For `fd`, which must stay open while this lives.
+    pub(crate) fn new(fd: BorrowedFd<'_>) -> Noted {
+        Noted(fd.as_raw_fd())
+    }
+}
+
+impl Drop for Noted {
+    fn drop(&mut self) {
+        WAIT.with(|cell| cell.borrow_mut().retain(|(fd, _)| *fd != self.0));
+    }
+}
+
+/// Forgets what the runs polled on this thread wait for. Call it before
+/// the runs' future moves to another thread (a tokio task): their sockets
+/// are not this thread's to wait on any more.
 pub fn forget_wait_hint() {
-    WAIT.with(|cell| cell.set((-1, 0)));
+    WAIT.with(|cell| cell.borrow_mut().clear());
+}
+
+/// The hints noted so far on this thread.
+fn hints() -> Vec<(RawFd, u16)> {
+    WAIT.with(|cell| cell.borrow().clone())
 }
 
 /// Wakes the blocked caller: one write to its eventfd.
@@ -111,19 +135,19 @@ impl EventfdWaker {
 struct Restore {
     waker: Option<Arc<EventfdWaker>>,
     caller: bool,
-    wait: (RawFd, u16),
+    wait: Vec<(RawFd, u16)>,
 }
 
 impl Restore {
     fn take(waker: Arc<EventfdWaker>) -> Restore {
-        Restore { waker: Some(waker), caller: CALLER.with(Cell::get), wait: WAIT.with(Cell::get) }
+        Restore { waker: Some(waker), caller: CALLER.with(Cell::get), wait: hints() }
     }
 }
 
 impl Drop for Restore {
     fn drop(&mut self) {
         CALLER.with(|c| c.set(self.caller));
-        WAIT.with(|w| w.set(self.wait));
+        WAIT.with(|w| *w.borrow_mut() = std::mem::take(&mut self.wait));
         if let Some(waker) = self.waker.take() {
             if !self.caller {
                 SPARE.with(|slot| *slot.borrow_mut() = Some(waker));
@@ -180,31 +204,36 @@ pub fn block_on<F: Future>(handle: &tokio::runtime::Handle, future: F) -> F::Out
         if let Poll::Ready(output) = polled {
             return output;
         }
-        let (fd, flags) = WAIT.with(Cell::get);
+        let hints = hints();
         forget_wait_hint();
-        wait(state.fd.as_fd(), fd, PollFlags::from_bits_truncate(flags));
+        wait(state.fd.as_fd(), &hints);
     }
 }
 
-/// Waits until the eventfd, or `hint` for `flags`, is ready (or a signal
-/// interrupts), then empties the eventfd.
-fn wait(eventfd: BorrowedFd<'_>, hint: RawFd, flags: PollFlags) {
-    // SAFETY: `hint` was noted while this thread polled the future, by the
-    // run that owns the descriptor; the future is suspended until this
-    // thread polls it again (after this call), so the descriptor stays
-    // open. A future moved to another thread cleared the hint first.
-    let socket = (hint >= 0 && !flags.is_empty()).then(|| unsafe { BorrowedFd::borrow_raw(hint) });
-    let mut fds = [PollFd::new(&eventfd, PollFlags::IN), PollFd::new(&eventfd, PollFlags::IN)];
-    let count = match &socket {
-        Some(socket) => {
-            fds[1] = PollFd::new(socket, flags);
-            2
-        }
-        None => 1,
+/// Waits until the eventfd, or a hinted descriptor for its flags, is ready
+/// (or a signal interrupts), then empties the eventfd.
+fn wait(eventfd: BorrowedFd<'_>, hints: &[(RawFd, u16)]) {
+    let borrow = |fd: RawFd| {
+        // SAFETY: each hint was noted while this thread polled the future,
+        // by a run that owns the descriptor and takes the hint back when it
+        // stops waiting (`Noted`); the future is suspended until this
+        // thread polls it again (after this call), so the descriptor stays
+        // open. A future moved to another thread cleared the hints first.
+        unsafe { BorrowedFd::borrow_raw(fd) }
     };
+    let sockets: Vec<(BorrowedFd<'_>, PollFlags)> = hints
+        .iter()
+        .filter(|(fd, bits)| *fd >= 0 && *bits != 0)
+        .map(|&(fd, bits)| (borrow(fd), PollFlags::from_bits_truncate(bits)))
+        .collect();
+    let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(1 + sockets.len());
+    fds.push(PollFd::new(&eventfd, PollFlags::IN));
+    for (socket, flags) in &sockets {
+        fds.push(PollFd::new(socket, *flags));
+    }
     // EINTR (a signal for the caller's thread) and spurious returns only
     // make the caller poll the future once more.
-    let _ = rustix::event::poll(fds.get_mut(..count).unwrap_or_default(), None);
+    let _ = rustix::event::poll(&mut fds, None);
     let mut counter = [0u8; 8];
     let _ = rustix::io::read(eventfd, &mut counter);
 }
@@ -251,7 +280,7 @@ mod tests {
         assert!(!out.1 .1, "a worker thread is not a block_on caller");
         assert_eq!(out.2, b"frame");
         assert!(!caller_polls());
-        assert_eq!(WAIT.with(Cell::get), (-1, 0), "no hint outlives the call");
+        assert!(hints().is_empty(), "no hint outlives the call");
     }
 
     #[test]
@@ -266,6 +295,7 @@ mod tests {
                 theirs
             });
             let mut polls = 0;
+            let noted = Noted::new(ours.as_fd());
             let got = block_on(
                 rt.handle(),
                 std::future::poll_fn(|_| {
@@ -276,12 +306,13 @@ mod tests {
                         Err(_) => {
                             // No waker is stored anywhere: only the hint can
                             // wake this future.
-                            wait_for(ours.as_fd(), true, false);
+                            wait_for(&noted, true, false);
                             Poll::Pending
                         }
                     }
                 }),
             );
+            drop(noted);
             drop(writer.join().unwrap());
             assert_eq!(got, b"done");
             assert!(polls >= 2);
@@ -325,15 +356,20 @@ mod tests {
     }
 
     #[test]
-    fn hints_merge_per_descriptor_and_are_forgotten() {
+    fn hints_merge_per_descriptor_and_each_run_takes_its_own_back() {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-        wait_for(a.as_fd(), true, false);
-        wait_for(a.as_fd(), false, true);
-        assert_eq!(WAIT.with(Cell::get), (a.as_raw_fd(), (PollFlags::IN | PollFlags::OUT).bits()));
-        wait_for(b.as_fd(), true, false);
-        assert_eq!(WAIT.with(Cell::get), (b.as_raw_fd(), PollFlags::IN.bits()));
+        let (on_a, on_b) = (Noted::new(a.as_fd()), Noted::new(b.as_fd()));
+        wait_for(&on_a, true, false);
+        wait_for(&on_a, false, true);
+        wait_for(&on_b, true, false);
+        let both = (PollFlags::IN | PollFlags::OUT).bits();
+        assert_eq!(hints(), vec![(a.as_raw_fd(), both), (b.as_raw_fd(), PollFlags::IN.bits())]);
+        drop(on_a);
+        assert_eq!(hints(), vec![(b.as_raw_fd(), PollFlags::IN.bits())]);
         forget_wait_hint();
-        assert_eq!(WAIT.with(Cell::get), (-1, 0));
+        assert!(hints().is_empty());
+        drop(on_b);
+        assert!(hints().is_empty());
     }
 
     #[test]

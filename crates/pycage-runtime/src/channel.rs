@@ -197,12 +197,13 @@ impl Channel {
         match self {
             Channel::Reactor(s) => received(read(s, buf).await),
             Channel::Plain(s) => {
+                let noted = crate::blocking::Noted::new(s.as_fd());
                 std::future::poll_fn(|_| match read_now(s, buf) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         if !crate::blocking::caller_polls() {
                             return std::task::Poll::Ready(Received::Retry);
                         }
-                        crate::blocking::wait_for(s.as_fd(), true, false);
+                        crate::blocking::wait_for(&noted, true, false);
                         std::task::Poll::Pending
                     }
                     r => std::task::Poll::Ready(received(r)),
@@ -219,13 +220,14 @@ impl Channel {
         match self {
             Channel::Reactor(s) => s.writable().await,
             Channel::Plain(s) => {
-                let mut noted = false;
+                let noted = crate::blocking::Noted::new(s.as_fd());
+                let mut asked = false;
                 std::future::poll_fn(|_| {
-                    if noted || !crate::blocking::caller_polls() {
+                    if asked || !crate::blocking::caller_polls() {
                         return std::task::Poll::Ready(Ok(()));
                     }
-                    noted = true;
-                    crate::blocking::wait_for(s.as_fd(), false, true);
+                    asked = true;
+                    crate::blocking::wait_for(&noted, false, true);
                     std::task::Poll::Pending
                 })
                 .await

@@ -89,3 +89,29 @@ fn a_sessions_cells_may_come_from_blocking_and_async_callers_in_turn() {
     }
     block_on(&h, runtime.shutdown());
 }
+
+#[test]
+fn runs_polled_by_one_future_each_wake_the_caller() {
+    let rt = tokio();
+    let h = rt.handle().clone();
+    let runtime = block_on(&h, async { runtime() });
+    let started = std::time::Instant::now();
+    let quick = block_on(&h, async {
+        let mut slow = RunRequest::new("import time\ntime.sleep(20)");
+        slow.limits.wall_time = Some(Duration::from_secs(25));
+        let slow = runtime.run(slow);
+        let quick = run(&runtime, "import time\ntime.sleep(0.2)\nreturn 1");
+        // Both runs wait on their sockets from this one thread: the quick
+        // one's `done` must wake it, not only the slow one's.
+        tokio::select! {
+            // The slow run is polled last: its hint must not replace the
+            // quick one's.
+            biased;
+            r = quick => r,
+            r = slow => panic!("the slow run ended first: {r:?}"),
+        }
+    });
+    assert_eq!(value(&quick), "1");
+    assert!(started.elapsed() < Duration::from_secs(15), "the quick run waited for the slow one");
+    block_on(&h, runtime.shutdown());
+}
