@@ -14,9 +14,9 @@
 //! Here the caller polls the future itself, inside the runtime's context
 //! (timers, tasks and every other descriptor work as usual: the runtime
 //! must be multi-thread, so that its workers drive them), and while the
-//! future is pending it waits in `poll(2)` on two descriptors: an eventfd
-//! its waker writes, and the child's socket when the run said it waits
-//! for it ([`wait_for`]). The run's socket is then not registered with
+//! future is pending it waits in `poll(2)` on an eventfd its waker writes
+//! and on the child's socket of each run that said it waits for it
+//! ([`wait_for`]). The run's socket is then not registered with
 //! the reactor at all (`channel::Channel::Plain`): the child's writes wake
 //! the caller and nothing else. A run that a worker thread polls instead
 //! (an `async` caller, or a blocking one that handed the run over) finds
