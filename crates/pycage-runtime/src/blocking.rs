@@ -44,9 +44,8 @@ thread_local! {
     /// What the runs of the future polled last on this thread wait for:
     /// descriptors and their `PollFlags` bits.
     static WAIT: RefCell<Vec<(RawFd, u16)>> = const { RefCell::new(Vec::new()) };
-    /// This thread's waker, kept for its next [`block_on`]; `None` while
-    /// one uses it (a nested call makes its own).
-    static SPARE: RefCell<Option<Arc<EventfdWaker>>> = const { RefCell::new(None) };
+    /// This thread's waker, made by its first [`block_on`].
+    static WAKER: RefCell<Option<Arc<EventfdWaker>>> = const { RefCell::new(None) };
 }
 
 /// Whether the future is being polled by a [`block_on`] caller, which waits
@@ -100,9 +99,9 @@ pub fn forget_wait_hint() {
     WAIT.with(|cell| cell.borrow_mut().clear());
 }
 
-/// The hints noted so far on this thread.
-fn hints() -> Vec<(RawFd, u16)> {
-    WAIT.with(|cell| cell.borrow().clone())
+/// Takes the hints noted on this thread.
+fn take_hints() -> Vec<(RawFd, u16)> {
+    WAIT.with(|cell| std::mem::take(&mut *cell.borrow_mut()))
 }
 
 /// Wakes the blocked caller: one write to its eventfd.
@@ -129,33 +128,6 @@ impl EventfdWaker {
     }
 }
 
-/// Gives the thread's waker back for its next [`block_on`], and restores
-/// what an outer call on this thread (this one nested in its poll) had
-/// noted.
-struct Restore {
-    waker: Option<Arc<EventfdWaker>>,
-    caller: bool,
-    wait: Vec<(RawFd, u16)>,
-}
-
-impl Restore {
-    fn take(waker: Arc<EventfdWaker>) -> Restore {
-        Restore { waker: Some(waker), caller: CALLER.with(Cell::get), wait: hints() }
-    }
-}
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        CALLER.with(|c| c.set(self.caller));
-        WAIT.with(|w| *w.borrow_mut() = std::mem::take(&mut self.wait));
-        if let Some(waker) = self.waker.take() {
-            if !self.caller {
-                SPARE.with(|slot| *slot.borrow_mut() = Some(waker));
-            }
-        }
-    }
-}
-
 /// Polls one future: notes that this thread's caller polls it, and clears
 /// the note (a panic included).
 struct Polling;
@@ -178,22 +150,35 @@ impl Drop for Polling {
 /// (see the module docs), and returns its output. `handle` should be a
 /// multi-thread runtime's: with a current-thread one (nothing else would
 /// drive its reactor), or without an eventfd, this is `handle.block_on`,
-/// with its limits. Like it, this must not be called from within an async
-/// context; a call nested in the poll of another (from a callback) works,
-/// with its own eventfd.
+/// with its limits.
+///
+/// # Panics
+///
+/// Like tokio's `block_on`, when called from within a future that a
+/// `block_on` drives (a callback run inside its poll): the call would wait
+/// inside the wait that delivers to it, and a session's run there would
+/// wait for its own cell forever.
 pub fn block_on<F: Future>(handle: &tokio::runtime::Handle, future: F) -> F::Output {
     if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
         return handle.block_on(future);
     }
-    // A nested call (from a callback run inside the outer poll) gets its
-    // own eventfd: sharing one, it would take the outer caller's wake-ups.
-    let spare = SPARE.with(|slot| slot.borrow_mut().take()).or_else(EventfdWaker::new);
-    let Some(state) = spare else {
+    assert!(
+        !caller_polls(),
+        "Cannot block on a run from within a future that pycage_runtime::block_on drives: \
+         hand the work to another thread"
+    );
+    let made = WAKER.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        if slot.is_none() {
+            *slot = EventfdWaker::new();
+        }
+        slot.clone()
+    });
+    let Some(state) = made else {
         return handle.block_on(future);
     };
     let _entered = handle.enter();
     let waker = Waker::from(Arc::clone(&state));
-    let _restore = Restore::take(Arc::clone(&state));
     let mut cx = Context::from_waker(&waker);
     let mut future = pin!(future);
     loop {
@@ -204,9 +189,7 @@ pub fn block_on<F: Future>(handle: &tokio::runtime::Handle, future: F) -> F::Out
         if let Poll::Ready(output) = polled {
             return output;
         }
-        let hints = hints();
-        forget_wait_hint();
-        wait(state.fd.as_fd(), &hints);
+        wait(state.fd.as_fd(), &take_hints());
     }
 }
 
@@ -221,16 +204,11 @@ fn wait(eventfd: BorrowedFd<'_>, hints: &[(RawFd, u16)]) {
         // open. A future moved to another thread cleared the hints first.
         unsafe { BorrowedFd::borrow_raw(fd) }
     };
-    let sockets: Vec<(BorrowedFd<'_>, PollFlags)> = hints
-        .iter()
-        .filter(|(fd, bits)| *fd >= 0 && *bits != 0)
-        .map(|&(fd, bits)| (borrow(fd), PollFlags::from_bits_truncate(bits)))
-        .collect();
-    let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(1 + sockets.len());
-    fds.push(PollFd::new(&eventfd, PollFlags::IN));
-    for (socket, flags) in &sockets {
-        fds.push(PollFd::new(socket, *flags));
-    }
+    let mut fds = Vec::with_capacity(1 + hints.len());
+    fds.push(PollFd::from_borrowed_fd(eventfd, PollFlags::IN));
+    fds.extend(
+        hints.iter().map(|&(fd, bits)| PollFd::from_borrowed_fd(borrow(fd), PollFlags::from_bits_truncate(bits))),
+    );
     // EINTR (a signal for the caller's thread) and spurious returns only
     // make the caller poll the future once more.
     let _ = rustix::event::poll(&mut fds, None);
@@ -242,6 +220,11 @@ fn wait(eventfd: BorrowedFd<'_>, hints: &[(RawFd, u16)]) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// The hints noted so far on this thread.
+    fn hints() -> Vec<(RawFd, u16)> {
+        WAIT.with(|cell| cell.borrow().clone())
+    }
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
@@ -320,39 +303,15 @@ mod tests {
     }
 
     #[test]
-    fn a_nested_call_takes_none_of_the_outer_callers_wake_ups() {
-        within_a_minute(|| {
-            let rt = runtime();
-            let handle = rt.handle().clone();
-            let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-            // Fires while the nested call below waits: the wake-up is the
-            // outer future's, and must reach it.
-            rt.spawn(async move {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                let _ = tx.send(());
-            });
-            let mut rx = Box::pin(rx);
-            let mut nested = false;
-            block_on(
-                rt.handle(),
-                std::future::poll_fn(move |cx| {
-                    if let Poll::Ready(sent) = rx.as_mut().poll(cx) {
-                        sent.unwrap();
-                        return Poll::Ready(());
-                    }
-                    if !nested {
-                        nested = true;
-                        let inner = block_on(&handle, async {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            7
-                        });
-                        assert_eq!(inner, 7);
-                        assert!(caller_polls(), "the outer poll goes on after the nested call");
-                    }
-                    Poll::Pending
-                }),
-            );
+    fn a_call_from_within_a_driven_future_is_refused_as_tokio_refuses_it() {
+        let rt = runtime();
+        let handle = rt.handle().clone();
+        let nested = block_on(rt.handle(), async move {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| block_on(&handle, async { 7 })))
         });
+        assert!(nested.is_err(), "a callback's blocking call would wait inside its own delivery");
+        assert!(!caller_polls());
+        assert_eq!(block_on(rt.handle(), async { 7 }), 7, "the thread blocks on runs again afterwards");
     }
 
     #[test]

@@ -8,15 +8,17 @@ use std::time::Duration;
 use common::*;
 use pycage_runtime::*;
 
-fn tokio() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+/// A multi-thread tokio runtime, its handle, and a pycage runtime made on it.
+fn start() -> (tokio::runtime::Runtime, tokio::runtime::Handle, Runtime) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let h = rt.handle().clone();
+    let runtime = block_on(&h, async { runtime() });
+    (rt, h, runtime)
 }
 
 #[test]
 fn runs_with_calls_logs_budgets_and_cancels_are_the_same_from_a_blocking_caller() {
-    let rt = tokio();
-    let h = rt.handle().clone();
-    let runtime = block_on(&h, async { runtime() });
+    let (_rt, h, runtime) = start();
     let r = block_on(&h, run_ns(&runtime, "print('a')\nx = await tools.echo(41)\nreturn x + 1", vec![echo_ns()]));
     assert_eq!(value(&r), "42");
     assert_eq!(r.logs, vec!["a".to_string()]);
@@ -47,9 +49,8 @@ fn runs_with_calls_logs_budgets_and_cancels_are_the_same_from_a_blocking_caller(
 
 #[test]
 fn a_run_handed_to_a_worker_mid_way_finishes_there() {
-    let rt = tokio();
-    let h = rt.handle().clone();
-    let runtime = std::sync::Arc::new(block_on(&h, async { runtime() }));
+    let (_rt, h, runtime) = start();
+    let runtime = std::sync::Arc::new(runtime);
     let started = std::sync::Arc::clone(&runtime);
     let r = block_on(&h, async move {
         let mut run = Box::pin(async move {
@@ -71,9 +72,7 @@ fn a_run_handed_to_a_worker_mid_way_finishes_there() {
 
 #[test]
 fn a_sessions_cells_may_come_from_blocking_and_async_callers_in_turn() {
-    let rt = tokio();
-    let h = rt.handle().clone();
-    let runtime = block_on(&h, async { runtime() });
+    let (rt, h, runtime) = start();
     let s = block_on(&h, async { runtime.session(SessionOptions::default().with_namespace(echo_ns())).unwrap() });
     let s = std::sync::Arc::new(s);
     assert_eq!(value(&block_on(&h, async { s.run("x = 0").await.unwrap() })), "<none>");
@@ -92,9 +91,7 @@ fn a_sessions_cells_may_come_from_blocking_and_async_callers_in_turn() {
 
 #[test]
 fn runs_polled_by_one_future_each_wake_the_caller() {
-    let rt = tokio();
-    let h = rt.handle().clone();
-    let runtime = block_on(&h, async { runtime() });
+    let (_rt, h, runtime) = start();
     let started = std::time::Instant::now();
     let quick = block_on(&h, async {
         let mut slow = RunRequest::new("import time\ntime.sleep(20)");
