@@ -20,6 +20,11 @@
 //! - stopping the child and copying its output, bounded by the grace
 //!   period and the output budget.
 //!
+//! A one-shot run whose child finished returns at once: one background
+//! task stops and reaps the child, then asks the pool for its replacement
+//! ([`crate::launch::pool::Refill`]). Other settled runs ask for it before
+//! they return.
+//!
 //! Every run, one-shot or in a session, is watched run-wide (CPU and
 //! memory of all its processes, see [`crate::watchdog`]).
 
@@ -106,11 +111,21 @@ impl Core {
     /// not once shutdown has begun (the children would be killed unused).
     pub(crate) fn refill_pool(&self) {
         if !self.shutdown.is_cancelled() {
-            // Runs holding a place among those in flight: the caller's,
-            // which still holds its place, included.
-            let in_flight = self.config.max_concurrent_runs.saturating_sub(self.admission.available_permits());
-            self.launcher.refill(in_flight);
+            self.launcher.refill(self.runs_in_flight());
         }
+    }
+
+    /// [`Core::refill_pool`], made when the returned refill is used (by the
+    /// task that stops the run's child, after it is reaped: see
+    /// [`crate::launch::pool::Refill`]).
+    fn refill_pool_later(&self) -> Option<crate::launch::pool::Refill> {
+        self.launcher.refill_later(self.runs_in_flight())
+    }
+
+    /// Runs holding a place among those in flight: the caller's, which
+    /// still holds its place, included.
+    fn runs_in_flight(&self) -> usize {
+        self.config.max_concurrent_runs.saturating_sub(self.admission.available_permits())
     }
 
     /// Settles every in-flight run as `abort`, waits for their children,
@@ -344,15 +359,23 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         return Outcome { result, after, took_worker, ran: true };
     };
     match &output_dir {
-        None => {
-            if after == ChildAfter::Finished {
-                let grace = config.grace;
-                rt.background().spawn(rt.work.track_future(async move {
-                    let _ = worker.stop(grace).await;
-                    drop(worker);
-                }));
-            }
+        None if after == ChildAfter::Finished => {
+            // One task, one wake-up: it stops the child, then asks for its
+            // replacement (a second wake-up on the caller's thread cost it
+            // about as much as the spawn).
+            let grace = config.grace;
+            let refill = rt.refill_pool_later();
+            let shutdown = rt.shutdown_token();
+            rt.background().spawn(rt.work.track_future(async move {
+                let _ = worker.stop(grace).await;
+                drop(worker);
+                if let Some(refill) = refill.filter(|_| !shutdown.is_cancelled()) {
+                    refill.now();
+                }
+            }));
+            return Outcome { result, after, took_worker, ran: true };
         }
+        None => {}
         Some(dest) => {
             worker.stop(config.grace).await;
             drop(worker);

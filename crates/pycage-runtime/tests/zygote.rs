@@ -322,6 +322,33 @@ async fn wait_idle_waits_for_a_full_pool_and_settled_runs() {
     rt.shutdown().await;
 }
 
+/// A one-shot run that finished returns before its child is reaped; the
+/// task that reaps it then asks for the replacement: the pool fills again,
+/// and the run's child is gone from the zygote's children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_is_replaced_in_the_pool_once_its_child_is_reaped() {
+    let rt = zygote_runtime(|c| c.pool_size = 2);
+    assert!(rt.wait_idle(Duration::from_secs(30)).await, "the pool never filled");
+    let zygote = rt.zygote_pid().unwrap();
+    let before = children_of(zygote);
+    assert_eq!(before.len(), 2);
+    for _ in 0..3 {
+        let r = run(&rt, "import os\nreturn os.getpid()").await;
+        let pid: u32 = value(&r).parse().unwrap();
+        // Not `wait_idle`, which asks for a refill itself: the pool must
+        // fill again on its own.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut now = children_of(zygote);
+        while (now.len() != 2 || now.contains(&pid)) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            now = children_of(zygote);
+        }
+        assert!(!now.contains(&pid), "the run's child {pid} was not reaped");
+        assert_eq!(now.len(), 2, "one replacement per finished run: {now:?}");
+    }
+    rt.shutdown().await;
+}
+
 /// Runs that give up early (wall clocks from 1 ms up in steps of 125 µs;
 /// an empty pool, 16 at once, so each waits for its own fork): every child
 /// the zygote forked for them is killed and reaped, and the runtime gets

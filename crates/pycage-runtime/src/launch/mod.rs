@@ -300,6 +300,13 @@ impl Launcher {
         }
     }
 
+    /// [`Launcher::refill`], made when the returned [`pool::Refill`] is
+    /// used (`None` without a pool).
+    pub(crate) fn refill_later(&self, runs_in_flight: usize) -> Option<pool::Refill> {
+        let pool = self.pool.as_ref()?;
+        Some(pool.refill_later(pool::Warmth::for_load(runs_in_flight, self.cores)))
+    }
+
     /// A child ready for `boot` with `inputs` in its working directory, and
     /// where its files are.
     pub(crate) async fn take_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), StartError> {

@@ -4,7 +4,8 @@
 //! set up, each blocked reading its `boot` frame, each with its own run
 //! directory and channels. A run takes one (a few microseconds); once the
 //! run has settled a refill is requested (a replacement's fork and warm-up
-//! during the run would take a core from it), and the zygote's supervisor
+//! during the run would take a core from it; a one-shot run's child is
+//! reaped first, [`Refill`]), and the zygote's supervisor
 //! thread puts the new child into the idle list when the zygote answers,
 //! so neither the interpreter start nor the fork is on a run's critical
 //! path. When the list is empty, the run asks the zygote directly (one
@@ -174,6 +175,22 @@ struct Inner {
     me: Weak<Inner>,
 }
 
+/// A refill whose warmth was decided when a run settled, asked for later
+/// by [`Refill::now`]: the task that stops a one-shot run's child calls it
+/// once the child is reaped, so the run's caller wakes one thread (that
+/// task's) instead of two, and the replacement's fork does not overlap the
+/// old child's exit.
+pub(crate) struct Refill {
+    inner: Arc<Inner>,
+    warmth: Warmth,
+}
+
+impl Refill {
+    pub(crate) fn now(self) {
+        self.inner.refill(self.warmth);
+    }
+}
+
 /// See the module docs.
 pub(crate) struct Pool {
     inner: Arc<Inner>,
@@ -233,6 +250,11 @@ impl Pool {
     /// whether the replacements warm up (see the module docs).
     pub(crate) fn refill_after_run(&self, warmth: Warmth) {
         self.inner.refill(warmth);
+    }
+
+    /// [`Pool::refill_after_run`], to be called later, from another task.
+    pub(crate) fn refill_later(&self, warmth: Warmth) -> Refill {
+        Refill { inner: Arc::clone(&self.inner), warmth }
     }
 
     /// Whether the pool holds its full size of idle children of a ready
