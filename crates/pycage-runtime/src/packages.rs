@@ -191,16 +191,24 @@ pub fn script_dependencies(program: &str) -> Result<Vec<Requirement>, PackageErr
         .collect()
 }
 
+/// The line that opens a PEP 723 `script` block.
+const SCRIPT_START: &str = "# /// script";
+
 /// The TOML inside the program's one `# /// script` block (PEP 723's
 /// reference regular expression, line by line: after `# /// script`, a
 /// run of `#` and `# ...` lines, closed by its last `# ///`).
 fn script_block(program: &str) -> Result<Option<String>, PackageError> {
     let invalid = |m: &str| PackageError::Invalid(format!("the program's `# /// script` block {m}"));
+    // A block starts at a line that is exactly this: most programs have
+    // none, and are not split into lines for every run.
+    if !program.contains(SCRIPT_START) {
+        return Ok(None);
+    }
     let lines: Vec<&str> = program.lines().collect();
     let mut found: Option<String> = None;
     let mut i = 0;
     while i < lines.len() {
-        if lines.get(i).copied() != Some("# /// script") {
+        if lines.get(i).copied() != Some(SCRIPT_START) {
             i += 1;
             continue;
         }
@@ -592,6 +600,15 @@ mod tests {
         assert!(script_dependencies(url).unwrap_err().to_string().contains("direct references"));
         let crlf = "# /// script\r\n# dependencies = [\"tabulate\"]\r\n# ///\r\n";
         assert_eq!(script_dependencies(crlf).unwrap().len(), 1);
+        // Only a line that is exactly the opening opens a block.
+        for not_a_block in [
+            "x = '# /// script'\n# dependencies = [\"tabulate\"]\n# ///\n",
+            "  # /// script\n# dependencies = [\"tabulate\"]\n# ///\n",
+            "# /// scripts\n# dependencies = [\"tabulate\"]\n# ///\n",
+            "return 1 + 1",
+        ] {
+            assert!(script_dependencies(not_a_block).unwrap().is_empty(), "{not_a_block:?}");
+        }
     }
 
     fn interp() -> Target {
