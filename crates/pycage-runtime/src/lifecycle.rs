@@ -21,9 +21,9 @@
 //!   period and the output budget.
 //!
 //! A one-shot run whose child finished returns at once: one background
-//! task stops and reaps the child, then asks the pool for its replacement
-//! ([`crate::launch::pool::Refill`]). Other settled runs ask for it before
-//! they return.
+//! task stops and reaps the child, then, when no other run is in flight,
+//! asks the pool for its replacement ([`crate::launch::pool::Refill`]).
+//! Other settled runs ask for it before they return.
 //!
 //! Every run, one-shot or in a session, is watched run-wide (CPU and
 //! memory of all its processes, see [`crate::watchdog`]).
@@ -362,9 +362,17 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         None if after == ChildAfter::Finished => {
             // One task, one wake-up: it stops the child, then asks for its
             // replacement (a second wake-up on the caller's thread cost it
-            // about as much as the spawn).
+            // about as much as the spawn). With other runs in flight the
+            // replacement is asked for now: they may need it before this
+            // child has exited.
             let grace = config.grace;
-            let refill = rt.refill_pool_later();
+            let refill = match rt.runs_in_flight() {
+                0 | 1 => rt.refill_pool_later(),
+                _ => {
+                    rt.refill_pool();
+                    None
+                }
+            };
             let shutdown = rt.shutdown_token();
             rt.background().spawn(rt.work.track_future(async move {
                 let _ = worker.stop(grace).await;
