@@ -78,11 +78,17 @@ pub(crate) fn read_now(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<usize> 
 /// frame went out. `WouldBlock` only when the socket is full, and then
 /// tokio's readiness is cleared too, so `writable()` waits for room.
 pub(crate) fn write_now(stream: &UnixStream, data: &[u8]) -> io::Result<usize> {
-    match rustix::net::send(stream.as_fd(), data, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+    match send_now(stream.as_fd(), data) {
         Ok(n) => Ok(n),
         Err(rustix::io::Errno::AGAIN) => stream.try_write(data),
         Err(e) => Err(io::Error::from_raw_os_error(e.raw_os_error())),
     }
+}
+
+/// One `send` of what `fd` takes now, without waiting (and no `SIGPIPE`
+/// when the child closed its end).
+fn send_now(fd: BorrowedFd<'_>, data: &[u8]) -> rustix::io::Result<usize> {
+    rustix::net::send(fd, data, SendFlags::DONTWAIT | SendFlags::NOSIGNAL)
 }
 
 /// Kernel memory held for what was written to `stream` and not yet read by
@@ -181,8 +187,7 @@ impl Channel {
     /// [`write_now`] for either kind.
     pub(crate) fn write_now(&self, data: &[u8]) -> io::Result<usize> {
         match self {
-            Channel::Plain(s) => rustix::net::send(s, data, SendFlags::DONTWAIT | SendFlags::NOSIGNAL)
-                .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error())),
+            Channel::Plain(s) => send_now(s.as_fd(), data).map_err(|e| io::Error::from_raw_os_error(e.raw_os_error())),
             Channel::Reactor(s) => write_now(s, data),
         }
     }
