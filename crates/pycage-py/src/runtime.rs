@@ -477,7 +477,7 @@ impl NativeRuntime {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let runtime = self.runtime(py)?;
         let rt = tokio_runtime(py)?;
-        py.detach(|| rt.block_on(runtime.shutdown()));
+        py.detach(|| pycage_runtime::block_on(rt.handle(), runtime.shutdown()));
         Ok(())
     }
 }

@@ -102,7 +102,7 @@ impl NativeSession {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let session = self.session(py)?;
         let rt = tokio_runtime(py)?;
-        py.detach(|| rt.block_on(session.close()));
+        py.detach(|| pycage_runtime::block_on(rt.handle(), session.close()));
         Ok(())
     }
 }

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -23,6 +26,28 @@ def unavailable(reason: str) -> None:
     if REQUIRE_ALL:
         pytest.fail(f"{reason} (PYCAGE_REQUIRE_ALL_TESTS=1 forbids skipping)")
     pytest.skip(reason)
+
+
+def within(seconds: float, f: Callable[[], Any]) -> Any:
+    """``f()`` on a thread of its own; fails the test if it has not returned
+    within ``seconds`` (a deadlock: the thread is left blocked)."""
+    out: list[Any] = []
+
+    def target() -> None:
+        try:
+            out.append((True, f()))
+        except BaseException as e:  # noqa: B036 (re-raised on the test's thread)
+            out.append((False, e))
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    if not out:
+        pytest.fail(f"did not return within {seconds} s: deadlocked")
+    ok, got = out[0]
+    if not ok:
+        raise got
+    return got
 
 
 @pytest.fixture(scope="session")

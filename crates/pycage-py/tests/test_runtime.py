@@ -13,7 +13,7 @@ import time
 import pytest
 
 import pycage
-from conftest import child_pids, settled_child_pids
+from conftest import child_pids, settled_child_pids, within
 
 HANG = "print('up', flush=True)\nimport time\ntime.sleep(3600)"
 
@@ -299,6 +299,28 @@ def test_a_callback_exception_aborts_the_run_and_is_raised(process_rt):
             await process_rt.arun(HANG, on_log=on_log)
 
     asyncio.run(main())
+
+
+def test_a_callback_may_run_programs_and_close_a_runtime():
+    # A blocking run's callbacks run on its caller's thread, inside the wait
+    # that delivers them: a run from there is driven to its end first.
+    within(120, callbacks_run_programs_and_close)
+
+
+def callbacks_run_programs_and_close():
+    seen = []
+    with pycage.Runtime(isolation="process", python=sys.executable) as rt:
+        r = rt.run(
+            "for i in range(3):\n    print(i, flush=True)\nreturn 'outer'",
+            on_log=lambda line: seen.append(rt.run(f"{line} * 10").value),
+        )
+        assert (r.value, seen) == ("outer", [0, 10, 20])
+
+        def close(_line):
+            rt.close()
+
+        r = rt.run("print('up', flush=True)\nimport time\ntime.sleep(60)", on_log=close)
+    assert (r.error.kind, r.error.message) == ("abort", "the runtime was shut down")
 
 
 def test_cancelling_arun_aborts_the_run_and_its_bindings():

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import pycage
-from conftest import child_pids, settled_child_pids
+from conftest import child_pids, settled_child_pids, within
 
 
 def test_globals_live_across_runs(rt):
@@ -111,3 +111,69 @@ def test_session_arguments_are_checked(process_rt):
         process_rt.session(max_lifetime_seconds="1h")  # type: ignore[arg-type]
     with pytest.raises(pycage.InvalidBindingsError):
         process_rt.session({"class": {}})
+
+
+BUSY = "from inside one of its runs"
+
+
+def test_a_run_of_a_session_inside_one_of_its_own_runs_is_refused(process_rt):
+    # It would wait for the run it is part of; another session's or the
+    # runtime's runs work from there.
+    within(120, lambda: refused_inside_own_runs(process_rt))
+
+
+def refused_inside_own_runs(process_rt):
+    def again():
+        return s.run("1").value
+
+    async def again_async():
+        return (await s.arun("1")).value
+
+    bindings = {"ns": {"again": again, "again_async": again_async}}
+    with process_rt.session(bindings) as s, process_rt.session() as other:
+        seen = []
+
+        def on_log(line):
+            with pytest.raises(pycage.SessionBusyError, match=BUSY):
+                s.run("1")
+            seen.append((other.run(f"{line} * 2").value, process_rt.run(f"{line} + 1").value))
+
+        r = s.run("print(20, flush=True)\nreturn 'outer'", on_log=on_log)
+        assert (r.value, seen) == ("outer", [(40, 21)])
+
+        # From a binding, sync or async, of a blocking or an async run.
+        catch = "try:\n    await ns.{}()\nexcept Exception as e:\n    return str(e)"
+        for binding in ("again", "again_async"):
+            assert BUSY in s.run(catch.format(binding)).value
+            assert BUSY in asyncio.run(s.arun(catch.format(binding))).value
+
+        # A blocking run from an async run's callback, on the loop the run needs.
+        async def main():
+            refused = []
+
+            def on_log(_line):
+                with pytest.raises(pycage.SessionBusyError, match=BUSY):
+                    s.run("1")
+                refused.append(True)
+
+            r = await s.arun("print('up')\nreturn 'async'", on_log=on_log)
+            return r.value, refused
+
+        assert asyncio.run(main()) == ("async", [True])
+        # Runs in turn from other threads and loops are not refused.
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(s.run("1").value)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [1] * 4
+        assert s.run("2").value == 2
+
+
+def test_a_session_closed_from_its_own_runs_callback_stops_that_run(process_rt):
+    s = process_rt.session()
+    r = within(60, lambda: s.run("print('up', flush=True)\nimport time\ntime.sleep(60)", on_log=lambda _: s.close()))
+    assert (r.error.kind, r.error.message) == ("abort", "the session was closed")
+    with pytest.raises(pycage.SessionEndedError):
+        s.run("1")

@@ -99,8 +99,11 @@ pub fn forget_wait_hint() {
     WAIT.with(|cell| cell.borrow_mut().clear());
 }
 
+/// Descriptors a caller waits on, with their `PollFlags` bits.
+type Hints = Vec<(RawFd, u16)>;
+
 /// Takes the hints noted on this thread.
-fn take_hints() -> Vec<(RawFd, u16)> {
+fn take_hints() -> Hints {
     WAIT.with(|cell| std::mem::take(&mut *cell.borrow_mut()))
 }
 
@@ -152,21 +155,18 @@ impl Drop for Polling {
 /// drive its reactor), or without an eventfd, this is `handle.block_on`,
 /// with its limits.
 ///
-/// # Panics
-///
-/// Like tokio's `block_on`, when called from within a future that a
-/// `block_on` drives (a callback run inside its poll): the call would wait
-/// inside the wait that delivers to it, and a session's run there would
-/// wait for its own cell forever.
+/// Called from within a future that a `block_on` on this thread drives (a
+/// callback run inside its poll: the package's `on_log` that starts a
+/// run), it drives its own future to its end first; the enclosing future
+/// stays suspended in its poll meanwhile, so its runs' sockets stay noted
+/// for it, and it is polled again once this returns. A future that waits
+/// for the enclosing one's progress never ends there: the package refuses
+/// a session's cell inside a cell of the same session before it comes
+/// here.
 pub fn block_on<F: Future>(handle: &tokio::runtime::Handle, future: F) -> F::Output {
     if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
         return handle.block_on(future);
     }
-    assert!(
-        !caller_polls(),
-        "Cannot block on a run from within a future that pycage_runtime::block_on drives: \
-         hand the work to another thread"
-    );
     let made = WAKER.with(|slot| {
         let mut slot = slot.borrow_mut();
         if slot.is_none() {
@@ -177,6 +177,7 @@ pub fn block_on<F: Future>(handle: &tokio::runtime::Handle, future: F) -> F::Out
     let Some(state) = made else {
         return handle.block_on(future);
     };
+    let _enclosing = Enclosing::save(&state);
     let _entered = handle.enter();
     let waker = Waker::from(Arc::clone(&state));
     let mut cx = Context::from_waker(&waker);
@@ -190,6 +191,31 @@ pub fn block_on<F: Future>(handle: &tokio::runtime::Handle, future: F) -> F::Out
             return output;
         }
         wait(state.fd.as_fd(), &take_hints());
+    }
+}
+
+/// What an enclosing [`block_on`] on this thread was doing when a nested
+/// one started, put back when the nested one returns (a panic included):
+/// the hints its runs had noted so far in the poll that is suspended, and
+/// the waker the two share. `None` when this `block_on` is not nested.
+struct Enclosing(Option<(Hints, Arc<EventfdWaker>)>);
+
+impl Enclosing {
+    fn save(waker: &Arc<EventfdWaker>) -> Enclosing {
+        Enclosing(caller_polls().then(|| (take_hints(), Arc::clone(waker))))
+    }
+}
+
+impl Drop for Enclosing {
+    fn drop(&mut self) {
+        let Some((hints, waker)) = self.0.take() else {
+            return;
+        };
+        CALLER.with(|c| c.set(true));
+        WAIT.with(|cell| *cell.borrow_mut() = hints);
+        // The two share this thread's eventfd: a wake-up meant for the
+        // enclosing future may have been taken by the nested one's wait.
+        waker.wake_by_ref();
     }
 }
 
@@ -303,15 +329,42 @@ mod tests {
     }
 
     #[test]
-    fn a_call_from_within_a_driven_future_is_refused_as_tokio_refuses_it() {
-        let rt = runtime();
-        let handle = rt.handle().clone();
-        let nested = block_on(rt.handle(), async move {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| block_on(&handle, async { 7 })))
+    fn a_call_from_within_a_driven_future_drives_its_own_and_hands_the_thread_back() {
+        within_a_minute(|| {
+            let rt = runtime();
+            let handle = rt.handle().clone();
+            // A socket that never becomes readable (its peer stays open and
+            // silent): only the nested call's wake-up can wake the future.
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+            let noted = Noted::new(ours.as_fd());
+            let mut polls = 0;
+            let outer = block_on(
+                rt.handle(),
+                std::future::poll_fn(|_| {
+                    polls += 1;
+                    if polls > 1 {
+                        return Poll::Ready(polls);
+                    }
+                    wait_for(&noted, true, false);
+                    let inner = block_on(&handle, async {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        (caller_polls(), hints())
+                    });
+                    assert_eq!(
+                        inner,
+                        (true, Vec::new()),
+                        "the nested call polls its own future, without the enclosing one's hints"
+                    );
+                    assert!(caller_polls(), "the enclosing call polls again");
+                    assert_eq!(hints(), vec![(ours.as_raw_fd(), PollFlags::IN.bits())], "its hints are back");
+                    Poll::Pending
+                }),
+            );
+            drop((noted, theirs));
+            assert_eq!(outer, 2, "the enclosing future was polled again");
+            assert!(!caller_polls());
+            assert!(hints().is_empty());
         });
-        assert!(nested.is_err(), "a callback's blocking call would wait inside its own delivery");
-        assert!(!caller_polls());
-        assert_eq!(block_on(rt.handle(), async { 7 }), 7, "the thread blocks on runs again afterwards");
     }
 
     #[test]

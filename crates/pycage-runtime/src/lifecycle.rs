@@ -335,6 +335,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         run: RunId::next(),
         cancel,
         shutdown: stop,
+        stopped: &|| stop_message(rt),
         events,
         deadline,
         budget: watch,

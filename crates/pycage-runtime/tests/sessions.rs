@@ -154,3 +154,29 @@ async fn close_drop_and_shutdown_leave_no_process() {
     assert!(!pid_alive(&at_shutdown), "shutdown returned before the session's process was reaped");
     assert!(matches!(s.run("1").await, Err(SessionError::Misuse(MisuseError::ShutDown))));
 }
+
+/// A cell stopped by its session's `close` says so; one stopped by the
+/// runtime's shutdown says that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_stopped_by_close_or_by_shutdown_says_which() {
+    let rt = runtime();
+    let hang = "print('up', flush=True)\nimport time\ntime.sleep(60)";
+    for by_close in [true, false] {
+        let s = rt.session(SessionOptions::default()).unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let stopper = async {
+            rx.recv().await.expect("the cell logs before it sleeps");
+            if by_close {
+                s.close().await;
+            } else {
+                rt.shutdown().await;
+            }
+        };
+        let (r, ()) = tokio::join!(s.run_with(SessionRun::new(hang), Some(tx)), stopper);
+        let r = r.unwrap();
+        let (kind, message) = failure(&r);
+        assert_eq!(kind, FailureKind::Abort);
+        let want = if by_close { "the session was closed" } else { "the runtime was shut down" };
+        assert_eq!(message, want);
+    }
+}

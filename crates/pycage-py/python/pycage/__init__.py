@@ -36,6 +36,7 @@ from .errors import (
     RunError,
     RuntimeClosedError,
     SandboxUnavailableError,
+    SessionBusyError,
     SessionEndedError,
 )
 from .tools import Toolset, python_tools
@@ -66,5 +67,6 @@ __all__ = [
     "InvalidBindingsError",
     "RuntimeClosedError",
     "SessionEndedError",
+    "SessionBusyError",
     "RunError",
 ]

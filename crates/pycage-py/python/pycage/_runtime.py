@@ -22,7 +22,7 @@ from typing import Any, Literal, Optional, TypeVar, Union
 
 from . import _budgets, _native, _signature
 from ._display import Display, OutputFile, SkippedFile
-from .errors import ConfigError, InvalidBindingsError, RunError, RuntimeClosedError
+from .errors import ConfigError, InvalidBindingsError, RunError, RuntimeClosedError, SessionBusyError
 
 __all__ = [
     "Runtime",
@@ -975,6 +975,12 @@ class Runtime(_Closeable):
             loop_thread.stop()
 
 
+#: The sessions with a run in progress in this context. A binding runs in
+#: a copy of its caller's context (see ``_Site``), so a run of one of these
+#: started from a binding is refused (``Session._refuse_inside_own_run``).
+_session_runs: contextvars.ContextVar[tuple[Session, ...]] = contextvars.ContextVar("pycage_session_runs", default=())
+
+
 class Session(_Closeable):
     """One process whose module globals live across runs, from
     :meth:`Runtime.session`.
@@ -992,6 +998,23 @@ class Session(_Closeable):
         self._native = native
         self._site = site
         self._lock = threading.Lock()
+        # The thread that holds the lock: a blocking run's caller, or the
+        # loop of an `arun` (whose task cannot go on while that thread
+        # blocks). Only that thread sets it to its own id.
+        self._owner: Optional[int] = None
+
+    def _refuse_inside_own_run(self, thread: Optional[int]) -> None:
+        """Raises when a run of this session is being started from inside
+        one of its runs (a binding of that run, which sees the context of
+        its caller, or a callback on the thread the run needs), which would
+        wait for itself. ``thread``: the caller's, for a blocking run."""
+        if self in _session_runs.get() or (thread is not None and self._owner == thread):
+            raise SessionBusyError(
+                "a run of this session was started from inside one of its runs "
+                "(its on_log, on_call or on_display callback, or one of its bindings), "
+                "and would wait for the run it is part of: "
+                "use another session or Runtime.run, or run it after that run has returned"
+            )
 
     @property
     def ended(self) -> Optional[str]:
@@ -1015,10 +1038,18 @@ class Session(_Closeable):
         notebook cell)."""
         code = _check_code(code)
         events = _Events.of(on_log, on_call, on_display)
-        main = _get_ident() == _main_ident[0]
+        thread = _get_ident()
+        main = thread == _main_ident[0]
+        self._refuse_inside_own_run(thread)
         with self._lock:
-            self._site.point(self._runtime._private_loop, contextvars.copy_context())
-            return _result(self._native.run(code, events, main))
+            self._owner = thread
+            inside = _session_runs.set(_session_runs.get() + (self,))
+            try:
+                self._site.point(self._runtime._private_loop, contextvars.copy_context())
+                return _result(self._native.run(code, events, main))
+            finally:
+                _session_runs.reset(inside)
+                self._owner = None
 
     async def arun(
         self,
@@ -1032,6 +1063,7 @@ class Session(_Closeable):
         (cancelling the task aborts the run, and so ends the session)."""
         code = _check_code(code)
         loop = asyncio.get_running_loop()
+        self._refuse_inside_own_run(None)
         if not self._lock.acquire(blocking=False):
             waiting = loop.run_in_executor(None, self._lock.acquire)
             try:
@@ -1039,6 +1071,8 @@ class Session(_Closeable):
             except asyncio.CancelledError:
                 waiting.add_done_callback(lambda _: self._lock.release())
                 raise
+        self._owner = _get_ident()
+        inside = _session_runs.set(_session_runs.get() + (self,))
         try:
             self._site.point(lambda: loop, contextvars.copy_context())
             events = _Events.of(on_log, on_call, on_display)
@@ -1046,6 +1080,8 @@ class Session(_Closeable):
                 loop, events, lambda settle, on_events: self._native.start(code, loop, settle, on_events)
             )
         finally:
+            _session_runs.reset(inside)
+            self._owner = None
             self._lock.release()
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ __all__ = [
     "InvalidBindingsError",
     "RuntimeClosedError",
     "SessionEndedError",
+    "SessionBusyError",
     "RunError",
 ]
 
@@ -50,6 +51,13 @@ class RuntimeClosedError(PycageError):
 class SessionEndedError(PycageError):
     """The session is over (the message says why: a run ended without
     finishing, it was idle or old enough, it was closed); open a new one."""
+
+
+class SessionBusyError(PycageError, RuntimeError):
+    """A session's run was started from inside a run of the same session (a
+    callback or a binding of it): it would wait for the run it is part of.
+    Use another session, or :meth:`pycage.Runtime.run`, or run it after the
+    cell has returned."""
 
 
 class RunError(PycageError):

@@ -54,7 +54,10 @@ pub(crate) struct RunInputs<'a> {
     /// Names the run to its bindings ([`CallContext`]).
     pub run: RunId,
     pub cancel: CancellationToken,
+    /// Cancelled when the runtime shuts down (or a session's run is closed).
     pub shutdown: CancellationToken,
+    /// Why `shutdown` stopped the run, asked when it did.
+    pub stopped: &'a (dyn Fn() -> &'static str + Sync),
     pub events: Option<mpsc::Sender<RunEvent>>,
     pub deadline: Instant,
     /// Resolves when a run-wide budget is crossed (the watchdog).
@@ -313,7 +316,7 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
         tokio::select! {
             biased;
             _ = inputs.cancel.cancelled() => m.settle(FailureKind::Abort, "the run was cancelled by the caller".into()),
-            _ = inputs.shutdown.cancelled() => m.settle(FailureKind::Abort, "the runtime was shut down".into()),
+            _ = inputs.shutdown.cancelled() => m.settle(FailureKind::Abort, (inputs.stopped)().into()),
             _ = tokio::time::sleep_until(inputs.deadline) => m.settle(
                 FailureKind::Timeout,
                 format!("the wall-clock budget of {} ms was exceeded", config.wall_time.as_millis()),
