@@ -975,10 +975,67 @@ class Runtime(_Closeable):
             loop_thread.stop()
 
 
-#: The sessions with a run in progress in this context. A binding runs in
-#: a copy of its caller's context (see ``_Site``), so a run of one of these
-#: started from a binding is refused (``Session._refuse_inside_own_run``).
-_session_runs: contextvars.ContextVar[tuple[Session, ...]] = contextvars.ContextVar("pycage_session_runs", default=())
+#: The sessions (their ``_Turns``) with a run in progress in this context.
+#: A binding runs in a copy of its caller's context (see ``_Site``), so a
+#: run of one of these started from a binding is refused.
+_session_runs: contextvars.ContextVar[tuple[_Turns, ...]] = contextvars.ContextVar("pycage_session_runs", default=())
+
+
+class _Turns:
+    """A session's runs take turns (a lock). A run of the session started
+    from inside one of its runs would wait for the run it is part of: it is
+    refused with :class:`SessionBusyError`, whether it comes from a binding
+    of that run (which sees its caller's context) or from a callback on the
+    thread that run needs (a blocking run's caller, an ``arun``'s loop)."""
+
+    __slots__ = ("lock", "_owner")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        # The thread that holds the lock: a blocking run's caller, or the
+        # loop of an `arun` (whose task cannot go on while that thread
+        # blocks). Only that thread sets it to its own id.
+        self._owner: Optional[int] = None
+
+    def refuse(self, thread: Optional[int]) -> None:
+        """Raises :class:`SessionBusyError` inside one of the session's runs.
+        ``thread``: the caller's, for a blocking call."""
+        if self in _session_runs.get() or (thread is not None and self._owner == thread):
+            raise SessionBusyError(
+                "a run of this session was started from inside one of its runs "
+                "(its on_log, on_call or on_display callback, or one of its bindings), "
+                "and would wait for the run it is part of: "
+                "use another session or Runtime.run, or run it after that run has returned"
+            )
+
+    def _taken(self, thread: int) -> contextvars.Token[tuple[_Turns, ...]]:
+        self._owner = thread
+        return _session_runs.set(_session_runs.get() + (self,))
+
+    def take(self, thread: int) -> contextvars.Token[tuple[_Turns, ...]]:
+        """Waits for the session's turn on ``thread`` (the caller's)."""
+        self.refuse(thread)
+        self.lock.acquire()
+        return self._taken(thread)
+
+    async def atake(self, loop: asyncio.AbstractEventLoop) -> contextvars.Token[tuple[_Turns, ...]]:
+        """Waits for the session's turn without blocking ``loop`` (in the
+        awaiting task's context); cancelling the wait gives the turn back
+        when it comes."""
+        self.refuse(None)
+        if not self.lock.acquire(blocking=False):
+            waiting = loop.run_in_executor(None, self.lock.acquire)
+            try:
+                await asyncio.shield(waiting)
+            except asyncio.CancelledError:
+                waiting.add_done_callback(lambda _: self.lock.release())
+                raise
+        return self._taken(_get_ident())
+
+    def give_back(self, turn: contextvars.Token[tuple[_Turns, ...]]) -> None:
+        _session_runs.reset(turn)
+        self._owner = None
+        self.lock.release()
 
 
 class Session(_Closeable):
@@ -997,24 +1054,7 @@ class Session(_Closeable):
         self._runtime = runtime
         self._native = native
         self._site = site
-        self._lock = threading.Lock()
-        # The thread that holds the lock: a blocking run's caller, or the
-        # loop of an `arun` (whose task cannot go on while that thread
-        # blocks). Only that thread sets it to its own id.
-        self._owner: Optional[int] = None
-
-    def _refuse_inside_own_run(self, thread: Optional[int]) -> None:
-        """Raises when a run of this session is being started from inside
-        one of its runs (a binding of that run, which sees the context of
-        its caller, or a callback on the thread the run needs), which would
-        wait for itself. ``thread``: the caller's, for a blocking run."""
-        if self in _session_runs.get() or (thread is not None and self._owner == thread):
-            raise SessionBusyError(
-                "a run of this session was started from inside one of its runs "
-                "(its on_log, on_call or on_display callback, or one of its bindings), "
-                "and would wait for the run it is part of: "
-                "use another session or Runtime.run, or run it after that run has returned"
-            )
+        self._turns = _Turns()
 
     @property
     def ended(self) -> Optional[str]:
@@ -1040,16 +1080,12 @@ class Session(_Closeable):
         events = _Events.of(on_log, on_call, on_display)
         thread = _get_ident()
         main = thread == _main_ident[0]
-        self._refuse_inside_own_run(thread)
-        with self._lock:
-            self._owner = thread
-            inside = _session_runs.set(_session_runs.get() + (self,))
-            try:
-                self._site.point(self._runtime._private_loop, contextvars.copy_context())
-                return _result(self._native.run(code, events, main))
-            finally:
-                _session_runs.reset(inside)
-                self._owner = None
+        turn = self._turns.take(thread)
+        try:
+            self._site.point(self._runtime._private_loop, contextvars.copy_context())
+            return _result(self._native.run(code, events, main))
+        finally:
+            self._turns.give_back(turn)
 
     async def arun(
         self,
@@ -1063,16 +1099,7 @@ class Session(_Closeable):
         (cancelling the task aborts the run, and so ends the session)."""
         code = _check_code(code)
         loop = asyncio.get_running_loop()
-        self._refuse_inside_own_run(None)
-        if not self._lock.acquire(blocking=False):
-            waiting = loop.run_in_executor(None, self._lock.acquire)
-            try:
-                await asyncio.shield(waiting)
-            except asyncio.CancelledError:
-                waiting.add_done_callback(lambda _: self._lock.release())
-                raise
-        self._owner = _get_ident()
-        inside = _session_runs.set(_session_runs.get() + (self,))
+        turn = await self._turns.atake(loop)
         try:
             self._site.point(lambda: loop, contextvars.copy_context())
             events = _Events.of(on_log, on_call, on_display)
@@ -1080,9 +1107,7 @@ class Session(_Closeable):
                 loop, events, lambda settle, on_events: self._native.start(code, loop, settle, on_events)
             )
         finally:
-            _session_runs.reset(inside)
-            self._owner = None
-            self._lock.release()
+            self._turns.give_back(turn)
 
     def close(self) -> None:
         """Ends the session and returns once its process is reaped. Idempotent."""

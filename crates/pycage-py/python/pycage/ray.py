@@ -72,9 +72,11 @@ from ._runtime import (
     Session,
     _check_code,
     _Closeable,
+    _get_ident,
     _LoopThread,
     _message,
     _namespaces,
+    _Turns,
 )
 from .errors import PycageError, RuntimeClosedError, SessionEndedError
 
@@ -1228,7 +1230,7 @@ class RaySession(_Closeable):
         self._sid = sid
         self._key = key
         self._cs = cs
-        self._lock = threading.Lock()
+        self._turns = _Turns()
         self._ended: Optional[str] = None
         self._closed = False
         self._finalizer = weakref.finalize(self, _forget_session, node.actor, sid, cs)
@@ -1294,7 +1296,8 @@ class RaySession(_Closeable):
         """Runs ``code`` in the session's globals, like :meth:`pycage.Session.run`."""
         code = _check_code(code)
         events = _Events.of(on_log, on_call)
-        with self._lock:
+        turn = self._turns.take(_get_ident())
+        try:
             self._check_open()
             if self._cs is not None:
                 self._cs.point(self._runtime._private_loop, contextvars.copy_context())
@@ -1311,6 +1314,8 @@ class RaySession(_Closeable):
                 return Result(error=Failure("worker-exit", f"the session's process died: {self._died(e)}"))
             finally:
                 self._runtime._end(self._node)
+        finally:
+            self._turns.give_back(turn)
 
     async def arun(
         self,
@@ -1324,13 +1329,7 @@ class RaySession(_Closeable):
         so ends the session)."""
         code = _check_code(code)
         loop = asyncio.get_running_loop()
-        if not self._lock.acquire(blocking=False):
-            waiting = loop.run_in_executor(None, self._lock.acquire)
-            try:
-                await asyncio.shield(waiting)
-            except asyncio.CancelledError:
-                waiting.add_done_callback(lambda _: self._lock.release())
-                raise
+        turn = await self._turns.atake(loop)
         try:
             self._check_open()
             if self._cs is not None:
@@ -1350,12 +1349,14 @@ class RaySession(_Closeable):
             finally:
                 self._runtime._end(self._node)
         finally:
-            self._lock.release()
+            self._turns.give_back(turn)
 
     def close(self) -> None:
         """Ends the session and returns once its process is reaped (on its
-        node). Idempotent."""
-        with self._lock:
+        node). Idempotent. Waits for a run in flight; raises
+        :class:`pycage.SessionBusyError` inside one, which it would wait for."""
+        self._turns.refuse(_get_ident())
+        with self._turns.lock:
             if self._closed:
                 return
             self._closed = True
