@@ -56,9 +56,16 @@ an ordinary process (``SCHED_OTHER``) just before it serves its run.
 ``random`` reseeds itself in every child (it registers an
 ``os.register_at_fork`` hook when imported, which happens here); the hash
 seed and the address-space layout are the zygote's, which is why the host
-replaces a zygote after a bounded number of runs or seconds.
+replaces a zygote after a bounded number of runs or seconds. The fork
+itself is ``pycage._forks.fork``: where that is known to be safe, the C
+library's ``fork`` and the at-fork hooks the zygote's imports registered,
+without the after-fork work a process with one thread does not need.
 """
 
+# First: it records the at-fork hooks that the imports after it register.
+from pycage import _forks
+
+# isort: split
 import array
 import gc
 import json
@@ -211,7 +218,7 @@ class _Zygote:
             self.send({"type": "spawn-failed", "id": ident, "message": why})
             return
         try:
-            pid = os.fork()
+            pid = _forks.fork()
         except OSError as e:
             pid, failed = None, e
         if pid == 0:
@@ -428,6 +435,7 @@ def main():
         # child's collections do not write to (and so copy) shared pages.
         gc.collect()
         gc.freeze()
+        _forks.stop_recording()
         zygote = _Zygote(ctl)
         try:
             zygote.serve()

@@ -371,3 +371,78 @@ class ZygoteMessageTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ZygoteForkTest(unittest.TestCase):
+    """``pycage._forks.fork``: the C library's fork with the recorded
+    after-fork hooks but ``threading``'s, in a fresh interpreter that
+    imports it first, as the zygote does."""
+
+    def test_a_child_reseeds_runs_the_hooks_and_has_working_threads(self):
+        script = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from pycage import _forks
+import json, os, random, threading, concurrent.futures
+ran = []
+os.register_at_fork(after_in_child=lambda: ran.append("child"), after_in_parent=lambda: ran.append("parent"))
+_forks.stop_recording()
+later = []
+os.register_at_fork(after_in_child=lambda: later.append("child"))
+r, w = os.pipe()
+pid = _forks.fork()
+if pid == 0:
+    ran_here = list(ran)
+    box = []
+    t = threading.Thread(target=lambda: box.append(threading.get_native_id()))
+    t.start()
+    t.join()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        doubled = list(pool.map(lambda x: 2 * x, range(3)))
+    grandchild = os.fork()  # the real one: every hook runs
+    if grandchild == 0:
+        os._exit(len(later))
+    status = os.waitpid(grandchild, 0)[1]
+    out = {
+        "random": random.random(), "ran": ran_here, "later": later, "pid": os.getpid(),
+        "thread": box[0] != os.getpid(), "doubled": doubled, "grandchild": os.waitstatus_to_exitcode(status),
+        "main": threading.current_thread() is threading.main_thread(), "count": threading.active_count(),
+    }
+    os.write(w, json.dumps(out).encode())
+    os._exit(0)
+os.close(w)
+child = json.loads(os.read(r, 65536))
+os.waitpid(pid, 0)
+print(json.dumps({
+    "native": _forks._native is not None, "child": child, "random": random.random(), "ran": ran, "pid": pid,
+    "restored": os.register_at_fork is _forks._register_at_fork,
+}))
+"""
+        # Without `site` (-S) nothing but start-up modules comes before
+        # `_forks`, so 3.11 takes the shortcut; with it, a `.pth` file may
+        # have imported more (then it is os.fork()): both must behave.
+        for flags in ("-IS", "-I"):
+            with self.subTest(flags=flags):
+                out = subprocess.run(
+                    [sys.executable, flags, "-c", script, PYTHON_DIR], capture_output=True, text=True, timeout=60
+                )
+                self.assertEqual(out.returncode, 0, out.stderr)
+                got = json.loads(out.stdout)
+                if flags == "-IS" and sys.version_info[:2] == (3, 11):
+                    self.assertTrue(got["native"], "CPython 3.11 forks through the C library")
+                self.check(got)
+
+    def check(self, got):
+        child = got["child"]
+        self.assertTrue(got["restored"])
+        self.assertNotEqual(child["random"], got["random"], "random reseeded in the child")
+        # A hook recorded before the fork ran in the child (not the parent's
+        # half: the C library's fork runs no Python hook in the parent).
+        self.assertEqual(child["ran"], ["child"])
+        self.assertEqual(got["ran"], [] if got["native"] else ["parent"])
+        # One registered once the zygote stopped recording is not the zygote's.
+        self.assertEqual(child["later"], [] if got["native"] else ["child"])
+        self.assertEqual(child["grandchild"], len(child["later"]) + 1, "the child's own fork runs it")
+        self.assertEqual(child["pid"], got["pid"])
+        self.assertTrue(child["thread"] and child["main"])
+        self.assertEqual((child["doubled"], child["count"]), ([0, 2, 4], 1))

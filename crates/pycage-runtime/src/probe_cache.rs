@@ -54,6 +54,7 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
     ("script.py", include_str!("../../../python/pycage/script.py")),
     ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
+    ("_forks.py", include_str!("../../../python/pycage/_forks.py")),
     ("confine.py", include_str!("../../../python/pycage/confine.py")),
     ("preload.py", include_str!("../../../python/pycage/preload.py")),
 ];

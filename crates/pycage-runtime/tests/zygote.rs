@@ -151,28 +151,40 @@ async fn a_child_forked_for_a_waiting_run_skips_the_warm_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_child_reseeds_random_and_starts_pristine() {
-    let rt = zygote_runtime(|_| {});
-    let mut seen = HashSet::new();
-    let mut dirs = HashSet::new();
-    for _ in 0..6 {
-        let r = run(
-            &rt,
-            "import random, os, json\n\
-             assert not hasattr(json, 'leak'), 'module state leaked'\n\
-             assert os.listdir('.') == [], os.listdir('.')\n\
-             json.leak = 1\n\
-             open('left-behind', 'w').write('x')\n\
-             return [random.random(), os.getcwd(), os.environ['HOME'] == os.getcwd()]",
-        )
-        .await;
-        let v = value(&r);
-        let parsed = JsonValue::parse(v.as_bytes()).unwrap();
-        let items: Vec<_> = parsed.root().as_array().unwrap().collect();
-        assert!(seen.insert(text(&items[0])), "random repeated across children: {v}");
-        assert!(dirs.insert(items[1].as_str().unwrap().to_owned()), "run dir reused: {v}");
-        assert_eq!(text(&items[2]), "true");
+    // The system interpreter too: with nothing but its start-up modules
+    // before the zygote's, a CPython 3.11 zygote forks through the C
+    // library and runs the at-fork hooks it recorded (`pycage._forks`).
+    for python in [None, Some("/usr/bin/python3")] {
+        let rt = zygote_runtime(|c| c.python = python.map(Into::into));
+        let mut seen = HashSet::new();
+        let mut dirs = HashSet::new();
+        for _ in 0..6 {
+            let r = run(
+                &rt,
+                "import random, os, json, sys, threading\n\
+                 assert not hasattr(json, 'leak'), 'module state leaked'\n\
+                 assert os.listdir('.') == [], os.listdir('.')\n\
+                 json.leak = 1\n\
+                 open('left-behind', 'w').write('x')\n\
+                 t = threading.Thread(target=lambda: None)\n\
+                 t.start()\n\
+                 t.join()\n\
+                 native = sys.modules['pycage._forks']._native is not None\n\
+                 return [random.random(), os.getcwd(), os.environ['HOME'] == os.getcwd(), native, sys.version_info[:2]]",
+            )
+            .await;
+            let v = value(&r);
+            let parsed = JsonValue::parse(v.as_bytes()).unwrap();
+            let items: Vec<_> = parsed.root().as_array().unwrap().collect();
+            assert!(seen.insert(text(&items[0])), "random repeated across children: {v}");
+            assert!(dirs.insert(items[1].as_str().unwrap().to_owned()), "run dir reused: {v}");
+            assert_eq!(text(&items[2]), "true");
+            if python.is_some() && text(&items[4]) == "[3,11]" {
+                assert_eq!(text(&items[3]), "true", "the system CPython 3.11 forks through the C library: {v}");
+            }
+        }
+        rt.shutdown().await;
     }
-    rt.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
