@@ -4,10 +4,12 @@
 the GIL, the import lock and the runtime's other locks, clears pending
 signals) and then every ``after_in_child`` hook that a module registered
 with ``os.register_at_fork``. In a fresh child each Python object those
-steps touch is a copy-on-write fault: ``threading``'s hook alone (it
-rebuilds the thread table and every lock of the main thread) is most of
-about 190 faults and 0.6 ms of CPU per child on a small VM, for a process
-that has one thread and so nothing to rebuild.
+steps touch is a copy-on-write fault: with the zygote's imports, a fork
+and an immediate exit took 231-249 faults and 1.2-1.4 ms of CPU in the
+child on a small VM, and 91 faults and 0.7-1.0 ms without those steps
+(``random``'s reseed kept; BENCHMARKS.md). ``threading``'s hook, which
+rebuilds the thread table and every lock of the main thread, is a quarter
+of them, for a process that has one thread and so nothing to rebuild.
 
 The zygote has one thread when it forks (it checks, and refuses to fork
 otherwise), with the GIL held and no import in progress: every lock those
