@@ -117,16 +117,14 @@ def fork():
             try:
                 hook()
             except BaseException as e:  # as os.fork() does: reported, not raised
-                sys.unraisablehook(_Unraisable(e, hook))
+                _report(hook, e)
     return pid
 
 
-class _Unraisable:
-    """What ``sys.unraisablehook`` takes, for a failed after-fork hook."""
+def _report(hook, exc):
+    """What ``os.fork()`` writes for a hook that raised (its
+    ``sys.unraisablehook`` takes only arguments CPython builds)."""
+    import traceback
 
-    def __init__(self, exc, hook):
-        self.exc_type = type(exc)
-        self.exc_value = exc
-        self.exc_traceback = exc.__traceback__
-        self.err_msg = "Exception ignored in an after-fork hook"
-        self.object = hook
+    print(f"Exception ignored in an after-fork hook {hook!r}:", file=sys.stderr)
+    traceback.print_exception(exc, file=sys.stderr)

@@ -446,3 +446,26 @@ print(json.dumps({
         self.assertEqual(child["pid"], got["pid"])
         self.assertTrue(child["thread"] and child["main"])
         self.assertEqual((child["doubled"], child["count"]), ([0, 2, 4], 1))
+
+    def test_a_hook_that_raises_is_reported_and_the_child_goes_on(self):
+        script = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from pycage import _forks
+import os
+os.register_at_fork(after_in_child=lambda: 1 / 0)
+_forks.stop_recording()
+pid = _forks.fork()
+if pid == 0:
+    os._exit(7)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), _forks._native is not None)
+"""
+        out = subprocess.run(
+            [sys.executable, "-IS", "-c", script, PYTHON_DIR], capture_output=True, text=True, timeout=60
+        )
+        code, native = out.stdout.split()
+        self.assertEqual(code, "7", out.stderr)
+        if sys.version_info[:2] == (3, 11):
+            self.assertEqual(native, "True")
+        self.assertIn("Exception ignored in an after-fork hook", out.stderr)
+        self.assertIn("ZeroDivisionError", out.stderr)
