@@ -147,6 +147,7 @@ def outcome_frame(outcome, max_value_bytes):
     or running out of memory) is retried and then reported as an
     ``exception``.
     """
+    quiet_signals(outcome.signals)  # again: a no-op unless interrupted before
     error = outcome.error
     if error is not None:
         if _is_clean_exit(error):
@@ -154,7 +155,6 @@ def outcome_frame(outcome, max_value_bytes):
         return error_frame("exception", format_exception(error))
     if not outcome.has_value:
         return DONE_NO_VALUE
-    quiet_signals(outcome.signals)  # again: a no-op unless interrupted before
     failure = None
     for _ in range(_ENCODE_ATTEMPTS):
         try:

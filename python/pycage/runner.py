@@ -124,19 +124,48 @@ def run_program(program, program_globals):
                     program.keep(eval(program.tail, program_globals))
         finally:
             # First thing after the program, whichever way it ended. A
-            # handler that raises before the signals are quiet raises here,
-            # inside the try: the run then ends with that exception.
-            restore_builtins()
-            quiet_signals(outcome.signals)
-            _lower_limit(outcome)
+            # handler that raises before the signals are quiet ends the run
+            # with that exception.
+            raised = _settle(outcome)
+            if raised is not None:
+                raise raised
     except BaseException as exc:
         outcome.error = exc
+    if not outcome.signals.quiet:  # a handler raised on the way into _settle
+        _settle(outcome)
     if outcome.error is None:
         outcome.has_value, outcome.value = program.value()
     return outcome
 
 
 _RUN_PROGRAM_CODE = run_program.__code__
+
+#: Attempts at ``_settle``'s steps; each one quiets more handlers, so a
+#: handler raises at most once per signal it handles.
+_SETTLE_ATTEMPTS = 100
+
+
+def _settle(outcome):
+    """Quiet the program's signal handlers, put the shared builtins back and
+    take the recursion headroom back, however often a handler raises
+    meanwhile; return the first exception one raised, or None.
+
+    Signals first: once they are quiet, nothing of the program's runs in
+    this thread until ``restore_signals``. Each step may be repeated: a
+    handler that raised midway left it half done (a session's next run, the
+    error's traceback and the ``done`` frame need all three).
+    """
+    raised = None
+    for _ in range(_SETTLE_ATTEMPTS):
+        try:
+            quiet_signals(outcome.signals)
+            restore_builtins()
+            _lower_limit(outcome)
+            break
+        except BaseException as exc:
+            if raised is None:
+                raised = exc
+    return raised
 
 
 async def _await_program(program, program_globals, outcome, depth):

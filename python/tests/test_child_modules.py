@@ -295,6 +295,50 @@ class HardeningTest(unittest.TestCase):
         self.assertEqual(out.stdout.strip(), "[] 13", out.stderr)
 
 
+class SettleTest(unittest.TestCase):
+    """A signal handler that raises just after the program's last line (an
+    interval timer's) ends the run with its exception; the handlers are
+    quiet and the builtins back all the same, so the traceback is formatted
+    and sent uninterrupted (it once made the child exit 3 instead)."""
+
+    def test_a_handler_raising_as_the_program_ends(self):
+        script = (
+            f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "import builtins, json, signal\n"
+            "from pycage import outcome as oc, runner\n"
+            "class Tick(Exception):\n    pass\n"
+            "calls = []\n"
+            "def handler(signum, frame):\n    calls.append(signum)\n    raise Tick()\n"
+            "real = runner.quiet_signals\n"
+            "def interrupted(state):\n"
+            "    if not calls:\n"
+            "        signal.raise_signal(signal.SIGALRM)  # runs the handler here\n"
+            "    real(state)\n"
+            "runner.quiet_signals = interrupted\n"
+            "program = runner.compile_for(\n"
+            "    'import builtins, signal\\n'\n"
+            "    'signal.signal(signal.SIGALRM, handler)\\n'\n"
+            "    'builtins.len = None\\n'\n"
+            "    '[1, 2]'\n"
+            ")\n"
+            "outcome = runner.run_program(program, runner.new_program_globals({'handler': handler}))\n"
+            "after = [outcome.signals.quiet, builtins.len is len, sys.getrecursionlimit()]\n"
+            "signal.raise_signal(signal.SIGALRM)  # ignored: the handlers are quiet\n"
+            "frame = json.loads(oc.outcome_frame(outcome, 1 << 20))\n"
+            "print(json.dumps({'error': type(outcome.error).__name__, 'after': after, 'calls': len(calls),\n"
+            "                  'frame': frame}))\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = json.loads(out.stdout)
+        self.assertEqual(got["error"], "Tick")
+        self.assertEqual(got["after"], [True, True, 1000])
+        self.assertEqual(got["calls"], 1)
+        error = got["frame"]["error"]
+        self.assertEqual(error["kind"], "exception")
+        self.assertTrue(error["message"].endswith("Tick"), error)
+
+
 class RestoreBuiltinsTest(unittest.TestCase):
     """``restore_builtins`` after ``track_builtins`` (the zygote's children):
     the copy is skipped only while nothing changed the shared builtins."""
