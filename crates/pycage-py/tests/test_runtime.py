@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import platform
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -496,6 +498,14 @@ def test_sandbox_shells_come_from_a_small_helper(sandbox_rt):
         rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     # A few MiB (an interpreter was about 11 MiB); far from a host's size.
     assert rss_kib < 64 * 1024, f"the helper holds {rss_kib} KiB"
+    # Linked statically where the build found a static glibc (build.rs):
+    # every fork and exit of a shell walks fewer mappings.
+    cc = shutil.which("cc")
+    libc_a = cc and subprocess.run([cc, "-print-file-name=libc.a"], capture_output=True, text=True).stdout.strip()
+    if libc_a and os.path.isabs(libc_a) and platform.libc_ver()[0] == "glibc":
+        with open(f"/proc/{pid}/maps") as f:
+            libraries = {line.split()[-1] for line in f if ".so" in line.rsplit("/", 1)[-1]}
+        assert not libraries, f"the helper maps shared libraries: {sorted(libraries)}"
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         assert f.read().split(), "the helper forked no shell (the pool's)"
 
