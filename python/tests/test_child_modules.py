@@ -338,6 +338,30 @@ class SettleTest(unittest.TestCase):
         self.assertEqual(error["kind"], "exception")
         self.assertTrue(error["message"].endswith("Tick"), error)
 
+    def test_a_handler_raising_as_an_awaiting_program_ends(self):
+        # Its exception ends the run, not "the main task did not finish".
+        script = (
+            f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "import signal\n"
+            "from pycage import runner\n"
+            "class Tick(Exception):\n    pass\n"
+            "def handler(signum, frame):\n    raise Tick()\n"
+            "real = runner.restore_builtins\n"
+            "def interrupted():\n"
+            "    runner.restore_builtins = real\n"
+            "    signal.raise_signal(signal.SIGALRM)  # runs the handler here\n"
+            "    real()\n"
+            "program = runner.compile_for('import asyncio\\nawait asyncio.sleep(0)\\n[1, 2]')\n"
+            "signal.signal(signal.SIGALRM, handler)\n"
+            "runner.restore_builtins = interrupted\n"
+            "outcome = runner.run_program(program, runner.new_program_globals({}))\n"
+            "runner.close_outcome(outcome)\n"
+            "print(type(outcome.error).__name__, outcome.signals.quiet)\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), ["Tick", "True"])
+
 
 class RestoreBuiltinsTest(unittest.TestCase):
     """``restore_builtins`` after ``track_builtins`` (the zygote's children):
