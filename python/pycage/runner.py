@@ -140,8 +140,8 @@ def run_program(program, program_globals):
 
 _RUN_PROGRAM_CODE = run_program.__code__
 
-#: Attempts at ``_settle``'s steps; each one quiets more handlers, so a
-#: handler raises at most once per signal it handles.
+#: Attempts at ``_settle``'s steps: a bound for handlers that keep raising
+#: (``quiet_signals`` retries on its own too, and keeps what it quieted).
 _SETTLE_ATTEMPTS = 100
 
 
