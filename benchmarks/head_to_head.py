@@ -487,6 +487,7 @@ def measure_latency(rows: dict[str, Callable[[], Any]], rounds: int) -> dict[str
                 "n": len(xs),
             }
             if pattern == "closed loop":
+                out[pattern][name]["mean"] = statistics.fmean(xs)
                 out[pattern][name]["host_cpu"] = cpu[name] / len(xs)
     return out
 
@@ -496,15 +497,18 @@ def report_latency(latency: dict[str, dict[str, dict[str, float]]]) -> None:
     print("Host CPU: this process's CPU per run over the closed-loop blocks (the")
     print("package's own path and the host side of the run; not the zygote, the")
     print("run's process or Monty's worker). A floor row is the same pycage run")
-    print("driven from Rust in this process, timed by Rust.\n")
-    print("| pattern | row | p50 | p99 | / monty p50 | host CPU per run |")
-    print("|---|---|---|---|---|---|")
+    print("driven from Rust in this process, timed by Rust. In a closed loop the")
+    print("mean is the time a run takes at the rate runs are made (where the")
+    print("children come slower than runs, a p50 says only how they queue).\n")
+    print("| pattern | row | p50 | p99 | mean | / monty p50 | host CPU per run |")
+    print("|---|---|---|---|---|---|---|")
     for pattern, rows in latency.items():
         monty = rows.get(Monty.name, {}).get("p50")
         for name, s in rows.items():
             ratio = f"{s['p50'] / monty:.2f}" if monty else "—"
             cpu = f"{ms(s['host_cpu'])}" if "host_cpu" in s else ""
-            print(f"| {pattern} | {name} | {ms(s['p50'])} | {ms(s['p99'])} | {ratio} | {cpu} |")
+            mean = ms(s["mean"]) if "mean" in s else ""
+            print(f"| {pattern} | {name} | {ms(s['p50'])} | {ms(s['p99'])} | {mean} | {ratio} | {cpu} |")
     print()
 
 
