@@ -139,6 +139,25 @@ mod tests {
         (parent, dir)
     }
 
+    /// Lease again a uid whose lease this process just dropped. The lock
+    /// belongs to the open file description, and a process that another
+    /// test thread is spawning holds a copy of every descriptor between its
+    /// fork and its exec (`O_CLOEXEC` closes them only at the exec), so a
+    /// dropped lease can outlive its drop by that window. The bound is not a
+    /// timing claim, only how long to wait before calling a lease stuck.
+    fn lease_once_released(dir: &Path, base: u32, count: u32) -> UidLease {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match lease_uid(dir, base, count) {
+                Ok(lease) => return lease,
+                Err(LeaseError::Exhausted { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(e) => panic!("no lease of {base}..{} within 30 s: {e}", base + count),
+            }
+        }
+    }
+
     #[test]
     fn leases_are_exclusive_and_end_on_drop() {
         let (_parent, dir) = lease_dir();
@@ -148,7 +167,7 @@ mod tests {
         assert!(matches!(lease_uid(&dir, 5000, 2), Err(LeaseError::Exhausted { tried: 2, base: 5000, end: 5002 })));
         let freed = a.uid();
         drop(a);
-        assert_eq!(lease_uid(&dir, 5000, 2).unwrap().uid(), freed);
+        assert_eq!(lease_once_released(&dir, 5000, 2).uid(), freed);
     }
 
     #[test]
@@ -170,11 +189,11 @@ mod tests {
         std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
         assert_eq!(line, "held\n");
         for _ in 0..8 {
-            assert_eq!(lease_uid(&dir, 7000, 2).unwrap().uid(), 7001);
+            assert_eq!(lease_once_released(&dir, 7000, 2).uid(), 7001);
         }
         holder.kill().unwrap();
         holder.wait().unwrap();
-        let leases: Vec<UidLease> = (0..2).map(|_| lease_uid(&dir, 7000, 2).unwrap()).collect();
+        let leases: Vec<UidLease> = (0..2).map(|_| lease_once_released(&dir, 7000, 2)).collect();
         let mut uids: Vec<u32> = leases.iter().map(UidLease::uid).collect();
         uids.sort();
         assert_eq!(uids, [7000, 7001]);
