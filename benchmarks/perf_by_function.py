@@ -10,10 +10,12 @@ zygote, the shell helper, the shells, the run's processes).
 
 ``--seconds`` with the machine's CPU count gives the CPU time sampled (all
 of it, idle included). The zygote is the host's busiest ``python3``
-process, the shell helper its busiest ``python`` one besides the host
+process; the other ``python3`` processes are the runs'. The shell helper
+is the busiest process named after the program the package embeds
+(``shell-helper-<hash>``, as the kernel shortens it), or, with an
+interpreter as the helper, the busiest ``python`` one besides the host
 (the package's interpreter is ``python``, the zygote's ``python3``); the
-other ``python3`` processes are the runs', the other ``python`` ones the
-shells.
+other processes of that name are the shells.
 """
 
 import argparse
@@ -85,22 +87,28 @@ def main():
     args = ap.parse_args()
     data = list(samples(sys.stdin))
     per_pid = collections.Counter((comm, pid) for comm, pid, _ in data)
+
+    def kind(comm):
+        return "shell-helper" if comm.startswith("shell-helper") else comm
+
     busiest = {
-        comm: max((n, pid) for (c, pid), n in per_pid.items() if c == comm and pid != args.host)[1]
-        for comm in ("python3", "python")
-        if any(c == comm and pid != args.host for c, pid in per_pid)
+        name: max((n, pid) for (c, pid), n in per_pid.items() if kind(c) == name and pid != args.host)[1]
+        for name in ("python3", "python", "shell-helper")
+        if any(kind(c) == name and pid != args.host for c, pid in per_pid)
     }
+    helper = busiest.get("shell-helper", busiest.get("python"))
+    shells = "shell-helper" if "shell-helper" in busiest else "python"
 
     def who(comm, pid):
         if pid == args.host or comm.startswith("pycage"):
             return "host"
         if pid == busiest.get("python3"):
             return "zygote"
-        if pid == busiest.get("python"):
+        if pid == helper:
             return "shell helper"
         if comm == "python3":
             return "run's processes"
-        if comm == "python":
+        if kind(comm) == shells:
             return "shells"
         if comm == "swapper":
             return "idle"
