@@ -2,7 +2,7 @@
 a closed loop's tail comes from.
 
 Each block starts with a full pool (after ``--pause-ms``) and makes
-``--block`` runs of ``Runtime.run("1 + 1")`` back to back, as the closed
+``--block`` runs of ``Runtime.run("return 1 + 1")`` back to back, as the closed
 loop of ``head_to_head.py`` does. Prints the first blocks run by run (a
 sandboxed pool of four shows every fifth run waiting for the refills
 queued ahead of its own child), then p50, p90, p99 and the mean over all
@@ -31,13 +31,13 @@ def main():
     options = {"python": args.python} if args.python else {}
     blocks = []
     with pycage.Runtime(isolation=args.isolation, **options) as rt:
-        rt.run("1 + 1")
+        rt.run("return 1 + 1")
         for _ in range(args.blocks):
             time.sleep(args.pause_ms / 1000)
             took = []
             for _ in range(args.block):
                 start = time.perf_counter()
-                result = rt.run("1 + 1")
+                result = rt.run("return 1 + 1")
                 took.append((time.perf_counter() - start) * 1e3)
                 assert result.value == 2, result
             blocks.append(took)

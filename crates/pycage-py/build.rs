@@ -17,6 +17,9 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // The nested build takes the outer build's flags (`build_helper`).
+    println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
+    println!("cargo:rerun-if-env-changed=RUSTFLAGS");
     if std::env::var_os("CARGO_FEATURE_BUNDLED_SHELL_HELPER").is_none() {
         return;
     }
@@ -33,8 +36,8 @@ fn main() {
     let target = env("TARGET");
     // Linked statically (a static PIE) on glibc: a shell is two forks and
     // two exits of the helper, and the shared libraries were more than half
-    // of its mappings (31 against 14) and of its anonymous memory (344
-    // against 180 kB); the shells' CPU per sandboxed run fell by about 7 %
+    // of its mappings (31 against 14) and nearly half of its anonymous
+    // memory (344 against 180 kB); the shells' CPU per sandboxed run fell by about 7 %
     // (BENCHMARKS.md). The helper calls nothing of glibc that needs a
     // shared library (NSS, iconv, dlopen). A system without a static libc
     // (`libc.a`: Fedora's `glibc-static` is not installed by default) gets
@@ -59,19 +62,24 @@ fn build_helper(workspace: &Path, target_dir: &Path, target: &str, static_link: 
         .arg(workspace.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir)
-        // The flags cargo encoded for this build script's target; the
-        // nested build reads RUSTFLAGS itself.
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env_remove("CARGO_TARGET_DIR");
+    // The outer build's flags for its target, from every source (RUSTFLAGS,
+    // `.cargo/config.toml`): cargo hands a build script only this encoded
+    // form (RUSTFLAGS is not in its environment), and the nested cargo
+    // takes it before any other source.
+    let mut flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
     if static_link {
-        let flags = std::env::var("RUSTFLAGS").unwrap_or_default();
-        nested.env("RUSTFLAGS", format!("{flags} -C target-feature=+crt-static").trim_start());
+        if !flags.is_empty() {
+            flags.push('\x1f');
+        }
+        flags.push_str("-Ctarget-feature=+crt-static");
     }
+    nested.env("CARGO_ENCODED_RUSTFLAGS", flags);
     let status = nested.status().unwrap_or_else(|e| panic!("could not run cargo to build pycage-shell-helper: {e}"));
     if !status.success() {
         if static_link {
             println!(
-                "cargo:warning=pycage-shell-helper could not be linked statically ({status}); building it dynamically"
+                "cargo:warning=pycage-shell-helper: the static build failed ({status}); building it dynamically instead"
             );
         }
         return None;

@@ -147,7 +147,14 @@ def outcome_frame(outcome, max_value_bytes):
     or running out of memory) is retried and then reported as an
     ``exception``.
     """
-    quiet_signals(outcome.signals)  # again: a no-op unless interrupted before
+    # Again: a no-op unless interrupted before. A handler raising on the way
+    # into quiet_signals (outside its own retries) is caught here.
+    for _ in range(_ENCODE_ATTEMPTS):
+        try:
+            quiet_signals(outcome.signals)
+            break
+        except BaseException:
+            pass
     error = outcome.error
     if error is not None:
         if _is_clean_exit(error):

@@ -131,8 +131,15 @@ def run_program(program, program_globals):
                 raise raised
     except BaseException as exc:
         outcome.error = exc
-    if not outcome.signals.quiet:  # a handler raised on the way into _settle
-        _settle(outcome)
+    # A handler that raised outside _settle's own retries (on the way in or
+    # out): settle again, caught here, until the signals are quiet.
+    for _ in range(_SETTLE_ATTEMPTS):
+        try:
+            if outcome.signals.quiet:
+                break
+            _settle(outcome)
+        except BaseException:
+            pass
     if outcome.error is None:
         outcome.has_value, outcome.value = program.value()
     return outcome
@@ -147,13 +154,18 @@ _SETTLE_ATTEMPTS = 100
 
 def _settle(outcome):
     """Quiet the program's signal handlers, put the shared builtins back and
-    take the recursion headroom back, however often a handler raises
-    meanwhile; return the first exception one raised, or None.
+    take the recursion headroom back, retrying when a handler raises
+    meanwhile (up to ``_SETTLE_ATTEMPTS`` times); return the first exception
+    a handler raised here, or None. (Handlers that raise while
+    ``quiet_signals`` retries on its own are swallowed there.)
 
-    Signals first: once they are quiet, nothing of the program's runs in
-    this thread until ``restore_signals``. Each step may be repeated: a
-    handler that raised midway left it half done (a session's next run, the
-    error's traceback and the ``done`` frame need all three).
+    Signals first: once they are quiet, no signal handler of the program
+    runs in this thread until ``restore_signals`` (its ``finally`` blocks
+    and finalizers still can, when an exception unwinds or an object dies).
+    Each step may be repeated: a handler that raised midway left it half
+    done (a session's next run, the error's traceback and the ``done``
+    frame need all three). A handler can still raise on the way into or
+    out of this function; ``run_program`` calls it again for that.
     """
     raised = None
     for _ in range(_SETTLE_ATTEMPTS):

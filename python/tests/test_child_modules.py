@@ -306,6 +306,7 @@ class SettleTest(unittest.TestCase):
             f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
             "import builtins, json, signal\n"
             "from pycage import outcome as oc, runner\n"
+            "real_len = builtins.len\n"
             "class Tick(Exception):\n    pass\n"
             "calls = []\n"
             "def handler(signum, frame):\n    calls.append(signum)\n    raise Tick()\n"
@@ -322,7 +323,7 @@ class SettleTest(unittest.TestCase):
             "    '[1, 2]'\n"
             ")\n"
             "outcome = runner.run_program(program, runner.new_program_globals({'handler': handler}))\n"
-            "after = [outcome.signals.quiet, builtins.len is len, sys.getrecursionlimit()]\n"
+            "after = [outcome.signals.quiet, builtins.len is real_len, sys.getrecursionlimit()]\n"
             "signal.raise_signal(signal.SIGALRM)  # ignored: the handlers are quiet\n"
             "frame = json.loads(oc.outcome_frame(outcome, 1 << 20))\n"
             "print(json.dumps({'error': type(outcome.error).__name__, 'after': after, 'calls': len(calls),\n"
@@ -338,8 +339,60 @@ class SettleTest(unittest.TestCase):
         self.assertEqual(error["kind"], "exception")
         self.assertTrue(error["message"].endswith("Tick"), error)
 
+    def test_a_handler_raising_on_the_way_into_settle_twice(self):
+        # Outside _settle's own retries (its entry), twice: once in
+        # run_program's finally, once in the settling after it (that second
+        # one once escaped run_program, and the child exited 3). Then once
+        # on the way into outcome_frame's quiet_signals: a session restores
+        # the handlers between runs, and the frame quiets them again.
+        script = (
+            f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "import builtins, json, signal\n"
+            "from pycage import outcome as oc, runner, signals\n"
+            "real_len = builtins.len\n"
+            "class Tick(Exception):\n    pass\n"
+            "calls = []\n"
+            "def handler(signum, frame):\n    calls.append(signum)\n    raise Tick(calls.__len__())\n"
+            "real = runner._settle\n"
+            "def interrupted(outcome):\n"
+            "    if calls.__len__() < 2:\n"
+            "        signal.raise_signal(signal.SIGALRM)  # runs the handler here\n"
+            "    return real(outcome)\n"
+            "runner._settle = interrupted\n"
+            "program = runner.compile_for(\n"
+            "    'import builtins, signal\\n'\n"
+            "    'signal.signal(signal.SIGALRM, handler)\\n'\n"
+            "    'builtins.len = None\\n'\n"
+            "    '[1, 2]'\n"
+            ")\n"
+            "outcome = runner.run_program(program, runner.new_program_globals({'handler': handler}))\n"
+            "after = [str(outcome.error), outcome.signals.quiet, builtins.len is real_len]\n"
+            "signals.restore_signals(outcome.signals)\n"
+            "real_quiet = oc.quiet_signals\n"
+            "def quiet_interrupted(state):\n"
+            "    oc.quiet_signals = real_quiet\n"
+            "    signal.raise_signal(signal.SIGALRM)\n"
+            "    real_quiet(state)\n"
+            "oc.quiet_signals = quiet_interrupted\n"
+            "frame = json.loads(oc.outcome_frame(outcome, 1 << 20))\n"
+            "print(json.dumps({'after': after, 'calls': calls.__len__(), 'quiet': outcome.signals.quiet,\n"
+            "                  'frame': frame}))\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        got = json.loads(out.stdout)
+        # The first handler's exception ends the run; the second is dropped.
+        self.assertEqual(got["after"], ["1", True, True])
+        self.assertEqual(got["calls"], 3)
+        self.assertTrue(got["quiet"])
+        self.assertEqual(got["frame"]["error"]["kind"], "exception")
+        self.assertTrue(got["frame"]["error"]["message"].endswith("Tick: 1"), got["frame"])
+
     def test_a_handler_raising_as_an_awaiting_program_ends(self):
         # Its exception ends the run, not "the main task did not finish".
+        # (This one passed before the fix in _settle too: the awaiting path
+        # restores the builtins in _await_program, so it guards that path
+        # against a regression rather than reproducing the old failure.)
         script = (
             f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
             "import signal\n"
