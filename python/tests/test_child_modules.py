@@ -301,43 +301,55 @@ class SettleTest(unittest.TestCase):
     quiet and the builtins back all the same, so the traceback is formatted
     and sent uninterrupted (it once made the child exit 3 instead)."""
 
+    #: A handler that counts its calls and raises; a program that installs
+    #: it and rebinds a builtin. (``len`` is rebound: the scripts count
+    #: with ``__len__``.)
+    _PRELUDE = (
+        f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
+        "import builtins, json, signal\n"
+        "from pycage import outcome as oc, runner, signals\n"
+        "real_len = builtins.len\n"
+        "class Tick(Exception):\n    pass\n"
+        "calls = []\n"
+        "def handler(signum, frame):\n    calls.append(signum)\n    raise Tick(calls.__len__())\n"
+        "program = runner.compile_for(\n"
+        "    'import builtins, signal\\n'\n"
+        "    'signal.signal(signal.SIGALRM, handler)\\n'\n"
+        "    'builtins.len = None\\n'\n"
+        "    '[1, 2]'\n"
+        ")\n"
+    )
+    _RUN = "outcome = runner.run_program(program, runner.new_program_globals({'handler': handler}))\n"
+
+    def _run_script(self, body):
+        """Runs the prelude and ``body`` in a fresh interpreter; the JSON it
+        printed."""
+        script = self._PRELUDE + body
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout)
+
     def test_a_handler_raising_as_the_program_ends(self):
-        script = (
-            f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
-            "import builtins, json, signal\n"
-            "from pycage import outcome as oc, runner\n"
-            "real_len = builtins.len\n"
-            "class Tick(Exception):\n    pass\n"
-            "calls = []\n"
-            "def handler(signum, frame):\n    calls.append(signum)\n    raise Tick()\n"
+        got = self._run_script(
             "real = runner.quiet_signals\n"
             "def interrupted(state):\n"
             "    if not calls:\n"
             "        signal.raise_signal(signal.SIGALRM)  # runs the handler here\n"
             "    real(state)\n"
             "runner.quiet_signals = interrupted\n"
-            "program = runner.compile_for(\n"
-            "    'import builtins, signal\\n'\n"
-            "    'signal.signal(signal.SIGALRM, handler)\\n'\n"
-            "    'builtins.len = None\\n'\n"
-            "    '[1, 2]'\n"
-            ")\n"
-            "outcome = runner.run_program(program, runner.new_program_globals({'handler': handler}))\n"
-            "after = [outcome.signals.quiet, builtins.len is real_len, sys.getrecursionlimit()]\n"
+            + self._RUN
+            + "after = [outcome.signals.quiet, builtins.len is real_len, sys.getrecursionlimit()]\n"
             "signal.raise_signal(signal.SIGALRM)  # ignored: the handlers are quiet\n"
             "frame = json.loads(oc.outcome_frame(outcome, 1 << 20))\n"
-            "print(json.dumps({'error': type(outcome.error).__name__, 'after': after, 'calls': len(calls),\n"
+            "print(json.dumps({'error': type(outcome.error).__name__, 'after': after, 'calls': calls.__len__(),\n"
             "                  'frame': frame}))\n"
         )
-        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
-        self.assertEqual(out.returncode, 0, out.stderr)
-        got = json.loads(out.stdout)
         self.assertEqual(got["error"], "Tick")
         self.assertEqual(got["after"], [True, True, 1000])
         self.assertEqual(got["calls"], 1)
         error = got["frame"]["error"]
         self.assertEqual(error["kind"], "exception")
-        self.assertTrue(error["message"].endswith("Tick"), error)
+        self.assertTrue(error["message"].endswith("Tick: 1"), error)
 
     def test_a_handler_raising_on_the_way_into_settle_twice(self):
         # Outside _settle's own retries (its entry), twice: once in
@@ -345,28 +357,15 @@ class SettleTest(unittest.TestCase):
         # one once escaped run_program, and the child exited 3). Then once
         # on the way into outcome_frame's quiet_signals: a session restores
         # the handlers between runs, and the frame quiets them again.
-        script = (
-            f"import sys; sys.path.insert(0, {PYTHON_DIR!r})\n"
-            "import builtins, json, signal\n"
-            "from pycage import outcome as oc, runner, signals\n"
-            "real_len = builtins.len\n"
-            "class Tick(Exception):\n    pass\n"
-            "calls = []\n"
-            "def handler(signum, frame):\n    calls.append(signum)\n    raise Tick(calls.__len__())\n"
+        got = self._run_script(
             "real = runner._settle\n"
             "def interrupted(outcome):\n"
             "    if calls.__len__() < 2:\n"
             "        signal.raise_signal(signal.SIGALRM)  # runs the handler here\n"
             "    return real(outcome)\n"
             "runner._settle = interrupted\n"
-            "program = runner.compile_for(\n"
-            "    'import builtins, signal\\n'\n"
-            "    'signal.signal(signal.SIGALRM, handler)\\n'\n"
-            "    'builtins.len = None\\n'\n"
-            "    '[1, 2]'\n"
-            ")\n"
-            "outcome = runner.run_program(program, runner.new_program_globals({'handler': handler}))\n"
-            "after = [str(outcome.error), outcome.signals.quiet, builtins.len is real_len]\n"
+            + self._RUN
+            + "after = [str(outcome.error), outcome.signals.quiet, builtins.len is real_len]\n"
             "signals.restore_signals(outcome.signals)\n"
             "real_quiet = oc.quiet_signals\n"
             "def quiet_interrupted(state):\n"
@@ -378,9 +377,6 @@ class SettleTest(unittest.TestCase):
             "print(json.dumps({'after': after, 'calls': calls.__len__(), 'quiet': outcome.signals.quiet,\n"
             "                  'frame': frame}))\n"
         )
-        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
-        self.assertEqual(out.returncode, 0, out.stderr)
-        got = json.loads(out.stdout)
         # The first handler's exception ends the run; the second is dropped.
         self.assertEqual(got["after"], ["1", True, True])
         self.assertEqual(got["calls"], 3)
