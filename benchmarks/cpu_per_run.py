@@ -14,6 +14,9 @@ process is rarely small). It measures:
   shell helper's own CPU and faults and its reaped children's (the shells), plus the
   host's reaped children (shells forked by the host, for a build without
   the helper);
+- the whole machine's busy and idle CPU per run over the loop
+  (``/proc/stat``): what the kernel's own threads do for a run (a
+  namespace torn down in a kworker) is in no process's figure;
 - floors in the same invocation: the CPU and wall time of a bare
   ``python3 -I -c pass``, the interpreter start a pooled child avoids; and
   the CPU of a fork and an immediate ``_exit`` of ``python3 -I``, bare and
@@ -79,6 +82,16 @@ def _proc_stat(pid):
     return (utime + stime) / TICK, minflt, (cutime + cstime) / TICK, cminflt
 
 
+def _machine():
+    """The whole machine's busy and idle CPU seconds so far (``/proc/stat``,
+    all cores): the kernel's own threads (a namespace torn down in a
+    kworker, RCU) count here and in no process above."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / TICK, (idle + iowait) / TICK
+
+
 def _cpu(usage):
     return usage.ru_utime + usage.ru_stime
 
@@ -108,6 +121,7 @@ def one(isolation, host_mib, seconds, concurrency, spaced, python=None):
     helper = _helper_pid()
     h0 = _proc_stat(helper) if helper else None
     s0, c0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    m0 = _machine()
     done = [0]
     errors = []
     stop = time.monotonic() + seconds
@@ -126,6 +140,7 @@ def one(isolation, host_mib, seconds, concurrency, spaced, python=None):
     for t in threads:
         t.join()
     elapsed = time.monotonic() - t0
+    m1 = _machine()
     s1, c1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     same_zygote = zygote is not None and _zygote_pid() == zygote
     z1 = _proc_stat(zygote) if same_zygote else None
@@ -155,6 +170,8 @@ def one(isolation, host_mib, seconds, concurrency, spaced, python=None):
         "zygoteFaults": (z1[1] - z0[1]) / n if z1 else None,
         "childCpuMs": (z1[2] - z0[2]) / n * 1e3 if z1 else None,
         "childFaults": (z1[3] - z0[3]) / n if z1 else None,
+        "machineBusyMs": (m1[0] - m0[0]) / n * 1e3,
+        "machineIdleMs": (m1[1] - m0[1]) / n * 1e3,
         "errors": errors[:3],
     }
     rt.close()
@@ -279,6 +296,14 @@ def main():
             f"  {_fmt(r['childCpuMs']):>6} ms ({_fmt(r['childFaults'], 0):>5})"
             f"  {_fmt(total):>6} ms / {total / floor_cpu if total else float('nan'):.2f}"
             + (f"  errors: {r['errors']}" if r["errors"] else "")
+        )
+    print("the whole machine per run (/proc/stat): busy (of it, in no process above) / idle")
+    for r in rows:
+        parts = [r["hostCpuMs"], r["shellCpuMs"], r["zygoteCpuMs"], r["childCpuMs"]]
+        other = None if None in parts else r["machineBusyMs"] - sum(parts)
+        print(
+            f"{r['isolation']:<10} {r['machineBusyMs']:>6.2f} ms ({_fmt(other):>5} ms)"
+            f" / {r['machineIdleMs']:>6.2f} ms"
         )
 
 
