@@ -302,8 +302,7 @@ def main():
         parts = [r["hostCpuMs"], r["shellCpuMs"], r["zygoteCpuMs"], r["childCpuMs"]]
         other = None if None in parts else r["machineBusyMs"] - sum(parts)
         print(
-            f"{r['isolation']:<10} {r['machineBusyMs']:>6.2f} ms ({_fmt(other):>5} ms)"
-            f" / {r['machineIdleMs']:>6.2f} ms"
+            f"{r['isolation']:<10} {r['machineBusyMs']:>6.2f} ms ({_fmt(other):>5} ms) / {r['machineIdleMs']:>6.2f} ms"
         )
 
 
