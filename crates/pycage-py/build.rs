@@ -38,10 +38,10 @@ fn main() {
     // two exits of the helper, and the shared libraries were more than half
     // of its mappings (31 against 14) and nearly half of its anonymous
     // memory (344 against 180 kB); the shells' CPU per sandboxed run fell
-    // by about 7 % (BENCHMARKS.md). The helper calls nothing of glibc that needs a
-    // shared library (NSS, iconv, dlopen). A system without a static libc
-    // (`libc.a`: Fedora's `glibc-static` is not installed by default) gets
-    // the dynamic helper, with a warning.
+    // by about 7 % (BENCHMARKS.md). The helper calls nothing of glibc that
+    // needs a shared library (NSS, iconv, dlopen). A system without a
+    // static libc (`libc.a`: Fedora's `glibc-static` is not installed by
+    // default) gets the dynamic helper, with a warning.
     let static_link = std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu");
     let built = static_link
         .then(|| build_helper(&workspace, &profile_dir.join("shell-helper-target-static"), &target, true))
