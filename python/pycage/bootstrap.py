@@ -136,10 +136,12 @@ _process_time = time.process_time
 
 
 def _set_limit(which, soft, hard):
-    _, current_hard = _getrlimit(which)
+    current_soft, current_hard = _getrlimit(which)
     if current_hard != resource.RLIM_INFINITY:
         hard = min(hard, current_hard)
         soft = min(soft, hard)
+    if soft == current_soft and hard == current_hard:
+        return  # a session's cells in one CPU second: the limit is already this
     try:
         _setrlimit(which, (soft, hard))
     except (OSError, ValueError) as e:

@@ -31,6 +31,8 @@ _PATH_KEY_CHARS = 60
 _SAFE_INT_BITS = 2000
 
 _int_repr = int.__repr__
+#: Ints below this in magnitude take the scalar path (at most 19 digits).
+_SMALL_INT = 1 << 63
 _float_repr = float.__repr__
 _type_name = type.__dict__["__name__"].__get__
 _gc_isenabled = gc.isenabled
@@ -128,6 +130,21 @@ def encode_json(value, budget=_UNLIMITED):
     is paused meanwhile: the walk allocates one frame per open container, and
     collections triggered by them would scan every live frame again.
     """
+    # A scalar value (most often a run's): its text at once, without the
+    # walk, whose every line runs from cold caches when runs come apart.
+    t = type(value)
+    if t is int and -_SMALL_INT < value < _SMALL_INT:
+        text = _int_repr(value)
+    elif value is None:
+        text = "null"
+    elif t is bool:
+        text = "true" if value else "false"
+    else:
+        text = None
+    if text is not None:
+        if len(text) > budget:
+            raise OverBudgetError
+        return text
     gc_was_enabled = _gc_isenabled()
     _gc_disable()
     try:

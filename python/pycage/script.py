@@ -379,7 +379,7 @@ def _compile_return(line, lines, k, flags):
 def _compile_split(source):
     """The program as head and tail (see above), or None when the split
     cannot be proven and the rewrite must compile it."""
-    if "\r" in source or _WARNED_ESCAPE.search(source) is not None:
+    if "\r" in source or ("\\" in source and _WARNED_ESCAPE.search(source) is not None):
         return None
     lines = source.split("\n")
     k = len(lines) - 1

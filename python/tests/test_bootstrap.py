@@ -24,7 +24,7 @@ sys.path.insert(0, PYTHON_DIR)
 # run with `python3 -I`, which leaves the current directory off it).
 from pycage import _wire  # noqa: E402
 from pycage.decoder import _decode_deep, decode_json  # noqa: E402
-from pycage.encoder import NotJsonError, OverBudgetError, encode_json  # noqa: E402
+from pycage.encoder import NotJsonError, OverBudgetError, _encode, encode_json  # noqa: E402
 
 BOOTSTRAP_COMMAND = f"import sys; sys.path.insert(0, {PYTHON_DIR!r}); from pycage.bootstrap import main; main()"
 
@@ -105,6 +105,25 @@ class EncoderTest(unittest.TestCase):
         self.assertEqual(encode_json(-0.0), "-0.0")
         self.assertEqual(encode_json(1e16), "1e+16")
         self.assertEqual(encode_json(0.1 + 0.2), "0.30000000000000004")
+
+    def test_scalars_encode_as_the_walk_does(self):
+        # encode_json writes a lone scalar at once; the walk (_encode) is
+        # the reference, at the edges of the scalar path and past them.
+        edge = 1 << 63
+        values = [None, True, False, 0, -1, 1, edge - 1, -(edge - 1), edge, -edge, edge + 1, 10**30, -(10**30)]
+        for value in values:
+            for budget in range(0, 23):
+                with self.subTest(value=value, budget=budget):
+                    try:
+                        expected = _encode(value, budget)
+                    except OverBudgetError:
+                        expected = OverBudgetError
+                    try:
+                        got = encode_json(value, budget)
+                    except OverBudgetError:
+                        got = OverBudgetError
+                    self.assertEqual(got, expected)
+            self.assertEqual(encode_json(value), _encode(value, sys.maxsize))
 
     def test_shared_reference_is_not_a_cycle(self):
         shared = [1]
