@@ -81,6 +81,8 @@ def main():
         else f"import sys; sys.path.insert(0, {root!r}); import pycage.bootstrap as b; b.main()"
     )
     ours, theirs = socket.socketpair()
+    # The socket becomes the child's fd 3 in preexec_fn; fd 3 is in
+    # pass_fds because the descriptors not passed are closed after it.
     child = subprocess.Popen(
         [args.python, "-I", "-c", code],
         pass_fds=(theirs.fileno(), 3),
@@ -88,8 +90,16 @@ def main():
     )
     theirs.close()
     lines = ours.makefile("rb")
-    boot = {"type": "boot", "cpuSeconds": 0, "addressSpaceBytes": 0, "maxLogBytes": 1 << 20}
-    boot.update(maxValueBytes=1 << 20, maxDisplayBytes=1 << 20, namespaces=[], session=True)
+    boot = {
+        "type": "boot",
+        "cpuSeconds": 0,
+        "addressSpaceBytes": 0,
+        "maxLogBytes": 1 << 20,
+        "maxValueBytes": 1 << 20,
+        "maxDisplayBytes": 1 << 20,
+        "namespaces": [],
+        "session": True,
+    }
     ours.sendall(json.dumps(boot).encode() + b"\n")
 
     def cell(source):
@@ -118,7 +128,7 @@ def main():
     cpu = (cpu_ns() - before) / args.cells
     if not done.startswith(b'{"type":"done","value":'):
         raise SystemExit(f"unexpected outcome: {done!r}")
-    # The last cell, then a read: the child reports its steps on stderr.
+    # One more cell: reading its frame, a --steps child reports on stderr.
     cell("x")
     lines.close()
     ours.close()
