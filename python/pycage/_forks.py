@@ -33,10 +33,14 @@ keeps them out of reach), so the shortcut is taken only when nothing but
 the interpreter's start-up modules was imported before it: a ``.pth``
 file or ``sitecustomize`` that imported more (``random``, ``threading``,
 anything that might register a hook) makes :func:`fork` ``os.fork()``. So
-it does on CPython versions this was not checked against (it was on 3.11,
-with the GIL). A program's own forks in the child are ``os.fork()``, with
-every hook: the recorder is removed (:func:`stop_recording`) before the
-zygote serves.
+it does on CPython versions this was not checked against: it was on 3.11,
+3.12 and 3.13, with the GIL. What the later versions' after-fork steps
+add (3.13's removal of other threads' states and handles, its "stop the
+world", which free-threaded builds need) finds nothing to do in a child
+of a process with one thread holding the GIL; the tests fork through it
+on each version (hooks, reseed, threads and a nested fork in the child).
+A program's own forks in the child are ``os.fork()``, with every hook:
+the recorder is removed (:func:`stop_recording`) before the zygote serves.
 """
 
 import os
@@ -44,10 +48,11 @@ import sys
 
 #: What an interpreter imports before its ``-c`` program (``site`` and what
 #: it needs: ``pwd`` for the home directory when ``HOME`` is unset, as for
-#: the zygote); none registers an at-fork hook.
+#: the zygote; ``linecache`` since CPython 3.13); none registers an at-fork hook.
 _START_UP = frozenset(
     "__main__ _abc _codecs _collections_abc _distutils_hack _frozen_importlib _frozen_importlib_external "
-    "_imp _io _locale _signal _sitebuiltins _stat _thread _warnings _weakref abc builtins codecs genericpath io pwd "
+    "_imp _io _locale _signal _sitebuiltins _stat _thread _warnings _weakref abc builtins codecs genericpath io "
+    "linecache pwd "
     "marshal os os.path posix posixpath site sitecustomize stat sys time zipimport "
     "pycage pycage._forks pycage.zygote".split()
 )
@@ -81,7 +86,9 @@ def _native_fork():
     """The C library's ``fork``, called with the GIL held; None where the
     shortcut was not checked."""
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
-    if not _SEES_EVERY_HOOK or sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11) or not gil:
+    if not _SEES_EVERY_HOOK or sys.implementation.name != "cpython" or not gil:
+        return None
+    if not (3, 11) <= sys.version_info[:2] <= (3, 13):
         return None
     import ctypes
 
