@@ -33,12 +33,13 @@ keeps them out of reach), so the shortcut is taken only when nothing but
 the interpreter's start-up modules was imported before it: a ``.pth``
 file or ``sitecustomize`` that imported more (``random``, ``threading``,
 anything that might register a hook) makes :func:`fork` ``os.fork()``. So
-it does on CPython versions this was not checked against: it was on 3.11,
-3.12 and 3.13, with the GIL. What the later versions' after-fork steps
-add (3.13's removal of other threads' states and handles, its "stop the
-world", which free-threaded builds need) finds nothing to do in a child
-of a process with one thread holding the GIL; the tests fork through it
-on each version (hooks, reseed, threads and a nested fork in the child).
+it does on CPython versions this was not checked against: it was on 3.10
+to 3.13, with the GIL. Their after-fork steps re-create, for the thread
+that forked, locks and keys that no other thread can hold, and discard
+other threads' states (3.13 also "stops the world", for free-threaded
+builds): in a child of a process with one thread that holds the GIL,
+they find nothing to do. The tests fork through it on each version
+(hooks, reseed, threads and a nested fork in the child).
 A program's own forks in the child are ``os.fork()``, with every hook:
 the recorder is removed (:func:`stop_recording`) before the zygote serves.
 """
@@ -88,7 +89,7 @@ def _native_fork():
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     if not _SEES_EVERY_HOOK or sys.implementation.name != "cpython" or not gil:
         return None
-    if not (3, 11) <= sys.version_info[:2] <= (3, 13):
+    if not (3, 10) <= sys.version_info[:2] <= (3, 13):
         return None
     import ctypes
 

@@ -77,7 +77,7 @@ def track_builtins():
     global counter: no program can set it back), through ``ctypes``, without
     touching a value. The zygote calls this once, before any program runs;
     the tag is used only where a probe shows the layout it is read from
-    (CPython 3.11-3.13 with the GIL: the object header, ``ma_used``, the
+    (CPython 3.10-3.13 with the GIL: the object header, ``ma_used``, the
     tag) and a tag that moves at every change; anywhere else the copy is
     made every time, as before.
     """
@@ -86,7 +86,7 @@ def track_builtins():
 
 
 def _tag_reader():
-    if sys.implementation.name != "cpython" or not (3, 11) <= sys.version_info[:2] <= (3, 13):
+    if sys.implementation.name != "cpython" or not (3, 10) <= sys.version_info[:2] <= (3, 13):
         return None
     try:
         import ctypes

@@ -16,7 +16,7 @@ PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: against (with the GIL): the zygote forks through the C library there.
 SHORTCUT_CHECKED = (
     sys.implementation.name == "cpython"
-    and (3, 11) <= sys.version_info[:2] <= (3, 13)
+    and (3, 10) <= sys.version_info[:2] <= (3, 13)
     and getattr(sys, "_is_gil_enabled", lambda: True)()
 )
 sys.path.insert(0, PYTHON_DIR)
@@ -452,7 +452,7 @@ class RestoreBuiltinsTest(unittest.TestCase):
         out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 0, out.stderr)
         got = json.loads(out.stdout)
-        tracked = (3, 11) <= sys.version_info[:2] <= (3, 13)
+        tracked = (3, 10) <= sys.version_info[:2] <= (3, 13)
         self.assertEqual(got["tracked"], tracked)
         self.assertEqual(got["first"], 1)
         self.assertEqual(got["unchanged"], 0 if tracked else 1)
@@ -543,7 +543,7 @@ print(json.dumps({
 }))
 """
         # Without `site` (-S) nothing but start-up modules comes before
-        # `_forks`, so 3.11-3.13 take the shortcut; with it, a `.pth` file may
+        # `_forks`, so 3.10-3.13 take the shortcut; with it, a `.pth` file may
         # have imported more (then it is os.fork()): both must behave.
         for flags in ("-IS", "-I"):
             with self.subTest(flags=flags):
@@ -553,7 +553,7 @@ print(json.dumps({
                 self.assertEqual(out.returncode, 0, out.stderr)
                 got = json.loads(out.stdout)
                 if flags == "-IS" and SHORTCUT_CHECKED:
-                    self.assertTrue(got["native"], "CPython 3.11-3.13 fork through the C library")
+                    self.assertTrue(got["native"], "CPython 3.10-3.13 fork through the C library")
                 self.check(got)
 
     def check(self, got):

@@ -176,7 +176,7 @@ def _run(compile_fn, source, g):
             program = compile_fn(source)
         except SyntaxError as exc:
             return ("syntax", type(exc).__name__, exc.msg, exc.lineno, exc.offset, exc.end_lineno, exc.end_offset)
-        except ValueError as exc:  # a NUL byte before CPython 3.11.? (a SyntaxError since)
+        except ValueError as exc:  # CPython 3.10 on a NUL byte in the source (3.11: a SyntaxError)
             return ("syntax", type(exc).__name__, str(exc))
         # As a set: a head with a warning and a top-level `return` warns
         # twice (pycage.script says why); test_warnings_come_once counts.
