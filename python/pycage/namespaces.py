@@ -56,6 +56,8 @@ RESERVED_GLOBALS = frozenset(SEEDED_GLOBALS + ("__debug__", "__dsh_main__", "con
 _LISTED_MEMBERS = 40
 #: Close matches an unknown-member error puts first.
 _CLOSE_MATCHES = 3
+#: The longest signature line a refused call quotes.
+_USAGE_CHARS = 400
 
 _encode_call = _wire.encode_call
 _object_getattribute = object.__getattribute__
@@ -106,14 +108,27 @@ def _call_label(glob, name):
     return f"{glob}.{name}" if is_ident(name) else f"getattr({glob}, {name!r})"
 
 
-def _call_payload(label, args, kwargs):
+def _usage(doc):
+    """``; call it as: async def name(*, ...) -> ...`` from a member's help
+    text when it starts with its signature (every host's stubs do), else
+    nothing: what a model needs to fix a call the convention refused."""
+    if type(doc) is not str or not doc.startswith("async def "):
+        return ""
+    line = doc.split("\n", 1)[0]
+    if not line.endswith(":") or len(line) > _USAGE_CHARS:
+        return ""
+    return f"; call it as: {line[:-1]}"
+
+
+def _call_payload(label, args, kwargs, doc):
     """The JSON text a call sends: keyword arguments as an object, one
-    positional argument as it is, no argument as ``{}``."""
+    positional argument as it is, no argument as ``{}``. ``doc`` is the
+    member's help text, quoted when the arguments are refused."""
     if kwargs:
         if args:
             raise TypeError(
                 f"{label}() takes keyword arguments or one positional argument, not both "
-                f"(got {len(args)} positional and {len(kwargs)} keyword)"
+                f"(got {len(args)} positional and {len(kwargs)} keyword){_usage(doc)}"
             )
         value = kwargs
     elif len(args) == 1:
@@ -121,7 +136,9 @@ def _call_payload(label, args, kwargs):
     elif not args:
         value = {}
     else:
-        raise TypeError(f"{label}() takes keyword arguments or one positional argument ({len(args)} positional given)")
+        raise TypeError(
+            f"{label}() takes keyword arguments or one positional argument ({len(args)} positional given){_usage(doc)}"
+        )
     try:
         return encode_json(value)
     except NotJsonError as e:
@@ -133,7 +150,7 @@ def _make_member(glob, name, error_class, prop):
     label = _call_label(glob, name)
 
     async def member(*args, **kwargs):
-        payload = _call_payload(label, args, kwargs)
+        payload = _call_payload(label, args, kwargs, member.__doc__)
         call_id = next(ids)
         frame = _encode_call(call_id, glob, name, payload)
         loop = get_running_loop()
@@ -204,10 +221,30 @@ def missing_member_message(glob, attr, members):
     return f"namespace {glob!r} has no function {attr!r}{hint} Its functions: {shown}."
 
 
+def _summary(glob, name, member):
+    """One line of ``help(<glob>)`` for a member: its signature from its
+    help text (every host's stubs start with it), else how to call it."""
+    doc = member.__doc__
+    if type(doc) is str and doc.startswith("async def "):
+        line = doc.split("\n", 1)[0]
+        if line.endswith(":"):
+            return line[:-1]
+    return f"{_call_label(glob, name)}(...)"
+
+
+def namespace_help(glob, members, doc):
+    """What ``help(<glob>)`` shows: the host's text, then one line per
+    function. Made when asked for, so a run that never asks pays nothing."""
+    lines = [f"  {_summary(glob, name, member)}" for name, member in members.items()]
+    listing = "Functions:\n" + "\n".join(lines) if lines else "It has no functions."
+    return f"{doc}\n\n{listing}" if doc else listing
+
+
 def _make_namespace(glob, members, doc=None):
     """The program's ``<glob>`` object: every member name, dunders included,
-    is an attribute; other dunders fall back to ``object``. ``doc`` is what
-    ``help(<glob>)`` shows."""
+    is an attribute; other dunders fall back to ``object``. ``help(<glob>)``
+    shows ``doc`` and the functions (``namespace_help``): the object has
+    its own ``__doc__``, so pydoc documents it, not its class's methods."""
 
     def __getattribute__(self, attr):
         try:
@@ -238,7 +275,7 @@ def _make_namespace(glob, members, doc=None):
             "__repr__": __repr__,
             "__dir__": __dir__,
             "__module__": "pycage",
-            "__doc__": doc,
+            "__doc__": property(lambda self: namespace_help(glob, members, doc)),
         },
     )
     return cls()

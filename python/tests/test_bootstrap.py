@@ -658,6 +658,62 @@ class EndToEndTest(unittest.TestCase):
         )
         self.assertEqual(calls, [])
 
+    def test_refused_arguments_quote_the_members_signature(self):
+        # A model that called a tool positionally is shown how to call it,
+        # from the member's help text when it starts with the signature.
+        documented = dict(
+            TOOLS,
+            docs={
+                "search": 'async def search(*, query: str, limit: int = 10) -> list:\n    """Search."""\n',
+                "my-tool": "Does things.",
+            },
+        )
+        program = (
+            "out = []\n"
+            "for call in (lambda: tools.search('x', 2), lambda: tools.search('x', limit=2),\n"
+            "             lambda: getattr(tools, 'my-tool')(1, 2)):\n"
+            "    try:\n        await call()\n    except TypeError as e:\n        out.append(str(e))\n"
+            "return out\n"
+        )
+        done, _, calls, _ = run(program, namespaces=[documented])
+        usage = "; call it as: async def search(*, query: str, limit: int = 10) -> list"
+        self.assertEqual(
+            done["value"],
+            [
+                "tools.search() takes keyword arguments or one positional argument (2 positional given)" + usage,
+                "tools.search() takes keyword arguments or one positional argument, not both "
+                "(got 1 positional and 1 keyword)" + usage,
+                "getattr(tools, 'my-tool')() takes keyword arguments or one positional argument (2 positional given)",
+            ],
+        )
+        self.assertEqual(calls, [])
+
+    def test_help_of_a_namespace_lists_its_functions(self):
+        documented = dict(
+            TOOLS,
+            names=["search", "my-tool"],
+            doc="2 functions of the host.",
+            docs={"search": 'async def search(*, query: str) -> list:\n    """Search."""\n'},
+        )
+        program = (
+            "import io, pydoc\n"
+            "text = pydoc.render_doc(tools, renderer=pydoc.plaintext)\n"
+            "return [tools.__doc__, 'Methods defined here' in text, '__setattr__' in text, 'search' in text]\n"
+        )
+        done, _, _, _ = run(program, namespaces=[documented])
+        self.assertEqual(
+            done["value"],
+            [
+                "2 functions of the host.\n\nFunctions:\n  async def search(*, query: str) -> list\n"
+                "  getattr(tools, 'my-tool')(...)",
+                False,
+                False,
+                True,
+            ],
+        )
+        done, _, _, _ = run("return tools.__doc__", namespaces=[dict(TOOLS, names=[])])
+        self.assertEqual(done["value"], "It has no functions.")
+
     def test_two_hundred_concurrent_calls_replied_out_of_order(self):
         held = []
 

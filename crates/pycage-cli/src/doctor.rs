@@ -32,6 +32,9 @@ pub struct DoctorArgs {
     /// The isolation to check (default: the runtime's default).
     #[arg(long, value_enum)]
     isolation: Option<IsolationArg>,
+    /// The budgets to show (as `run` takes them; default: `run`'s defaults).
+    #[command(flatten)]
+    budgets: crate::budget_flags::BudgetArgs,
 }
 
 impl DoctorArgs {
@@ -54,6 +57,7 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     if let Some(i) = args.isolation {
         config.isolation = i.into();
     }
+    args.budgets.apply(&mut config)?;
     let avail = pycage_sandbox::probe();
     let uses_sandbox = config.isolation == Isolation::Sandbox;
     // The real test: can a runtime with this configuration be built?
@@ -103,10 +107,12 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 json.end()?;
             }
             Err(e) => {
+                // In the CLI's words (`--python`), not the library's.
+                let e = e.explain(&crate::CliSpelling);
                 json.key("ok")?;
                 json.bool(false)?;
                 json.key("error")?;
-                json.string(&e.to_string())?;
+                json.string(&e)?;
                 lines.push(format!("interpreter: MISSING  {e}"));
             }
         }

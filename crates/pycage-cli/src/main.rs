@@ -61,7 +61,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Show the interpreter and each isolation layer: supported here? used?
     ///
-    /// Exits 1 when the chosen (default: the default) configuration cannot run.
+    /// Exits 1 when the configuration given (by default, the default one) cannot run.
     Doctor(doctor::DoctorArgs),
     /// Serve code mode over MCP: one tool, `run_python`, whose description
     /// carries typed stubs of the bindings (stdio, or --http ADDR).

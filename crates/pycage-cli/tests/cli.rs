@@ -554,7 +554,23 @@ fn doctor_reports_layers_and_exit_status() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("interpreter: MISSING"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("interpreter: MISSING"), "{text}");
+    // Budgets as `run` takes them: the doctor shows those, not the defaults;
+    // a bad one is refused in the flag's words.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pycage"))
+        .args(["doctor", "--memory-mb", "128", "--cpu-seconds", "7"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("watchdog: 128 MiB of PSS"), "{shown}");
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_pycage")).args(["doctor", "--memory-mb", "0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--memory-mb"), "{out:?}");
+    // Said in the CLI's terms: the flag to change, not the library's setting.
+    assert!(text.contains("give another interpreter (--python)"), "{text}");
+    assert!(!text.contains("RuntimeConfig"), "{text}");
 }
 
 /// Processes whose command line contains `marker`.

@@ -240,8 +240,10 @@ fn mixed_or_extra_positional_arguments_are_a_type_error() {
     assert_eq!(
         stdout(&o),
         value_line(
-            "[\"tools.echo() takes keyword arguments or one positional argument, not both (got 1 positional and 1 keyword)\",\
-             \"tools.echo() takes keyword arguments or one positional argument (2 positional given)\"]"
+            "[\"tools.echo() takes keyword arguments or one positional argument, not both (got 1 positional and 1 keyword); \
+             call it as: async def echo(args: Any = None, /) -> Any\",\
+             \"tools.echo() takes keyword arguments or one positional argument (2 positional given); \
+             call it as: async def echo(args: Any = None, /) -> Any\"]"
         )
     );
 }

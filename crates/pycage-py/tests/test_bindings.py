@@ -217,7 +217,8 @@ def _help(rt, bindings, target):
 
 
 def test_help_of_a_member_shows_the_callables_signature_and_docstring(rt):
-    """``help(tools.fn)`` in a run shows the callable's real signature, its
+    """``help(tools.fn)`` in a run shows the callable's signature as a
+    program calls it (keyword-only), its
     annotations and its docstring (it showed ``(*args, **kwargs)``), for a
     dict of callables, a Namespace and an object alike."""
 
@@ -236,21 +237,71 @@ def test_help_of_a_member_shows_the_callables_signature_and_docstring(rt):
         (
             {"tools": {"add": add}},
             "tools.add",
-            "async def add(a: int, b: int = 2, *, scale: float = 1.0) -> float:",
+            "async def add(*, a: int, b: int = 2, scale: float = 1.0) -> float:",
             "Adds two numbers.",
         ),
         (
             {"tools": pycage.Namespace({"add": add}, error_class="E")},
             "tools.add",
-            "async def add(a: int, b: int = 2, *, scale: float = 1.0) -> float:",
+            "async def add(*, a: int, b: int = 2, scale: float = 1.0) -> float:",
             "Then scales the sum.",
         ),
-        ({"store": Store()}, "store.get", "async def get(key: str) -> dict[str, int]:", "The entry for key."),
+        ({"store": Store()}, "store.get", "async def get(*, key: str) -> dict[str, int]:", "The entry for key."),
     ]:
         text = _help(rt, bindings, target)
         assert head in text and doc in text, text
     ns_text = _help(rt, {"tools": pycage.Namespace({"add": add}, error_class="E")}, "tools")
     assert "1 function of the host" in ns_text and "Raises E (`.tool` names the function)" in ns_text, ns_text
+
+
+def test_signatures_are_shown_as_a_program_calls_them():
+    """Parameters that take a keyword are shown keyword-only (a call's
+    arguments cross as one object), ``*args`` is left out, positional-only
+    parameters keep their ``/``, and a callable without a signature takes
+    keywords."""
+    from pycage._signature import signature
+
+    def plain(query: str, limit: int = 10) -> list:
+        return []
+
+    def mixed(a, /, b, *args, c=1, **rest):
+        return None
+
+    def only(x: int, /) -> int:
+        return x
+
+    def variadic(*args, **kwargs):
+        return None
+
+    assert signature(plain) == "(*, query: str, limit: int = 10) -> list"
+    assert signature(mixed) == "(a, /, *, b, c=1, **rest) -> Any"
+    assert signature(only) == "(x: int, /) -> int"
+    assert signature(variadic) == "(**kwargs) -> Any"
+    assert signature(lambda: None) == "() -> Any"
+    assert signature(len) == "(obj, /) -> Any"
+    assert signature(type) == "(**kwargs: Any) -> Any"
+
+
+def test_a_call_written_from_the_stub_runs(rt):
+    """A program that calls a tool as its stub reads (by keyword) gets the
+    tool's result; one that passes two positional arguments is told the
+    signature to use."""
+
+    def search(query: str, limit: int = 10) -> list:
+        return [query, limit]
+
+    toolset = pycage.python_tools([search])
+    assert "async def search(*, query: str, limit: int = 10) -> list:" in toolset.stubs
+    r = rt.run("return await tools.search(query='x', limit=2)", toolset.bindings)
+    assert r.value == ["x", 2], r
+    r = rt.run(
+        "try:\n    await tools.search('x', 2)\nexcept TypeError as e:\n    return str(e)",
+        toolset.bindings,
+    )
+    assert r.value == (
+        "tools.search() takes keyword arguments or one positional argument (2 positional given); "
+        "call it as: async def search(*, query: str, limit: int = 10) -> list"
+    ), r
 
 
 def test_help_through_python_tools_matches_the_stubs(rt):
@@ -271,10 +322,10 @@ def test_help_through_python_tools_matches_the_stubs(rt):
 
     toolset = pycage.python_tools([search, Tool()])
     text = _help(rt, toolset.bindings, "tools.search")
-    assert 'async def search(query: str, limit: int = 10) -> list:\n    """Search the web."""' in text, text
-    assert "async def search(query: str, limit: int = 10) -> list:" in toolset.stubs
+    assert 'async def search(*, query: str, limit: int = 10) -> list:\n    """Search the web."""' in text, text
+    assert "async def search(*, query: str, limit: int = 10) -> list:" in toolset.stubs
     text = _help(rt, toolset.bindings, "tools.count")
-    assert 'async def count(text: str) -> int:\n    """Count the words of a text."""' in text, text
+    assert 'async def count(*, text: str) -> int:\n    """Count the words of a text."""' in text, text
 
 
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit(), MemoryError("big")])

@@ -49,17 +49,17 @@ class tools:
     Calls run concurrently under asyncio.gather."""
 
     @staticmethod
-    async def search(query: str, limit: int = 10, *, lang: Optional[str] = None) -> list[dict[str, str]]:
+    async def search(*, query: str, limit: int = 10, lang: Optional[str] = None) -> list[dict[str, str]]:
         """Search the web.
 
         Returns one dict per hit.
         """
 
     @staticmethod
-    async def fetch(url: str) -> str:
+    async def fetch(*, url: str) -> str:
         """Fetch a page."""
 
-    # call as: await getattr(tools, 'word-count')(...)  signature: (text: str) -> int
+    # call as: await getattr(tools, 'word-count')(...)  signature: (*, text: str) -> int
     # Count the words of a text.
 '''
 

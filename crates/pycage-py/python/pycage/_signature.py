@@ -1,9 +1,10 @@
 """What a program and a model read about a Python-callable binding: its
-real signature, type hints and docstring, as Python text.
+signature as a program calls it (keyword-only), type hints and docstring,
+as Python text.
 
 The same text serves the stubs of :func:`pycage.python_tools` and what
 ``help(tools.fn)`` shows inside a run (the member's ``__doc__``, as for
-MCP tools): ``async def fn(a: int, b: int = 2) -> int:`` and the docstring.
+MCP tools): ``async def fn(*, a: int, b: int = 2) -> int:`` and the docstring.
 """
 
 from __future__ import annotations
@@ -30,32 +31,46 @@ def annotation(ann: Any) -> str:
 
 
 def signature(func: Callable[..., Any]) -> str:
-    """``(a: int, b: int = 2) -> int`` from ``inspect.signature`` and the
-    resolved type hints; ``(*args: Any, **kwargs: Any) -> Any`` when the
-    callable has no signature to read."""
+    """``(*, a: int, b: int = 2) -> int`` from ``inspect.signature`` and the
+    resolved type hints; ``(**kwargs: Any) -> Any`` when the callable has no
+    signature to read.
+
+    As a program calls it, not as Python defines it: a call's arguments
+    cross as one JSON object, so parameters that take a keyword are shown
+    keyword-only (a model shown ``(query, limit=10)`` writes
+    ``search("x", 2)``, which the call refuses). ``*args`` is left out (a
+    call carries at most one positional argument, and only without
+    keywords); positional-only parameters keep their ``/``."""
     try:
         sig = inspect.signature(func)
     except (TypeError, ValueError):
-        return "(*args: Any, **kwargs: Any) -> Any"
+        return "(**kwargs: Any) -> Any"
     try:
         hints = typing.get_type_hints(func)
     except Exception:  # noqa: BLE001 - unresolvable forward references: fall back to the raw text
         hints = {}
     parts = []
-    star_seen = False
+    positional_only = star_seen = False
     for p in sig.parameters.values():
+        if p.kind is p.POSITIONAL_ONLY:
+            positional_only = True
+        elif positional_only:
+            parts.append("/")
+            positional_only = False
+        if p.kind is p.VAR_POSITIONAL:
+            continue
         ann = annotation(hints.get(p.name, p.annotation))
         text = p.name if not ann else f"{p.name}: {ann}"
-        if p.kind is p.VAR_POSITIONAL:
-            text, star_seen = "*" + text, True
-        elif p.kind is p.VAR_KEYWORD:
+        if p.kind is p.VAR_KEYWORD:
             text = "**" + text
-        elif p.kind is p.KEYWORD_ONLY and not star_seen:
+        elif p.kind is not p.POSITIONAL_ONLY and not star_seen:
             parts.append("*")
             star_seen = True
         if p.default is not p.empty:
             text += f" = {p.default!r}" if ann else f"={p.default!r}"
         parts.append(text)
+    if positional_only:
+        parts.append("/")
     ret = annotation(hints.get("return", sig.return_annotation)) or "Any"
     return f"({', '.join(parts)}) -> {ret}"
 
