@@ -27,19 +27,18 @@ use crate::INHERITED_FDS;
 
 /// The program's steps: death signal, limits (soft = hard), a cgroup
 /// namespace, a nested user namespace mapping `uid_map`/`gid_map`, no
-/// descriptor above fd 3, no capabilities, `no_new_privs`, Landlock,
-/// seccomp last.
+/// descriptor above fd 3, then the descriptor limit, no capabilities,
+/// `no_new_privs`, Landlock, seccomp last.
 pub(crate) fn build(limits: &[(Resource, u64)], uid_map: &[u8], gid_map: &[u8], filters: &Filters) -> Vec<ConfineStep> {
     let mut steps = vec![ConfineStep::DeathSignal];
+    let limit = |&(resource, value): &(Resource, u64)| {
+        wire_resource(resource).map(|resource| ConfineStep::Limit { resource, value })
+    };
     // Before the nested user namespace: it records its creator's
     // RLIMIT_NPROC, RLIMIT_SIGPENDING, RLIMIT_MSGQUEUE and RLIMIT_MEMLOCK
     // as the ceilings of everything counted in it, so they bound the
     // whole run, not one process.
-    for (resource, value) in limits {
-        if let Some(resource) = wire_resource(*resource) {
-            steps.push(ConfineStep::Limit { resource, value: *value });
-        }
-    }
+    steps.extend(limits.iter().filter(|(r, _)| *r != Resource::Nofile).filter_map(limit));
     steps.extend([
         // Still root of the run's user namespace (CAP_SYS_ADMIN there):
         // the cgroup namespace is rooted at this process's cgroup, and
@@ -54,10 +53,14 @@ pub(crate) fn build(limits: &[(Resource, u64)], uid_map: &[u8], gid_map: &[u8], 
         // The credential change cleared it.
         ConfineStep::DeathSignal,
         ConfineStep::CloseFds,
-        ConfineStep::DropCaps,
-        ConfineStep::NoNewPrivs,
-        ConfineStep::Landlock,
     ]);
+    // After the inherited descriptors are gone (a zygote's child) or
+    // marked close-on-exec (the exec path), and after the maps' files were
+    // opened: a child forked from a host holding hundreds of descriptors
+    // has no free number below the limit, and opening `/proc/self` failed
+    // with EMFILE under ordinary load.
+    steps.extend(limits.iter().filter(|(r, _)| *r == Resource::Nofile).filter_map(limit));
+    steps.extend([ConfineStep::DropCaps, ConfineStep::NoNewPrivs, ConfineStep::Landlock]);
     steps.extend(filters.to_bytes().into_iter().map(|filter| ConfineStep::Seccomp { filter }));
     steps
 }
@@ -201,13 +204,13 @@ mod tests {
                 "limit",
                 "limit",
                 "limit",
-                "limit",
                 "unshare-cgroup",
                 "unshare-user",
                 "dumpable",
                 "id-maps",
                 "death-signal",
                 "close-fds",
+                "limit",
                 "drop-caps",
                 "no-new-privs",
                 "landlock",
@@ -215,7 +218,9 @@ mod tests {
             ]
         );
         assert_eq!(steps[1], ConfineStep::Limit { resource: Rlimit::Nproc, value: 66 });
-        assert_eq!(steps[5], ConfineStep::Limit { resource: Rlimit::Sigpending, value: 1024 });
+        assert_eq!(steps[4], ConfineStep::Limit { resource: Rlimit::Sigpending, value: 1024 });
+        // The descriptor limit once the inherited descriptors are gone.
+        assert_eq!(steps[13], ConfineStep::Limit { resource: Rlimit::Nofile, value: 256 });
         // The whole seccomp policy is one program, installed last.
         assert_eq!(steps[17], ConfineStep::Seccomp { filter: filters.to_bytes()[0].clone() });
     }

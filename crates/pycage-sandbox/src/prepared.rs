@@ -98,7 +98,7 @@
 //!
 //! In P (PID 2):
 //! 16. `PR_SET_PDEATHSIG = SIGKILL`; rlimits: NPROC (`max_processes` + 2:
-//!     C and G are counted at the outer level), FSIZE, NOFILE, CORE = 0,
+//!     C and G are counted at the outer level), FSIZE, CORE = 0,
 //!     SIGPENDING ([`RUN_SIGPENDING`]), MSGQUEUE (0), MEMLOCK
 //!     ([`RUN_MEMLOCK_BYTES`]), soft = hard. Set before step 17, because a
 //!     new user namespace records its creator's `RLIMIT_NPROC`,
@@ -110,8 +110,10 @@
 //!     program is uid 1000, owns no namespace, and loses every capability
 //!     at exec. Its `RLIMIT_NPROC` counts the processes of this user
 //!     namespace only, so it is a per-run limit even without root.
-//! 18. Mark every fd from [`INHERITED_FDS`] (4) up close-on-exec; drop the
-//!     bounding, ambient and permitted capabilities; `PR_SET_NO_NEW_PRIVS`;
+//! 18. Mark every fd from [`INHERITED_FDS`] (4) up close-on-exec; then
+//!     RLIMIT_NOFILE (after the maps' files were opened: a child of a host
+//!     holding hundreds of descriptors has no free number below it); drop
+//!     the bounding, ambient and permitted capabilities; `PR_SET_NO_NEW_PRIVS`;
 //!     `landlock_restrict_self` (anything but "fully enforced" fails);
 //!     seccomp, last. Return `Ok`: std execs the interpreter.
 //!
