@@ -3,13 +3,14 @@
 //! Values cross in both directions at any depth: a 100,000-deep list
 //! converts in constant native stack, because both walks keep an explicit
 //! stack instead of recursing. Numbers stay exact: an integer token becomes
-//! a Python `int` of any size (through `decimal` when the text is longer
-//! than `sys.get_int_max_str_digits()` allows `int()` to parse), a fraction
+//! a Python `int` (an integral `decimal.Decimal` when the text is longer
+//! than `sys.get_int_max_str_digits()` allows `int()` to parse: both
+//! conversions to `int` take time quadratic in the digits), a fraction
 //! or exponent token becomes the nearest `float`, and a finite `float`
 //! becomes its shortest round-trip text (`-0.0` stays `-0.0`).
 //!
-//! Python to JSON accepts `None`, `bool`, `int`, `float` (finite), `str`,
-//! `list`, `tuple` and `dict` with `str` keys (subclasses included, read
+//! Python to JSON accepts `None`, `bool`, `int`, `float` (finite), a
+//! finite `decimal.Decimal`, `str`, `list`, `tuple` and `dict` with `str` keys (subclasses included, read
 //! through the C API as `json.dumps` does: never a method of the value, so
 //! a binding's result cannot run code on the host's conversion path; a
 //! `list` subclass's own `__len__`, an `int` subclass's `__repr__` or
@@ -89,19 +90,25 @@ pub fn json_to_py<'py>(py: Python<'py>, value: ValueRef<'_>) -> PyResult<Bound<'
     }
 }
 
-/// A JSON number token as a Python `int` (integer token) or `float`.
+/// A JSON number token as a Python `int` (integer token) or `float`; an
+/// integer token longer than the interpreter lets `int()` parse, as an
+/// integral `decimal.Decimal`.
 fn number_to_py<'py>(py: Python<'py>, text: &str, integer: bool) -> PyResult<Bound<'py, PyAny>> {
     if integer {
         if let Ok(i) = text.parse::<i64>() {
             return Ok(i.into_pyobject(py)?.into_any());
         }
-        let int = py.get_type::<PyInt>();
-        return match int.call1((text,)) {
-            Ok(v) => Ok(v),
-            // Longer than sys.get_int_max_str_digits(): decimal parses any
-            // length, and Decimal -> int does not go through a string.
-            Err(_) => int.call1((decimal(py)?.call1((text,))?,)),
-        };
+        let digits = text.len() - usize::from(text.starts_with('-'));
+        if max_int_digits(py).is_none_or(|max| digits <= max) {
+            if let Ok(v) = py.get_type::<PyInt>().call1((text,)) {
+                return Ok(v);
+            }
+        }
+        // Decimal to int (and str to int) take time quadratic in the
+        // digits: a child's 8 MiB line of them held the GIL for half an
+        // hour. CPython limits int() for the same reason (CVE-2020-10735);
+        // a Decimal is exact and parses in linear time.
+        return decimal(py)?.call1((text,));
     }
     // Rust's parser rounds correctly, as float() does; overflow gives inf
     // in both (a hostile `1e400` is a valid JSON number).
@@ -111,6 +118,22 @@ fn number_to_py<'py>(py: Python<'py>, text: &str, integer: bool) -> PyResult<Bou
 
 fn decimal(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     py.import("decimal")?.getattr("Decimal")
+}
+
+/// The most digits an integer token may have to become an `int`:
+/// `sys.get_int_max_str_digits()` (None when it is 0, no limit), or
+/// CPython's default of 4,300 on 3.10, which has no such setting.
+fn max_int_digits(py: Python<'_>) -> Option<usize> {
+    const CPYTHON_DEFAULT: usize = 4300;
+    let sys = match py.import("sys") {
+        Ok(sys) => sys,
+        Err(_) => return Some(CPYTHON_DEFAULT),
+    };
+    match sys.getattr("get_int_max_str_digits").and_then(|f| f.call0()).and_then(|v| v.extract::<usize>()) {
+        Ok(0) => None,
+        Ok(max) => Some(max),
+        Err(_) => Some(CPYTHON_DEFAULT),
+    }
 }
 
 /// Why a Python value cannot cross as JSON.
@@ -246,6 +269,8 @@ pub fn py_to_json(value: &Bound<'_, PyAny>) -> Result<JsonValue, ToJsonError> {
             let items = dict.items();
             built(b.begin_object(), &stack)?;
             stack.push(Frame { seq: Seq::Items(items), is_dict: true, next: 0, id, segment: String::new() });
+        } else if let Some(text) = decimal_text(&current, &stack)? {
+            built(b.number(&text), &stack)?;
         } else {
             let ty = type_name(&current);
             return Err(invalid(&stack, format!("{ty} is not JSON ({ALLOWED})")));
@@ -294,6 +319,26 @@ pub fn py_to_json(value: &Bound<'_, PyAny>) -> Result<JsonValue, ToJsonError> {
             }
         }
     }
+}
+
+/// The number text of a finite `decimal.Decimal` (exactly that type: a
+/// subclass could override `__str__`), which is how a very long integer
+/// arrives (`number_to_py`) and so must be able to go back; None for any
+/// other type.
+fn decimal_text(value: &Bound<'_, PyAny>, stack: &[Frame<'_>]) -> Result<Option<String>, ToJsonError> {
+    let py = value.py();
+    // The name first: no import of `decimal` for every value refused.
+    let ty = value.get_type();
+    if ty.name().map(|n| n.to_string()).ok().as_deref() != Some("Decimal") || !ty.is(&decimal(py)?) {
+        return Ok(None);
+    }
+    if !value.call_method0("is_finite")?.is_truthy()? {
+        let problem = "Decimal NaN and infinities are not JSON numbers".to_string();
+        return Err(ToJsonError::Invalid { path: path_of(stack), problem });
+    }
+    // str() of a finite Decimal is JSON's number grammar (`-0`, `1E+5`,
+    // `0.001`), with no limit on its digits.
+    Ok(Some(value.str()?.to_str()?.to_owned()))
 }
 
 /// Exact decimal text of an `int` outside `i64`.

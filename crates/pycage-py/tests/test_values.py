@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import decimal
 import math
+import sys
 
 import pytest
 
@@ -37,12 +39,58 @@ def test_exact_numbers_from_a_program(rt):
 
 
 def test_huge_int_beyond_int_max_str_digits(process_rt):
+    """An integer longer than ``sys.get_int_max_str_digits()`` arrives as an
+    exact integral ``Decimal`` (``int()`` of it would take quadratic time),
+    to a binding and in the value, and a ``Decimal`` goes back as its number."""
     n = 7**20000  # ~16,900 digits: over Python's default 4300-digit limit
+    seen = []
+
+    def echo(x):
+        seen.append(x)
+        return x
+
     r = process_rt.run(
-        "import sys\nsys.set_int_max_str_digits(0)\nreturn await ns.echo(7**20000)", {"ns": {"echo": lambda x: x}}
+        "import sys\nsys.set_int_max_str_digits(0)\nv = await ns.echo(7**20000)\nreturn [v == 7**20000, 7**20000]",
+        {"ns": {"echo": echo}},
     )
     assert r.error is None, r.error
-    assert r.value == n
+    assert type(seen[0]) is decimal.Decimal and seen[0] == n
+    assert r.value[0] is True
+    assert type(r.value[1]) is decimal.Decimal and r.value[1] == n
+    assert str(r.value[1]) == str(decimal.Decimal(n))
+
+
+def test_a_child_s_megabyte_of_digits_is_not_parsed_as_an_int(process_rt):
+    """A hostile child's 600,000-digit integer (a forged ``done``) costs the
+    host linear time: it is a ``Decimal``, never ``int()``'s quadratic
+    parse (which held the GIL for minutes)."""
+    program = (
+        "import os\nos.set_blocking(3, True)\n"
+        "line = b'{\"type\":\"done\",\"value\":[-' + b'9' * 600000 + b', 12345678901234567890123]}\\n'\n"
+        "mv = memoryview(line)\nwhile mv:\n    mv = mv[os.write(3, mv):]\n"
+        "import time\ntime.sleep(5)\n"
+    )
+    r = process_rt.run(program)
+    assert r.error is None, r.error
+    big, small = r.value
+    assert type(big) is decimal.Decimal and str(big) == "-" + "9" * 600000
+    assert type(small) is int and small == 12345678901234567890123
+
+
+def test_the_int_limit_is_the_hosts_own(process_rt):
+    """With the host's ``sys.set_int_max_str_digits(0)`` (no limit), a long
+    integer is an ``int`` again: the host chose the cost."""
+    program = "import sys\nsys.set_int_max_str_digits(0)\nreturn 7**20000"
+    if not hasattr(sys, "set_int_max_str_digits"):  # 3.10: CPython's default of 4,300 digits holds
+        assert type(process_rt.run(program).value) is decimal.Decimal
+        return
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        r = process_rt.run(program)
+    finally:
+        sys.set_int_max_str_digits(before)
+    assert type(r.value) is int and r.value == 7**20000
 
 
 def test_exact_numbers_through_a_binding(rt):
