@@ -294,6 +294,9 @@ impl Session {
             Some(_) => inner.baseline(run_index, state.end_sample.take()),
             None => None,
         };
+        // The idle clock stops while a run is in flight (the watchdog sees
+        // the state held) and starts again when it ends.
+        *lock(&inner.last_used) = Instant::now();
         let outcome = lifecycle::run(runtime, plan, Keep::Session { kept: &mut state.kept, first, baseline }).await;
         *lock(&inner.last_used) = Instant::now();
         if outcome.took_worker {
@@ -507,11 +510,19 @@ async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio:
         let Some(inner) = session.upgrade() else { break };
         let now = Instant::now();
         let last = *lock(&inner.last_used);
+        let idle_since = |last: Instant| Instant::now() >= last + inner.options.idle_timeout;
+        let mut idle = false;
         let reason = if closed {
             CLOSED.to_owned()
         } else if now >= inner.opened + inner.options.max_lifetime {
             format!("it reached its maximum lifetime of {} s", inner.options.max_lifetime.as_secs())
         } else if now >= last + inner.options.idle_timeout {
+            // A run in flight holds the state: the session is busy, not idle
+            // (the run's end restarts the idle clock).
+            if inner.state.try_lock().is_err() {
+                continue;
+            }
+            idle = true;
             format!("it was idle for {} s", inner.options.idle_timeout.as_secs())
         } else {
             // Between runs (no run holds the state): sample its processes.
@@ -544,6 +555,9 @@ async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio:
         // A run in flight settles first: close and shutdown abort it, its
         // own budgets bound it otherwise.
         let mut state = inner.state.lock().await;
+        if idle && !idle_since(*lock(&inner.last_used)) {
+            continue; // a run started and ended since the check: not idle
+        }
         inner.end(&mut state, reason).await;
         break;
     }

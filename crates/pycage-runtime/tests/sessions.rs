@@ -113,6 +113,20 @@ async fn an_idle_session_expires() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_not_idle_while_a_run_is_in_flight() {
+    // A cell longer than the idle timeout keeps the session (and its
+    // globals): the idle clock counts from the end of the last run.
+    let rt = runtime();
+    let options = SessionOptions { idle_timeout: Duration::from_millis(1000), ..SessionOptions::default() };
+    let s = rt.session(options).unwrap();
+    assert_eq!(value(&cell(&s, "x = 41").await), "<none>");
+    assert_eq!(value(&cell(&s, "import time\ntime.sleep(2.5)\nx += 1").await), "<none>");
+    assert_eq!(value(&cell(&s, "x").await), "42");
+    s.close().await;
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_sessions_at_once_keep_their_own_state() {
     let rt = runtime();
     let mut handles = Vec::new();
