@@ -1,8 +1,9 @@
 """The program's output as ``log`` frames, within the run's log ledger.
 
 ``sys.stdout`` and ``sys.stderr`` become ``LogWriter``s (text and
-``.buffer`` bytes, decoded as UTF-8): each write is sent as a ``log`` frame
-at once, so output survives a kill mid-run. The ledger holds the run's
+``.buffer`` bytes, decoded as UTF-8): each write is sent as ``log`` frames
+at once (one, or one per 16,384 characters), so output survives a kill
+mid-run. The ledger holds the run's
 ``maxLogBytes``; when a write does not fit, what fits is sent, then exactly
 one marker frame (``truncated: true``), and capture stops until the next run
 (docs/protocol.md, "Logs").
@@ -19,6 +20,9 @@ __builtins__ = BUILTINS
 
 _encode_log = _wire.encode_log
 _type_name = type.__dict__["__name__"].__get__
+
+#: Characters of one ``log`` frame at most: under 100 KiB encoded.
+_CHUNK_CHARS = 16384
 
 _log_left = 0  # bytes the ledger still accepts; -1 once the marker is sent
 _marker_frame = b""
@@ -55,7 +59,7 @@ def log(text):
             text = data.decode("utf-8")  # lone surrogates became escapes
         if n <= _log_left:
             _log_left -= n
-            send(_encode_log(text))
+            _send_chunks(text)
             return
         if data is None:
             fits = text[:_log_left]
@@ -63,8 +67,21 @@ def log(text):
             fits = data[:_log_left].decode("utf-8", "ignore")  # drops a cut character
         _log_left = -1
         if fits:
-            send(_encode_log(fits))
+            _send_chunks(fits)
         send(_marker_frame)
+
+
+def _send_chunks(text):
+    """``text`` as ``log`` frames of at most ``_CHUNK_CHARS`` characters: a
+    frame is one protocol line, and a line over the host's cap ends the
+    run. A character is at most 6 bytes in a frame (``\\u001b``), so one
+    write of a few MiB of control characters, within a large log budget,
+    was a line over the default 8 MiB cap."""
+    if len(text) <= _CHUNK_CHARS:
+        send(_encode_log(text))
+        return
+    for start in range(0, len(text), _CHUNK_CHARS):
+        send(_encode_log(text[start : start + _CHUNK_CHARS]))
 
 
 class _LogBuffer(io.BufferedIOBase):

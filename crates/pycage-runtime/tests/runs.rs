@@ -359,6 +359,20 @@ async fn log_truncation_has_exactly_one_marker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_larger_than_a_protocol_line_is_logged_whole() {
+    // 1.5 million control characters are 9 MB in one frame (`\u0001`
+    // each), over the 8 MiB line cap: within a log budget that allows
+    // them, the write crosses in several frames and is one log line.
+    let rt = runtime_with(|c| c.max_log_bytes = 2_000_000);
+    let r = run(&rt, "print('first')\nprint('\\x01' * 1_500_000)\nprint('last')\n'value'").await;
+    assert_eq!(value(&r), "\"value\"");
+    assert_eq!(r.logs.len(), 3, "{:?}", r.logs.iter().map(String::len).collect::<Vec<_>>());
+    assert_eq!(r.logs[0], "first");
+    assert!(r.logs[1].len() == 1_500_000 && r.logs[1].bytes().all(|b| b == 1));
+    assert_eq!(r.logs[2], "last");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_is_abort_with_logs() {
     let rt = runtime();
     let token = CancellationToken::new();
