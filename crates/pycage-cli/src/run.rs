@@ -9,6 +9,9 @@
 //! whole (an entry failed to copy, or a limit left some out; symlinks and
 //! special files are never copied and do not count) exits 3, and `--json`
 //! says `"complete": false` in its `output`. Whatever was copied stays.
+//! Nothing that exists in the output directory is overwritten or merged
+//! into (`pycage_runtime::files`): such an entry is named as not copied,
+//! which also makes the delivery incomplete.
 //!
 //! Readable output streams log lines as the program writes them, and one
 //! line per display (`[display 1] image/png 640x480, 21.3 KiB: <Figure ...>`)
@@ -20,6 +23,8 @@
 //! With `--output DIR`, after the run, each display is also written there
 //! as `display-<N>.<ext>` of its richest type (`crate::displays`); a name the
 //! program's `out/` already took there is not overwritten (a warning says so).
+//! At most `MAX_OUTPUT_ENTRIES` display files are written, the cap of the
+//! `out/` copy: tiny displays are cheap to emit, and each is a file.
 //!
 //! SIGINT and SIGTERM cancel the run (it settles as `abort`, keeping its
 //! logs); the runtime is always shut down, so no child outlives the command.
@@ -29,6 +34,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use pycage_runtime::files::MAX_OUTPUT_ENTRIES;
 use pycage_runtime::{CancellationToken, RunEvent, RunRequest, RunResult, Runtime};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -198,13 +204,25 @@ fn report(result: &RunResult, json: bool, printed: Printed) -> anyhow::Result<()
     Ok(())
 }
 
-/// Writes each display to `dir` as `display-<N>.<ext>`, one stderr line each.
+/// Writes each display to `dir` as `display-<N>.<ext>`, one stderr line
+/// each, up to the output's entry cap; one line says how many were over it.
 fn write_displays(result: &RunResult, dir: &Path) {
-    for (i, d) in result.displays.iter().enumerate() {
+    let cap = usize::try_from(MAX_OUTPUT_ENTRIES).unwrap_or(usize::MAX);
+    for (i, d) in result.displays.iter().enumerate().take(cap) {
         match displays::write_file(dir, &format!("display-{}", i + 1), d) {
             Ok(path) => output::stderr_text(&format!("pycage: display {} written to {}", i + 1, path.display())),
             Err(e) => output::warning(&format!("display {} not written: {e}", i + 1)),
         }
+    }
+    let over = result.displays.len().saturating_sub(cap);
+    if over > 0 {
+        output::warning(&format!(
+            "{over} display file(s) not written to {} (displays {} to {}): over the limit of {cap} display files \
+             per run (--json carries every display)",
+            dir.display(),
+            cap + 1,
+            result.displays.len()
+        ));
     }
 }
 

@@ -317,7 +317,9 @@ pub const BUDGETS: &[BudgetRow] = &[
         per_run: false,
         min: 0,
         max: u64::MAX,
-        doc: "bytes copied from `out/` to an output directory: files past it are skipped whole and named",
+        doc: "bytes copied from `out/` to an output directory: files past it are skipped whole and named (the \
+              copy also stops at 10,000 entries, and never overwrites or enters what already exists in the output \
+              directory)",
         get: |c| c.max_output_bytes,
         set: |c, v| c.max_output_bytes = v,
     },

@@ -11,6 +11,19 @@
 //! O_NOCTTY` after `fstatat` said it was one, and checked again with
 //! `fstat` (same inode, still regular) before a byte is read.
 //!
+//! Nothing that already exists at the destination is written or entered:
+//! a file is created `O_CREAT | O_EXCL | O_NOFOLLOW` and a directory with
+//! `mkdirat`, and a name that exists (a file, a symlink, a directory) is
+//! skipped and reported ([`SkipKind::Failed`]), a directory with its whole
+//! subtree. Only the copied entry itself may be an existing directory (the
+//! caller's output directory). The output directory is the caller's, and
+//! what the program leaves in `out/` is the program's: merging one into the
+//! other would let a sandboxed program overwrite the caller's files or plant
+//! new ones in the caller's trees (`out/.git/hooks/pre-commit` run by the
+//! next `git commit` in an output directory that is a repository). The
+//! create itself fails on an existing name, so no race between a check and
+//! the write can turn a new name into an existing one.
+//!
 //! Bounds: [`CopyLimits`] caps the total bytes (a file that does not fit is
 //! skipped whole, never cut), the number of entries and the depth; the
 //! descriptors held are two per level of the current path, at most
@@ -34,6 +47,11 @@ use rustix::io::Errno;
 /// Read/write chunk of a file copy.
 const CHUNK: usize = 64 * 1024;
 
+/// The entries a run's output may leave in the caller's output directory:
+/// the cap of the `out/` copy ([`CopyLimits::output`]), and of the display
+/// files the CLI writes beside it, so neither can flood the directory.
+pub const MAX_OUTPUT_ENTRIES: u64 = 10_000;
+
 /// Caps of one copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CopyLimits {
@@ -46,9 +64,10 @@ pub struct CopyLimits {
 }
 
 impl CopyLimits {
-    /// Caps for a run's output: `max_bytes`, 10,000 entries, 32 levels.
+    /// Caps for a run's output: `max_bytes`, [`MAX_OUTPUT_ENTRIES`]
+    /// entries, 32 levels.
     pub fn output(max_bytes: u64) -> CopyLimits {
-        CopyLimits { max_bytes, max_entries: 10_000, max_depth: 32 }
+        CopyLimits { max_bytes, max_entries: MAX_OUTPUT_ENTRIES, max_depth: 32 }
     }
 }
 
@@ -59,6 +78,30 @@ pub enum Access {
     Writable,
     /// Files 0444 (0555), directories 0555: a run's inputs, read-only by mode.
     ReadOnly,
+}
+
+impl Access {
+    /// The destination as a skip reason names it: writable copies are a
+    /// run's output, read-only ones its inputs in its own directory.
+    fn place(self) -> &'static str {
+        match self {
+            Access::Writable => "the output directory",
+            Access::ReadOnly => "the destination",
+        }
+    }
+}
+
+/// Why one entry could not be copied; its text is the skip reason.
+#[derive(Debug, thiserror::Error)]
+enum EntryError {
+    #[error("exists in {0}; not overwritten")]
+    FileExists(&'static str),
+    #[error("a directory that exists in {0}; not merged into (nothing below it copied)")]
+    DirExists(&'static str),
+    #[error("replaced while it was being copied: not copied")]
+    Replaced,
+    #[error(transparent)]
+    Io(#[from] io::Error),
 }
 
 /// One copied file.
@@ -333,7 +376,9 @@ fn copy_one(
                 Ok(fd) => fd,
                 Err(e) => return skip(report, e.to_string()),
             };
-            let dst = match make_dir(dst_dir, dst_name) {
+            // The copied entry itself may be the caller's existing output
+            // directory; below it, only directories this copy made.
+            let dst = match make_dir(dst_dir, dst_name, depth == 0, access) {
                 Ok(fd) => fd,
                 Err(e) => return skip(report, e.to_string()),
             };
@@ -366,14 +411,16 @@ fn copy_one(
     }
 }
 
-/// Create `name` in `dir` as a directory (or reuse one already there,
-/// never through a symlink), and open it.
-fn make_dir(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
+/// Create `name` in `dir` as a directory and open it, never through a
+/// symlink. One already there is an error unless `may_exist`.
+fn make_dir(dir: BorrowedFd<'_>, name: &CStr, may_exist: bool, access: Access) -> Result<OwnedFd, EntryError> {
     match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)) {
-        Ok(()) | Err(Errno::EXIST) => {}
-        Err(e) => return Err(errno(e)),
+        Ok(()) => {}
+        Err(Errno::EXIST) if may_exist => {}
+        Err(Errno::EXIST) => return Err(EntryError::DirExists(access.place())),
+        Err(e) => return Err(errno(e).into()),
     }
-    open_dir_at(dir, name)
+    Ok(open_dir_at(dir, name)?)
 }
 
 fn copy_file(
@@ -383,7 +430,7 @@ fn copy_file(
     dst_name: &CStr,
     expected: &rustix::fs::Stat,
     access: Access,
-) -> io::Result<u64> {
+) -> Result<u64, EntryError> {
     let src = rustix::fs::openat(
         src_dir,
         name,
@@ -396,7 +443,7 @@ fn copy_file(
         || stat.st_ino != expected.st_ino
         || stat.st_dev != expected.st_dev
     {
-        return Err(io::Error::other("replaced while it was being copied: not copied"));
+        return Err(EntryError::Replaced);
     }
     let executable = stat.st_mode & 0o111 != 0;
     let mode = match (access, executable) {
@@ -405,15 +452,17 @@ fn copy_file(
         (Access::ReadOnly, false) => 0o444,
         (Access::ReadOnly, true) => 0o555,
     };
+    // `EXCL`: an existing name (a symlink too, even a dangling one) fails
+    // the create itself, so no file of the caller's is ever truncated.
     let dst = rustix::fs::openat(
         dst_dir,
         dst_name,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(mode),
     )
     .map_err(|e| match e {
-        Errno::LOOP => io::Error::other("the destination is a symlink: not followed"),
-        e => errno(e),
+        Errno::EXIST => EntryError::FileExists(access.place()),
+        e => errno(e).into(),
     })?;
     let mut left = u64::try_from(stat.st_size).unwrap_or(0);
     let mut buf = vec![0u8; CHUNK];
@@ -424,15 +473,15 @@ fn copy_file(
             Ok(0) => break,
             Ok(n) => n,
             Err(Errno::INTR) => continue,
-            Err(e) => return Err(errno(e)),
+            Err(e) => return Err(errno(e).into()),
         };
         let mut chunk = buf.get(..n).unwrap_or_default();
         while !chunk.is_empty() {
             match rustix::io::write(&dst, chunk) {
-                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
                 Ok(w) => chunk = chunk.get(w..).unwrap_or_default(),
                 Err(Errno::INTR) => {}
-                Err(e) => return Err(errno(e)),
+                Err(e) => return Err(errno(e).into()),
             }
         }
         copied += n as u64;
@@ -554,15 +603,75 @@ mod tests {
         assert_eq!(report.skipped.len(), 1);
         assert!(!dest.path().join("key").exists());
 
-        // A destination file that is a symlink is not written through.
+        // A destination file that is a symlink is not written through, nor
+        // is a directory symlink entered.
         let run = tempfile::tempdir().unwrap();
-        std::fs::create_dir(run.path().join("out")).unwrap();
+        std::fs::create_dir_all(run.path().join("out/sub")).unwrap();
         std::fs::write(run.path().join("out/key"), "overwrite").unwrap();
+        std::fs::write(run.path().join("out/sub/key"), "overwrite").unwrap();
         let dest = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(secret.path().join("key"), dest.path().join("key")).unwrap();
+        std::os::unix::fs::symlink(secret.path(), dest.path().join("sub")).unwrap();
         let report = copy_out(run.path(), dest.path(), CopyLimits::output(1 << 20));
-        assert_eq!(report.skipped[0].reason, "the destination is a symlink: not followed");
+        let mut skipped: Vec<(String, String)> =
+            report.skipped.iter().map(|s| (s.path.display().to_string(), s.reason.clone())).collect();
+        skipped.sort();
+        assert_eq!(
+            skipped,
+            [
+                ("key".into(), "exists in the output directory; not overwritten".into()),
+                (
+                    "sub".into(),
+                    "a directory that exists in the output directory; not merged into (nothing below it copied)".into()
+                ),
+            ]
+        );
         assert_eq!(std::fs::read_to_string(secret.path().join("key")).unwrap(), "secret");
+        assert_eq!(std::fs::read_dir(secret.path()).unwrap().count(), 1);
+    }
+
+    /// The output directory is the caller's: what exists there is never
+    /// overwritten or merged into, only new names are made, and what is
+    /// not copied for it is a failed delivery.
+    #[test]
+    fn nothing_that_exists_at_the_destination_is_overwritten_or_entered() {
+        use std::os::unix::fs::PermissionsExt;
+        let run = tempfile::tempdir().unwrap();
+        let out = run.path().join("out");
+        std::fs::create_dir_all(out.join(".git/hooks")).unwrap();
+        std::fs::write(out.join(".git/hooks/pre-commit"), "#!/bin/sh\necho pwned\n").unwrap();
+        std::fs::set_permissions(out.join(".git/hooks/pre-commit"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(out.join("notes.txt"), "from the program").unwrap();
+        std::fs::write(out.join("new.txt"), "new").unwrap();
+        std::fs::create_dir(out.join("fresh")).unwrap();
+        std::fs::write(out.join("fresh/f.txt"), "f").unwrap();
+        let dest = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dest.path().join(".git/hooks")).unwrap();
+        std::fs::write(dest.path().join("notes.txt"), "user data").unwrap();
+
+        let report = copy_out(run.path(), dest.path(), CopyLimits::output(1 << 20));
+        let mut files: Vec<String> = report.files.iter().map(|f| f.path.display().to_string()).collect();
+        files.sort();
+        assert_eq!(files, ["fresh/f.txt", "new.txt"]);
+        let mut skipped: Vec<(String, &str)> =
+            report.skipped.iter().map(|s| (s.path.display().to_string(), s.kind.as_str())).collect();
+        skipped.sort();
+        assert_eq!(skipped, [(".git".into(), "failed"), ("notes.txt".into(), "failed")]);
+        assert!(report.incomplete() && !report.truncated);
+        assert!(!dest.path().join(".git/hooks/pre-commit").exists(), "no hook planted");
+        assert_eq!(std::fs::read_dir(dest.path().join(".git/hooks")).unwrap().count(), 0);
+        assert_eq!(std::fs::read_to_string(dest.path().join("notes.txt")).unwrap(), "user data");
+        assert_eq!(std::fs::read_to_string(dest.path().join("new.txt")).unwrap(), "new");
+
+        // A second copy into the same directory finds every name taken by
+        // the first, and changes nothing.
+        std::fs::write(out.join("new.txt"), "second").unwrap();
+        let again = copy_out(run.path(), dest.path(), CopyLimits::output(1 << 20));
+        assert!(again.files.is_empty(), "{again:?}");
+        let mut skipped: Vec<String> = again.skipped.iter().map(|s| s.path.display().to_string()).collect();
+        skipped.sort();
+        assert_eq!(skipped, [".git", "fresh", "new.txt", "notes.txt"]);
+        assert_eq!(std::fs::read_to_string(dest.path().join("new.txt")).unwrap(), "new");
     }
 
     #[test]
