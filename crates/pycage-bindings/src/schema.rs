@@ -154,6 +154,14 @@ impl<'a> Paths<'a> {
     }
 }
 
+/// `unexpected argument "cty" (expected: city, days)`: a member the schema
+/// does not allow, and the names it does.
+fn unexpected(what: &str, key: &str, inside: &str, properties: Option<&serde_json::Map<String, Value>>) -> String {
+    let known: Vec<&str> = properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
+    let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+    format!("unexpected {what} {}{inside} (expected: {known})", quoted(key))
+}
+
 /// Checks `args` against `schema`; the error names the field and what was
 /// wrong with it, e.g. `"limit" must be an integer, got string "ten"`.
 pub fn validate(schema: &Value, args: ValueRef<'_>) -> Result<(), String> {
@@ -199,30 +207,33 @@ fn validate_in(schema: &Value, args: ValueRef<'_>, depth: usize) -> Result<(), S
         match v.kind() {
             Kind::Object(members) => {
                 let properties = obj.get("properties").and_then(Value::as_object);
+                let extra = obj.get("additionalProperties");
+                let what = if at == ROOT { "argument" } else { "field" };
+                let closed = matches!(extra, Some(Value::Bool(false)));
                 if let Some(required) = obj.get("required").and_then(Value::as_array) {
                     for name in required.iter().filter_map(Value::as_str) {
                         if v.get(name).is_none() {
-                            let what = if at == ROOT { "argument" } else { "field" };
                             let inside = if at == ROOT { String::new() } else { format!(" in {}", field!()) };
-                            return Err(format!("missing required {what} {}{inside}", quoted(name)));
+                            let missing = format!("missing required {what} {}{inside}", quoted(name));
+                            // A misspelt name is both missing and unexpected:
+                            // say both, so the typo is in the message.
+                            let stray = v.as_object().and_then(|mut m| {
+                                m.find(|(key, _)| closed && properties.is_none_or(|p| !p.contains_key(*key)))
+                            });
+                            return Err(match stray {
+                                Some((key, _)) => format!("{missing}; {}", unexpected(what, key, &inside, properties)),
+                                None => missing,
+                            });
                         }
                     }
                 }
-                let extra = obj.get("additionalProperties");
                 for (key, member) in members {
                     let child = properties.and_then(|p| p.get(key));
                     let rule = match (child, extra) {
                         (Some(c), _) => c,
                         (None, Some(Value::Bool(false))) => {
-                            let what = if at == ROOT { "argument" } else { "field" };
                             let inside = if at == ROOT { String::new() } else { format!(" in {}", field!()) };
-                            let known: Vec<&str> =
-                                properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
-                            return Err(format!(
-                                "unexpected {what} {}{inside} (expected: {})",
-                                quoted(key),
-                                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
-                            ));
+                            return Err(unexpected(what, key, &inside, properties));
                         }
                         (None, Some(schema)) => schema,
                         (None, None) => continue,
@@ -449,7 +460,10 @@ mod tests {
             e(r#"{"city":"x","units":"si"}"#),
             r#""units" must be one of "metric", "imperial", got string "si""#
         );
-        assert_eq!(e(r#"{"cty":"x"}"#), r#"missing required argument "city""#);
+        assert_eq!(
+            e(r#"{"cty":"x"}"#),
+            r#"missing required argument "city"; unexpected argument "cty" (expected: city, days, units, filters)"#
+        );
         assert_eq!(
             e(r#"{"city":"x","cty":"x"}"#),
             r#"unexpected argument "cty" (expected: city, days, units, filters)"#

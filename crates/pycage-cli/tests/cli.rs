@@ -311,7 +311,8 @@ weather = { command = ["./weather.sh"], input_schema = { type = "object", proper
     };
     assert_eq!(
         call("cty='Lyon'"),
-        "{\"value\":[\"weather\",\"invalid arguments: missing required argument \\\"city\\\"\"],\"logs\":[]}\n"
+        "{\"value\":[\"weather\",\"invalid arguments: missing required argument \\\"city\\\"; \
+         unexpected argument \\\"cty\\\" (expected: city, days)\"],\"logs\":[]}\n"
     );
     assert_eq!(
         call("city='Lyon', cty='x'"),
