@@ -11,7 +11,8 @@
 //!   `error: <kind>: <message>` on stderr. Ctrl-C at the prompt drops the
 //!   cell being typed; during a cell it aborts the cell, and the repl says
 //!   that the session ended with it (see below) and gives a new prompt; a
-//!   Ctrl-C is never held over to a later cell. Ctrl-D leaves.
+//!   Ctrl-C is never held over to a later cell. Ctrl-D, `exit()` or
+//!   `quit()` (or the bare word) leaves.
 //! - `--json`: one request per line on stdin, `{"program": "..."}`, answered
 //!   by one line on stdout in `pycage run --json`'s shape
 //!   (`{"value"?, "logs", "error"?}`). A line that is not such a request is
@@ -279,6 +280,14 @@ fn with_restarted(result: JsonValue, restarted: Option<&str>) -> String {
 }
 
 /// Whether `cell` (its lines so far) needs more lines before it runs.
+/// Whether a typed cell is `exit`, `quit`, `exit()` or `quit()`: leave, as
+/// Python's own prompt does (3.13's, for the bare words too). Sent to the
+/// session they would end nothing: `exit()` raises `SystemExit`, which ends
+/// a cell, and `quit` alone is a value that cannot cross.
+fn leaves(cell: &str) -> bool {
+    matches!(cell.trim(), "exit" | "quit" | "exit()" | "quit()")
+}
+
 fn needs_more(cell: &str) -> bool {
     let last = cell.lines().last().unwrap_or("").trim_end();
     if cell.matches("\"\"\"").count() % 2 == 1 || cell.matches("'''").count() % 2 == 1 {
@@ -377,7 +386,9 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool, mut sink: DisplaySink) -
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&interrupted))
         .context("cannot listen for SIGINT")?;
     if terminal {
-        output::stderr_line("pycage repl: each cell runs in one session; Ctrl-C aborts a running cell; Ctrl-D leaves.");
+        output::stderr_line(
+            "pycage repl: each cell runs in one session; Ctrl-C aborts a running cell; Ctrl-D or exit() leaves.",
+        );
     }
     'cells: loop {
         let mut cell = String::new();
@@ -405,6 +416,9 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool, mut sink: DisplaySink) -
                 }
                 Some(Input::End) | None => break 'cells,
             }
+        }
+        if leaves(&cell) {
+            break 'cells;
         }
         forget_interrupts(&mut interrupts, &interrupted);
         let cancel = CancellationToken::new();
@@ -466,6 +480,16 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool, mut sink: DisplaySink) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exit_and_quit_leave() {
+        for cell in ["exit\n", "quit\n", "exit()\n", "  quit()  \n"] {
+            assert!(leaves(cell), "{cell:?}");
+        }
+        for cell in ["exit(1)\n", "x = exit\n", "print('quit')\n", "exit()\nexit()\n"] {
+            assert!(!leaves(cell), "{cell:?}");
+        }
+    }
 
     #[test]
     fn cells_continue_while_open() {

@@ -112,6 +112,18 @@ fn cells_on_stdin_run_in_one_session() {
     assert!(stderr(&out).contains("error: exception: Traceback"), "{}", stderr(&out));
 }
 
+/// `exit()` and `quit` leave, as at Python's prompt: the cells after them
+/// never run.
+#[test]
+fn exit_or_quit_leaves() {
+    for word in ["exit()", "quit", "  quit()  "] {
+        let out = cells_on_stdin(format!("x = 41\nx + 1\n{word}\nprint('after')\n").as_bytes());
+        assert_exit(&out, 0);
+        assert_eq!(stdout(&out), "42\n", "{word}");
+        assert!(!stderr(&out).contains("error"), "{}", stderr(&out));
+    }
+}
+
 /// Cells' logs, values and errors are for a person: escape sequences are
 /// shown, never sent to the terminal (an OSC 52 clipboard write, a screen
 /// clear, a bidi override).
