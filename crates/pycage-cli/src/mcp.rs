@@ -45,6 +45,25 @@ pub struct McpArgs {
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,
 
+    /// With --http: TCP connections served at once; one more is answered
+    /// 503 and closed. Keep it well below `ulimit -n`.
+    #[arg(long, value_name = "N", default_value_t = pycage_mcp::DEFAULT_MAX_CONNECTIONS,
+          value_parser = at_least_one::<usize>)]
+    max_http_connections: usize,
+
+    /// With --http: a connection that has not sent a request's headers this
+    /// many seconds after opening (or after its previous response) is
+    /// closed. Responses in flight are never cut.
+    #[arg(long, value_name = "N", default_value_t = pycage_mcp::DEFAULT_HEADER_TIMEOUT.as_secs(),
+          value_parser = at_least_one::<u64>)]
+    http_header_timeout_seconds: u64,
+
+    /// With --http: MCP sessions (Mcp-Session-Id) alive at once; an
+    /// initialize beyond them is answered 503.
+    #[arg(long, value_name = "N", default_value_t = pycage_mcp::DEFAULT_MAX_MCP_SESSIONS,
+          value_parser = at_least_one::<usize>)]
+    max_mcp_sessions: usize,
+
     /// Also list every upstream MCP tool and forward calls to it unchanged.
     #[arg(long)]
     expose_tools: bool,
@@ -140,7 +159,13 @@ fn http_options(args: &McpArgs) -> anyhow::Result<HttpOptions> {
             .map_err(|_| anyhow::anyhow!("--auth-token-env {var}: the variable is not set (or not UTF-8)"))?;
         tokens.push(BearerToken { name: var.clone(), token });
     }
-    let http = HttpOptions { allowed_origins: args.allow_origin.clone(), tokens };
+    let http = HttpOptions {
+        allowed_origins: args.allow_origin.clone(),
+        tokens,
+        max_connections: args.max_http_connections,
+        header_timeout: std::time::Duration::from_secs(args.http_header_timeout_seconds),
+        max_mcp_sessions: args.max_mcp_sessions,
+    };
     // Messages name the variable, never the token.
     http.validate().map_err(|e| anyhow::anyhow!("--auth-token-env / --allow-origin: {e}"))?;
     Ok(http)

@@ -28,7 +28,8 @@
 //! blocks after the result's text: images as MCP image content, markdown
 //! and HTML as text (`displays`). A call may carry small input files, and
 //! gets back what the program left in `out/` (`files`). Over HTTP, requests pass a gate first: `Origin`
-//! validation and optional bearer tokens (`transport`).
+//! validation and optional bearer tokens, behind bounds on connections,
+//! header time and MCP sessions (`transport`).
 //!
 //! With [`ServerOptions::expose_tools`], every upstream MCP tool is also
 //! listed and forwarded unchanged under its own name, so a client keeps
@@ -46,4 +47,7 @@ mod transport;
 pub use clients::MAX_SESSION_NAME;
 pub use files::InputLimits;
 pub use server::{description, description_with, CodeModeServer, ServeError, ServerOptions, RUN_PYTHON};
-pub use transport::{serve_http, serve_stdio, BearerToken, HttpOptions, MIN_TOKEN_BYTES};
+pub use transport::{
+    serve_http, serve_stdio, BearerToken, HttpOptions, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_MCP_SESSIONS, MIN_TOKEN_BYTES,
+};
