@@ -179,10 +179,12 @@ fn the_repl_names_the_file_of_each_display() {
 fn the_display_budget_holds_on_both_sides() {
     for isolation in ["process", "sandbox"] {
         let dir = tempfile::tempdir().unwrap();
-        // {"type":"display","data":{"text/plain":"'xxx...'"}} is 45 bytes plus the x's.
-        let program = "for i in range(3):\n    display('x' * 100)\nreturn 'done'";
+        // {"type":"display","data":{"text/plain":"'xxx...'"}} is 45 bytes plus
+        // the x's (1,045: the third is over 3,000 for the child), and the
+        // host charges 256 more a display (2,602 for two).
+        let program = "for i in range(3):\n    display('x' * 1000)\nreturn 'done'";
         let o = pycage(dir.path())
-            .args(["run", "--isolation", isolation, "--json", "--max-display-bytes", "300", "-c", program])
+            .args(["run", "--isolation", isolation, "--json", "--max-display-bytes", "3000", "-c", program])
             .output()
             .unwrap();
         assert_exit(&o, 0);
@@ -191,7 +193,7 @@ fn the_display_budget_holds_on_both_sides() {
         let texts: Vec<&str> =
             v["displays"].as_array().unwrap().iter().map(|d| d["data"]["text/plain"].as_str().unwrap()).collect();
         assert_eq!(texts.len(), 3, "{isolation}: {v}");
-        assert_eq!(texts[2], "[pycage] display output truncated at 300 bytes", "{isolation}");
+        assert_eq!(texts[2], "[pycage] display output truncated at 3000 bytes", "{isolation}");
 
         // Forged frames skip the child's ledger; the host's stops them.
         let forged = "import os\n\
@@ -200,15 +202,16 @@ fn the_display_budget_holds_on_both_sides() {
             display('after the host stopped')\n\
             return 'survived'";
         let o = pycage(dir.path())
-            .args(["run", "--isolation", isolation, "--json", "--max-display-bytes", "600", "-c", forged])
+            .args(["run", "--isolation", isolation, "--json", "--max-display-bytes", "1200", "-c", forged])
             .output()
             .unwrap();
         assert_exit(&o, 0);
         let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
         assert_eq!(v["value"], json!("survived"), "{isolation}: {v}");
         let displays = v["displays"].as_array().unwrap();
-        assert_eq!(displays.len(), 3, "two forged frames fit in 600 bytes, then the marker: {v}");
-        assert_eq!(displays[2]["data"], json!({"text/plain": "[pycage] display output truncated at 600 bytes"}));
+        // Each forged frame is 237 bytes, 493 with the host's charge.
+        assert_eq!(displays.len(), 3, "two forged frames fit in 1200 bytes, then the marker: {v}");
+        assert_eq!(displays[2]["data"], json!({"text/plain": "[pycage] display output truncated at 1200 bytes"}));
     }
 }
 

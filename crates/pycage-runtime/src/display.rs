@@ -10,8 +10,20 @@
 //! is trusted for *stopping* only: the host adds its own marker display
 //! (`text/plain` [`pycage_protocol::display_truncation_marker`]), exactly
 //! once. That display and every later one are dropped; the run goes on.
+//!
+//! The host also charges each display [`DISPLAY_CHARGE`] bytes for holding
+//! it (a `Display`, its vectors and strings, and its event when streamed):
+//! a quarter of a million empty displays fit the default 8 MiB of frames
+//! and held 85-115 MiB of host memory. So the host may stop before an
+//! honest child's ledger runs out (only with displays of a few hundred
+//! bytes); its marker is then the result's, and the child's later frames
+//! are dropped.
 
 use pycage_protocol::{display_truncation_marker, json_string_len, BuildError, ChildFrame, JsonBuilder, JsonValue};
+
+/// What the host's ledger adds to each display's frame length: about what
+/// keeping a small display costs in host memory.
+pub const DISPLAY_CHARGE: u64 = 256;
 
 /// One display of a run: a MIME bundle, as IPython's `display()` makes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,7 +159,7 @@ impl DisplayLedger {
             return self.truncate();
         }
         let display = Display { data, metadata };
-        let size = display.frame_len();
+        let size = display.frame_len().saturating_add(DISPLAY_CHARGE);
         if size > self.max_bytes.saturating_sub(self.used) {
             return self.truncate();
         }
@@ -182,20 +194,36 @@ mod tests {
         ChildFrame::Display { data: vec![("text/plain".into(), text.into())], metadata: None, truncated }
     }
 
-    /// `{"type":"display","data":{"text/plain":"..."}}` is 43 bytes plus the text.
-    const ENVELOPE: u64 = 43;
+    /// `{"type":"display","data":{"text/plain":"..."}}` is 43 bytes plus the
+    /// text, and the ledger charges [`DISPLAY_CHARGE`] more.
+    const ENVELOPE: u64 = 43 + DISPLAY_CHARGE;
 
     #[test]
     fn meters_the_encoded_frame_and_stops_at_the_first_that_does_not_fit() {
-        let mut l = DisplayLedger::new(2 * ENVELOPE + 3);
+        let budget = 2 * ENVELOPE + 3;
+        let mut l = DisplayLedger::new(budget);
         assert!(l.push(frame("a", false)).is_some());
         assert!(l.push(frame("bc", false)).is_some(), "exactly at the budget");
         let marker = l.push(frame("", false)).cloned().unwrap();
-        assert_eq!(marker.get("text/plain"), Some("[pycage] display output truncated at 89 bytes"));
+        let text = format!("[pycage] display output truncated at {budget} bytes");
+        assert_eq!(marker.get("text/plain"), Some(text.as_str()));
         assert!(l.push(frame("", false)).is_none(), "capture stopped");
         assert!(l.push(frame("", true)).is_none(), "one marker");
         let texts: Vec<_> = l.into_displays().iter().map(|d| d.get("text/plain").unwrap().to_owned()).collect();
-        assert_eq!(texts, ["a", "bc", "[pycage] display output truncated at 89 bytes"]);
+        assert_eq!(texts, ["a".to_owned(), "bc".to_owned(), text]);
+    }
+
+    #[test]
+    fn many_tiny_displays_are_charged_what_holding_them_costs() {
+        // 8 MiB of empty displays' frames would be 240,000 displays; with
+        // the charge, about 28,000 (each held costs the host ~300 bytes).
+        let budget = 8 << 20;
+        let mut l = DisplayLedger::new(budget);
+        let mut kept = 0u64;
+        while l.push(frame("", false)).is_some_and(|d| d.get("text/plain") == Some("")) {
+            kept += 1;
+        }
+        assert_eq!(kept, budget / ENVELOPE);
     }
 
     #[test]

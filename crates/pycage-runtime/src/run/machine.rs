@@ -903,11 +903,14 @@ mod tests {
 
     #[test]
     fn displays_are_kept_in_order_streamed_and_metered() {
-        // "a" (44 bytes) and the image (100) fit; "b" (44) does not.
-        let c = RuntimeConfig { max_display_bytes: 44 + 100 + 43, ..config() };
+        // "a" (44 bytes) and the image (100) fit, each with the ledger's
+        // charge; "b" (44) does not.
+        let charge = crate::display::DISPLAY_CHARGE;
+        let c = RuntimeConfig { max_display_bytes: 44 + 100 + 2 * charge + 43, ..config() };
+        assert_eq!(c.max_display_bytes, 699);
         let mut m = RunMachine::new(&c, Opening::OneShot, "x".into(), Vec::new(), true, false);
         let boot = drain(&mut m);
-        assert!(boot[0].contains(r#""maxDisplayBytes":187,"#), "{}", boot[0]);
+        assert!(boot[0].contains(r#""maxDisplayBytes":699,"#), "{}", boot[0]);
         let display = |t: &str| format!(r#"{{"type":"display","data":{{"text/plain":"{t}"}}}}"#) + "\n";
         m.receive(display("a").as_bytes());
         m.receive(b"{\"type\":\"log\",\"text\":\"between\\n\"}\n");
@@ -923,7 +926,7 @@ mod tests {
         let r = m.finish(None);
         assert_eq!(r.dropped_frames, 1, "the duplicate MIME type");
         let texts: Vec<_> = r.displays.iter().map(|d| d.get("text/plain").unwrap_or("").to_owned()).collect();
-        assert_eq!(texts, ["a", "P", "[pycage] display output truncated at 187 bytes"]);
+        assert_eq!(texts, ["a", "P", "[pycage] display output truncated at 699 bytes"]);
         assert_eq!(r.displays[1].get("image/png"), Some("iVBO"));
         assert_eq!(r.displays[1].metadata.as_ref().unwrap().to_string(), r#"{"image/png":{"width":2}}"#);
         let streamed: Vec<_> = events
@@ -936,7 +939,7 @@ mod tests {
             .collect();
         assert_eq!(
             streamed,
-            ["display a", "log between", "display P", "display [pycage] display output truncated at 187 bytes"]
+            ["display a", "log between", "display P", "display [pycage] display output truncated at 699 bytes"]
         );
         let json = r.to_json().to_string();
         assert!(json.contains(r#""displays":[{"data":{"text/plain":"a"},"metadata":{}},"#), "{json}");
