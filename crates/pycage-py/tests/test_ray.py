@@ -453,7 +453,7 @@ return {"first": first, "sum": sum(doubled), "refused": refused, "missing": miss
     assert remote.value["missing"] == ["get", "'zz'"]
     assert remote.value["not_json"].startswith("t.when returned a value that cannot cross as JSON: $: object is not")
     assert remote.value["a"] == 1
-    assert "double(x)" in remote.value["help"], remote.value["help"]  # the driver's callable, not a proxy
+    assert "double(*, x)" in remote.value["help"], remote.value["help"]  # the driver's callable, not a proxy
     seen.clear()
     assert local.run(program, bindings=bindings) == remote  # the same Result as locally
 
