@@ -81,6 +81,15 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         json.key("isolation")?;
         json.string(config.isolation.as_str())?;
         lines.push(format!("isolation: {}", config.isolation.as_str()));
+        if config.isolation == Isolation::Process && rustix::process::geteuid().is_root() {
+            // Process isolation keeps the caller's uid: as root, a program
+            // can read and write whatever root can.
+            lines.push(
+                "warning: programs run as root (uid 0) with process isolation: they can read and change what root \
+                 can; use the sandbox, or run pycage as another user"
+                    .into(),
+            );
+        }
         json.key("interpreter")?;
         json.begin_object()?;
         match &interpreter {

@@ -82,6 +82,13 @@ pub struct McpArgs {
           value_parser = at_least_one::<usize>)]
     max_sessions_per_client: usize,
 
+    /// run_python calls one client may have in flight (every client of one
+    /// token together); more are refused at once, so one client cannot
+    /// queue every other client's runs behind its own.
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().max_runs_per_client,
+          value_parser = at_least_one::<usize>)]
+    max_runs_per_client: usize,
+
     /// A session ends after this many seconds without a run (at least 1).
     #[arg(long, value_name = "N", default_value_t = ServerOptions::default().session_idle.as_secs(),
           value_parser = at_least_one::<u64>)]
@@ -184,6 +191,7 @@ fn server_options(args: &McpArgs) -> anyhow::Result<ServerOptions> {
         expose_tools: args.expose_tools,
         max_sessions: args.max_sessions,
         max_sessions_per_client: args.max_sessions_per_client,
+        max_runs_per_client: args.max_runs_per_client,
         session_idle: std::time::Duration::from_secs(args.session_idle_seconds),
         input_limits: InputLimits {
             max_files: args.max_input_files,

@@ -557,6 +557,14 @@ fn doctor_reports_layers_and_exit_status() {
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("interpreter: MISSING"), "{text}");
+    // As root, process isolation runs programs as root: the doctor says so.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pycage"))
+        .args(["doctor", "--isolation", "process"])
+        .output()
+        .unwrap();
+    let process = String::from_utf8_lossy(&out.stdout);
+    let root = rustix::process::geteuid().is_root();
+    assert_eq!(process.contains("warning: programs run as root (uid 0) with process isolation"), root, "{process}");
     // Budgets as `run` takes them: the doctor shows those, not the defaults;
     // a bad one is refused in the flag's words.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pycage"))

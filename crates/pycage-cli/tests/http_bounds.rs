@@ -3,7 +3,8 @@
 //! are refused with 503, connections that send no complete request
 //! headers (or sit idle after a response) are closed after
 //! `--http-header-timeout-seconds` while a response in flight is never cut,
-//! and an `initialize` beyond `--max-mcp-sessions` is refused with 503.
+//! an `initialize` beyond `--max-mcp-sessions` is refused with 503, and a
+//! run beyond `--max-runs-per-client` is refused at once.
 //!
 //! Plain HTTP/1.1 over `TcpStream`: no MCP client needed (a run's Python
 //! is the only dependency, in one test).
@@ -229,4 +230,75 @@ fn the_mcp_session_cap_refuses_the_next_initialize() {
     assert!((200..300).contains(&deleted.status), "{}\n{}", deleted.head, deleted.body);
     let again = initialize(&addr);
     assert_eq!(again.status, 200, "{}\n{}", again.head, again.body);
+}
+
+/// Reads SSE from `s` until an event line contains `needle`; that event's data.
+fn read_event(s: &mut TcpStream, needle: &str) -> Value {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(line) = String::from_utf8_lossy(&got).lines().find(|l| l.starts_with("data:") && l.contains(needle))
+        {
+            return serde_json::from_str(line.trim_start_matches("data:").trim()).unwrap();
+        }
+        let n = s.read(&mut buf).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&got)));
+        assert!(n > 0, "closed before {needle}: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// One client (here: two MCP sessions of one token) may have at most
+/// `--max-runs-per-client` runs in flight; one more is refused at once,
+/// and the run in flight is not disturbed.
+#[test]
+fn runs_in_flight_are_capped_per_client() {
+    let (_server, addr) = serve(&["--max-runs-per-client", "1"]);
+    let auth = bearer();
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let answer = initialize(&addr);
+        assert_eq!(answer.status, 200, "{}\n{}", answer.head, answer.body);
+        let id = answer.header("mcp-session-id").unwrap().to_owned();
+        let headers =
+            [("Authorization", auth.as_str()), ("Mcp-Session-Id", &id), ("MCP-Protocol-Version", "2025-11-25")];
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        assert_eq!(request(&addr, "POST", &headers, Some(&initialized)).status, 202);
+        sessions.push(id);
+    }
+    let headers = |id: &str| -> Vec<(String, String)> {
+        vec![
+            ("Authorization".into(), auth.clone()),
+            ("Mcp-Session-Id".into(), id.to_owned()),
+            ("MCP-Protocol-Version".into(), "2025-11-25".into()),
+        ]
+    };
+    let call = |id: u64, code: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "run_python", "arguments": {"code": code}, "_meta": {"progressToken": id}}})
+    };
+    let first_headers = headers(&sessions[0]);
+    let first_headers: Vec<(&str, &str)> = first_headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut first = connect(&addr);
+    let slow = "print('started')\nimport time\ntime.sleep(3)\nreturn 6 * 7";
+    send(&mut first, &addr, "POST", &first_headers, Some(&call(2, slow)), false);
+    // Its log line arrives as progress: the run holds its slot by then.
+    let progress = read_event(&mut first, "notifications/progress");
+    assert_eq!(progress["params"]["message"], json!("started"), "{progress}");
+
+    let second_headers = headers(&sessions[1]);
+    let second_headers: Vec<(&str, &str)> = second_headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut second = connect(&addr);
+    send(&mut second, &addr, "POST", &second_headers, Some(&call(3, "1 + 1")), true);
+    let refused = read_event(&mut second, r#""id":3"#);
+    assert_eq!(refused["result"]["isError"], json!(true), "{refused}");
+    let text = refused["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("this client already has 1 run in flight"), "{refused}");
+
+    let done = read_event(&mut first, r#""id":2"#);
+    assert_eq!(done["result"]["structuredContent"]["value"], json!(42), "{done}");
+    // The slot is free again once the run has answered.
+    let mut third = connect(&addr);
+    send(&mut third, &addr, "POST", &second_headers, Some(&call(4, "1 + 1")), true);
+    let ok = read_event(&mut third, r#""id":4"#);
+    assert_eq!(ok["result"]["structuredContent"]["value"], json!(2), "{ok}");
 }

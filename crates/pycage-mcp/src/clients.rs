@@ -11,6 +11,9 @@
 //! the session is reachable only by a name the server made unguessable, and
 //! told the caller (MCP's "explicit state handles").
 //!
+//! Runs: each client may have `max_runs_per_client` runs in flight
+//! ([`Registry::run_slot`]; every owner of one bearer token together).
+//!
 //! Slots: each client may hold `per_client` open sessions (an owner; with
 //! bearer tokens, every owner of one token together: each MCP session it
 //! opens is bound to it), and the server `total` across clients. A session that has ended (a failed run, idle, too
@@ -147,6 +150,35 @@ impl Client {
 struct State {
     clients: HashMap<Owner, Client>,
     next_entry: u64,
+    /// Runs in flight per [`RunKey`].
+    runs: HashMap<RunKey, usize>,
+}
+
+/// Whose runs count together against `max_runs_per_client`: every owner
+/// of one bearer token (its MCP sessions included), else the owner.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum RunKey {
+    Principal(String),
+    Owner(Owner),
+}
+
+/// One run in flight of a client, counted until dropped.
+#[derive(Debug)]
+pub(crate) struct RunSlot {
+    registry: Arc<Registry>,
+    key: RunKey,
+}
+
+impl Drop for RunSlot {
+    fn drop(&mut self) {
+        let mut state = self.registry.lock();
+        if let Some(n) = state.runs.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                state.runs.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// Slot limits.
@@ -185,6 +217,31 @@ impl Registry {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind: go on.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A slot for one more run of `owner`, or why not: one client may have
+    /// at most `max` runs in flight, so that it cannot take every run slot
+    /// of the runtime and queue everyone else's runs behind its own.
+    pub(crate) fn run_slot(self: &Arc<Self>, owner: &Owner, max: usize) -> Result<RunSlot, Refusal> {
+        let mut state = self.lock();
+        let principal = match owner {
+            Owner::Principal(p) => Some(p.clone()),
+            other => state.clients.get(other).and_then(|c| c.principal.clone()),
+        };
+        let key = match principal {
+            Some(p) => RunKey::Principal(p),
+            None => RunKey::Owner(owner.clone()),
+        };
+        let n = state.runs.entry(key.clone()).or_insert(0);
+        if *n >= max {
+            let runs = if max == 1 { "run" } else { "runs" };
+            return Err(Refusal(format!(
+                "this client already has {max} {runs} in flight, the most one client may have at once: wait for \
+                 one to finish (or run the steps in one program: its tool calls run concurrently)"
+            )));
+        }
+        *n += 1;
+        Ok(RunSlot { registry: Arc::clone(self), key })
     }
 
     /// Registers an MCP session the transport just created.
@@ -455,6 +512,30 @@ mod tests {
         assert_eq!(reg.names(&owner), ["s"]);
         assert_eq!(reg.session(&owner, "s", &rt, options).unwrap().entry.id, new.entry.id);
         rt.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn runs_in_flight_are_capped_per_client_and_per_token() {
+        let reg = Arc::new(Registry::new(Limits { per_client: 4, total: 8 }, Duration::from_secs(60)));
+        let a = Owner::McpSession("a".into());
+        let b = Owner::McpSession("b".into());
+        let (c, d) = (Owner::McpSession("c".into()), Owner::McpSession("d".into()));
+        for owner in [&a, &b, &c, &d] {
+            reg.opened(owner.clone());
+        }
+        let first = reg.run_slot(&a, 2).unwrap();
+        let _second = reg.run_slot(&a, 2).unwrap();
+        let refused = reg.run_slot(&a, 2).unwrap_err().0;
+        assert!(refused.starts_with("this client already has 2 runs in flight"), "{refused}");
+        let _other = reg.run_slot(&b, 2).unwrap();
+        drop(first);
+        let _again = reg.run_slot(&a, 2).unwrap();
+        // Two MCP sessions of one token count together, with its own requests.
+        assert!(reg.bind_principal("c", Some("TOKEN")) && reg.bind_principal("d", Some("TOKEN")));
+        let _c = reg.run_slot(&c, 2).unwrap();
+        let _d = reg.run_slot(&d, 2).unwrap();
+        assert!(reg.run_slot(&Owner::Principal("TOKEN".into()), 2).is_err());
+        assert!(reg.run_slot(&c, 2).is_err());
     }
 
     #[tokio::test]

@@ -35,6 +35,10 @@ pub struct ServerOptions {
     pub max_sessions: usize,
     /// Named sessions one client may hold open.
     pub max_sessions_per_client: usize,
+    /// `run_python` calls one client may have in flight (every client of
+    /// one bearer token together); more are refused at once, so one client
+    /// cannot take every run slot of the runtime and queue the others.
+    pub max_runs_per_client: usize,
     /// A session ends after this long without a run (at least a second).
     pub session_idle: Duration,
     /// How long an MCP session over HTTP may hold no response stream open
@@ -57,6 +61,7 @@ impl Default for ServerOptions {
             expose_tools: false,
             max_sessions: 16,
             max_sessions_per_client: 4,
+            max_runs_per_client: 16,
             session_idle: Duration::from_secs(600),
             reconnect_grace: Duration::from_secs(10),
             input_limits: InputLimits { max_files: 16, max_file_bytes: 1 << 20, max_total_bytes: 4 << 20 },
@@ -72,8 +77,8 @@ impl ServerOptions {
         if self.session_idle < Duration::from_secs(1) {
             return Err("session_idle must be at least 1 s (0 would end every session before its first run)".into());
         }
-        if self.max_sessions == 0 || self.max_sessions_per_client == 0 {
-            return Err("max_sessions and max_sessions_per_client must be at least 1".into());
+        if self.max_sessions == 0 || self.max_sessions_per_client == 0 || self.max_runs_per_client == 0 {
+            return Err("max_sessions, max_sessions_per_client and max_runs_per_client must be at least 1".into());
         }
         if let Some(dir) = &self.output_dir {
             if !dir.is_absolute() {
@@ -240,6 +245,11 @@ impl CodeModeServer {
         let owner = owner(&context);
         let Some(life) = self.inner.registry.life(&owner) else {
             return Ok(refused("this MCP session has closed"));
+        };
+        // Held until the call returns; taken before any input is written.
+        let _run_slot = match self.inner.registry.run_slot(&owner, self.inner.options.max_runs_per_client) {
+            Ok(slot) => slot,
+            Err(Refusal(message)) => return Ok(refused(message)),
         };
         let inputs = match files.map(|f| files::write_inputs(f, self.inner.options.input_limits)) {
             Some(Ok(inputs)) => inputs,

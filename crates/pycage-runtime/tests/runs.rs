@@ -547,11 +547,12 @@ return [
     let r = run_ns(&rt, program, vec![ns]).await;
     assert_eq!(
         value(&r),
-        r#"["async def echo(*, x: int) -> int:\n    \"\"\"Echoes.\"\"\"","the tool","Tools for \"tests\".",true,true]"#
+        r#"["async def echo(*, x: int) -> int:\n    \"\"\"Echoes.\"\"\"","the tool","Tools for \"tests\".\n\nFunctions:\n  async def echo(*, x: int) -> int\n  getattr(tools, 'my-tool')(...)",true,true]"#
     );
-    // A namespace without docs keeps Python's defaults.
+    // Without docs, a member keeps Python's default, and the namespace
+    // still lists its functions.
     let r = run_ns(&rt, "return [tools.echo.__doc__, tools.__doc__]", vec![echo_ns()]).await;
-    assert_eq!(value(&r), "[null,null]");
+    assert_eq!(value(&r), r#"[null,"Functions:\n  tools.echo(...)"]"#);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -287,7 +287,13 @@ fn probe_namespaces(as_root: bool) -> Namespaces {
             };
         }
     };
-    let who = if as_root { format!("uid {PROBE_ID}") } else { "the current uid".to_string() };
+    // As root, each run gets an unprivileged host uid of its own: the probe
+    // checks one such uid, not root.
+    let who = if as_root {
+        format!("uid {PROBE_ID} (as root, runs get unprivileged uids of their own; this one stands in for them)")
+    } else {
+        "the current uid".to_string()
+    };
     let not_tried = |what: &str| Layer::no(format!("not tried: {what} needs the user namespace, which is unavailable"));
     let user = match (report[CHECK_DROP], report[CHECK_USER], report[CHECK_USER_MAP]) {
         (errno, _, _) if errno > 0 => Layer::no(format!("could not drop to uid {PROBE_ID}: {}", describe(errno))),
