@@ -12,9 +12,9 @@
 //! last [`MAX_STDERR_BYTES`] (the rest is drained and discarded so the
 //! command never blocks on a full pipe). A non-zero exit, a timeout, a
 //! failed spawn or output that is not JSON rejects the call with a message
-//! built from the exit status and the last non-empty line of stderr (at
-//! most [`MAX_STDERR_LINE_BYTES`]); the program sees it as a raised
-//! exception. Only that line: a traceback's frames name host paths and
+//! built from the function as the program called it (`tools.stock`), the
+//! exit status and the last non-empty line of stderr (at most
+//! [`MAX_STDERR_LINE_BYTES`]); the program sees it as a raised exception. Only that line: a traceback's frames name host paths and
 //! source lines the program has no business reading, and its last line is
 //! the exception (`ValueError: unknown warehouse 'atlantis'`), which is
 //! what a model needs to correct its call.
@@ -80,8 +80,12 @@ impl Drop for GroupGuard {
 }
 
 /// Runs the command once for a call of run `cx.run`, in one of `slots`.
+/// `label` is how the program called it (`tools.stock`): rejections name
+/// it, not the host command (which the program did not call, and whose
+/// path is the host's business), except when the command cannot start.
 pub async fn call(
     spec: &CommandSpec,
+    label: &str,
     args: JsonValue,
     cx: CallContext,
     slots: &CommandSlots,
@@ -106,7 +110,8 @@ pub async fn call(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| BindingError::new(format!("could not start {}: {e}", spec.argv0)))?;
+    let mut child =
+        cmd.spawn().map_err(|e| BindingError::new(format!("{label}: could not start {}: {e}", spec.argv0)))?;
     let mut guard = GroupGuard(child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw));
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
 
@@ -125,21 +130,18 @@ pub async fn call(
     };
     let outcome = tokio::time::timeout(spec.timeout, work).await;
     let (status, out, err) = match outcome {
-        Err(_) => {
-            return Err(BindingError::new(format!("{} timed out after {} ms", spec.argv0, spec.timeout.as_millis())))
-        }
-        Ok(Err(r)) => return Err(BindingError::new(r.message(&spec.argv0))),
+        Err(_) => return Err(BindingError::new(format!("{label} timed out after {} ms", spec.timeout.as_millis()))),
+        Ok(Err(r)) => return Err(BindingError::new(r.message(label))),
         Ok(Ok(done)) => done,
     };
     // The leader is reaped: its pgid may be reused from here on.
     guard.0 = None;
     let stderr_note = err.note();
     if !status.success() {
-        return Err(BindingError::new(format!("{} failed ({status}){stderr_note}", spec.argv0)));
+        return Err(BindingError::new(format!("{label} failed ({status}){stderr_note}")));
     }
-    JsonValue::parse(&out).map_err(|e| {
-        BindingError::new(format!("{} did not print one JSON document on stdout ({e}){stderr_note}", spec.argv0))
-    })
+    JsonValue::parse(&out)
+        .map_err(|e| BindingError::new(format!("{label} did not print one JSON document on stdout ({e}){stderr_note}")))
 }
 
 /// Why a call was abandoned before the command finished.
@@ -149,12 +151,12 @@ enum Rejection {
 }
 
 impl Rejection {
-    fn message(&self, argv0: &str) -> String {
+    fn message(&self, label: &str) -> String {
         match self {
             Rejection::StdoutOverCap => {
-                format!("{argv0} printed more than {MAX_STDOUT_BYTES} bytes on stdout")
+                format!("{label} printed more than {MAX_STDOUT_BYTES} bytes on stdout")
             }
-            Rejection::Io(e) => format!("{argv0}: {e}"),
+            Rejection::Io(e) => format!("{label}: {e}"),
         }
     }
 }
@@ -236,12 +238,15 @@ mod tests {
         }
     }
 
+    /// How the program called the command in these tests.
+    const LABEL: &str = "tools.t";
+
     fn slots() -> CommandSlots {
         CommandSlots::new(crate::slots::SlotLimits::default())
     }
 
     async fn run(script: &str, args: &str) -> Result<String, String> {
-        call(&sh(script, 10_000), JsonValue::parse(args.as_bytes()).unwrap(), CallContext::detached(), &slots())
+        call(&sh(script, 10_000), LABEL, JsonValue::parse(args.as_bytes()).unwrap(), CallContext::detached(), &slots())
             .await
             .map(|v| v.to_canonical_string())
             .map_err(|e| e.message)
@@ -256,12 +261,12 @@ mod tests {
 
     #[tokio::test]
     async fn rejections() {
-        assert_eq!(run("echo oops >&2; exit 3", "{}").await.unwrap_err(), "sh failed (exit status: 3): oops");
-        assert_eq!(run("exit 4", "{}").await.unwrap_err(), "sh failed (exit status: 4)");
+        assert_eq!(run("echo oops >&2; exit 3", "{}").await.unwrap_err(), "tools.t failed (exit status: 3): oops");
+        assert_eq!(run("exit 4", "{}").await.unwrap_err(), "tools.t failed (exit status: 4)");
         let e = run("echo not json; echo why >&2", "{}").await.unwrap_err();
-        assert!(e.starts_with("sh did not print one JSON document on stdout (") && e.ends_with("): why"), "{e}");
+        assert!(e.starts_with("tools.t did not print one JSON document on stdout (") && e.ends_with("): why"), "{e}");
         let e = run("kill -9 $$", "{}").await.unwrap_err();
-        assert!(e.starts_with("sh failed (signal: 9"), "{e}");
+        assert!(e.starts_with("tools.t failed (signal: 9"), "{e}");
     }
 
     #[tokio::test]
@@ -269,18 +274,18 @@ mod tests {
         // A Python tool's traceback: its frames name host paths.
         let tb = r#"printf 'Traceback (most recent call last):\n  File "/home/me/tools/stock.py", line 9, in <module>\n    raise ValueError(w)\nValueError: unknown warehouse atlantis\n\n' >&2; exit 1"#;
         let e = run(tb, "{}").await.unwrap_err();
-        assert_eq!(e, "sh failed (exit status: 1): ValueError: unknown warehouse atlantis");
+        assert_eq!(e, "tools.t failed (exit status: 1): ValueError: unknown warehouse atlantis");
         // The last line survives any amount of stderr before it.
         let e = run("head -c 100000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'the end' >&2; exit 1", "{}")
             .await
             .unwrap_err();
-        assert_eq!(e, "sh failed (exit status: 1): the end");
+        assert_eq!(e, "tools.t failed (exit status: 1): the end");
     }
 
     #[tokio::test]
     async fn a_long_last_line_is_cut() {
         let e = run("head -c 100000 /dev/zero | tr '\\0' x >&2; exit 1", "{}").await.unwrap_err();
-        let want = format!("sh failed (exit status: 1): …{} [cut]", "x".repeat(MAX_STDERR_LINE_BYTES - "…".len()));
+        let want = format!("tools.t failed (exit status: 1): …{} [cut]", "x".repeat(MAX_STDERR_LINE_BYTES - "…".len()));
         assert_eq!(e, want);
         let e = run("printf 'é%.0s' $(seq 400) >&2; exit 1", "{}").await.unwrap_err();
         assert!(e.ends_with(" [cut]") && e.len() < MAX_STDERR_LINE_BYTES + 64, "{e}");
@@ -290,8 +295,8 @@ mod tests {
     async fn timeout_kills_the_group() {
         let start = std::time::Instant::now();
         let spec = sh("sleep 30 & sleep 30; echo 1", 200);
-        let e = call(&spec, JsonValue::null(), CallContext::detached(), &slots()).await.unwrap_err().message;
-        assert_eq!(e, "sh timed out after 200 ms");
+        let e = call(&spec, LABEL, JsonValue::null(), CallContext::detached(), &slots()).await.unwrap_err().message;
+        assert_eq!(e, "tools.t timed out after 200 ms");
         assert!(start.elapsed() < Duration::from_secs(5));
     }
 
@@ -300,8 +305,8 @@ mod tests {
         let mut spec = sh("", 1000);
         spec.program = "/nonexistent/pycage-tool".into();
         spec.argv0 = "pycage-tool".into();
-        let e = call(&spec, JsonValue::null(), CallContext::detached(), &slots()).await.unwrap_err().message;
-        assert!(e.starts_with("could not start pycage-tool: "), "{e}");
+        let e = call(&spec, LABEL, JsonValue::null(), CallContext::detached(), &slots()).await.unwrap_err().message;
+        assert!(e.starts_with("tools.t: could not start pycage-tool: "), "{e}");
     }
 
     #[tokio::test]
@@ -313,13 +318,13 @@ mod tests {
         // One call holds the only slot; the second queues behind it.
         let busy = sh("sleep 1; echo 1", 10_000);
         let s = slots.clone();
-        let first = tokio::spawn(async move { call(&busy, JsonValue::null(), holder, &s).await });
+        let first = tokio::spawn(async move { call(&busy, LABEL, JsonValue::null(), holder, &s).await });
         tokio::time::sleep(Duration::from_millis(100)).await;
         let queued = CallContext::detached();
         let settled = queued.settled.clone();
         let spec = sh(&format!("touch {}; echo 1", marker.display()), 10_000);
         let s = slots.clone();
-        let second = tokio::spawn(async move { call(&spec, JsonValue::null(), queued, &s).await });
+        let second = tokio::spawn(async move { call(&spec, LABEL, JsonValue::null(), queued, &s).await });
         tokio::time::sleep(Duration::from_millis(100)).await;
         settled.cancel();
         let e = second.await.unwrap().unwrap_err().message;

@@ -235,10 +235,16 @@ fn namespace_members(
             file::FunctionKind::Command(spec) => {
                 let spec = Arc::new(spec.clone());
                 let slots = slots.clone();
+                // What the program wrote, for its error messages.
+                let label: Arc<str> = if crate::spelling::is_python_identifier(name) {
+                    format!("{}.{name}", ns.global).into()
+                } else {
+                    format!("getattr({}, {name:?})", ns.global).into()
+                };
                 Binding::with_context(move |args, cx| {
-                    let spec = Arc::clone(&spec);
+                    let (spec, label) = (Arc::clone(&spec), Arc::clone(&label));
                     let slots = slots.clone();
-                    async move { command::call(&spec, args, cx, &slots).await }
+                    async move { command::call(&spec, &label, args, cx, &slots).await }
                 })
             }
             file::FunctionKind::Http(spec) => {

@@ -230,12 +230,15 @@ fn failing_command_raises_unless_caught() {
     assert_exit(&o, 1);
     let err = stderr(&o);
     assert!(err.starts_with("error: exception: "), "{err}");
-    assert!(err.contains("./bin/fail.sh failed (exit status: 3): no such user: an arg"), "{err}");
+    assert!(err.contains("getattr(tools, \"my-tool\") failed (exit status: 3): no such user: an arg"), "{err}");
 
     let program = "try:\n    await getattr(tools, 'my-tool')({})\nexcept Exception as e:\n    return str(e)";
     let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
     assert_exit(&o, 0);
-    assert_eq!(stdout(&o), "{\"value\":\"./bin/fail.sh failed (exit status: 3): no such user: an arg\",\"logs\":[]}\n");
+    assert_eq!(
+        stdout(&o),
+        "{\"value\":\"getattr(tools, \\\"my-tool\\\") failed (exit status: 3): no such user: an arg\",\"logs\":[]}\n"
+    );
 }
 
 #[test]
@@ -246,7 +249,7 @@ fn error_class_carries_the_member_name() {
     assert_exit(&o, 0);
     assert_eq!(
         stdout(&o),
-        "{\"value\":[\"fail\",\"./bin/fail.sh failed (exit status: 3): no such user: x\",true],\"logs\":[]}\n"
+        "{\"value\":[\"fail\",\"tools.fail failed (exit status: 3): no such user: x\",true],\"logs\":[]}\n"
     );
 }
 
@@ -282,7 +285,7 @@ fn a_commands_traceback_does_not_reach_the_program() {
     assert_exit(&o, 0);
     assert_eq!(
         stdout(&o),
-        "{\"value\":\"python3 failed (exit status: 1): ValueError: unknown warehouse 'atlantis'\",\"logs\":[]}\n"
+        "{\"value\":\"tools.stock failed (exit status: 1): ValueError: unknown warehouse 'atlantis'\",\"logs\":[]}\n"
     );
 }
 
@@ -344,7 +347,7 @@ fn command_timeout_rejects_the_call() {
     let program = "try:\n    await tools.slow([])\nexcept Exception as e:\n    return str(e)";
     let o = run_in(dir.path(), &["--json", "--bindings", "bindings.toml", "-c", program]);
     assert_exit(&o, 0);
-    assert_eq!(stdout(&o), "{\"value\":\"./slow.sh timed out after 300 ms\",\"logs\":[]}\n");
+    assert_eq!(stdout(&o), "{\"value\":\"tools.slow timed out after 300 ms\",\"logs\":[]}\n");
     assert!(start.elapsed() < Duration::from_secs(10), "the sleeping command was not waited for");
 }
 
