@@ -108,16 +108,22 @@ def _call_label(glob, name):
     return f"{glob}.{name}" if is_ident(name) else f"getattr({glob}, {name!r})"
 
 
-def _usage(doc):
-    """``; call it as: async def name(*, ...) -> ...`` from a member's help
-    text when it starts with its signature (every host's stubs do), else
-    nothing: what a model needs to fix a call the convention refused."""
+def _signature_line(doc):
+    """``async def name(*, ...) -> ...`` (without its colon) when a member's
+    help text starts with its signature, as every host's stubs do; else None."""
     if type(doc) is not str or not doc.startswith("async def "):
-        return ""
+        return None
     line = doc.split("\n", 1)[0]
-    if not line.endswith(":") or len(line) > _USAGE_CHARS:
+    return line[:-1] if line.endswith(":") else None
+
+
+def _usage(doc):
+    """``; call it as: <signature>``, or nothing: what a model needs to fix a
+    call the convention refused."""
+    line = _signature_line(doc)
+    if line is None or len(line) >= _USAGE_CHARS:
         return ""
-    return f"; call it as: {line[:-1]}"
+    return f"; call it as: {line}"
 
 
 def _call_payload(label, args, kwargs, doc):
@@ -222,14 +228,10 @@ def missing_member_message(glob, attr, members):
 
 
 def _summary(glob, name, member):
-    """One line of ``help(<glob>)`` for a member: its signature from its
-    help text (every host's stubs start with it), else how to call it."""
-    doc = member.__doc__
-    if type(doc) is str and doc.startswith("async def "):
-        line = doc.split("\n", 1)[0]
-        if line.endswith(":"):
-            return line[:-1]
-    return f"{_call_label(glob, name)}(...)"
+    """One line of ``help(<glob>)`` for a member: its signature, else how to
+    call it."""
+    line = _signature_line(member.__doc__)
+    return f"{_call_label(glob, name)}(...)" if line is None else line
 
 
 def namespace_help(glob, members, doc):
