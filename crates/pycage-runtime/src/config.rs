@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use pycage_protocol::limits;
 
-use crate::net::NetRule;
+use pycage_egress::NetRule;
 
 /// How a run is contained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -332,11 +332,11 @@ impl RuntimeConfig {
             }
         }
         for req in &self.with_packages {
-            crate::packages::Requirement::parse(req)
+            pycage_packages::Requirement::parse(req)
                 .map_err(|problem| ConfigError { field: "with_packages", problem })?;
         }
         for name in self.allow_packages.iter().flatten() {
-            if !crate::packages::is_project_name(name) {
+            if !pycage_packages::is_project_name(name) {
                 return Err(ConfigError {
                     field: "allow_packages",
                     problem: format!("{name:?} is not a package name (letters, digits, '.', '_', '-')"),

@@ -53,7 +53,7 @@ pub enum RuntimeError {
     Preload(crate::interpreter::PreloadFailure),
     /// The caller's `RuntimeConfig::with_packages` could not be installed.
     #[error("{}", packages_problem(.0, &RustSpelling))]
-    Packages(crate::packages::PackageError),
+    Packages(pycage_packages::PackageError),
 }
 
 fn venv_problem(path: &std::path::Path, problem: &str, spelling: &dyn Spelling) -> String {
@@ -72,7 +72,7 @@ fn preload_problem(failure: &crate::interpreter::PreloadFailure, spelling: &dyn 
     format!("{} {}: {}{hint}", spelling.setting(Setting::Preload), failure.module, failure.why)
 }
 
-fn packages_problem(e: &crate::packages::PackageError, spelling: &dyn Spelling) -> String {
+fn packages_problem(e: &pycage_packages::PackageError, spelling: &dyn Spelling) -> String {
     format!("{}: {e}", spelling.setting(Setting::WithPackages))
 }
 

@@ -76,7 +76,6 @@ mod channel;
 pub mod cleanup;
 pub mod config;
 mod display;
-mod egress;
 mod error;
 pub mod files;
 pub mod interpreter;
@@ -85,9 +84,11 @@ pub mod lease;
 pub mod ledger;
 mod lifecycle;
 pub mod names;
-pub mod net;
+/// The egress allow-list and network report (the `pycage-egress` crate).
+pub use pycage_egress as net;
 mod outcome;
-pub mod packages;
+/// A run's declared packages (the `pycage-packages` crate).
+pub use pycage_packages as packages;
 mod probe_cache;
 mod process;
 mod request;
@@ -96,7 +97,8 @@ mod runtime;
 mod session;
 mod spelling;
 mod sync;
-pub mod watchdog;
+/// Run-wide CPU and memory (the `pycage-watchdog` crate).
+pub use pycage_watchdog as watchdog;
 
 pub use bindings::{Binding, BindingError, BindingFuture, CallContext, ErrorClass, Namespace, RunId};
 pub use blocking::{block_on, forget_wait_hint};
@@ -133,11 +135,11 @@ pub fn serve_shell_helper() -> std::io::Result<()> {
 pub use launch::spawn::{SpawnError, StartError};
 pub use launch::zygote::ZygoteError;
 pub use names::NameError;
-pub use net::{Connection, NetBudget, NetHost, NetRule, NetRuleError, NetworkReport};
 pub use outcome::{FailureKind, RunEvent, RunFailure, RunResult};
 pub use packages::{PackageError, PACKAGES_DIR};
 pub use probe_cache::default_cache_dir;
 pub use process::run_in_background;
+pub use pycage_egress::{Connection, NetBudget, NetHost, NetRule, NetRuleError, NetworkReport};
 pub use pycage_protocol::JsonValue;
 pub use runtime::{MisuseError, RunLimits, RunRequest, Runtime, SandboxView};
 pub use session::{Session, SessionError, SessionOptions, SessionRun};

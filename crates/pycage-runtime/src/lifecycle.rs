@@ -10,7 +10,7 @@
 //! - waiting for a place among the runs in flight (`max_concurrent_runs`):
 //!   a run cancelled in the queue settles as `abort` at once and gives its
 //!   place up; its wall clock has not started;
-//! - its declared packages (`crate::packages`): found in the cache, or
+//! - its declared packages (`pycage_packages`): found in the cache, or
 //!   installed by the host, before the wall clock starts (bounded by
 //!   `install_timeout` instead); a failure settles as `dependencies`;
 //! - waiting for a worker (a pooled child, a fork by the zygote, a sandbox
@@ -39,14 +39,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::bindings::{Namespace, RunId};
 use crate::config::RuntimeConfig;
-use crate::egress::Egress;
 use crate::error::RuntimeError;
 use crate::launch::site::{self, RunSite};
 use crate::launch::spawn::Worker;
 use crate::launch::Launcher;
 use crate::outcome::{FailureKind, RunEvent, RunResult};
-use crate::run::{self, ChildAfter, Opening, RunMachine};
-use crate::watchdog::{Budget, Scope};
+use crate::run::{self, BudgetWatch, ChildAfter, Opening, RunMachine};
+use pycage_egress::Egress;
+use pycage_watchdog::{Budget, Scope};
 
 /// What every run of a runtime shares: its launcher, its admission queue,
 /// its shutdown and the tasks shutdown waits for. The public `Runtime` and
@@ -62,7 +62,7 @@ pub(crate) struct Core {
     /// watchdogs): what `Runtime::wait_idle` waits for.
     work: TaskTracker,
     /// This runtime's scan of `/proc` (see `watchdog`), shared by its runs.
-    scan: Arc<crate::watchdog::ScanCache>,
+    scan: Arc<pycage_watchdog::ScanCache>,
 }
 
 impl Core {
@@ -76,7 +76,7 @@ impl Core {
             shutdown: CancellationToken::new(),
             tracker: TaskTracker::new(),
             work: TaskTracker::new(),
-            scan: Arc::new(crate::watchdog::ScanCache::default()),
+            scan: Arc::new(pycage_watchdog::ScanCache::default()),
         })
     }
 
@@ -97,7 +97,7 @@ impl Core {
         self.launcher.sandboxed()
     }
 
-    pub(crate) fn scan_cache(&self) -> Arc<crate::watchdog::ScanCache> {
+    pub(crate) fn scan_cache(&self) -> Arc<pycage_watchdog::ScanCache> {
         Arc::clone(&self.scan)
     }
 
@@ -160,7 +160,7 @@ pub(crate) struct Kept {
     pub worker: Worker,
     pub site: RunSite,
     /// Its processes' `/proc` files, held for the session's samples.
-    pub held: Arc<crate::watchdog::HeldFiles>,
+    pub held: Arc<pycage_watchdog::HeldFiles>,
 }
 
 impl Kept {
@@ -230,10 +230,10 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     //     the host's work, bounded by its own timeout.
     let sys_path = match rt.launcher.packages(&program, &cancel, &stop).await {
         Ok(paths) => paths,
-        Err(crate::packages::PackageError::Cancelled) if stop.is_cancelled() => {
+        Err(pycage_packages::PackageError::Cancelled) if stop.is_cancelled() => {
             return settled(FailureKind::Abort, stop_message(rt));
         }
-        Err(crate::packages::PackageError::Cancelled) => {
+        Err(pycage_packages::PackageError::Cancelled) => {
             return settled(
                 FailureKind::Abort,
                 "the run was cancelled by the caller while its packages were installed",
@@ -299,7 +299,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     let budget = Budget { cpu: Duration::from_secs(config.cpu_seconds), memory_bytes: config.address_space_bytes };
     let is_session = session_slot.is_some();
     let watch = match session_slot {
-        None => crate::watchdog::budget_watch(scope, budget, Duration::ZERO, rt.scan_cache()),
+        None => budget_watch(scope, budget, Duration::ZERO, rt.scan_cache()),
         Some((baseline, held)) => session_watch(scope, budget, baseline, rt.scan_cache(), held),
     };
     let machine = RunMachine::with_sys_path(
@@ -313,11 +313,13 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     );
     // With an allow-list, the run's connections are served while it is in
     // flight (a session's, cell by cell), and reported with its result.
-    let egress = site.egress_listener().and_then(|listener| match listener.and_then(|l| Egress::start(l, &config)) {
-        Ok(egress) => Some(egress),
-        Err(e) => {
-            tracing::warn!("the run's egress proxy could not start: {e}");
-            None
+    let egress = site.egress_listener().and_then(|listener| {
+        match listener.and_then(|l| Egress::start(l, egress_limits(&config))) {
+            Ok(egress) => Some(egress),
+            Err(e) => {
+                tracing::warn!("the run's egress proxy could not start: {e}");
+                None
+            }
         }
     });
     let (transcript, transcript_written) = match transcript.map(std::fs::File::create) {
@@ -401,6 +403,15 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
 }
 
 /// Why a stopped run was stopped.
+/// The egress proxy's limits for a run of `config`.
+fn egress_limits(config: &RuntimeConfig) -> pycage_egress::Limits {
+    pycage_egress::Limits {
+        rules: config.allow_net.clone(),
+        max_bytes: config.max_net_bytes,
+        max_connections: config.max_net_connections,
+    }
+}
+
 fn stop_message(rt: &Core) -> &'static str {
     if rt.is_shut_down() {
         "the runtime was shut down"
@@ -431,9 +442,9 @@ fn session_watch(
     scope: Option<Scope>,
     budget: Budget,
     sampled: Option<Baseline>,
-    cache: Arc<crate::watchdog::ScanCache>,
-    held: Arc<crate::watchdog::HeldFiles>,
-) -> crate::watchdog::BudgetWatch {
+    cache: Arc<pycage_watchdog::ScanCache>,
+    held: Arc<pycage_watchdog::HeldFiles>,
+) -> BudgetWatch {
     Box::pin(async move {
         let Some(s) = scope.clone() else { return std::future::pending().await };
         let sampled = match sampled {
@@ -444,11 +455,32 @@ fn session_watch(
             Some(cpu) => cpu,
             None => {
                 let c = Arc::clone(&cache);
-                tokio::task::spawn_blocking(move || crate::watchdog::sample_cpu_held(s, &c, &held))
+                tokio::task::spawn_blocking(move || pycage_watchdog::sample_cpu_held(s, &c, &held))
                     .await
                     .unwrap_or(Duration::ZERO)
             }
         };
-        crate::watchdog::budget_watch(scope, budget, baseline, cache).await
+        budget_watch(scope, budget, baseline, cache).await
+    })
+}
+
+/// The run loop's view of [`pycage_watchdog::watch_from`]: the failure to
+/// settle with (`timeout` for CPU, `worker-exit` for memory).
+pub(crate) fn budget_watch(
+    scope: Option<Scope>,
+    budget: Budget,
+    cpu_baseline: Duration,
+    cache: Arc<pycage_watchdog::ScanCache>,
+) -> BudgetWatch {
+    Box::pin(async move {
+        let Some(scope) = scope else { return std::future::pending().await };
+        let exceeded = pycage_watchdog::watch_from(scope, budget, pycage_watchdog::PERIOD, cpu_baseline, cache).await;
+        let kind = match exceeded {
+            pycage_watchdog::Exceeded::Cpu { .. } => FailureKind::Timeout,
+            pycage_watchdog::Exceeded::Memory { .. } | pycage_watchdog::Exceeded::Objects { .. } => {
+                FailureKind::WorkerExit
+            }
+        };
+        (kind, exceeded.message())
     })
 }

@@ -5,7 +5,7 @@ use pycage_protocol::JsonValue;
 
 use crate::display::Display;
 use crate::files::CopyReport;
-use crate::net::NetworkReport;
+use pycage_egress::NetworkReport;
 
 /// Why a run failed. The kinds are orthogonal (`docs/semantics.md`, "Outcomes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -46,7 +46,7 @@ impl Runtime {
         self.core.launcher.sandbox_view()
     }
 
-    /// The host directory of the package cache (`crate::packages`).
+    /// The host directory of the package cache (`pycage_packages`).
     pub fn package_cache(&self) -> &std::path::Path {
         self.core.launcher.package_root()
     }

@@ -358,14 +358,14 @@ impl Inner {
     /// before the sample is in).
     fn sample_end(
         &self,
-        scope: crate::watchdog::Scope,
-        held: Arc<crate::watchdog::HeldFiles>,
+        scope: pycage_watchdog::Scope,
+        held: Arc<pycage_watchdog::HeldFiles>,
         run: u64,
     ) -> lifecycle::Baseline {
         let (edges, cache) = (Arc::clone(&self.edges), self.runtime.scan_cache());
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sampled = tokio::task::spawn_blocking(move || {
-            let cpu = crate::watchdog::sample_cpu_held(scope, &cache, &held);
+            let cpu = pycage_watchdog::sample_cpu_held(scope, &cache, &held);
             lock(&edges).ended(run, cpu);
             let _ = tx.send(cpu);
         });
@@ -532,7 +532,7 @@ async fn watchdog(session: Weak<Inner>, dropped: CancellationToken, done: tokio:
             });
             let Some((scope, held, runs)) = scoped else { continue };
             let (cache, ceiling) = (inner.runtime.scan_cache(), inner.config.address_space_bytes);
-            let sampled = move || crate::watchdog::sample_with_held(scope, &cache, &held, ceiling);
+            let sampled = move || pycage_watchdog::sample_with_held(scope, &cache, &held, ceiling);
             let usage = tokio::task::spawn_blocking(sampled).await;
             let Ok(usage) = usage else { continue };
             // A run that started meanwhile counts its own CPU (it holds the

@@ -32,10 +32,10 @@ use crate::cleanup::{CleanupLog, RunDirs};
 use crate::config::{Isolation, RuntimeConfig, SpawnMode};
 use crate::error::RuntimeError;
 use crate::interpreter::Interpreter;
-use crate::packages::{PackageCache, PackageError, Target};
 use crate::probe_cache::{self, BootstrapDir, PrepareError};
 use crate::process::Reaper;
 use pool::{Pool, PoolConfig, Shells};
+use pycage_packages::{PackageCache, PackageError, Target};
 use sandbox::Sandboxes;
 use site::RunSite;
 use spawn::{SpawnError, SpawnSpec, Spawner, StartError, Worker};
@@ -242,7 +242,7 @@ impl Launcher {
     /// A package cache entry as a run's process sees it.
     fn package_dir_inside(&self, entry: &Path) -> String {
         let inside = match (&self.sandboxes, entry.strip_prefix(self.packages.root())) {
-            (Some(_), Ok(rel)) => Path::new(crate::packages::PACKAGES_DIR).join(rel),
+            (Some(_), Ok(rel)) => Path::new(pycage_packages::PACKAGES_DIR).join(rel),
             _ => entry.to_path_buf(),
         };
         inside.to_string_lossy().into_owned()

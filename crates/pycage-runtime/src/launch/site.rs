@@ -12,7 +12,7 @@
 //! `bin/python` symlink name the base by absolute path, and modules a
 //! zygote preloaded from it hold their host paths (a font list, a data
 //! directory) that must stay valid in every run. The package cache
-//! (`crate::packages`) is shown at [`crate::packages::PACKAGES_DIR`].
+//! (`pycage_packages`) is shown at [`pycage_packages::PACKAGES_DIR`].
 //!
 //! [`RunSite`] is one run's: in process isolation a private 0700 host
 //! directory ([`RunDir`]: removed when the run settles, failures reported),
@@ -128,7 +128,7 @@ impl SandboxLayout {
         let mut read_only = pycage_sandbox::default_read_only_paths();
         let mut remapped = vec![
             Remap { host: bootstrap.to_path_buf(), inside: PathBuf::from(BOOTSTRAP_DIR) },
-            Remap { host: packages.to_path_buf(), inside: PathBuf::from(crate::packages::PACKAGES_DIR) },
+            Remap { host: packages.to_path_buf(), inside: PathBuf::from(pycage_packages::PACKAGES_DIR) },
         ];
         let mut env = python_env(Path::new(pycage_sandbox::TMP_DIR));
         let add = |paths: &mut Vec<PathBuf>, p: &Path| {
@@ -168,14 +168,14 @@ impl SandboxLayout {
             }
             add(&mut read_only, &p);
         }
-        let egress_port = (!config.allow_net.is_empty()).then_some(crate::net::EGRESS_PROXY_PORT);
+        let egress_port = (!config.allow_net.is_empty()).then_some(pycage_egress::EGRESS_PROXY_PORT);
         if egress_port.is_some() {
             // Programs that may reach a server verify its certificate
             // against the host's trust store, as they would outside.
             for p in pycage_sandbox::default_ca_paths() {
                 add(&mut read_only, &p);
             }
-            env.extend(crate::net::proxy_env().into_iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
+            env.extend(pycage_egress::proxy_env().into_iter().map(|(k, v)| (OsString::from(k), OsString::from(v))));
         }
         Ok(SandboxLayout { read_only, remapped, python, bootstrap: PathBuf::from(BOOTSTRAP_DIR), env, egress_port })
     }
@@ -277,10 +277,10 @@ impl RunSite {
 
     /// The run's `sock_diag` socket, for the watchdog's count of its
     /// socket buffers (see `crate::watchdog`), when the sandbox made one.
-    pub(crate) fn sock_diag(&self) -> Option<crate::watchdog::SockDiag> {
+    pub(crate) fn sock_diag(&self) -> Option<pycage_watchdog::SockDiag> {
         match self {
             RunSite::Sandbox(Some(Handoff { sock_diag: Some(socket), .. })) => {
-                socket.try_clone().ok().map(crate::watchdog::SockDiag::new)
+                socket.try_clone().ok().map(pycage_watchdog::SockDiag::new)
             }
             RunSite::Sandbox(_) | RunSite::Host(_) => None,
         }
@@ -408,7 +408,7 @@ mod tests {
             layout.remapped,
             vec![
                 Remap { host: PathBuf::from("/tmp/boot"), inside: PathBuf::from(BOOTSTRAP_DIR) },
-                Remap { host: PathBuf::from("/tmp/pk"), inside: PathBuf::from(crate::packages::PACKAGES_DIR) },
+                Remap { host: PathBuf::from("/tmp/pk"), inside: PathBuf::from(pycage_packages::PACKAGES_DIR) },
             ]
         );
         assert_eq!(layout.env, python_env(Path::new("/tmp")));

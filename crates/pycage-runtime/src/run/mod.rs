@@ -27,6 +27,11 @@ use crate::process::Exit;
 use machine::{ChildEnd, Settled};
 pub(crate) use machine::{Opening, RunMachine};
 
+/// A run's budget watch, as the run loop awaits it: the failure to settle
+/// with. Pending forever when there is nothing to watch.
+pub(crate) type BudgetWatch =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (crate::outcome::FailureKind, String)> + Send>>;
+
 /// Read buffer for each of fd 3 and the raw output pipe, at most ...
 const READ_BUF: usize = 64 * 1024;
 
@@ -61,7 +66,7 @@ pub(crate) struct RunInputs<'a> {
     pub events: Option<mpsc::Sender<RunEvent>>,
     pub deadline: Instant,
     /// Resolves when a run-wide budget is crossed (the watchdog).
-    pub budget: crate::watchdog::BudgetWatch,
+    pub budget: BudgetWatch,
     /// Where the child's fd-3 bytes are copied as received, if anywhere.
     pub transcript: Option<Transcript>,
 }

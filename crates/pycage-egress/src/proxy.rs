@@ -2,7 +2,7 @@
 //! network, and the only way it can.
 //!
 //! The run's network namespace has `lo` and no route. Its supervisor
-//! listens on `127.0.0.1:`[`crate::net::EGRESS_PROXY_PORT`] inside it and hands the
+//! listens on `127.0.0.1:`[`crate::rules::EGRESS_PROXY_PORT`] inside it and hands the
 //! socket to the host (`pycage_sandbox::Handoff::egress`); a socket stays
 //! in the namespace it was made in, so what the host accepts on it are the
 //! program's connections, and what the host connects to from here is the
@@ -47,21 +47,20 @@ use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RuntimeConfig;
-use crate::net::{Connection, NetBudget, NetHost, NetRule, NetworkReport};
+use crate::rules::{Connection, NetBudget, NetHost, NetRule, NetworkReport};
 use crate::sync::lock;
 
 /// Longest request head (request line and headers) the proxy reads.
-pub(crate) const MAX_HEAD_BYTES: usize = 16 * 1024;
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 /// Most headers a request may have.
 const MAX_HEADERS: usize = 64;
 
 /// How long the program has to send its request head.
-pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long resolving and connecting to an allowed server may take.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Each direction's relay buffer.
 const BUF_BYTES: usize = 16 * 1024;
@@ -75,10 +74,14 @@ const HOP_HEADERS: [&str; 8] =
     ["host", "connection", "proxy-connection", "keep-alive", "proxy-authorization", "te", "trailer", "upgrade"];
 
 /// The budgets and list one run's proxy enforces.
-struct Limits {
-    rules: Vec<NetRule>,
-    max_bytes: u64,
-    max_connections: u64,
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// What the run may reach.
+    pub rules: Vec<NetRule>,
+    /// Bytes relayed at most, both ways together.
+    pub max_bytes: u64,
+    /// Connections accepted at most (refused ones count).
+    pub max_connections: u64,
 }
 
 /// What the proxy knows of a run so far.
@@ -170,7 +173,7 @@ impl Shared {
 }
 
 /// One run's proxy, serving while the run is in flight.
-pub(crate) struct Egress {
+pub struct Egress {
     shared: Arc<Shared>,
     stop: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
@@ -178,19 +181,12 @@ pub(crate) struct Egress {
 
 impl Egress {
     /// Serves `listener` (the run's egress socket; a copy the proxy owns)
-    /// with `config`'s allow-list and budgets. Needs a tokio runtime.
-    pub(crate) fn start(listener: OwnedFd, config: &RuntimeConfig) -> io::Result<Egress> {
+    /// with `limits`. Needs a tokio runtime.
+    pub fn start(listener: OwnedFd, limits: Limits) -> io::Result<Egress> {
         let listener = std::net::TcpListener::from(listener);
         listener.set_nonblocking(true)?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        let shared = Arc::new(Shared {
-            limits: Limits {
-                rules: config.allow_net.clone(),
-                max_bytes: config.max_net_bytes,
-                max_connections: config.max_net_connections,
-            },
-            state: Mutex::new(State::default()),
-        });
+        let shared = Arc::new(Shared { limits, state: Mutex::new(State::default()) });
         let stop = CancellationToken::new();
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared), stop.clone()));
         Ok(Egress { shared, stop, task: Some(task) })
@@ -198,7 +194,7 @@ impl Egress {
 
     /// Stops serving (every open connection is cut; what is queued in the
     /// listener stays there, for a session's next run) and reports.
-    pub(crate) async fn finish(mut self) -> NetworkReport {
+    pub async fn finish(mut self) -> NetworkReport {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             let _ = task.await;

@@ -259,7 +259,7 @@ impl Installer {
 
 /// The interpreter runs use, as far as packages care.
 #[derive(Debug, Clone)]
-pub(crate) struct Target {
+pub struct Target {
     /// The executable (the installer installs for it).
     pub python: PathBuf,
     /// `(major, minor, micro)`.
@@ -269,7 +269,7 @@ pub(crate) struct Target {
 }
 
 /// The package cache of one runtime (see the module docs).
-pub(crate) struct PackageCache {
+pub struct PackageCache {
     root: PathBuf,
     _temp: Option<tempfile::TempDir>,
     python: PathBuf,
@@ -285,7 +285,7 @@ pub(crate) struct PackageCache {
 impl PackageCache {
     /// The cache under `cache_dir` (or a temporary directory), for runs of
     /// `interpreter`.
-    pub(crate) fn new(
+    pub fn new(
         cache_dir: Option<&Path>,
         interpreter: &Target,
         with: &[String],
@@ -336,14 +336,14 @@ impl PackageCache {
     }
 
     /// The cache's directory on the host.
-    pub(crate) fn root(&self) -> &Path {
+    pub fn root(&self) -> &Path {
         &self.root
     }
 
     /// The requirement set of a run of `program` (the caller's and the
     /// program's), checked against the allow-list; empty when it needs
     /// nothing.
-    pub(crate) fn requirements(&self, program: &str) -> Result<Vec<Requirement>, PackageError> {
+    pub fn requirements(&self, program: &str) -> Result<Vec<Requirement>, PackageError> {
         let declared = script_dependencies(program)?;
         if let Some(allow) = &self.allow {
             if let Some(r) = declared.iter().find(|r| !allow.contains(&r.name)) {
@@ -379,7 +379,7 @@ impl PackageCache {
     /// The host directory holding `requirements`, installed now if it is
     /// not in the cache. Blocking; `cancel` stops it (and kills the
     /// installer).
-    pub(crate) fn ensure(&self, requirements: &[Requirement], cancel: &AtomicBool) -> Result<PathBuf, PackageError> {
+    pub fn ensure(&self, requirements: &[Requirement], cancel: &AtomicBool) -> Result<PathBuf, PackageError> {
         let key = self.key(requirements);
         let entry = self.root.join(&key);
         if entry.is_dir() {

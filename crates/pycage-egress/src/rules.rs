@@ -1,7 +1,7 @@
 //! The egress allow-list's data: a rule ([`NetRule`], what
 //! `RuntimeConfig::allow_net` holds), and what a run's result says of its
 //! connections ([`NetworkReport`]). The proxy that enforces the list is
-//! `crate::egress`; this module is a leaf, so the configuration and the
+//! [`crate::proxy`]; this module is a leaf, so the configuration and the
 //! result can use it.
 
 use std::fmt;
@@ -18,7 +18,7 @@ pub const DEFAULT_NET_PORT: u16 = 443;
 pub const EGRESS_PROXY_PORT: u16 = 3128;
 
 /// The environment that points a run's HTTP clients at the proxy.
-pub(crate) fn proxy_env() -> Vec<(String, String)> {
+pub fn proxy_env() -> Vec<(String, String)> {
     let url = format!("http://127.0.0.1:{EGRESS_PROXY_PORT}");
     let mut env = Vec::new();
     for name in ["HTTP_PROXY", "HTTPS_PROXY"] {
@@ -105,7 +105,7 @@ impl NetRule {
 
     /// Parses `HOST:PORT` where the port is required (a `CONNECT` target),
     /// or optional with `default` (an `http://` URL's authority).
-    pub(crate) fn parse_authority(text: &str, default: Option<u16>) -> Result<NetRule, NetRuleError> {
+    pub fn parse_authority(text: &str, default: Option<u16>) -> Result<NetRule, NetRuleError> {
         let (host, port) = split_port(text)?;
         let port = match (port, default) {
             (Some(port), _) => port,
@@ -232,7 +232,7 @@ pub struct NetworkReport {
 }
 
 impl NetworkReport {
-    pub(crate) fn write_json(&self, b: &mut pycage_protocol::JsonBuilder) -> Result<(), pycage_protocol::BuildError> {
+    pub fn write_json(&self, b: &mut pycage_protocol::JsonBuilder) -> Result<(), pycage_protocol::BuildError> {
         b.begin_object()?;
         b.key("connections")?;
         b.begin_array()?;
