@@ -1,5 +1,5 @@
 //! With the `bundled-shell-helper` feature (the wheel's build turns it on:
-//! `pyproject.toml`), builds `pycage-runtime`'s `pycage-shell-helper`
+//! `pyproject.toml`), builds `pycage-sandbox`'s `pycage-shell-helper`
 //! program for the same target and hands its path to the module
 //! (`PYCAGE_BUNDLED_SHELL_HELPER`), which embeds it. A sandboxed runtime
 //! then starts that program as its shell helper instead of an interpreter
@@ -26,8 +26,7 @@ fn main() {
     let env = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("cargo did not set {name}"));
     let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
     let workspace = manifest_dir.join("../..");
-    for watched in ["crates/pycage-runtime", "crates/pycage-sandbox", "crates/pycage-protocol", "python", "Cargo.lock"]
-    {
+    for watched in ["crates/pycage-sandbox", "crates/pycage-protocol", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
     }
     let out_dir = PathBuf::from(env("OUT_DIR"));
@@ -57,7 +56,7 @@ fn build_helper(workspace: &Path, target_dir: &Path, target: &str, static_link: 
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut nested = Command::new(cargo);
     nested
-        .args(["build", "--release", "-p", "pycage-runtime", "--bin", "pycage-shell-helper", "--target", target])
+        .args(["build", "--release", "-p", "pycage-sandbox", "--bin", "pycage-shell-helper", "--target", target])
         .arg("--manifest-path")
         .arg(workspace.join("Cargo.toml"))
         .arg("--target-dir")

@@ -12,8 +12,19 @@
 //! Why its own crate: the CLI (`pycage run`, `pycage stubs`) and the MCP
 //! server (`pycage mcp`, crate `pycage-mcp`) both load bindings the same
 //! way, and neither the runtime (which knows only async closures) nor the
-//! protocol should depend on an HTTP client or the MCP SDK. Layers:
+//! protocol should depend on an HTTP client or the MCP SDK. Crates:
 //! protocol ← runtime ← bindings ← mcp / cli.
+//!
+//! # Layers
+//!
+//! Each module uses only those listed before it:
+//!
+//! 1. Leaves: `spelling` (how a setting is named), `secret` (values kept
+//!    out of messages), [`schema`] (JSON Schema to Python types), [`slots`]
+//!    (bounded concurrent commands);
+//! 2. the sources: [`command`], [`http`], [`upstream`] (MCP servers);
+//! 3. [`stubs`] (what a model reads), then [`file`] (the bindings file,
+//!    which builds namespaces from all of them).
 
 pub mod command;
 pub mod file;

@@ -19,7 +19,9 @@
 //! bytes that need escaping; the parser uses the same scan, since a string's
 //! raw text ends at exactly those bytes.
 
-use crate::json::{Node, ValueRef};
+use std::fmt;
+
+use crate::json::{JsonValue, Node, ValueRef};
 
 /// Escape class of every byte: 0 = raw, 1 = two-byte escape, 2 = `\u00XX`.
 // Indexing in a const initializer is checked at compile time.
@@ -226,6 +228,47 @@ pub(crate) fn canonical_len_within(root: ValueRef<'_>, budget: usize) -> Option<
 /// Byte length of `s` as a canonical JSON string literal, quotes included.
 pub fn json_string_len(s: &str) -> usize {
     s.len().saturating_add(2).saturating_add(escape_extra(s.as_bytes()))
+}
+
+impl JsonValue {
+    /// The canonical (compact `JSON.stringify`) encoding, appended to `out`.
+    pub fn write_canonical(&self, out: &mut Vec<u8>) {
+        write_canonical(self.root(), out);
+    }
+
+    /// The canonical encoding as a `String`.
+    pub fn to_canonical_string(&self) -> String {
+        let mut out = Vec::with_capacity(self.text.len() + self.nodes.len() * 2);
+        self.write_canonical(&mut out);
+        // The encoder writes only UTF-8 text and ASCII punctuation.
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Exact byte length of the canonical encoding, or `None` as soon as it
+    /// exceeds `budget`. Never materializes escaped strings.
+    pub fn canonical_len_within(&self, budget: usize) -> Option<usize> {
+        canonical_len_within(self.root(), budget)
+    }
+}
+
+impl fmt::Debug for ValueRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = Vec::new();
+        write_canonical(*self, &mut out);
+        f.write_str(&String::from_utf8_lossy(&out))
+    }
+}
+
+impl fmt::Debug for JsonValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.root(), f)
+    }
+}
+
+impl fmt::Display for JsonValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_canonical_string())
+    }
 }
 
 #[cfg(test)]

@@ -30,8 +30,6 @@
 //! buffers are never larger than `u32::MAX` (offsets are `u32` to keep a node
 //! at 12 bytes).
 
-use std::fmt;
-
 use crate::number::{self, Number};
 
 /// One tape entry. Offsets index `JsonValue::text`.
@@ -130,12 +128,6 @@ impl JsonValue {
         b.finish()
     }
 
-    /// Parses one JSON text (RFC 8259; leading and trailing whitespace allowed).
-    /// Iterative: any depth parses in constant stack space.
-    pub fn parse(input: &[u8]) -> Result<Self, crate::ParseError> {
-        crate::parse::parse(input)
-    }
-
     /// The root of the value.
     pub fn root(&self) -> ValueRef<'_> {
         ValueRef { value: self, index: 0 }
@@ -144,25 +136,6 @@ impl JsonValue {
     /// The root's shape.
     pub fn kind(&self) -> Kind<'_> {
         self.root().kind()
-    }
-
-    /// The canonical (compact `JSON.stringify`) encoding, appended to `out`.
-    pub fn write_canonical(&self, out: &mut Vec<u8>) {
-        crate::encode::write_canonical(self.root(), out);
-    }
-
-    /// The canonical encoding as a `String`.
-    pub fn to_canonical_string(&self) -> String {
-        let mut out = Vec::with_capacity(self.text.len() + self.nodes.len() * 2);
-        self.write_canonical(&mut out);
-        // The encoder writes only UTF-8 text and ASCII punctuation.
-        String::from_utf8(out).unwrap_or_default()
-    }
-
-    /// Exact byte length of the canonical encoding, or `None` as soon as it
-    /// exceeds `budget`. Never materializes escaped strings.
-    pub fn canonical_len_within(&self, budget: usize) -> Option<usize> {
-        crate::encode::canonical_len_within(self.root(), budget)
     }
 
     /// Number of tape nodes (one per scalar, container, and object key).
@@ -366,26 +339,6 @@ impl<'a> Iterator for ObjectIter<'a> {
 }
 
 impl ExactSizeIterator for ObjectIter<'_> {}
-
-impl fmt::Debug for ValueRef<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = Vec::new();
-        crate::encode::write_canonical(*self, &mut out);
-        f.write_str(&String::from_utf8_lossy(&out))
-    }
-}
-
-impl fmt::Debug for JsonValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.root(), f)
-    }
-}
-
-impl fmt::Display for JsonValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_canonical_string())
-    }
-}
 
 impl From<bool> for JsonValue {
     fn from(b: bool) -> Self {

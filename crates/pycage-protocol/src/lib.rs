@@ -20,12 +20,24 @@
 //! Nothing reachable from child data recurses or panics: parsing,
 //! validation, encoding, metering, subtree copies and drops are loops over
 //! flat buffers.
+//!
+//! # Layers
+//!
+//! Each module uses only those listed before it (`tests/layers.rs`):
+//!
+//! 1. [`number`] (exact number text), [`json`] (the value and its
+//!    builder), `encode` (the canonical encoding and the meter), `parse`;
+//! 2. `reader` (JSON lines), `table` (the frame table), `serde`;
+//! 3. `frames` (the host→child encoders), `validate` (child→host frames
+//!    rebuilt), `python` (the generated child module), [`zygote`] (the
+//!    zygote's wire), [`ledger`] (the log ledger both sides keep).
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing, clippy::panic))]
 
 mod encode;
 mod frames;
 pub mod json;
+pub mod ledger;
 pub mod number;
 mod parse;
 mod python;

@@ -372,6 +372,14 @@ impl Parser<'_> {
     }
 }
 
+impl JsonValue {
+    /// Parses one JSON text (RFC 8259; leading and trailing whitespace allowed).
+    /// Iterative: any depth parses in constant stack space.
+    pub fn parse(input: &[u8]) -> Result<Self, ParseError> {
+        parse(input)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@
 
 use crate::frames::{ChildError, ChildErrorKind, ChildFrame, MAX_CALL_ID};
 use crate::json::{JsonValue, ValueRef};
-use crate::ParseError;
+use crate::parse::ParseError;
 
 /// Why a line was dropped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -31,8 +31,9 @@
 //! | `spawn-failed` | `id`, `message` | |
 //! | `reaped` | `id`, `status`, `cpuNs` | |
 
+use crate::encode::write_json_string;
 use crate::frames::Obj;
-use crate::{write_json_string, JsonValue, ValueRef};
+use crate::json::{JsonValue, ValueRef};
 
 /// Largest control packet either side accepts.
 pub const MAX_ZYGOTE_PACKET: usize = 64 * 1024;

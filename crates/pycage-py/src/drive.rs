@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::convert::json_to_py;
-use crate::runtime::{error, misuse};
+use crate::errors::{error, misuse};
 
 /// How often a blocking run on the main thread checks for signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);

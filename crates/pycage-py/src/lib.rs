@@ -5,11 +5,21 @@
 //! hold the GIL or must be exact: driving [`pycage_runtime::Runtime`]
 //! ([`runtime`]), calling Python callables as bindings ([`calls`]) and
 //! converting values between JSON and Python ([`convert`]).
+//!
+//! # Layers
+//!
+//! Each module uses only those listed before it (`tests/layers.rs`):
+//! `convert`, `errors` (exceptions in the caller's terms), `executor` (the
+//! process's tokio runtime), `helper` (which shell helper a runtime
+//! starts), `calls` (Python callables as bindings), `drive` (one run,
+//! sync or asyncio), `session`, then `runtime`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod calls;
 mod convert;
 mod drive;
+mod errors;
+mod executor;
 mod helper;
 mod runtime;
 mod session;

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pycage_runtime::{
@@ -18,73 +18,13 @@ use pycage_runtime::{
     SessionOptions, SpawnMode,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::PyTuple;
 
 use crate::calls::{binding, Site};
 use crate::drive::{self, RunErr, RunHandle};
+use crate::errors::{error, misuse, python_name};
+use crate::executor::tokio_runtime;
 use crate::session::NativeSession;
-
-/// The process's tokio runtime, rebuilt in a forked child (whose copy of the
-/// parent's runtime has no threads).
-static TOKIO: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
-
-pub fn tokio_runtime(py: Python<'_>) -> PyResult<Arc<tokio::runtime::Runtime>> {
-    let pid = std::process::id();
-    let mut slot = TOKIO.lock().map_err(|_| error(py, "PycageError", "the tokio runtime lock is poisoned".into()))?;
-    if let Some((owner, rt)) = slot.as_ref() {
-        if *owner == pid {
-            return Ok(rt.clone());
-        }
-    }
-    if let Some((_, inherited)) = slot.take() {
-        // Dropping it would wait for worker threads that do not exist here.
-        std::mem::forget(inherited);
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("pycage")
-        .on_thread_start(pycage_runtime::run_in_background)
-        .build()
-        .map_err(|e| error(py, "PycageError", format!("could not start the tokio runtime: {e}")))?;
-    let rt = Arc::new(rt);
-    *slot = Some((pid, rt.clone()));
-    Ok(rt)
-}
-
-/// An instance of an exception class of `pycage.errors`.
-pub fn error(py: Python<'_>, class: &str, message: String) -> PyErr {
-    match py.import("pycage.errors").and_then(|m| m.getattr(class)).and_then(|c| Ok(c.cast_into::<PyType>()?)) {
-        Ok(ty) => PyErr::from_type(ty, message),
-        Err(e) => e,
-    }
-}
-
-pub fn misuse(py: Python<'_>, e: MisuseError) -> PyErr {
-    match e {
-        MisuseError::Names(n) => error(py, "InvalidBindingsError", format!("invalid bindings: {n}")),
-        MisuseError::ShutDown => error(
-            py,
-            "RuntimeClosedError",
-            "the runtime is closed; create a new pycage.Runtime to run more programs".into(),
-        ),
-        MisuseError::Input(m) => error(py, "PycageError", format!("invalid input: {m}")),
-        MisuseError::Limits(e) => {
-            error(py, "PycageError", format!("invalid run limits: {} {}", python_name(e.field), e.problem))
-        }
-    }
-}
-
-/// The Python keyword for a `RuntimeConfig` field.
-fn python_name(field: &str) -> &str {
-    match field {
-        "wall_time" => "wall_seconds",
-        "grace" => "grace_seconds",
-        "max_processes/max_open_files" => "max_processes / max_open_files",
-        "zygote_max_runs/zygote_max_age" => "zygote_max_runs / zygote_max_age_seconds",
-        "install_timeout" => "install_seconds",
-        other => other,
-    }
-}
 
 /// How the Python package spells a setting in messages.
 struct PythonSpelling;

@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::drive::{self, RunErr, RunHandle};
-use crate::runtime::{error, tokio_runtime};
+use crate::errors::error;
+use crate::executor::tokio_runtime;
 
 /// The native session; `pycage.Session` wraps it.
 #[pyclass(frozen, module = "pycage._native")]

@@ -25,6 +25,18 @@ use std::time::Duration;
 
 use crate::config::{ConfigError, RuntimeConfig};
 
+impl RuntimeConfig {
+    /// Checks every field; the runtime refuses to start with a bad one.
+    /// Every numeric budget's bounds live in [`BUDGETS`]; the other
+    /// settings are checked beside their fields.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for row in BUDGETS {
+            row.check(self)?;
+        }
+        self.validate_settings()
+    }
+}
+
 /// The unit a value is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {

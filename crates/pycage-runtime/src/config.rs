@@ -304,13 +304,11 @@ impl RuntimeConfig {
         self.max_display_bytes.min(self.max_line_bytes as u64)
     }
 
-    /// Checks every field; the runtime refuses to start with a bad one.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks every field but the numeric budgets, whose bounds live in
+    /// the budgets table (`RuntimeConfig::validate`, in `budgets`, checks
+    /// both).
+    pub(crate) fn validate_settings(&self) -> Result<(), ConfigError> {
         let err = |field, problem: &str| Err(ConfigError { field, problem: problem.to_owned() });
-        // Every numeric budget's bounds live in the budgets table.
-        for row in crate::budgets::BUDGETS {
-            row.check(self)?;
-        }
         if (self.max_control_bytes as u128) < self.max_line_bytes as u128 {
             return err("max_control_bytes", "must be at least max_line_bytes");
         }

@@ -2,7 +2,7 @@
 //! `display()` or a matplotlib figure made it) and the host's display
 //! ledger, which meters them against `max_display_bytes`.
 //!
-//! The ledger mirrors the log ledger (`crate::ledger`): both sides keep one.
+//! The ledger mirrors the log ledger (`pycage_protocol::ledger`): both sides keep one.
 //! A display's size is the byte length of its `display` frame as the host
 //! re-encodes it (its line without the newline; what an honest child sends,
 //! byte for byte). Capture stops at the first display that does not fit,

@@ -42,29 +42,34 @@
 //! # Layers
 //!
 //! Each module uses only those listed before it (no module imports a
-//! higher one, and none imports from the crate root):
+//! higher one, and none imports from the crate root; `tests/layers.rs`
+//! checks it):
 //!
 //! 1. Leaves: `sync` (locks that survive a panic elsewhere), `spelling`,
-//!    `process` (signals, pidfds, `wait4`, a runtime's reaper thread, what a
-//!    forked child does before exec), `bindings`, [`packages`] (a run's
-//!    declared packages: checked, installed, cached), [`config`] (validated
-//!    budgets), [`files`], [`ledger`] (logs), `channel` (reading fd 3),
-//!    [`lease`], [`names`] (the portable identifier rules), `display` (rich
-//!    output and its ledger), [`net`] (the
-//!    egress allow-list and the network report), `outcome`
-//!    (results, failure kinds, events), [`watchdog`] (run-wide CPU and
-//!    memory).
-//! 2. [`interpreter`] and `probe_cache` (resolving and probing CPython
-//!    once, with the preload; the embedded bootstrap), `error`, [`cleanup`]
-//!    (run directories), `request` (what a caller asks of a run).
+//!    `blocking` (a thread that waits on a socket itself), `process`
+//!    (signals, pidfds, `wait4`, a runtime's reaper thread), `bindings`,
+//!    [`config`] (validated settings), `channel` (reading fd 3), [`names`]
+//!    (the portable identifier rules), `display` (rich output and its
+//!    ledger), `outcome` (results, failure kinds, events).
+//! 2. [`budgets`] (the budgets table over `config`), [`interpreter`] and
+//!    `probe_cache` (resolving and probing CPython once, with the preload;
+//!    the embedded bootstrap), `error`, `request` (what a caller asks of a
+//!    run).
 //! 3. `launch`: every way a run's process is made (exec, exec into a
 //!    sandbox, the zygote, its pool and the sandbox shells its children
-//!    join), with typed errors; `egress`: the HTTP proxy a sandboxed run
-//!    with an allow-list reaches the network through.
+//!    join), with typed errors.
 //! 4. `run`: a sans-I/O protocol machine and the driver around it.
 //! 5. `lifecycle`: the one run sequence (admission, a worker, execution,
 //!    settling, output, refill) and the `Core` every run of a runtime shares.
 //! 6. `session` and `runtime`: the public API, handles on one `Core`.
+//!
+//! What stands alone is in crates of its own, re-exported here under the
+//! names it had: the watchdog (`pycage-watchdog`, as [`watchdog`]), the
+//! egress proxy and its rules (`pycage-egress`, as [`net`]), package
+//! installation (`pycage-packages`, as [`packages`]), run directories and
+//! file copies (`pycage-files`, as [`cleanup`] and [`files`]), uid leases
+//! (`pycage-sandbox`, as [`lease`]) and the log ledger
+//! (`pycage-protocol`, as [`ledger`]).
 //!
 //! The Python side is embedded from `python/pycage/`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -73,15 +78,19 @@ mod bindings;
 mod blocking;
 pub mod budgets;
 mod channel;
-pub mod cleanup;
+/// Run directories (the `pycage-files` crate).
+pub use pycage_files::cleanup;
 pub mod config;
 mod display;
 mod error;
-pub mod files;
+/// Inputs in and `out/` out (the `pycage-files` crate).
+pub use pycage_files::copy as files;
 pub mod interpreter;
 mod launch;
-pub mod lease;
-pub mod ledger;
+/// The log ledger both sides keep (the `pycage-protocol` crate).
+pub use pycage_protocol::ledger;
+/// Per-run host uids on a root host (the `pycage-sandbox` crate).
+pub use pycage_sandbox::lease;
 mod lifecycle;
 pub mod names;
 /// The egress allow-list and network report (the `pycage-egress` crate).
@@ -102,13 +111,13 @@ pub use pycage_watchdog as watchdog;
 
 pub use bindings::{Binding, BindingError, BindingFuture, CallContext, ErrorClass, Namespace, RunId};
 pub use blocking::{block_on, forget_wait_hint};
-pub use cleanup::CleanupFailure;
 pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
 pub use display::Display;
 pub use error::{AllowReadError, RuntimeError};
-pub use files::{CopiedFile, CopyReport, SkipKind, Skipped};
 pub use interpreter::{Interpreter, InterpreterError, PreloadFailure};
 pub use launch::site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
+pub use pycage_files::cleanup::CleanupFailure;
+pub use pycage_files::copy::{CopiedFile, CopyReport, SkipKind, Skipped};
 
 /// Serves as the sandbox shell helper of a runtime in another process
 /// ([`RuntimeConfig::shell_helper`]): builds the shells it asks for on
@@ -130,7 +139,7 @@ pub use launch::site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
 /// };
 /// ```
 pub fn serve_shell_helper() -> std::io::Result<()> {
-    launch::helper::serve_fd3()
+    pycage_sandbox::helper::serve_fd3()
 }
 pub use launch::spawn::{SpawnError, StartError};
 pub use launch::zygote::ZygoteError;

@@ -4,8 +4,8 @@
 use pycage_protocol::JsonValue;
 
 use crate::display::Display;
-use crate::files::CopyReport;
 use pycage_egress::NetworkReport;
+use pycage_files::copy::CopyReport;
 
 /// Why a run failed. The kinds are orthogonal (`docs/semantics.md`, "Outcomes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::cleanup::CleanupFailure;
 use crate::config::{RuntimeConfig, SpawnMode};
 pub use crate::error::{MisuseError, RuntimeError};
 use crate::interpreter::Interpreter;
@@ -17,6 +16,7 @@ use crate::names;
 use crate::outcome::{RunEvent, RunResult};
 pub use crate::request::{RunLimits, RunRequest};
 use crate::session::{Session, SessionOptions};
+use pycage_files::cleanup::CleanupFailure;
 
 /// Runs programs; cheap to clone (clones share children and shutdown).
 #[derive(Clone)]

@@ -406,7 +406,7 @@ impl Launch {
     }
 
     fn shell_helper(self) -> Option<Vec<std::ffi::OsString>> {
-        matches!(self, Launch::ZygoteHelper).then(|| vec![env!("CARGO_BIN_EXE_pycage-shell-helper").into()])
+        matches!(self, Launch::ZygoteHelper).then(|| vec![common::shell_helper_program()])
     }
 }
 

@@ -13,13 +13,15 @@ use tokio::sync::mpsc;
 
 mod common;
 
-const HELPER: &str = env!("CARGO_BIN_EXE_pycage-shell-helper");
+fn helper() -> std::ffi::OsString {
+    common::shell_helper_program()
+}
 
 fn config() -> RuntimeConfig {
     RuntimeConfig {
         isolation: Isolation::Sandbox,
         spawn: SpawnMode::Zygote,
-        shell_helper: Some(vec![HELPER.into()]),
+        shell_helper: Some(vec![helper()]),
         python: std::env::var_os("PYCAGE_TEST_PYTHON").map(Into::into),
         ..RuntimeConfig::default()
     }
@@ -35,7 +37,7 @@ fn helper_of(rt: &Runtime) -> i32 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let parent = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(1).unwrap();
     assert_eq!(parent, std::process::id().to_string(), "the helper is this process's child");
-    assert_eq!(std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(), std::path::Path::new(HELPER));
+    assert_eq!(std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(), std::path::Path::new(&helper()));
     pid
 }
 
@@ -149,7 +151,7 @@ async fn a_helper_that_never_serves_is_given_up() {
 /// Started by anything but a runtime (no socket on fd 3), the helper
 /// refuses to serve, and says why.
 fn the_helper_serves_only_a_runtime() {
-    let out = std::process::Command::new(HELPER).output().unwrap();
+    let out = std::process::Command::new(helper()).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("fd 3 is not a pycage runtime's socket"), "{stderr}");

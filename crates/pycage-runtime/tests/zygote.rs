@@ -540,7 +540,7 @@ async fn ended_runs_network_namespaces_serve_later_runs() {
             c.pool_size = 1;
             c.allow_read = vec![listen_dir.path().to_path_buf()];
             if helper {
-                c.shell_helper = Some(vec![env!("CARGO_BIN_EXE_pycage-shell-helper").into()]);
+                c.shell_helper = Some(vec![common::shell_helper_program()]);
             }
         });
         let mut seen = HashSet::new();

@@ -20,10 +20,9 @@ pub use pycage_protocol::zygote::{ConfineStep, Rlimit};
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Resource, Signal};
 
-use crate::error::Step;
-use crate::prepared::Failure;
+use crate::error::{Failure, Step};
+use crate::limits::INHERITED_FDS;
 use crate::seccomp::Filters;
-use crate::INHERITED_FDS;
 
 /// The program's steps: death signal, limits (soft = hard), a cgroup
 /// namespace, a nested user namespace mapping `uid_map`/`gid_map`, no
@@ -147,7 +146,7 @@ pub(crate) fn apply(steps: &[ConfineStep], ruleset: RulesetCreated) -> Result<()
                 let created = ruleset.take().ok_or(Failure::new(Step::Landlock, libc::EBADF))?;
                 let status = created
                     .restrict_self()
-                    .map_err(|e| Failure::new(Step::Landlock, crate::prepared::errno_of(&e, libc::EPERM)))?;
+                    .map_err(|e| Failure::new(Step::Landlock, crate::error::errno_of(&e, libc::EPERM)))?;
                 if status.ruleset != RulesetStatus::FullyEnforced {
                     return Err(Failure::new(Step::LandlockNotEnforced, libc::EOPNOTSUPP));
                 }

@@ -541,3 +541,41 @@ pub struct ChildFailure {
     /// The errno the step failed with.
     pub errno: i32,
 }
+/// A step failure inside the child.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Failure {
+    pub(crate) step: Step,
+    pub(crate) index: u16,
+    pub(crate) errno: i32,
+}
+
+impl Failure {
+    pub(crate) fn new(step: Step, errno: i32) -> Failure {
+        Failure { step, index: 0, errno }
+    }
+    pub(crate) fn at(step: Step, index: usize, errno: i32) -> Failure {
+        Failure { step, index: u16::try_from(index).unwrap_or(u16::MAX), errno }
+    }
+}
+
+/// `map_err` helper for rustix results.
+pub(crate) fn at(step: Step) -> impl Fn(rustix::io::Errno) -> Failure {
+    move |errno| Failure::new(step, errno.raw_os_error())
+}
+
+/// `map_err` helper for rustix results of the `index`-th entry of a list.
+pub(crate) fn at_entry(step: Step, index: usize) -> impl Fn(rustix::io::Errno) -> Failure {
+    move |errno| Failure::at(step, index, errno.raw_os_error())
+}
+
+/// The errno at the bottom of an error chain, or `fallback`.
+pub(crate) fn errno_of(err: &(dyn std::error::Error + 'static), fallback: i32) -> i32 {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(errno) = e.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error) {
+            return errno;
+        }
+        current = e.source();
+    }
+    fallback
+}

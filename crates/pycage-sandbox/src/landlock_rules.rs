@@ -29,8 +29,8 @@ use landlock::{
     RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
 
+use crate::error::SandboxError;
 use crate::plan::{MountKind, MountPlan, NodeKind};
-use crate::SandboxError;
 
 /// The newest Landlock ABI whose rights this crate handles.
 pub const TARGET_ABI: ABI = ABI::V6;

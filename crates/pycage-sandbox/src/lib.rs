@@ -23,6 +23,21 @@
 //! reason for it). [`probe`] reports which layers the machine supports and
 //! why one is missing; [`cgroup`] finds a delegated cgroup v2 subtree.
 //!
+//! # Layers
+//!
+//! Each module uses only those listed before it (`tests/layers.rs`):
+//!
+//! 1. Leaves: `error` (what failed, with the step and errno), [`limits`],
+//!    `syscalls` (the syscall table), `plan` (the pure mount plan),
+//!    [`cgroup`], [`lease`] (per-run host uids).
+//! 2. Policies as data: `landlock_rules`, [`seccomp`], `sys` (thin syscall
+//!    wrappers for the forked child).
+//! 3. [`confine`] (the program's own final steps), `join` (what a process
+//!    joining a shell gets and does), [`prepared`] (the sandbox built and
+//!    entered), [`fork`] (a forked child's first steps; a shell's fork).
+//! 4. `zygote_userns`, `probe` (what this machine supports), [`helper`]
+//!    (the shell helper's server and wire).
+//!
 //! ```no_run
 //! use std::os::unix::process::CommandExt;
 //! use std::sync::Arc;
@@ -44,7 +59,12 @@
 pub mod cgroup;
 pub mod confine;
 mod error;
+pub mod fork;
+pub mod helper;
+mod join;
 mod landlock_rules;
+pub mod lease;
+pub mod limits;
 mod plan;
 pub mod prepared;
 mod probe;
@@ -56,17 +76,18 @@ mod zygote_userns;
 use std::path::{Path, PathBuf};
 
 pub use error::{ChildFailure, SandboxError, Step};
+pub use join::{Handoff, Join, JoinPlan};
 pub use landlock_rules::{MIN_ABI as MIN_LANDLOCK_ABI, TARGET_ABI as TARGET_LANDLOCK_ABI};
+pub use limits::{INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
 pub use plan::{
     disk_inodes, Bind, Entry, GeneratedFile, HostFs, HostIds, MountKind, MountPlan, NodeKind, RealFs, Remap,
     SandboxPolicy, Symlink, BYTES_PER_INODE, DISK_DIRS, FIXED_DIRS, GENERATED_FILES, HOSTNAME, INSIDE_GID, INSIDE_UID,
     MAX_BINDS, MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS, MIN_DISK_INODES, OUTPUT_DIR, PROC_DIR, SHM_DIR, TMP_DIR, USER_NAME,
     WORK_DIR,
 };
-pub use prepared::{
-    Handoff, Join, JoinPlan, Prepared, INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS,
-};
+pub use prepared::Prepared;
 pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
+pub use sys::occupy_low_fds;
 pub use zygote_userns::zygote_user_namespace;
 
 /// System paths a dynamically linked CPython and `subprocess` need, among
@@ -125,37 +146,6 @@ pub fn default_ca_paths() -> Vec<PathBuf> {
 /// `/dev/null`, `/dev/zero`, `/dev/urandom`, `/dev/random`.
 pub fn default_devices() -> Vec<PathBuf> {
     existing(&["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"])
-}
-
-/// Make sure descriptors 0 to 3 are open in this process (each free one
-/// gets `/dev/null`, close-on-exec, kept open for good).
-///
-/// Between fork and exec, the child's stdio and the protocol socket are
-/// installed with `dup2` onto 0-3: a descriptor the sandbox (or the spawn
-/// code) made earlier and that the kernel numbered 0-3, because the host
-/// had one of them closed (a Python host without fd 3, a daemon without
-/// stdin), would be silently replaced there. Filling the holes first makes
-/// every later descriptor land above 3.
-pub fn occupy_low_fds() {
-    for fd in 0..INHERITED_FDS as i32 {
-        // SAFETY: F_GETFD only reads the descriptor's flags.
-        let free = unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0;
-        if !free {
-            continue;
-        }
-        match rustix::fs::open(
-            c"/dev/null",
-            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        ) {
-            // The lowest free number is `fd`: keep it occupied for good.
-            Ok(placeholder) if std::os::fd::AsRawFd::as_raw_fd(&placeholder) == fd => {
-                std::mem::forget(placeholder);
-            }
-            // Another thread took the slot meanwhile: it is occupied anyway.
-            Ok(_) | Err(_) => {}
-        }
-    }
 }
 
 fn existing(candidates: &[&str]) -> Vec<PathBuf> {

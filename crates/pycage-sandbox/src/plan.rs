@@ -55,7 +55,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::SandboxError;
+use crate::error::SandboxError;
 
 /// Most directories or symlinks (each) a plan may hold.
 pub const MAX_MOUNT_ENTRIES: usize = 4096;

@@ -110,7 +110,7 @@
 //!     program is uid 1000, owns no namespace, and loses every capability
 //!     at exec. Its `RLIMIT_NPROC` counts the processes of this user
 //!     namespace only, so it is a per-run limit even without root.
-//! 18. Mark every fd from [`INHERITED_FDS`] (4) up close-on-exec; then
+//! 18. Mark every fd from [`crate::limits::INHERITED_FDS`] (4) up close-on-exec; then
 //!     RLIMIT_NOFILE (after the maps' files were opened: a child of a host
 //!     holding hundreds of descriptors has no free number below it); drop
 //!     the bounding, ambient and permitted capabilities; `PR_SET_NO_NEW_PRIVS`;
@@ -144,7 +144,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use landlock::{Access, AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr, ABI};
-pub use pycage_protocol::zygote::ConfineStep;
 use rustix::fs::{Mode, OFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags};
 use rustix::net::{
@@ -154,25 +153,16 @@ use rustix::pipe::PipeFlags;
 use rustix::process::{DumpableBehavior, Pid, Resource, Rlimit, Signal};
 use rustix::thread::UnshareFlags;
 
-use crate::error::{ChildFailure, SandboxError, Step};
+use crate::error::{at, at_entry, errno_of, ChildFailure, Failure, SandboxError, Step};
+use crate::join::{confine_steps, network, run_limits, ConfineStep, Handoff, Join, JoinPlan};
 use crate::landlock_rules::{self, handled_abi, kernel_landlock};
+use crate::limits::{RUN_TCP_RMEM, RUN_TCP_WMEM, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
 use crate::plan::{
-    MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME, INSIDE_GID, INSIDE_UID,
-    MAX_BINDS, PROC_DIR, WORK_DIR,
+    MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME, MAX_BINDS, PROC_DIR,
+    WORK_DIR,
 };
 use crate::seccomp::{self, Filters};
 use crate::sys;
-
-/// Exit status of the supervisor when it lost track of the init process
-/// (`waitpid` failed with something other than `EINTR`). Not an exit status
-/// CPython uses for itself.
-pub const SUPERVISOR_LOST_EXIT: i32 = 125;
-
-/// Descriptors the interpreter inherits: stdin, stdout, stderr and the
-/// protocol socket on fd 3. Every higher descriptor is marked close-on-exec
-/// in the program's process, so a host descriptor opened without
-/// `O_CLOEXEC` (by a C library, say) never reaches the program.
-pub const INHERITED_FDS: u32 = 4;
 
 /// Where the new root is assembled, in the child's private mount namespace
 /// (a tmpfs is mounted over the host's `/tmp` there; the host never sees it).
@@ -184,41 +174,6 @@ const DISK_STAGING: &str = ".pycage-disk";
 /// Size of the tmpfs that becomes the new root: directories, mount points,
 /// symlinks and the generated `/etc` files.
 const ROOT_TMPFS_BYTES: usize = 1024 * 1024;
-
-/// Extra processes counted against `RLIMIT_NPROC` at the outer user
-/// namespace level: the supervisor and the init process.
-const SANDBOX_PROCESSES: u64 = 2;
-
-/// SysV shared-memory segments a run may hold (`kernel.shmmni`).
-pub const SYSV_SHM_SEGMENTS: u64 = 64;
-
-/// SysV semaphore limits of a run (`kernel.sem`: per array, total, per
-/// `semop`, arrays).
-pub const SYSV_SEM_LIMITS: &str = "32 1024 32 32";
-
-/// Signals a run may have queued at once (`RLIMIT_SIGPENDING`, POSIX
-/// timers included). Set before the program's user namespace, which
-/// records it as the ceiling of every process in it: a per-run share of
-/// the host uid's pending-signal quota, not one per process.
-pub const RUN_SIGPENDING: u64 = 1024;
-
-/// Bytes of POSIX message queues a run may create (`RLIMIT_MSGQUEUE`):
-/// none (`mq_open` is not provided either).
-pub const RUN_MSGQUEUE_BYTES: u64 = 0;
-
-/// Memory a run may lock (`RLIMIT_MEMLOCK`): `mlock`, `SHM_LOCK` (charged
-/// per user namespace, so per run) and `MSG_ZEROCOPY` pins (charged to the
-/// host uid).
-pub const RUN_MEMLOCK_BYTES: u64 = 64 * 1024;
-
-/// TCP buffer sizes of the run's network namespace (`net.ipv4.tcp_rmem`
-/// and `tcp_wmem`: minimum, default, most autotuning may grow a buffer
-/// to), with egress only: the program's sockets and the host's end of each
-/// of its connections to the proxy (accepted in the run's namespace) stay
-/// at most this big.
-pub const RUN_TCP_RMEM: &str = "4096 131072 262144";
-/// See [`RUN_TCP_RMEM`].
-pub const RUN_TCP_WMEM: &str = "4096 16384 262144";
 
 /// The diagnostics record: step, pad, 16-bit index, 32-bit errno.
 const RECORD_LEN: usize = 8;
@@ -306,152 +261,6 @@ struct DiskDirOp {
     staged: CString,
     target: CString,
     mode: u32,
-}
-
-/// A step failure inside the child.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Failure {
-    step: Step,
-    index: u16,
-    errno: i32,
-}
-
-impl Failure {
-    pub(crate) fn new(step: Step, errno: i32) -> Failure {
-        Failure { step, index: 0, errno }
-    }
-    pub(crate) fn at(step: Step, index: usize, errno: i32) -> Failure {
-        Failure { step, index: u16::try_from(index).unwrap_or(u16::MAX), errno }
-    }
-}
-
-/// `map_err` helper for rustix results.
-fn at(step: Step) -> impl Fn(rustix::io::Errno) -> Failure {
-    move |errno| Failure::new(step, errno.raw_os_error())
-}
-
-/// `map_err` helper for rustix results of the `index`-th entry of a list.
-fn at_entry(step: Step, index: usize) -> impl Fn(rustix::io::Errno) -> Failure {
-    move |errno| Failure::at(step, index, errno.raw_os_error())
-}
-
-/// The errno at the bottom of an error chain, or `fallback`.
-pub(crate) fn errno_of(err: &(dyn std::error::Error + 'static), fallback: i32) -> i32 {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = current {
-        if let Some(errno) = e.downcast_ref::<io::Error>().and_then(io::Error::raw_os_error) {
-            return errno;
-        }
-        current = e.source();
-    }
-    fallback
-}
-
-/// What the supervisor hands the host once the sandbox is built.
-#[derive(Debug)]
-pub struct Handoff {
-    /// The host pid of the run's init process (PID 1 of its PID namespace):
-    /// every process of the run is a descendant of it.
-    pub init_pid: Pid,
-    /// An `O_PATH` descriptor of the run's working directory (`/work`
-    /// inside). It keeps the run's tmpfs alive after the run ends, until it
-    /// is closed: the host reads the run's output through it.
-    pub work_dir: OwnedFd,
-    /// With egress ([`SandboxPolicy::egress_port`]): a TCP socket listening
-    /// on `127.0.0.1:<port>` inside the run's network namespace. What the
-    /// host accepts on it are the program's connections to that address.
-    pub egress: Option<OwnedFd>,
-    /// A `NETLINK_SOCK_DIAG` socket made inside the run's network
-    /// namespace: a dump through it lists every socket of the run (and
-    /// only those), with the memory its buffers hold. `None` on a kernel
-    /// without `sock_diag`.
-    pub sock_diag: Option<OwnedFd>,
-}
-
-/// What a shell's init hands the host once the run's root is complete: what
-/// a process forked elsewhere (a zygote's child) needs to join the run.
-#[derive(Debug)]
-pub struct Join {
-    /// The run's user namespace ("userns1"); joined first of all but the
-    /// network namespace.
-    pub user_ns: OwnedFd,
-    /// Its mount namespace (the run's root is pivoted in it).
-    pub mount_ns: OwnedFd,
-    /// Its PID namespace: the zygote forks the program into it.
-    pub pid_ns: OwnedFd,
-    /// Its network namespace (a downed `lo` only). Joined first: it may be
-    /// owned outside the run's user namespace
-    /// ([`Prepared::outer_network_namespace`]).
-    pub net_ns: OwnedFd,
-    /// Its IPC namespace (SysV limits set).
-    pub ipc_ns: OwnedFd,
-    /// Its UTS namespace (hostname `pycage`).
-    pub uts_ns: OwnedFd,
-    /// The run's root directory (`O_PATH`): `fchdir` + `chroot(".")` there.
-    pub root: OwnedFd,
-    /// The Landlock ruleset with every rule of the run: the program
-    /// restricts itself with it.
-    pub ruleset: OwnedFd,
-}
-
-/// What a program process that joins a shell does to itself (see
-/// [`Prepared::join_plan`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JoinPlan {
-    /// On a root host, the run's leased host uid and gid: the program drops
-    /// to them before it joins (the run's user namespace maps only them).
-    pub host_ids: Option<(u32, u32)>,
-    /// Steps 16-18, the same list [`Prepared::enter`] runs (see [`crate::confine`]).
-    pub confine: Vec<ConfineStep>,
-}
-
-impl JoinPlan {
-    /// The plan [`Prepared::join_plan`] gives for `policy`, without building
-    /// the sandbox: for a host whose shells are built by another process
-    /// (which runs [`Prepared::new`] with the same policy there).
-    pub fn for_policy(policy: &SandboxPolicy) -> Result<JoinPlan, SandboxError> {
-        let host_ids = match (rustix::process::geteuid().is_root(), policy.host_ids) {
-            (true, Some(ids)) => Some((ids.uid, ids.gid)),
-            (true, None) => return Err(SandboxError::NoRunIds),
-            (false, None) => None,
-            (false, Some(ids)) => {
-                return Err(SandboxError::RunIdsNeedRoot { uid: ids.uid, euid: rustix::process::geteuid().as_raw() })
-            }
-        };
-        let filters = seccomp::compile_native(network(policy))?;
-        Ok(JoinPlan { host_ids, confine: confine_steps(&run_limits(policy), &filters) })
-    }
-}
-
-/// The rlimits of a run's processes (step 16), soft = hard.
-fn run_limits(policy: &SandboxPolicy) -> [(Resource, u64); 7] {
-    [
-        (Resource::Nproc, policy.max_processes.saturating_add(SANDBOX_PROCESSES)),
-        (Resource::Fsize, policy.max_file_bytes),
-        (Resource::Nofile, policy.max_open_files),
-        (Resource::Core, 0),
-        (Resource::Sigpending, RUN_SIGPENDING),
-        (Resource::Msgqueue, RUN_MSGQUEUE_BYTES),
-        (Resource::Memlock, RUN_MEMLOCK_BYTES),
-    ]
-}
-
-/// What the program may do on the network, by the policy's egress.
-fn network(policy: &SandboxPolicy) -> seccomp::Network {
-    match policy.egress_port {
-        Some(_) => seccomp::Network::LoopbackTcp,
-        None => seccomp::Network::None,
-    }
-}
-
-/// Steps 16-18 for a run with `limits` under `filters`.
-fn confine_steps(limits: &[(Resource, u64)], filters: &Filters) -> Vec<ConfineStep> {
-    crate::confine::build(
-        limits,
-        format!("{INSIDE_UID} 0 1\n").as_bytes(),
-        format!("{INSIDE_GID} 0 1\n").as_bytes(),
-        filters,
-    )
 }
 
 /// Number of descriptors a [`Join`] carries, in its field order.
@@ -555,7 +364,7 @@ impl Prepared {
     /// own ids ([`SandboxPolicy::host_ids`] must then be `None`).
     pub fn new(policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
         // Every descriptor made below must land above 3 (see the function).
-        crate::occupy_low_fds();
+        crate::sys::occupy_low_fds();
         let euid = rustix::process::geteuid().as_raw();
         let root_host = euid == 0;
         let (host_uid, host_gid) = match (root_host, policy.host_ids) {

@@ -84,8 +84,8 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
+use crate::error::SandboxError;
 use crate::syscalls::SYSCALLS;
-use crate::SandboxError;
 
 /// Argument tests (each on the low 32 bits of one argument) that narrow an
 /// `EPERM` verdict.

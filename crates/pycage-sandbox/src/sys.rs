@@ -284,7 +284,7 @@ fn exit_like(status: libc::c_int) -> ! {
         unsafe { libc::_exit(128 + signal) };
     }
     // SAFETY: as above.
-    unsafe { libc::_exit(crate::prepared::SUPERVISOR_LOST_EXIT) }
+    unsafe { libc::_exit(crate::limits::SUPERVISOR_LOST_EXIT) }
 }
 
 /// The supervisor's life after the fork: close every fd but the status
@@ -300,7 +300,7 @@ pub(crate) unsafe fn supervise(init: libc::pid_t, status_read: libc::c_int) -> !
     close_all_fds_but(status_read);
     let Some(init_status) = wait_for(init) else {
         // SAFETY: _exit is always safe to call.
-        unsafe { libc::_exit(crate::prepared::SUPERVISOR_LOST_EXIT) }
+        unsafe { libc::_exit(crate::limits::SUPERVISOR_LOST_EXIT) }
     };
     let mut bytes = [0u8; 4];
     // Every writer is gone (the init process exited, the program exec'd or
@@ -340,7 +340,7 @@ pub(crate) unsafe fn reap_as_init(program: libc::pid_t, status_write: libc::c_in
         }
         if ret < 0 && last_errno() != libc::EINTR {
             // SAFETY: as above.
-            unsafe { libc::_exit(crate::prepared::SUPERVISOR_LOST_EXIT) };
+            unsafe { libc::_exit(crate::limits::SUPERVISOR_LOST_EXIT) };
         }
     }
 }
@@ -370,6 +370,36 @@ pub(crate) unsafe fn reap_forever() -> ! {
             let pause = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
             // SAFETY: a live timespec; a null remainder pointer is allowed.
             unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+        }
+    }
+}
+/// Make sure descriptors 0 to 3 are open in this process (each free one
+/// gets `/dev/null`, close-on-exec, kept open for good).
+///
+/// Between fork and exec, the child's stdio and the protocol socket are
+/// installed with `dup2` onto 0-3: a descriptor the sandbox (or the spawn
+/// code) made earlier and that the kernel numbered 0-3, because the host
+/// had one of them closed (a Python host without fd 3, a daemon without
+/// stdin), would be silently replaced there. Filling the holes first makes
+/// every later descriptor land above 3.
+pub fn occupy_low_fds() {
+    for fd in 0..crate::limits::INHERITED_FDS as i32 {
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        let free = unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0;
+        if !free {
+            continue;
+        }
+        match rustix::fs::open(
+            c"/dev/null",
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            // The lowest free number is `fd`: keep it occupied for good.
+            Ok(placeholder) if std::os::fd::AsRawFd::as_raw_fd(&placeholder) == fd => {
+                std::mem::forget(placeholder);
+            }
+            // Another thread took the slot meanwhile: it is occupied anyway.
+            Ok(_) | Err(_) => {}
         }
     }
 }

@@ -30,7 +30,7 @@ use rustix::fs::{Mode, OFlags};
 use rustix::pipe::PipeFlags;
 use rustix::thread::UnshareFlags;
 
-use crate::SandboxError;
+use crate::error::SandboxError;
 
 /// Makes Z (see the module docs) and returns a descriptor of it: a child
 /// process unshares a user namespace, this process writes its maps

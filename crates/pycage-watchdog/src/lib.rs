@@ -76,7 +76,6 @@
 //! crossed; the runtime then ends the run (`timeout` for CPU, `worker-exit`
 //! for memory), so the bound is the budget plus what the run can use in
 //! one period.
-
 //!
 //! # Layers
 //!

@@ -6,8 +6,6 @@ use std::collections::HashSet;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-use crate::limits::*;
-
 use crate::procfs::*;
 
 /// A `NETLINK_SOCK_DIAG` socket inside the run's network namespace
@@ -229,7 +227,7 @@ pub(crate) mod diag {
                             answer.meminfo(),
                         ));
                         sockets += 1;
-                        if !*dump || sockets >= super::MAX_DIAG_SOCKETS {
+                        if !*dump || sockets >= crate::limits::MAX_DIAG_SOCKETS {
                             return Ok(());
                         }
                     }

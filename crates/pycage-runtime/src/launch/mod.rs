@@ -14,6 +14,12 @@
 //! (`crate::lifecycle`): [`Launcher::take_worker`] is the one way a run
 //! gets a process. Failures are typed ([`spawn::SpawnError`], wrapped in a
 //! [`spawn::StartError`] naming the interpreter).
+//!
+//! # Layers
+//!
+//! Each module uses only those listed before it: `zygote` (the fork
+//! server's host side), `spawn` (exec, workers, the spawner thread),
+//! `helper` (the shell helper's host side), `site`, `sandbox`, then `pool`.
 
 pub(crate) mod helper;
 pub(crate) mod pool;
@@ -28,13 +34,13 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cleanup::{CleanupLog, RunDirs};
 use crate::config::{Isolation, RuntimeConfig, SpawnMode};
 use crate::error::RuntimeError;
 use crate::interpreter::Interpreter;
 use crate::probe_cache::{self, BootstrapDir, PrepareError};
 use crate::process::Reaper;
 use pool::{Pool, PoolConfig, Shells};
+use pycage_files::cleanup::{CleanupLog, RunDirs};
 use pycage_packages::{PackageCache, PackageError, Target};
 use sandbox::Sandboxes;
 use site::RunSite;

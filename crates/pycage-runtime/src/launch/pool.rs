@@ -37,10 +37,10 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::cleanup::{RunDir, RunDirs};
 use crate::launch::spawn::{Channels, SpawnError, Spawner, Worker};
 use crate::launch::zygote::{ChildSpec, JoinSpec, PendingChild, PoolSink, Spawned, Zygote, ZygoteError, ZygoteSpec};
 use crate::sync::lock;
+use pycage_files::cleanup::{RunDir, RunDirs};
 
 /// Whether a child warms up before it waits for its run (see the module
 /// docs).
@@ -93,16 +93,6 @@ pub(crate) struct Shells {
     pub env: Vec<(String, String)>,
     /// Host prefixes and where the sandbox shows them.
     pub remaps: Vec<(String, String)>,
-}
-
-/// A sandbox built by the host for one zygote child to join: its
-/// supervisor (this host's child), what its init handed over, and the
-/// program's own steps.
-pub(crate) struct Shell {
-    pub supervisor: Worker,
-    pub handoff: Option<pycage_sandbox::Handoff>,
-    pub join: pycage_sandbox::Join,
-    pub plan: pycage_sandbox::JoinPlan,
 }
 
 /// Host-side resources of a child: kept while it is being forked and while
@@ -478,7 +468,7 @@ impl Inner {
             };
             return Ok((host, fds, spec));
         };
-        let Shell { supervisor, handoff, join, plan } = shells.sandboxes.shell()?;
+        let crate::launch::sandbox::Shell { supervisor, handoff, join, plan } = shells.sandboxes.shell()?;
         let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset } = join;
         fds.extend([user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset]);
         let spec = ChildSpec {

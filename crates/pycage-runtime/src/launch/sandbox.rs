@@ -19,11 +19,21 @@ use std::sync::Arc;
 use crate::config::RuntimeConfig;
 use crate::error::RuntimeError;
 use crate::interpreter::Interpreter;
-use crate::launch::helper::{ShellHelper, ShellNetwork};
-use crate::launch::pool::Shell;
+use crate::launch::helper::ShellHelper;
 use crate::launch::site::{self, CgroupGuard, RunSite, SandboxLayout};
 use crate::launch::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Worker};
 use crate::process::Reaper;
+use pycage_sandbox::helper::wire::ShellNetwork;
+
+/// A sandbox built by the host for one zygote child to join: its
+/// supervisor (this host's child), what its init handed over, and the
+/// program's own steps.
+pub(crate) struct Shell {
+    pub supervisor: Worker,
+    pub handoff: Option<pycage_sandbox::Handoff>,
+    pub join: pycage_sandbox::Join,
+    pub plan: pycage_sandbox::JoinPlan,
+}
 
 /// The sandbox half of a launcher (see the module docs).
 pub(crate) struct Sandboxes {
@@ -327,7 +337,6 @@ impl Sandboxes {
     /// cgroup with the supervisor.
     fn shell_from(&self, helper: &ShellHelper, network: ShellNetwork<'_>) -> Result<Shell, SpawnError> {
         let (policy, mut guards) = self.policy(&[])?;
-        let plan = crate::launch::helper::join_plan(&policy)?;
         let procs = match &self.cgroup {
             Some(parent) => {
                 let (guard, procs) = self.run_cgroup(parent)?;
@@ -338,7 +347,7 @@ impl Sandboxes {
         };
         let remote = helper.shell(&policy, procs, self.zygote_userns.as_deref().map(AsFd::as_fd), network)?;
         let supervisor = Worker::from_helper(remote.pid, remote.pidfd, guards)?;
-        Ok(Shell { supervisor, handoff: remote.handoff, join: remote.join, plan })
+        Ok(Shell { supervisor, handoff: remote.handoff, join: remote.join, plan: remote.plan })
     }
 
     /// A new interpreter in its own sandbox, with `inputs` in its working
@@ -370,8 +379,9 @@ impl Sandboxes {
         let config = &self.config;
         let mut guards: Vec<Guard> = Vec::new();
         let host_ids = if rustix::process::geteuid().is_root() {
-            let dir = config.uid_lease_dir.clone().unwrap_or_else(|| PathBuf::from(crate::lease::DEFAULT_LEASE_DIR));
-            let lease = crate::lease::lease_uid(&dir, config.sandbox_uid_base, config.sandbox_uid_count)?;
+            let dir =
+                config.uid_lease_dir.clone().unwrap_or_else(|| PathBuf::from(pycage_sandbox::lease::DEFAULT_LEASE_DIR));
+            let lease = pycage_sandbox::lease::lease_uid(&dir, config.sandbox_uid_base, config.sandbox_uid_count)?;
             let ids = pycage_sandbox::HostIds { uid: lease.uid(), gid: lease.uid() };
             guards.push(Box::new(lease));
             Some(ids)

@@ -28,17 +28,17 @@ use std::sync::Arc;
 
 use pycage_sandbox::{Handoff, Prepared, Remap};
 
-use crate::cleanup::RunDir;
 use crate::config::RuntimeConfig;
 use crate::error::AllowReadError;
-use crate::files::{self, Access, CopyLimits, CopyReport};
 use crate::interpreter::Interpreter;
+use pycage_files::cleanup::RunDir;
+use pycage_files::copy::{self as files, Access, CopyLimits, CopyReport};
 
 /// Where a remapped interpreter prefix appears inside the sandbox.
 pub const INTERPRETER_DIR: &str = "/opt/python";
 /// Where the bootstrap package's directory appears inside the sandbox.
 pub const BOOTSTRAP_DIR: &str = "/opt/pycage";
-pub use crate::files::OUTPUT_DIR_NAME;
+pub use pycage_files::copy::OUTPUT_DIR_NAME;
 
 /// A sandboxed run's view of the host, decided once per runtime.
 #[derive(Debug, Clone)]

@@ -41,10 +41,11 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
-use crate::cleanup::RunDir;
 use crate::launch::zygote::{Spawned, Zygote, ZygoteError};
 pub(crate) use crate::process::loader;
-use crate::process::{cloexec_above_fd3, die_with_parent, install_fd3, wait4, Exit, Reaper};
+use crate::process::{wait4, Exit, Reaper};
+use pycage_files::cleanup::RunDir;
+use pycage_sandbox::fork::{cloexec_above_fd3, die_with_parent, install_fd3};
 
 /// Work done in the forked child right before exec (e.g. entering the sandbox).
 pub(crate) trait PreExec: Send + Sync + 'static {
@@ -94,7 +95,7 @@ pub enum SpawnError {
     Cgroup(#[source] io::Error),
     /// No sandbox uid could be leased for the run (root hosts).
     #[error(transparent)]
-    Lease(#[from] crate::lease::LeaseError),
+    Lease(#[from] pycage_sandbox::lease::LeaseError),
     /// The shell helper (`RuntimeConfig::shell_helper`) could not be
     /// started, or stopped answering; the next shell starts another.
     #[error("the sandbox shell helper failed: {0}")]
@@ -509,36 +510,6 @@ pub(crate) fn start_helper(argv: &[std::ffi::OsString], sock: OwnedFd) -> Result
     }
     let child = cmd.spawn().map_err(SpawnError::Exec)?;
     drop(sock);
-    Ok(child.id() as i32)
-}
-
-/// In the shell helper: forks a sandbox shell through `prepared`'s hook
-/// (nothing is exec'd; see `Prepared::into_shell`), in its own process
-/// group, dying with the helper. `/dev/null` is its fd 0-3 (fd 3 is the
-/// helper's socket to the host); the helper's descriptors above 3 are
-/// closed by the shell's own steps after its handoff, before any program
-/// exists. Returns once the shell has handed its run over; the pid is the
-/// helper's child.
-pub(crate) fn fork_shell(prepared: &Arc<pycage_sandbox::Prepared>) -> Result<i32, SpawnError> {
-    let null = std::fs::File::open("/dev/null").map_err(SpawnError::Channel)?;
-    let null_fd = null.as_raw_fd();
-    let parent = rustix::process::getpid();
-    let hook = crate::launch::sandbox::SandboxHook(Arc::clone(prepared));
-    // Never executed: the hook does not return in shell mode.
-    let mut cmd = Command::new("/");
-    cmd.env_clear().stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and makes
-    // only async-signal-safe calls, plus `Prepared::enter`, written for
-    // that child.
-    unsafe {
-        cmd.pre_exec(move || {
-            install_fd3(null_fd)?;
-            cloexec_above_fd3();
-            die_with_parent(parent)?;
-            hook.pre_exec()
-        });
-    }
-    let child = cmd.spawn().map_err(|e| SpawnError::Sandbox(prepared.explain_spawn_error(e)))?;
     Ok(child.id() as i32)
 }
 

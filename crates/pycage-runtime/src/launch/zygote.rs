@@ -467,8 +467,8 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
     // sched_setscheduler, _exit).
     unsafe {
         cmd.pre_exec(move || {
-            process::install_fd3(child_fd)?;
-            process::cloexec_above_fd3();
+            pycage_sandbox::fork::install_fd3(child_fd)?;
+            pycage_sandbox::fork::cloexec_above_fd3();
             // A background process, whatever thread started it: its forks
             // for refills never preempt a run. Its children reset to an
             // ordinary process before they run a program (`pycage.zygote`).
@@ -481,7 +481,7 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
                     Some(rustix::thread::LinkNameSpaceType::User),
                 )?;
             }
-            process::die_with_parent(parent)
+            pycage_sandbox::fork::die_with_parent(parent)
         });
     }
     let process = cmd.spawn().map_err(|e| err(&format!("could not execute {}", spec.python.display()), e))?;

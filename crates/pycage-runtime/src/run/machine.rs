@@ -34,8 +34,8 @@ use pycage_protocol::{
 use crate::bindings::{Binding, BindingError, Namespace};
 use crate::config::RuntimeConfig;
 use crate::display::DisplayLedger;
-use crate::ledger::{LogLedger, Source};
 use crate::outcome::{FailureKind, RunEvent, RunFailure, RunResult};
+use pycage_protocol::ledger::{LogLedger, Source};
 
 /// Why the run stopped taking input.
 #[derive(Debug, Clone, PartialEq, Eq)]

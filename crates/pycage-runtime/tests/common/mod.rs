@@ -149,3 +149,19 @@ pub async fn sleeping_runs(rt: &Runtime, n: usize) -> Vec<tokio::task::JoinHandl
     }
     runs
 }
+
+/// The sandbox crate's `pycage-shell-helper` program, which `cargo test
+/// --workspace` builds beside this test (target/<profile>/). A test run of
+/// this crate alone must build it first.
+pub fn shell_helper_program() -> std::ffi::OsString {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>/pycage-shell-helper
+    let path = exe.parent().and_then(|deps| deps.parent()).unwrap().join("pycage-shell-helper");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build -p pycage-sandbox --bin pycage-shell-helper` \
+         (cargo test --workspace does)",
+        path.display()
+    );
+    path.into_os_string()
+}

@@ -13,7 +13,7 @@
 //! a program that forges it only silences itself — and never for text: the
 //! host writes its own marker line. Exactly one marker line appears.
 
-use pycage_protocol::log_truncation_marker;
+use crate::frames::log_truncation_marker;
 
 /// Where a piece of log text came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,14 +63,18 @@ impl LogLedger {
         let accepted = bytes.get(..take).unwrap_or_default();
         self.used += take as u64;
         let mut rest = accepted;
+        let [frames, raw] = &mut self.partial;
+        let part = match source {
+            Source::Frames => frames,
+            Source::Raw => raw,
+        };
         while let Some(i) = rest.iter().position(|&b| b == b'\n') {
-            let part = &mut self.partial[source as usize];
             part.extend_from_slice(rest.get(..i).unwrap_or_default());
             let line = std::mem::take(part);
             self.lines.push(String::from_utf8_lossy(&line).into_owned());
             rest = rest.get(i + 1..).unwrap_or_default();
         }
-        self.partial[source as usize].extend_from_slice(rest);
+        part.extend_from_slice(rest);
         if over {
             self.truncate();
         }
