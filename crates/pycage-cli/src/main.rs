@@ -150,11 +150,18 @@ struct RuntimeArgs {
     #[arg(long = "with", value_name = "REQ")]
     with_packages: Vec<String>,
 
-    /// Let programs declare only these packages in their PEP 723 block
-    /// (repeatable, or comma-separated); default: any. A program that
-    /// declares another fails with `dependencies` before it starts.
+    /// Let programs declare NAME in their PEP 723 block (repeatable, or
+    /// comma-separated). By default a program may declare none: its
+    /// declarations fail with `dependencies` before it starts. What an
+    /// allowed package brings must be allowed too. Packages are installed
+    /// as wheels only: nothing is built on the host.
     #[arg(long = "allow-package", value_name = "NAME", value_delimiter = ',')]
     allow_packages: Vec<String>,
+
+    /// Let programs declare any package, and whatever it brings (a
+    /// runtime then stops asking the index after 16 failed names).
+    #[arg(long = "allow-any-package", conflicts_with = "allow_packages")]
+    allow_any_package: bool,
 
     /// Containment level.
     #[arg(long, value_enum, default_value_t = default_isolation())]
@@ -253,7 +260,8 @@ impl RuntimeArgs {
             venv: self.venv.clone(),
             preload: self.preload.clone(),
             with_packages: self.with_packages.clone(),
-            allow_packages: (!self.allow_packages.is_empty()).then(|| self.allow_packages.clone()),
+            allow_packages: self.allow_packages.clone(),
+            allow_any_package: self.allow_any_package,
             isolation: self.isolation.into(),
             allow_read,
             allow_net: self.allow_net.clone(),
@@ -567,8 +575,10 @@ mod tests {
         assert_eq!(c.venv, Some(PathBuf::from("/v")));
         assert_eq!(c.preload, ["numpy", "pandas", "json"]);
         assert_eq!(c.with_packages, ["rich>=13,<14", "tabulate"]);
-        assert_eq!(c.allow_packages, Some(vec!["tabulate".to_owned(), "rich".to_owned()]));
-        assert_eq!(run_config(&[]).unwrap().allow_packages, None);
+        assert_eq!(c.allow_packages, vec!["tabulate".to_owned(), "rich".to_owned()]);
+        assert!(run_config(&[]).unwrap().allow_packages.is_empty());
+        assert!(!run_config(&[]).unwrap().allow_any_package);
+        assert!(run_config(&["--allow-any-package"]).unwrap().allow_any_package);
         assert!(Cli::try_parse_from(["pycage", "run", "--venv", "/v", "--python", "/p", "-c", "1"]).is_err());
         assert_eq!(
             run_config(&["--preload", "os;x"]).unwrap_err().to_string(),

@@ -191,7 +191,7 @@ impl NativeRuntime {
     #[new]
     #[pyo3(signature = (*, python=None, isolation=None, allow_read=None, run_dir_parent=None, spawn=None,
         cache_dir=None, probe_cache=true, allow_net=None, budgets=None, venv=None, preload=None,
-        with_packages=None, allow_packages=None))]
+        with_packages=None, allow_packages=None, allow_any_package=false))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn new(
         py: Python<'_>,
@@ -208,6 +208,7 @@ impl NativeRuntime {
         preload: Option<Vec<String>>,
         with_packages: Option<Vec<String>>,
         allow_packages: Option<Vec<String>>,
+        allow_any_package: bool,
     ) -> PyResult<Self> {
         let cache_dir = if probe_cache { cache_dir.or_else(pycage_runtime::default_cache_dir) } else { None };
         let mut c = RuntimeConfig {
@@ -215,7 +216,8 @@ impl NativeRuntime {
             venv,
             preload: preload.unwrap_or_default(),
             with_packages: with_packages.unwrap_or_default(),
-            allow_packages,
+            allow_packages: allow_packages.unwrap_or_default(),
+            allow_any_package,
             run_dir_parent,
             cache_dir,
             ..RuntimeConfig::default()
@@ -284,6 +286,7 @@ impl NativeRuntime {
         d.set_item("preload", c.preload.clone())?;
         d.set_item("with_packages", c.with_packages.clone())?;
         d.set_item("allow_packages", c.allow_packages.clone())?;
+        d.set_item("allow_any_package", c.allow_any_package)?;
         // Every budget under its keyword, in the keyword's unit.
         for row in pycage_runtime::budgets::BUDGETS {
             let Some((keyword, unit)) = row.python else { continue };

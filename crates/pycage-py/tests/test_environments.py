@@ -101,8 +101,19 @@ def test_pep_723_dependencies(datasci, isolation, tmp_path):
         assert r.value == "  a    b\n---  ---\n  1    2", r
         refused = rt.run('# /// script\n# dependencies = ["requests"]\n# ///\nprint("started")')
         assert refused.error.kind == "dependencies", refused
-        assert 'the package "requests" is not allowed here (allowed: tabulate)' in refused.error.message
+        assert 'the package "requests"' in refused.error.message
+        assert "allowed here: tabulate" in refused.error.message
         assert refused.logs == []
+
+
+def test_declarations_are_refused_unless_allowed():
+    with pycage.Runtime(isolation="process") as rt:
+        refused = rt.run('# /// script\n# dependencies = ["docopt"]\n# ///\nprint("started")')
+        assert refused.error.kind == "dependencies", refused
+        assert "allow_packages=[...]" in refused.error.message and "allow_any_package=True" in refused.error.message
+        assert refused.logs == []
+    with pytest.raises(pycage.ConfigError, match="allow_any_package"):
+        pycage.Runtime(isolation="process", allow_packages=["x"], allow_any_package=True)
 
 
 def test_with_packages(datasci, tmp_path):

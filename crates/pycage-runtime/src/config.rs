@@ -86,10 +86,21 @@ pub struct RuntimeConfig {
     /// Installed once at construction, so a bad one fails there.
     pub with_packages: Vec<String>,
     /// The package names programs may declare (PEP 503-normalized when
-    /// compared); `None` (the default) allows any. A program that declares
-    /// another fails with `dependencies` before it starts. The caller's own
-    /// `with_packages` are not checked against it.
-    pub allow_packages: Option<Vec<String>>,
+    /// compared). Empty (the default) allows none: a program's declarations
+    /// are refused unless the caller allows them, here or with
+    /// [`RuntimeConfig::allow_any_package`]. A program that declares
+    /// another fails with `dependencies` before it starts, and so does one
+    /// whose packages bring one that is not allowed (unless the caller's
+    /// own `with_packages` bring it: those are trusted).
+    pub allow_packages: Vec<String>,
+    /// Programs may declare any package, and whatever it brings. A runtime
+    /// then allows `pycage_packages::MAX_FAILED_RESOLUTIONS` failed
+    /// installs of declared names (each asked the index for names of the
+    /// program's choosing) and asks for no new name after that.
+    pub allow_any_package: bool,
+    /// Bytes of installed package sets the cache keeps; past them the
+    /// least recently used sets that no run holds are removed.
+    pub package_cache_bytes: u64,
     /// Longest time installing one run's packages may take (resolving and
     /// downloading included); past it the run fails with `dependencies`.
     pub install_timeout: Duration,
@@ -218,7 +229,9 @@ impl Default for RuntimeConfig {
             venv: None,
             preload: Vec::new(),
             with_packages: Vec::new(),
-            allow_packages: None,
+            allow_packages: Vec::new(),
+            allow_any_package: false,
+            package_cache_bytes: 2 << 30,
             install_timeout: Duration::from_secs(300),
             cache_dir: None,
             wall_time: Duration::from_secs(60),
@@ -333,7 +346,10 @@ impl RuntimeConfig {
             pycage_packages::Requirement::parse(req)
                 .map_err(|problem| ConfigError { field: "with_packages", problem })?;
         }
-        for name in self.allow_packages.iter().flatten() {
+        if self.allow_any_package && !self.allow_packages.is_empty() {
+            return err("allow_packages", "cannot be given together with allow_any_package, which allows every name");
+        }
+        for name in &self.allow_packages {
             if !pycage_packages::is_project_name(name) {
                 return Err(ConfigError {
                     field: "allow_packages",
@@ -423,11 +439,11 @@ mod tests {
             assert_eq!(c.validate().unwrap_err().field, "preload", "{module:?}");
         }
         assert_eq!(bad(|c| c.with_packages = vec!["--index-url=http://x".into()]).field, "with_packages");
-        assert_eq!(bad(|c| c.allow_packages = Some(vec!["a b".into()])).field, "allow_packages");
+        assert_eq!(bad(|c| c.allow_packages = vec!["a b".into()]).field, "allow_packages");
         let ok = RuntimeConfig {
             preload: vec!["numpy".into(), "os.path".into(), "_x1".into()],
             with_packages: vec!["tabulate==0.9.0".into()],
-            allow_packages: Some(vec!["Tabulate".into()]),
+            allow_packages: vec!["Tabulate".into()],
             ..RuntimeConfig::default()
         };
         ok.validate().unwrap();

@@ -161,6 +161,9 @@ pub(crate) struct Kept {
     pub site: RunSite,
     /// Its processes' `/proc` files, held for the session's samples.
     pub held: Arc<pycage_watchdog::HeldFiles>,
+    /// The packages its sandbox shows (those of the run that made it),
+    /// leased for the session's life.
+    pub packages: Option<Arc<pycage_packages::Entry>>,
 }
 
 impl Kept {
@@ -228,8 +231,8 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     };
     // 1b. The run's packages, before its wall clock starts: installing is
     //     the host's work, bounded by its own timeout.
-    let sys_path = match rt.launcher.packages(&program, &cancel, &stop).await {
-        Ok(paths) => paths,
+    let packages = match rt.launcher.packages(&program, &cancel, &stop).await {
+        Ok(packages) => packages,
         Err(pycage_packages::PackageError::Cancelled) if stop.is_cancelled() => {
             return settled(FailureKind::Abort, stop_message(rt));
         }
@@ -241,6 +244,19 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         }
         Err(e) => return settled(FailureKind::Dependencies, e.to_string()),
     };
+    if let (Keep::Session { kept: Some(kept), .. }, Some(p)) = (&keep, &packages) {
+        // A sandboxed session's process sees the packages of the run that
+        // made it, and no other entry.
+        let seen = kept.packages.as_ref().map(|e| e.path());
+        if p.own && rt.sandboxed() && seen != Some(p.entry.path()) {
+            return settled(
+                FailureKind::Dependencies,
+                "a sandboxed session sees the packages of its first run only: declare this run's packages \
+                 in the session's first run (or have the caller add them with with_packages / --with)",
+            );
+        }
+    }
+    let sys_path: Vec<String> = packages.iter().map(|p| rt.launcher.packages_inside(p)).collect();
     let deadline = Instant::now() + config.wall_time;
     let wall_exceeded = || format!("the wall-clock budget of {} ms was exceeded", config.wall_time.as_millis());
 
@@ -262,7 +278,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
             _ = tokio::time::sleep_until(deadline) => {
                 return settled(FailureKind::Timeout, format!("{} before a process could be started", wall_exceeded()));
             }
-            taken = rt.launcher.take_worker(&inputs) => taken,
+            taken = rt.launcher.take_worker(&inputs, packages.as_ref()) => taken,
         };
         match taken {
             Ok(w) => fresh = Some(w),
@@ -280,11 +296,12 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         },
         Keep::Session { kept, baseline, .. } => {
             if let Some((worker, site)) = fresh.take() {
-                *kept = Some(Kept { worker, site, held: Arc::default() });
+                let packages = packages.as_ref().map(|p| Arc::clone(&p.entry));
+                *kept = Some(Kept { worker, site, held: Arc::default(), packages });
             }
             match kept.as_mut() {
                 Some(k) => {
-                    let Kept { worker, site, held } = k;
+                    let Kept { worker, site, held, .. } = k;
                     (worker, &*site, Some((baseline, Arc::clone(held))))
                 }
                 None => return settled(FailureKind::WorkerExit, "the session has no process"),

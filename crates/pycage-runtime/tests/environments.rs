@@ -2,13 +2,13 @@
 //! environment (symlinked, `--copies` and uv-made venvs; `python=` and
 //! `venv=`), in both isolations, through the zygote and by exec, with the
 //! probe cache shared; numpy, pandas and matplotlib through a venv; the
-//! preload (fork safety, thread pools, failures); a program's declared
-//! packages (PEP 723) installed by the host, once.
+//! preload (fork safety, thread pools, failures). A program's declared
+//! packages are `tests/packages.rs`.
 //!
 //! The data-science venv comes from `.ci/datasci-deps.sh`
 //! (`$PYCAGE_DATASCI_VENV`, default `target/datasci-venv`); without it these
 //! tests say so and pass, except under `PYCAGE_REQUIRE_ALL_TESTS=1`, where
-//! they fail. The package tests reach PyPI through uv on the host.
+//! they fail.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 mod common;
@@ -392,113 +392,4 @@ async fn a_preload_that_fails_names_the_module_and_why() {
     std::fs::remove_file(site.join("raiser.py")).unwrap();
     let (module, _) = refuse("raiser");
     assert_eq!(module, "raiser");
-}
-
-const TABULATE: &str = "# /// script\n# dependencies = [\"tabulate==0.9.0\"]\n# ///\n\
-import os, tabulate\n\
-try:\n    open(os.path.join(os.path.dirname(tabulate.__file__), 'x'), 'w')\n    wrote = True\n\
-except OSError:\n    wrote = False\n\
-return [tabulate.tabulate([[1, 2]]), os.path.dirname(os.path.dirname(tabulate.__file__)), wrote]";
-
-/// Issue 18: a PEP 723 dependency is installed by the host once, into the
-/// content-addressed cache, and shown read-only: the second run (another
-/// runtime, the other isolation) finds the same entry.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn declared_packages_are_installed_once_and_read_only() {
-    let Some(venv) = datasci_venv() else { return };
-    let cache = tempfile::tempdir().unwrap();
-    share(cache.path());
-    let mut entries = Vec::new();
-    for isolation in [Isolation::Sandbox, Isolation::Process] {
-        let rt = Runtime::new(RuntimeConfig {
-            venv: Some(venv.clone()),
-            cache_dir: Some(cache.path().to_path_buf()),
-            isolation,
-            pool_size: 1,
-            ..RuntimeConfig::default()
-        })
-        .unwrap();
-        let r = run(&rt, TABULATE).await;
-        let v = r.value.as_ref().unwrap_or_else(|| panic!("{isolation:?}: {r:?}")).root();
-        let items: Vec<_> = v.as_array().unwrap().collect();
-        assert_eq!(items[0].as_str(), Some("-  -\n1  2\n-  -"));
-        let dir = PathBuf::from(items[1].as_str().unwrap());
-        if isolation == Isolation::Sandbox {
-            assert!(dir.starts_with(PACKAGES_DIR), "{dir:?}");
-            assert_eq!(items[2].as_bool(), Some(false), "a run wrote into the package cache");
-        } else {
-            assert!(dir.starts_with(cache.path()), "{dir:?}");
-        }
-        entries.push(dir.file_name().unwrap().to_owned());
-        rt.shutdown().await;
-    }
-    assert_eq!(entries[0], entries[1], "the second run installed again");
-    let listing: Vec<_> = std::fs::read_dir(cache.path().join("packages"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.ends_with(".lock"))
-        .collect();
-    assert_eq!(listing, [entries[0].to_string_lossy().into_owned()], "one entry, no staging left");
-}
-
-/// Issue 18: what cannot be provided settles as `dependencies` before the
-/// program starts: a package not on the allow-list, a direct reference, a
-/// malformed block, a package the index does not have.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn undeliverable_packages_fail_before_the_program_starts() {
-    let Some(venv) = datasci_venv() else { return };
-    let cache = tempfile::tempdir().unwrap();
-    let rt = Runtime::new(RuntimeConfig {
-        venv: Some(venv.clone()),
-        cache_dir: Some(cache.path().to_path_buf()),
-        allow_packages: Some(vec!["tabulate".into(), "pycage-no-such-package-4e1d".into()]),
-        ..common::config()
-    })
-    .unwrap();
-    let block = |deps: &str| format!("# /// script\n# dependencies = [{deps}]\n# ///\nprint('started')\nreturn 1");
-    let cases = [
-        (
-            block("\"requests\""),
-            "the package \"requests\" is not allowed here (allowed: tabulate, pycage-no-such-package-4e1d)",
-        ),
-        (block("\"tabulate @ https://example.com/t.whl\""), "direct references (URLs and paths) are not accepted"),
-        ("# /// script\n# dependencies = \"tabulate\"\n# ///\nreturn 1".to_owned(), "must be an array of strings"),
-        (block("\"pycage-no-such-package-4e1d\""), "installing pycage-no-such-package-4e1d with uv failed"),
-    ];
-    for (program, want) in cases {
-        let r = run(&rt, &program).await;
-        let (kind, message) = failure(&r);
-        assert_eq!(kind, FailureKind::Dependencies, "{message}");
-        assert!(message.contains(want), "{message}");
-        assert!(r.logs.is_empty(), "the program started: {:?}", r.logs);
-    }
-    rt.shutdown().await;
-}
-
-/// The caller's `with_packages` are installed when the runtime is built
-/// (a bad one fails there), and every run has them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_packages_are_installed_at_construction() {
-    let Some(venv) = datasci_venv() else { return };
-    let cache = tempfile::tempdir().unwrap();
-    let config = |with: &str| RuntimeConfig {
-        venv: Some(venv.clone()),
-        cache_dir: Some(cache.path().to_path_buf()),
-        with_packages: vec![with.to_owned()],
-        // The caller's own are not checked against it.
-        allow_packages: Some(Vec::new()),
-        ..common::config()
-    };
-    let rt = Runtime::new(config("tabulate==0.9.0")).unwrap();
-    assert_eq!(value(&run(&rt, "import tabulate\nreturn tabulate.__version__").await), "\"0.9.0\"");
-    rt.shutdown().await;
-    match Runtime::new(config("pycage-no-such-package-4e1d")) {
-        Err(e @ RuntimeError::Packages(_)) => {
-            let text = e.to_string();
-            assert!(text.starts_with("RuntimeConfig::with_packages: installing pycage-no-such-package-4e1d"), "{text}");
-        }
-        Err(e) => panic!("{e}"),
-        Ok(_) => panic!("an uninstallable requirement was accepted"),
-    }
 }

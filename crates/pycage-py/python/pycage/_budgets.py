@@ -29,6 +29,7 @@ BUDGETS = {
     "max_net_bytes": ("max_net_bytes", "bytes", "bytes", 1, 1, 1, None, 67108864, False),
     "max_net_connections": ("max_net_connections", "count", "count", 1, 1, 1, 4096, 64, False),
     "install_seconds": ("install_timeout", "s", "ms", 1000, 1, 1000, None, 300000, False),
+    "package_cache_bytes": ("package_cache_bytes", "bytes", "bytes", 1, 1, 1048576, None, 2147483648, False),
     "max_concurrent_runs": ("max_concurrent_runs", "count", "count", 1, 1, 1, 1048576, 64, False),
     "pool_size": ("pool_size", "count", "count", 1, 1, 0, 1024, 4, False),
     "zygote_max_runs": ("zygote_max_runs", "count", "count", 1, 1, 1, None, 1000, False),

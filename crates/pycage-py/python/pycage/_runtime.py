@@ -725,10 +725,12 @@ class Runtime(_Closeable):
     raises :class:`ConfigError` here, naming it). ``with_packages`` lists
     requirements (``"tabulate"``, ``"rich>=13"``) installed for every run,
     with what a program declares in a PEP 723 ``# /// script`` block; the
-    host installs them (uv, else pip) into a content-addressed cache under
-    ``cache_dir`` before the program starts, and runs never get network.
-    ``allow_packages`` (default ``None``: any) lists the package names
-    programs may declare; another fails the run with ``"dependencies"``.
+    host installs them (uv, else pip; wheels only: no package's code runs on
+    the host) into a cache under ``cache_dir`` before the program starts,
+    and runs never get network. A program's own declarations are refused
+    (``"dependencies"``) unless the caller allows them: ``allow_packages``
+    lists the names programs may declare (what they bring must be allowed
+    too), ``allow_any_package=True`` allows any.
 
     Processes: ``spawn="zygote"`` (the default) forks each run's process
     from a warm fork server, with ``pool_size`` (4) children forked ahead of
@@ -756,7 +758,8 @@ class Runtime(_Closeable):
         venv: Union[str, os.PathLike[str], None] = None,
         preload: Iterable[str] = (),
         with_packages: Iterable[str] = (),
-        allow_packages: Optional[Iterable[str]] = None,
+        allow_packages: Iterable[str] = (),
+        allow_any_package: bool = False,
         **budgets: Union[int, float, None],
     ) -> None:
         if spawn not in ("zygote", "exec"):
@@ -782,7 +785,14 @@ class Runtime(_Closeable):
             )
         preload_list = _strings("preload", preload, "module names")
         with_list = _strings("with_packages", with_packages, "requirement strings")
-        allow_list = None if allow_packages is None else _strings("allow_packages", allow_packages, "package names")
+        allow_list = _strings("allow_packages", allow_packages or (), "package names")
+        if not isinstance(allow_any_package, bool):
+            raise TypeError(f"pycage.Runtime: allow_any_package must be a bool, got {_describe(allow_any_package)}")
+        if allow_any_package and allow_list:
+            raise ConfigError(
+                "invalid pycage.Runtime argument: allow_packages cannot be given together with allow_any_package, "
+                "which allows every name"
+            )
         # Budgets (the budgets table, generated into pycage._budgets): each
         # checked here in its keyword's unit, handed over in its field's.
         # (max_control_bytes must also be at least max_line_bytes: the
@@ -802,6 +812,7 @@ class Runtime(_Closeable):
             preload=preload_list,
             with_packages=with_list,
             allow_packages=allow_list,
+            allow_any_package=allow_any_package,
         )
         self._lock = threading.Lock()
         self._loop_thread: Optional[_LoopThread] = None

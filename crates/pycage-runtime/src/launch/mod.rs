@@ -41,10 +41,19 @@ use crate::probe_cache::{self, BootstrapDir, PrepareError};
 use crate::process::Reaper;
 use pool::{Pool, PoolConfig, Shells};
 use pycage_files::cleanup::{CleanupLog, RunDirs};
-use pycage_packages::{PackageCache, PackageError, Target};
+use pycage_packages::{Declarations, Entry, PackageCache, PackageError, Target};
 use sandbox::Sandboxes;
 use site::RunSite;
 use spawn::{SpawnError, SpawnSpec, Spawner, StartError, Worker};
+
+/// A run's installed packages, held (leased in the cache) until it
+/// settles.
+pub(crate) struct RunPackages {
+    pub entry: Arc<Entry>,
+    /// The program declared them: a sandboxed run then sees this entry
+    /// alone in place of the caller's, in a sandbox of its own.
+    pub own: bool,
+}
 
 /// Longest [`Launcher::close`] waits for killed processes to be reaped.
 const REAPER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -67,6 +76,10 @@ pub(crate) struct Launcher {
     reaper: Arc<Reaper>,
     /// Runs' declared packages.
     packages: Arc<PackageCache>,
+    /// The caller's own packages (`with_packages`), installed at
+    /// construction and held for the runtime's life: every sandbox shows
+    /// them.
+    with_entry: Option<Arc<Entry>>,
     /// The zygote's matplotlib configuration directory, when it preloads
     /// (a font cache built there stays the host's).
     _zygote_home: Option<tempfile::TempDir>,
@@ -118,20 +131,28 @@ impl Launcher {
             version: interpreter.version,
             abi: interpreter.abi.clone(),
         };
+        let declarations = match (config.allow_any_package, config.allow_packages.is_empty()) {
+            (true, _) => Declarations::Any,
+            (false, true) => Declarations::Refused,
+            (false, false) => Declarations::Allowed(config.allow_packages.clone()),
+        };
         let packages = PackageCache::new(
             config.cache_dir.as_deref(),
             &target,
             &config.with_packages,
-            config.allow_packages.as_deref(),
+            declarations,
             config.install_timeout,
+            config.package_cache_bytes,
         )
         .map_err(RuntimeError::Packages)?;
-        if !config.with_packages.is_empty() {
-            // The caller's own requirements: installed now, so that a bad
-            // one fails here and no run pays for them.
-            let requirements = packages.requirements("").map_err(RuntimeError::Packages)?;
-            packages.ensure(&requirements, &AtomicBool::new(false)).map_err(RuntimeError::Packages)?;
-        }
+        // The caller's own requirements: installed now, so that a bad one
+        // fails here and no run pays for them.
+        let with_entry = match packages.with_request() {
+            Some(request) => {
+                Some(Arc::new(packages.ensure(&request, &AtomicBool::new(false)).map_err(RuntimeError::Packages)?))
+            }
+            None => None,
+        };
         let packages = Arc::new(packages);
         // Directories left by pycage processes that died without cleaning
         // up are swept here; this runtime's own are named for its lock.
@@ -151,7 +172,7 @@ impl Launcher {
                 Arc::clone(&config),
                 &interpreter,
                 bootstrap.path(),
-                packages.root(),
+                with_entry.as_deref().map(Entry::path),
                 run_dirs.owner_id().to_owned(),
                 Arc::clone(&reaper),
                 use_zygote,
@@ -201,28 +222,30 @@ impl Launcher {
             cleanup,
             reaper,
             packages,
+            with_entry,
             _zygote_home: zygote_home,
         })
     }
 
     /// The run's packages (the caller's `with_packages` and what `program`
-    /// declares), installed now unless the cache has them, as the run's
-    /// process will see them: its `run.sysPath`. Empty when the run needs
-    /// none. A cancel or stop kills the installer.
+    /// declares), installed now unless the cache has them; `None` when the
+    /// run needs none. A cancel or stop kills the installer.
     pub(crate) async fn packages(
         &self,
         program: &str,
         cancel: &CancellationToken,
         stop: &CancellationToken,
-    ) -> Result<Vec<String>, PackageError> {
-        let requirements = self.packages.requirements(program)?;
-        if requirements.is_empty() {
-            return Ok(Vec::new());
+    ) -> Result<Option<RunPackages>, PackageError> {
+        let Some(request) = self.packages.request(program)? else { return Ok(None) };
+        if !request.declared {
+            if let Some(entry) = &self.with_entry {
+                return Ok(Some(RunPackages { entry: Arc::clone(entry), own: false }));
+            }
         }
         let cache = Arc::clone(&self.packages);
         let flag = Arc::new(AtomicBool::new(false));
         let task_flag = Arc::clone(&flag);
-        let mut task = tokio::task::spawn_blocking(move || cache.ensure(&requirements, &task_flag));
+        let mut task = tokio::task::spawn_blocking(move || cache.ensure(&request, &task_flag));
         let installed = tokio::select! {
             biased;
             _ = cancel.cancelled() => None,
@@ -242,16 +265,15 @@ impl Launcher {
                 return Err(PackageError::Cancelled);
             }
         };
-        Ok(vec![self.package_dir_inside(&entry)])
+        Ok(Some(RunPackages { entry: Arc::new(entry), own: true }))
     }
 
-    /// A package cache entry as a run's process sees it.
-    fn package_dir_inside(&self, entry: &Path) -> String {
-        let inside = match (&self.sandboxes, entry.strip_prefix(self.packages.root())) {
-            (Some(_), Ok(rel)) => Path::new(pycage_packages::PACKAGES_DIR).join(rel),
-            _ => entry.to_path_buf(),
-        };
-        inside.to_string_lossy().into_owned()
+    /// Where a run's process sees `packages`: its `run.sysPath`.
+    pub(crate) fn packages_inside(&self, packages: &RunPackages) -> String {
+        match &self.sandboxes {
+            Some(_) => pycage_packages::PACKAGES_DIR.to_owned(),
+            None => packages.entry.path().to_string_lossy().into_owned(),
+        }
     }
 
     /// The probed interpreter.
@@ -315,11 +337,17 @@ impl Launcher {
 
     /// A child ready for `boot` with `inputs` in its working directory, and
     /// where its files are.
-    pub(crate) async fn take_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), StartError> {
+    pub(crate) async fn take_worker(
+        &self,
+        inputs: &[site::Input],
+        packages: Option<&RunPackages>,
+    ) -> Result<(Worker, RunSite), StartError> {
         let failed = |source: SpawnError| StartError { python: self.interpreter.executable.clone(), source };
-        // A sandboxed child is built ahead of demand, before its inputs are
-        // known; a sandboxed run with inputs gets its own interpreter.
-        let pool = self.pool.as_ref().filter(|_| inputs.is_empty() || self.sandboxes.is_none());
+        // A sandboxed child is built ahead of demand, before its inputs and
+        // packages are known; a sandboxed run with inputs, or with packages
+        // of its own (which it alone may see), gets its own interpreter.
+        let own = packages.filter(|p| p.own).map(|p| p.entry.path());
+        let pool = self.pool.as_ref().filter(|_| (inputs.is_empty() && own.is_none()) || self.sandboxes.is_none());
         let (worker, site) = match pool {
             Some(pool) => match pool.take().await.map_err(failed)? {
                 (worker, Some(handoff)) => (worker, RunSite::Sandbox(Some(handoff))),
@@ -344,16 +372,16 @@ impl Launcher {
                     (worker, RunSite::Host(dir))
                 }
             },
-            None => self.spawn_worker(inputs).map_err(failed)?,
+            None => self.spawn_worker(inputs, own).map_err(failed)?,
         };
         Ok((worker, site))
     }
 
     /// Starts the child of one run by exec: its directory (process
     /// isolation) or its sandbox, with `inputs` in its working directory.
-    fn spawn_worker(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), SpawnError> {
+    fn spawn_worker(&self, inputs: &[site::Input], packages: Option<&Path>) -> Result<(Worker, RunSite), SpawnError> {
         if let Some(sandboxes) = &self.sandboxes {
-            return sandboxes.spawn(inputs);
+            return sandboxes.spawn(inputs, packages);
         }
         let dir = Arc::new(self.run_dirs.create().map_err(SpawnError::RunDir)?);
         site::copy_inputs(dir.path(), inputs).map_err(SpawnError::Inputs)?;

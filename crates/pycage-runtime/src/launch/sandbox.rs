@@ -153,7 +153,7 @@ impl Sandboxes {
         config: Arc<RuntimeConfig>,
         interp: &Interpreter,
         bootstrap: &Path,
-        packages: &Path,
+        packages: Option<&Path>,
         owner: String,
         reaper: Arc<Reaper>,
         for_zygote: bool,
@@ -297,7 +297,7 @@ impl Sandboxes {
                 other => return other,
             }
         }
-        let (mut prepared, guards) = self.prepare(&[])?;
+        let (mut prepared, guards) = self.prepare(&[], None)?;
         if let Some(userns) = &self.zygote_userns {
             prepared.join_zygote_user_namespace(userns.try_clone().map_err(SpawnError::Channel)?);
         }
@@ -336,7 +336,7 @@ impl Sandboxes {
     /// A shell the helper builds; the host keeps the run's lease and
     /// cgroup with the supervisor.
     fn shell_from(&self, helper: &ShellHelper, network: ShellNetwork<'_>) -> Result<Shell, SpawnError> {
-        let (policy, mut guards) = self.policy(&[])?;
+        let (policy, mut guards) = self.policy(&[], None)?;
         let procs = match &self.cgroup {
             Some(parent) => {
                 let (guard, procs) = self.run_cgroup(parent)?;
@@ -352,8 +352,12 @@ impl Sandboxes {
 
     /// A new interpreter in its own sandbox, with `inputs` in its working
     /// directory.
-    pub(crate) fn spawn(&self, inputs: &[site::Input]) -> Result<(Worker, RunSite), SpawnError> {
-        let (prepared, guards) = self.prepare(inputs)?;
+    pub(crate) fn spawn(
+        &self,
+        inputs: &[site::Input],
+        packages: Option<&Path>,
+    ) -> Result<(Worker, RunSite), SpawnError> {
+        let (prepared, guards) = self.prepare(inputs, packages)?;
         let prepared = Arc::new(prepared);
         let worker = self.spawn_prepared(&prepared, guards)?;
         Ok((worker, RunSite::sandboxed(&prepared)))
@@ -362,8 +366,12 @@ impl Sandboxes {
     /// The sandbox policy of one run (leasing its uid on a root host, with
     /// `inputs` shown in its working directory), prepared, and what the
     /// run's process must keep until it is reaped.
-    fn prepare(&self, inputs: &[site::Input]) -> Result<(pycage_sandbox::Prepared, Vec<Guard>), SpawnError> {
-        let (policy, mut guards) = self.policy(inputs)?;
+    fn prepare(
+        &self,
+        inputs: &[site::Input],
+        packages: Option<&Path>,
+    ) -> Result<(pycage_sandbox::Prepared, Vec<Guard>), SpawnError> {
+        let (policy, mut guards) = self.policy(inputs, packages)?;
         let mut prepared = pycage_sandbox::Prepared::new(&policy)?;
         if let Some(parent) = &self.cgroup {
             let (guard, procs) = self.run_cgroup(parent)?;
@@ -375,7 +383,11 @@ impl Sandboxes {
 
     /// The sandbox policy of one run (leasing its uid on a root host, with
     /// `inputs` shown in its working directory), and the lease to keep.
-    fn policy(&self, inputs: &[site::Input]) -> Result<(pycage_sandbox::SandboxPolicy, Vec<Guard>), SpawnError> {
+    fn policy(
+        &self,
+        inputs: &[site::Input],
+        packages: Option<&Path>,
+    ) -> Result<(pycage_sandbox::SandboxPolicy, Vec<Guard>), SpawnError> {
         let config = &self.config;
         let mut guards: Vec<Guard> = Vec::new();
         let host_ids = if rustix::process::geteuid().is_root() {
@@ -389,6 +401,12 @@ impl Sandboxes {
             None
         };
         let mut remapped = self.layout.remapped.clone();
+        if let Some(entry) = packages {
+            // The run's own packages replace the caller's at the same place.
+            let inside = Path::new(pycage_packages::PACKAGES_DIR);
+            remapped.retain(|r| r.inside != inside);
+            remapped.push(pycage_sandbox::Remap { host: entry.to_path_buf(), inside: inside.to_path_buf() });
+        }
         remapped.extend(RunSite::input_remaps(inputs));
         let policy = pycage_sandbox::SandboxPolicy {
             read_only: self.layout.read_only.clone(),

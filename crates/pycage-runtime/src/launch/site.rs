@@ -112,7 +112,7 @@ impl SandboxLayout {
         config: &RuntimeConfig,
         interp: &Interpreter,
         bootstrap: &Path,
-        packages: &Path,
+        packages: Option<&Path>,
     ) -> Result<Self, AllowReadError> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         Self::build(config, interp, bootstrap, packages, home.as_deref())
@@ -122,14 +122,16 @@ impl SandboxLayout {
         config: &RuntimeConfig,
         interp: &Interpreter,
         bootstrap: &Path,
-        packages: &Path,
+        packages: Option<&Path>,
         home: Option<&Path>,
     ) -> Result<Self, AllowReadError> {
         let mut read_only = pycage_sandbox::default_read_only_paths();
-        let mut remapped = vec![
-            Remap { host: bootstrap.to_path_buf(), inside: PathBuf::from(BOOTSTRAP_DIR) },
-            Remap { host: packages.to_path_buf(), inside: PathBuf::from(pycage_packages::PACKAGES_DIR) },
-        ];
+        let mut remapped = vec![Remap { host: bootstrap.to_path_buf(), inside: PathBuf::from(BOOTSTRAP_DIR) }];
+        // The caller's own packages, the same for every run; a run whose
+        // program declares more sees its own entry there instead.
+        remapped.extend(
+            packages.map(|p| Remap { host: p.to_path_buf(), inside: PathBuf::from(pycage_packages::PACKAGES_DIR) }),
+        );
         let mut env = python_env(Path::new(pycage_sandbox::TMP_DIR));
         let add = |paths: &mut Vec<PathBuf>, p: &Path| {
             if p.is_absolute() && p.exists() && !paths.iter().any(|q| p.starts_with(q)) {
@@ -372,7 +374,8 @@ mod tests {
 
     /// The layout for `i`, with `home` as the caller's home directory.
     fn layout_in(i: &Interpreter, home: Option<&Path>) -> SandboxLayout {
-        SandboxLayout::build(&RuntimeConfig::default(), i, Path::new("/tmp/boot"), Path::new("/tmp/pk"), home).unwrap()
+        SandboxLayout::build(&RuntimeConfig::default(), i, Path::new("/tmp/boot"), Some(Path::new("/tmp/pk")), home)
+            .unwrap()
     }
 
     #[test]
@@ -402,7 +405,8 @@ mod tests {
     fn a_system_interpreter_keeps_its_paths() {
         let i = interp("/usr/bin/python3.11", &["/usr"], &["/usr/lib/python3.11", "/usr/lib/python3/dist-packages"]);
         let layout =
-            SandboxLayout::new(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Path::new("/tmp/pk")).unwrap();
+            SandboxLayout::new(&RuntimeConfig::default(), &i, Path::new("/tmp/boot"), Some(Path::new("/tmp/pk")))
+                .unwrap();
         assert_eq!(layout.python, PathBuf::from("/usr/bin/python3.11"));
         assert_eq!(
             layout.remapped,
