@@ -415,3 +415,26 @@ fn sandboxed_sessions_get_their_shells_from_the_helper() {
     }
     assert!(!alive(), "the helper outlived the repl");
 }
+
+/// Issue 41: back-to-back cells that each keep 24 MiB more cannot outgrow
+/// `--memory-mb 64`: the cell that crosses it ends the session, and the
+/// next cell runs in a new one.
+#[test]
+fn back_to_back_cells_cannot_outgrow_the_memory_budget() {
+    let mut d = Driver::start(&["--memory-mb", "64"]);
+    assert_eq!(d.program("held = []"), r#"{"logs":[]}"#);
+    let mut ended = None;
+    for cell in 1..=20 {
+        let answer = d.program("held.append(b'x' * (24 << 20))\nlen(held)");
+        if answer.contains("\"error\"") {
+            assert!(answer.contains("worker-exit") && answer.contains("memory budget"), "{answer}");
+            ended = Some(cell);
+            break;
+        }
+    }
+    let cell = ended.expect("20 cells of 24 MiB fit a 64 MiB budget");
+    assert!(cell <= 3, "the session held {} MiB before it ended", cell * 24);
+    let next = d.program("'held' in globals()");
+    assert!(next.contains("\"value\":false") && next.contains("restarted"), "{next}");
+    assert!(d.finish().status.success());
+}

@@ -43,7 +43,7 @@ use crate::error::RuntimeError;
 use crate::launch::site::{self, RunSite};
 use crate::launch::spawn::Worker;
 use crate::launch::Launcher;
-use crate::outcome::{FailureKind, RunEvent, RunResult};
+use crate::outcome::{FailureKind, RunEvent, RunFailure, RunResult};
 use crate::run::{self, BudgetWatch, ChildAfter, Opening, RunMachine};
 use pycage_egress::Egress;
 use pycage_watchdog::{Budget, Scope};
@@ -164,6 +164,9 @@ pub(crate) struct Kept {
     /// The packages its sandbox shows (those of the run that made it),
     /// leased for the session's life.
     pub packages: Option<Arc<pycage_packages::Entry>>,
+    /// When its memory was last summed over all its processes (see
+    /// [`session_memory_check`]).
+    pub summed: Option<Instant>,
 }
 
 impl Kept {
@@ -297,12 +300,12 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         Keep::Session { kept, baseline, .. } => {
             if let Some((worker, site)) = fresh.take() {
                 let packages = packages.as_ref().map(|p| Arc::clone(&p.entry));
-                *kept = Some(Kept { worker, site, held: Arc::default(), packages });
+                *kept = Some(Kept { worker, site, held: Arc::default(), packages, summed: None });
             }
             match kept.as_mut() {
                 Some(k) => {
-                    let Kept { worker, site, held, .. } = k;
-                    (worker, &*site, Some((baseline, Arc::clone(held))))
+                    let Kept { worker, site, held, summed, .. } = k;
+                    (worker, &*site, Some((baseline, Arc::clone(held), summed)))
                 }
                 None => return settled(FailureKind::WorkerExit, "the session has no process"),
             }
@@ -315,9 +318,12 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     let scope = scope_of(worker, site, sandboxed);
     let budget = Budget { cpu: Duration::from_secs(config.cpu_seconds), memory_bytes: config.address_space_bytes };
     let is_session = session_slot.is_some();
-    let watch = match session_slot {
-        None => budget_watch(scope, budget, Duration::ZERO, rt.scan_cache()),
-        Some((baseline, held)) => session_watch(scope, budget, baseline, rt.scan_cache(), held),
+    let (watch, session_end) = match session_slot {
+        None => (budget_watch(scope.clone(), budget, Duration::ZERO, rt.scan_cache()), None),
+        Some((baseline, held, summed)) => {
+            let end = (Arc::clone(&held), summed);
+            (session_watch(scope.clone(), budget, baseline, rt.scan_cache(), held), Some(end))
+        }
     };
     let machine = RunMachine::with_sys_path(
         &config,
@@ -372,9 +378,21 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     // 4. Settling. A session keeps a process that finished; everything else
     //    is stopped and reaped (off the critical path when nothing waits
     //    for it), and its output is copied once no process of it is left.
-    if is_session {
+    if let Some((held, summed)) = session_end {
+        // A cell shorter than the watch's period is never sampled while it
+        // runs: its session's memory is checked as it ends.
+        let mut after = after;
+        if after == ChildAfter::Finished {
+            let program = worker.pid().map(|p| p.as_raw_nonzero().get());
+            if let Some(message) = session_memory_check(rt, scope, program, held, summed, budget.memory_bytes).await {
+                result.value = None;
+                result.error = Some(RunFailure { kind: FailureKind::WorkerExit, message });
+                after = ChildAfter::Gone;
+            }
+        }
         return Outcome { result, after, took_worker, ran: true };
     }
+    debug_assert!(!is_session);
     let Some((mut worker, site)) = fresh else {
         return Outcome { result, after, took_worker, ran: true };
     };
@@ -500,4 +518,34 @@ pub(crate) fn budget_watch(
         };
         (kind, exceeded.message())
     })
+}
+
+/// A session's memory at the end of one of its runs, against `budget`
+/// (the run is then over it: its message). Cheap on the cell's path: one
+/// `statm` read of the program's process, the whole scope summed (PSS,
+/// kernel memory, every process, on the blocking pool) only when that
+/// process alone may be over the budget, or when the last sum is older
+/// than the watch's period (so that memory held by the session's other
+/// processes is found within a period of the session's time too).
+async fn session_memory_check(
+    rt: &Core,
+    scope: Option<Scope>,
+    program: Option<i32>,
+    held: Arc<pycage_watchdog::HeldFiles>,
+    summed: &mut Option<Instant>,
+    budget: u64,
+) -> Option<String> {
+    let scope = scope?;
+    let resident = program.and_then(pycage_watchdog::rss_of).unwrap_or(u64::MAX);
+    let stale = summed.is_none_or(|at| at.elapsed() >= pycage_watchdog::PERIOD);
+    if resident <= budget && !stale {
+        return None;
+    }
+    *summed = Some(Instant::now());
+    let cache = rt.scan_cache();
+    let usage = tokio::task::spawn_blocking(move || pycage_watchdog::sample_with_held(scope, &cache, &held, budget))
+        .await
+        .ok()?;
+    let exceeded = usage.check(&Budget { cpu: Duration::MAX, memory_bytes: budget })?;
+    Some(exceeded.message())
 }

@@ -94,3 +94,34 @@ async fn cpu_between_cells_ends_the_session() {
         rt.shutdown().await;
     }
 }
+
+/// Issue 41: cells sent back to back, each shorter than the watch's
+/// period, that each keep 24 MiB more in a global: the session ends at the
+/// cell that takes it over its 64 MiB budget (before, 20 such cells held
+/// 497 MiB with no error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_to_back_cells_cannot_outgrow_the_memory_budget() {
+    for isolation in isolations() {
+        let rt = Runtime::new(RuntimeConfig { isolation, address_space_bytes: 64 << 20, ..RuntimeConfig::default() })
+            .unwrap();
+        let s = rt.session(SessionOptions::default()).unwrap();
+        assert!(s.run("held = []").await.unwrap().error.is_none());
+        let mut ended_at = None;
+        for cell in 1..=20 {
+            let r = s.run("held.append(b'x' * (24 << 20))\nlen(held)").await.unwrap();
+            if let Some(e) = &r.error {
+                assert_eq!(e.kind, FailureKind::WorkerExit, "{isolation:?}: {e:?}");
+                assert!(e.message.contains("memory budget"), "{isolation:?}: {}", e.message);
+                assert!(r.value.is_none());
+                ended_at = Some(cell);
+                break;
+            }
+        }
+        let cell = ended_at.unwrap_or_else(|| panic!("{isolation:?}: 20 cells of 24 MiB fit a 64 MiB budget"));
+        assert!(cell <= 3, "{isolation:?}: the session held {} MiB before it ended", cell * 24);
+        assert!(s.ended().is_some());
+        let next = s.run("1").await;
+        assert!(matches!(next, Err(SessionError::Ended(_))), "{isolation:?}: {next:?}");
+        rt.shutdown().await;
+    }
+}

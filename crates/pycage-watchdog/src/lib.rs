@@ -98,7 +98,7 @@ pub mod usage;
 mod watch;
 
 pub use limits::*;
-pub use procfs::{max_run_pipes, HeldFiles, ScanCache};
+pub use procfs::{max_run_pipes, rss_of, HeldFiles, ScanCache};
 pub use sample::{sample, sample_cpu, sample_cpu_held, sample_with, sample_with_held};
 pub use sockets::SockDiag;
 pub use usage::{Budget, Exceeded, Kernel, Scope, Usage};

@@ -166,8 +166,10 @@ pub(crate) fn possible_cpus() -> u64 {
         .max(1)
 }
 
-/// Resident bytes of one process (`statm`'s second field, in pages).
-pub(crate) fn rss_of(pid: i32) -> Option<u64> {
+/// Resident bytes of one process (`statm`'s second field, in pages):
+/// one small read, an upper bound of what the process holds alone (its
+/// shared pages are counted whole).
+pub fn rss_of(pid: i32) -> Option<u64> {
     let statm = read_proc(&format!("/proc/{pid}/statm"))?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(pages.saturating_mul(rustix::param::page_size() as u64))
