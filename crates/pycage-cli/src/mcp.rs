@@ -265,7 +265,6 @@ fn server_options(args: &McpArgs) -> anyhow::Result<ServerOptions> {
         },
         max_embedded_bytes: args.max_embedded_bytes,
         output_dir,
-        ..ServerOptions::default()
     };
     options.validate().map_err(|e| anyhow::anyhow!(e))?;
     Ok(options)

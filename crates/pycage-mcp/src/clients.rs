@@ -97,6 +97,12 @@ struct Request {
     stream_number: Option<u64>,
 }
 
+/// A request's JSON-RPC id as a key: its JSON text, so that the number 5
+/// and the string "5" stay apart.
+pub(crate) fn request_key(id: &rmcp::model::RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_else(|_| id.to_string())
+}
+
 /// Where a request entry lives: its MCP session and its JSON-RPC id.
 #[derive(Debug, Clone)]
 struct RequestAt {

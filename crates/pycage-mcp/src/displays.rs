@@ -37,7 +37,7 @@ const CHUNK: usize = 4096;
 fn is_image(mime: &str, data: &str) -> bool {
     use base64::Engine;
     let bytes = data.as_bytes();
-    if bytes.is_empty() || bytes.len() % 4 != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(4) {
         return false;
     }
     let mut buf = [0u8; CHUNK / 4 * 3];

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::admission::{Entry, Fair};
 use crate::clients::{
-    ended_message, Lease, Limits, Owner, Refusal, Registry, RunKey, MAX_LOOKUP_NAME, MAX_SESSION_NAME,
+    ended_message, request_key, Lease, Limits, Owner, Refusal, Registry, RunKey, MAX_LOOKUP_NAME, MAX_SESSION_NAME,
 };
 use crate::displays;
 use crate::files::{self, InputLimits, OutputDir};
@@ -280,7 +280,7 @@ impl CodeModeServer {
         };
         // Over HTTP in an MCP session, the run follows its request's
         // streams (resumable for `resume_grace`).
-        let watch = self.inner.registry.request_watch(&owner, &context.id.to_string());
+        let watch = self.inner.registry.request_watch(&owner, &request_key(&context.id));
         let grace = self.inner.options.resume_grace;
         let abandoned = async {
             let lost = async {

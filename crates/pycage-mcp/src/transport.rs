@@ -38,7 +38,7 @@ use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::clients::{Owner, Registry};
+use crate::clients::{request_key, Owner, Registry};
 use crate::gate::{AllowedHost, ClientId, Conn, Connections, Gate, Source};
 use crate::{CodeModeServer, ServeError};
 
@@ -311,7 +311,7 @@ impl SessionManager for Tracked {
         // Counted before the request reaches the handler, so that its run
         // finds the stream; the stream's number comes with its first event.
         let mut guard = match &message {
-            ClientJsonRpcMessage::Request(r) => Some(self.registry.request_stream(id, &r.id.to_string())),
+            ClientJsonRpcMessage::Request(r) => Some(self.registry.request_stream(id, &request_key(&r.id))),
             _ => None,
         };
         async move {
