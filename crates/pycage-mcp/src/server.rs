@@ -331,9 +331,10 @@ impl CodeModeServer {
             Entry::Queued(waiting) => {
                 if let Some(token) = &progress {
                     let mut p = ProgressNotificationParam::new(token.clone(), 0.0);
+                    let s = if waiting.capacity == 1 { "" } else { "s" };
                     p.message = Some(format!(
-                        "queued: the server runs at most {} programs at once and all are busy; this one starts when \
-                         one ends (clients take turns)",
+                        "queued: the server runs at most {} program{s} at once and all are busy; this one starts \
+                         when one ends (clients take turns)",
                         waiting.capacity
                     ));
                     let _ = context.peer.notify_progress(p).await;
