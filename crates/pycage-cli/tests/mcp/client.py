@@ -147,7 +147,7 @@ async def main():
                 out = await call(client, step["tool"], step["args"], step.get("signal"))
             elif op == "gather":
                 signals = step.get("signals") or [None] * len(step["args"])
-                calls = (call(client, step["tool"], a, s) for a, s in zip(step["args"], signals))
+                calls = (call(client, step["tool"], a, s) for a, s in zip(step["args"], signals, strict=True))
                 out = {"results": await asyncio.gather(*calls)}
             elif op == "cancel":
                 out = await cancel(client, step["tool"], step["args"], step.get("after_progress", 1), step.get("when"))
