@@ -6,7 +6,8 @@
 //! announcing the bound address on stderr (`--http 127.0.0.1:0` picks a
 //! free port). Bearer tokens come from environment variables named on the
 //! command line, never from the command line itself; `--http` on an address
-//! that is not loopback without a token is warned about. SIGINT/SIGTERM (or
+//! that is not loopback without a token is refused unless
+//! `--insecure-no-auth` says so (and then warned about). SIGINT/SIGTERM (or
 //! the client closing stdio) stop it; every run is aborted and every
 //! upstream server stopped before it exits.
 
@@ -29,9 +30,23 @@ pub struct McpArgs {
     bindings: Option<PathBuf>,
 
     /// Serve streamable HTTP on ADDR (host:port) at /mcp instead of stdio.
-    /// On anything but loopback, also pass --auth-token-env.
+    /// On anything but loopback, also pass --auth-token-env (or
+    /// --insecure-no-auth).
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+
+    /// With --http on an address that is not loopback: serve without a
+    /// bearer token, so that anyone who can reach the address can run
+    /// programs here. Refused without it.
+    #[arg(long)]
+    insecure_no_auth: bool,
+
+    /// With --http: also accept requests whose Host header (or absolute
+    /// target) names NAME (NAME:PORT for one port only), for clients that
+    /// reach the server by a name. Loopback names and the address a client
+    /// connected to are always accepted. Repeatable.
+    #[arg(long, value_name = "NAME")]
+    allow_host: Vec<String>,
 
     /// With --http: require `Authorization: Bearer <token>`, the token read
     /// from the environment variable VAR (never from the command line).
@@ -51,12 +66,39 @@ pub struct McpArgs {
           value_parser = at_least_one::<usize>)]
     max_http_connections: usize,
 
+    /// With --http: TCP connections one client may hold at once (one
+    /// token; without tokens, one source address, every loopback address
+    /// together); one more is answered 503 and closed.
+    #[arg(long, value_name = "N", default_value_t = pycage_mcp::DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+          value_parser = at_least_one::<usize>)]
+    max_http_connections_per_client: usize,
+
     /// With --http: a connection that has not sent a request's headers this
     /// many seconds after opening (or after its previous response) is
     /// closed. Responses in flight are never cut.
     #[arg(long, value_name = "N", default_value_t = pycage_mcp::DEFAULT_HEADER_TIMEOUT.as_secs(),
           value_parser = at_least_one::<u64>)]
     http_header_timeout_seconds: u64,
+
+    /// With --http: a request body must arrive within N seconds, plus one
+    /// second per --http-min-body-rate bytes received; else 408 and the
+    /// connection is closed.
+    #[arg(long, value_name = "N", default_value_t = pycage_mcp::DEFAULT_BODY_TIMEOUT.as_secs(),
+          value_parser = at_least_one::<u64>)]
+    http_body_timeout_seconds: u64,
+
+    /// With --http: bytes per second a request body must keep up after
+    /// --http-body-timeout-seconds (see there).
+    #[arg(long, value_name = "BYTES", default_value_t = pycage_mcp::DEFAULT_MIN_BODY_RATE,
+          value_parser = at_least_one::<u64>)]
+    http_min_body_rate: u64,
+
+    /// With --http: a run of an MCP session whose request lost its response
+    /// stream (its connection dropped) is aborted after N seconds unless the
+    /// client resumes the stream (GET with Last-Event-ID) by then. A
+    /// stateless request's run ends with its connection at once.
+    #[arg(long, value_name = "N", default_value_t = ServerOptions::default().resume_grace.as_secs())]
+    resume_grace_seconds: u64,
 
     /// With --http: MCP sessions (Mcp-Session-Id) alive at once; an
     /// initialize beyond them is answered 503.
@@ -88,6 +130,13 @@ pub struct McpArgs {
     #[arg(long, value_name = "N", default_value_t = ServerOptions::default().max_runs_per_client,
           value_parser = at_least_one::<usize>)]
     max_runs_per_client: usize,
+
+    /// Programs run at once, all clients together; more wait, and clients
+    /// take turns (one client's backlog never queues another's first run
+    /// behind more than one of its own).
+    #[arg(long, value_name = "N", default_value_t = pycage_runtime::RuntimeConfig::default().max_concurrent_runs,
+          value_parser = at_least_one::<usize>)]
+    max_concurrent_runs: usize,
 
     /// A session ends after this many seconds without a run (at least 1).
     #[arg(long, value_name = "N", default_value_t = ServerOptions::default().session_idle.as_secs(),
@@ -157,8 +206,19 @@ pub fn stubs(args: StubsArgs) -> anyhow::Result<ExitCode> {
 
 /// The HTTP gate's options: tokens read from the environment.
 fn http_options(args: &McpArgs) -> anyhow::Result<HttpOptions> {
-    if args.http.is_none() && (!args.auth_token_env.is_empty() || !args.allow_origin.is_empty()) {
-        anyhow::bail!("--auth-token-env and --allow-origin need --http (stdio has one client and no origins)");
+    if args.http.is_none()
+        && (!args.auth_token_env.is_empty()
+            || !args.allow_origin.is_empty()
+            || !args.allow_host.is_empty()
+            || args.insecure_no_auth)
+    {
+        anyhow::bail!(
+            "--auth-token-env, --allow-origin, --allow-host and --insecure-no-auth need --http (stdio has one \
+             client, and no origins, hosts or tokens)"
+        );
+    }
+    if args.insecure_no_auth && !args.auth_token_env.is_empty() {
+        anyhow::bail!("--insecure-no-auth and --auth-token-env contradict each other: pass one of them");
     }
     let mut tokens = Vec::with_capacity(args.auth_token_env.len());
     for var in &args.auth_token_env {
@@ -168,13 +228,17 @@ fn http_options(args: &McpArgs) -> anyhow::Result<HttpOptions> {
     }
     let http = HttpOptions {
         allowed_origins: args.allow_origin.clone(),
+        allowed_hosts: args.allow_host.clone(),
         tokens,
         max_connections: args.max_http_connections,
+        max_connections_per_client: args.max_http_connections_per_client,
         header_timeout: std::time::Duration::from_secs(args.http_header_timeout_seconds),
+        body_timeout: std::time::Duration::from_secs(args.http_body_timeout_seconds),
+        min_body_rate: args.http_min_body_rate,
         max_mcp_sessions: args.max_mcp_sessions,
     };
     // Messages name the variable, never the token.
-    http.validate().map_err(|e| anyhow::anyhow!("--auth-token-env / --allow-origin: {e}"))?;
+    http.validate().map_err(|e| anyhow::anyhow!("--auth-token-env / --allow-origin / --allow-host: {e}"))?;
     Ok(http)
 }
 
@@ -193,6 +257,7 @@ fn server_options(args: &McpArgs) -> anyhow::Result<ServerOptions> {
         max_sessions_per_client: args.max_sessions_per_client,
         max_runs_per_client: args.max_runs_per_client,
         session_idle: std::time::Duration::from_secs(args.session_idle_seconds),
+        resume_grace: std::time::Duration::from_secs(args.resume_grace_seconds),
         input_limits: InputLimits {
             max_files: args.max_input_files,
             max_file_bytes: args.max_input_file_bytes,
@@ -200,15 +265,44 @@ fn server_options(args: &McpArgs) -> anyhow::Result<ServerOptions> {
         },
         max_embedded_bytes: args.max_embedded_bytes,
         output_dir,
-        ..ServerOptions::default()
     };
     options.validate().map_err(|e| anyhow::anyhow!(e))?;
     Ok(options)
 }
 
-/// Whether `addr` (host:port) names only loopback addresses.
+/// Refuses `--http ADDR` on an address that is not loopback without a
+/// token, unless `--insecure-no-auth` says so. A name is resolved here
+/// (the bind resolves it again; both must be loopback for it to pass).
+fn check_exposure(args: &McpArgs, http: &HttpOptions) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs;
+    let Some(addr) = &args.http else { return Ok(()) };
+    if !http.tokens.is_empty() || args.insecure_no_auth {
+        return Ok(());
+    }
+    let resolved: Vec<std::net::SocketAddr> = match addr.to_socket_addrs() {
+        Ok(a) => a.collect(),
+        // The bind reports what is wrong with the address.
+        Err(_) => return Ok(()),
+    };
+    if let Some(open) = resolved.iter().find(|a| !loopback(a)) {
+        anyhow::bail!(no_token_message(addr, open));
+    }
+    Ok(())
+}
+
+fn no_token_message(addr: &str, open: &std::net::SocketAddr) -> String {
+    let shown = if addr == open.to_string() { addr.to_owned() } else { format!("{addr} ({open})") };
+    format!(
+        "--http {shown} is not a loopback address and no --auth-token-env is set: anyone who can reach it could \
+         run programs here. Set a token (--auth-token-env VAR, the token in $VAR, at least {} bytes), serve on \
+         127.0.0.1, or pass --insecure-no-auth to serve without one anyway",
+        pycage_mcp::MIN_TOKEN_BYTES
+    )
+}
+
+/// Whether `addr` is a loopback address.
 fn loopback(addr: &std::net::SocketAddr) -> bool {
-    addr.ip().is_loopback()
+    addr.ip().to_canonical().is_loopback()
 }
 
 pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
@@ -216,7 +310,11 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
     // A server runs many programs: the zygote's ~1 ms fork beats an
     // interpreter start per run (`run`'s one-shot choice).
     config.spawn = pycage_runtime::SpawnMode::Zygote;
+    // The server admits runs itself, in turn across clients, as many as
+    // the runtime runs at once (so the runtime's own queue stays empty).
+    config.max_concurrent_runs = args.max_concurrent_runs;
     let http = http_options(&args)?;
+    check_exposure(&args, &http)?;
     let options = server_options(&args)?;
     // What a run's out/ may hold on the way back: the copy stops where
     // the result could not carry it anyway.
@@ -251,9 +349,13 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
                             .map_err(|source| pycage_mcp::ServeError::Bind { addr: addr.clone(), source })?;
                         let local = listener.local_addr().map_err(pycage_mcp::ServeError::Http)?;
                         if http.tokens.is_empty() && !loopback(&local) {
+                            if !args.insecure_no_auth {
+                                // The name resolved to loopback, then not.
+                                return Err(pycage_mcp::ServeError::Options(no_token_message(addr, &local)));
+                            }
                             output::warning(&format!(
-                                "--http {local} is not a loopback address and no --auth-token-env is set: \
-                                 anyone who can reach it can run programs here"
+                                "--http {local} is not a loopback address and --insecure-no-auth is set: anyone \
+                                 who can reach it can run programs here"
                             ));
                         }
                         output::stderr_line(&format!("pycage mcp: serving http://{local}/mcp"));

@@ -1,10 +1,14 @@
 //! What a peer of `pycage mcp --http` can hold, over real loopback sockets
 //! against the real binary: connections beyond `--max-http-connections`
-//! are refused with 503, connections that send no complete request
-//! headers (or sit idle after a response) are closed after
-//! `--http-header-timeout-seconds` while a response in flight is never cut,
-//! an `initialize` beyond `--max-mcp-sessions` is refused with 503, and a
-//! run beyond `--max-runs-per-client` is refused at once.
+//! (and, per client, `--max-http-connections-per-client`) are refused with
+//! 503, connections that send no complete request headers (or sit idle
+//! after a response) are closed after `--http-header-timeout-seconds` while
+//! a response in flight is never cut, a body slower than
+//! `--http-body-timeout-seconds` and `--http-min-body-rate` is answered 408,
+//! an `initialize` beyond `--max-mcp-sessions` is refused with 503, a run
+//! beyond `--max-runs-per-client` is refused at once, `Host` is checked as
+//! RFC 9112 asks, and a run whose POST drops is kept for
+//! `--resume-grace-seconds` for a resume, then aborted.
 //!
 //! Plain HTTP/1.1 over `TcpStream`: no MCP client needed (a run's Python
 //! is the only dependency, in one test).
@@ -23,6 +27,8 @@ use serde_json::{json, Value};
 
 const TOKEN_VAR: &str = "PYCAGE_HTTP_BOUNDS_TOKEN";
 const TOKEN: &str = "bounds-0123456789abcdef";
+const TOKEN_B_VAR: &str = "PYCAGE_HTTP_BOUNDS_TOKEN_B";
+const TOKEN_B: &str = "bounds-b-0123456789abcdef";
 
 /// Long enough for any answer on a loaded 2-core machine; only a hang
 /// reaches it.
@@ -31,11 +37,17 @@ const PATIENCE: Duration = Duration::from_secs(60);
 /// `pycage mcp --http` on a free loopback port with a bearer token and
 /// `extra` flags; its `host:port`.
 fn serve(extra: &[&str]) -> (Child, String) {
+    serve_with(&[&["--auth-token-env", TOKEN_VAR], extra].concat())
+}
+
+/// The same without a token (on loopback, anonymous clients).
+fn serve_with(flags: &[&str]) -> (Child, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pycage"));
     cmd.stdin(Stdio::null())
-        .args(["mcp", "--isolation", "process", "--http", "127.0.0.1:0", "--auth-token-env", TOKEN_VAR])
-        .args(extra)
-        .env(TOKEN_VAR, TOKEN);
+        .args(["mcp", "--isolation", "process", "--http", "127.0.0.1:0"])
+        .args(flags)
+        .env(TOKEN_VAR, TOKEN)
+        .env(TOKEN_B_VAR, TOKEN_B);
     let (child, url) = spawn_announcing(cmd, "pycage mcp: serving", true);
     let addr = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     (child, addr)
@@ -227,7 +239,8 @@ fn the_mcp_session_cap_refuses_the_next_initialize() {
     let auth = bearer();
     let id = first.header("mcp-session-id").unwrap();
     let deleted = request(&addr, "DELETE", &[("Authorization", &auth), ("Mcp-Session-Id", id)], None);
-    assert!((200..300).contains(&deleted.status), "{}\n{}", deleted.head, deleted.body);
+    // 204, as the SDK clients expect (the SDK server says 202).
+    assert_eq!(deleted.status, 204, "{}\n{}", deleted.head, deleted.body);
     let again = initialize(&addr);
     assert_eq!(again.status, 200, "{}\n{}", again.head, again.body);
 }
@@ -301,4 +314,357 @@ fn runs_in_flight_are_capped_per_client() {
     send(&mut third, &addr, "POST", &second_headers, Some(&call(4, "1 + 1")), true);
     let ok = read_event(&mut third, r#""id":4"#);
     assert_eq!(ok["result"]["structuredContent"]["value"], json!(2), "{ok}");
+}
+
+/// One request written as it is (`head` without its final empty line),
+/// answered in full on a connection closed after it.
+fn raw(addr: &str, head: &str, body: &str) -> Answer {
+    let mut s = connect(addr);
+    s.write_all(format!("{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes())
+        .unwrap();
+    Answer::parse(&read_to_close(&mut s))
+}
+
+/// RFC 9112 section 3.2: two `Host` lines are a bad request, not "the first
+/// wins"; an absolute-form target's authority replaces `Host`, so a
+/// foreign one is refused even with a loopback `Host`, and a loopback one
+/// passes whatever `Host` says. A foreign `Host` is refused with a message
+/// naming the header and `--allow-host`.
+#[test]
+fn host_lines_and_absolute_targets_follow_rfc_9112() {
+    let (_server, addr) = serve(&[]);
+    let body = initialize_body().to_string();
+    let auth = format!("Authorization: {}", bearer());
+    let common = format!("Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}");
+    let ok = raw(&addr, &format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\n{common}"), &body);
+    assert_eq!(ok.status, 200, "{}\n{}", ok.head, ok.body);
+
+    let two = raw(&addr, &format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\nHost: evil.example\r\n{common}"), &body);
+    assert_eq!(two.status, 400, "{}\n{}", two.head, two.body);
+    assert!(two.message().contains("more than one Host header"), "{}", two.body);
+
+    let foreign = raw(&addr, &format!("POST http://evil.example/mcp HTTP/1.1\r\nHost: {addr}\r\n{common}"), &body);
+    assert_eq!(foreign.status, 403, "{}\n{}", foreign.head, foreign.body);
+    assert!(foreign.message().contains("the request target's authority names evil.example"), "{}", foreign.body);
+
+    let own = raw(&addr, &format!("POST http://{addr}/mcp HTTP/1.1\r\nHost: evil.example\r\n{common}"), &body);
+    assert_eq!(own.status, 200, "{}\n{}", own.head, own.body);
+
+    let rebound = raw(&addr, &format!("POST /mcp HTTP/1.1\r\nHost: evil.example:8080\r\n{common}"), &body);
+    assert_eq!(rebound.status, 403, "{}\n{}", rebound.head, rebound.body);
+    let message = rebound.message();
+    assert!(message.contains("the Host header names evil.example:8080"), "{message}");
+    assert!(message.contains("start it with --allow-host evil.example"), "{message}");
+}
+
+/// A request whose headers are in but whose body crawls, writing a byte
+/// every `pace` until the server closes (or `max` bytes).
+fn crawling_body(addr: &str, pace: Option<Duration>) -> (TcpStream, Option<std::thread::JoinHandle<()>>) {
+    let mut s = connect(addr);
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{{\"jsonrpc\"",
+        bearer()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let trickle = pace.map(|pace| {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..10_000 {
+                if w.write_all(b" ").is_err() {
+                    return;
+                }
+                std::thread::sleep(pace);
+            }
+        })
+    });
+    (s, trickle)
+}
+
+/// Slow bodies from an authenticated client (one stalled, others crawling
+/// below the minimum rate) held every connection place; each is answered
+/// 408 and closed after the body timeout, and then a client gets in. The
+/// message names both flags.
+#[test]
+fn slow_bodies_are_cut_and_a_client_gets_in() {
+    let (_server, addr) =
+        serve(&["--max-http-connections", "3", "--http-body-timeout-seconds", "1", "--http-min-body-rate", "1000"]);
+    let mut slow = vec![crawling_body(&addr, None)];
+    for _ in 0..2 {
+        slow.push(crawling_body(&addr, Some(Duration::from_millis(20))));
+    }
+    for (s, trickle) in &mut slow {
+        let answer = Answer::parse(&read_to_close(s));
+        assert_eq!(answer.status, 408, "{}\n{}", answer.head, answer.body);
+        let message = answer.message();
+        assert!(message.contains("--http-body-timeout-seconds and --http-min-body-rate"), "{message}");
+        assert_eq!(answer.header("connection"), Some("close"), "{}", answer.head);
+        if let Some(t) = trickle.take() {
+            t.join().unwrap();
+        }
+    }
+    let answer = initialize(&addr);
+    assert_eq!(answer.status, 200, "{}\n{}", answer.head, answer.body);
+}
+
+/// Reads one answer with a `Content-Length` body, leaving the connection open.
+fn read_answer(s: &mut TcpStream) -> Answer {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let len: usize =
+                head.lines().find_map(|l| l.strip_prefix("content-length:")).map_or(0, |v| v.trim().parse().unwrap());
+            if got.len() >= end + 4 + len {
+                return Answer::parse(&got[..end + 4 + len]);
+            }
+        }
+        let n = s.read(&mut buf).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&got)));
+        assert!(n > 0, "closed before an answer: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A request answered at once with a short body (a GET that does not
+/// accept SSE: 406 from the transport), on `s`, kept open.
+fn short_request(s: &mut TcpStream, addr: &str, token: &str) -> Answer {
+    let head = format!(
+        "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nAccept: application/json\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    read_answer(s)
+}
+
+/// Polls `attempt` until it gives true.
+fn eventually(what: &str, mut attempt: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        if attempt() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what}: not within {PATIENCE:?}");
+}
+
+/// With tokens, one token holds at most `--max-http-connections-per-client`
+/// connections (counted from their first request): one more is refused with
+/// 503 and closed; another token is not affected; a closed one frees its
+/// place.
+#[test]
+fn connections_are_bounded_per_token() {
+    let (_server, addr) = serve(&["--auth-token-env", TOKEN_B_VAR, "--max-http-connections-per-client", "2"]);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = connect(&addr);
+        assert_eq!(short_request(&mut s, &addr, TOKEN).status, 406);
+        held.push(s);
+    }
+    let mut third = connect(&addr);
+    let refused = short_request(&mut third, &addr, TOKEN);
+    assert_eq!(refused.status, 503, "{}\n{}", refused.head, refused.body);
+    let message = refused.message();
+    assert!(message.contains("the token in PYCAGE_HTTP_BOUNDS_TOKEN already has 2 HTTP connections open"), "{message}");
+    assert!(message.contains("--max-http-connections-per-client"), "{message}");
+    assert_eq!(read_to_close(&mut third), b"", "closed after the refusal");
+    let mut other = connect(&addr);
+    assert_eq!(short_request(&mut other, &addr, TOKEN_B).status, 406);
+    drop(held.pop());
+    eventually("a place freed by a closed connection", || {
+        let mut s = connect(&addr);
+        short_request(&mut s, &addr, TOKEN).status == 406
+    });
+}
+
+/// Without tokens a connection's client is its source (every loopback
+/// address is one): beyond `--max-http-connections-per-client`, a
+/// connection is refused with 503 as soon as it is accepted.
+#[test]
+fn connections_are_bounded_per_source_without_tokens() {
+    let (_server, addr) = serve_with(&["--max-http-connections-per-client", "2"]);
+    // The server accepts in connection order: these two take the places.
+    let mut held: Vec<TcpStream> = (0..2).map(|_| connect(&addr)).collect();
+    let mut beyond = connect(&addr);
+    let answer = Answer::parse(&read_to_close(&mut beyond));
+    assert_eq!(answer.status, 503, "{}", answer.head);
+    let message = answer.message();
+    assert!(message.contains("this machine (loopback) already has 2 HTTP connections open"), "{message}");
+    drop(held.pop());
+    eventually("a place freed by a closed connection", || {
+        let mut s = connect(&addr);
+        let head = format!("GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\n\r\n");
+        s.write_all(head.as_bytes()).unwrap();
+        read_answer(&mut s).status == 406
+    });
+}
+
+/// An MCP session (`initialize` and `initialized`) with `auth` (or none);
+/// its headers.
+fn open_session(addr: &str, auth: Option<&str>) -> Vec<(String, String)> {
+    let auth_header: Vec<(&str, &str)> = auth.map(|a| vec![("Authorization", a)]).unwrap_or_default();
+    let answer = request(addr, "POST", &auth_header, Some(&initialize_body()));
+    assert_eq!(answer.status, 200, "{}\n{}", answer.head, answer.body);
+    let id = answer.header("mcp-session-id").unwrap().to_owned();
+    let mut headers = vec![("Mcp-Session-Id".to_owned(), id), ("MCP-Protocol-Version".to_owned(), "2025-11-25".into())];
+    if let Some(a) = auth {
+        headers.push(("Authorization".into(), a.to_owned()));
+    }
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(request(addr, "POST", &as_refs(&headers), Some(&initialized)).status, 202);
+    headers
+}
+
+fn as_refs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
+    headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+fn tool_call(id: u64, code: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "run_python", "arguments": {"code": code}, "_meta": {"progressToken": id}}})
+}
+
+/// Without tokens, the MCP sessions of one source are one client for
+/// `--max-runs-per-client`: a second session cannot add runs beyond it.
+#[test]
+fn runs_without_a_token_count_per_source_across_mcp_sessions() {
+    let (_server, addr) = serve_with(&["--max-runs-per-client", "1"]);
+    let first = open_session(&addr, None);
+    let second = open_session(&addr, None);
+    let mut running = connect(&addr);
+    let slow = "print('started')\nimport time\ntime.sleep(3)\nreturn 6 * 7";
+    send(&mut running, &addr, "POST", &as_refs(&first), Some(&tool_call(2, slow)), false);
+    let progress = read_event(&mut running, "notifications/progress");
+    assert_eq!(progress["params"]["message"], json!("started"), "{progress}");
+    let mut more = connect(&addr);
+    send(&mut more, &addr, "POST", &as_refs(&second), Some(&tool_call(3, "1 + 1")), true);
+    let refused = read_event(&mut more, r#""id":3"#);
+    assert_eq!(refused["result"]["isError"], json!(true), "{refused}");
+    let text = refused["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("the clients without a token from this machine (loopback) together already have 1 run in flight"),
+        "{refused}"
+    );
+    let done = read_event(&mut running, r#""id":2"#);
+    assert_eq!(done["result"]["structuredContent"]["value"], json!(42), "{done}");
+}
+
+/// Reads SSE text from `s` until it contains `needle`; all of it.
+fn read_until(s: &mut TcpStream, needle: &str) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let text = String::from_utf8_lossy(&got);
+        if text.contains(needle) {
+            return text.into_owned();
+        }
+        let n = s.read(&mut buf).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert!(n > 0, "closed before {needle}: {text}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A run's heartbeat: appends to `path` every 20 ms from a thread.
+fn heartbeat(path: &std::path::Path) -> String {
+    format!(
+        "import threading, time\n\
+         def _beat():\n    while True:\n        with open({p:?}, 'a') as f:\n            f.write('beat\\n')\n        time.sleep(0.02)\n\
+         threading.Thread(target=_beat, daemon=True).start()\n",
+        p = path.display().to_string()
+    )
+}
+
+/// Whether `path` stops growing (for a second) within a minute.
+fn stops_growing(path: &std::path::Path) -> bool {
+    let size = || std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        let before = size();
+        std::thread::sleep(Duration::from_secs(1));
+        if size() == before {
+            return true;
+        }
+    }
+    false
+}
+
+/// Opens the session's standalone GET stream (kept open by the caller).
+fn standalone_stream(addr: &str, session: &[(String, String)]) -> TcpStream {
+    let mut s = connect(addr);
+    let mut head = format!("GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n");
+    for (k, v) in session {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    let text = read_until(&mut s, "\r\n\r\n");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    s
+}
+
+/// Starts `code` as call `id` on its own connection; the connection and
+/// the id of its stream's first event (`0/<stream number>`), once the
+/// program has printed `started`.
+fn start_call(addr: &str, session: &[(String, String)], id: u64, code: &str) -> (TcpStream, String) {
+    let mut s = connect(addr);
+    send(&mut s, addr, "POST", &as_refs(session), Some(&tool_call(id, code)), false);
+    let text = read_until(&mut s, "\"started\"");
+    let first = text.lines().find_map(|l| l.strip_prefix("id:")).unwrap_or_else(|| panic!("no event id: {text}"));
+    (s, first.trim().to_owned())
+}
+
+/// A GET resuming a stream after event `last`; the connection.
+fn resume(addr: &str, session: &[(String, String)], last: &str) -> TcpStream {
+    let mut s = connect(addr);
+    let mut head =
+        format!("GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nLast-Event-ID: {last}\r\n");
+    for (k, v) in session {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    s
+}
+
+/// In a live MCP session (its standalone stream open), a run whose POST
+/// connection drops is aborted (its process killed) once
+/// `--resume-grace-seconds` pass without a resume; the session lives on.
+#[test]
+fn a_dropped_post_in_a_live_session_is_aborted_after_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let beats = dir.path().join("beats");
+    let (_server, addr) = serve(&["--resume-grace-seconds", "1", "--wall-ms", "300000", "--cpu-seconds", "300"]);
+    let session = open_session(&addr, Some(&bearer()));
+    let _standalone = standalone_stream(&addr, &session);
+    let program = format!("{}print('started')\nimport time\ntime.sleep(240)", heartbeat(&beats));
+    let (post, _) = start_call(&addr, &session, 2, &program);
+    drop(post);
+    assert!(stops_growing(&beats), "the run goes on after its connection dropped");
+    let mut next = connect(&addr);
+    send(&mut next, &addr, "POST", &as_refs(&session), Some(&tool_call(3, "6 * 7")), true);
+    let done = read_event(&mut next, r#""id":3"#);
+    assert_eq!(done["result"]["structuredContent"]["value"], json!(42), "{done}");
+}
+
+/// A client that resumes the dropped stream within the grace (GET with
+/// `Last-Event-ID`) keeps its run, and gets its result on the new stream.
+#[test]
+fn a_resumed_stream_keeps_its_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    std::fs::write(&go, "").unwrap();
+    let (_server, addr) = serve(&["--resume-grace-seconds", "600"]);
+    let session = open_session(&addr, Some(&bearer()));
+    let program = format!(
+        "print('started')\nimport time\nwhile 'go' not in open({:?}).read():\n    time.sleep(0.02)\nreturn 6 * 7",
+        go.display().to_string()
+    );
+    let (post, first) = start_call(&addr, &session, 2, &program);
+    drop(post);
+    let mut resumed = resume(&addr, &session, &first);
+    let text = read_until(&mut resumed, "\r\n\r\n");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    std::fs::write(&go, "go\n").unwrap();
+    let result = read_event(&mut resumed, r#""id":2"#);
+    assert_eq!(result["result"]["structuredContent"]["value"], json!(42), "{result}");
 }

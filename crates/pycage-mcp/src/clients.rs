@@ -12,7 +12,10 @@
 //! told the caller (MCP's "explicit state handles").
 //!
 //! Runs: each client may have `max_runs_per_client` runs in flight
-//! ([`Registry::run_slot`]; every owner of one bearer token together).
+//! ([`Registry::run_slot`], by [`RunKey`]): every owner of one bearer token
+//! together; without a token, every owner from one source together (all
+//! its MCP sessions and stateless requests: see `gate::Source`); the one
+//! client of stdio.
 //!
 //! Slots: each client may hold `per_client` open sessions (an owner; with
 //! bearer tokens, every owner of one token together: each MCP session it
@@ -22,10 +25,11 @@
 //!
 //! Liveness ([`Life`]): an owner is gone when its MCP session closes (DELETE,
 //! or the transport's keep-alive) or stdio reaches end of file; then its
-//! runs are aborted and its sessions closed. An MCP session over HTTP is also
-//! judged lost by a run in flight when it has held no response stream open
-//! for a grace period: its client died or dropped every connection without
-//! resuming (a client that resumes within the grace keeps its run).
+//! runs are aborted and its sessions closed. Within a live MCP session over
+//! HTTP, each request is watched on its own ([`RequestWatch`]): a run whose
+//! request has had no response stream open for a grace period is lost (its
+//! POST's connection dropped, and no GET resumed that stream with
+//! `Last-Event-ID` in time), whatever the session's other streams do.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -63,39 +67,16 @@ pub(crate) enum Owner {
 pub(crate) struct Life {
     /// Cancelled when the owner is gone.
     gone: CancellationToken,
-    /// Response streams the owner holds open, for MCP sessions over HTTP.
-    streams: Option<watch::Sender<usize>>,
 }
 
 impl Life {
-    fn new(tracks_streams: bool) -> Arc<Life> {
-        Arc::new(Life { gone: CancellationToken::new(), streams: tracks_streams.then(|| watch::channel(0).0) })
+    fn new() -> Arc<Life> {
+        Arc::new(Life { gone: CancellationToken::new() })
     }
 
-    /// Resolves when the owner is gone, or (MCP sessions over HTTP) when it
-    /// has held no response stream open for `grace`.
-    pub(crate) async fn lost(&self, grace: Duration) {
-        let Some(streams) = &self.streams else { return self.gone.cancelled().await };
-        let mut rx = streams.subscribe();
-        let idle = async {
-            loop {
-                // (The `Ref`s are dropped at once: they hold a lock.)
-                let none_open = rx.wait_for(|n| *n == 0).await.is_ok();
-                if !none_open {
-                    return std::future::pending().await;
-                }
-                let reopened = tokio::time::timeout(grace, async { rx.wait_for(|n| *n > 0).await.is_ok() }).await;
-                match reopened {
-                    Err(_) => return,
-                    Ok(false) => return std::future::pending().await,
-                    Ok(true) => {}
-                }
-            }
-        };
-        tokio::select! {
-            _ = self.gone.cancelled() => {}
-            _ = idle => {}
-        }
+    /// Resolves when the owner is gone.
+    pub(crate) async fn gone(&self) {
+        self.gone.cancelled().await
     }
 
     #[cfg(test)]
@@ -104,15 +85,143 @@ impl Life {
     }
 }
 
-/// Counts one open response stream of an MCP session while it lives.
+/// One request of an MCP session over HTTP: its response streams open
+/// (its POST's, and GETs that resumed it), and who holds the entry.
 #[derive(Debug)]
-pub(crate) struct StreamGuard(Option<Arc<Life>>);
+struct Request {
+    streams: watch::Sender<usize>,
+    /// Stream guards and run watches holding it; gone at 0.
+    holders: usize,
+    /// The transport's number of the request's stream: event ids are
+    /// `<index>/<number>`, and a resuming GET names one.
+    stream_number: Option<u64>,
+}
+
+/// A request's JSON-RPC id as a key: its JSON text, so that the number 5
+/// and the string "5" stay apart.
+pub(crate) fn request_key(id: &rmcp::model::RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_else(|_| id.to_string())
+}
+
+/// Where a request entry lives: its MCP session and its JSON-RPC id.
+#[derive(Debug, Clone)]
+struct RequestAt {
+    session: Owner,
+    request: String,
+}
+
+impl Registry {
+    /// Takes one hold on the entry of `at`, opening it if needed, with
+    /// `stream` more streams open; `None` when the MCP session is unknown.
+    fn hold(&self, at: &RequestAt, stream: bool) -> Option<watch::Receiver<usize>> {
+        let mut state = self.lock();
+        let client = state.clients.get_mut(&at.session)?;
+        let entry = client.requests.entry(at.request.clone()).or_insert_with(|| Request {
+            streams: watch::channel(0).0,
+            holders: 0,
+            stream_number: None,
+        });
+        entry.holders += 1;
+        if stream {
+            entry.streams.send_modify(|n| *n += 1);
+        }
+        Some(entry.streams.subscribe())
+    }
+
+    /// Gives one hold back (and a stream with it), forgetting the entry
+    /// when nothing holds it.
+    fn release(&self, at: &RequestAt, stream: bool) {
+        let mut state = self.lock();
+        let Some(client) = state.clients.get_mut(&at.session) else { return };
+        let Some(entry) = client.requests.get_mut(&at.request) else { return };
+        if stream {
+            entry.streams.send_modify(|n| *n = n.saturating_sub(1));
+        }
+        entry.holders = entry.holders.saturating_sub(1);
+        if entry.holders == 0 {
+            if let Some(number) = entry.stream_number {
+                client.stream_numbers.remove(&number);
+            }
+            client.requests.remove(&at.request);
+        }
+    }
+}
+
+/// Counts one open response stream of a request while it lives.
+#[derive(Debug)]
+pub(crate) struct StreamGuard {
+    held: Option<(Arc<Registry>, RequestAt)>,
+    /// Whether the stream's number is known (from its first event id).
+    numbered: bool,
+}
+
+impl StreamGuard {
+    fn none() -> StreamGuard {
+        StreamGuard { held: None, numbered: true }
+    }
+
+    /// Reads the stream's number from an event id (`<index>/<number>`),
+    /// once, so that a GET resuming it finds the request.
+    pub(crate) fn saw_event(&mut self, event_id: Option<&str>) {
+        if self.numbered {
+            return;
+        }
+        let Some(number) = event_id.and_then(|e| e.split_once('/')).and_then(|(_, n)| n.parse::<u64>().ok()) else {
+            return;
+        };
+        self.numbered = true;
+        let Some((registry, at)) = &self.held else { return };
+        let mut state = registry.lock();
+        if let Some(client) = state.clients.get_mut(&at.session) {
+            if let Some(entry) = client.requests.get_mut(&at.request) {
+                entry.stream_number = Some(number);
+                // Bounded: one number per live request entry.
+                client.stream_numbers.insert(number, at.request.clone());
+            }
+        }
+    }
+}
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        if let Some(streams) = self.0.as_ref().and_then(|l| l.streams.as_ref()) {
-            streams.send_modify(|n| *n = n.saturating_sub(1));
+        if let Some((registry, at)) = self.held.take() {
+            registry.release(&at, true);
         }
+    }
+}
+
+/// A run's watch on its request's streams (MCP sessions over HTTP).
+#[derive(Debug)]
+pub(crate) struct RequestWatch {
+    registry: Arc<Registry>,
+    at: RequestAt,
+    streams: watch::Receiver<usize>,
+}
+
+impl RequestWatch {
+    /// Resolves once the request has had no response stream open for
+    /// `grace` in a row (a stream that opens again within it, a resume,
+    /// starts the wait over when it closes).
+    pub(crate) async fn lost(&self, grace: Duration) {
+        let mut rx = self.streams.clone();
+        loop {
+            // (The `Ref`s are dropped at once: they hold a lock.)
+            if rx.wait_for(|n| *n == 0).await.is_err() {
+                return std::future::pending().await;
+            }
+            let reopened = tokio::time::timeout(grace, async { rx.wait_for(|n| *n > 0).await.is_ok() }).await;
+            match reopened {
+                Err(_) => return,
+                Ok(false) => return std::future::pending().await,
+                Ok(true) => {}
+            }
+        }
+    }
+}
+
+impl Drop for RequestWatch {
+    fn drop(&mut self) {
+        self.registry.release(&self.at, false);
     }
 }
 
@@ -130,6 +239,10 @@ struct Client {
     life: Arc<Life>,
     /// The bearer token's name of the requests that opened it (MCP sessions).
     principal: Option<String>,
+    /// Requests with streams or runs (MCP sessions over HTTP), by JSON-RPC id.
+    requests: HashMap<String, Request>,
+    /// Their streams' numbers, for GETs that resume one.
+    stream_numbers: HashMap<u64, String>,
 }
 
 impl Client {
@@ -138,7 +251,13 @@ impl Client {
             Owner::Principal(p) => Some(p.clone()),
             _ => None,
         };
-        Client { sessions: BTreeMap::new(), life: Life::new(matches!(owner, Owner::McpSession(_))), principal }
+        Client {
+            sessions: BTreeMap::new(),
+            life: Life::new(),
+            principal,
+            requests: HashMap::new(),
+            stream_numbers: HashMap::new(),
+        }
     }
 
     fn open(&self) -> usize {
@@ -154,12 +273,25 @@ struct State {
     runs: HashMap<RunKey, usize>,
 }
 
-/// Whose runs count together against `max_runs_per_client`: every owner
-/// of one bearer token (its MCP sessions included), else the owner.
+/// Whose runs count together against `max_runs_per_client` (and share
+/// a turn in the fair admission): every owner of one bearer token (its MCP
+/// sessions included); without a token over HTTP, every owner from one
+/// source; else (stdio) the owner.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum RunKey {
+pub(crate) enum RunKey {
     Principal(String),
+    Source(crate::gate::Source),
     Owner(Owner),
+}
+
+impl RunKey {
+    /// The client as a refusal names it, with its verb.
+    fn who(&self) -> String {
+        match self {
+            RunKey::Source(source) => format!("the clients without a token from {source} together already have"),
+            RunKey::Principal(_) | RunKey::Owner(_) => "this client already has".into(),
+        }
+    }
 }
 
 /// One run in flight of a client, counted until dropped.
@@ -222,26 +354,19 @@ impl Registry {
     /// A slot for one more run of `owner`, or why not: one client may have
     /// at most `max` runs in flight, so that it cannot take every run slot
     /// of the runtime and queue everyone else's runs behind its own.
-    pub(crate) fn run_slot(self: &Arc<Self>, owner: &Owner, max: usize) -> Result<RunSlot, Refusal> {
+    pub(crate) fn run_slot(self: &Arc<Self>, key: &RunKey, max: usize) -> Result<RunSlot, Refusal> {
         let mut state = self.lock();
-        let principal = match owner {
-            Owner::Principal(p) => Some(p.clone()),
-            other => state.clients.get(other).and_then(|c| c.principal.clone()),
-        };
-        let key = match principal {
-            Some(p) => RunKey::Principal(p),
-            None => RunKey::Owner(owner.clone()),
-        };
         let n = state.runs.entry(key.clone()).or_insert(0);
         if *n >= max {
             let runs = if max == 1 { "run" } else { "runs" };
             return Err(Refusal(format!(
-                "this client already has {max} {runs} in flight, the most one client may have at once: wait for \
-                 one to finish (or run the steps in one program: its tool calls run concurrently)"
+                "{} {max} {runs} in flight, the most one client may have at once: wait for one \
+                 to finish (or run the steps in one program: its tool calls run concurrently)",
+                key.who()
             )));
         }
         *n += 1;
-        Ok(RunSlot { registry: Arc::clone(self), key })
+        Ok(RunSlot { registry: Arc::clone(self), key: key.clone() })
     }
 
     /// Registers an MCP session the transport just created.
@@ -264,14 +389,45 @@ impl Registry {
         Some(Arc::clone(&c.life))
     }
 
-    /// Counts a response stream of MCP session `id` until the guard drops.
-    pub(crate) fn stream(&self, id: &str) -> StreamGuard {
-        let state = self.lock();
-        let life = state.clients.get(&Owner::McpSession(id.to_owned())).map(|c| Arc::clone(&c.life));
-        if let Some(streams) = life.as_ref().and_then(|l| l.streams.as_ref()) {
-            streams.send_modify(|n| *n += 1);
+    /// Counts a response stream of request `request` (a JSON-RPC id) of
+    /// MCP session `id` until the guard drops: the POST carrying it.
+    pub(crate) fn request_stream(self: &Arc<Self>, id: &str, request: &str) -> StreamGuard {
+        let at = RequestAt { session: Owner::McpSession(id.to_owned()), request: request.to_owned() };
+        match self.hold(&at, true) {
+            Some(_) => StreamGuard { held: Some((Arc::clone(self), at)), numbered: false },
+            None => StreamGuard::none(),
         }
-        StreamGuard(life)
+    }
+
+    /// Counts a GET of MCP session `id` resuming a stream after event
+    /// `last_event_id` as a stream of that stream's request, when it is
+    /// one of a request still held (a run in flight).
+    pub(crate) fn resumed_stream(self: &Arc<Self>, id: &str, last_event_id: &str) -> StreamGuard {
+        let session = Owner::McpSession(id.to_owned());
+        let Some(number) = last_event_id.split_once('/').and_then(|(_, n)| n.parse::<u64>().ok()) else {
+            return StreamGuard::none();
+        };
+        let request = {
+            let state = self.lock();
+            state.clients.get(&session).and_then(|c| c.stream_numbers.get(&number)).cloned()
+        };
+        let Some(request) = request else { return StreamGuard::none() };
+        let at = RequestAt { session, request };
+        match self.hold(&at, true) {
+            Some(_) => StreamGuard { held: Some((Arc::clone(self), at)), numbered: true },
+            None => StreamGuard::none(),
+        }
+    }
+
+    /// A run's watch on the streams of its request (`request`, a JSON-RPC
+    /// id) when `owner` is an MCP session over HTTP; `None` otherwise.
+    pub(crate) fn request_watch(self: &Arc<Self>, owner: &Owner, request: &str) -> Option<RequestWatch> {
+        if !matches!(owner, Owner::McpSession(_)) {
+            return None;
+        }
+        let at = RequestAt { session: owner.clone(), request: request.to_owned() };
+        let streams = self.hold(&at, false)?;
+        Some(RequestWatch { registry: Arc::clone(self), at, streams })
     }
 
     /// Binds MCP session `id` to the bearer token that opened it; `false`
@@ -515,27 +671,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn runs_in_flight_are_capped_per_client_and_per_token() {
+    async fn runs_in_flight_are_capped_per_run_key() {
         let reg = Arc::new(Registry::new(Limits { per_client: 4, total: 8 }, Duration::from_secs(60)));
-        let a = Owner::McpSession("a".into());
-        let b = Owner::McpSession("b".into());
-        let (c, d) = (Owner::McpSession("c".into()), Owner::McpSession("d".into()));
-        for owner in [&a, &b, &c, &d] {
-            reg.opened(owner.clone());
-        }
+        let a = RunKey::Principal("A".into());
         let first = reg.run_slot(&a, 2).unwrap();
         let _second = reg.run_slot(&a, 2).unwrap();
         let refused = reg.run_slot(&a, 2).unwrap_err().0;
         assert!(refused.starts_with("this client already has 2 runs in flight"), "{refused}");
-        let _other = reg.run_slot(&b, 2).unwrap();
+        let _other = reg.run_slot(&RunKey::Principal("B".into()), 2).unwrap();
         drop(first);
         let _again = reg.run_slot(&a, 2).unwrap();
-        // Two MCP sessions of one token count together, with its own requests.
-        assert!(reg.bind_principal("c", Some("TOKEN")) && reg.bind_principal("d", Some("TOKEN")));
-        let _c = reg.run_slot(&c, 2).unwrap();
-        let _d = reg.run_slot(&d, 2).unwrap();
-        assert!(reg.run_slot(&Owner::Principal("TOKEN".into()), 2).is_err());
-        assert!(reg.run_slot(&c, 2).is_err());
+        // Without a token, one source is one client, whatever its MCP sessions.
+        let local = RunKey::Source(crate::gate::Source::Loopback);
+        let _l1 = reg.run_slot(&local, 2).unwrap();
+        let _l2 = reg.run_slot(&local, 2).unwrap();
+        let refused = reg.run_slot(&local, 2).unwrap_err().0;
+        assert!(
+            refused.starts_with("the clients without a token from this machine (loopback) together already have 2"),
+            "{refused}"
+        );
+        let _stdio = reg.run_slot(&RunKey::Owner(Owner::Stdio), 2).unwrap();
     }
 
     #[tokio::test]
@@ -549,7 +704,7 @@ mod tests {
         let life = reg.life(&owner).unwrap();
         reg.gone(&owner);
         assert!(life.is_gone());
-        life.lost(Duration::from_secs(3600)).await;
+        life.gone().await;
         assert!(reg.life(&owner).is_none());
         assert!(reg.session(&owner, "s", &rt, options).unwrap_err().0.contains("closed"));
         drop(lease);
@@ -557,22 +712,41 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_mcp_session_without_streams_for_the_grace_is_lost() {
-        let reg = Registry::new(Limits { per_client: 4, total: 8 }, Duration::from_secs(60));
+    async fn a_request_without_streams_for_the_grace_is_lost() {
+        let reg = Arc::new(Registry::new(Limits { per_client: 4, total: 8 }, Duration::from_secs(60)));
         let owner = Owner::McpSession("m2".into());
         reg.opened(owner.clone());
-        let life = reg.life(&owner).unwrap();
-        let guard = reg.stream("m2");
-        let lost = life.lost(Duration::from_secs(10));
-        tokio::pin!(lost);
-        // A stream is open: never lost, however long.
+        let mut post = reg.request_stream("m2", "7");
+        post.saw_event(Some("0/3"));
+        let watch = reg.request_watch(&owner, "7").unwrap();
+        // Another request's stream (or the standalone GET) does not count.
+        let _other = reg.request_stream("m2", "8");
+        let lost = Box::pin(watch.lost(Duration::from_secs(10)));
+        let mut lost = lost;
+        // Its stream is open: never lost, however long.
         assert!(tokio::time::timeout(Duration::from_secs(100), &mut lost).await.is_err());
-        drop(guard);
-        // Closed, then reopened within the grace (a resume): still there.
+        drop(post);
+        // Closed, then resumed within the grace (a GET after event 2 of
+        // stream 3): still there.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let again = reg.stream("m2");
+        let resumed = reg.resumed_stream("m2", "2/3");
+        assert!(resumed.held.is_some(), "the resume found its request");
         assert!(tokio::time::timeout(Duration::from_secs(100), &mut lost).await.is_err());
-        drop(again);
+        drop(resumed);
+        // A resume of another stream, or a malformed id, is no resume.
+        assert!(reg.resumed_stream("m2", "2/4").held.is_none() && reg.resumed_stream("m2", "2").held.is_none());
         tokio::time::timeout(Duration::from_secs(11), &mut lost).await.unwrap();
+        // Forgotten once nothing holds it.
+        drop(lost);
+        drop(watch);
+        assert!(reg.resumed_stream("m2", "2/3").held.is_none());
+        assert_eq!(reg.lock().clients[&owner].requests.len(), 1, "only request 8 is left");
+    }
+
+    #[test]
+    fn only_mcp_sessions_watch_their_requests() {
+        let reg = Arc::new(Registry::new(Limits { per_client: 4, total: 8 }, Duration::from_secs(60)));
+        assert!(reg.request_watch(&Owner::Stdio, "1").is_none());
+        assert!(reg.request_watch(&Owner::McpSession("unknown".into()), "1").is_none());
     }
 }

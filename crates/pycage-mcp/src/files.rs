@@ -61,10 +61,28 @@ fn check_name(name: &str) -> Result<(), String> {
     if name.chars().any(char::is_control) {
         return Err(format!("file name {name:?}: no control characters (NUL, newline, ...)"));
     }
+    if let Some(c) = name.chars().find(|c| invisible(*c)) {
+        return Err(format!(
+            "file name {name:?}: no invisible format characters (U+{:04X}; bidi controls, zero-width characters, \
+             line separators: they make a name read as another)",
+            u32::from(c)
+        ));
+    }
     if name == OUTPUT_DIR_NAME {
         return Err(format!("file name {name:?}: `{OUTPUT_DIR_NAME}` is where the program leaves its output"));
     }
     Ok(())
+}
+
+/// Whether `c` is a format character (Unicode category Cf: bidi
+/// embeddings, overrides, isolates and marks, zero-width characters, the
+/// byte order mark, tags, ...) or a line or paragraph separator.
+fn invisible(c: char) -> bool {
+    use unicode_general_category::{get_general_category, GeneralCategory};
+    matches!(
+        get_general_category(c),
+        GeneralCategory::Format | GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator
+    )
 }
 
 /// The decoded bytes of one `files` value, within `max` bytes.
@@ -303,6 +321,29 @@ mod tests {
     fn names_must_be_plain() {
         for bad in ["", ".", "..", "a/b", "/etc", "x..y", "a\0b", "a\nb", "out", &"n".repeat(256)] {
             assert!(check_name(bad).is_err(), "{bad:?} accepted");
+        }
+        // Format characters and separators: bidi override, isolates and
+        // marks, zero-width space and joiner, BOM, soft hyphen, Arabic
+        // letter mark, a tag, line and paragraph separators.
+        for c in [
+            '\u{202e}',
+            '\u{202a}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{200e}',
+            '\u{200f}',
+            '\u{200b}',
+            '\u{200d}',
+            '\u{feff}',
+            '\u{ad}',
+            '\u{61c}',
+            '\u{e0041}',
+            '\u{2028}',
+            '\u{2029}',
+        ] {
+            let name = format!("report{c}txt.exe");
+            let e = check_name(&name).unwrap_err();
+            assert!(e.contains(&format!("U+{:04X}", u32::from(c))) && e.contains("format characters"), "{e}");
         }
         for good in ["data.csv", ".hidden", "a b", "ünï.txt", "-x"] {
             assert!(check_name(good).is_ok(), "{good:?} refused");

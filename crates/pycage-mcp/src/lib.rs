@@ -27,9 +27,11 @@
 //! A run's displays (`display()`, matplotlib figures) come back as content
 //! blocks after the result's text: images as MCP image content, markdown
 //! and HTML as text (`displays`). A call may carry small input files, and
-//! gets back what the program left in `out/` (`files`). Over HTTP, requests pass a gate first: `Origin`
-//! validation and optional bearer tokens, behind bounds on connections,
-//! header time and MCP sessions (`transport`).
+//! gets back what the program left in `out/` (`files`). Over HTTP, requests
+//! pass a gate first: `Host` and `Origin` validation, optional bearer
+//! tokens, connections per client and the body's time (`gate`), behind
+//! bounds on connections, header time and MCP sessions (`transport`).
+//! Runs are admitted in turn across clients (`admission`).
 //!
 //! With [`ServerOptions::expose_tools`], every upstream MCP tool is also
 //! listed and forwarded unchanged under its own name, so a client keeps
@@ -38,9 +40,11 @@
 //! Why its own crate: it is the one place that serves MCP (the bindings crate
 //! is a client), and the CLI only parses flags and picks a transport.
 
+mod admission;
 mod clients;
 mod displays;
 mod files;
+mod gate;
 mod server;
 mod transport;
 
@@ -48,6 +52,7 @@ pub use clients::MAX_SESSION_NAME;
 pub use files::InputLimits;
 pub use server::{description, description_with, CodeModeServer, ServeError, ServerOptions, RUN_PYTHON};
 pub use transport::{
-    serve_http, serve_stdio, BearerToken, HttpOptions, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_MCP_SESSIONS, MIN_TOKEN_BYTES,
+    serve_http, serve_stdio, BearerToken, HttpOptions, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MIN_BODY_RATE,
+    MIN_TOKEN_BYTES,
 };

@@ -15,10 +15,14 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{json, Value};
 
-use crate::clients::{ended_message, Lease, Limits, Owner, Refusal, Registry, MAX_LOOKUP_NAME, MAX_SESSION_NAME};
+use crate::admission::{Entry, Fair};
+use crate::clients::{
+    ended_message, request_key, Lease, Limits, Owner, Refusal, Registry, RunKey, MAX_LOOKUP_NAME, MAX_SESSION_NAME,
+};
 use crate::displays;
 use crate::files::{self, InputLimits, OutputDir};
-use crate::transport::{Principal, SESSION_HEADER};
+use crate::gate::{Conn, Principal};
+use crate::transport::SESSION_HEADER;
 
 /// The code-mode tool's name.
 pub const RUN_PYTHON: &str = "run_python";
@@ -36,15 +40,18 @@ pub struct ServerOptions {
     /// Named sessions one client may hold open.
     pub max_sessions_per_client: usize,
     /// `run_python` calls one client may have in flight (every client of
-    /// one bearer token together); more are refused at once, so one client
-    /// cannot take every run slot of the runtime and queue the others.
+    /// one bearer token together; without tokens, every client from one
+    /// source); more are refused at once, so one client cannot take every
+    /// run slot of the runtime and queue the others.
     pub max_runs_per_client: usize,
     /// A session ends after this long without a run (at least a second).
     pub session_idle: Duration,
-    /// How long an MCP session over HTTP may hold no response stream open
-    /// while one of its runs is in flight before the run is aborted (its
-    /// client died, or dropped its connections without resuming).
-    pub reconnect_grace: Duration,
+    /// How long a run of an MCP session over HTTP keeps going once its
+    /// request has no response stream open (its POST's connection dropped)
+    /// before it is aborted, unless the client resumes the stream (a GET
+    /// with `Last-Event-ID`) within it. Stateless requests have none: their
+    /// runs end with their connection.
+    pub resume_grace: Duration,
     /// Limits of `run_python`'s `files` argument.
     pub input_limits: InputLimits,
     /// Most bytes of `out/` returned embedded in one result.
@@ -63,7 +70,7 @@ impl Default for ServerOptions {
             max_sessions_per_client: 4,
             max_runs_per_client: 16,
             session_idle: Duration::from_secs(600),
-            reconnect_grace: Duration::from_secs(10),
+            resume_grace: Duration::from_secs(30),
             input_limits: InputLimits { max_files: 16, max_file_bytes: 1 << 20, max_total_bytes: 4 << 20 },
             max_embedded_bytes: 1 << 20,
             output_dir: None,
@@ -113,6 +120,9 @@ struct Exposed {
 
 struct Inner {
     runtime: Runtime,
+    /// Runs admitted in turn across clients, as many at once as the
+    /// runtime runs (`admission`).
+    admission: Arc<Fair<RunKey>>,
     bindings: Bindings,
     run_python: Tool,
     exposed: BTreeMap<String, Exposed>,
@@ -143,6 +153,21 @@ fn owner(context: &RequestContext<RoleServer>) -> Owner {
     match parts.extensions.get::<Principal>() {
         Some(Principal(name)) => Owner::Principal(name.clone()),
         None => Owner::Anonymous,
+    }
+}
+
+/// Whose runs count together (see [`RunKey`]): the request's token, else
+/// over HTTP its source, else the stdio client.
+fn run_key(context: &RequestContext<RoleServer>, owner: &Owner) -> RunKey {
+    let Some(parts) = context.extensions.get::<axum::http::request::Parts>() else {
+        return RunKey::Owner(owner.clone());
+    };
+    if let Some(Principal(name)) = parts.extensions.get::<Principal>() {
+        return RunKey::Principal(name.clone());
+    }
+    match parts.extensions.get::<Arc<Conn>>() {
+        Some(conn) => RunKey::Source(conn.source),
+        None => RunKey::Owner(owner.clone()),
     }
 }
 
@@ -180,6 +205,7 @@ impl CodeModeServer {
         let limits = Limits { per_client: options.max_sessions_per_client, total: options.max_sessions };
         Ok(CodeModeServer {
             inner: Arc::new(Inner {
+                admission: Fair::new(runtime.config().max_concurrent_runs),
                 runtime,
                 bindings,
                 run_python,
@@ -246,11 +272,29 @@ impl CodeModeServer {
         let Some(life) = self.inner.registry.life(&owner) else {
             return Ok(refused("this MCP session has closed"));
         };
+        let key = run_key(&context, &owner);
         // Held until the call returns; taken before any input is written.
-        let _run_slot = match self.inner.registry.run_slot(&owner, self.inner.options.max_runs_per_client) {
+        let _run_slot = match self.inner.registry.run_slot(&key, self.inner.options.max_runs_per_client) {
             Ok(slot) => slot,
             Err(Refusal(message)) => return Ok(refused(message)),
         };
+        // Over HTTP in an MCP session, the run follows its request's
+        // streams (resumable for `resume_grace`).
+        let watch = self.inner.registry.request_watch(&owner, &request_key(&context.id));
+        let grace = self.inner.options.resume_grace;
+        let abandoned = async {
+            let lost = async {
+                match &watch {
+                    Some(w) => w.lost(grace).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = life.gone() => {}
+                () = lost => {}
+            }
+        };
+        tokio::pin!(abandoned);
         let inputs = match files.map(|f| files::write_inputs(f, self.inner.options.input_limits)) {
             Some(Ok(inputs)) => inputs,
             Some(Err(message)) => return Ok(refused(format!("files: {message}"))),
@@ -277,10 +321,35 @@ impl CodeModeServer {
             },
         };
         // Cancelled when the client sends notifications/cancelled, or its
-        // connection (stateless requests) or MCP session closes.
+        // connection (stateless requests) closes; aborted below when the
+        // client is gone (see `abandoned`).
         let cancel = context.ct.child_token();
-        let (tx, mut rx) = self.inner.runtime.event_channel();
         let progress = context.meta.get_progress_token();
+        // A place among the runs in flight, in turn across clients.
+        let _place = match self.inner.admission.enter(&key) {
+            Entry::Now(place) => place,
+            Entry::Queued(waiting) => {
+                if let Some(token) = &progress {
+                    let mut p = ProgressNotificationParam::new(token.clone(), 0.0);
+                    let s = if waiting.capacity == 1 { "" } else { "s" };
+                    p.message = Some(format!(
+                        "queued: the server runs at most {} program{s} at once and all are busy; this one starts \
+                         when one ends (clients take turns)",
+                        waiting.capacity
+                    ));
+                    let _ = context.peer.notify_progress(p).await;
+                }
+                tokio::select! {
+                    place = waiting.place() => match place {
+                        Some(place) => place,
+                        None => return Ok(refused("the server is shutting down")),
+                    },
+                    _ = cancel.cancelled() => return Ok(refused("the run was cancelled before it started")),
+                    () = &mut abandoned => return Ok(refused("the client went away before the run started")),
+                }
+            }
+        };
+        let (tx, mut rx) = self.inner.runtime.event_channel();
         let peer = context.peer.clone();
         let forward = tokio::spawn(async move {
             let mut n = 0u64;
@@ -325,7 +394,7 @@ impl CodeModeServer {
         tokio::pin!(run);
         let result = tokio::select! {
             r = &mut run => r,
-            _ = life.lost(self.inner.options.reconnect_grace) => {
+            () = &mut abandoned => {
                 cancel.cancel();
                 run.await
             }

@@ -10,7 +10,9 @@ When connecting fails and the plan allows it, the one line printed is
   {"op": "list"}                                   -> {"tools": [{name, description, inputSchema, outputSchema}]}
   {"op": "call", "tool": T, "args": {...}}         -> {"isError", "structured", "text", "progress": [messages],
                                                        "blocks": [every other content block, as MCP JSON]}
+      with "signal": {"path": P, "prefix": X, "line": L}, appends L to P when a progress message starts with X
   {"op": "gather", "tool": T, "args": [{...}...]}  -> {"results": [call results, concurrently]}
+      with "signals": [signal or null, ...], one per call
   {"op": "cancel", "tool": T, "args": {...}, "after_progress": N}
       starts the call, cancels it after N progress messages (and, with "when": {"path", "line"},
       once that line is in that file)              -> {"cancelled": true, "progress": [...]}
@@ -23,6 +25,7 @@ Every call asks for progress (so the server gets a progress token).
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 import time
@@ -35,11 +38,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 
-async def call(client, tool, args):
+async def call(client, tool, args, signal=None):
     progress = []
 
     async def on_progress(p, total, message):
         progress.append(message)
+        if signal and (message or "").startswith(signal["prefix"]):
+            with open(signal["path"], "a") as f:
+                f.write(signal["line"] + "\n")
 
     r = await client.call_tool(tool, args, progress_callback=on_progress)
     text = "".join(c.text for c in r.content if getattr(c, "type", None) == "text")
@@ -138,9 +144,11 @@ async def main():
                     ]
                 }
             elif op == "call":
-                out = await call(client, step["tool"], step["args"])
+                out = await call(client, step["tool"], step["args"], step.get("signal"))
             elif op == "gather":
-                out = {"results": await asyncio.gather(*(call(client, step["tool"], a) for a in step["args"]))}
+                signals = step.get("signals") or [None] * len(step["args"])
+                calls = (call(client, step["tool"], a, s) for a, s in zip(step["args"], signals, strict=True))
+                out = {"results": await asyncio.gather(*calls)}
             elif op == "cancel":
                 out = await cancel(client, step["tool"], step["args"], step.get("after_progress", 1), step.get("when"))
             elif op == "wait_event":
@@ -154,4 +162,7 @@ async def main():
             print(json.dumps(out), flush=True)
 
 
+# The SDK's warnings (a failed session termination, say) go to stderr, where
+# the tests look for them.
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 asyncio.run(main())
