@@ -32,6 +32,7 @@
 //! `Last-Event-ID` in time), whatever the session's other streams do.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -273,6 +274,45 @@ struct State {
     runs: HashMap<RunKey, usize>,
 }
 
+/// Where a request comes from, as far as counting clients without tokens
+/// goes: every loopback address is one source (any local process can use
+/// any of 127.0.0.0/8), an IPv4 address is one, and an IPv6 /64 (what one
+/// host usually holds) is one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Source {
+    Loopback,
+    V4(std::net::Ipv4Addr),
+    V6Prefix([u8; 8]),
+}
+
+impl Source {
+    pub(crate) fn of(ip: IpAddr) -> Source {
+        match ip.to_canonical() {
+            ip if ip.is_loopback() => Source::Loopback,
+            IpAddr::V4(v4) => Source::V4(v4),
+            IpAddr::V6(v6) => {
+                let mut prefix = [0u8; 8];
+                prefix.copy_from_slice(&v6.octets()[..8]);
+                Source::V6Prefix(prefix)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Loopback => f.write_str("this machine (loopback)"),
+            Source::V4(ip) => write!(f, "{ip}"),
+            Source::V6Prefix(p) => {
+                let mut octets = [0u8; 16];
+                octets[..8].copy_from_slice(p);
+                write!(f, "{}/64", std::net::Ipv6Addr::from(octets))
+            }
+        }
+    }
+}
+
 /// Whose runs count together against `max_runs_per_client` (and share
 /// a turn in the fair admission): every owner of one bearer token (its MCP
 /// sessions included); without a token over HTTP, every owner from one
@@ -280,7 +320,7 @@ struct State {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum RunKey {
     Principal(String),
-    Source(crate::gate::Source),
+    Source(Source),
     Owner(Owner),
 }
 
@@ -682,7 +722,7 @@ mod tests {
         drop(first);
         let _again = reg.run_slot(&a, 2).unwrap();
         // Without a token, one source is one client, whatever its MCP sessions.
-        let local = RunKey::Source(crate::gate::Source::Loopback);
+        let local = RunKey::Source(Source::Loopback);
         let _l1 = reg.run_slot(&local, 2).unwrap();
         let _l2 = reg.run_slot(&local, 2).unwrap();
         let refused = reg.run_slot(&local, 2).unwrap_err().0;

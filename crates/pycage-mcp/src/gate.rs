@@ -45,47 +45,8 @@ use std::time::Duration;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use futures::StreamExt;
 
-use crate::clients::Registry;
-use crate::transport::{sessions_full_message, HttpOptions, SESSIONS_FULL, SESSION_HEADER};
-
-/// Where a request comes from, as far as counting clients without tokens
-/// goes: every loopback address is one source (any local process can use
-/// any of 127.0.0.0/8), an IPv4 address is one, and an IPv6 /64 (what one
-/// host usually holds) is one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Source {
-    Loopback,
-    V4(std::net::Ipv4Addr),
-    V6Prefix([u8; 8]),
-}
-
-impl Source {
-    pub(crate) fn of(ip: IpAddr) -> Source {
-        match ip.to_canonical() {
-            ip if ip.is_loopback() => Source::Loopback,
-            IpAddr::V4(v4) => Source::V4(v4),
-            IpAddr::V6(v6) => {
-                let mut prefix = [0u8; 8];
-                prefix.copy_from_slice(&v6.octets()[..8]);
-                Source::V6Prefix(prefix)
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Source::Loopback => f.write_str("this machine (loopback)"),
-            Source::V4(ip) => write!(f, "{ip}"),
-            Source::V6Prefix(p) => {
-                let mut octets = [0u8; 16];
-                octets[..8].copy_from_slice(p);
-                write!(f, "{}/64", std::net::Ipv6Addr::from(octets))
-            }
-        }
-    }
-}
+use crate::clients::{Registry, Source};
+use crate::options::{sessions_full_message, HttpOptions, MIN_TOKEN_BYTES, SESSIONS_FULL, SESSION_HEADER};
 
 /// Whom a connection counts against.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -319,7 +280,7 @@ fn echo(value: &str) -> String {
 pub(crate) struct Gate {
     origins: Vec<AllowedOrigin>,
     hosts: Vec<AllowedHost>,
-    tokens: Vec<crate::transport::BearerToken>,
+    tokens: Vec<crate::options::BearerToken>,
     pub(crate) registry: Arc<Registry>,
     /// How long an MCP session lives without a request (for refusals).
     pub(crate) session_keep_alive: Duration,
@@ -630,10 +591,44 @@ async fn pass(
     Ok(response)
 }
 
+/// The options' checks that need the gate's parsers.
+impl HttpOptions {
+    /// Checks the options; the message names the bad entry.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_connections == 0 || self.max_connections_per_client == 0 {
+            return Err("the HTTP connection limits must be at least 1".into());
+        }
+        if self.body_timeout.is_zero() || self.min_body_rate == 0 {
+            return Err("the HTTP body timeout and minimum body rate must be more than 0".into());
+        }
+        if self.max_mcp_sessions == 0 {
+            return Err("the MCP session limit must be at least 1".into());
+        }
+        if self.header_timeout.is_zero() {
+            return Err("the HTTP header timeout must be longer than 0".into());
+        }
+        for o in &self.allowed_origins {
+            Gate::validate_origin(o)?;
+        }
+        for h in &self.allowed_hosts {
+            AllowedHost::parse(h)?;
+        }
+        for t in &self.tokens {
+            if t.token.len() < MIN_TOKEN_BYTES {
+                return Err(format!("the token in {} is shorter than {MIN_TOKEN_BYTES} bytes", t.name));
+            }
+            if !t.token.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(format!("the token in {} has bytes other than visible ASCII", t.name));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::BearerToken;
+    use crate::options::BearerToken;
 
     fn gate(origins: &[&str], tokens: &[(&str, &str)], hosts: &[&str]) -> Gate {
         let http = HttpOptions {

@@ -39,20 +39,30 @@
 //!
 //! Why its own crate: it is the one place that serves MCP (the bindings crate
 //! is a client), and the CLI only parses flags and picks a transport.
+//!
+//! # Layers
+//!
+//! Each module uses only those listed before it (`tests/layers.rs`):
+//! `displays`, `files`, [`options`] (HTTP options, tokens, bounds),
+//! `clients` (who a request is, sessions and run slots per client),
+//! `admission` (fair turns across clients), `gate` (the HTTP gate:
+//! Host, Origin, tokens, bodies, connections), `server` (the `run_python`
+//! tool), then `transport` (stdio and streamable HTTP).
 
 mod admission;
 mod clients;
 mod displays;
 mod files;
 mod gate;
+pub mod options;
 mod server;
 mod transport;
 
 pub use clients::MAX_SESSION_NAME;
 pub use files::InputLimits;
-pub use server::{description, description_with, CodeModeServer, ServeError, ServerOptions, RUN_PYTHON};
-pub use transport::{
-    serve_http, serve_stdio, BearerToken, HttpOptions, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MIN_BODY_RATE,
-    MIN_TOKEN_BYTES,
+pub use options::{
+    BearerToken, HttpOptions, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MIN_BODY_RATE, MIN_TOKEN_BYTES,
 };
+pub use server::{description, description_with, CodeModeServer, ServeError, ServerOptions, RUN_PYTHON};
+pub use transport::{serve_http, serve_stdio};

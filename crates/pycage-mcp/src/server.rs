@@ -22,7 +22,7 @@ use crate::clients::{
 use crate::displays;
 use crate::files::{self, InputLimits, OutputDir};
 use crate::gate::{Conn, Principal};
-use crate::transport::SESSION_HEADER;
+use crate::options::SESSION_HEADER;
 
 /// The code-mode tool's name.
 pub const RUN_PYTHON: &str = "run_python";

@@ -26,7 +26,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -38,12 +38,10 @@ use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::clients::{request_key, Owner, Registry};
-use crate::gate::{AllowedHost, ClientId, Conn, Connections, Gate, Source};
-use crate::{CodeModeServer, ServeError};
-
-/// The header carrying a legacy MCP session's id.
-pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+use crate::clients::{request_key, Owner, Registry, Source};
+use crate::gate::{ClientId, Conn, Connections, Gate};
+use crate::options::{HttpOptions, SESSIONS_FULL};
+use crate::server::{CodeModeServer, ServeError};
 
 /// Serves MCP on stdin/stdout until the client closes it.
 pub async fn serve_stdio(server: CodeModeServer) -> Result<(), ServeError> {
@@ -77,146 +75,6 @@ impl<R: AsyncRead + Unpin> AsyncRead for EofWatch<R> {
         }
         polled
     }
-}
-
-/// One bearer token and the name of the principal it authenticates.
-#[derive(Clone)]
-pub struct BearerToken {
-    /// Shown in logs and used as the principal (for example the
-    /// environment variable the token came from); never the token.
-    pub name: String,
-    pub token: String,
-}
-
-impl std::fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BearerToken").field("name", &self.name).finish_non_exhaustive()
-    }
-}
-
-/// Shortest token accepted: guessing must be hopeless.
-pub const MIN_TOKEN_BYTES: usize = 16;
-
-/// Default of [`HttpOptions::max_connections`]: half the usual soft limit
-/// of 1,024 open files, leaving the rest to the runs' processes and pipes.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
-
-/// Default of [`HttpOptions::header_timeout`].
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Default of [`HttpOptions::max_mcp_sessions`] (each holds tens of KB).
-pub const DEFAULT_MAX_MCP_SESSIONS: usize = 1024;
-
-/// Default of [`HttpOptions::max_connections_per_client`]: room for a
-/// client's 16 runs in flight (one connection each), its standalone
-/// stream and its other requests, several times over; an eighth of
-/// [`DEFAULT_MAX_CONNECTIONS`].
-pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 64;
-
-/// Default of [`HttpOptions::body_timeout`].
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Default of [`HttpOptions::min_body_rate`]: 16 KiB/s (128 kbit/s), a
-/// poor mobile link's pace; the largest body the default limits allow
-/// (about 9.4 MB) has 10 minutes at it.
-pub const DEFAULT_MIN_BODY_RATE: u64 = 16 * 1024;
-
-/// What the HTTP gate admits, and how much the HTTP server holds at once.
-#[derive(Debug, Clone)]
-pub struct HttpOptions {
-    /// Origins allowed besides loopback ones: `scheme://host[:port]`, with
-    /// `:*` for any port, or `null`.
-    pub allowed_origins: Vec<String>,
-    /// Names (`NAME` for any port, or `NAME:PORT`) a request's `Host` may
-    /// give besides loopback ones and the address its connection reached.
-    pub allowed_hosts: Vec<String>,
-    /// When not empty, every request needs one of these.
-    pub tokens: Vec<BearerToken>,
-    /// TCP connections served at once; one more is answered 503 and closed.
-    pub max_connections: usize,
-    /// TCP connections of one client at once: one token (counted from a
-    /// connection's first authenticated request), or without tokens one
-    /// source (counted when accepted). Beyond it: 503, and closed.
-    pub max_connections_per_client: usize,
-    /// How long a request's body may take, plus one second per
-    /// [`HttpOptions::min_body_rate`] bytes received; then 408, and the
-    /// connection is closed.
-    pub body_timeout: Duration,
-    /// Bytes per second a body must keep up, on average, after
-    /// [`HttpOptions::body_timeout`] (see there).
-    pub min_body_rate: u64,
-    /// How long a connection may take to send a request's headers, counted
-    /// from its opening or from the end of its previous response (so it is
-    /// also how long an idle keep-alive connection stays open).
-    pub header_timeout: Duration,
-    /// MCP sessions (legacy `Mcp-Session-Id` ones) alive at once; an
-    /// `initialize` beyond them is refused with 503.
-    pub max_mcp_sessions: usize,
-}
-
-impl Default for HttpOptions {
-    fn default() -> HttpOptions {
-        HttpOptions {
-            allowed_origins: Vec::new(),
-            allowed_hosts: Vec::new(),
-            tokens: Vec::new(),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            max_connections_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
-            body_timeout: DEFAULT_BODY_TIMEOUT,
-            min_body_rate: DEFAULT_MIN_BODY_RATE,
-            header_timeout: DEFAULT_HEADER_TIMEOUT,
-            max_mcp_sessions: DEFAULT_MAX_MCP_SESSIONS,
-        }
-    }
-}
-
-impl HttpOptions {
-    /// Checks the options; the message names the bad entry.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.max_connections == 0 || self.max_connections_per_client == 0 {
-            return Err("the HTTP connection limits must be at least 1".into());
-        }
-        if self.body_timeout.is_zero() || self.min_body_rate == 0 {
-            return Err("the HTTP body timeout and minimum body rate must be more than 0".into());
-        }
-        if self.max_mcp_sessions == 0 {
-            return Err("the MCP session limit must be at least 1".into());
-        }
-        if self.header_timeout.is_zero() {
-            return Err("the HTTP header timeout must be longer than 0".into());
-        }
-        for o in &self.allowed_origins {
-            Gate::validate_origin(o)?;
-        }
-        for h in &self.allowed_hosts {
-            AllowedHost::parse(h)?;
-        }
-        for t in &self.tokens {
-            if t.token.len() < MIN_TOKEN_BYTES {
-                return Err(format!("the token in {} is shorter than {MIN_TOKEN_BYTES} bytes", t.name));
-            }
-            if !t.token.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(format!("the token in {} has bytes other than visible ASCII", t.name));
-            }
-        }
-        Ok(())
-    }
-}
-
-tokio::task_local! {
-    /// Set by the gate around a request: where `create_session` leaves the
-    /// number of MCP sessions held when it refuses one, so the gate answers
-    /// 503 with its own message (the SDK would answer 500).
-    pub(crate) static SESSIONS_FULL: Arc<OnceLock<usize>>;
-}
-
-pub(crate) fn sessions_full_message(held: usize, keep_alive: Duration) -> String {
-    let s = if held == 1 { "" } else { "s" };
-    format!(
-        "Service Unavailable: the server holds {held} MCP session{s}, the most it keeps at once; a client frees its \
-         session by closing it (HTTP DELETE with its Mcp-Session-Id), or one expires after {} s without a request",
-        keep_alive.as_secs()
-    )
 }
 
 /// Why the session manager failed.
@@ -577,6 +435,7 @@ impl AsyncWrite for Held {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::BearerToken;
 
     #[test]
     fn short_tokens_are_refused() {
