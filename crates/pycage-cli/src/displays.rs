@@ -111,13 +111,12 @@ pub fn summary_with_file(n: usize, d: &Display, file: Option<&Path>) -> String {
 /// random bits (so runs in the same second differ, and a program cannot
 /// guess the name), `20261101T153012Z-3f9a1c`.
 pub fn run_id() -> String {
-    use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
+    use std::hash::BuildHasher as _;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     // std's hasher keys come from the OS's random source, fresh per
     // process; the time and pid only spread them further.
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    (now.as_nanos(), std::process::id()).hash(&mut hasher);
-    format!("{}-{:06x}", utc_stamp(now.as_secs()), hasher.finish() & 0xff_ffff)
+    let random = std::collections::hash_map::RandomState::new().hash_one((now.as_nanos(), std::process::id()));
+    format!("{}-{:06x}", utc_stamp(now.as_secs()), random & 0xff_ffff)
 }
 
 /// `YYYYMMDDTHHMMSSZ` of a Unix time (the civil calendar from a day count:

@@ -24,8 +24,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 README = ROOT / "README.md"
-# No Rust toolchain: rustup's cargo and rustc live in ~/.cargo/bin.
-BARE_PATH = "/usr/bin:/bin"
+
+
+def python_dir() -> str:
+    """The directory of the interpreter this suite's venv was made from,
+    the `python3` a user's `python3 -m venv` runs (its real path: a venv
+    made through a symlink in /tmp names an interpreter the sandbox does
+    not show)."""
+    return os.path.dirname(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
 
 
 def wheel() -> Path:
@@ -46,7 +52,9 @@ def distribution() -> str:
 
 
 def bare_env(home: Path, venv: Path | None = None) -> dict[str, str]:
-    path = f"{venv / 'bin'}:{BARE_PATH}" if venv else BARE_PATH
+    # No Rust toolchain: rustup's cargo and rustc live in ~/.cargo/bin.
+    bare = f"{python_dir()}:/usr/bin:/bin"
+    path = f"{venv / 'bin'}:{bare}" if venv else bare
     for tool in ("cargo", "rustc"):
         assert shutil.which(tool, path=path) is None, f"{tool} is on {path}"
     return {"PATH": path, "HOME": str(home), "LANG": "C.UTF-8", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
