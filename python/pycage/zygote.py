@@ -77,6 +77,7 @@ import resource
 import select
 import signal
 import socket
+import sys
 import tempfile
 
 from pycage import _private, bootstrap, preload
@@ -417,11 +418,43 @@ def _warm_up():
         os._exit(3)
 
 
+def _disguise(argv_json):
+    """Shows `argv` (PYCAGE_ARGV: the command line as the sandbox shows its
+    paths) as this process's command line, in `/proc/self/cmdline` and
+    `sys.orig_argv`, before the first fork: the children are sandboxed, and
+    the host's paths (an interpreter under a home directory, the bootstrap
+    in the host's cache) are not theirs to see. The argument area's size is
+    fixed: a longer line is cut, a shorter one padded with NULs."""
+    if not argv_json:
+        return
+    argv = json.loads(argv_json)
+    if type(argv) is not list or not all(type(a) is str for a in argv):
+        raise ValueError("PYCAGE_ARGV is not a list of strings")
+    sys.orig_argv = list(argv)
+    with open("/proc/self/stat", "rb") as f:
+        stat = f.read()
+    # After the name: field 3 (the state) first; arg_start and arg_end are
+    # fields 48 and 49.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    start, end = int(fields[45]), int(fields[46])
+    room = end - start
+    if room <= 0:
+        return
+    data = b"\0".join(a.encode() for a in argv)[: room - 1]
+    data += b"\0" * (room - len(data))
+    fd = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.pwrite(fd, data, start)
+    finally:
+        os.close(fd)
+
+
 def main():
     """Serve the host on fd 3 until it quits or goes away (never returns)."""
     try:
         ctl = socket.socket(fileno=_CTL_FD)
         os.set_inheritable(_CTL_FD, False)
+        _disguise(os.environ.pop("PYCAGE_ARGV", None))
         # The runtime's preload (PYCAGE_PRELOAD), before the heap is frozen;
         # the host checked the list at construction, so a failure here is
         # a change since (a package removed): say which, and stop.

@@ -196,6 +196,23 @@ impl Launcher {
         if let Some(home) = &zygote_home {
             zygote_env.push(("MPLCONFIGDIR".to_owned(), home.path().join("matplotlib").to_string_lossy().into_owned()));
         }
+        if let Some(sandboxes) = sandboxes.as_ref().filter(|_| use_zygote) {
+            // The zygote's children are sandboxed: before its first fork the
+            // zygote shows this command line, the sandbox's view, instead of
+            // the host's paths (the interpreter under a home directory, the
+            // bootstrap in the host's cache).
+            let argv = sandboxes.inside_argv("pycage.zygote");
+            let mut json = Vec::new();
+            json.push(b'[');
+            for (i, arg) in argv.iter().enumerate() {
+                if i > 0 {
+                    json.push(b',');
+                }
+                pycage_protocol::write_json_string(&mut json, arg);
+            }
+            json.push(b']');
+            zygote_env.push(("PYCAGE_ARGV".to_owned(), String::from_utf8_lossy(&json).into_owned()));
+        }
         let pool = use_zygote.then(|| {
             Pool::new(PoolConfig {
                 python: interpreter.executable.clone(),

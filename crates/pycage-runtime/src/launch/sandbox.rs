@@ -216,6 +216,15 @@ impl Sandboxes {
         self.layout.view()
     }
 
+    /// The command line of a process that runs `module` from the bootstrap,
+    /// as the sandbox shows its paths: what a zygote's children show as
+    /// theirs (`/proc/self/cmdline`, `sys.orig_argv`), not the host's.
+    pub(crate) fn inside_argv(&self, module: &str) -> Vec<String> {
+        let loader = crate::process::loader(Path::new(site::BOOTSTRAP_DIR), module);
+        let python = self.layout.python.to_string_lossy().into_owned();
+        vec![python, "-I".into(), "-B".into(), "-c".into(), loader]
+    }
+
     /// Host path prefixes and where the sandbox shows them.
     pub(crate) fn remaps(&self) -> Vec<(String, String)> {
         self.layout
