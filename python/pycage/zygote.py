@@ -80,7 +80,7 @@ import socket
 import sys
 import tempfile
 
-from pycage import _private, bootstrap, preload
+from pycage import _private, bootstrap, preload, sitepaths
 from pycage.confine import (
     _EXIT_SETUP_FAILED,
     _JOIN_FDS,
@@ -455,6 +455,8 @@ def main():
         ctl = socket.socket(fileno=_CTL_FD)
         os.set_inheritable(_CTL_FD, False)
         _disguise(os.environ.pop("PYCAGE_ARGV", None))
+        # Started with -S: what `site` adds, as data (no venv code runs here).
+        sitepaths.apply()
         # The runtime's preload (PYCAGE_PRELOAD), before the heap is frozen;
         # the host checked the list at construction, so a failure here is
         # a change since (a package removed): say which, and stop.

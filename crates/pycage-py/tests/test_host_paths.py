@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import sys
 
-import pycage
-
 PROGRAM = """import sys
 cmd = open('/proc/self/cmdline', 'rb').read().decode('utf-8', 'replace')
 return [cmd, ' '.join(sys.orig_argv), sys.executable]

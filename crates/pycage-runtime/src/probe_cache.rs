@@ -57,6 +57,7 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("_forks.py", include_str!("../../../python/pycage/_forks.py")),
     ("confine.py", include_str!("../../../python/pycage/confine.py")),
     ("preload.py", include_str!("../../../python/pycage/preload.py")),
+    ("sitepaths.py", include_str!("../../../python/pycage/sitepaths.py")),
 ];
 
 use pycage_protocol::{JsonBuilder, JsonValue, Kind};

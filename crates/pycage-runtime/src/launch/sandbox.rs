@@ -222,7 +222,7 @@ impl Sandboxes {
     pub(crate) fn inside_argv(&self, module: &str) -> Vec<String> {
         let loader = crate::process::loader(Path::new(site::BOOTSTRAP_DIR), module);
         let python = self.layout.python.to_string_lossy().into_owned();
-        vec![python, "-I".into(), "-B".into(), "-c".into(), loader]
+        vec![python, "-I".into(), "-S".into(), "-B".into(), "-c".into(), loader]
     }
 
     /// Host path prefixes and where the sandbox shows them.
