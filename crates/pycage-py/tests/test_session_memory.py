@@ -5,9 +5,9 @@ budget: the cell that crosses it ends the session."""
 from __future__ import annotations
 
 import pytest
-from conftest import unavailable
 
 import pycage
+from conftest import unavailable
 
 GROW = "held.append(b'x' * (24 << 20))\nlen(held)"
 
