@@ -87,7 +87,7 @@ pub use plan::{
 };
 pub use prepared::Prepared;
 pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
-pub use sys::occupy_low_fds;
+pub use sys::{as_fs_ids, occupy_low_fds};
 pub use zygote_userns::zygote_user_namespace;
 
 /// System paths a dynamically linked CPython and `subprocess` need, among

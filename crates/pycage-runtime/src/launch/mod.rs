@@ -364,10 +364,45 @@ impl Launcher {
         // packages are known; a sandboxed run with inputs, or with packages
         // of its own (which it alone may see), gets its own interpreter.
         let own = packages.filter(|p| p.own).map(|p| p.entry.path());
-        let pool = self.pool.as_ref().filter(|_| (inputs.is_empty() && own.is_none()) || self.sandboxes.is_none());
+        // Small inputs are copied into a pooled run's own tmpfs; big ones
+        // are shown read-only in a sandbox of the run's own.
+        let pooled_inputs = self.sandboxes.is_none() || inputs.is_empty() || {
+            let inputs = inputs.to_vec();
+            tokio::task::spawn_blocking(move || site::inputs_fit_a_pooled_run(&inputs)).await.unwrap_or(false)
+        };
+        let pool = self.pool.as_ref().filter(|_| (pooled_inputs && own.is_none()) || self.sandboxes.is_none());
         let (worker, site) = match pool {
             Some(pool) => match pool.take().await.map_err(failed)? {
-                (worker, Some(handoff)) => (worker, RunSite::Sandbox(Some(handoff))),
+                (worker, Some(handoff)) if inputs.is_empty() => (worker, RunSite::Sandbox(Some(handoff))),
+                (worker, Some(handoff)) => {
+                    // The run's `/work`, through the descriptor its sandbox
+                    // handed over (`O_PATH`): a directory to copy into.
+                    let work = rustix::fs::openat(
+                        &handoff.work_dir,
+                        c".",
+                        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+                        rustix::fs::Mode::empty(),
+                    )
+                    .map_err(|e| failed(SpawnError::Inputs(format!("could not open the run's /work: {e}"))))?;
+                    let inputs = inputs.to_vec();
+                    let copy = move || {
+                        let into = || site::copy_inputs_into(std::os::fd::AsFd::as_fd(&work), &inputs);
+                        // A root host's run has a uid of its own: what is
+                        // made in its tmpfs must be that uid's.
+                        match rustix::fs::fstat(&work) {
+                            Ok(st) if st.st_uid != rustix::process::geteuid().as_raw() => {
+                                pycage_sandbox::as_fs_ids(st.st_uid, st.st_gid, into)
+                                    .unwrap_or_else(|| Err("could not take the run's uid to copy its inputs".into()))
+                            }
+                            _ => into(),
+                        }
+                    };
+                    tokio::task::spawn_blocking(copy)
+                        .await
+                        .map_err(|e| failed(SpawnError::Inputs(e.to_string())))?
+                        .map_err(|e| failed(SpawnError::Inputs(e)))?;
+                    (worker, RunSite::Sandbox(Some(handoff)))
+                }
                 (worker, None) => {
                     let Some(dir) = worker.run_dir().cloned() else {
                         return Err(failed(SpawnError::Channel(std::io::Error::other(
