@@ -14,7 +14,6 @@
 //! (exit status 2), so a caller parsing JSON never has to scrape stderr.
 
 mod bench;
-mod bench_env;
 mod budget_flags;
 mod chart;
 mod displays;
@@ -341,6 +340,10 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         };
+    }
+    if argv.get(1).is_some_and(|a| a == bench::NS_FLOOR_ARG) {
+        // Before anything starts a thread: the floor forks.
+        return bench::serve_ns_floor(&argv[2..]);
     }
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,

@@ -294,6 +294,10 @@ impl Launcher {
     }
 
     /// The probed interpreter.
+    pub(crate) fn bootstrap_dir(&self) -> &Path {
+        self.bootstrap.path()
+    }
+
     pub(crate) fn interpreter(&self) -> &Interpreter {
         &self.interpreter
     }
