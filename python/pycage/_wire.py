@@ -23,8 +23,9 @@ Shapes (``?``: optional):
 * ``errorClass`` (host): namespace.errorClass: the class failed calls raise, and its member-name
   attribute. Fields: name: str, memberNameProperty: str.
 * ``run`` (host): The program; in a session, the run's own budgets; sysPath: the run's package
-  directories. Fields: type: "run", program: str, cpuSeconds?: uint, maxLogBytes?: uint,
-  maxValueBytes?: uint, maxDisplayBytes?: uint, sysPath?: [str].
+  directories; seed: random's seed (a durable run's). Fields: type: "run", program: str,
+  cpuSeconds?: uint, maxLogBytes?: uint, maxValueBytes?: uint, maxDisplayBytes?: uint, sysPath?:
+  [str], seed?: uint.
 * ``reply-ok`` (host): A binding call that succeeded. Fields: type: "reply", id: uint, ok: true,
   value: JSON.
 * ``reply-error`` (host): A binding call that failed; the program sees an exception. Fields:
@@ -229,7 +230,7 @@ def check_error_class(frame, where="errorClass"):
 
 _RUN_REQUIRED = ("type", "program")
 _RUN_REQUIRED_SET = frozenset(_RUN_REQUIRED)
-_RUN_OPTIONAL = ("cpuSeconds", "maxLogBytes", "maxValueBytes", "maxDisplayBytes", "sysPath")
+_RUN_OPTIONAL = ("cpuSeconds", "maxLogBytes", "maxValueBytes", "maxDisplayBytes", "sysPath", "seed")
 _RUN_KNOWN = frozenset(_RUN_REQUIRED + _RUN_OPTIONAL)
 
 
@@ -266,6 +267,10 @@ def check_run(frame, where="run"):
         v = frame["sysPath"]
         if type(v) is not list or not all(type(x) is str for x in v):
             return where + ".sysPath must be a list of strings"
+    if "seed" in frame:
+        v = frame["seed"]
+        if type(v) is not int or v < 0:
+            return where + ".seed must be a non-negative integer"
     return None
 
 

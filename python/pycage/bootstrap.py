@@ -65,6 +65,7 @@ from pycage.display import flush_figures, start_display_ledger
 from pycage.encoder import encode_json
 from pycage.logs import start_ledger, stderr, stdout
 from pycage.namespaces import RESERVED_GLOBALS, SEEDED_GLOBALS, boot_namespaces, build_globals
+from pycage.preload import seed_generators
 from pycage.outcome import (
     error_frame,
     format_compile_error,
@@ -329,6 +330,8 @@ def _serve():
         source = run["program"]
         if "sysPath" in run:
             add_package_dirs(run["sysPath"])
+        if "seed" in run:
+            seed_generators(run["seed"])
         budgets = Budgets(run, boot)
         start_run(budgets, session)
         if program_globals is None:

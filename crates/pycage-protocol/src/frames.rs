@@ -208,6 +208,10 @@ pub struct RunFrame {
     /// declared dependencies), as the child sees them: put on `sys.path`
     /// ahead of the interpreter's site-packages. Sent only when non-empty.
     pub sys_path: Vec<String>,
+    /// The seed of `random` (and numpy's global generator, when loaded)
+    /// for this run: a durable run's, so that its replay draws the same
+    /// numbers. `None`: the child's own (fresh) seeds.
+    pub seed: Option<u64>,
 }
 
 impl RunFrame {
@@ -224,6 +228,9 @@ impl RunFrame {
         }
         if !self.sys_path.is_empty() {
             o.str_list("sysPath", &self.sys_path);
+        }
+        if let Some(seed) = self.seed {
+            o.u64("seed", seed);
         }
         o.end().push(b'\n');
     }
@@ -444,7 +451,7 @@ mod tests {
         assert_eq!(docs, vec![("a".to_string(), "A.\n".to_string()), ("my-tool".to_string(), "\"x\"".to_string())]);
 
         let mut out = Vec::new();
-        RunFrame { program: "return 1".into(), budgets: None, sys_path: Vec::new() }.encode(&mut out);
+        RunFrame { program: "return 1".into(), budgets: None, sys_path: Vec::new(), seed: None }.encode(&mut out);
         assert_eq!(keys(&out), expect("run", false));
         let mut out = Vec::new();
         let budgets = RunBudgets { cpu_seconds: 1, max_log_bytes: 2, max_value_bytes: 3, max_display_bytes: 4 };
@@ -452,6 +459,7 @@ mod tests {
             program: "return 1".into(),
             budgets: Some(budgets),
             sys_path: vec!["/opt/pycage-packages/x".into()],
+            seed: Some(u64::MAX),
         }
         .encode(&mut out);
         assert_eq!(keys(&out), expect("run", true));

@@ -152,7 +152,8 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
     FrameFields {
         frame: "run",
         sender: Sender::Host,
-        doc: "The program; in a session, the run's own budgets; sysPath: the run's package directories.",
+        doc: "The program; in a session, the run's own budgets; sysPath: the run's package directories; \
+              seed: random's seed (a durable run's).",
         fields: &[
             req("type", Tag("run")),
             req("program", Str),
@@ -161,6 +162,7 @@ pub const FRAME_FIELDS: &[FrameFields] = &[
             opt("maxValueBytes", Uint),
             opt("maxDisplayBytes", Uint),
             opt("sysPath", StrList),
+            opt("seed", Uint),
         ],
     },
     FrameFields {

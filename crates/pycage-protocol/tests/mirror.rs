@@ -167,12 +167,12 @@ fn host_samples() -> Vec<(&'static str, Vec<u8>)> {
     };
     let run = |budgets: Option<RunBudgets>| {
         let mut out = Vec::new();
-        RunFrame { program: "return 1".into(), budgets, sys_path: Vec::new() }.encode(&mut out);
+        RunFrame { program: "return 1".into(), budgets, sys_path: Vec::new(), seed: None }.encode(&mut out);
         out
     };
     let run_with_packages = {
         let mut out = Vec::new();
-        RunFrame { program: "return 1".into(), budgets: None, sys_path: vec!["/opt/pycage-packages/x".into()] }
+        RunFrame { program: "return 1".into(), budgets: None, sys_path: vec!["/opt/pycage-packages/x".into()], seed: Some(7) }
             .encode(&mut out);
         out
     };

@@ -1,6 +1,7 @@
-//! Host functions the program calls: namespaces of async bindings.
+//! Host functions the program calls: namespaces of async bindings, which
+//! calls need approval, and the refusal that suspends a run instead.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -11,16 +12,32 @@ use pycage_protocol::JsonValue;
 use tokio_util::sync::CancellationToken;
 
 /// A binding's refusal; the program sees `message` on the raised exception.
+/// Or, made with [`BindingError::suspend`], the binding's wish to suspend
+/// the run at this call (a durable run, `docs/durable.md`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct BindingError {
     pub message: String,
+    suspend: bool,
 }
 
 impl BindingError {
     /// A refusal with this message.
     pub fn new(message: impl Into<String>) -> Self {
-        BindingError { message: message.into() }
+        BindingError { message: message.into(), suspend: false }
+    }
+
+    /// Suspends the run at this call, for `reason`: the run settles as
+    /// `suspended` with a journal, and the call gets the answer its resume
+    /// gives. Needs `RuntimeConfig::journal_key`; without one the call
+    /// fails with a message that says so.
+    pub fn suspend(reason: impl Into<String>) -> Self {
+        BindingError { message: reason.into(), suspend: true }
+    }
+
+    /// Whether this is [`BindingError::suspend`].
+    pub fn is_suspend(&self) -> bool {
+        self.suspend
     }
 }
 
@@ -70,7 +87,10 @@ type BindingFn = dyn Fn(JsonValue, CallContext) -> BindingFuture + Send + Sync;
 
 /// An async host function from JSON to JSON. Cheap to clone.
 #[derive(Clone)]
-pub struct Binding(Arc<BindingFn>);
+pub struct Binding {
+    call: Arc<BindingFn>,
+    approval: bool,
+}
 
 impl Binding {
     /// Wraps an async closure.
@@ -84,7 +104,7 @@ impl Binding {
         F: Fn(JsonValue) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<JsonValue, BindingError>> + Send + 'static,
     {
-        Binding(Arc::new(move |args, _| Box::pin(f(args))))
+        Binding { call: Arc::new(move |args, _| Box::pin(f(args))), approval: false }
     }
 
     /// Wraps an async closure that also takes the call's [`CallContext`].
@@ -93,12 +113,24 @@ impl Binding {
         F: Fn(JsonValue, CallContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<JsonValue, BindingError>> + Send + 'static,
     {
-        Binding(Arc::new(move |args, cx| Box::pin(f(args, cx))))
+        Binding { call: Arc::new(move |args, cx| Box::pin(f(args, cx))), approval: false }
+    }
+
+    /// The same function, needing approval: a call to it is not run but
+    /// suspends the run (`docs/durable.md`); its resume gives the answer.
+    pub fn requiring_approval(mut self) -> Self {
+        self.approval = true;
+        self
+    }
+
+    /// Whether calls need approval ([`Binding::requiring_approval`]).
+    pub fn requires_approval(&self) -> bool {
+        self.approval
     }
 
     /// Starts one call.
     pub fn call(&self, args: JsonValue, cx: CallContext) -> BindingFuture {
-        (self.0)(args, cx)
+        (self.call)(args, cx)
     }
 }
 
@@ -129,6 +161,9 @@ pub struct Namespace {
     /// Member name → what `help(<global>.<member>)` and its `__doc__` show.
     /// Entries for names that are not in `functions` are ignored.
     pub member_docs: BTreeMap<String, String>,
+    /// Members whose calls need approval (as [`Binding::requiring_approval`]):
+    /// an MCP server's tools by name, say. Names not in `functions` are ignored.
+    pub approval: BTreeSet<String>,
 }
 
 impl Namespace {
@@ -140,7 +175,19 @@ impl Namespace {
             error_class: None,
             doc: None,
             member_docs: BTreeMap::new(),
+            approval: BTreeSet::new(),
         }
+    }
+
+    /// Marks one member as needing approval.
+    pub fn with_approval(mut self, name: impl Into<String>) -> Self {
+        self.approval.insert(name.into());
+        self
+    }
+
+    /// Whether calls to `name` need approval.
+    pub fn needs_approval(&self, name: &str) -> bool {
+        self.approval.contains(name) || self.functions.get(name).is_some_and(Binding::requires_approval)
     }
 
     /// Sets the namespace's own doc text.

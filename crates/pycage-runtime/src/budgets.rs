@@ -336,6 +336,20 @@ pub const BUDGETS: &[BudgetRow] = &[
         set: |c, v| c.max_output_bytes = v,
     },
     BudgetRow {
+        field: "max_journal_bytes",
+        unit: Unit::Bytes,
+        flag: Some(("max-journal-bytes", Unit::Bytes)),
+        python: Some(("max_journal_bytes", Unit::Bytes)),
+        wire: None,
+        per_run: false,
+        min: 4096,
+        max: u64::MAX,
+        doc: "a durable run's journal (its program, calls and replies; `docs/durable.md`): a run over it cannot \
+              suspend (a call that would suspend it ends it as `output-limit`), and a resume refuses a bigger journal",
+        get: |c| c.max_journal_bytes,
+        set: |c, v| c.max_journal_bytes = v,
+    },
+    BudgetRow {
         field: "max_calls_in_flight",
         unit: Unit::Count,
         flag: Some(("max-calls-in-flight", Unit::Count)),

@@ -220,6 +220,17 @@ pub struct RuntimeConfig {
     /// binary of this crate. A helper that fails before its first shell
     /// is given up with a warning: the host forks the shells then.
     pub shell_helper: Option<Vec<std::ffi::OsString>>,
+    /// The key that signs and verifies durable runs' journals
+    /// (`docs/durable.md`). Without one no run can suspend: a run whose
+    /// bindings need approval is refused, and a binding that asks to
+    /// suspend fails its call. With one, every run records its binding
+    /// calls (within `max_journal_bytes`), and its processes get known
+    /// hash seeds, so that a resume can take the same path.
+    pub journal_key: Option<pycage_journal::JournalKey>,
+    /// Bytes of journal a run may record (its calls, the replies it was
+    /// given, its program); a run over it cannot suspend. Also the largest
+    /// journal a resume reads.
+    pub max_journal_bytes: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -267,6 +278,8 @@ impl Default for RuntimeConfig {
             max_net_bytes: 64 * 1024 * 1024,
             max_net_connections: 64,
             shell_helper: None,
+            journal_key: None,
+            max_journal_bytes: pycage_journal::DEFAULT_MAX_JOURNAL_BYTES,
         }
     }
 }

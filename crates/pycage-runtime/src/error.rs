@@ -113,6 +113,16 @@ pub enum MisuseError {
     /// A run's own budget ([`crate::RunLimits`]) the runtime would refuse.
     #[error("invalid run limits: {0}")]
     Limits(#[from] ConfigError),
+    /// A run that could suspend (its bindings need approval), or a resume,
+    /// on a runtime without a journal key.
+    #[error(
+        "{0} needs a journal key, and the runtime has none: set one of at least 16 bytes \
+         (RuntimeConfig::journal_key; journal_key= in Python; PYCAGE_JOURNAL_KEY for the pycage CLI)"
+    )]
+    NoJournalKey(&'static str),
+    /// A journal a resume refuses (before any program runs).
+    #[error("cannot resume: {0}")]
+    Journal(#[from] pycage_journal::JournalError),
 }
 
 #[cfg(test)]

@@ -54,7 +54,8 @@
 //! 2. [`budgets`] (the budgets table over `config`), [`interpreter`] and
 //!    `probe_cache` (resolving and probing CPython once, with the preload;
 //!    the embedded bootstrap), `error`, `request` (what a caller asks of a
-//!    run).
+//!    run), `durable` (what a durable run records or replays, checked
+//!    before anything is spawned).
 //! 3. `launch`: every way a run's process is made (exec, exec into a
 //!    sandbox, the zygote, its pool and the sandbox shells its children
 //!    join), with typed errors.
@@ -68,8 +69,9 @@
 //! egress proxy and its rules (`pycage-egress`, as [`net`]), package
 //! installation (`pycage-packages`, as [`packages`]), run directories and
 //! file copies (`pycage-files`, as [`cleanup`] and [`files`]), uid leases
-//! (`pycage-sandbox`, as [`lease`]) and the log ledger
-//! (`pycage-protocol`, as [`ledger`]).
+//! (`pycage-sandbox`, as [`lease`]), the log ledger
+//! (`pycage-protocol`, as [`ledger`]) and durable runs' journals
+//! (`pycage-journal`, as [`journal`]).
 //!
 //! The Python side is embedded from `python/pycage/`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -82,6 +84,7 @@ mod channel;
 pub use pycage_files::cleanup;
 pub mod config;
 mod display;
+mod durable;
 mod error;
 /// Inputs in and `out/` out (the `pycage-files` crate).
 pub use pycage_files::copy as files;
@@ -96,6 +99,8 @@ pub mod names;
 /// The egress allow-list and network report (the `pycage-egress` crate).
 pub use pycage_egress as net;
 mod outcome;
+/// Durable runs' journals (the `pycage-journal` crate).
+pub use pycage_journal as journal;
 /// A run's declared packages (the `pycage-packages` crate).
 pub use pycage_packages as packages;
 mod probe_cache;
@@ -144,7 +149,9 @@ pub fn serve_shell_helper() -> std::io::Result<()> {
 pub use launch::spawn::{SpawnError, StartError};
 pub use launch::zygote::ZygoteError;
 pub use names::NameError;
-pub use outcome::{FailureKind, RunEvent, RunFailure, RunResult};
+pub use outcome::{FailureKind, PendingCall, RunEvent, RunFailure, RunResult, Suspension};
+pub use pycage_journal::{JournalError, JournalKey};
+pub use request::{Answer, Resume};
 pub use packages::{PackageError, PACKAGES_DIR};
 pub use probe_cache::default_cache_dir;
 pub use process::run_in_background;

@@ -39,12 +39,13 @@ use tokio_util::task::TaskTracker;
 
 use crate::bindings::{Namespace, RunId};
 use crate::config::RuntimeConfig;
+use crate::durable::Durable;
 use crate::error::RuntimeError;
 use crate::launch::site::{self, RunSite};
 use crate::launch::spawn::Worker;
 use crate::launch::Launcher;
 use crate::outcome::{FailureKind, RunEvent, RunFailure, RunResult};
-use crate::run::{self, BudgetWatch, ChildAfter, Opening, RunMachine};
+use crate::run::{self, BudgetWatch, ChildAfter, Extras, Opening, Resumed, RunMachine};
 use pycage_egress::Egress;
 use pycage_watchdog::{Budget, Scope};
 
@@ -153,6 +154,8 @@ pub(crate) struct Plan {
     pub transcript: Option<PathBuf>,
     /// The budgets of this run: the runtime's, with the request's overrides.
     pub config: Arc<RuntimeConfig>,
+    /// A durable run's recording or replay (a runtime with a journal key).
+    pub durable: Option<Durable>,
 }
 
 /// A session's process between its runs.
@@ -214,7 +217,7 @@ fn settled(kind: FailureKind, message: impl Into<String>) -> Outcome {
 
 /// Runs `plan` through the whole sequence (see the module docs).
 pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
-    let Plan { program, bindings, cancel, stop, events, inputs, output_dir, transcript, config } = plan;
+    let Plan { program, bindings, cancel, stop, events, inputs, output_dir, transcript, config, durable } = plan;
     // Held until the run (and its child) is settled; shutdown waits on it.
     let _token = rt.background().token();
     let _busy = rt.work.token();
@@ -281,7 +284,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
             _ = tokio::time::sleep_until(deadline) => {
                 return settled(FailureKind::Timeout, format!("{} before a process could be started", wall_exceeded()));
             }
-            taken = rt.launcher.take_worker(&inputs, packages.as_ref()) => taken,
+            taken = rt.launcher.take_worker(&inputs, packages.as_ref(), durable.as_ref().and_then(Durable::hash_seed)) => taken,
         };
         match taken {
             Ok(w) => fresh = Some(w),
@@ -316,20 +319,42 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     //    run's start (its earlier runs are not this run's).
     let sandboxed = rt.sandboxed();
     let scope = scope_of(worker, site, sandboxed);
-    let budget = Budget { cpu: Duration::from_secs(config.cpu_seconds), memory_bytes: config.address_space_bytes };
+    let cpu = durable.as_ref().map_or(config.cpu_seconds, |d| d.cpu_budget(&config));
+    let budget = Budget { cpu: Duration::from_secs(cpu), memory_bytes: config.address_space_bytes };
     let is_session = session_slot.is_some();
+    let recording = durable.map(|d| d.start(&config, &program, worker.hash_seed));
+    // A resumed run's budgets count from the end of its replay.
+    let resumed = recording.as_ref().filter(|r| r.tape.replaying()).map(|r| {
+        let (spent, wall) = (r.tape.spent_before(), r.tape.meta().budgets.wall_ms);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let cpu_base = Arc::new(std::sync::OnceLock::new());
+        let watch = resumed_watch(
+            scope.clone(),
+            budget,
+            Duration::from_millis(spent.cpu_ms),
+            rt.scan_cache(),
+            rx,
+            Arc::clone(&cpu_base),
+        );
+        let wall_left = Duration::from_millis(wall.saturating_sub(spent.wall_ms));
+        (watch, Resumed { wall_left, replay_over: tx, cpu_base })
+    });
+    let (resumed_watch, resumed) = resumed.map_or((None, None), |(w, r)| (Some(w), Some(r)));
     let (watch, session_end) = match session_slot {
-        None => (budget_watch(scope.clone(), budget, Duration::ZERO, rt.scan_cache()), None),
+        None => (
+            resumed_watch.unwrap_or_else(|| budget_watch(scope.clone(), budget, Duration::ZERO, rt.scan_cache())),
+            None,
+        ),
         Some((baseline, held, summed)) => {
             let end = (Arc::clone(&held), summed);
             (session_watch(scope.clone(), budget, baseline, rt.scan_cache(), held), Some(end))
         }
     };
-    let machine = RunMachine::with_sys_path(
+    let machine = RunMachine::with_extras(
         &config,
         opening,
         program,
-        sys_path,
+        Extras { sys_path, durable: recording },
         bindings,
         events.is_some(),
         output_dir.is_some(),
@@ -365,6 +390,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         deadline,
         budget: watch,
         transcript,
+        resumed,
     };
     let (mut result, after) = run::execute(worker, machine, inputs).await;
     if let Some(egress) = egress {
@@ -496,6 +522,35 @@ fn session_watch(
             }
         };
         budget_watch(scope, budget, baseline, cache).await
+    })
+}
+
+/// A resumed run's watch: memory only while it replays, then CPU too,
+/// counted from the child's CPU at the replay's end less what the journal
+/// says the run spent before (the replay does not count; what it stands
+/// for does). The sample at the replay's end goes to `cpu_base`.
+fn resumed_watch(
+    scope: Option<Scope>,
+    budget: Budget,
+    spent_cpu: Duration,
+    cache: Arc<pycage_watchdog::ScanCache>,
+    replay_over: tokio::sync::oneshot::Receiver<()>,
+    cpu_base: Arc<std::sync::OnceLock<Duration>>,
+) -> BudgetWatch {
+    Box::pin(async move {
+        let replaying = Budget { cpu: Duration::MAX, ..budget };
+        tokio::select! {
+            exceeded = budget_watch(scope.clone(), replaying, Duration::ZERO, Arc::clone(&cache)) => return exceeded,
+            over = replay_over => if over.is_err() {
+                return std::future::pending().await;
+            },
+        }
+        let Some(s) = scope.clone() else { return std::future::pending().await };
+        let c = Arc::clone(&cache);
+        let now =
+            tokio::task::spawn_blocking(move || pycage_watchdog::sample_cpu(s, &c)).await.unwrap_or(Duration::ZERO);
+        let _ = cpu_base.set(now);
+        budget_watch(scope, budget, now.saturating_sub(spent_cpu), cache).await
     })
 }
 

@@ -26,6 +26,15 @@ pub enum FailureKind {
     /// allowed, malformed, not found, not installable, or past
     /// `RuntimeConfig::install_timeout`. The program did not start.
     Dependencies,
+    /// A binding call suspended the run (it needs approval, or its binding
+    /// asked to): [`RunResult::suspension`] holds the pending call and the
+    /// journal that resumes it (`docs/durable.md`).
+    Suspended,
+    /// A resumed run took another path than its journal records (another
+    /// call, other arguments, another order, or an end before the
+    /// recorded calls): the message names the call. Nothing live was
+    /// called after the divergence.
+    Diverged,
 }
 
 impl FailureKind {
@@ -39,6 +48,8 @@ impl FailureKind {
             FailureKind::InvalidOutput => "invalid-output",
             FailureKind::OutputLimit => "output-limit",
             FailureKind::Dependencies => "dependencies",
+            FailureKind::Suspended => "suspended",
+            FailureKind::Diverged => "diverged",
         }
     }
 }
@@ -54,6 +65,27 @@ impl std::fmt::Display for FailureKind {
 pub struct RunFailure {
     pub kind: FailureKind,
     pub message: String,
+}
+
+/// The binding call a suspended run waits at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCall {
+    /// The namespace (`tools`).
+    pub global: String,
+    /// The member (`pay`).
+    pub name: String,
+    pub args: JsonValue,
+}
+
+/// A suspended run: what it waits for, and the journal that resumes it
+/// ([`crate::RunRequest::resume`]), in this process or another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Suspension {
+    pub call: PendingCall,
+    /// `approval required`, or what the binding said.
+    pub reason: String,
+    /// Opaque bytes, signed with the runtime's journal key.
+    pub journal: Vec<u8>,
 }
 
 /// Every outcome of a run. When `error` is set, `value` is `None`.
@@ -86,6 +118,8 @@ pub struct RunResult {
     /// allow-list (`RuntimeConfig::allow_net`): every connection, allowed
     /// or refused, with its bytes.
     pub network: Option<NetworkReport>,
+    /// Set when the run is suspended (`error` is then of kind `suspended`).
+    pub suspension: Option<Suspension>,
 }
 
 impl RunResult {
@@ -103,7 +137,9 @@ impl RunResult {
     /// `network` (only with an egress allow-list: `connections` `[{method,
     /// host, port, allowed, bytes_up, bytes_down, reason?}]`, `bytes_up`,
     /// `bytes_down`, `refused_over_budget`, `budget_exceeded?`), `error`
-    /// `{kind, message}` (absent on success).
+    /// `{kind, message}` (absent on success), `suspended` (only when
+    /// suspended: `{call: {global, name, args}, reason}`; the journal is
+    /// bytes, left to the caller to store).
     pub fn to_json(&self) -> JsonValue {
         let mut b = pycage_protocol::JsonBuilder::new();
         // Each step is valid by construction; errors are impossible here.
@@ -142,6 +178,22 @@ impl RunResult {
                 b.string(e.kind.as_str())?;
                 b.key("message")?;
                 b.string(&e.message)?;
+                b.end()?;
+            }
+            if let Some(s) = &self.suspension {
+                b.key("suspended")?;
+                b.begin_object()?;
+                b.key("call")?;
+                b.begin_object()?;
+                b.key("global")?;
+                b.string(&s.call.global)?;
+                b.key("name")?;
+                b.string(&s.call.name)?;
+                b.key("args")?;
+                b.value(s.call.args.root())?;
+                b.end()?;
+                b.key("reason")?;
+                b.string(&s.reason)?;
                 b.end()?;
             }
             b.end()

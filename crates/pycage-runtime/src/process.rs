@@ -89,6 +89,35 @@ pub(crate) fn loader(bootstrap_dir: &Path, module: &str) -> String {
     format!("import sys; sys.path.insert(0, {}); from {module} import main; main()", String::from_utf8_lossy(&quoted))
 }
 
+/// The arguments and `-c` program of an interpreter that runs `module`
+/// from `bootstrap_dir`, after `lead` (`-S`, `-B`): `-I` (isolated mode),
+/// or, with a known hash seed, what `-I` does by hand, since it also makes
+/// the interpreter ignore `PYTHONHASHSEED`: `-s` (no user site), no
+/// current directory on `sys.path`, and the seed's variable dropped before
+/// anything else runs (it is not the program's). The caller sets
+/// `PYTHONHASHSEED` and clears the rest of the environment either way.
+pub(crate) fn interpreter_args(lead: &[&str], bootstrap_dir: &Path, module: &str, hash_seed: Option<u32>) -> Vec<String> {
+    let mut args = vec![if hash_seed.is_some() { "-s" } else { "-I" }.to_owned()];
+    args.extend(lead.iter().map(|a| (*a).to_owned()));
+    args.push("-c".to_owned());
+    let load = loader(bootstrap_dir, module);
+    args.push(match hash_seed {
+        Some(_) => format!(
+            "import sys, os; sys.path[:1] == [''] and sys.path.pop(0); os.environ.pop('PYTHONHASHSEED', None); {load}"
+        ),
+        None => load,
+    });
+    args
+}
+
+/// A random number from the kernel (zero when it has none to give: a seed
+/// is not a secret).
+pub(crate) fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    let _ = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty());
+    u64::from_ne_bytes(buf)
+}
+
 /// Makes the calling thread a background thread for the scheduler:
 /// `SCHED_BATCH`, so that waking it never preempts the thread that woke it
 /// (a run's caller that asked for a refill and still has a result to

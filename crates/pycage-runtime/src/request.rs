@@ -1,5 +1,6 @@
-//! What a caller asks of one run: [`RunRequest`], and the budgets that
-//! override the runtime's for it ([`RunLimits`]).
+//! What a caller asks of one run: [`RunRequest`], the budgets that
+//! override the runtime's for it ([`RunLimits`]), and the journal a
+//! resumed run replays ([`Resume`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +32,30 @@ pub struct RunRequest {
     /// (fd 3) into, as received: a transcript `pycage frames validate`
     /// checks. Created (truncated) when the run starts.
     pub transcript: Option<PathBuf>,
+    /// Resume a suspended run from its journal instead of starting one
+    /// (`docs/durable.md`): `program` may then be empty (the journal's is
+    /// run) or must be the journal's, `bindings` must be the ones the run
+    /// had (their names, error classes and docs), and `limits` are the
+    /// journal's (these are ignored).
+    pub resume: Option<Resume>,
+}
+
+/// A suspended run's journal and the answer to its pending call.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    /// [`crate::Suspension::journal`]'s bytes.
+    pub journal: Vec<u8>,
+    pub answer: Answer,
+}
+
+/// What the pending call of a resumed run returns in the program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The call returns this value.
+    Reply(pycage_protocol::JsonValue),
+    /// The call raises the namespace's error class with this message
+    /// (the program may catch it).
+    Deny(String),
 }
 
 /// Budgets of one run that override the runtime's (`None` keeps the
@@ -105,6 +130,12 @@ impl RunRequest {
     /// Sets this run's own budgets.
     pub fn with_limits(mut self, limits: RunLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Makes this request the resume of a suspended run.
+    pub fn resuming(mut self, journal: impl Into<Vec<u8>>, answer: Answer) -> Self {
+        self.resume = Some(Resume { journal: journal.into(), answer });
         self
     }
 }

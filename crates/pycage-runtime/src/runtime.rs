@@ -120,12 +120,15 @@ impl Runtime {
     ) -> Result<RunResult, MisuseError> {
         names::check_bindings(&request.bindings)?;
         let inputs = site::resolve_inputs(&request.inputs).map_err(MisuseError::Input)?;
-        let config = request.limits.apply(&self.core.config)?;
+        let (mut program, mut limits) = (request.program, request.limits);
+        let durable =
+            crate::durable::prepare(&self.core.config, &mut program, &request.bindings, &mut limits, request.resume)?;
+        let config = limits.apply(&self.core.config)?;
         if self.core.is_shut_down() {
             return Err(MisuseError::ShutDown);
         }
         let plan = Plan {
-            program: request.program,
+            program,
             bindings: request.bindings,
             cancel: request.cancel.unwrap_or_default(),
             stop: self.core.shutdown_token(),
@@ -134,6 +137,7 @@ impl Runtime {
             output_dir: request.output_dir,
             transcript: request.transcript,
             config,
+            durable,
         };
         Ok(crate::lifecycle::run(&self.core, plan, Keep::OneShot).await.result)
     }

@@ -286,6 +286,7 @@ impl Session {
             output_dir: None,
             transcript: None,
             config,
+            durable: None,
         };
         let first = state.runs == 0;
         let state = &mut *state;

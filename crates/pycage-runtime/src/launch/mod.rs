@@ -225,6 +225,7 @@ impl Launcher {
                 run_dirs: Arc::clone(&run_dirs),
                 rlimits: Vec::new(),
                 shells,
+                hash_seeds: config.journal_key.is_some(),
             })
         });
         Ok(Launcher {
@@ -357,11 +358,13 @@ impl Launcher {
     }
 
     /// A child ready for `boot` with `inputs` in its working directory, and
-    /// where its files are.
+    /// where its files are. A run that needs an interpreter of a given hash
+    /// seed (a durable run's resume) gets one of its own, by exec.
     pub(crate) async fn take_worker(
         &self,
         inputs: &[site::Input],
         packages: Option<&RunPackages>,
+        hash_seed: Option<u32>,
     ) -> Result<(Worker, RunSite), StartError> {
         let failed = |source: SpawnError| StartError { python: self.interpreter.executable.clone(), source };
         // A sandboxed child is built ahead of demand, before its inputs and
@@ -374,7 +377,11 @@ impl Launcher {
             let inputs = inputs.to_vec();
             tokio::task::spawn_blocking(move || site::inputs_fit_a_pooled_run(&inputs)).await.unwrap_or(false)
         };
-        let pool = self.pool.as_ref().filter(|_| (pooled_inputs && own.is_none()) || self.sandboxes.is_none());
+        let pool = self
+            .pool
+            .as_ref()
+            .filter(|_| (pooled_inputs && own.is_none()) || self.sandboxes.is_none())
+            .filter(|_| hash_seed.is_none());
         let (worker, site) = match pool {
             Some(pool) => match pool.take().await.map_err(failed)? {
                 (worker, Some(handoff)) if inputs.is_empty() => (worker, RunSite::Sandbox(Some(handoff))),
@@ -428,16 +435,24 @@ impl Launcher {
                     (worker, RunSite::Host(dir))
                 }
             },
-            None => self.spawn_worker(inputs, own).map_err(failed)?,
+            None => self.spawn_worker(inputs, own, hash_seed).map_err(failed)?,
         };
         Ok((worker, site))
     }
 
     /// Starts the child of one run by exec: its directory (process
     /// isolation) or its sandbox, with `inputs` in its working directory.
-    fn spawn_worker(&self, inputs: &[site::Input], packages: Option<&Path>) -> Result<(Worker, RunSite), SpawnError> {
+    fn spawn_worker(
+        &self,
+        inputs: &[site::Input],
+        packages: Option<&Path>,
+        hash_seed: Option<u32>,
+    ) -> Result<(Worker, RunSite), SpawnError> {
+        // A runtime with a journal key knows every run's hash seed.
+        let hash_seed =
+            hash_seed.or_else(|| self.config.journal_key.is_some().then(|| crate::process::random_u64() as u32));
         if let Some(sandboxes) = &self.sandboxes {
-            return sandboxes.spawn(inputs, packages);
+            return sandboxes.spawn(inputs, packages, hash_seed);
         }
         let dir = Arc::new(self.run_dirs.create().map_err(SpawnError::RunDir)?);
         site::copy_inputs(dir.path(), inputs).map_err(SpawnError::Inputs)?;
@@ -455,6 +470,7 @@ impl Launcher {
             guards: Vec::new(),
             pre_exec: None,
             reaper: Arc::clone(&self.reaper),
+            hash_seed,
         })?;
         Ok((worker, RunSite::Host(dir)))
     }

@@ -80,6 +80,8 @@ pub(crate) struct PoolConfig {
     pub rlimits: Vec<(&'static str, u64, u64)>,
     /// Sandbox isolation: each child joins a shell made by this.
     pub shells: Option<Shells>,
+    /// Whether each zygote gets a hash seed pycage chose (and knows).
+    pub hash_seeds: bool,
 }
 
 /// How sandboxed children get their shells.
@@ -311,6 +313,7 @@ impl Inner {
             preload: self.config.preload.clone(),
             env: self.config.zygote_env.clone(),
             userns: self.config.shells.as_ref().and_then(|s| s.sandboxes.zygote_userns()),
+            hash_seed: self.config.hash_seeds.then(|| crate::process::random_u64() as u32),
         })
     }
 

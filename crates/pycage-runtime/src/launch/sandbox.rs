@@ -325,7 +325,7 @@ impl Sandboxes {
         // Nothing is exec'd: the supervisor and init never return from the
         // hook, and `spawn` returns once both have closed every descriptor,
         // after their handoffs.
-        let supervisor = self.spawn_prepared(&prepared, guards)?;
+        let supervisor = self.spawn_prepared(&prepared, guards, None)?;
         let (handoff, join) = prepared.take_shell()?;
         Ok(Shell { supervisor, handoff, join, plan: prepared.join_plan() })
     }
@@ -365,10 +365,11 @@ impl Sandboxes {
         &self,
         inputs: &[site::Input],
         packages: Option<&Path>,
+        hash_seed: Option<u32>,
     ) -> Result<(Worker, RunSite), SpawnError> {
         let (prepared, guards) = self.prepare(inputs, packages)?;
         let prepared = Arc::new(prepared);
-        let worker = self.spawn_prepared(&prepared, guards)?;
+        let worker = self.spawn_prepared(&prepared, guards, hash_seed)?;
         Ok((worker, RunSite::sandboxed(&prepared)))
     }
 
@@ -458,6 +459,7 @@ impl Sandboxes {
         &self,
         prepared: &Arc<pycage_sandbox::Prepared>,
         guards: Vec<Guard>,
+        hash_seed: Option<u32>,
     ) -> Result<Worker, SpawnError> {
         let hook: Arc<dyn PreExec> = Arc::new(SandboxHook(Arc::clone(prepared)));
         Worker::spawn(SpawnSpec {
@@ -472,6 +474,7 @@ impl Sandboxes {
             guards,
             pre_exec: Some(hook),
             reaper: Arc::clone(&self.reaper),
+            hash_seed,
         })
     }
 }

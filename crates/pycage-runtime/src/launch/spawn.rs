@@ -42,7 +42,6 @@ use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
 use crate::launch::zygote::{Spawned, Zygote, ZygoteError};
-pub(crate) use crate::process::loader;
 use crate::process::{wait4, Exit, Reaper};
 use pycage_files::cleanup::RunDir;
 use pycage_sandbox::fork::{cloexec_above_fd3, die_with_parent, install_fd3};
@@ -138,6 +137,9 @@ pub(crate) struct Worker {
     companion: Option<Box<Worker>>,
     /// Who reaps the child if it is dropped still dying (exec'd children).
     reaper: Option<Arc<Reaper>>,
+    /// The interpreter's `PYTHONHASHSEED`, when pycage set one (a runtime
+    /// with a journal key: a durable run's journal records it).
+    pub hash_seed: Option<u32>,
     /// Dropped after the child is reaped (a uid lease, ...).
     _guards: Vec<Guard>,
 }
@@ -177,6 +179,8 @@ pub(crate) struct SpawnSpec<'a> {
     pub pre_exec: Option<Arc<dyn PreExec>>,
     /// The runtime's reaper.
     pub reaper: Arc<Reaper>,
+    /// `PYTHONHASHSEED` for the interpreter (see `process::interpreter_args`).
+    pub hash_seed: Option<u32>,
 }
 
 /// Host-side ends of a child's channels, made before it exists.
@@ -209,7 +213,7 @@ impl Worker {
         let parent = rustix::process::getpid();
         let entry = if spec.preload.is_empty() { "pycage.bootstrap" } else { "pycage.preload" };
         let mut cmd = Command::new(spec.python);
-        cmd.args(["-I", "-B", "-c", &loader(spec.bootstrap_dir, entry)])
+        cmd.args(crate::process::interpreter_args(&["-B"], spec.bootstrap_dir, entry, spec.hash_seed))
             .env_clear()
             .env("HOME", spec.home)
             .env("TMPDIR", spec.tmp)
@@ -218,6 +222,9 @@ impl Worker {
             .envs(spec.env.iter().map(|(k, v)| (k, v)));
         if !spec.preload.is_empty() {
             cmd.env("PYCAGE_PRELOAD", crate::interpreter::preload_argument(spec.preload));
+        }
+        if let Some(seed) = spec.hash_seed {
+            cmd.env("PYTHONHASHSEED", seed.to_string());
         }
         if let Some(cwd) = spec.cwd {
             cmd.current_dir(cwd);
@@ -265,6 +272,7 @@ impl Worker {
         let mut worker = Worker::unattached(pid, Parent::Host, spec.guards);
         worker.run_dir = spec.run_dir;
         worker.reaper = Some(spec.reaper);
+        worker.hash_seed = spec.hash_seed;
         let pidfd = Pid::from_raw(pid)
             .ok_or_else(|| io::Error::other("child has pid 0"))
             .and_then(|pid| rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK).map_err(io::Error::from))
@@ -283,7 +291,9 @@ impl Worker {
         run_dir: Option<RunDir>,
         companion: Option<Worker>,
     ) -> Result<Worker, SpawnError> {
+        let hash_seed = zygote.hash_seed();
         let mut worker = Worker::unattached(spawned.pid, Parent::Zygote { zygote, id: spawned.id }, Vec::new());
+        worker.hash_seed = hash_seed;
         worker.run_dir = run_dir.map(Arc::new);
         worker.companion = companion.map(Box::new);
         rustix::io::ioctl_fionbio(&spawned.pidfd, true).map_err(|e| SpawnError::Channel(e.into()))?;
@@ -334,6 +344,7 @@ impl Worker {
             run_dir: None,
             companion: None,
             reaper: None,
+            hash_seed: None,
             _guards: guards,
         }
     }

@@ -241,6 +241,7 @@ impl Shared {
 pub(crate) struct Zygote {
     shared: Arc<Shared>,
     _quit_on_drop: Arc<QuitOnDrop>,
+    hash_seed: Option<u32>,
 }
 
 struct QuitOnDrop(Arc<Shared>);
@@ -263,6 +264,9 @@ pub(crate) struct ZygoteSpec {
     /// A user namespace to start it in (a sandbox runtime on a host that
     /// is not root: `Sandboxes::zygote_userns`).
     pub userns: Option<Arc<OwnedFd>>,
+    /// Its `PYTHONHASHSEED`, which its children share: known when a
+    /// durable run's journal must record it (`process::interpreter_args`).
+    pub hash_seed: Option<u32>,
 }
 
 impl Zygote {
@@ -271,6 +275,7 @@ impl Zygote {
     /// until it has imported everything).
     pub(crate) fn start(spec: ZygoteSpec) -> Result<Zygote, ZygoteError> {
         let start_err = |e: io::Error| ZygoteError::Start(e.to_string());
+        let hash_seed = spec.hash_seed;
         let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(|e| start_err(e.into()))?;
         let thread_wake = wake.try_clone().map_err(start_err)?;
@@ -307,7 +312,12 @@ impl Zygote {
                 let _ = finished_tx.send(());
             })
             .map_err(start_err)?;
-        Ok(Zygote { _quit_on_drop: Arc::new(QuitOnDrop(Arc::clone(&shared))), shared })
+        Ok(Zygote { _quit_on_drop: Arc::new(QuitOnDrop(Arc::clone(&shared))), shared, hash_seed })
+    }
+
+    /// Its children's hash seed, when pycage chose it.
+    pub(crate) fn hash_seed(&self) -> Option<u32> {
+        self.hash_seed
     }
 
     /// The zygote's pid.
@@ -445,11 +455,10 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
     let (diag_rx, diag_tx) = std::io::pipe().map_err(|e| err("pipe", e))?;
     let child_fd = child.as_raw_fd();
     let parent = rustix::process::getpid();
-    let loader = process::loader(&spec.bootstrap_dir, "pycage.zygote");
     let mut cmd = Command::new(&spec.python);
     // `-S`: the zygote applies `site` as data (`pycage.sitepaths`): no
     // `.pth` code line or `sitecustomize` runs in it.
-    cmd.args(["-I", "-S", "-B", "-c", &loader])
+    cmd.args(process::interpreter_args(&["-S", "-B"], &spec.bootstrap_dir, "pycage.zygote", spec.hash_seed))
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("LANG", "C.UTF-8")
@@ -462,6 +471,9 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
         .process_group(0);
     if !spec.preload.is_empty() {
         cmd.env("PYCAGE_PRELOAD", crate::interpreter::preload_argument(&spec.preload));
+    }
+    if let Some(seed) = spec.hash_seed {
+        cmd.env("PYTHONHASHSEED", seed.to_string());
     }
     let userns = spec.userns.clone();
     // SAFETY: the closure runs in the forked child before exec and makes only

@@ -22,8 +22,17 @@
 //! replies. A well-behaved child keeps under the call budget by itself;
 //! one that floods calls and never reads stalls itself, and no binding
 //! runs more than `max_calls_in_flight` times for it.
+//!
+//! A durable run (a runtime with a journal key) also drives a
+//! `pycage_journal::Tape`: every call and reply is recorded; a call that
+//! needs approval, or whose binding asks to suspend, suspends the run
+//! (nothing more starts, calls already running are waited for, and the run
+//! settles as `suspended` with its sealed journal). A resumed run answers
+//! recorded calls from the tape without calling bindings, settles as
+//! `diverged` when the program takes another path, and skips the logs and
+//! displays its caller already had.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use pycage_protocol::{
@@ -34,7 +43,9 @@ use pycage_protocol::{
 use crate::bindings::{Binding, BindingError, Namespace};
 use crate::config::RuntimeConfig;
 use crate::display::DisplayLedger;
-use crate::outcome::{FailureKind, RunEvent, RunFailure, RunResult};
+use crate::durable::Recording;
+use crate::outcome::{FailureKind, PendingCall, RunEvent, RunFailure, RunResult, Suspension};
+use pycage_journal::{Delivered, Due, OnCall, Reply, Spent, SuspendError};
 use pycage_protocol::ledger::{LogLedger, Source};
 
 /// Why the run stopped taking input.
@@ -46,6 +57,8 @@ pub(crate) enum Settled {
     Fail(FailureKind, String),
     /// fd 3 reached EOF, or the child exited, before any `done`.
     Ended,
+    /// A call suspended the run, and the calls before it have finished.
+    Suspended,
 }
 
 /// How a run starts on its child.
@@ -129,6 +142,35 @@ pub(crate) struct RunMachine {
     events: Option<VecDeque<RunEvent>>,
     dropped_frames: u64,
     settled: Option<Settled>,
+    durable: Option<Durable>,
+}
+
+/// What some runs have besides their program and bindings.
+#[derive(Default)]
+pub(crate) struct Extras {
+    /// The directories of the run's packages (`run.sysPath`, as the child
+    /// sees them).
+    pub sys_path: Vec<String>,
+    /// A durable run's recording (a runtime with a journal key).
+    pub durable: Option<Recording>,
+}
+
+/// A durable run's state in the machine (see the module docs).
+struct Durable {
+    rec: Recording,
+    /// Live calls in flight, kept to name a call that suspends the run.
+    calls: HashMap<u64, HeldCall>,
+    /// Calls the journal recorded without a reply: started when the replay is over.
+    deferred: HashMap<u64, HeldCall>,
+    /// The replay just ended (the driver switches to the live budgets).
+    replay_over: bool,
+    /// Log lines and displays seen, against those the caller already had.
+    lines_seen: u64,
+    displays_seen: u64,
+    /// How long the live part of the run took (set by the driver at the end).
+    wall: Duration,
+    /// The child's CPU when the run went live (zero unless resumed).
+    cpu_base: Duration,
 }
 
 impl RunMachine {
@@ -145,20 +187,21 @@ impl RunMachine {
         streaming: bool,
         output: bool,
     ) -> Self {
-        Self::with_sys_path(config, opening, program, Vec::new(), bindings, streaming, output)
+        Self::with_extras(config, opening, program, Extras::default(), bindings, streaming, output)
     }
 
-    /// [`RunMachine::new`], with the directories of the run's packages
-    /// (`run.sysPath`, as the child sees them).
-    pub(crate) fn with_sys_path(
+    /// [`RunMachine::new`], with the directories of the run's packages and
+    /// its durable recording.
+    pub(crate) fn with_extras(
         config: &RuntimeConfig,
         opening: Opening,
         program: String,
-        sys_path: Vec<String>,
+        extras: Extras,
         bindings: Vec<Namespace>,
         streaming: bool,
         output: bool,
     ) -> Self {
+        let Extras { sys_path, durable } = extras;
         let session = opening != Opening::OneShot;
         let mut boot = BootFrame {
             cpu_seconds: config.cpu_seconds,
@@ -182,6 +225,7 @@ impl RunMachine {
                 docs: ns.member_docs.into_iter().collect(),
             });
             for (name, b) in ns.functions {
+                let b = if ns.approval.contains(&name) { b.requiring_approval() } else { b };
                 table.insert((ns.global.clone(), name), b);
             }
         }
@@ -195,7 +239,8 @@ impl RunMachine {
             max_value_bytes: config.max_value_bytes,
             max_display_bytes: config.display_budget(),
         });
-        RunFrame { program, budgets, sys_path }.encode(&mut out);
+        let seed = durable.as_ref().map(|d| d.tape.meta().seeds.random);
+        RunFrame { program, budgets, sys_path, seed }.encode(&mut out);
         RunMachine {
             budgets: Budgets {
                 max_control_bytes: config.max_control_bytes,
@@ -222,6 +267,16 @@ impl RunMachine {
             events: streaming.then(VecDeque::new),
             dropped_frames: 0,
             settled: None,
+            durable: durable.map(|rec| Durable {
+                rec,
+                calls: HashMap::new(),
+                deferred: HashMap::new(),
+                replay_over: false,
+                lines_seen: 0,
+                displays_seen: 0,
+                wall: Duration::ZERO,
+                cpu_base: Duration::ZERO,
+            }),
         }
     }
 
@@ -410,23 +465,68 @@ impl RunMachine {
             }
             display @ ChildFrame::Display { .. } => {
                 let kept = self.displays.push(display);
-                if let (Some(events), Some(d)) = (&mut self.events, kept) {
+                // A resumed run's caller had its first displays already.
+                let skip = match (&mut self.durable, &kept) {
+                    (Some(d), Some(_)) => {
+                        d.displays_seen += 1;
+                        d.displays_seen <= d.rec.tape.delivered_before().displays
+                    }
+                    _ => false,
+                };
+                if let (Some(events), Some(d), false) = (&mut self.events, kept, skip) {
                     events.push_back(RunEvent::Display(d.clone()));
                 }
             }
-            ChildFrame::Done { value, error } => self.settled = Some(Settled::Done { value, error }),
+            ChildFrame::Done { value, error } => {
+                let how = match &error {
+                    None => "returned".to_owned(),
+                    Some(e) => format!("ended ({}: {})", e.kind.as_str(), e.message.lines().next().unwrap_or("")),
+                };
+                match self.durable.as_ref().and_then(|d| d.rec.tape.diverged_at_end(&how)) {
+                    Some(message) => self.settle(FailureKind::Diverged, message),
+                    None => self.settled = Some(Settled::Done { value, error }),
+                }
+            }
         }
     }
 
-    /// Starts a call (or answers it at once when the binding is unknown).
+    /// Starts a call (see [`Self::start_live`]), unless a durable run's tape
+    /// says otherwise: replayed calls are answered from the journal,
+    /// nothing starts while the run is suspending, and a divergence ends it.
     fn dispatch_call(&mut self, id: u64, global: String, name: String, args: JsonValue) {
+        let Some(d) = &mut self.durable else { return self.start_live(id, global, name, args) };
+        match d.rec.tape.on_call(id, &global, &name, &args) {
+            OnCall::Live => self.start_live(id, global, name, args),
+            OnCall::Replayed => {
+                self.in_flight.insert(id);
+                self.pump();
+            }
+            OnCall::Deferred => {
+                d.deferred.insert(id, HeldCall { id, global, name, args });
+                self.in_flight.insert(id);
+                self.pump();
+            }
+            OnCall::Refused => {}
+            OnCall::Diverged(message) => self.settle(FailureKind::Diverged, message),
+        }
+    }
+
+    /// Starts a call (or answers it at once when the binding is unknown,
+    /// or suspends the run when it needs approval).
+    fn start_live(&mut self, id: u64, global: String, name: String, args: JsonValue) {
         let binding = self.table.get(&(global.clone(), name.clone())).cloned();
         if let Some(events) = &mut self.events {
             events.push_back(RunEvent::Call { id, global: global.clone(), name: name.clone(), args: args.clone() });
         }
         self.in_flight.insert(id);
         match binding {
-            Some(binding) => self.calls.push_back(StartCall { id, binding, args }),
+            Some(b) if b.requires_approval() => self.suspend(id, global, name, args, "approval required".into()),
+            Some(binding) => {
+                if let Some(d) = &mut self.durable {
+                    d.calls.insert(id, HeldCall { id, global, name, args: args.clone() });
+                }
+                self.calls.push_back(StartCall { id, binding, args })
+            }
             None => {
                 let message = format!("{global}.{name} is not a binding of this run");
                 self.call_finished(id, Err(BindingError::new(message)));
@@ -434,9 +534,89 @@ impl RunMachine {
         }
     }
 
+    /// Call `id` suspends the run (see the module docs). Without a tape
+    /// (no journal key, or a session) the call fails instead, saying why.
+    fn suspend(&mut self, id: u64, global: String, name: String, args: JsonValue, reason: String) {
+        let Some(d) = &mut self.durable else {
+            let message = format!("{global}.{name}: {}", cannot_suspend(&reason));
+            return self.call_finished(id, Err(BindingError::new(message)));
+        };
+        self.in_flight.remove(&id);
+        match d.rec.tape.suspend(id, &global, &name, args, reason) {
+            Ok(()) => {
+                // A call held over a budget came after: it never starts.
+                self.held = None;
+                self.check_suspended();
+            }
+            Err(e @ SuspendError::OverBudget { .. }) => self.settle(FailureKind::OutputLimit, e.to_string()),
+            // Left unanswered: it starts again, live, after a resume.
+            Err(SuspendError::AlreadySuspending) => self.check_suspended(),
+        }
+    }
+
+    /// A suspending run settles once no call it started is running.
+    fn check_suspended(&mut self) {
+        let suspending = self.durable.as_ref().is_some_and(|d| d.rec.tape.suspending());
+        if suspending && self.settled.is_none() && self.in_flight.is_empty() {
+            self.settled = Some(Settled::Suspended);
+        }
+    }
+
+    /// Does what a durable run's tape says is due: recorded replies, in
+    /// their order; at the replay's end, the pending call's answer, the
+    /// calls recorded without a reply, and the switch to live budgets.
+    fn pump(&mut self) {
+        while let Some(due) = self.durable.as_mut().and_then(|d| d.rec.tape.next_due()) {
+            match due {
+                Due::Reply { id, reply } => {
+                    if self.in_flight.remove(&id) {
+                        self.write_reply(id, reply_result(reply));
+                    }
+                }
+                Due::Start { id } => {
+                    if let Some(call) = self.durable.as_mut().and_then(|d| d.deferred.remove(&id)) {
+                        self.in_flight.remove(&id);
+                        self.start_live(call.id, call.global, call.name, call.args);
+                    }
+                }
+                Due::Live => {
+                    if let Some(d) = &mut self.durable {
+                        d.replay_over = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a resumed run's replay has just ended (once): the driver
+    /// then counts the run's wall clock and CPU again.
+    pub(crate) fn take_replay_over(&mut self) -> bool {
+        self.durable.as_mut().is_some_and(|d| std::mem::take(&mut d.replay_over))
+    }
+
+    /// What the run's live part took (a durable run's journal adds it up):
+    /// `wall` since it went live, and CPU from `cpu_base` (the child's CPU
+    /// when it went live) to the child's end.
+    /// Without a sample at the replay's end (the run suspended before the
+    /// watch took it), the replay is taken to have spent what it replayed.
+    pub(crate) fn live_clock(&mut self, wall: Duration, cpu_base: Option<Duration>) {
+        if let Some(d) = &mut self.durable {
+            let replayed = d.rec.tape.spent_before().cpu_ms;
+            d.wall = wall;
+            d.cpu_base = cpu_base.unwrap_or(Duration::from_millis(replayed));
+        }
+    }
+
     fn stream_lines(&mut self) {
         if let Some(events) = &mut self.events {
             for line in self.ledger.take_new() {
+                // A resumed run's caller had its first lines already.
+                if let Some(d) = &mut self.durable {
+                    d.lines_seen += 1;
+                    if d.lines_seen <= d.rec.tape.delivered_before().logs {
+                        continue;
+                    }
+                }
                 events.push_back(RunEvent::Log(line.clone()));
             }
         }
@@ -455,20 +635,42 @@ impl RunMachine {
 
     /// A call's result. Written as a `reply` only if the call is in flight
     /// and the run is not settled: each id is answered at most once.
-    pub(crate) fn call_finished(&mut self, id: u64, result: Result<JsonValue, BindingError>) {
-        if !self.in_flight.remove(&id) || self.settled.is_some() {
+    pub(crate) fn call_finished(&mut self, id: u64, mut result: Result<JsonValue, BindingError>) {
+        if !self.in_flight.contains(&id) || self.settled.is_some() {
             return;
         }
-        let error = result.as_ref().err().map(|e| e.message.clone());
-        match result {
-            Ok(value) => ReplyFrame::Ok { id, value }.encode(&mut self.out),
-            Err(e) => ReplyFrame::Err { id, message: e.message }.encode(&mut self.out),
+        let call = self.durable.as_mut().and_then(|d| d.calls.remove(&id));
+        if let Err(e) = &result {
+            if e.is_suspend() {
+                match call {
+                    Some(c) => return self.suspend(id, c.global, c.name, c.args, e.message.clone()),
+                    None => result = Err(BindingError::new(cannot_suspend(&e.message))),
+                }
+            }
         }
-        let end = self.written_total + (self.out.len() - self.out_sent) as u64;
-        self.unread_replies.push_back(end);
+        self.in_flight.remove(&id);
+        let write = match &mut self.durable {
+            Some(d) => d.rec.tape.on_reply(id, result.as_ref().map_err(|e| e.message.as_str())),
+            None => true,
+        };
+        let error = result.as_ref().err().map(|e| e.message.clone());
+        if write {
+            self.write_reply(id, result.map_err(|e| e.message));
+        }
         if let Some(events) = &mut self.events {
             events.push_back(RunEvent::CallFinished { id, error });
         }
+        self.check_suspended();
+    }
+
+    /// Queues a `reply` to call `id`.
+    fn write_reply(&mut self, id: u64, result: Result<JsonValue, String>) {
+        match result {
+            Ok(value) => ReplyFrame::Ok { id, value }.encode(&mut self.out),
+            Err(message) => ReplyFrame::Err { id, message }.encode(&mut self.out),
+        }
+        let end = self.written_total + (self.out.len() - self.out_sent) as u64;
+        self.unread_replies.push_back(end);
     }
 
     /// A streamed event the consumer had no room for: first in line again.
@@ -528,7 +730,15 @@ impl RunMachine {
     pub(crate) fn finish(mut self, end: Option<ChildEnd>) -> RunResult {
         self.ledger.finish();
         let settled = self.settled.take().unwrap_or(Settled::Ended);
-        let logs = self.ledger.into_lines();
+        let mut logs = self.ledger.into_lines();
+        let mut displays = self.displays.into_displays();
+        let durable = self.durable.take();
+        if let Some(d) = &durable {
+            // What a resumed run's caller had already.
+            let had = d.rec.tape.delivered_before();
+            logs.drain(..usize::try_from(had.logs).unwrap_or(usize::MAX).min(logs.len()));
+            displays.drain(..usize::try_from(had.displays).unwrap_or(usize::MAX).min(displays.len()));
+        }
         let failed = |kind, message| RunResult::failed(kind, message, Vec::new());
         let mut result = match settled {
             Settled::Done { error: Some(e), .. } => failed(
@@ -552,12 +762,58 @@ impl RunMachine {
                 let RunFailure { kind, message } = classify_end(self.budgets.cpu_seconds, end);
                 failed(kind, message)
             }
+            Settled::Suspended => match durable {
+                Some(d) => {
+                    let delivered = Delivered { logs: logs.len() as u64, displays: displays.len() as u64 };
+                    let ms = |t: Duration| u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
+                    let cpu = end.map_or(Duration::ZERO, |e| e.cpu.saturating_sub(d.cpu_base));
+                    let spent = Spent { wall_ms: ms(d.wall), cpu_ms: ms(cpu) };
+                    suspended(d, delivered, spent)
+                }
+                None => failed(FailureKind::WorkerExit, "the run suspended without a journal".into()),
+            },
         };
         result.logs = logs;
-        result.displays = self.displays.into_displays();
+        result.displays = displays;
         result.dropped_frames = self.dropped_frames;
         result.abandoned_calls = self.in_flight.len() as u64;
         result
+    }
+}
+
+/// What a binding's wish to suspend becomes in a run that cannot.
+fn cannot_suspend(reason: &str) -> String {
+    format!(
+        "{reason}: the call would suspend the run, and this run cannot suspend (a durable run needs a journal key \
+         on the runtime, and session runs do not suspend); the binding was not run"
+    )
+}
+
+fn reply_result(reply: Reply) -> Result<JsonValue, String> {
+    match reply {
+        Reply::Ok(v) => Ok(v),
+        Reply::Err(m) => Err(m),
+    }
+}
+
+/// The result of a suspended run: its journal sealed, unless it is over
+/// the journal budget.
+fn suspended(d: Durable, delivered: Delivered, spent: Spent) -> RunResult {
+    let Durable { rec, .. } = d;
+    let failed = |kind, message| RunResult::failed(kind, message, Vec::new());
+    let Some(journal) = rec.tape.into_journal(delivered, spent) else {
+        return failed(FailureKind::WorkerExit, "the run suspended without a pending call".into());
+    };
+    let bytes = journal.seal(&rec.key);
+    if bytes.len() as u64 > rec.max_bytes {
+        return failed(FailureKind::OutputLimit, SuspendError::OverBudget { max: rec.max_bytes }.to_string());
+    }
+    let pycage_journal::Pending { global, name, args, reason, .. } = journal.pending;
+    let message = format!("the run is suspended at {global}.{name}: {reason} (resume it with its journal)");
+    RunResult {
+        error: Some(RunFailure { kind: FailureKind::Suspended, message }),
+        suspension: Some(Suspension { call: PendingCall { global, name, args }, reason, journal: bytes }),
+        ..RunResult::default()
     }
 }
 

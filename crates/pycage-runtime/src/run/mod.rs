@@ -10,6 +10,7 @@
 pub(crate) mod machine;
 
 use std::os::fd::BorrowedFd;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use pycage_protocol::JsonValue;
@@ -25,7 +26,7 @@ use crate::launch::spawn::Worker;
 use crate::outcome::{FailureKind, RunEvent, RunResult};
 use crate::process::Exit;
 use machine::{ChildEnd, Settled};
-pub(crate) use machine::{Opening, RunMachine};
+pub(crate) use machine::{Extras, Opening, RunMachine};
 
 /// A run's budget watch, as the run loop awaits it: the failure to settle
 /// with. Pending forever when there is nothing to watch.
@@ -69,6 +70,18 @@ pub(crate) struct RunInputs<'a> {
     pub budget: BudgetWatch,
     /// Where the child's fd-3 bytes are copied as received, if anywhere.
     pub transcript: Option<Transcript>,
+    /// A resumed durable run: its budgets count from the replay's end.
+    pub resumed: Option<Resumed>,
+}
+
+/// How a resumed run switches to its live budgets when its replay is over.
+pub(crate) struct Resumed {
+    /// The wall clock left: the journal's budget less what it spent.
+    pub wall_left: Duration,
+    /// Told when the replay is over (the run's watch counts CPU from then).
+    pub replay_over: tokio::sync::oneshot::Sender<()>,
+    /// The child's CPU at the replay's end, as the watch sampled it.
+    pub cpu_base: Arc<OnceLock<Duration>>,
 }
 
 /// A copy of everything the child writes on fd 3, as received, for
@@ -282,6 +295,12 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
     let mut write_failed = false;
     let mut budget = inputs.budget;
     let mut events = inputs.events;
+    // A durable run counts wall time from its start, or from the end of
+    // its replay when resumed (and its deadline moves there).
+    let mut deadline = inputs.deadline;
+    let mut live_since = inputs.deadline.checked_sub(config.wall_time).unwrap_or_else(Instant::now);
+    let mut resumed = inputs.resumed;
+    let mut cpu_base = None;
 
     let mut channel = Some(sock);
     while m.settled().is_none() {
@@ -295,6 +314,14 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
         };
         update_read_progress(&mut m, sock.fd());
         inbox.feed(&mut m);
+        if m.take_replay_over() {
+            if let Some(r) = resumed.take() {
+                live_since = Instant::now();
+                deadline = live_since + r.wall_left;
+                cpu_base = Some(r.cpu_base);
+                let _ = r.replay_over.send(());
+            }
+        }
         start_calls(&mut m, &mut tasks, &cx);
         // Write what the socket takes now; the rest waits for writability.
         while !write_failed && !m.pending_output().is_empty() {
@@ -322,7 +349,7 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
             biased;
             _ = inputs.cancel.cancelled() => m.settle(FailureKind::Abort, "the run was cancelled by the caller".into()),
             _ = inputs.shutdown.cancelled() => m.settle(FailureKind::Abort, (inputs.stopped)().into()),
-            _ = tokio::time::sleep_until(inputs.deadline) => m.settle(
+            _ = tokio::time::sleep_until(deadline) => m.settle(
                 FailureKind::Timeout,
                 format!("the wall-clock budget of {} ms was exceeded", config.wall_time.as_millis()),
             ),
@@ -394,6 +421,7 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
     // it first, so nothing starts from here on.
     cx.settled.cancel();
     tasks.abort_all();
+    m.live_clock(live_since.elapsed(), cpu_base.and_then(|c| c.get().copied()));
 
     if let Some(Settled::Done { .. }) = m.settled() {
         // The outcome is known. Whatever the child wrote to fd 1/2 before
@@ -420,7 +448,9 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
                 (worker.stop(config.grace).await, false)
             }
         }
-        Some(Settled::Fail(..) | Settled::Done { .. }) | None => (worker.stop(config.grace).await, false),
+        Some(Settled::Fail(..) | Settled::Done { .. } | Settled::Suspended) | None => {
+            (worker.stop(config.grace).await, false)
+        }
     };
     // Drain what the pipe still holds: output written before the end.
     let drain_until = Instant::now() + config.grace.min(DRAIN_LIMIT);
