@@ -23,6 +23,7 @@ BUDGETS = {
     "max_open_files": ("max_open_files", "count", "count", 1, 1, 16, 1048576, 256, False),
     "disk_bytes": ("disk_bytes", "bytes", "bytes", 1, 1, 1048576, None, 268435456, False),
     "max_output_bytes": ("max_output_bytes", "bytes", "bytes", 1, 1, 0, None, 67108864, False),
+    "max_journal_bytes": ("max_journal_bytes", "bytes", "bytes", 1, 1, 4096, None, 16777216, False),
     "max_calls_in_flight": ("max_calls_in_flight", "count", "count", 1, 1, 1, 65536, 256, False),
     "max_unread_reply_bytes": ("max_unread_reply_bytes", "bytes", "bytes", 1, 1, 262144, None, 16777216, False),
     "max_buffered_events": ("max_buffered_events", "count", "count", 1, 1, 1, 1048576, 1024, False),
