@@ -11,6 +11,7 @@
 //! "my-tool" = { command = ["./my_tool.sh"], timeout_ms = 5000 }
 //! weather = { http = "http://127.0.0.1:8080/weather", headers = { Authorization = { env = "API_TOKEN" } },
 //!             description = "Weather now.", input_schema = { type = "object", properties = { city = { type = "string" } } } }
+//! pay = { command = ["./pay.sh"], approval = true }               # a call suspends the run until it is approved
 //!
 //! [[mcp]]                                                        # every tool of an MCP server
 //! global = "gh"
@@ -18,8 +19,13 @@
 //! env = { GITHUB_TOKEN = { env = "GITHUB_TOKEN" } }              # the server's environment: a scrubbed base plus these
 //! timeout_ms = 30000
 //! include = ["search_issues"]                                    # or exclude = [...]
+//! approval = ["delete_branch"]                                   # tools whose calls suspend the run until approved
 //! error_class = { name = "GhError", member_name_property = "tool" }
 //! ```
+//!
+//! A call that needs approval is not run: it suspends the run, which
+//! settles as `suspended` with a journal; `pycage resume` answers it
+//! (`docs/durable.md`).
 //!
 //! A function is a `command` ([`crate::command`]) or an `http` endpoint
 //! ([`crate::http`]), optionally with `description`, `input_schema` and
@@ -104,6 +110,8 @@ struct FunctionToml {
     description: Option<String>,
     input_schema: Option<toml::Value>,
     output_schema: Option<toml::Value>,
+    #[serde(default)]
+    approval: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,6 +127,8 @@ struct McpToml {
     include: Option<Vec<String>>,
     #[serde(default)]
     exclude: Vec<String>,
+    #[serde(default)]
+    approval: Vec<String>,
     error_class: Option<ErrorClassToml>,
     doc: Option<String>,
 }
@@ -137,6 +147,8 @@ pub struct FunctionDecl {
     pub description: Option<String>,
     pub input_schema: Option<Value>,
     pub output_schema: Option<Value>,
+    /// A call suspends the run until it is answered (`approval = true`).
+    pub approval: bool,
 }
 
 /// One `[[namespace]]`, checked.
@@ -158,6 +170,8 @@ pub struct McpDecl {
     pub include: Option<BTreeSet<String>>,
     /// Not these tools (each must exist).
     pub exclude: BTreeSet<String>,
+    /// Tools whose calls suspend the run until answered (each must exist).
+    pub approval: BTreeSet<String>,
 }
 
 /// A whole checked file.
@@ -268,6 +282,7 @@ fn function(f: FunctionToml, base_dir: &Path, env: &dyn Fn(&str) -> Option<Strin
             })
             .transpose()?,
         output_schema: f.output_schema.map(|s| schema("output_schema", s)).transpose()?,
+        approval: f.approval,
     })
 }
 
@@ -315,6 +330,7 @@ fn mcp(
         doc: m.doc,
         include,
         exclude: m.exclude.into_iter().collect(),
+        approval: m.approval.into_iter().collect(),
     })
 }
 
@@ -441,6 +457,7 @@ mod tests {
             description: None,
             input_schema: None,
             output_schema: None,
+            approval: false,
         }
     }
 
@@ -454,8 +471,8 @@ mod tests {
 
             [namespace.functions]
             echo = { command = ["cat"] }
-            "my-tool" = { command = ["./bin/my_tool.sh", "--x", "y"], timeout_ms = 5000 }
-            "" = { command = ["/usr/bin/env", "true"] }
+            "my-tool" = { command = ["./bin/my_tool.sh", "--x", "y"], timeout_ms = 5000, approval = true }
+            "" = { command = ["/usr/bin/env", "true"], approval = false }
             weather = { http = "http://127.0.0.1:9/w?k=1", timeout_ms = 700, headers = { Authorization = { env = "API_TOKEN" }, X-Mode = "fast" }, description = "Weather.", input_schema = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }, output_schema = '{"type": "object"}' }
 
             [[namespace]]
@@ -467,6 +484,7 @@ mod tests {
             env = { TOKEN = { env = "API_TOKEN" }, MODE = "ro" }
             timeout_ms = 1234
             include = ["a", "b"]
+            approval = ["b"]
             error_class = { name = "GhError", member_name_property = "tool" }
 
             [[mcp]]
@@ -478,7 +496,10 @@ mod tests {
         let want_fns = BTreeMap::from([
             (String::new(), cmd("/usr/bin/env", "/usr/bin/env", &["true"], 30_000)),
             ("echo".to_string(), cmd("cat", "cat", &[], 30_000)),
-            ("my-tool".to_string(), cmd("./bin/my_tool.sh", "/base/./bin/my_tool.sh", &["--x", "y"], 5000)),
+            (
+                "my-tool".to_string(),
+                FunctionDecl { approval: true, ..cmd("./bin/my_tool.sh", "/base/./bin/my_tool.sh", &["--x", "y"], 5000) },
+            ),
             (
                 "weather".to_string(),
                 FunctionDecl {
@@ -495,6 +516,7 @@ mod tests {
                         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]
                     })),
                     output_schema: Some(serde_json::json!({"type": "object"})),
+                    approval: false,
                 },
             ),
         ]);
@@ -532,6 +554,7 @@ mod tests {
                     doc: None,
                     include: Some(["a".to_string(), "b".to_string()].into()),
                     exclude: BTreeSet::new(),
+                    approval: ["b".to_string()].into(),
                 },
                 McpDecl {
                     spec: UpstreamSpec {
@@ -546,6 +569,7 @@ mod tests {
                     doc: None,
                     include: None,
                     exclude: ["x".to_string()].into(),
+                    approval: BTreeSet::new(),
                 },
             ]
         );

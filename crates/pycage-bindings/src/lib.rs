@@ -272,6 +272,7 @@ fn namespace_members(
             Some(schema) => checked(binding, Arc::new(schema.clone())),
             None => binding,
         };
+        let binding = if f.approval { binding.requiring_approval() } else { binding };
         let doc = stubs::FunctionDoc {
             name: name.clone(),
             ident: name.clone(),
@@ -297,13 +298,19 @@ fn server_members(
     label: &str,
 ) -> Result<(stubs::NamespaceDoc, Vec<(String, Binding)>), BindingsError> {
     let listed: std::collections::BTreeSet<&str> = server.tools.iter().map(|t| t.name.as_ref()).collect();
-    let unknown: Vec<&String> =
-        m.include.iter().flatten().chain(&m.exclude).filter(|n| !listed.contains(n.as_str())).collect();
+    let unknown: Vec<&String> = m
+        .include
+        .iter()
+        .flatten()
+        .chain(&m.exclude)
+        .chain(&m.approval)
+        .filter(|n| !listed.contains(n.as_str()))
+        .collect();
     if !unknown.is_empty() {
         return Err(BindingsError::Tools {
             label: format!("{label}: mcp ({})", m.spec.global),
             message: format!(
-                "include/exclude name tools the server does not have: {}; it has: {}",
+                "include/exclude/approval name tools the server does not have: {}; it has: {}",
                 unknown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
                 listed.iter().copied().collect::<Vec<_>>().join(", ")
             ),
@@ -323,6 +330,7 @@ fn server_members(
             let tool_name = tool_name.clone();
             async move { up.call(&tool_name, args).await }
         });
+        let binding = if m.approval.contains(&name) { binding.requiring_approval() } else { binding };
         let doc = stubs::FunctionDoc {
             name: name.clone(),
             ident: name.clone(),

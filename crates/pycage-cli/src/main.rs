@@ -5,7 +5,9 @@
 //! (bad flags, unreadable program, bad bindings file, broken name rule, no
 //! usable interpreter, an `--output` directory that cannot be made or
 //! written), 3 (`run`) the run succeeded but its `out/` or its displays
-//! were not delivered whole to `--output`. Clap's own usage errors also exit 2.
+//! were not delivered whole to `--output`, 4 (`run`, `resume`) the run is
+//! suspended: its journal is in `--journal-out`. Clap's own usage errors
+//! also exit 2.
 //!
 //! Misuse is reported in the user's terms: messages name the flags as typed
 //! (`--memory-mb must be at least 64`), never a configuration field. When
@@ -22,6 +24,7 @@ mod frames;
 mod mcp;
 mod output;
 mod repl;
+mod resume;
 mod run;
 
 use std::ffi::OsString;
@@ -61,8 +64,17 @@ enum Command {
     /// `await` and `return` allowed; without a `return`, the value of a final
     /// expression statement is its value. Exit status: 0 success, 1 the run
     /// failed, 2 misuse, 3 its `out/` or displays were not delivered whole
-    /// to --output.
+    /// to --output, 4 suspended (the journal is in --journal-out).
     Run(RunArgs),
+    /// Resume a suspended run from its journal, answering its pending call.
+    ///
+    /// The program runs again in a fresh process; every call the journal
+    /// records is answered from it, the pending call gets --reply or
+    /// --deny, and the run goes on live. Needs PYCAGE_JOURNAL_KEY (the key
+    /// that signed the journal) and the same bindings. Exit status as
+    /// `run`: 0, 1, 2 (misuse, or a journal that is refused), 4 suspended
+    /// again (the journal is rewritten).
+    Resume(resume::ResumeArgs),
     /// Tools for the fd-3 wire protocol.
     #[command(subcommand)]
     Frames(FramesCommand),
@@ -232,6 +244,13 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     transcript: Option<PathBuf>,
 
+    /// Let the run suspend at a call that needs approval (`approval` in the
+    /// bindings file): its journal, signed with PYCAGE_JOURNAL_KEY, is
+    /// written to FILE, the pending call is printed, and pycage exits 4.
+    /// `pycage resume FILE` goes on.
+    #[arg(long, value_name = "FILE")]
+    journal_out: Option<PathBuf>,
+
     /// Program text to run instead of a file.
     #[arg(short = 'c', value_name = "CODE")]
     code: Option<String>,
@@ -356,6 +375,7 @@ fn main() -> ExitCode {
     };
     let json = match &cli.command {
         Command::Run(args) => args.json,
+        Command::Resume(args) => args.json,
         Command::Doctor(args) => args.json(),
         Command::Bench(args) => args.json(),
         Command::Repl(args) => args.json(),
@@ -363,6 +383,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run(args) => run::main(args),
+        Command::Resume(args) => resume::main(args),
         Command::Frames(FramesCommand::Validate(args)) => frames::validate(&args),
         Command::Doctor(args) => doctor::main(args),
         Command::Mcp(args) => mcp::serve(args),

@@ -30,6 +30,12 @@
 //! delivery incomplete as an `out/` entry does: exit 3, and `--json`'s
 //! `output` lists it under `skipped`; the files written are in its `files`.
 //!
+//! `--journal-out FILE` (with `PYCAGE_JOURNAL_KEY`): a run that suspends at
+//! a call that needs approval writes its journal to FILE (mode 0600,
+//! replaced whole), says on stderr which call waits and how to resume, and
+//! exits 4; `--json` carries the pending call under `suspended`
+//! (`crate::resume` makes `pycage resume` from the same code).
+//!
 //! SIGINT and SIGTERM cancel the run (it settles as `abort`, keeping its
 //! logs); the runtime is always shut down, so no child outlives the command.
 
@@ -39,7 +45,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use pycage_runtime::files::MAX_OUTPUT_ENTRIES;
-use pycage_runtime::{CancellationToken, RunEvent, RunRequest, RunResult, Runtime};
+use pycage_runtime::{CancellationToken, Resume, RunEvent, RunRequest, RunResult, Runtime};
 use tokio::signal::unix::{signal, SignalKind};
 
 use pycage_bindings::Bindings;
@@ -54,14 +60,30 @@ const EXIT_OUTPUT_INCOMPLETE: u8 = 3;
 
 pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     let program = read_program(&args)?;
+    execute(args, program, None)
+}
+
+/// Runs `program`, or resumes the run `resume` names (`pycage resume`).
+pub(crate) fn execute(args: RunArgs, program: String, resume: Option<Resume>) -> anyhow::Result<ExitCode> {
     // Checked before anything starts, so a bad file is misuse at once.
     let file = match &args.bindings {
         Some(path) => Some((pycage_bindings::file::read(path)?, path.display().to_string())),
         None => None,
     };
-    let config = args.config()?;
+    let mut config = args.config()?;
     if let Some(dir) = &args.output {
         check_output_dir(dir)?;
+    }
+    if let Some(out) = &args.journal_out {
+        crate::resume::check_journal_out(out)?;
+        config.journal_key = Some(crate::resume::journal_key("--journal-out")?);
+    }
+    let approval = file.as_ref().is_some_and(|(f, _)| crate::resume::needs_approval(f));
+    if approval && args.journal_out.is_none() {
+        anyhow::bail!(
+            "the bindings file marks calls as needing approval, so the run may suspend: give --journal-out FILE \
+             (and PYCAGE_JOURNAL_KEY) to keep its journal"
+        );
     }
     let rt = crate::tokio_runtime()?;
     rt.block_on(async move {
@@ -87,6 +109,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
             inputs: args.inputs.clone(),
             output_dir: args.output.clone(),
             transcript: args.transcript.clone(),
+            resume,
             ..RunRequest::default()
         };
         let outcome = if args.json {
@@ -117,6 +140,10 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         report(&result, args.json, printed)?;
         for failure in runtime.cleanup_failures() {
             output::warning(&failure.to_string());
+        }
+        if let (Some(s), Some(out)) = (&result.suspension, &args.journal_out) {
+            crate::resume::write_journal(out, s, args.bindings.as_deref())?;
+            return Ok(ExitCode::from(crate::resume::EXIT_SUSPENDED));
         }
         Ok(if result.error.is_some() {
             ExitCode::from(EXIT_RUN_FAILED)

@@ -15,7 +15,7 @@ use support::{assert_exit, pycage, stdout};
 
 /// Every subcommand, and the nested ones, by the words a user types.
 const COMMANDS: &[&[&str]] =
-    &[&[], &["run"], &["repl"], &["mcp"], &["stubs"], &["doctor"], &["bench"], &["frames"], &["frames", "validate"]];
+    &[&[], &["run"], &["resume"], &["repl"], &["mcp"], &["stubs"], &["doctor"], &["bench"], &["frames"], &["frames", "validate"]];
 
 #[test]
 fn help_of_every_command() {
