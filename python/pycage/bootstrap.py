@@ -65,7 +65,6 @@ from pycage.display import flush_figures, start_display_ledger
 from pycage.encoder import encode_json
 from pycage.logs import start_ledger, stderr, stdout
 from pycage.namespaces import RESERVED_GLOBALS, SEEDED_GLOBALS, boot_namespaces, build_globals
-from pycage.preload import seed_generators
 from pycage.outcome import (
     error_frame,
     format_compile_error,
@@ -74,6 +73,7 @@ from pycage.outcome import (
     outcome_frame,
     set_path_remaps,
 )
+from pycage.preload import seed_generators
 from pycage.runner import (
     close_outcome,
     compile_for,

@@ -553,7 +553,7 @@ fn output_schema() -> Value {
             "error": {
                 "type": "object",
                 "properties": {
-                    "kind": {"type": "string", "enum": ["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies"]},
+                    "kind": {"type": "string", "enum": ["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies", "suspended", "diverged"]},
                     "message": {"type": "string"}
                 },
                 "required": ["kind", "message"]

@@ -86,6 +86,13 @@ impl Reply {
         self.send(Err(BindingError::new(message)));
     }
 
+    /// Rejects the call with what `exc` raised (a `pycage.Suspend`
+    /// suspends the run instead).
+    fn fail(&self, exc: &Bound<'_, PyAny>) {
+        let err = PyErr::from_value(exc.clone());
+        self.send(Err(binding_error(exc.py(), &err)));
+    }
+
     /// The asyncio task running the call, kept so the call can be cancelled.
     #[getter]
     fn task(&self, py: Python<'_>) -> Option<Py<PyAny>> {
@@ -97,6 +104,19 @@ impl Reply {
         if let Ok(mut slot) = self.task.lock() {
             *slot = Some(task);
         }
+    }
+}
+
+/// What a binding's exception becomes: a suspension when it is a
+/// `pycage.Suspend` (its class says so with `__pycage_suspend__`), a
+/// refusal with its message otherwise.
+pub fn binding_error(py: Python<'_>, err: &PyErr) -> BindingError {
+    let value = err.value(py);
+    let suspends = value.getattr("__pycage_suspend__").is_ok_and(|v| v.is(&*pyo3::types::PyBool::new(py, true)));
+    if suspends {
+        BindingError::suspend(exception_message(py, err))
+    } else {
+        BindingError::new(exception_message(py, err))
     }
 }
 
@@ -171,7 +191,7 @@ async fn call_sync(
             let (a, kw) = split_args(py, &args).map_err(|e| BindingError::new(exception_message(py, &e)))?;
             match site.call_sync.call1(py, (func.as_ref(), a, kw)) {
                 Ok(result) => result_to_json(&label, result.bind(py)),
-                Err(e) => Err(BindingError::new(exception_message(py, &e))),
+                Err(e) => Err(binding_error(py, &e)),
             }
         })
         .unwrap_or_else(|| Err(BindingError::new(GONE)))

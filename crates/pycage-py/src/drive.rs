@@ -270,8 +270,9 @@ fn output_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, PyAn
 }
 
 /// `(has_value, value, logs, error_kind, error_message, dropped_frames,
-/// displays, output)`: `displays` a list of [`display_parts`], `output`
-/// [`output_parts`].
+/// displays, output, suspension)`: `displays` a list of [`display_parts`],
+/// `output` [`output_parts`], `suspension` `(global, name, args, reason,
+/// journal)` or `None`.
 pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, PyTuple>> {
     let value = match &r.value {
         Some(v) => json_to_py(py, v.root())?,
@@ -286,7 +287,16 @@ pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, 
         displays.append(display_parts(py, d)?)?;
     }
     let output = output_parts(py, r)?;
-    (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames, displays, output).into_pyobject(py)
+    let suspension = match &r.suspension {
+        Some(s) => {
+            let journal = pyo3::types::PyBytes::new(py, &s.journal);
+            let args = json_to_py(py, s.call.args.root())?;
+            (s.call.global.as_str(), s.call.name.as_str(), args, s.reason.as_str(), journal).into_pyobject(py)?.into_any()
+        }
+        None => py.None().into_bound(py),
+    };
+    (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames, displays, output, suspension)
+        .into_pyobject(py)
 }
 
 /// The next signal tick (never, without ticks).

@@ -26,6 +26,15 @@ pub fn misuse(py: Python<'_>, e: MisuseError) -> PyErr {
         MisuseError::Limits(e) => {
             error(py, "PycageError", format!("invalid run limits: {} {}", python_name(e.field), e.problem))
         }
+        MisuseError::NoJournalKey(what) => error(
+            py,
+            "ConfigError",
+            format!(
+                "{what} needs a journal key, and the runtime has none: pass pycage.Runtime(journal_key=...) of at \
+                 least 16 bytes, or set PYCAGE_JOURNAL_KEY"
+            ),
+        ),
+        MisuseError::Journal(e) => error(py, "JournalError", format!("cannot resume: {e}")),
     }
 }
 

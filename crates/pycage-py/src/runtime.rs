@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pycage_runtime::{
-    CancellationToken, ErrorClass, Isolation, MisuseError, Namespace, RunRequest, Runtime, RuntimeConfig, RuntimeError,
-    SessionOptions, SpawnMode,
+    Answer, CancellationToken, ErrorClass, Isolation, MisuseError, Namespace, Resume, RunRequest, Runtime,
+    RuntimeConfig, RuntimeError, SessionOptions, SpawnMode,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -85,13 +85,21 @@ fn request(program: String, namespaces: Vec<NamespaceSpec>, site: &Bound<'_, PyA
     if namespaces.is_empty() {
         return Ok(request);
     }
+    let py = site.py();
     let site = Arc::new(Site::from_py(site)?);
     for (global, members, error_class, doc) in namespaces {
         let mut ns = Namespace::new(global.clone()).with_doc(doc);
         for (name, func, is_async, help) in members {
             let label = format!("{global}.{name}");
+            // `pycage.approval(f)` marks its wrapper; strictly `True`, so
+            // that an object answering every attribute is not taken for one.
+            let approval = func
+                .bind(py)
+                .getattr("__pycage_approval__")
+                .is_ok_and(|v| v.is(&*pyo3::types::PyBool::new(py, true)));
             ns = ns.with_member_doc(name.clone(), help);
-            ns = ns.with_function(name, binding(label, func, is_async, site.clone()));
+            let b = binding(label, func, is_async, site.clone());
+            ns = ns.with_function(name, if approval { b.requiring_approval() } else { b });
         }
         if let Some((name, member_name_property)) = error_class {
             ns = ns.with_error_class(ErrorClass { name, member_name_property });
@@ -109,6 +117,25 @@ pub struct RunOptions {
     limits: Option<HashMap<String, u64>>,
     inputs: Option<Vec<PathBuf>>,
     output_dir: Option<PathBuf>,
+    /// A durable run's resume: its journal and the pending call's answer.
+    resume: Option<Resume>,
+}
+
+/// What Python passes to resume a run: `(journal, approved, value or
+/// message)`.
+pub type ResumeSpec = (Vec<u8>, bool, Py<PyAny>);
+
+fn resume_of(py: Python<'_>, spec: Option<ResumeSpec>) -> PyResult<Option<Resume>> {
+    let Some((journal, approved, answer)) = spec else { return Ok(None) };
+    let answer = if approved {
+        let value = crate::convert::py_to_json(answer.bind(py)).map_err(|e| {
+            error(py, "PycageError", format!("the reply cannot cross as JSON: {}", e.message(py)))
+        })?;
+        Answer::Reply(value)
+    } else {
+        Answer::Deny(answer.bind(py).extract::<String>()?)
+    };
+    Ok(Some(Resume { journal, answer }))
 }
 
 /// The native runtime; `pycage.Runtime` wraps it.
@@ -172,6 +199,7 @@ impl NativeRuntime {
         let mut req = request(program, namespaces, site)?.with_cancel(token.clone()).with_limits(run_limits);
         req.inputs = options.inputs.unwrap_or_default();
         req.output_dir = options.output_dir;
+        req.resume = options.resume;
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
         let capacity = events.then(|| runtime.config().max_buffered_events);
@@ -191,7 +219,7 @@ impl NativeRuntime {
     #[new]
     #[pyo3(signature = (*, python=None, isolation=None, allow_read=None, run_dir_parent=None, spawn=None,
         cache_dir=None, probe_cache=true, allow_net=None, budgets=None, venv=None, preload=None,
-        with_packages=None, allow_packages=None, allow_any_package=false))]
+        with_packages=None, allow_packages=None, allow_any_package=false, journal_key=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn new(
         py: Python<'_>,
@@ -209,6 +237,7 @@ impl NativeRuntime {
         with_packages: Option<Vec<String>>,
         allow_packages: Option<Vec<String>>,
         allow_any_package: bool,
+        journal_key: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let cache_dir = if probe_cache { cache_dir.or_else(pycage_runtime::default_cache_dir) } else { None };
         let mut c = RuntimeConfig {
@@ -254,6 +283,11 @@ impl NativeRuntime {
             row.set(&mut c, value);
         }
         c.allow_read = allow_read.unwrap_or_default();
+        if let Some(key) = journal_key {
+            let key = pycage_runtime::JournalKey::new(key)
+                .map_err(|e| error(py, "ConfigError", format!("invalid pycage.Runtime argument: journal_key: {e}")))?;
+            c.journal_key = Some(key);
+        }
         for rule in allow_net.unwrap_or_default() {
             let parsed = rule.parse::<pycage_runtime::NetRule>().map_err(|e| {
                 error(py, "ConfigError", format!("invalid pycage.Runtime argument: allow_net item {e}"))
@@ -320,7 +354,7 @@ impl NativeRuntime {
     /// signal handler's (when `poll_signals`), aborts the run and is raised
     /// once the run has settled.
     #[pyo3(signature = (program, namespaces, site, on_event=None, poll_signals=false, limits=None, inputs=None,
-        output_dir=None))]
+        output_dir=None, resume=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn run<'py>(
         &self,
@@ -333,8 +367,9 @@ impl NativeRuntime {
         limits: Option<HashMap<String, u64>>,
         inputs: Option<Vec<PathBuf>>,
         output_dir: Option<PathBuf>,
+        resume: Option<ResumeSpec>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let options = RunOptions { limits, inputs, output_dir };
+        let options = RunOptions { limits, inputs, output_dir, resume: resume_of(py, resume)? };
         let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), options)?;
         drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
     }
@@ -343,7 +378,7 @@ impl NativeRuntime {
     /// Event batches go to `event_loop.call_soon_threadsafe(on_event, batch)`,
     /// then the [`RunOutcome`] to `event_loop.call_soon_threadsafe(on_done, outcome)`.
     #[pyo3(signature = (program, namespaces, site, event_loop, on_done, on_event=None, limits=None, inputs=None,
-        output_dir=None))]
+        output_dir=None, resume=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn start(
         &self,
@@ -357,8 +392,9 @@ impl NativeRuntime {
         limits: Option<HashMap<String, u64>>,
         inputs: Option<Vec<PathBuf>>,
         output_dir: Option<PathBuf>,
+        resume: Option<ResumeSpec>,
     ) -> PyResult<RunHandle> {
-        let options = RunOptions { limits, inputs, output_dir };
+        let options = RunOptions { limits, inputs, output_dir, resume: resume_of(py, resume)? };
         let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), options)?;
         drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
         Ok(RunHandle { token })

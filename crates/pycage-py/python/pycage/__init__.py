@@ -15,6 +15,7 @@ fastmcp code-mode sandbox provider.
 """
 
 from ._display import Display, OutputFile, SkippedFile
+from ._durable import PendingCall, Suspend, Suspension, approval
 from ._native import __version__, from_json, to_json
 from ._runtime import (
     Bindings,
@@ -32,6 +33,7 @@ from .errors import (
     ConfigError,
     InterpreterError,
     InvalidBindingsError,
+    JournalError,
     PycageError,
     RunError,
     RuntimeClosedError,
@@ -58,6 +60,11 @@ __all__ = [
     "CallFinished",
     "Toolset",
     "python_tools",
+    "approval",
+    "Suspend",
+    "Suspension",
+    "PendingCall",
+    "JournalError",
     "to_json",
     "from_json",
     "PycageError",

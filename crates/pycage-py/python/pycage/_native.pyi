@@ -8,9 +8,23 @@ from typing import Any, Optional
 NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool, str]], Optional[tuple[str, str]], str]
 DisplayParts = tuple[list[tuple[str, str]], dict[str, Any]]
 OutputParts = tuple[list[tuple[str, int]], list[tuple[str, str, str]], int, bool]
+# (global, name, args, reason, journal) of a suspended run's pending call.
+SuspensionParts = tuple[str, str, Any, str, bytes]
 # (has_value, value, logs, error_kind, error_message, dropped_frames,
-#  displays, output (None without an output_dir)).
-ResultParts = tuple[bool, Any, list[str], Optional[str], Optional[str], int, list[DisplayParts], Optional[OutputParts]]
+#  displays, output (None without an output_dir), suspension).
+ResultParts = tuple[
+    bool,
+    Any,
+    list[str],
+    Optional[str],
+    Optional[str],
+    int,
+    list[DisplayParts],
+    Optional[OutputParts],
+    Optional[SuspensionParts],
+]
+# (journal, approved, reply value or denial message).
+ResumeSpec = tuple[bytes, bool, Any]
 
 __version__: str
 MIN_ADDRESS_SPACE_BYTES: int
@@ -30,6 +44,7 @@ class Reply:
     task: Optional[asyncio.Task[Any]]
     def resolve(self, value: object) -> None: ...
     def reject(self, message: str) -> None: ...
+    def fail(self, exc: BaseException) -> None: ...
 
 class RunHandle:
     def cancel(self) -> None:
@@ -51,6 +66,12 @@ class NativeRuntime:
         probe_cache: bool = True,
         allow_net: Optional[list[str]] = None,
         budgets: Optional[dict[str, int]] = None,
+        venv: Optional[str] = None,
+        preload: Optional[list[str]] = None,
+        with_packages: Optional[list[str]] = None,
+        allow_packages: Optional[list[str]] = None,
+        allow_any_package: bool = False,
+        journal_key: Optional[bytes] = None,
     ) -> None: ...
     @property
     def python_version(self) -> tuple[int, int, int]: ...
@@ -66,6 +87,7 @@ class NativeRuntime:
         limits: Optional[dict[str, int]] = None,
         inputs: Optional[list[str]] = None,
         output_dir: Optional[str] = None,
+        resume: Optional[ResumeSpec] = None,
     ) -> ResultParts: ...
     def start(
         self,
@@ -78,6 +100,7 @@ class NativeRuntime:
         limits: Optional[dict[str, int]] = None,
         inputs: Optional[list[str]] = None,
         output_dir: Optional[str] = None,
+        resume: Optional[ResumeSpec] = None,
     ) -> RunHandle: ...
     def session(
         self,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, TypeVar, Union
 
-from . import _budgets, _native, _signature
+from . import _budgets, _durable, _native, _signature
 from ._display import Display, OutputFile, SkippedFile
 from .errors import ConfigError, InvalidBindingsError, RunError, RuntimeClosedError, SessionBusyError
 
@@ -40,7 +40,17 @@ __all__ = [
     "Session",
 ]
 
-FailureKind = Literal["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies"]
+FailureKind = Literal[
+    "exception",
+    "timeout",
+    "abort",
+    "worker-exit",
+    "invalid-output",
+    "output-limit",
+    "dependencies",
+    "suspended",
+    "diverged",
+]
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,10 @@ class Result:
     matplotlib figures), each a :class:`pycage.Display` that Jupyter
     renders. With an ``output_dir``, ``files`` lists what was copied there
     from the program's ``out/`` and ``skipped_files`` what was not.
+
+    ``suspended`` is set when a call suspended the run (``error.kind`` is
+    then ``"suspended"``): a :class:`pycage.Suspension` with the pending
+    call and the journal that :meth:`Runtime.resume` takes.
     """
 
     value: Any = None
@@ -79,6 +93,7 @@ class Result:
     displays: list[Display] = field(default_factory=list)
     files: list[OutputFile] = field(default_factory=list)
     skipped_files: list[SkippedFile] = field(default_factory=list)
+    suspended: Optional[_durable.Suspension] = None
 
     @property
     def ok(self) -> bool:
@@ -267,7 +282,7 @@ async def _guarded(awaitable: Any, reply: Any) -> None:
         reply.reject("the call was cancelled")
         raise
     except BaseException as e:  # noqa: BLE001 - a binding's failure is the program's to see
-        reply.reject(_message(e))
+        reply.fail(e)  # its message, or a suspension (pycage.Suspend)
         return
     reply.resolve(value)
 
@@ -277,7 +292,7 @@ def _start(func: Callable[..., Any], args: tuple, kwargs: Optional[dict], reply:
     try:
         result = func(*args, **kwargs) if kwargs else func(*args)
     except BaseException as e:  # noqa: BLE001
-        reply.reject(_message(e))
+        reply.fail(e)
         return
     if not inspect.isawaitable(result):
         reply.resolve(result)
@@ -431,7 +446,7 @@ def _display(data: list[tuple[str, str]], metadata: dict[str, Any]) -> Display:
 
 
 def _result(parts: tuple) -> Result:
-    has_value, value, logs, kind, message, dropped, displays, output = parts
+    has_value, value, logs, kind, message, dropped, displays, output, suspension = parts
     if kind is None and not displays and output is None:
         # The common outcome, made with the fewest Python objects touched:
         # while a sandbox shell (a fork of this process that never execs)
@@ -446,6 +461,7 @@ def _result(parts: tuple) -> Result:
             displays=[],
             files=[],
             skipped_files=[],
+            suspended=None,
         )
         return result
     error = Failure(kind, message) if kind is not None else None
@@ -464,6 +480,7 @@ def _result(parts: tuple) -> Result:
         displays=[_display(data, metadata) for data, metadata in displays],
         files=files,
         skipped_files=skipped,
+        suspended=_durable.suspension(suspension),
     )
 
 
@@ -740,6 +757,13 @@ class Runtime(_Closeable):
     more wait in FIFO order, their wall clock starting when they leave the
     queue.
 
+    Durable runs: with a ``journal_key`` (bytes or str of at least 16
+    bytes; default ``PYCAGE_JOURNAL_KEY`` from the environment), a call to
+    a binding marked with :func:`pycage.approval`, or one that raises
+    :class:`pycage.Suspend`, suspends the run: its result has
+    ``suspended``, with a signed journal that :meth:`resume` takes, in this
+    process or another (``docs/durable.md``).
+
     Thread-safe: any number of threads may call :meth:`run` at once, and
     runs from :meth:`arun` may overlap freely. Use it as a context manager,
     or call :meth:`close`, to abort what is in flight and reap every child.
@@ -760,6 +784,7 @@ class Runtime(_Closeable):
         with_packages: Iterable[str] = (),
         allow_packages: Iterable[str] = (),
         allow_any_package: bool = False,
+        journal_key: Union[str, bytes, None] = None,
         **budgets: Union[int, float, None],
     ) -> None:
         if spawn not in ("zygote", "exec"):
@@ -813,6 +838,7 @@ class Runtime(_Closeable):
             with_packages=with_list,
             allow_packages=allow_list,
             allow_any_package=allow_any_package,
+            journal_key=_durable.journal_key(journal_key),
         )
         self._lock = threading.Lock()
         self._loop_thread: Optional[_LoopThread] = None
@@ -944,6 +970,73 @@ class Runtime(_Closeable):
             lambda settle, on_events: self._native.start(
                 code, specs, site, loop, settle, on_events, fields, paths, out
             ),
+        )
+
+    def resume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+        on_display: Optional[Callable[[Display], Any]] = None,
+        inputs: Optional[Iterable[Union[str, os.PathLike[str]]]] = None,
+        output_dir: Union[str, os.PathLike[str], None] = None,
+    ) -> Result:
+        """Resumes a suspended run from its ``journal`` (``Result.suspended``,
+        or its ``.journal`` bytes), in a fresh process: every call the
+        journal records is answered from it, the pending call returns
+        ``reply`` or raises the namespace's error class with ``error``, and
+        the run goes on live; it may suspend again. ``bindings`` must be the
+        ones the run had (names, error classes, docs); ``program``, when
+        given, must be the journal's. The budgets are the journal's, minus
+        what the run spent before. A journal that is refused raises
+        :class:`pycage.JournalError` before anything runs; a program that
+        takes another path settles as ``"diverged"`` (``docs/durable.md``)."""
+        return _durable.resume(
+            self,
+            journal,
+            reply=reply,
+            error=error,
+            bindings=bindings,
+            program=program,
+            on_log=on_log,
+            on_call=on_call,
+            on_display=on_display,
+            inputs=inputs,
+            output_dir=output_dir,
+        )
+
+    async def aresume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+        on_display: Optional[Callable[[Display], Any]] = None,
+        inputs: Optional[Iterable[Union[str, os.PathLike[str]]]] = None,
+        output_dir: Union[str, os.PathLike[str], None] = None,
+    ) -> Result:
+        """:meth:`resume` without blocking the event loop (as :meth:`arun`)."""
+        return await _durable.aresume(
+            self,
+            journal,
+            reply=reply,
+            error=error,
+            bindings=bindings,
+            program=program,
+            on_log=on_log,
+            on_call=on_call,
+            on_display=on_display,
+            inputs=inputs,
+            output_dir=output_dir,
         )
 
     def session(

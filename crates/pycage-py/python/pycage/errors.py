@@ -18,6 +18,7 @@ __all__ = [
     "SessionEndedError",
     "SessionBusyError",
     "RunError",
+    "JournalError",
 ]
 
 
@@ -60,12 +61,19 @@ class SessionBusyError(PycageError, RuntimeError):
     cell has returned."""
 
 
+class JournalError(PycageError, ValueError):
+    """A journal :meth:`pycage.Runtime.resume` refuses, before any program
+    runs: altered, signed with another key, of another format version, too
+    large, or made with other bindings or another program (the message
+    says which)."""
+
+
 class RunError(PycageError):
     """Raised by :meth:`pycage.Result.unwrap` for a failed run.
 
     ``kind`` is the failure kind (``"exception"``, ``"timeout"``, ``"abort"``,
-    ``"worker-exit"``, ``"invalid-output"``, ``"output-limit"`` or
-    ``"dependencies"``),
+    ``"worker-exit"``, ``"invalid-output"``, ``"output-limit"``,
+    ``"dependencies"``, ``"suspended"`` or ``"diverged"``),
     ``message`` its message and ``logs`` the run's output lines.
     """
 
