@@ -121,7 +121,7 @@ class RecursionDepthTest(unittest.TestCase):
     def test_depth_matches_the_interpreters(self):
         def reported():
             try:
-                sys.setrecursionlimit(1)
+                runner._setrecursionlimit(1)  # the interpreter's own (sys has the program's)
             except RecursionError as e:  # "... at the recursion depth N: ..."
                 return int(str(e).split("depth ")[1].split(":")[0])
             raise AssertionError("a limit of 1 was accepted")
@@ -132,9 +132,9 @@ class RecursionDepthTest(unittest.TestCase):
         self.assertEqual(sys.getrecursionlimit(), limit)
 
     def test_an_announced_depth_is_the_measured_one(self):
-        # The program reads the limit it runs under: the interpreter's plus
-        # the depth of the frames below it.
-        program = runner.compile_for("import sys\nsys.getrecursionlimit()")
+        # The limit a program runs under: the interpreter's plus the depth
+        # of the frames below it (the program itself reads the former).
+        program = runner.compile_for("from pycage import runner\nrunner._getrecursionlimit()")
         main, argv = sys.modules["__main__"], sys.argv
 
         def middle():
@@ -179,6 +179,48 @@ class RecursionDepthTest(unittest.TestCase):
         )
         self.assertLessEqual(abs(depth - int(plain.stdout)), 1, (depth, plain.stdout))
         self.assertEqual(limit_after, 1000)
+
+
+class ProgramRecursionLimitTest(unittest.TestCase):
+    """The program reads and sets CPython's limit, not the one raised by the
+    child's frames below it (``sys.getrecursionlimit()`` read 1005)."""
+
+    PROGRAM = (
+        "import sys\n"
+        "seen = [sys.getrecursionlimit()]\n"
+        "sys.setrecursionlimit(1500)\n"
+        "seen.append(sys.getrecursionlimit())\n"
+        "def f(n):\n    try:\n        return f(n + 1)\n    except RecursionError:\n        return n\n"
+        "seen.append(f(0))\n"
+        "try:\n    sys.setrecursionlimit(1)\nexcept RecursionError as e:\n    seen.append(str(e))\n"
+        "try:\n    sys.setrecursionlimit(0)\nexcept ValueError as e:\n    seen.append(str(e))\n"
+        "sys.setrecursionlimit(1000)\n"
+        "seen.append([sys.getrecursionlimit.__name__, sys.getrecursionlimit.__doc__ is not None])\n"
+    )
+
+    def test_the_program_reads_and_sets_cpythons_limit(self):
+        script = (
+            f"import sys, json; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "from pycage import runner\n"
+            "def deep(k):\n    return deep(k - 1) if k else run()\n"
+            "def run():\n"
+            f"    program = runner.compile_for({self.PROGRAM + 'seen'!r})\n"
+            "    outcome = runner.run_program(program, runner.new_program_globals({}))\n"
+            "    return outcome.value + [sys.getrecursionlimit(), runner._getrecursionlimit()]\n"
+            "print(json.dumps(deep(30)))\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        got = json.loads(out.stdout)
+        plain = subprocess.run(
+            [sys.executable, "-I", "-c", self.PROGRAM + "import json\nprint(json.dumps(seen))\n"],
+            capture_output=True,
+            text=True,
+        )
+        want = json.loads(plain.stdout)
+        self.assertLessEqual(abs(got[2] - want[2]), 1, (got, want))
+        got[2] = want[2]
+        # After the run, the limit the program left, without the headroom.
+        self.assertEqual(got, want + [1000, 1000])
 
 
 class RemapOnceTest(unittest.TestCase):
@@ -299,7 +341,7 @@ class HardeningTest(unittest.TestCase):
         out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
         # Every module but the package itself and the zygote (trusted; it
         # never runs with a program).
-        self.assertEqual(out.stdout.strip(), "[] 13", out.stderr)
+        self.assertEqual(out.stdout.strip(), "[] 14", out.stderr)
 
 
 class SettleTest(unittest.TestCase):

@@ -51,6 +51,7 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("signals.py", include_str!("../../../python/pycage/signals.py")),
     ("runner.py", include_str!("../../../python/pycage/runner.py")),
     ("outcome.py", include_str!("../../../python/pycage/outcome.py")),
+    ("finalize.py", include_str!("../../../python/pycage/finalize.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
     ("script.py", include_str!("../../../python/pycage/script.py")),
     ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
