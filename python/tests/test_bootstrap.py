@@ -738,6 +738,42 @@ class EndToEndTest(unittest.TestCase):
         done, _, _, _ = run("return tools.__doc__", namespaces=[dict(TOOLS, names=[])])
         self.assertEqual(done["value"], "It has no functions.")
 
+    def test_help_of_a_member_shows_the_stubs_signature_once(self):
+        # pydoc printed the member's own `async search(*args, **kwargs)`
+        # above the stub; now the stub's line is the signature, the
+        # docstring and the types it uses the text.
+        documented = dict(
+            TOOLS,
+            names=["search", "raw", "plain"],
+            docs={
+                "search": "class Hit(TypedDict):\n    id: int\n\n"
+                'async def search(*, query: str, state: Literal["open", "closed"] = ...) -> list[Hit]:\n'
+                '    """Search issues.\n\n    Raises ToolError when a call fails.\n    """\n',
+                "raw": 'async def raw(args: Any = None, /) -> Any:\n    """Any JSON."""\n',
+                "plain": "Just text.",
+            },
+        )
+        program = (
+            "import inspect, pydoc\n"
+            "def shown(f):\n"
+            "    return pydoc.render_doc(f, renderer=pydoc.plaintext).split('\\n', 2)[2]\n"
+            "return [shown(tools.search), shown(tools.raw), shown(tools.plain), str(inspect.signature(tools.raw)),\n"
+            "        inspect.iscoroutinefunction(tools.search)]\n"
+        )
+        done, _, _, _ = run(program, namespaces=[documented])
+        self.assertEqual(
+            done["value"],
+            [
+                'async search(*, query: str, state: Literal["open", "closed"] = ...) -> list[Hit]\n'
+                "    Search issues.\n    \n    Raises ToolError when a call fails.\n    \n"
+                "    class Hit(TypedDict):\n        id: int\n",
+                "async raw(args: Any = None, /) -> Any\n    Any JSON.\n",
+                "async plain(*args, **kwargs)\n    Just text.\n",
+                "(args: Any = None, /) -> Any",
+                True,
+            ],
+        )
+
     def test_two_hundred_concurrent_calls_replied_out_of_order(self):
         held = []
 

@@ -341,7 +341,7 @@ class HardeningTest(unittest.TestCase):
         out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
         # Every module but the package itself and the zygote (trusted; it
         # never runs with a program).
-        self.assertEqual(out.stdout.strip(), "[] 14", out.stderr)
+        self.assertEqual(out.stdout.strip(), "[] 15", out.stderr)
 
 
 class SettleTest(unittest.TestCase):

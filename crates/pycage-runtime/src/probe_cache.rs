@@ -48,6 +48,7 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("display.py", include_str!("../../../python/pycage/display.py")),
     ("mpl_backend.py", include_str!("../../../python/pycage/mpl_backend.py")),
     ("namespaces.py", include_str!("../../../python/pycage/namespaces.py")),
+    ("memberdoc.py", include_str!("../../../python/pycage/memberdoc.py")),
     ("signals.py", include_str!("../../../python/pycage/signals.py")),
     ("runner.py", include_str!("../../../python/pycage/runner.py")),
     ("outcome.py", include_str!("../../../python/pycage/outcome.py")),
