@@ -36,6 +36,8 @@ The child's modules, by concern:
 * ``signals``: the program's handlers, quiet while its outcome is sent;
 * ``outcome``: the ``done`` frame, tracebacks without pycage's frames;
 * ``finalize``: what a script's exit does, before a one-shot run's ``done``;
+* ``network``: the message of a lookup or socket that fails for want of a network;
+* ``memberdoc``: what ``help(<namespace>.<member>)`` shows;
 * ``bootstrap`` (this module): the serve loop, rlimits and a run's budgets,
   the warm-up.
 
@@ -68,6 +70,7 @@ from pycage.display import flush_figures, start_display_ledger
 from pycage.encoder import encode_json
 from pycage.finalize import note_baseline, program_exit
 from pycage.logs import start_ledger, stderr, stdout
+from pycage.network import install as _install_network_hints
 from pycage.namespaces import RESERVED_GLOBALS, SEEDED_GLOBALS, boot_namespaces, build_globals
 from pycage.outcome import (
     error_frame,
@@ -106,6 +109,9 @@ _OWN_STREAMS = (stdout, stderr, stdout.buffer, stderr.buffer)
 _ORIGINAL_STREAMS = (sys.__stdout__, sys.__stderr__)
 _sched_yield = os.sched_yield
 _BOOT_ACK = _wire.encode_boot_ack()
+
+# A run without network says so when a name lookup or a socket fails.
+_install_network_hints()
 
 #: Clears CPython's type attribute cache (3.13 deprecates the older name).
 _clear_type_cache = getattr(sys, "_clear_internal_caches", None) or getattr(sys, "_clear_type_cache", None)

@@ -223,6 +223,59 @@ class ProgramRecursionLimitTest(unittest.TestCase):
         self.assertEqual(got, want + [1000, 1000])
 
 
+class NetworkHintTest(unittest.TestCase):
+    """A lookup or an internet socket that fails in a run without network
+    says so, and how to allow a host; with network, errors are unchanged."""
+
+    def _run(self, no_network):
+        script = (
+            f"import sys, json, socket; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "from pycage import network\n"
+            "network.install()\n"
+            "network.install()  # once only\n"
+            f"def refused(*a):\n    raise PermissionError(1, 'Operation not permitted')\n"
+            f"if {no_network!r}:\n    network._probe = refused\n"
+            "def lookup(*a, **k):\n    raise socket.gaierror(-2, 'Name or service not known')\n"
+            "wrapped = network._wrap(lookup)\n"
+            "out = []\n"
+            "try:\n    wrapped('example.com', 80)\nexcept socket.gaierror as e:\n    out.append([e.errno, str(e)])\n"
+            "init = network._wrap_init(lambda self, *a: refused())\n"
+            "for family in (socket.AF_INET, socket.AF_UNIX):\n"
+            "    try:\n        init(None, family)\n    except PermissionError as e:\n        out.append([e.errno, str(e)])\n"
+            "out.append(socket.getaddrinfo.__name__)\n"
+            "print(json.dumps(out))\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout)
+
+    def test_without_network_the_message_says_how_to_allow_a_host(self):
+        from pycage.network import HINT
+
+        self.assertIn("--allow-net HOST[:PORT]", HINT)
+        self.assertIn("allow_net=", HINT)
+        self.assertEqual(
+            self._run(True),
+            [
+                [-2, f"[Errno -2] Name or service not known ({HINT})"],
+                [1, f"[Errno 1] Operation not permitted ({HINT})"],
+                [1, "[Errno 1] Operation not permitted"],
+                "getaddrinfo",
+            ],
+        )
+
+    def test_with_network_errors_are_unchanged(self):
+        self.assertEqual(
+            self._run(False),
+            [
+                [-2, "[Errno -2] Name or service not known"],
+                [1, "[Errno 1] Operation not permitted"],
+                [1, "[Errno 1] Operation not permitted"],
+                "getaddrinfo",
+            ],
+        )
+
+
 class RemapOnceTest(unittest.TestCase):
     """The zygote moves its paths into the sandbox once; its children then
     find them moved and must not move them again (``confine.remap_once``)."""
@@ -341,7 +394,7 @@ class HardeningTest(unittest.TestCase):
         out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
         # Every module but the package itself and the zygote (trusted; it
         # never runs with a program).
-        self.assertEqual(out.stdout.strip(), "[] 15", out.stderr)
+        self.assertEqual(out.stdout.strip(), "[] 16", out.stderr)
 
 
 class SettleTest(unittest.TestCase):

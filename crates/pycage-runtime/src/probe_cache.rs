@@ -53,6 +53,7 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("runner.py", include_str!("../../../python/pycage/runner.py")),
     ("outcome.py", include_str!("../../../python/pycage/outcome.py")),
     ("finalize.py", include_str!("../../../python/pycage/finalize.py")),
+    ("network.py", include_str!("../../../python/pycage/network.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
     ("script.py", include_str!("../../../python/pycage/script.py")),
     ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
