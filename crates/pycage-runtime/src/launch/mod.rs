@@ -81,10 +81,42 @@ fn interpreter_path(config: &RuntimeConfig) -> Result<Option<PathBuf>, RuntimeEr
     if !dir.join("pyvenv.cfg").is_file() {
         return Err(problem("not a virtual environment (it has no pyvenv.cfg)".into()));
     }
-    match ["python", "python3"].iter().map(|name| dir.join("bin").join(name)).find(|p| p.exists()) {
-        Some(python) => Ok(Some(python)),
-        None => Err(problem("it has no bin/python".into())),
+    for python in ["python", "python3"].iter().map(|name| dir.join("bin").join(name)) {
+        match std::fs::metadata(&python) {
+            Ok(_) => return Ok(Some(python)),
+            // Neither the file nor a link: the next name.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&python).is_err() => {}
+            // A link to a base interpreter this user cannot reach, or that
+            // is gone: say which, as `--python` would.
+            Err(e) => {
+                let target = std::fs::canonicalize(&python)
+                    .ok()
+                    .or_else(|| link_chain_end(&python))
+                    .map(|t| format!(" (a link to {})", t.display()))
+                    .unwrap_or_default();
+                return Err(problem(format!(
+                    "cannot run {}{target}: {e}; a venv's base interpreter must be one this user can run",
+                    python.display()
+                )));
+            }
+        }
     }
+    Err(problem("it has no bin/python".into()))
+}
+
+/// Where a chain of symbolic links from `path` ends, as far as it can be
+/// read (a link into a directory this user cannot search ends there).
+fn link_chain_end(path: &std::path::Path) -> Option<PathBuf> {
+    let mut at = path.to_path_buf();
+    // The kernel's own bound on links followed.
+    for _ in 0..40 {
+        let Ok(next) = std::fs::read_link(&at) else { break };
+        at = match at.parent() {
+            Some(parent) => parent.join(next),
+            None => next,
+        };
+    }
+    (at != path).then_some(at)
 }
 
 impl Launcher {
