@@ -360,7 +360,7 @@ impl Launcher {
                     // the hop (a wake-up of a pool thread and one of this
                     // thread, ~0.1-0.2 ms) would be on every run's path.
                     if !inputs.is_empty() {
-                        let path = dir.path().to_path_buf();
+                        let path = dir.work();
                         let inputs = inputs.to_vec();
                         tokio::task::spawn_blocking(move || site::copy_inputs(&path, &inputs))
                             .await
@@ -382,7 +382,10 @@ impl Launcher {
             return sandboxes.spawn(inputs);
         }
         let dir = Arc::new(self.run_dirs.create().map_err(SpawnError::RunDir)?);
-        site::copy_inputs(dir.path(), inputs).map_err(SpawnError::Inputs)?;
+        let work = dir.work();
+        site::copy_inputs(&work, inputs).map_err(SpawnError::Inputs)?;
+        // HOME and the temporary directory are the run's directory, which
+        // holds its working directory: nothing of theirs shows in `.`.
         let path = dir.path().to_path_buf();
         let env = site::python_env(&path);
         let worker = Worker::spawn(SpawnSpec {
@@ -391,7 +394,7 @@ impl Launcher {
             preload: &self.config.preload,
             home: &path,
             tmp: &path,
-            cwd: Some(&path),
+            cwd: Some(&work),
             env: &env,
             run_dir: Some(Arc::clone(&dir)),
             guards: Vec::new(),
