@@ -376,7 +376,15 @@ async fn pycage_observed(rt: &Runtime, program: &str) -> Observed {
     let mut request = RunRequest::new(format!("{program}\nresult"));
     request.output_dir = Some(out.path().join("out"));
     let r = rt.run(request).await.unwrap();
-    Observed { value: value(&r), logs: r.logs.clone(), files: files_of(&out.path().join("out")) }
+    Observed { value: value_or_error(&r), logs: r.logs.clone(), files: files_of(&out.path().join("out")) }
+}
+
+/// The run's value, or its error (a difference to report, not a panic).
+fn value_or_error(r: &RunResult) -> String {
+    match &r.error {
+        Some(e) => format!("error {}: {}", e.kind, e.message),
+        None => r.value.as_ref().map(|v| v.to_canonical_string()).unwrap_or_else(|| "<none>".into()),
+    }
 }
 
 /// A mount point the sandbox makes under `/work` for a read-only host path
@@ -392,18 +400,23 @@ fn sandbox_mount_names(python: &std::path::Path) -> Vec<String> {
     names
 }
 
-/// Runs every case of `needs` on `rt` and compares it with plain CPython.
-async fn compare_edges(rt: &Runtime, how: &str, needs: &[Needs], isolation: Isolation) {
+/// Runs every case of `needs` on `rt` and compares it with plain CPython;
+/// every difference, each case's.
+async fn compare_edges(rt: &Runtime, how: &str, needs: &[Needs], isolation: Isolation) -> Vec<String> {
     let python = rt.interpreter().executable.clone();
     let mounts = if isolation == Isolation::Sandbox { sandbox_mount_names(&python) } else { Vec::new() };
+    let mut differences = Vec::new();
     for (name, program, need, _) in EDGES.iter().filter(|(_, _, n, _)| needs.contains(n)) {
         let want = plain_observed(&python, program);
         let mut got = pycage_observed(rt, program).await;
         for m in &mounts {
             got.value = got.value.replace(&format!("\"{m}\","), "").replace(&format!(",\"{m}\""), "");
         }
-        assert_eq!(got, want, "{name} ({how}, {need:?}) differs from plain CPython");
+        if got != want {
+            differences.push(format!("{name} ({how}, {need:?}):\n  pycage: {got:?}\n  python: {want:?}"));
+        }
     }
+    differences
 }
 
 fn sandbox_available() -> bool {
@@ -417,6 +430,7 @@ fn sandbox_available() -> bool {
 /// Exec'd (one run per interpreter, as `pycage run`) and forked from a
 /// warm zygote (pooled runs, as `pycage mcp` and the Python package).
 async fn edges_in(isolation: Isolation, venv: Option<std::path::PathBuf>, needs: &[Needs]) {
+    let mut differences = Vec::new();
     for spawn in [SpawnMode::Exec, SpawnMode::Zygote] {
         let rt = runtime_with(|c| {
             c.isolation = isolation;
@@ -424,9 +438,10 @@ async fn edges_in(isolation: Isolation, venv: Option<std::path::PathBuf>, needs:
             c.venv = venv.clone();
         });
         assert_eq!(rt.spawn_mode().0, spawn);
-        compare_edges(&rt, &format!("{isolation:?}, {spawn:?}"), needs, isolation).await;
+        differences.extend(compare_edges(&rt, &format!("{isolation:?}, {spawn:?}"), needs, isolation).await);
         rt.shutdown().await;
     }
+    assert!(differences.is_empty(), "differences from plain CPython:\n{}", differences.join("\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -473,14 +488,71 @@ async fn a_sessions_cells_match_plain_cpython_but_for_the_exit() {
     let rt = runtime();
     let python = rt.interpreter().executable.clone();
     let s = rt.session(SessionOptions::default()).unwrap();
-    for (name, program, _, at_exit) in EDGES.iter().filter(|(_, _, n, at_exit)| *n == Needs::Stdlib && !at_exit) {
+    let mut differences = Vec::new();
+    for (name, program, _, _) in EDGES.iter().filter(|(_, _, n, at_exit)| *n == Needs::Stdlib && !at_exit) {
         // A cell has no out/ to collect (nor in its working directory):
         // the value and the output.
         let mut want = plain_observed(&python, program);
         want.value = want.value.replace(",\"out\"", "").replace("\"out\",", "");
         let r = s.run(format!("{program}\nresult")).await.unwrap();
-        assert_eq!((value(&r), r.logs.clone()), (want.value, want.logs), "{name} (session, at exit: {at_exit})");
+        let got = (value_or_error(&r), r.logs.clone());
+        if got != (want.value.clone(), want.logs.clone()) {
+            differences.push(format!("{name} (session):\n  pycage: {got:?}\n  python: {:?}", (want.value, want.logs)));
+        }
     }
+    assert!(differences.is_empty(), "differences from plain CPython:\n{}", differences.join("\n"));
     s.close().await;
     rt.shutdown().await;
+}
+
+/// The host reads the program's `log` frames (fd 3) and its raw fd 1/2 pipe
+/// apart. When it read late, what waited in both came back frames first: a
+/// child process's output after the prints that followed it. Here the
+/// host is made late on purpose: the consumer of the run's events takes
+/// one line and stops (a channel of one, a second line waiting), which
+/// stops the host reading either. The program meanwhile writes to its fd 1
+/// (child processes, `os.write`) and prints, then says so with a file;
+/// only then does the consumer go on. (Process isolation: the file is the
+/// test's signal; the sandbox runs the same child and host code.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_keeps_its_order_when_the_host_reads_late() {
+    for spawn in [SpawnMode::Exec, SpawnMode::Zygote] {
+        let rt = runtime_with(|c| c.spawn = spawn);
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("written");
+        let program = format!(
+            "import os, subprocess, sys\n\
+             print('one')\n\
+             print('two')\n\
+             subprocess.run(['echo', 'child'])\n\
+             os.write(1, b'raw\\n')\n\
+             subprocess.run(['echo', 'through sys.stdout'], stdout=sys.stdout)\n\
+             print('three')\n\
+             open({:?}, 'w').close()\n\
+             print('four')",
+            marker.to_str().unwrap()
+        );
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+        let run = {
+            let rt = rt.clone();
+            tokio::spawn(async move { rt.run_with_events(RunRequest::new(program), tx).await.unwrap() })
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        // (A run that failed before its marker ends by itself.)
+        while !marker.exists() && !run.is_finished() {
+            assert!(std::time::Instant::now() < deadline, "the program never wrote its marker ({spawn:?})");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let mut streamed = Vec::new();
+        while let Some(event) = rx.recv().await {
+            if let RunEvent::Log(line) = event {
+                streamed.push(line);
+            }
+        }
+        let r = run.await.unwrap();
+        let want = ["one", "two", "child", "raw", "through sys.stdout", "three", "four"];
+        assert_eq!(streamed, want, "{spawn:?}: the lines as streamed");
+        assert_eq!(r.logs, want, "{spawn:?}: the result's lines");
+        rt.shutdown().await;
+    }
 }
