@@ -755,8 +755,9 @@ class EndToEndTest(unittest.TestCase):
         )
         program = (
             "import inspect, pydoc\n"
-            "def shown(f):\n"
-            "    return pydoc.render_doc(f, renderer=pydoc.plaintext).split('\\n', 2)[2]\n"
+            "def shown(f):  # blank lines as 3.12+ writes them (unindented)\n"
+            "    text = pydoc.render_doc(f, renderer=pydoc.plaintext).split('\\n', 2)[2]\n"
+            "    return '\\n'.join(line.rstrip() for line in text.split('\\n'))\n"
             "return [shown(tools.search), shown(tools.raw), shown(tools.plain), str(inspect.signature(tools.raw)),\n"
             "        inspect.iscoroutinefunction(tools.search)]\n"
         )
@@ -765,7 +766,7 @@ class EndToEndTest(unittest.TestCase):
             done["value"],
             [
                 'async search(*, query: str, state: Literal["open", "closed"] = ...) -> list[Hit]\n'
-                "    Search issues.\n    \n    Raises ToolError when a call fails.\n    \n"
+                "    Search issues.\n\n    Raises ToolError when a call fails.\n\n"
                 "    class Hit(TypedDict):\n        id: int\n",
                 "async raw(args: Any = None, /) -> Any\n    Any JSON.\n",
                 "async plain(*args, **kwargs)\n    Just text.\n",
