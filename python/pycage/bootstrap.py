@@ -69,6 +69,7 @@ from pycage.decoder import decode_json
 from pycage.display import flush_figures, start_display_ledger
 from pycage.encoder import encode_json
 from pycage.finalize import note_baseline, program_exit
+from pycage.finalize import warm as _warm_exit
 from pycage.logs import start_ledger, stderr, stdout
 from pycage.network import install as _install_network_hints
 from pycage.namespaces import RESERVED_GLOBALS, SEEDED_GLOBALS, boot_namespaces, build_globals
@@ -301,6 +302,7 @@ def warm_up():
     if outcome.has_value:
         decode_json(encode_json(outcome.value))
     format_exception(ValueError("warm"))
+    _warm_exit()
     close_outcome(outcome)
     restore_signals(outcome.signals)
     linecache.cache.pop(PROGRAM_FILENAME, None)

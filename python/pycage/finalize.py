@@ -188,22 +188,43 @@ def _unraisable(exc, obj):
         pass
 
 
+def _load_libc():
+    """The C library through ``ctypes``, when ``ctypes`` is loaded already
+    (the zygote's children always have it: it is loaded there, before they
+    are forked), never imported for this; None otherwise."""
+    if not _libc:
+        ctypes = sys.modules.get("ctypes")
+        if ctypes is None:
+            return None
+        try:
+            _libc.append(ctypes.CDLL(None).fflush)
+        except Exception:
+            return None
+    return _libc[0]
+
+
 def _flush_c_stdio():
-    """``fflush(NULL)``, as the C library's ``exit`` does: when ``ctypes``
-    is loaded already (the zygote's children always have it), never
-    imported for this."""
-    ctypes = sys.modules.get("ctypes")
-    if ctypes is None:
-        return
-    try:
-        if not _libc:
-            _libc.append(ctypes.CDLL(None))
-        _libc[0].fflush(None)
-    except Exception:
-        pass
+    """``fflush(NULL)``, as the C library's ``exit`` does."""
+    fflush = _load_libc()
+    if fflush is not None:
+        try:
+            fflush(None)
+        except Exception:
+            pass
 
 
-#: The C library, once ``_flush_c_stdio`` loaded it.
+def warm():
+    """Take the checks a run's exit makes once, acting on nothing (the
+    child's warm-up, ``bootstrap.warm_up``, so that they are not a pooled
+    child's first code to run at its exit), and load the C library's
+    ``fflush`` where ``ctypes`` is loaded."""
+    note_baseline()
+    _threads_to_join()
+    _descriptors_open()
+    _load_libc()
+
+
+#: The C library's ``fflush``, once ``_load_libc`` found it.
 _libc = []
 
 

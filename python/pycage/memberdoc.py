@@ -6,10 +6,12 @@ arguments to the host; its help text comes from the host (``boot``'s
 docstring, and the ``TypedDict`` classes the signature names. Taken as is,
 pydoc printed the member's own ``async name(*args, **kwargs)`` line above the
 stub's. ``document`` makes the member read as the function the stub
-declares: its ``__signature__`` is the stub's (``StubSignature``, parsed
-only when something asks: a run that never calls ``help`` pays a few string
-operations per member), and its ``__doc__`` is the docstring, followed by
-the types it uses. So ``help(tools.search)`` shows::
+declares: its ``__signature__`` is the stub's (``StubSignature``, worked
+out only when something asks: a run that never calls ``help`` pays one
+assignment per member), and from then on its ``__doc__`` is the docstring,
+followed by the types it uses (until then, the help text as the host gave
+it, signature included). So ``help(tools.search)``, which asks for the
+signature before it reads the docstring, shows::
 
     async search(*, query: str, limit: int = 10) -> SearchResult
         Search issues.
