@@ -71,8 +71,8 @@ from pycage.encoder import encode_json
 from pycage.finalize import note_baseline, program_exit
 from pycage.finalize import warm as _warm_exit
 from pycage.logs import start_ledger, stderr, stdout
-from pycage.network import install as _install_network_hints
 from pycage.namespaces import RESERVED_GLOBALS, SEEDED_GLOBALS, boot_namespaces, build_globals
+from pycage.network import install as _install_network_hints
 from pycage.outcome import (
     error_frame,
     format_compile_error,

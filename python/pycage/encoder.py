@@ -339,8 +339,9 @@ def _encode(value, budget):
                 tv = type(v)
                 if tv is float:
                     if v - v != 0.0:
+                        kind = _with_article(_type_name(t))
                         raise NotJsonError(
-                            f"value at {_path(frames, len(frames))} is {_float_repr(v)} ({_with_article(_type_name(t))}), "
+                            f"value at {_path(frames, len(frames))} is {_float_repr(v)} ({kind}), "
                             "which is not JSON (NaN and infinities have no JSON form)"
                         )
                     s = _float_repr(v)

@@ -31,9 +31,9 @@ other objects); an ``os._exit`` costs nothing where a teardown of every
 object of a large program would cost its deallocation.
 """
 
+import _io
 import atexit
 import gc
-import _io
 import os
 import sys
 import threading

@@ -135,7 +135,8 @@ def _call_payload(label, args, kwargs, member):
         value = {}
     else:
         raise TypeError(
-            f"{label}() takes keyword arguments or one positional argument ({len(args)} positional given){_usage(member)}"
+            f"{label}() takes keyword arguments or one positional argument ({len(args)} positional given)"
+            + _usage(member)
         )
     try:
         return encode_json(value)

@@ -458,4 +458,3 @@ for _function, _original in ((getrecursionlimit, _getrecursionlimit), (setrecurs
     _function.__module__ = "sys"
     setattr(sys, _function.__name__, _function)
 del _function, _original
-

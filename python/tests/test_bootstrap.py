@@ -183,7 +183,7 @@ class EncoderTest(unittest.TestCase):
         Big = type("Big", (int,), dict(odd, __hash__=int.__hash__))
         self.assertEqual(
             encode_json([Color.RED, Odd(2.5), {"b": Big(10**30)}, (Odd(-0.0),)]),
-            "[1,2.5,{\"b\":1000000000000000000000000000000},[-0.0]]",
+            '[1,2.5,{"b":1000000000000000000000000000000},[-0.0]]',
         )
         self.assert_not_json(
             {"x": Odd("nan")},
@@ -873,7 +873,9 @@ class EndToEndTest(unittest.TestCase):
 
     def test_number_subclasses_are_values(self):
         # As json.dumps writes them: an IntEnum member is its int.
-        done, _, _, _ = run("import enum\nclass C(enum.IntEnum):\n    A = 2\nclass F(float):\n    pass\nreturn [C.A, F(0.5)]")
+        done, _, _, _ = run(
+            "import enum\nclass C(enum.IntEnum):\n    A = 2\nclass F(float):\n    pass\nreturn [C.A, F(0.5)]"
+        )
         self.assertEqual(done, {"type": "done", "value": [2, 0.5]})
 
     def test_program_cannot_break_frame_emission(self):

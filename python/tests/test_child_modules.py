@@ -241,7 +241,8 @@ class NetworkHintTest(unittest.TestCase):
             "try:\n    wrapped('example.com', 80)\nexcept socket.gaierror as e:\n    out.append([e.errno, str(e)])\n"
             "init = network._wrap_init(lambda self, *a: refused())\n"
             "for family in (socket.AF_INET, socket.AF_UNIX):\n"
-            "    try:\n        init(None, family)\n    except PermissionError as e:\n        out.append([e.errno, str(e)])\n"
+            "    try:\n        init(None, family)\n"
+            "    except PermissionError as e:\n        out.append([e.errno, str(e)])\n"
             "out.append(socket.getaddrinfo.__name__)\n"
             "print(json.dumps(out))\n"
         )

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -175,7 +174,9 @@ class ProgramExitTest(unittest.TestCase):
             "t.flush()\n"
             "t.write('y')\n"
         )
-        self.assertEqual(got["files"], {"accounts.csv": "id,name\r\n1,ada\r\n", "raw.bin": "\x00\x01", "t.txt": "x" * 10 + "y"})
+        self.assertEqual(
+            got["files"], {"accounts.csv": "id,name\r\n1,ada\r\n", "raw.bin": "\x00\x01", "t.txt": "x" * 10 + "y"}
+        )
 
     def test_a_wrapper_is_closed_before_what_it_wraps(self):
         # gzip.open makes its GzipFile before the file it writes to: closed

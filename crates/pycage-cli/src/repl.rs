@@ -539,7 +539,9 @@ mod tests {
              pycage repl's flags (--wall-ms, --cpu-seconds, ...), not request fields"
         );
         let long = format!(r#"{{"program":"1","{}":1}}"#, "k".repeat(1000));
-        assert!(request_program(&long).unwrap_err().starts_with(&format!("unknown field \"{}\u{2026}\" in", "k".repeat(60))));
+        assert!(request_program(&long)
+            .unwrap_err()
+            .starts_with(&format!("unknown field \"{}\u{2026}\" in", "k".repeat(60))));
     }
 
     #[test]

@@ -347,7 +347,7 @@ impl RunDir {
     fn remove(path: &Path, log: &CleanupLog) {
         // A run that left nothing behind (a trivial one) leaves an empty
         // working directory: two `rmdir`s, where the walk takes more.
-        let _ = rustix::fs::unlinkat(rustix::fs::CWD, &path.join(WORK_DIR_NAME), AtFlags::REMOVEDIR);
+        let _ = rustix::fs::unlinkat(rustix::fs::CWD, path.join(WORK_DIR_NAME), AtFlags::REMOVEDIR);
         if let Err(e) = remove_tree(path) {
             if e.kind() != io::ErrorKind::NotFound {
                 log.record(path, &e);

@@ -464,13 +464,7 @@ impl Inner {
             );
             // HOME and the temporary directory are the run's directory,
             // which holds its working directory: nothing of theirs shows in `.`.
-            let spec = ChildSpec {
-                cwd: run_dir.work(),
-                env,
-                rlimits: self.config.rlimits.clone(),
-                join: None,
-                cold,
-            };
+            let spec = ChildSpec { cwd: run_dir.work(), env, rlimits: self.config.rlimits.clone(), join: None, cold };
             let host = HostSide {
                 zygote: zygote.clone(),
                 sock: ch.host,
