@@ -307,8 +307,8 @@ def test_a_call_written_from_the_stub_runs(rt):
 
 
 def test_help_through_python_tools_matches_the_stubs(rt):
-    """Through ``python_tools`` the member's help is its stub, with a tool
-    object's description."""
+    """Through ``python_tools`` the member's help is its stub (its signature
+    as the member's, then its docstring), with a tool object's description."""
 
     def search(query: str, limit: int = 10) -> list:
         """Search the web."""
@@ -324,10 +324,10 @@ def test_help_through_python_tools_matches_the_stubs(rt):
 
     toolset = pycage.python_tools([search, Tool()])
     text = _help(rt, toolset.bindings, "tools.search")
-    assert 'async def search(*, query: str, limit: int = 10) -> list:\n    """Search the web."""' in text, text
+    assert "async search(*, query: str, limit: int = 10) -> list\n    Search the web.\n" in text, text
     assert "async def search(*, query: str, limit: int = 10) -> list:" in toolset.stubs
     text = _help(rt, toolset.bindings, "tools.count")
-    assert 'async def count(*, text: str) -> int:\n    """Count the words of a text."""' in text, text
+    assert "async count(*, text: str) -> int\n    Count the words of a text.\n" in text, text
 
 
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit(), MemoryError("big")])
