@@ -63,6 +63,18 @@ def _handler_count():
     return len(handlers) if type(handlers) is list else 0
 
 
+def _exit_handlers_due():
+    """Whether the ``atexit`` handlers have work: the program added one, or
+    made what a handler registered before it takes care of (a ``logging``
+    handler: ``logging.shutdown`` flushes it; a ``multiprocessing`` child:
+    its exit handler joins it)."""
+    if _ncallbacks() != _baseline[0] or _handler_count() != _baseline[1]:
+        return True
+    process = sys.modules.get("multiprocessing.process")
+    children = getattr(process, "_children", None) if process is not None else None
+    return bool(children) if type(children) is set else False
+
+
 def note_baseline():
     """Remember, as a one-shot run starts, what exit handlers exist before
     the program (those of the modules the child imported: ``logging``'s
@@ -220,6 +232,7 @@ def warm():
     ``fflush`` where ``ctypes`` is loaded."""
     note_baseline()
     _threads_to_join()
+    _exit_handlers_due()
     _descriptors_open()
     _load_libc()
 
@@ -237,7 +250,7 @@ def program_exit(keep=()):
     except BaseException as e:
         _unraisable(e, _threading._shutdown)
     try:
-        if _ncallbacks() != _baseline[0] or _handler_count() != _baseline[1]:
+        if _exit_handlers_due():
             _run_exitfuncs()
     except BaseException as e:
         _unraisable(e, _run_exitfuncs)

@@ -231,6 +231,30 @@ class ProgramExitTest(unittest.TestCase):
         )
         self.assertEqual(got["files"], {"job.txt": "job", "thread.txt": "thread"})
 
+    def test_a_multiprocessing_child_is_joined_though_the_module_was_imported_before(self):
+        # multiprocessing registered its exit handler before the program
+        # ran (a preload), as did a handler that lets the child finish: the
+        # program adds no handler, and its unjoined child is still joined,
+        # after that handler ran. Without the exit work the child would
+        # wait (up to a minute, then exit without writing).
+        got = _run(
+            "import atexit, tempfile\n"
+            "import multiprocessing, multiprocessing.util\n"
+            "gate = multiprocessing.get_context('fork').Event()\n"
+            "atexit.register(gate.set)\n"
+            "multiprocessing.test_gate = gate\n"
+            "PROGRAM = (\n"
+            "    'import multiprocessing\\n'\n"
+            "    'def child(gate):\\n'\n"
+            "    '    if gate.wait(60):\\n'\n"
+            '    \'        with open("out/child.txt", "w") as f:\\n\'\n'
+            "    '            f.write(\"joined\")\\n'\n"
+            "    'ctx = multiprocessing.get_context(\"fork\")\\n'\n"
+            "    'ctx.Process(target=child, args=(multiprocessing.test_gate,)).start()\\n'\n"
+            ")\n" + _EXIT
+        )
+        self.assertEqual(got["files"], {"child.txt": "joined"})
+
     def test_what_went_to_the_original_stdout_is_there(self):
         got = _exit("import sys\nsys.__stdout__.write('one\\n')\nprint('two')\n")
         self.assertEqual(got["logs"], "one\ntwo\n")
