@@ -54,7 +54,9 @@ _IN_MEMORY = (_io.StringIO, _io.BytesIO)
 #: Descriptors the child itself holds for the whole run: stdio and fd 3.
 _OWN_FDS = 4
 
-_baseline = [0, 0]
+#: What ``note_baseline`` read: atexit handlers, logging handlers,
+#: threading's exit hooks.
+_baseline = [0, 0, 0]
 
 
 def _handler_count():
@@ -78,16 +80,20 @@ def _exit_handlers_due():
 def note_baseline():
     """Remember, as a one-shot run starts, what exit handlers exist before
     the program (those of the modules the child imported: ``logging``'s
-    shutdown); ``program_exit`` runs them all, but only when the program
-    added one."""
+    shutdown, an executor module's hook); ``program_exit`` runs them all,
+    but only when the program gave them something to do."""
     _baseline[0] = _ncallbacks()
     _baseline[1] = _handler_count()
+    _baseline[2] = len(_threading._threading_atexits)
 
 
 def _threads_to_join():
     """Whether threading's exit would wait for anything: a non-daemon thread
-    other than this one, or an exit hook of ``threading`` (an executor's)."""
-    if _threading._threading_atexits:
+    other than this one (an executor's workers are), or an exit hook of
+    ``threading`` added during the run (one registered before it, by a
+    module the child imported, has nothing of the program's to wait for
+    unless such a thread runs)."""
+    if len(_threading._threading_atexits) != _baseline[2]:
         return True
     current = _threading.current_thread()
     for thread in list(_threading._active.values()):
