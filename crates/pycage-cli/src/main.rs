@@ -150,8 +150,9 @@ struct RuntimeArgs {
     venv: Option<PathBuf>,
 
     /// Import MODULE before each program (repeatable, or comma-separated):
-    /// a pooled run then starts with it imported at fork cost. Checked when
-    /// the runtime starts; BLAS/OpenMP pools start with one thread.
+    /// a pooled run (repl, mcp) then starts with it imported at fork cost;
+    /// `pycage run` only adds its import time (it warns). Checked when the
+    /// runtime starts; BLAS/OpenMP pools start with one thread.
     #[arg(long, value_name = "MODULE", value_delimiter = ',')]
     preload: Vec<String>,
 

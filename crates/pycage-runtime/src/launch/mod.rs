@@ -100,10 +100,42 @@ fn interpreter_path(config: &RuntimeConfig) -> Result<Option<PathBuf>, RuntimeEr
     if !dir.join("pyvenv.cfg").is_file() {
         return Err(problem("not a virtual environment (it has no pyvenv.cfg)".into()));
     }
-    match ["python", "python3"].iter().map(|name| dir.join("bin").join(name)).find(|p| p.exists()) {
-        Some(python) => Ok(Some(python)),
-        None => Err(problem("it has no bin/python".into())),
+    for python in ["python", "python3"].iter().map(|name| dir.join("bin").join(name)) {
+        match std::fs::metadata(&python) {
+            Ok(_) => return Ok(Some(python)),
+            // Neither the file nor a link: the next name.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&python).is_err() => {}
+            // A link to a base interpreter this user cannot reach, or that
+            // is gone: say which, as `--python` would.
+            Err(e) => {
+                let target = std::fs::canonicalize(&python)
+                    .ok()
+                    .or_else(|| link_chain_end(&python))
+                    .map(|t| format!(" (a link to {})", t.display()))
+                    .unwrap_or_default();
+                return Err(problem(format!(
+                    "cannot run {}{target}: {e}; a venv's base interpreter must be one this user can run",
+                    python.display()
+                )));
+            }
+        }
     }
+    Err(problem("it has no bin/python".into()))
+}
+
+/// Where a chain of symbolic links from `path` ends, as far as it can be
+/// read (a link into a directory this user cannot search ends there).
+fn link_chain_end(path: &std::path::Path) -> Option<PathBuf> {
+    let mut at = path.to_path_buf();
+    // The kernel's own bound on links followed.
+    for _ in 0..40 {
+        let Ok(next) = std::fs::read_link(&at) else { break };
+        at = match at.parent() {
+            Some(parent) => parent.join(next),
+            None => next,
+        };
+    }
+    (at != path).then_some(at)
 }
 
 impl Launcher {
@@ -418,7 +450,7 @@ impl Launcher {
                     // the hop (a wake-up of a pool thread and one of this
                     // thread, ~0.1-0.2 ms) would be on every run's path.
                     if !inputs.is_empty() {
-                        let path = dir.path().to_path_buf();
+                        let path = dir.work();
                         let inputs = inputs.to_vec();
                         tokio::task::spawn_blocking(move || site::copy_inputs(&path, &inputs))
                             .await
@@ -440,7 +472,10 @@ impl Launcher {
             return sandboxes.spawn(inputs, packages);
         }
         let dir = Arc::new(self.run_dirs.create().map_err(SpawnError::RunDir)?);
-        site::copy_inputs(dir.path(), inputs).map_err(SpawnError::Inputs)?;
+        let work = dir.work();
+        site::copy_inputs(&work, inputs).map_err(SpawnError::Inputs)?;
+        // HOME and the temporary directory are the run's directory, which
+        // holds its working directory: nothing of theirs shows in `.`.
         let path = dir.path().to_path_buf();
         let env = site::python_env(&path);
         let worker = Worker::spawn(SpawnSpec {
@@ -449,7 +484,7 @@ impl Launcher {
             preload: &self.config.preload,
             home: &path,
             tmp: &path,
-            cwd: Some(&path),
+            cwd: Some(&work),
             env: &env,
             run_dir: Some(Arc::clone(&dir)),
             guards: Vec::new(),

@@ -196,7 +196,7 @@ impl Sandboxes {
     /// The environment of a sandboxed zygote child, as the sandbox shows paths.
     pub(crate) fn shell_env(&self) -> Vec<(String, String)> {
         let mut env = vec![
-            ("HOME".to_owned(), pycage_sandbox::WORK_DIR.to_owned()),
+            ("HOME".to_owned(), site::SANDBOX_HOME.to_owned()),
             ("TMPDIR".to_owned(), pycage_sandbox::TMP_DIR.to_owned()),
             ("PATH".to_owned(), crate::process::run_path(&self.layout.python)),
         ];
@@ -464,7 +464,7 @@ impl Sandboxes {
             python: &self.layout.python,
             bootstrap_dir: &self.layout.bootstrap,
             preload: &self.config.preload,
-            home: Path::new(pycage_sandbox::WORK_DIR),
+            home: Path::new(site::SANDBOX_HOME),
             tmp: Path::new(pycage_sandbox::TMP_DIR),
             cwd: None,
             env: &self.layout.env,
