@@ -65,7 +65,7 @@ pub struct BenchArgs {
     /// Python interpreter (CPython >= 3.10); default: `python3` on PATH.
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
-    /// Also draw the latency figures as an SVG bar chart (the README's).
+    /// Also draw the latency figures as an SVG bar chart (BENCHMARKS.md's).
     #[arg(long, value_name = "FILE.svg")]
     svg: Option<PathBuf>,
     /// Wall-clock budget of each run, in milliseconds (default: a run's 60000).
