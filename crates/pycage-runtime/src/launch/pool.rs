@@ -141,27 +141,6 @@ impl PooledChild for Idle {
     }
 }
 
-impl ZygoteView for Zygote {
-    fn same(&self, other: &Zygote) -> bool {
-        Zygote::same(self, other)
-    }
-    fn is_dead(&self) -> bool {
-        Zygote::is_dead(self)
-    }
-    fn is_ready(&self) -> bool {
-        Zygote::is_ready(self)
-    }
-    fn spawns(&self) -> u64 {
-        Zygote::spawns(self)
-    }
-    fn started(&self) -> Instant {
-        Zygote::started(self)
-    }
-    fn reaped_all(&self) -> bool {
-        Zygote::reaped_all(self)
-    }
-}
-
 impl Idle {
     /// The child as a worker, and (sandboxed) what its shell handed over.
     fn into_worker(mut self) -> Result<(Worker, Option<pycage_sandbox::Handoff>), SpawnError> {
@@ -183,6 +162,28 @@ impl Drop for Idle {
             crate::process::kill_run_group(spawned.pid, &spawned.pidfd, host.zygote.holds_children());
             host.zygote.reap_later(spawned.id);
         }
+    }
+}
+
+/// The machine reads a zygote as its supervisor last saw it.
+impl ZygoteView for Zygote {
+    fn same(&self, other: &Zygote) -> bool {
+        Zygote::same(self, other)
+    }
+    fn is_dead(&self) -> bool {
+        Zygote::is_dead(self)
+    }
+    fn is_ready(&self) -> bool {
+        Zygote::is_ready(self)
+    }
+    fn spawns(&self) -> u64 {
+        Zygote::spawns(self)
+    }
+    fn started(&self) -> Instant {
+        Zygote::started(self)
+    }
+    fn reaped_all(&self) -> bool {
+        Zygote::reaped_all(self)
     }
 }
 
@@ -481,9 +482,7 @@ impl Inner {
         };
         Ok((host, fds, spec))
     }
-}
 
-impl Inner {
     /// A refill's child is ready: kept, or killed and reaped (outside the
     /// lock) when the pool no longer wants it.
     fn child_ready(&self, idle: Idle) {
