@@ -17,16 +17,20 @@
 //!
 //! # Layers
 //!
-//! Each module uses only those listed before it: `zygote` (the fork
-//! server's host side), `spawn` (exec, workers, the spawner thread),
-//! `helper` (the shell helper's host side), `site`, `sandbox`, then `pool`.
+//! Each module uses only those listed before it: `zygote_machine` and
+//! `pool_machine` (the sans-I/O decisions of the fork server's supervisor
+//! and of the pool), `zygote` (the fork server's host side), `spawn`
+//! (exec, workers, the spawner thread), `helper` (the shell helper's host
+//! side), `site`, `sandbox`, then `pool`.
 
 pub(crate) mod helper;
 pub(crate) mod pool;
+pub(crate) mod pool_machine;
 pub(crate) mod sandbox;
 pub(crate) mod site;
 pub(crate) mod spawn;
 pub(crate) mod zygote;
+pub(crate) mod zygote_machine;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
