@@ -46,9 +46,9 @@ use std::time::Instant;
 pub(crate) use crate::launch::pool_machine::Warmth;
 use crate::launch::pool_machine::{Limits, PoolMachine, PooledChild, ZygoteView};
 use crate::launch::spawn::{Channels, SpawnError, Spawner, Worker};
-use crate::launch::zygote::{ChildSpec, JoinSpec, SpawnOrder, Spawned, Zygote, ZygoteError, ZygoteSpec};
 use crate::sync::lock;
 use pycage_files::cleanup::{RunDir, RunDirs};
+use pycage_zygote::{ChildSpec, JoinSpec, SpawnOrder, Spawned, Zygote, ZygoteError, ZygoteSpec};
 
 /// How the pool builds children.
 pub(crate) struct PoolConfig {
@@ -135,7 +135,7 @@ impl PooledChild for Idle {
     fn usable(&self) -> bool {
         self.0.as_ref().is_some_and(|(host, spawned)| {
             !host.zygote.is_dead()
-                && !crate::process::has_exited(&spawned.pidfd)
+                && !pycage_process::has_exited(&spawned.pidfd)
                 && host.shell.as_ref().is_none_or(|(supervisor, _)| !supervisor.has_exited())
         })
     }
@@ -159,7 +159,7 @@ impl Drop for Idle {
         if let Some((host, spawned)) = self.0.take() {
             // A dead zygote's children may have been reaped by another
             // process already: then only the pidfd still names this one.
-            crate::process::kill_run_group(spawned.pid, &spawned.pidfd, host.zygote.holds_children());
+            pycage_process::kill_run_group(spawned.pid, &spawned.pidfd, host.zygote.holds_children());
             host.zygote.reap_later(spawned.id);
         }
     }
@@ -440,7 +440,7 @@ impl Inner {
             let mut env = vec![
                 ("HOME".into(), dir.clone()),
                 ("TMPDIR".into(), dir),
-                ("PATH".into(), crate::process::run_path(&self.config.python)),
+                ("PATH".into(), pycage_process::run_path(&self.config.python)),
             ];
             env.extend(
                 crate::launch::site::python_env(run_dir.path())

@@ -31,25 +31,25 @@ use pycage_protocol::zygote::ZygoteAnswer;
 /// A zygote answers within milliseconds (a fork; a `waitpid` of a child
 /// that has exited); one that does not is treated as dead and replaced,
 /// and runs waiting on it are served by its successor.
-pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a request waits before the supervisor looks at the zygote's
 /// state: a stopped zygote (`SIGSTOP`, a tracer) is replaced at once.
-pub(crate) const STATE_CHECK_AFTER: Duration = Duration::from_millis(200);
+pub const STATE_CHECK_AFTER: Duration = Duration::from_millis(200);
 
 /// How long a zygote may take to import everything and say it is ready.
-pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(60);
+pub const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Shortest wait between two looks, so that a deadline just passed does
 /// not spin the supervisor.
 const MIN_CHECK: Duration = Duration::from_millis(10);
 
 /// Why a zygote is replaced when the driver finds it stopped.
-pub(crate) const STOPPED: &str = "it was stopped (a signal or a tracer) while a request waited";
+pub const STOPPED: &str = "it was stopped (a signal or a tracer) while a request waited";
 
 /// What an answer asks of the driver.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Answered<S, R> {
+pub enum Answered<S, R> {
     /// The zygote has imported everything.
     Ready,
     /// Child `id` was forked as `pid` (its pidfd came with the answer):
@@ -64,7 +64,7 @@ pub(crate) enum Answered<S, R> {
 
 /// What the driver does about the clock now (see [`ZygoteMachine::check`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Check {
+pub enum Check {
     /// Nothing is late.
     Fine,
     /// Something has waited [`STATE_CHECK_AFTER`]: give up with [`STOPPED`]
@@ -75,7 +75,7 @@ pub(crate) enum Check {
 }
 
 /// The state of one zygote's supervision (see the module docs).
-pub(crate) struct ZygoteMachine<S, R> {
+pub struct ZygoteMachine<S, R> {
     started: Instant,
     /// When the zygote said it was ready.
     ready_at: Option<Instant>,
@@ -89,7 +89,7 @@ pub(crate) struct ZygoteMachine<S, R> {
 
 impl<S, R> ZygoteMachine<S, R> {
     /// A zygote started at `started`, not ready yet.
-    pub(crate) fn new(started: Instant) -> Self {
+    pub fn new(started: Instant) -> Self {
         ZygoteMachine {
             started,
             ready_at: None,
@@ -101,7 +101,7 @@ impl<S, R> ZygoteMachine<S, R> {
     }
 
     /// A spawn for `waiter`, asked at `now`: the id to send it under.
-    pub(crate) fn spawn(&mut self, now: Instant, waiter: S) -> u64 {
+    pub fn spawn(&mut self, now: Instant, waiter: S) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.spawns.insert(id, (now, waiter));
@@ -109,23 +109,18 @@ impl<S, R> ZygoteMachine<S, R> {
     }
 
     /// A reap of child `id`, asked at `now`.
-    pub(crate) fn reap(&mut self, now: Instant, id: u64, waiter: Option<R>) {
+    pub fn reap(&mut self, now: Instant, id: u64, waiter: Option<R>) {
         self.reaps.insert(id, (now, waiter));
     }
 
     /// Whether a `quit` is to be sent: the first time only.
-    pub(crate) fn quit(&mut self) -> bool {
+    pub fn quit(&mut self) -> bool {
         !std::mem::replace(&mut self.quit_sent, true)
     }
 
     /// Routes one answer that arrived at `now` (`with_pidfd`: a descriptor
     /// came with it); `Err` when it cannot be one of ours.
-    pub(crate) fn answer(
-        &mut self,
-        now: Instant,
-        answer: ZygoteAnswer,
-        with_pidfd: bool,
-    ) -> Result<Answered<S, R>, String> {
+    pub fn answer(&mut self, now: Instant, answer: ZygoteAnswer, with_pidfd: bool) -> Result<Answered<S, R>, String> {
         match answer {
             ZygoteAnswer::Ready { threads, .. } => {
                 if threads != 1 {
@@ -174,7 +169,7 @@ impl<S, R> ZygoteMachine<S, R> {
     /// How long the driver may wait at `now` before it calls
     /// [`ZygoteMachine::check`] again; `None`: until something happens.
     /// Never more than [`STATE_CHECK_AFTER`] while an answer is owed.
-    pub(crate) fn next_check(&self, now: Instant) -> Option<Duration> {
+    pub fn next_check(&self, now: Instant) -> Option<Duration> {
         let (since, limit, _) = self.owed()?;
         let waited = now.saturating_duration_since(since);
         let next = if waited < STATE_CHECK_AFTER { STATE_CHECK_AFTER } else { limit };
@@ -182,7 +177,7 @@ impl<S, R> ZygoteMachine<S, R> {
     }
 
     /// Whether the zygote is late at `now` (see [`Check`]).
-    pub(crate) fn check(&self, now: Instant) -> Check {
+    pub fn check(&self, now: Instant) -> Check {
         let Some((since, limit, what)) = self.owed() else { return Check::Fine };
         let waited = now.saturating_duration_since(since);
         if waited >= limit {
@@ -196,7 +191,7 @@ impl<S, R> ZygoteMachine<S, R> {
 
     /// The zygote is gone: every spawn waiter, to be failed. Reap waiters
     /// are dropped (their child died with the zygote).
-    pub(crate) fn gone(&mut self) -> Vec<S> {
+    pub fn gone(&mut self) -> Vec<S> {
         self.reaps.clear();
         let mut ids: Vec<u64> = self.spawns.keys().copied().collect();
         ids.sort_unstable();

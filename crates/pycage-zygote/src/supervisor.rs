@@ -53,12 +53,12 @@ use rustix::net::{
 };
 use tokio::sync::oneshot;
 
-use crate::launch::zygote_machine::{Answered, Check, ZygoteMachine, STOPPED};
-use crate::process::{self, Exit};
+use crate::machine::{Answered, Check, ZygoteMachine, STOPPED};
 use crate::sync::lock;
+use pycage_process::{self as process, Exit};
 
 /// Largest control packet accepted from the zygote.
-pub(crate) const MAX_PACKET: usize = MAX_ZYGOTE_PACKET;
+pub const MAX_PACKET: usize = MAX_ZYGOTE_PACKET;
 
 /// Most descriptors one control packet carries (a spawn that joins a
 /// sandbox shell: two channels and eight join descriptors).
@@ -91,7 +91,7 @@ fn diagnostics_suffix(d: &str) -> String {
 
 /// What a child is set up with before it serves its run.
 #[derive(Debug, Clone)]
-pub(crate) struct ChildSpec {
+pub struct ChildSpec {
     /// Its working directory (the run dir; inside the sandbox when joining).
     pub cwd: PathBuf,
     /// Environment variables set in the child on top of the zygote's.
@@ -109,7 +109,7 @@ pub(crate) struct ChildSpec {
 
 /// How a zygote's child joins a sandbox shell.
 #[derive(Debug, Clone)]
-pub(crate) struct JoinSpec {
+pub struct JoinSpec {
     /// The ids to drop to and the program's confinement steps.
     pub plan: pycage_sandbox::JoinPlan,
     /// Host path prefixes and where the sandbox shows them: the child,
@@ -120,7 +120,7 @@ pub(crate) struct JoinSpec {
 
 /// A forked child, as the zygote reported it.
 #[derive(Debug)]
-pub(crate) struct Spawned {
+pub struct Spawned {
     pub id: u64,
     pub pid: i32,
     pub pidfd: OwnedFd,
@@ -146,14 +146,14 @@ impl Drop for SpawnWait<'_> {
         }
         self.rx.close();
         if let Ok(Ok(spawned)) = self.rx.try_recv() {
-            crate::process::kill_run_group(spawned.pid, &spawned.pidfd, self.zygote.holds_children());
+            pycage_process::kill_run_group(spawned.pid, &spawned.pidfd, self.zygote.holds_children());
             self.zygote.reap_later(spawned.id);
         }
     }
 }
 
 /// Where the answer to a spawn goes.
-pub(crate) enum SpawnReply {
+pub enum SpawnReply {
     /// To one waiting caller.
     Caller(oneshot::Sender<Result<Spawned, ZygoteError>>),
     /// To a pool that ordered the child ahead of demand.
@@ -164,7 +164,7 @@ pub(crate) enum SpawnReply {
 /// type: the zygote never looks inside). Told its outcome once, on the
 /// supervisor thread; dropped unanswered only when the request never
 /// reached the supervisor ([`Zygote::spawn_into`] then says so).
-pub(crate) trait SpawnOrder: Send {
+pub trait SpawnOrder: Send {
     /// The child is forked and set up.
     fn spawned(self: Box<Self>, child: Spawned);
     /// It was not: the order's resources are dropped.
@@ -231,7 +231,7 @@ impl Shared {
 /// A running zygote. Cheap to clone; when the last clone is dropped the
 /// zygote is asked to quit, and exits once its last child is reaped.
 #[derive(Clone)]
-pub(crate) struct Zygote {
+pub struct Zygote {
     shared: Arc<Shared>,
     _quit_on_drop: Arc<QuitOnDrop>,
 }
@@ -246,7 +246,7 @@ impl Drop for QuitOnDrop {
 }
 
 /// How to start a zygote.
-pub(crate) struct ZygoteSpec {
+pub struct ZygoteSpec {
     pub python: PathBuf,
     pub bootstrap_dir: PathBuf,
     /// Modules it imports before it forks (`PYCAGE_PRELOAD`).
@@ -262,7 +262,7 @@ impl Zygote {
     /// Starts the zygote process on its own supervisor thread. Returns once
     /// the process exists; it is ready for requests at once (they queue
     /// until it has imported everything).
-    pub(crate) fn start(spec: ZygoteSpec) -> Result<Zygote, ZygoteError> {
+    pub fn start(spec: ZygoteSpec) -> Result<Zygote, ZygoteError> {
         let start_err = |e: io::Error| ZygoteError::Start(e.to_string());
         let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(|e| start_err(e.into()))?;
@@ -304,22 +304,22 @@ impl Zygote {
     }
 
     /// The zygote's pid.
-    pub(crate) fn pid(&self) -> i32 {
+    pub fn pid(&self) -> i32 {
         self.shared.pid.load(Ordering::Acquire)
     }
 
     /// Whether both handles name the same zygote.
-    pub(crate) fn same(&self, other: &Zygote) -> bool {
+    pub fn same(&self, other: &Zygote) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// Whether the zygote said it is ready (everything imported).
-    pub(crate) fn is_ready(&self) -> bool {
+    pub fn is_ready(&self) -> bool {
         self.shared.ready.load(Ordering::Acquire)
     }
 
     /// Whether the zygote is gone.
-    pub(crate) fn is_dead(&self) -> bool {
+    pub fn is_dead(&self) -> bool {
         self.shared.dead.load(Ordering::Acquire)
     }
 
@@ -328,23 +328,23 @@ impl Zygote {
     /// last look). Only then does a child's pid still name that child and
     /// its process group; otherwise the child may have been reaped by
     /// someone else and its pid recycled, and only its pidfd reaches it.
-    pub(crate) fn holds_children(&self) -> bool {
+    pub fn holds_children(&self) -> bool {
         if self.is_dead() {
             return false;
         }
         match lock(&self.shared.pidfd).as_ref() {
-            Some(fd) => !crate::process::has_exited(fd),
+            Some(fd) => !pycage_process::has_exited(fd),
             None => false,
         }
     }
 
     /// Children forked so far.
-    pub(crate) fn spawns(&self) -> u64 {
+    pub fn spawns(&self) -> u64 {
         self.shared.spawns.load(Ordering::Relaxed)
     }
 
     /// When it was started.
-    pub(crate) fn started(&self) -> Instant {
+    pub fn started(&self) -> Instant {
         self.shared.started
     }
 
@@ -354,7 +354,7 @@ impl Zygote {
 
     /// Asks for a child; `fds` become its fd 3 and its fd 1/fd 2 (then the
     /// join descriptors, when `spec.join` is set).
-    pub(crate) async fn spawn(&self, spec: ChildSpec, fds: Vec<OwnedFd>) -> Result<Spawned, ZygoteError> {
+    pub async fn spawn(&self, spec: ChildSpec, fds: Vec<OwnedFd>) -> Result<Spawned, ZygoteError> {
         let (tx, rx) = oneshot::channel();
         self.shared.spawns.fetch_add(1, Ordering::Relaxed);
         if !self.shared.send(Request::Spawn { spec: Box::new(spec), fds, reply: SpawnReply::Caller(tx) }) {
@@ -369,14 +369,14 @@ impl Zygote {
 
     /// Asks for a child whose outcome goes to `order`; false (and `order`
     /// dropped unanswered) when the zygote is gone.
-    pub(crate) fn spawn_into(&self, spec: ChildSpec, fds: Vec<OwnedFd>, order: Box<dyn SpawnOrder>) -> bool {
+    pub fn spawn_into(&self, spec: ChildSpec, fds: Vec<OwnedFd>, order: Box<dyn SpawnOrder>) -> bool {
         self.shared.spawns.fetch_add(1, Ordering::Relaxed);
         self.shared.send(Request::Spawn { spec: Box::new(spec), fds, reply: SpawnReply::Pool(order) })
     }
 
     /// Reaps child `id` once it has exited; `None` if the zygote is gone
     /// (the child then died with it, and its status is unknown).
-    pub(crate) async fn reap(&self, id: u64) -> Option<Exit> {
+    pub async fn reap(&self, id: u64) -> Option<Exit> {
         let (tx, rx) = oneshot::channel();
         if !self.shared.send(Request::Reap { id, reply: Some(tx) }) {
             return None;
@@ -385,18 +385,18 @@ impl Zygote {
     }
 
     /// Whether every reap asked for has been answered.
-    pub(crate) fn reaped_all(&self) -> bool {
+    pub fn reaped_all(&self) -> bool {
         self.shared.reaping.load(Ordering::Acquire) == 0
     }
 
     /// Asks for child `id` to be reaped, without waiting.
-    pub(crate) fn reap_later(&self, id: u64) {
+    pub fn reap_later(&self, id: u64) {
         self.shared.send(Request::Reap { id, reply: None });
     }
 
     /// Waits until the supervisor thread has reaped the zygote (after
     /// `quit`, or after it died). Call after dropping every child.
-    pub(crate) async fn finished(self) {
+    pub async fn finished(self) {
         let rx = lock(&self.shared.finished).take();
         drop(self);
         if let Some(rx) = rx {
@@ -443,7 +443,7 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
         // Its own group: a Ctrl-C in the host's terminal does not reach it.
         .process_group(0);
     if !spec.preload.is_empty() {
-        cmd.env("PYCAGE_PRELOAD", crate::interpreter::preload_argument(&spec.preload));
+        cmd.env("PYCAGE_PRELOAD", spec.preload.join(","));
     }
     let userns = spec.userns.clone();
     // SAFETY: the closure runs in the forked child before exec and makes only
@@ -571,7 +571,7 @@ impl Supervisor {
             Check::Fine => None,
             Check::GiveUp(why) => Some(why),
             Check::LookIfStopped => {
-                matches!(crate::process::state(self.launched.pid), Some('T' | 't')).then(|| STOPPED.to_owned())
+                matches!(pycage_process::state(self.launched.pid), Some('T' | 't')).then(|| STOPPED.to_owned())
             }
         }
     }
@@ -720,7 +720,7 @@ impl Supervisor {
     fn discard(&mut self, spawned: Spawned) {
         // The zygote just answered and has not been asked to reap it: the
         // child's pid is still its own.
-        crate::process::kill_run_group(spawned.pid, &spawned.pidfd, true);
+        pycage_process::kill_run_group(spawned.pid, &spawned.pidfd, true);
         let id = spawned.id;
         self.outgoing.push_back(Outgoing { bytes: ZygoteRequest::Reap { id }.encode(), fds: Vec::new() });
         self.shared.reaping.fetch_add(1, Ordering::AcqRel);
