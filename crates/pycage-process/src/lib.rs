@@ -239,6 +239,12 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
+/// Locks `mutex`, recovering the guard of a poisoned lock: the reaper's
+/// list holds its invariants between statements, and reaping must go on.
+fn lock<T: ?Sized>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,10 +299,4 @@ mod tests {
         child.wait().unwrap();
         assert!(state(pid).is_none() || state(pid) != Some('T'));
     }
-}
-
-/// Locks `mutex`, recovering the guard of a poisoned lock: the reaper's
-/// list holds its invariants between statements, and reaping must go on.
-fn lock<T: ?Sized>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
