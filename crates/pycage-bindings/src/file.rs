@@ -498,7 +498,10 @@ mod tests {
             ("echo".to_string(), cmd("cat", "cat", &[], 30_000)),
             (
                 "my-tool".to_string(),
-                FunctionDecl { approval: true, ..cmd("./bin/my_tool.sh", "/base/./bin/my_tool.sh", &["--x", "y"], 5000) },
+                FunctionDecl {
+                    approval: true,
+                    ..cmd("./bin/my_tool.sh", "/base/./bin/my_tool.sh", &["--x", "y"], 5000)
+                },
             ),
             (
                 "weather".to_string(),

@@ -30,6 +30,10 @@
 //! delivery incomplete as an `out/` entry does: exit 3, and `--json`'s
 //! `output` lists it under `skipped`; the files written are in its `files`.
 //!
+//! `--preload` is accepted (the run is the same with it), with a warning
+//! that it only adds its modules' import time to a one-shot run: it pays
+//! off where runs fork from a zygote that imported them once.
+//!
 //! `--journal-out FILE` (with `PYCAGE_JOURNAL_KEY`): a run that suspends at
 //! a call that needs approval writes its journal to FILE (mode 0600,
 //! replaced whole), says on stderr which call waits and how to resume, and
@@ -50,7 +54,16 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use pycage_bindings::Bindings;
 
-use crate::{displays, output, RunArgs};
+use crate::common::RunArgs;
+use crate::{displays, journal, output};
+
+/// Why `--preload` does not make a one-shot run faster: there is no
+/// zygote to import the modules once for many runs, so the run's own
+/// interpreter imports them before the program, whether it uses them or not.
+const PRELOAD_ONE_SHOT: &str = "--preload does not make `pycage run` faster: its one run's interpreter imports \
+     the modules before the program, whether the program uses them or not (0.25-0.55 s for numpy and pandas). \
+     It helps pooled runs, which fork from a process that imported them once: pycage repl, pycage mcp, \
+     and pycage.Runtime(preload=[...]) in Python";
 
 /// Exit status of a run that settled with an error.
 const EXIT_RUN_FAILED: u8 = 1;
@@ -71,21 +84,24 @@ pub(crate) fn execute(args: RunArgs, program: String, resume: Option<Resume>) ->
         None => None,
     };
     let mut config = args.config()?;
+    if !config.preload.is_empty() {
+        output::warning(PRELOAD_ONE_SHOT);
+    }
     if let Some(dir) = &args.output {
         check_output_dir(dir)?;
     }
     if let Some(out) = &args.journal_out {
-        crate::resume::check_journal_out(out)?;
-        config.journal_key = Some(crate::resume::journal_key("--journal-out")?);
+        journal::check_journal_out(out)?;
+        config.journal_key = Some(journal::journal_key("--journal-out")?);
     }
-    let approval = file.as_ref().is_some_and(|(f, _)| crate::resume::needs_approval(f));
+    let approval = file.as_ref().is_some_and(|(f, _)| journal::needs_approval(f));
     if approval && args.journal_out.is_none() {
         anyhow::bail!(
             "the bindings file marks calls as needing approval, so the run may suspend: give --journal-out FILE \
              (and PYCAGE_JOURNAL_KEY) to keep its journal"
         );
     }
-    let rt = crate::tokio_runtime()?;
+    let rt = crate::common::tokio_runtime()?;
     rt.block_on(async move {
         // Listen for signals before anything slow, so an early Ctrl-C
         // cancels the run instead of killing pycage mid-construction.
@@ -142,8 +158,8 @@ pub(crate) fn execute(args: RunArgs, program: String, resume: Option<Resume>) ->
             output::warning(&failure.to_string());
         }
         if let (Some(s), Some(out)) = (&result.suspension, &args.journal_out) {
-            crate::resume::write_journal(out, s, args.bindings.as_deref())?;
-            return Ok(ExitCode::from(crate::resume::EXIT_SUSPENDED));
+            journal::write_journal(out, s, args.bindings.as_deref())?;
+            return Ok(ExitCode::from(journal::EXIT_SUSPENDED));
         }
         Ok(if result.error.is_some() {
             ExitCode::from(EXIT_RUN_FAILED)

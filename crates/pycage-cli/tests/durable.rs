@@ -91,7 +91,8 @@ fn journals_need_the_key_and_the_flag_and_bad_ones_are_misuse() {
     let d = dir.path();
     setup(d);
     // Approval in the bindings without --journal-out: refused up front.
-    let o = pycage(d).args(["run", "--isolation", "process", "--bindings", "bindings.toml", "prog.py"]).output().unwrap();
+    let o =
+        pycage(d).args(["run", "--isolation", "process", "--bindings", "bindings.toml", "prog.py"]).output().unwrap();
     assert_exit(&o, 2);
     assert!(stderr(&o).contains("give --journal-out FILE"), "{}", stderr(&o));
     // --journal-out without a key.

@@ -14,8 +14,18 @@ use std::process::Stdio;
 use support::{assert_exit, pycage, stdout};
 
 /// Every subcommand, and the nested ones, by the words a user types.
-const COMMANDS: &[&[&str]] =
-    &[&[], &["run"], &["resume"], &["repl"], &["mcp"], &["stubs"], &["doctor"], &["bench"], &["frames"], &["frames", "validate"]];
+const COMMANDS: &[&[&str]] = &[
+    &[],
+    &["run"],
+    &["resume"],
+    &["repl"],
+    &["mcp"],
+    &["stubs"],
+    &["doctor"],
+    &["bench"],
+    &["frames"],
+    &["frames", "validate"],
+];
 
 #[test]
 fn help_of_every_command() {

@@ -413,10 +413,7 @@ mod tests {
         assert_eq!(Journal::open(&bytes[..20], &key(), u64::MAX), Err(JournalError::NotAJournal));
         assert_eq!(Journal::open(b"", &key(), u64::MAX), Err(JournalError::NotAJournal));
         let max = bytes.len() as u64 - 1;
-        assert_eq!(
-            Journal::open(&bytes, &key(), max),
-            Err(JournalError::TooLarge { bytes: bytes.len() as u64, max })
-        );
+        assert_eq!(Journal::open(&bytes, &key(), max), Err(JournalError::TooLarge { bytes: bytes.len() as u64, max }));
     }
 
     #[test]

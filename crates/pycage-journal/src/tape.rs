@@ -163,8 +163,18 @@ impl Tape {
             });
         }
         let bytes = journal.payload_len() as u64;
-        let Journal { program, bindings, binding_names, budgets, seeds, events, pending, delivered, spent, suspensions } =
-            journal;
+        let Journal {
+            program,
+            bindings,
+            binding_names,
+            budgets,
+            seeds,
+            events,
+            pending,
+            delivered,
+            spent,
+            suspensions,
+        } = journal;
         let answered = events
             .iter()
             .filter_map(|e| match e {
@@ -545,7 +555,10 @@ mod tests {
         let resume = || Tape::resume(suspended(), given(&names), Reply::Err("denied".into()), 1 << 20).unwrap();
         let mut t = resume();
         let OnCall::Diverged(m) = t.on_call(1, "t", "b", &v("2")) else { panic!() };
-        assert!(m.starts_with("the program diverged from its journal at binding call 1: the journal records t.a"), "{m}");
+        assert!(
+            m.starts_with("the program diverged from its journal at binding call 1: the journal records t.a"),
+            "{m}"
+        );
         assert!(m.contains("the program called t.b(2)"), "{m}");
         let mut t = resume();
         let OnCall::Diverged(m) = t.on_call(1, "t", "a", &v("[1]")) else { panic!() };
@@ -563,10 +576,7 @@ mod tests {
         t.on_call(2, "t", "b", &v("2"));
         t.suspend(1, "t", "a", v("1"), "r".into()).unwrap();
         // b suspends too while the run waits for it: left unanswered.
-        assert_eq!(
-            t.suspend(2, "t", "b", v("2"), "r".into()),
-            Err(SuspendError::AlreadySuspending)
-        );
+        assert_eq!(t.suspend(2, "t", "b", v("2"), "r".into()), Err(SuspendError::AlreadySuspending));
         let j = t.into_journal(Delivered::default(), Spent::default()).unwrap();
         let names = meta().binding_names;
         let mut t = Tape::resume(j, given(&names), Reply::Ok(v("0")), 1 << 20).unwrap();

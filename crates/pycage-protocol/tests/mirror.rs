@@ -172,8 +172,13 @@ fn host_samples() -> Vec<(&'static str, Vec<u8>)> {
     };
     let run_with_packages = {
         let mut out = Vec::new();
-        RunFrame { program: "return 1".into(), budgets: None, sys_path: vec!["/opt/pycage-packages/x".into()], seed: Some(7) }
-            .encode(&mut out);
+        RunFrame {
+            program: "return 1".into(),
+            budgets: None,
+            sys_path: vec!["/opt/pycage-packages/x".into()],
+            seed: Some(7),
+        }
+        .encode(&mut out);
         out
     };
     let reply = |r: ReplyFrame| {

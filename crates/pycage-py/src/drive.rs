@@ -291,7 +291,9 @@ pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, 
         Some(s) => {
             let journal = pyo3::types::PyBytes::new(py, &s.journal);
             let args = json_to_py(py, s.call.args.root())?;
-            (s.call.global.as_str(), s.call.name.as_str(), args, s.reason.as_str(), journal).into_pyobject(py)?.into_any()
+            (s.call.global.as_str(), s.call.name.as_str(), args, s.reason.as_str(), journal)
+                .into_pyobject(py)?
+                .into_any()
         }
         None => py.None().into_bound(py),
     };

@@ -93,10 +93,8 @@ fn request(program: String, namespaces: Vec<NamespaceSpec>, site: &Bound<'_, PyA
             let label = format!("{global}.{name}");
             // `pycage.approval(f)` marks its wrapper; strictly `True`, so
             // that an object answering every attribute is not taken for one.
-            let approval = func
-                .bind(py)
-                .getattr("__pycage_approval__")
-                .is_ok_and(|v| v.is(&*pyo3::types::PyBool::new(py, true)));
+            let approval =
+                func.bind(py).getattr("__pycage_approval__").is_ok_and(|v| v.is(&*pyo3::types::PyBool::new(py, true)));
             ns = ns.with_member_doc(name.clone(), help);
             let b = binding(label, func, is_async, site.clone());
             ns = ns.with_function(name, if approval { b.requiring_approval() } else { b });
@@ -128,9 +126,8 @@ pub type ResumeSpec = (Vec<u8>, bool, Py<PyAny>);
 fn resume_of(py: Python<'_>, spec: Option<ResumeSpec>) -> PyResult<Option<Resume>> {
     let Some((journal, approved, answer)) = spec else { return Ok(None) };
     let answer = if approved {
-        let value = crate::convert::py_to_json(answer.bind(py)).map_err(|e| {
-            error(py, "PycageError", format!("the reply cannot cross as JSON: {}", e.message(py)))
-        })?;
+        let value = crate::convert::py_to_json(answer.bind(py))
+            .map_err(|e| error(py, "PycageError", format!("the reply cannot cross as JSON: {}", e.message(py))))?;
         Answer::Reply(value)
     } else {
         Answer::Deny(answer.bind(py).extract::<String>()?)
@@ -448,6 +445,17 @@ impl NativeRuntime {
             Ok(r) => Err(error(py, "PycageError", format!("the benchmark run failed: {:?}", r.error))),
             Err(e) => Err(misuse(py, e)),
         }
+    }
+
+    /// Waits (the GIL released) until the runtime is idle: no run in flight,
+    /// every settled run's process reaped and its directory removed, the
+    /// zygote's pool full (`Runtime::wait_idle`). False when that did not
+    /// happen within `timeout` seconds.
+    fn wait_idle(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+        let timeout = seconds(py, "timeout", timeout)?;
+        let runtime = self.runtime(py)?;
+        let rt = tokio_runtime(py)?;
+        Ok(py.detach(|| pycage_runtime::block_on(rt.handle(), runtime.wait_idle(timeout))))
     }
 
     /// Aborts every run in flight and returns once each child has exited

@@ -113,18 +113,11 @@ impl Durable {
                         cpu_seconds: config.cpu_seconds,
                         memory_bytes: config.address_space_bytes,
                     },
-                    seeds: Seeds { hash: hash_seed, random: random_u64() },
+                    seeds: Seeds { hash: hash_seed, random: pycage_process::random_u64() },
                 };
                 Recording { tape: Tape::new(meta, max_bytes), key, max_bytes }
             }
             Durable::Resumed { key, tape } => Recording { tape: *tape, key, max_bytes },
         }
     }
-}
-
-/// A random number from the kernel (a zero if it has none to give).
-pub(crate) fn random_u64() -> u64 {
-    let mut buf = [0u8; 8];
-    let _ = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty());
-    u64::from_ne_bytes(buf)
 }

@@ -187,10 +187,13 @@ return {"results": results, "order": order}
     let r = rt.run_with_events(request, tx).await.unwrap();
     let live = collect.await.unwrap();
     let v = json(&value(&r));
-    let results: Vec<String> = v.root().get("results").unwrap().as_array().unwrap().map(|x| x.to_owned().to_string()).collect();
-    let expected: Vec<String> = (0..50).map(|i| if i == 25 { "\"ok\"".to_owned() } else { (i * 2).to_string() }).collect();
+    let results: Vec<String> =
+        v.root().get("results").unwrap().as_array().unwrap().map(|x| x.to_owned().to_string()).collect();
+    let expected: Vec<String> =
+        (0..50).map(|i| if i == 25 { "\"ok\"".to_owned() } else { (i * 2).to_string() }).collect();
     assert_eq!(results, expected);
-    let order: Vec<u64> = v.root().get("order").unwrap().as_array().unwrap().map(|x| x.as_number().unwrap().as_u64().unwrap()).collect();
+    let order: Vec<u64> =
+        v.root().get("order").unwrap().as_array().unwrap().map(|x| x.as_number().unwrap().as_u64().unwrap()).collect();
     // The program saw the recorded replies in their recorded order, then
     // the approved call's. (A live call that the child waits for inline,
     // the sequential fast path of `pycage.channel`, resumes before tasks
@@ -237,7 +240,8 @@ return [a, b]
     assert_eq!(first.len(), 1);
     let (mut same, mut diverged) = (0, 0);
     for _ in 0..8 {
-        let request = RunRequest::default().with_namespace(ns(&calls)).resuming(journal.clone(), Answer::Reply(json("1")));
+        let request =
+            RunRequest::default().with_namespace(ns(&calls)).resuming(journal.clone(), Answer::Reply(json("1")));
         let r = rt.run(request).await.unwrap();
         match &r.error {
             None => {
@@ -246,7 +250,11 @@ return [a, b]
             }
             Some(e) => {
                 assert_eq!(e.kind, FailureKind::Diverged, "{}", e.message);
-                assert!(e.message.contains(&format!("at binding call 1: the journal records tools.{}", first[0])), "{}", e.message);
+                assert!(
+                    e.message.contains(&format!("at binding call 1: the journal records tools.{}", first[0])),
+                    "{}",
+                    e.message
+                );
                 diverged += 1;
             }
         }
@@ -278,7 +286,10 @@ return await tools.pay(first + second)
     let r = rt.run(request).await.unwrap();
     let (kind, message) = failure(&r);
     assert_eq!(kind, FailureKind::Diverged);
-    assert!(message.contains("at binding call 1: the journal records tools.lookup with arguments of digest"), "{message}");
+    assert!(
+        message.contains("at binding call 1: the journal records tools.lookup with arguments of digest"),
+        "{message}"
+    );
     assert!(message.contains(r#"the program called tools.lookup("b")"#), "{message}");
     assert!(message.contains("Nothing was called after the divergence"), "{message}");
     assert_eq!(lookups.load(Ordering::SeqCst), 2, "the second lookup was not called live");
@@ -305,7 +316,10 @@ async fn altered_foreign_or_old_journals_are_refused_before_any_program_runs() {
     let middle = flipped.len() / 2;
     flipped[middle] ^= 1;
     let e = resume(rt.clone(), flipped, "", gate(&lookups, &paid)).await.unwrap_err();
-    assert!(e.to_string().contains("signature does not match: it was altered, or signed with another journal key"), "{e}");
+    assert!(
+        e.to_string().contains("signature does not match: it was altered, or signed with another journal key"),
+        "{e}"
+    );
 
     let other = runtime_with(|c| c.journal_key = Some(JournalKey::new("another key of enough bytes").unwrap()));
     let e = resume(other, journal.clone(), "", gate(&lookups, &paid)).await.unwrap_err();
@@ -321,7 +335,10 @@ async fn altered_foreign_or_old_journals_are_refused_before_any_program_runs() {
 
     let renamed = Namespace::new("tools").with_function("lookup", Binding::new(|_| async { Ok(json("1")) }));
     let e = resume(rt.clone(), journal.clone(), "", renamed).await.unwrap_err();
-    assert!(e.to_string().contains("the bindings differ from those the journal was made with: tools.pay missing"), "{e}");
+    assert!(
+        e.to_string().contains("the bindings differ from those the journal was made with: tools.pay missing"),
+        "{e}"
+    );
 
     let keyless = runtime();
     let e = resume(keyless.clone(), journal.clone(), "", gate(&lookups, &paid)).await.unwrap_err();
@@ -348,7 +365,8 @@ def busy(seconds):
 #[tokio::test]
 async fn cpu_spent_before_a_suspension_counts_after_the_resume_and_the_replay_does_not() {
     let rt = durable_runtime();
-    let ns = || Namespace::new("tools").with_function("pay", Binding::new(|_| async { Ok(json("1")) }).requiring_approval());
+    let ns =
+        || Namespace::new("tools").with_function("pay", Binding::new(|_| async { Ok(json("1")) }).requiring_approval());
     let limits = RunLimits { cpu_seconds: Some(2), ..RunLimits::default() };
     let resume = |before: f64, after: f64| {
         let program = format!("{BUSY}\nbusy({before})\nawait tools.pay()\nbusy({after})\nreturn 'done'");
@@ -356,7 +374,9 @@ async fn cpu_spent_before_a_suspension_counts_after_the_resume_and_the_replay_do
         async move {
             let r = rt.run(RunRequest::new(program).with_namespace(ns()).with_limits(limits)).await.unwrap();
             let journal = suspension(&r).journal.clone();
-            rt.run(RunRequest::default().with_namespace(ns()).resuming(journal, Answer::Reply(json("1")))).await.unwrap()
+            rt.run(RunRequest::default().with_namespace(ns()).resuming(journal, Answer::Reply(json("1"))))
+                .await
+                .unwrap()
         }
     };
     // 1.2 s before and 1.2 s after: each fits the 2 s budget, together
@@ -374,14 +394,16 @@ async fn cpu_spent_before_a_suspension_counts_after_the_resume_and_the_replay_do
 #[tokio::test]
 async fn wall_time_spent_before_a_suspension_counts_after_the_resume() {
     let rt = durable_runtime();
-    let ns = || Namespace::new("tools").with_function("pay", Binding::new(|_| async { Ok(json("1")) }).requiring_approval());
+    let ns =
+        || Namespace::new("tools").with_function("pay", Binding::new(|_| async { Ok(json("1")) }).requiring_approval());
     // Margins of seconds: a loaded machine may take a while to start a
     // process, which counts (before the suspension) or not (the replay).
     let limits = RunLimits { wall_time: Some(Duration::from_secs(8)), ..RunLimits::default() };
     let program = "import time\ntime.sleep(5)\nawait tools.pay()\ntime.sleep(4)\nreturn 'done'";
     let r = rt.run(RunRequest::new(program).with_namespace(ns()).with_limits(limits)).await.unwrap();
     let journal = suspension(&r).journal.clone();
-    let r = rt.run(RunRequest::default().with_namespace(ns()).resuming(journal, Answer::Reply(json("1")))).await.unwrap();
+    let r =
+        rt.run(RunRequest::default().with_namespace(ns()).resuming(journal, Answer::Reply(json("1")))).await.unwrap();
     let (kind, message) = failure(&r);
     assert_eq!(kind, FailureKind::Timeout, "5 s before, 4 s after, of 8 s: {message}");
     assert!(message.contains("wall-clock budget of 8000 ms"), "{message}");
@@ -421,7 +443,8 @@ return [list(words)[:5], random.random()]
     // as in another process.
     for _ in 0..3 {
         let rt = durable_runtime();
-        let request = RunRequest::default().with_namespace(ns(&noted)).resuming(journal.clone(), Answer::Reply(json("1")));
+        let request =
+            RunRequest::default().with_namespace(ns(&noted)).resuming(journal.clone(), Answer::Reply(json("1")));
         let r = rt.run(request).await.unwrap();
         rt.shutdown().await;
         let v = value(&r);
@@ -461,9 +484,13 @@ return [a, b, c]
 "#;
     let r = rt.run(RunRequest::new(program).with_namespace(ns(&asked))).await.unwrap();
     let s = suspension(&r).clone();
-    assert_eq!((s.call.args.to_string().as_str(), s.reason.as_str()), ("500", "a transfer of 500 needs a second signature"));
+    assert_eq!(
+        (s.call.args.to_string().as_str(), s.reason.as_str()),
+        ("500", "a transfer of 500 needs a second signature")
+    );
     assert_eq!(r.logs, ["small sent"]);
-    let request = RunRequest::default().with_namespace(ns(&asked)).resuming(s.journal, Answer::Reply(json("\"signed\"")));
+    let request =
+        RunRequest::default().with_namespace(ns(&asked)).resuming(s.journal, Answer::Reply(json("\"signed\"")));
     let r = rt.run(request).await.unwrap();
     let s2 = suspension(&r).clone();
     assert_eq!(s2.call.args.to_string(), "1000");
@@ -530,14 +557,23 @@ async fn the_journal_is_metered_and_a_run_over_it_cannot_suspend() {
             .with_function("pay", Binding::new(|_| async { Ok(json("1")) }).requiring_approval())
     };
     // Under the budget: big replies are fine while nothing suspends.
-    let r = rt.run(RunRequest::new("return sum([len(await tools.big()) for _ in range(10)])").with_namespace(ns())).await.unwrap();
+    let r = rt
+        .run(RunRequest::new("return sum([len(await tools.big()) for _ in range(10)])").with_namespace(ns()))
+        .await
+        .unwrap();
     assert_eq!(value(&r), "163840");
-    let r = rt.run(RunRequest::new("for _ in range(10):\n    await tools.big()\nawait tools.pay()").with_namespace(ns())).await.unwrap();
+    let r = rt
+        .run(RunRequest::new("for _ in range(10):\n    await tools.big()\nawait tools.pay()").with_namespace(ns()))
+        .await
+        .unwrap();
     let (kind, message) = failure(&r);
     assert_eq!(kind, FailureKind::OutputLimit);
     assert!(message.contains("over its 65536-byte budget (max_journal_bytes)"), "{message}");
     // Under it, the same suspends.
-    let r = rt.run(RunRequest::new("for _ in range(2):\n    await tools.big()\nawait tools.pay()").with_namespace(ns())).await.unwrap();
+    let r = rt
+        .run(RunRequest::new("for _ in range(2):\n    await tools.big()\nawait tools.pay()").with_namespace(ns()))
+        .await
+        .unwrap();
     assert!(suspension(&r).journal.len() > 32 * 1024);
 }
 
@@ -548,8 +584,12 @@ async fn sandboxed_runs_suspend_and_resume_with_their_seeds() {
         return;
     }
     let sandboxed = || {
-        Runtime::new(RuntimeConfig { isolation: Isolation::Sandbox, journal_key: Some(key()), ..RuntimeConfig::default() })
-            .unwrap()
+        Runtime::new(RuntimeConfig {
+            isolation: Isolation::Sandbox,
+            journal_key: Some(key()),
+            ..RuntimeConfig::default()
+        })
+        .unwrap()
     };
     let (lookups, paid) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let program = r#"
@@ -564,7 +604,8 @@ return [first, await tools.pay(list(words)[:3]), procs]
     let journal = suspension(&r).journal.clone();
     rt.shutdown().await;
     let rt = sandboxed();
-    let request = RunRequest::default().with_namespace(gate(&lookups, &paid)).resuming(journal, Answer::Reply(json("\"ok\"")));
+    let request =
+        RunRequest::default().with_namespace(gate(&lookups, &paid)).resuming(journal, Answer::Reply(json("\"ok\"")));
     let r = rt.run(request).await.unwrap();
     rt.shutdown().await;
     let v = value(&r);

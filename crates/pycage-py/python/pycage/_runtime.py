@@ -1068,6 +1068,17 @@ class Runtime(_Closeable):
         )
         return Session(self, native, site)
 
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Waits until nothing runs or is pending: no run in flight (sessions'
+        included), every finished run's process reaped and its directory
+        removed, and the zygote's pool full of ready children. For tests and
+        benchmarks that must start from a known state instead of sleeping.
+        Returns ``False`` if that did not happen within ``timeout`` seconds;
+        ``True`` at once once the runtime is closed."""
+        if self._closed:
+            return True
+        return bool(self._native.wait_idle(timeout))
+
     def close(self) -> None:
         """Aborts every run in flight (they return ``abort``) and returns once
         each child process has exited and been reaped. Idempotent."""
