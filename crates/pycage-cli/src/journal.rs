@@ -15,13 +15,26 @@ use crate::output;
 /// Exit status of a run that suspended (its journal was written).
 pub(crate) const EXIT_SUSPENDED: u8 = 4;
 
-/// The key in `PYCAGE_JOURNAL_KEY`, which `flag` needs. The variable is
-/// then dropped from this process's environment, so that no command
-/// binding (which inherits pycage's environment) sees it. Called before the
-/// async runtime starts any thread.
-pub(crate) fn journal_key(flag: &str) -> anyhow::Result<JournalKey> {
+/// `PYCAGE_JOURNAL_KEY`, read once at start ([`take_env_key`]).
+static KEY: std::sync::OnceLock<Option<Result<JournalKey, pycage_runtime::journal::KeyError>>> =
+    std::sync::OnceLock::new();
+
+/// Reads `PYCAGE_JOURNAL_KEY` and drops it from this process's
+/// environment, so that no command binding (which inherits pycage's
+/// environment) or other child sees it. Called first thing in `main`,
+/// before any thread exists (changing the environment is not safe once
+/// another thread may read it).
+pub(crate) fn take_env_key() {
     let key = JournalKey::from_env();
-    std::env::remove_var(KEY_ENV);
+    if key.is_some() {
+        std::env::remove_var(KEY_ENV);
+    }
+    let _ = KEY.set(key);
+}
+
+/// The key `PYCAGE_JOURNAL_KEY` held, which `flag` needs.
+pub(crate) fn journal_key(flag: &str) -> anyhow::Result<JournalKey> {
+    let key = KEY.get().cloned().flatten();
     match key {
         Some(Ok(key)) => Ok(key),
         Some(Err(e)) => anyhow::bail!("{KEY_ENV}: {e}"),

@@ -139,6 +139,7 @@ fn main() -> ExitCode {
         // Before anything starts a thread: the floor forks.
         return bench::serve_ns_floor(&argv[2..]);
     }
+    journal::take_env_key();
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         // `--help` and `--version` are "errors" that print to stdout.

@@ -138,3 +138,58 @@ fn journals_need_the_key_and_the_flag_and_bad_ones_are_misuse() {
     assert!(stderr(&o).contains("--reply is not one JSON value"), "{}", stderr(&o));
     assert_eq!(calls(d), "lookup\n");
 }
+
+/// The README's approval-gate block, as written, on a copy of
+/// examples/approval: each command prints what the README shows.
+#[test]
+fn the_readme_approval_example_prints_what_it_says() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme.split("### Approval gates").nth(1).expect("the README's approval section");
+    let block = section.split("```sh\n").nth(1).unwrap().split("```").next().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("examples/approval")).unwrap();
+    for name in ["bindings.toml", "billing_tool.py", "pay_invoice.py"] {
+        std::fs::copy(root.join("examples/approval").join(name), d.join("examples/approval").join(name)).unwrap();
+    }
+    // Each command line, and the comment lines after it: what it prints,
+    // `(exit status N)`, or a note ending in `:`.
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    for line in block.lines() {
+        if let Some(command) = line.strip_prefix("pycage ") {
+            steps.push((command.to_owned(), Vec::new()));
+        } else if let (Some(shown), Some((_, lines))) = (line.strip_prefix("# "), steps.last_mut()) {
+            if !shown.ends_with(':') {
+                lines.push(shown.to_owned());
+            }
+        }
+    }
+    assert_eq!(steps.len(), 3, "{block}");
+    for (command, shown) in &steps {
+        // The answer is the last argument, in single quotes (or double, for --deny).
+        let (words, answer) = match command.split_once(" --reply ").or_else(|| command.split_once(" --deny ")) {
+            Some((words, answer)) => {
+                let flag = if command.contains(" --reply ") { "--reply" } else { "--deny" };
+                (format!("{words} {flag}"), Some(answer.trim_matches(|c| c == '\'' || c == '"').to_owned()))
+            }
+            None => (command.clone(), None),
+        };
+        let o = pycage(d)
+            .args(words.split_whitespace())
+            .args(answer)
+            .args(["--isolation", "process"])
+            .env("PYCAGE_JOURNAL_KEY", KEY)
+            .output()
+            .unwrap();
+        let printed: Vec<String> = stdout(&o).lines().chain(stderr(&o).lines()).map(str::to_owned).collect();
+        let expected: Vec<String> = shown
+            .iter()
+            .filter(|l| !l.starts_with("(exit status"))
+            .map(|l| l.split("    (").next().unwrap_or(l).to_owned())
+            .collect();
+        assert_eq!(printed, expected, "`pycage {command}`");
+        assert_exit(&o, if shown.iter().any(|l| l == "(exit status 4)") { 4 } else { 0 });
+    }
+    assert_eq!(std::fs::read_to_string(d.join("examples/approval/calls.log")).unwrap(), "lookup {\"invoice\": \"INV-7\"}\n");
+}

@@ -5,7 +5,10 @@ approval gate crosses two processes of this interpreter."""
 from __future__ import annotations
 
 import asyncio
+import os
+import pathlib
 import random
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -205,3 +208,26 @@ def test_approval_keeps_the_function_usable_and_its_signature():
     assert pycage.approval(len)("abc") == 3
     with pytest.raises(TypeError, match="needs a callable"):
         pycage.approval(3)
+
+
+def test_the_approval_example_pauses_saves_and_resumes_from_another_process(tmp_path):
+    examples = pathlib.Path(__file__).resolve().parents[3] / "examples" / "approval"
+    for name in ("approval_gate.py", "pay_invoice.py"):
+        shutil.copy(examples / name, tmp_path / name)
+    env = {**os.environ, "PYCAGE_JOURNAL_KEY": KEY.decode()}
+
+    def step(*args: str) -> list[str]:
+        p = subprocess.run(
+            [sys.executable, "approval_gate.py", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert p.returncode == 0, p.stderr
+        return p.stdout.splitlines()
+
+    assert step("start") == [
+        "paying ACME 1200 EUR",
+        'waiting for approval: billing.pay({"vendor": "ACME", "amount": 1200})',
+    ]
+    assert (tmp_path / "payment.journal").stat().st_size > 0
+    assert step("approve") == ['{"paid": true, "receipt": {"paid": 1200, "reference": "PAY-42"}}']
+    assert step("deny", "over the monthly limit") == ['{"paid": false, "why": "over the monthly limit"}']
+    assert (tmp_path / "calls.log").read_text() == "lookup INV-7\n"
