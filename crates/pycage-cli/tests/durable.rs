@@ -191,5 +191,8 @@ fn the_readme_approval_example_prints_what_it_says() {
         assert_eq!(printed, expected, "`pycage {command}`");
         assert_exit(&o, if shown.iter().any(|l| l == "(exit status 4)") { 4 } else { 0 });
     }
-    assert_eq!(std::fs::read_to_string(d.join("examples/approval/calls.log")).unwrap(), "lookup {\"invoice\": \"INV-7\"}\n");
+    assert_eq!(
+        std::fs::read_to_string(d.join("examples/approval/calls.log")).unwrap(),
+        "lookup {\"invoice\": \"INV-7\"}\n"
+    );
 }

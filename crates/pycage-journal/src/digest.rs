@@ -22,8 +22,8 @@ impl Digest {
     pub fn to_hex(&self) -> String {
         let mut s = String::with_capacity(64);
         for b in self.0 {
-            s.push(char::from(HEX[usize::from(b >> 4)]));
-            s.push(char::from(HEX[usize::from(b & 15)]));
+            s.push(hex_digit(b >> 4));
+            s.push(hex_digit(b & 15));
         }
         s
     }
@@ -63,7 +63,10 @@ impl fmt::Display for Digest {
     }
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
+/// The lowercase hex digit of a nibble (0-15).
+fn hex_digit(nibble: u8) -> char {
+    char::from_digit(u32::from(nibble), 16).unwrap_or('0')
+}
 
 fn hex_value(c: u8) -> Option<u8> {
     match c {
