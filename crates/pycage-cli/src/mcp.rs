@@ -325,7 +325,13 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(path) = &args.bindings {
         // Checked before anything starts, so a bad file is misuse at once.
-        pycage_bindings::file::read(path)?;
+        let file = pycage_bindings::file::read(path)?;
+        if crate::journal::needs_approval(&file) {
+            // Suspended runs wait in this process for resume_python: their
+            // journals never leave it, so a key of its own signs them.
+            let key = pycage_runtime::JournalKey::random().context("cannot make a journal key")?;
+            config.journal_key = Some(key);
+        }
     }
     crate::common::tokio_runtime()?.block_on(async move {
         let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;

@@ -37,6 +37,15 @@ impl JournalKey {
         Ok(JournalKey(Arc::from(bytes)))
     }
 
+    /// A key of 32 bytes from the kernel's randomness, for a process that
+    /// keeps its journals to itself (`pycage mcp`).
+    pub fn random() -> std::io::Result<JournalKey> {
+        use std::io::Read;
+        let mut bytes = [0u8; 32];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+        Ok(JournalKey(Arc::from(&bytes[..])))
+    }
+
     /// The key in [`KEY_ENV`], if it is set.
     pub fn from_env() -> Option<Result<JournalKey, KeyError>> {
         let value = std::env::var_os(KEY_ENV)?;

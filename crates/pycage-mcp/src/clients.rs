@@ -614,7 +614,7 @@ fn mint(name: &str) -> String {
 
 /// The kernel's randomness. Without it no name can be made unguessable, and
 /// nothing else in the process could be trusted either.
-fn fill_random(buf: &mut [u8]) {
+pub(crate) fn fill_random(buf: &mut [u8]) {
     use std::io::Read;
     let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(buf)).is_ok();
     #[allow(clippy::panic)]

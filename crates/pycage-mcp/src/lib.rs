@@ -45,11 +45,13 @@
 //! Each module uses only those listed before it (`tests/layers.rs`):
 //! `displays`, `files`, [`options`] (HTTP options, tokens, bounds),
 //! `clients` (who a request is, sessions and run slots per client),
-//! `admission` (fair turns across clients), `gate` (the HTTP gate:
+//! `approvals` (calls that need approval: elicitation, or runs suspended
+//! for `resume_python`), `admission` (fair turns across clients), `gate` (the HTTP gate:
 //! Host, Origin, tokens, bodies, connections), `server` (the `run_python`
 //! tool), then `transport` (stdio and streamable HTTP).
 
 mod admission;
+mod approvals;
 mod clients;
 mod displays;
 mod files;
@@ -58,6 +60,7 @@ pub mod options;
 mod server;
 mod transport;
 
+pub use approvals::{MAX_PARKED, MAX_PARKED_PER_CLIENT, PARKED_TTL, RESUME_PYTHON};
 pub use clients::MAX_SESSION_NAME;
 pub use files::InputLimits;
 pub use options::{

@@ -16,6 +16,7 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{json, Value};
 
 use crate::admission::{Entry, Fair};
+use crate::approvals::{self, Approvals, RESUME_PYTHON};
 use crate::clients::{
     ended_message, request_key, Lease, Limits, Owner, Refusal, Registry, RunKey, MAX_LOOKUP_NAME, MAX_SESSION_NAME,
 };
@@ -128,6 +129,26 @@ struct Inner {
     exposed: BTreeMap<String, Exposed>,
     registry: Arc<Registry>,
     options: ServerOptions,
+    /// Suspended runs, when some binding needs approval (`approvals`).
+    approvals: Option<Approvals>,
+    resume_python: Tool,
+}
+
+/// What one `run_python` (or `resume_python`) call runs.
+struct Job {
+    code: String,
+    session: Option<String>,
+    files: Option<Value>,
+    return_files: bool,
+    /// A suspended run's journal and answer, and its kept input files.
+    resume: Option<(pycage_runtime::Resume, Option<files::Inputs>)>,
+}
+
+/// Whether the client can be asked for an approval inside the call: it
+/// declared form elicitation, on a protocol that lets a server ask.
+fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
+    let old_enough = context.protocol_version().is_some_and(|v| v < rmcp::model::ProtocolVersion::V_2026_07_28);
+    old_enough && context.peer.supported_elicitation_modes().contains(&rmcp::service::ElicitationMode::Form)
 }
 
 /// The MCP handler: cheap to clone (one per HTTP session or request).
@@ -203,8 +224,16 @@ impl CodeModeServer {
             }
         }
         let limits = Limits { per_client: options.max_sessions_per_client, total: options.max_sessions };
+        let approvals = approvals::needs_approval(&bindings.namespaces).then(Approvals::default);
+        if approvals.is_some() && runtime.config().journal_key.is_none() {
+            return Err(ServeError::Options(
+                "the bindings need approval, and the runtime has no journal key to keep suspended runs with".into(),
+            ));
+        }
         Ok(CodeModeServer {
             inner: Arc::new(Inner {
+                approvals,
+                resume_python: approvals::resume_tool(),
                 admission: Fair::new(runtime.config().max_concurrent_runs),
                 runtime,
                 bindings,
@@ -268,6 +297,62 @@ impl CodeModeServer {
                  its own, or pass the data in the code",
             ));
         }
+        let job = Job { code, session, files: files.cloned(), return_files, resume: None };
+        self.execute(job, context).await
+    }
+
+    /// `resume_python`: answers a suspended run of this client and resumes
+    /// it (see `approvals`).
+    async fn resume_python(
+        &self,
+        args: Option<JsonObject>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let Some(approvals) = &self.inner.approvals else {
+            return Err(McpError::invalid_params(format!("no tool named {RESUME_PYTHON:?}"), None));
+        };
+        let args = args.unwrap_or_default();
+        let usage = "resume_python takes `token` (a string), `approve` (true or false) and optionally `message`";
+        if args.keys().any(|k| !["token", "approve", "message"].contains(&k.as_str())) {
+            return Err(McpError::invalid_params(usage, None));
+        }
+        let (Some(Value::String(token)), Some(Value::Bool(approve))) = (args.get("token"), args.get("approve")) else {
+            return Err(McpError::invalid_params(usage, None));
+        };
+        let message = match args.get("message") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(m)) => Some(m.clone()),
+            Some(_) => return Err(McpError::invalid_params(usage, None)),
+        };
+        let parked = match approvals.take(&owner(&context), token) {
+            Ok(parked) => parked,
+            Err(Refusal(message)) => return Ok(refused(message)),
+        };
+        let call = &parked.call;
+        let answer = match (approve, approvals::binding_of(&self.inner.bindings.namespaces, call)) {
+            // Approved: the function runs now, once; its result is the call's.
+            (true, Some(binding)) => match binding.call(call.args.clone(), pycage_runtime::CallContext::detached()).await {
+                Ok(value) => pycage_runtime::Answer::Reply(value),
+                Err(e) => pycage_runtime::Answer::Deny(e.message),
+            },
+            (true, None) => pycage_runtime::Answer::Deny(format!("{}.{} is not a binding any more", call.global, call.name)),
+            (false, _) => pycage_runtime::Answer::Deny(
+                message.unwrap_or_else(|| format!("the user refused {}.{}", call.global, call.name)),
+            ),
+        };
+        let resume = pycage_runtime::Resume { journal: parked.journal, answer };
+        let job = Job { code: String::new(), session: None, files: None, return_files: false, resume: Some((resume, parked.inputs)) };
+        self.execute(job, context).await
+    }
+
+    /// Runs a job: admission, inputs, a session or a one-shot run, and the
+    /// result (a suspended run parked for its client).
+    async fn execute(&self, job: Job, context: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
+        let Job { code, session, files, return_files, resume } = job;
+        let (resume, kept_inputs) = match resume {
+            Some((resume, inputs)) => (Some(resume), inputs),
+            None => (None, None),
+        };
         let owner = owner(&context);
         let Some(life) = self.inner.registry.life(&owner) else {
             return Ok(refused("this MCP session has closed"));
@@ -295,10 +380,10 @@ impl CodeModeServer {
             }
         };
         tokio::pin!(abandoned);
-        let inputs = match files.map(|f| files::write_inputs(f, self.inner.options.input_limits)) {
+        let inputs = match files.map(|f| files::write_inputs(&f, self.inner.options.input_limits)) {
             Some(Ok(inputs)) => inputs,
             Some(Err(message)) => return Ok(refused(format!("files: {message}"))),
-            None => None,
+            None => kept_inputs,
         };
         let lease = match session {
             None => None,
@@ -365,15 +450,22 @@ impl CodeModeServer {
             }
         });
         let input_paths = inputs.as_ref().map(|i| i.paths.clone()).unwrap_or_default();
+        // A client that can be asked is asked inside the call; otherwise a
+        // call that needs approval suspends the run.
+        let namespaces = match &self.inner.approvals {
+            Some(_) if can_elicit(&context) => approvals::asking(&self.inner.bindings.namespaces, &context.peer),
+            _ => self.inner.bindings.namespaces.clone(),
+        };
         let run = async {
             match &lease {
                 None => {
                     let request = RunRequest {
                         program: code,
-                        bindings: self.inner.bindings.namespaces.clone(),
+                        bindings: namespaces,
                         cancel: Some(cancel.clone()),
                         inputs: input_paths,
                         output_dir: output.as_ref().map(|o| o.path().to_path_buf()),
+                        resume,
                         ..RunRequest::default()
                     };
                     self.inner.runtime.run_with_events(request, tx).await.map_err(|e| e.to_string())
@@ -412,7 +504,28 @@ impl CodeModeServer {
                     }
                 }
                 let (display_blocks, displays) = displays::display_blocks(&std::mem::take(&mut result.displays));
-                let mut r = tool_result(&result, lease.as_ref().map(|l| l.name.as_str()), displays);
+                // A suspended run waits here for its client's answer.
+                let token = match (result.suspension.clone(), &self.inner.approvals) {
+                    (Some(s), Some(approvals)) => match approvals.park(&owner, s.clone(), inputs) {
+                        Ok(token) => Some((token, s)),
+                        Err(Refusal(message)) => return Ok(refused(message)),
+                    },
+                    _ => None,
+                };
+                let mut r = tool_result(
+                    &result,
+                    lease.as_ref().map(|l| l.name.as_str()),
+                    displays,
+                    token.as_ref().map(|(t, _)| t.as_str()),
+                );
+                if let Some((token, s)) = &token {
+                    r.content.push(ContentBlock::text(format!(
+                        "The program is waiting for a person's approval of {}.{}({}): {}. Ask the user, then call \
+                         {RESUME_PYTHON} with token \"{token}\" and approve true or false (with a message when \
+                         refusing). The program then goes on from where it stopped.",
+                        s.call.global, s.call.name, s.call.args, s.reason
+                    )));
+                }
                 if let Some(lease) = lease.as_ref().filter(|l| l.minted) {
                     r.content.push(ContentBlock::text(format!(
                         "This call opened the session `{}`. Pass exactly that name as `session` to use it again: \
@@ -453,7 +566,12 @@ impl CodeModeServer {
 /// any, and `session` when it ran in one) as structured content and as its
 /// JSON text; `isError` when the run failed. `result.displays` is empty
 /// here: their data goes in content blocks of their own.
-fn tool_result(result: &RunResult, session: Option<&str>, displays: pycage_protocol::JsonValue) -> CallToolResult {
+fn tool_result(
+    result: &RunResult,
+    session: Option<&str>,
+    displays: pycage_protocol::JsonValue,
+    resume_token: Option<&str>,
+) -> CallToolResult {
     let json = result.to_json();
     let mut text = json.to_canonical_string();
     // The structured copy goes through serde_json; its depth limit is far
@@ -469,14 +587,15 @@ fn tool_result(result: &RunResult, session: Option<&str>, displays: pycage_proto
             o.insert("displays".into(), v);
         }
     }
-    if let Some(name) = session {
+    for (key, extra) in [("session", session), ("resume_token", resume_token)] {
+        let Some(extra) = extra else { continue };
         // The canonical object ends with `}` and has at least `logs`.
         text.pop();
-        text.push_str(",\"session\":");
-        text.push_str(&Value::String(name.to_owned()).to_string());
+        text.push_str(&format!(",\"{key}\":"));
+        text.push_str(&Value::String(extra.to_owned()).to_string());
         text.push('}');
         if let Some(Value::Object(o)) = &mut structured {
-            o.insert("session".into(), Value::String(name.to_owned()));
+            o.insert(key.into(), Value::String(extra.to_owned()));
         }
     }
     let mut r = match structured {
@@ -487,7 +606,8 @@ fn tool_result(result: &RunResult, session: Option<&str>, displays: pycage_proto
         }
         None => CallToolResult::success(vec![ContentBlock::text(text)]),
     };
-    r.is_error = Some(result.error.is_some());
+    // A run waiting for approval has not failed.
+    r.is_error = Some(result.error.is_some() && resume_token.is_none());
     r
 }
 
@@ -550,6 +670,15 @@ fn output_schema() -> Value {
                 }
             },
             "session": {"type": "string", "description": "The session the program ran in (pass it as `session` to use it again)."},
+            "suspended": {
+                "type": "object",
+                "description": "The program stopped at a call that needs a person's approval: the call, and why.",
+                "properties": {
+                    "call": {"type": "object", "properties": {"global": {"type": "string"}, "name": {"type": "string"}, "args": {}}},
+                    "reason": {"type": "string"}
+                }
+            },
+            "resume_token": {"type": "string", "description": "With `suspended`: ask the user, then pass it to resume_python."},
             "error": {
                 "type": "object",
                 "properties": {
@@ -578,6 +707,21 @@ fn size(n: u64) -> String {
 pub fn description(runtime: &Runtime, bindings: &Bindings, max_bytes: usize, session_idle: Duration) -> String {
     let options = ServerOptions { max_description_bytes: max_bytes, session_idle, ..ServerOptions::default() };
     description_with(runtime, bindings, &options)
+}
+
+/// The description's rule for functions that need approval (none: empty).
+fn approval_rule(bindings: &Bindings) -> String {
+    let names = approvals::approval_names(&bindings.namespaces);
+    if names.is_empty() {
+        return String::new();
+    }
+    format!(
+        "- These functions need a person's approval: {}. A call to one waits for it: the user is asked right away \
+         when this client can be asked; otherwise the run stops, and its result has `suspended` and a \
+         `resume_token`: ask the user, then call {RESUME_PYTHON} with the token. The program then goes on from \
+         where it stopped (the calls it made before are not made again).\n",
+        names.join(", ")
+    )
 }
 
 /// What the description says of the network: none, or the allow-list.
@@ -617,7 +761,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
          It must be JSON: dict with str keys, list, str, int, float, bool or None.\n\
          - print() output is returned in `logs` (up to {} bytes); the value may be up to {} bytes. Return only what you need.\n\
          - Budgets: {} s wall clock, {} s CPU, {} MiB memory.\n\
-         - A failed function call raises an exception (the namespace's error class below); catch it to go on.\n\
+         - A failed function call raises an exception (the namespace's error class below); catch it to go on.\n{}\
          - display(obj) shows rich output: a matplotlib figure (plt.show()), a DataFrame, an image. \
          Each display comes back after the result as an image or text (up to {} in all); the value stays JSON.\n\
          - The standard library is available; {}\n\
@@ -634,6 +778,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
         c.wall_time.as_secs_f64(),
         c.cpu_seconds,
         c.address_space_bytes / (1024 * 1024),
+        approval_rule(bindings),
         size(c.max_display_bytes),
         network_rule(c),
         files.max_files,
@@ -684,6 +829,9 @@ impl ServerHandler for CodeModeServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let mut tools = vec![self.inner.run_python.clone()];
+        if self.inner.approvals.is_some() {
+            tools.push(self.inner.resume_python.clone());
+        }
         tools.extend(self.inner.exposed.values().map(|e| e.tool.clone()));
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -695,6 +843,9 @@ impl ServerHandler for CodeModeServer {
     ) -> Result<CallToolResponse, McpError> {
         if request.name == RUN_PYTHON {
             return self.run_python(request.arguments, context).await.map(CallToolResponse::Complete);
+        }
+        if request.name == RESUME_PYTHON && self.inner.approvals.is_some() {
+            return self.resume_python(request.arguments, context).await.map(CallToolResponse::Complete);
         }
         let Some(exposed) = self.inner.exposed.get(request.name.as_ref()).cloned() else {
             return Err(McpError::invalid_params(format!("no tool named {:?}", request.name), None));

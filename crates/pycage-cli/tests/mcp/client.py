@@ -6,7 +6,12 @@ Usage: client.py PLAN_JSON. The plan is
 ("legacy" is the initialize handshake with an Mcp-Session-Id; "auto", the
 default, is the stateless 2026-07-28 protocol when the server speaks it).
 When connecting fails and the plan allows it, the one line printed is
-{"connect_error": "..."}. Otherwise each step prints one JSON line on stdout:
+{"connect_error": "..."}. With "elicit": [{"action": A, "content"?: {...}}...] the
+client declares form elicitation and answers each elicitation/create with the
+next answer (the last one again when they run out); every call's output then
+also has "elicited": [the messages asked since the previous call]. In a step's
+"args", {"$ref": [N, key, ...]} stands for that part of step N's output (a
+token an earlier call returned, say). Otherwise each step prints one JSON line on stdout:
   {"op": "list"}                                   -> {"tools": [{name, description, inputSchema, outputSchema}]}
   {"op": "call", "tool": T, "args": {...}}         -> {"isError", "structured", "text", "progress": [messages],
                                                        "blocks": [every other content block, as MCP JSON]}
@@ -38,6 +43,24 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 
+ELICITED = []
+
+
+def answering(answers):
+    """An elicitation callback that gives `answers` in turn (see the module docs)."""
+    from mcp import types
+
+    asked = [0]
+
+    async def on_elicit(context, params):
+        ELICITED.append(params.message)
+        answer = answers[min(asked[0], len(answers) - 1)]
+        asked[0] += 1
+        return types.ElicitResult(action=answer["action"], content=answer.get("content"))
+
+    return on_elicit
+
+
 async def call(client, tool, args, signal=None):
     progress = []
 
@@ -54,13 +77,17 @@ async def call(client, tool, args, signal=None):
         for c in r.content
         if getattr(c, "type", None) != "text"
     ]
-    return {
+    out = {
         "isError": bool(r.is_error),
         "structured": r.structured_content,
         "text": text,
         "progress": progress,
         "blocks": blocks,
     }
+    if ELICITED:
+        out["elicited"] = ELICITED[:]
+        ELICITED.clear()
+    return out
 
 
 async def cancel(client, tool, args, after, when):
@@ -101,6 +128,21 @@ async def wait_event(path, line, timeout):
     return {"found": False, "lines": lines}
 
 
+def resolve(value, outputs):
+    """`value` with every {"$ref": [N, key, ...]} replaced (see the module docs)."""
+    if isinstance(value, dict):
+        if set(value) == {"$ref"}:
+            step, *path = value["$ref"]
+            found = outputs[step]
+            for key in path:
+                found = found[key]
+            return found
+        return {k: resolve(v, outputs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v, outputs) for v in value]
+    return value
+
+
 def describe(e):
     """An exception and, for a group, everything in it (the HTTP status is deep inside)."""
     inner = getattr(e, "exceptions", None)
@@ -122,13 +164,18 @@ async def main():
         target = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
     async with contextlib.AsyncExitStack() as stack:
         try:
-            client = await stack.enter_async_context(Client(target, mode=server.get("mode", "auto")))
+            options = {"mode": server.get("mode", "auto")}
+            if plan.get("elicit"):
+                options["elicitation_callback"] = answering(plan["elicit"])
+            client = await stack.enter_async_context(Client(target, **options))
         except BaseException as e:
             if not plan.get("connect_may_fail"):
                 raise
             print(json.dumps({"connect_error": describe(e)}), flush=True)
             return
+        outputs = []
         for step in plan["steps"]:
+            step = resolve(step, outputs)
             op = step["op"]
             if op == "list":
                 tools = (await client.list_tools()).tools
@@ -159,6 +206,7 @@ async def main():
                 out = {"signalled": step["line"]}
             else:
                 raise SystemExit(f"unknown op {op!r}")
+            outputs.append(out)
             print(json.dumps(out), flush=True)
 
 
