@@ -559,6 +559,58 @@ def test_ray_cancel_of_a_node_run_aborts_it(prt):
     assert ray.get(node.actor.run.remote("return 'still warm'")).value == "still warm"
 
 
+def test_a_journal_made_on_one_node_resumes_on_the_other(harness):
+    """Durable runs across nodes: every node verifies the driver's key, a
+    stand-in of an approval binding suspends the node's run, a driver's
+    ``pycage.Suspend`` does too, and a journal resumes on any node."""
+    from pycage.ray import _namespaces, _wire
+
+    drt = harness.runtime(isolation="process", journal_key=b"ray test journal key, not secret")
+    lookups = []
+
+    def lookup(invoice):
+        lookups.append(invoice)
+        return 40
+
+    @pycage.approval
+    def pay(amount):
+        raise AssertionError("never run: the approver answers")
+
+    def check(amount):
+        raise pycage.Suspend(f"{amount} needs a second signature")
+
+    bindings = {"tools": pycage.Namespace({"lookup": lookup, "pay": pay, "check": check}, error_class="ToolError")}
+    program = """
+amount = await tools.lookup(invoice=7)
+signed = await tools.check(amount)
+try:
+    return {"amount": amount, "signed": signed, "receipt": await tools.pay(amount=amount)}
+except ToolError as e:
+    return {"amount": amount, "signed": signed, "refused": str(e)}
+"""
+    before = node_stats(drt)
+    first = drt.run(program, bindings)
+    assert first.error.kind == "suspended" and first.suspended.reason == "40 needs a second signature"
+    (made_on,) = [nid for nid, n in deltas(before, node_stats(drt), "runs_total").items() if n == 1]
+    other = next(n for n in drt.nodes() if n.node_id != made_on)
+    # Resumed on the other node's actor directly (no binding is called live
+    # before the next suspension, so nothing is streamed back).
+    spec = _wire(_namespaces(bindings))
+    items = [
+        ray.get(ref)
+        for ref in other.actor.resume_stream.remote(first.suspended.journal, (True, "yes"), None, spec, False, False)
+    ]
+    kind, second = items[-1]
+    assert kind == "done" and second.error.kind == "suspended", second
+    assert second.suspended.call == pycage.PendingCall("tools", "pay", {"amount": 40})
+    # The journal extended there resumes anywhere, through the runtime.
+    done = drt.resume(second.suspended, reply="PAY-1", bindings=bindings)
+    assert done.value == {"amount": 40, "signed": "yes", "receipt": "PAY-1"}, done
+    refused = asyncio.run(drt.aresume(second.suspended, error="not today", bindings=bindings))
+    assert refused.value == {"amount": 40, "signed": "yes", "refused": "not today"}, refused
+    assert lookups == [7], "lookup ran once, on the first node"
+
+
 def test_sandboxed_runs_through_ray_match_local_ones(harness):
     try:
         here = pycage.Runtime(python=sys.executable, **BUDGETS)

@@ -30,6 +30,13 @@ This module owns three things:
   sockets, a database handle. (A Ray actor cannot live in the driver
   process; the stream's consumer is the part that does.)
 
+Durable runs (``docs/durable.md``) work across nodes: every node's runtime
+gets the driver's ``journal_key`` (or ``PYCAGE_JOURNAL_KEY`` from the
+driver's environment), a stand-in of a :func:`pycage.approval` binding is
+marked on the node, a :class:`pycage.Suspend` raised by a driver's binding
+suspends the node's run, and :meth:`RayRuntime.resume` resumes a journal on
+whichever node it picks.
+
 Ray is an optional dependency: ``pip install "pycage[ray]"``.
 """
 
@@ -58,7 +65,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError('pycage.ray needs Ray: pip install "pycage[ray]"') from e
 
-from . import errors
+from . import _durable, errors
 from ._native import from_json, to_json
 from ._runtime import (
     Bindings,
@@ -83,9 +90,10 @@ from .errors import PycageError, RuntimeClosedError, SessionEndedError
 __all__ = ["RayRuntime", "RaySession", "CageNode", "NodeInfo", "NoLiveNodeError"]
 
 # A node's wire form of bindings: [(global, [member, ...], (error class, member property) | None)].
-# Per namespace: its global, (member name, what help() shows for it) pairs,
-# and its error class; the callables stay in the driver.
-WireSpec = list[tuple[str, list[tuple[str, str]], Optional[tuple[str, str]]]]
+# Per namespace: its global, (member name, what help() shows for it,
+# whether it needs approval) triples, and its error class; the callables
+# stay in the driver.
+WireSpec = list[tuple[str, list[tuple[str, str, bool]], Optional[tuple[str, str]]]]
 
 _CLOSED = "it was closed, or the runtime was shut down"
 """Why a closed session ended (the local runtime's words)."""
@@ -198,11 +206,14 @@ class CageNode:
             return None
         out: dict[str, Any] = {}
         for glob, members, error_class in spec:
-            functions = {name: self._member(channel, glob, name) for name, _ in members}
+            functions = {}
+            for name, _, approval in members:
+                member = self._member(channel, glob, name)
+                functions[name] = _durable.approval(member) if approval else member
             ec = None if error_class is None else ErrorClass(error_class[0], error_class[1])
             ns = Namespace(functions, error_class=ec)
             # help() in the run shows the driver's callables, not the proxies.
-            ns._help = dict(members)
+            ns._help = {name: help for name, help, _ in members}
             out[glob] = ns
         return out
 
@@ -224,12 +235,15 @@ class CageNode:
             ok, payload = await fut
         finally:
             self._calls.pop(cid, None)
+        if ok is None:
+            raise _durable.Suspend(payload)
         if not ok:
             raise _Rejected(payload)
         return from_json(payload)
 
-    async def settle(self, cid: int, ok: bool, payload: str) -> None:
-        """The answer to a streamed ``bind`` item."""
+    async def settle(self, cid: int, ok: Optional[bool], payload: str) -> None:
+        """The answer to a streamed ``bind`` item: ``ok`` None when the
+        binding raised :class:`pycage.Suspend` (``payload`` its reason)."""
         fut = self._calls.get(cid)
         if fut is not None and not fut.done():
             fut.set_result((ok, payload))
@@ -265,6 +279,37 @@ class CageNode:
         async for item in _streamed(
             channel, lambda on_log, on_call: self._run(code, bindings, on_log, on_call), want_log, want_call
         ):
+            yield item
+
+    async def resume_stream(
+        self,
+        journal: bytes,
+        answer: tuple[bool, Any],
+        program: Optional[str],
+        spec: WireSpec,
+        want_log: bool,
+        want_call: bool,
+    ):
+        """Resumes a suspended run from its ``journal`` on this node
+        (:meth:`pycage.Runtime.aresume`), streamed as :meth:`run_stream`.
+        ``answer`` is ``(True, reply)`` or ``(False, denial message)``."""
+        channel = _Channel()
+        bindings = self._bindings(spec, lambda: channel)
+        approved, value = answer
+        reply = {"reply": value} if approved else {"error": value}
+
+        async def start(on_log: Any, on_call: Any) -> Result:
+            rt = self._rt()
+            self._in_flight += 1
+            try:
+                return await rt.aresume(
+                    journal, bindings=bindings, program=program, on_log=on_log, on_call=on_call, **reply
+                )
+            finally:
+                self._in_flight -= 1
+                self._runs_total += 1
+
+        async for item in _streamed(channel, start, want_log, want_call):
             yield item
 
     async def session_open(self, sid: str, spec: WireSpec, options: dict[str, Any]) -> dict[str, Any]:
@@ -443,7 +488,7 @@ def _no_loop() -> asyncio.AbstractEventLoop:
     raise RuntimeClosedError("the run is over")
 
 
-def _settle(actor: Any, cid: int, ok: bool, payload: str) -> None:
+def _settle(actor: Any, cid: int, ok: Optional[bool], payload: str) -> None:
     if not ray.is_initialized():
         return  # never start a new local Ray to answer a node that is gone with it
     try:
@@ -462,10 +507,15 @@ class _Dispatcher:
         self.calls_total = 0
         self.calls_in_flight = 0
 
-    def _done(self, actor: Any, cid: int, ok: bool, payload: str) -> None:
+    def _done(self, actor: Any, cid: int, ok: Optional[bool], payload: str) -> None:
         with self._lock:
             self.calls_in_flight -= 1
         _settle(actor, cid, ok, payload)
+
+    def _failed(self, actor: Any, cid: int, e: BaseException) -> None:
+        """A binding raised: its message, or a suspension (``pycage.Suspend``)."""
+        suspends = getattr(e, "__pycage_suspend__", False) is True
+        self._done(actor, cid, None if suspends else False, _message(e))
 
     def _done_value(self, actor: Any, cid: int, label: str, value: Any) -> None:
         try:
@@ -516,7 +566,7 @@ class _Dispatcher:
             if inspect.isawaitable(result):
                 result = asyncio.run_coroutine_threadsafe(_awaiting(result), cs.loop()).result()
         except BaseException as e:  # noqa: BLE001 - a binding's failure is the program's to see
-            self._done(actor, cid, False, _message(e))
+            self._failed(actor, cid, e)
             return
         self._done_value(actor, cid, label, result)
 
@@ -525,7 +575,7 @@ class _Dispatcher:
         try:
             result = func(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001
-            self._done(actor, cid, False, _message(e))
+            self._failed(actor, cid, e)
             return
         if not inspect.isawaitable(result):
             self._done_value(actor, cid, label, result)
@@ -542,7 +592,7 @@ class _Dispatcher:
             if t.cancelled():
                 self._done(actor, cid, False, "the call was cancelled")
             elif t.exception() is not None:
-                self._done(actor, cid, False, _message(t.exception()))
+                self._failed(actor, cid, t.exception())
             else:
                 self._done_value(actor, cid, label, t.result())
 
@@ -557,7 +607,13 @@ async def _awaiting(awaitable: Any) -> Any:
 
 
 def _wire(specs: list[Any]) -> WireSpec:
-    return [(glob, [(name, help) for name, _, _, help in funcs], error_class) for glob, funcs, error_class, _ in specs]
+    def approval(func: Any) -> bool:
+        return getattr(func, "__pycage_approval__", False) is True
+
+    return [
+        (glob, [(name, help, approval(func)) for name, func, _, help in funcs], error_class)
+        for glob, funcs, error_class, _ in specs
+    ]
 
 
 # --------------------------------------------------------------------------
@@ -739,6 +795,11 @@ class RayRuntime(_Closeable):
             ray.init()
         self._resource = resource
         self._runtime_kwargs = dict(runtime_kwargs)
+        # Every node signs and verifies journals with the driver's key, so a
+        # journal made on one node resumes on any other.
+        key = _durable.journal_key(self._runtime_kwargs.pop("journal_key", None))
+        if key is not None:
+            self._runtime_kwargs["journal_key"] = key
         self._startup_timeout = float(startup_timeout_seconds)
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
@@ -1036,6 +1097,93 @@ class RayRuntime(_Closeable):
             raise
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
             raise _NodeDied(node, e) from None
+
+    def resume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+    ) -> Result:
+        """Resumes a suspended run from its journal on a node (any node: the
+        journal carries what the run needs), as
+        :meth:`pycage.Runtime.resume` does locally. A node that dies before
+        anything of the resumed run reached the caller is replaced by
+        another, as for :meth:`run`."""
+        data = _durable._journal(journal)
+        answer = _durable._answer(reply, error)
+        code = None if program is None else _check_code(program)
+        specs = _namespaces(bindings)
+        events = _Events.of(on_log, on_call)
+        for node in self._attempts():
+            cs = _CallSet.of(specs)
+            if cs is not None:
+                cs.point(self._private_loop, contextvars.copy_context())
+            self._begin(node)
+            try:
+                try:
+                    gen = node.actor.resume_stream.remote(data, answer, code, _wire(specs), *_wants(events))
+                    return _consume(gen, _Stream(events, cs, self._dispatcher, node.actor))
+                except ray.exceptions.RayTaskError as e:
+                    _raise_cause(e)
+                    raise
+                except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
+                    raise _NodeDied(node, e) from None
+            except _NodeDied as died:
+                result = self._after_death(died, cs, events)
+                if result is not None:
+                    return result
+            finally:
+                self._end(node)
+                if cs is not None:
+                    cs.close()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def aresume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: Optional[Callable[[str], Any]] = None,
+        on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
+    ) -> Result:
+        """:meth:`resume` without blocking the event loop (as :meth:`arun`)."""
+        data = _durable._journal(journal)
+        answer = _durable._answer(reply, error)
+        code = None if program is None else _check_code(program)
+        specs = _namespaces(bindings)
+        events = _Events.of(on_log, on_call)
+        loop = asyncio.get_running_loop()
+        for node in self._attempts():
+            cs = _CallSet.of(specs)
+            if cs is not None:
+                cs.point(lambda: loop, contextvars.copy_context())
+            self._begin(node)
+            try:
+                try:
+                    gen = node.actor.resume_stream.remote(data, answer, code, _wire(specs), *_wants(events))
+                    return await _aconsume(gen, _Stream(events, cs, self._dispatcher, node.actor))
+                except ray.exceptions.RayTaskError as e:
+                    _raise_cause(e)
+                    raise
+                except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError) as e:
+                    raise _NodeDied(node, e) from None
+            except _NodeDied as died:
+                result = self._after_death(died, cs, events)
+                if result is not None:
+                    return result
+            finally:
+                self._end(node)
+                if cs is not None:
+                    cs.close()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def session(
         self,
