@@ -81,7 +81,6 @@ from pycage.outcome import (
     outcome_frame,
     set_path_remaps,
 )
-from pycage.preload import seed_generators
 from pycage.runner import (
     close_outcome,
     compile_for,
@@ -173,6 +172,19 @@ def apply_boot_limits(boot):
     address_space = boot["addressSpaceBytes"]
     if address_space:
         _set_limit(resource.RLIMIT_AS, address_space, address_space)
+
+
+def seed_generators(seed):
+    """A durable run's seeds (``run.seed``): ``random``'s, and numpy's global
+    generator's when numpy is loaded, so that its replay draws the same
+    numbers (docs/durable.md)."""
+    import random
+
+    random.seed(seed)
+    numpy_random = sys.modules.get("numpy.random")
+    numpy_seed = getattr(numpy_random, "seed", None)
+    if numpy_seed is not None:
+        numpy_seed(seed % 2**32)
 
 
 class Budgets:

@@ -91,20 +91,6 @@ def after_fork():
         seed()
 
 
-def seed_generators(seed):
-    """A durable run's seeds (``run.seed``): ``random``'s, and numpy's global
-    generator's when numpy is loaded, so that its replay draws the same
-    numbers."""
-    import random
-    import sys
-
-    random.seed(seed)
-    numpy_random = sys.modules.get("numpy.random")
-    numpy_seed = getattr(numpy_random, "seed", None)
-    if numpy_seed is not None:
-        numpy_seed(seed % 2**32)
-
-
 def main():
     """An exec'd child's entry point when the runtime preloads: the
     modules, then the bootstrap's serve loop (never returns)."""

@@ -538,7 +538,7 @@ impl RunMachine {
     /// (no journal key, or a session) the call fails instead, saying why.
     fn suspend(&mut self, id: u64, global: String, name: String, args: JsonValue, reason: String) {
         let Some(d) = &mut self.durable else {
-            let message = format!("{global}.{name}: {}", cannot_suspend(&reason));
+            let message = format!("{global}.{name} was not run: {}", cannot_suspend(&reason));
             return self.call_finished(id, Err(BindingError::new(message)));
         };
         self.in_flight.remove(&id);
@@ -781,11 +781,11 @@ impl RunMachine {
     }
 }
 
-/// What a binding's wish to suspend becomes in a run that cannot.
+/// What a call that would suspend the run becomes in a run that cannot.
 fn cannot_suspend(reason: &str) -> String {
     format!(
         "{reason}: the call would suspend the run, and this run cannot suspend (a durable run needs a journal key \
-         on the runtime, and session runs do not suspend); the binding was not run"
+         on the runtime, and session runs do not suspend)"
     )
 }
 
