@@ -100,7 +100,10 @@ fn a_client_that_cannot_be_asked_gets_a_token_and_resumes_with_it() {
         assert_eq!(suspended["isError"], false, "{suspended}");
         let s = &suspended["structured"];
         assert_eq!(s["error"]["kind"], "suspended", "{suspended}");
-        assert_eq!(s["suspended"]["call"], json!({"global": "tools", "name": "pay", "args": {"to": "ACME", "amount": 40}}));
+        assert_eq!(
+            s["suspended"]["call"],
+            json!({"global": "tools", "name": "pay", "args": {"to": "ACME", "amount": 40}})
+        );
         assert!(suspended["text"].as_str().unwrap().contains("call resume_python with token"), "{suspended}");
     }
     assert_ne!(out[1]["structured"]["resume_token"], out[2]["structured"]["resume_token"]);
@@ -111,7 +114,11 @@ fn a_client_that_cannot_be_asked_gets_a_token_and_resumes_with_it() {
         assert_eq!(used["isError"], true);
         assert!(used["text"].as_str().unwrap().contains("no run waits for approval under this token"), "{used}");
     }
-    assert_eq!(calls(dir.path()), "lookup\nlookup\npay\n", "each lookup once (the replay answered it), pay on approval");
+    assert_eq!(
+        calls(dir.path()),
+        "lookup\nlookup\npay\n",
+        "each lookup once (the replay answered it), pay on approval"
+    );
 }
 
 #[test]

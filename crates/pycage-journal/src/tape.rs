@@ -262,8 +262,10 @@ impl Tape {
             return kind;
         }
         self.issued += 1;
-        self.positions.insert(id, position);
+        // Over the budget nothing is recorded, and no position is needed:
+        // the host keeps nothing more per call for the journal.
         if !self.over {
+            self.positions.insert(id, position);
             let size = str_bytes(global) + str_bytes(name) + 80;
             let event = Event::Issue { global: global.to_owned(), name: name.to_owned(), args: args_digest(args) };
             self.record(event, size);
@@ -414,6 +416,7 @@ impl Tape {
     fn overflow(&mut self) {
         self.over = true;
         self.events = Vec::new();
+        self.positions = HashMap::new();
     }
 }
 

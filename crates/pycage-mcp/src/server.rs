@@ -331,17 +331,27 @@ impl CodeModeServer {
         let call = &parked.call;
         let answer = match (approve, approvals::binding_of(&self.inner.bindings.namespaces, call)) {
             // Approved: the function runs now, once; its result is the call's.
-            (true, Some(binding)) => match binding.call(call.args.clone(), pycage_runtime::CallContext::detached()).await {
-                Ok(value) => pycage_runtime::Answer::Reply(value),
-                Err(e) => pycage_runtime::Answer::Deny(e.message),
-            },
-            (true, None) => pycage_runtime::Answer::Deny(format!("{}.{} is not a binding any more", call.global, call.name)),
+            (true, Some(binding)) => {
+                match binding.call(call.args.clone(), pycage_runtime::CallContext::detached()).await {
+                    Ok(value) => pycage_runtime::Answer::Reply(value),
+                    Err(e) => pycage_runtime::Answer::Deny(e.message),
+                }
+            }
+            (true, None) => {
+                pycage_runtime::Answer::Deny(format!("{}.{} is not a binding any more", call.global, call.name))
+            }
             (false, _) => pycage_runtime::Answer::Deny(
                 message.unwrap_or_else(|| format!("the user refused {}.{}", call.global, call.name)),
             ),
         };
         let resume = pycage_runtime::Resume { journal: parked.journal, answer };
-        let job = Job { code: String::new(), session: None, files: None, return_files: false, resume: Some((resume, parked.inputs)) };
+        let job = Job {
+            code: String::new(),
+            session: None,
+            files: None,
+            return_files: false,
+            resume: Some((resume, parked.inputs)),
+        };
         self.execute(job, context).await
     }
 
