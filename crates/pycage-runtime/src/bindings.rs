@@ -129,6 +129,11 @@ pub struct Namespace {
     /// Member name → what `help(<global>.<member>)` and its `__doc__` show.
     /// Entries for names that are not in `functions` are ignored.
     pub member_docs: BTreeMap<String, String>,
+    /// The namespace as Python text for the type check: `class <global>:`
+    /// whose members are its functions (keyword-only `async def`s without
+    /// `self`), with the types they use (pycage-bindings' stubs make it
+    /// from tool schemas). `None`: each member takes any arguments.
+    pub stub: Option<String>,
 }
 
 impl Namespace {
@@ -140,6 +145,7 @@ impl Namespace {
             error_class: None,
             doc: None,
             member_docs: BTreeMap::new(),
+            stub: None,
         }
     }
 
@@ -158,6 +164,12 @@ impl Namespace {
     /// Adds a member.
     pub fn with_function(mut self, name: impl Into<String>, binding: Binding) -> Self {
         self.functions.insert(name.into(), binding);
+        self
+    }
+
+    /// Sets the namespace's stub for the type check ([`Namespace::stub`]).
+    pub fn with_stub(mut self, stub: impl Into<String>) -> Self {
+        self.stub = Some(stub.into());
         self
     }
 

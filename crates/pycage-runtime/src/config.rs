@@ -220,6 +220,18 @@ pub struct RuntimeConfig {
     /// binary of this crate. A helper that fails before its first shell
     /// is given up with a warning: the host forks the shells then.
     pub shell_helper: Option<Vec<std::ffi::OsString>>,
+    /// Type-check every program with ty before it runs (`docs/semantics.md`,
+    /// "Type checking"): a program with type errors settles as
+    /// `type-error` without starting. A run (`RunRequest::type_check`) or a
+    /// session's run (`SessionRun::type_check`) can turn it on or off for
+    /// itself. Off by default.
+    pub type_check: bool,
+    /// The ty binary. `None` takes `ty` beside the interpreter (`pip
+    /// install ty` into the venv puts it there), else on `PATH`.
+    pub ty: Option<PathBuf>,
+    /// Address-space limit (`RLIMIT_AS`) of the type checker's process,
+    /// started at the first checked run and kept for the runtime's life.
+    pub type_check_memory_bytes: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -267,6 +279,9 @@ impl Default for RuntimeConfig {
             max_net_bytes: 64 * 1024 * 1024,
             max_net_connections: 64,
             shell_helper: None,
+            type_check: false,
+            ty: None,
+            type_check_memory_bytes: pycage_typecheck::DEFAULT_MEMORY_BYTES,
         }
     }
 }
@@ -289,6 +304,9 @@ pub const MIN_UNREAD_REPLY_BYTES: u64 = 256 * 1024;
 
 /// Most connections [`RuntimeConfig::max_net_connections`] may allow.
 pub const MAX_NET_CONNECTIONS: u64 = 4096;
+
+/// Smallest [`RuntimeConfig::type_check_memory_bytes`].
+pub const MIN_TYPE_CHECK_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Smallest run tmpfs.
 pub const MIN_DISK_BYTES: u64 = 1024 * 1024;
@@ -356,6 +374,9 @@ impl RuntimeConfig {
                     problem: format!("{name:?} is not a package name (letters, digits, '.', '_', '-')"),
                 });
             }
+        }
+        if self.type_check_memory_bytes < MIN_TYPE_CHECK_MEMORY_BYTES {
+            return err("type_check_memory_bytes", "must be at least 256 MiB (ty maps its typeshed and caches)");
         }
         if !self.allow_net.is_empty() && self.isolation == Isolation::Process {
             return err(

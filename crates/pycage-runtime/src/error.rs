@@ -51,6 +51,9 @@ pub enum RuntimeError {
     /// thread running.
     #[error("{}", preload_problem(.0, &RustSpelling))]
     Preload(crate::interpreter::PreloadFailure),
+    /// `RuntimeConfig::type_check` is on and ty cannot be found.
+    #[error(transparent)]
+    TypeCheck(#[from] pycage_typecheck::LocateError),
     /// The caller's `RuntimeConfig::with_packages` could not be installed.
     #[error("{}", packages_problem(.0, &RustSpelling))]
     Packages(pycage_packages::PackageError),
@@ -113,6 +116,9 @@ pub enum MisuseError {
     /// A run's own budget ([`crate::RunLimits`]) the runtime would refuse.
     #[error("invalid run limits: {0}")]
     Limits(#[from] ConfigError),
+    /// A type check was asked for and ty cannot be found.
+    #[error(transparent)]
+    TypeCheck(#[from] pycage_typecheck::LocateError),
 }
 
 #[cfg(test)]

@@ -26,6 +26,10 @@ pub enum FailureKind {
     /// allowed, malformed, not found, not installable, or past
     /// `RuntimeConfig::install_timeout`. The program did not start.
     Dependencies,
+    /// The type check (`RuntimeConfig::type_check`) found errors: the
+    /// message lists them in the program's own lines. The program did not
+    /// start and no binding was called.
+    TypeError,
 }
 
 impl FailureKind {
@@ -39,6 +43,7 @@ impl FailureKind {
             FailureKind::InvalidOutput => "invalid-output",
             FailureKind::OutputLimit => "output-limit",
             FailureKind::Dependencies => "dependencies",
+            FailureKind::TypeError => "type-error",
         }
     }
 }
@@ -86,6 +91,11 @@ pub struct RunResult {
     /// allow-list (`RuntimeConfig::allow_net`): every connection, allowed
     /// or refused, with its bytes.
     pub network: Option<NetworkReport>,
+    /// The type check's warnings, when the run was checked: each ty's
+    /// concise line with the source line under it (see
+    /// `docs/semantics.md`, "Type checking"). Errors are never here: they
+    /// fail the run as `type-error`.
+    pub diagnostics: Vec<String>,
 }
 
 impl RunResult {
@@ -102,7 +112,8 @@ impl RunResult {
     /// `truncated`, `complete`: nothing but excluded entries was skipped),
     /// `network` (only with an egress allow-list: `connections` `[{method,
     /// host, port, allowed, bytes_up, bytes_down, reason?}]`, `bytes_up`,
-    /// `bytes_down`, `refused_over_budget`, `budget_exceeded?`), `error`
+    /// `bytes_down`, `refused_over_budget`, `budget_exceeded?`),
+    /// `diagnostics` (only when a type check warned: strings), `error`
     /// `{kind, message}` (absent on success).
     pub fn to_json(&self) -> JsonValue {
         let mut b = pycage_protocol::JsonBuilder::new();
@@ -134,6 +145,14 @@ impl RunResult {
             if let Some(network) = &self.network {
                 b.key("network")?;
                 network.write_json(&mut b)?;
+            }
+            if !self.diagnostics.is_empty() {
+                b.key("diagnostics")?;
+                b.begin_array()?;
+                for d in &self.diagnostics {
+                    b.string(d)?;
+                }
+                b.end()?;
             }
             if let Some(e) = &self.error {
                 b.key("error")?;

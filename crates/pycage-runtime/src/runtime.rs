@@ -41,6 +41,12 @@ impl Runtime {
         self.core.launcher.interpreter()
     }
 
+    /// The ty binary type checks run with (`RuntimeConfig::ty`, else beside
+    /// the interpreter, else on `PATH`), if one was found.
+    pub fn type_checker(&self) -> Option<&std::path::Path> {
+        self.core.checks.ty()
+    }
+
     /// What a sandboxed run sees of the host (`None` in process isolation).
     pub fn sandbox_view(&self) -> Option<SandboxView> {
         self.core.launcher.sandbox_view()
@@ -115,6 +121,7 @@ impl Runtime {
         names::check_bindings(&request.bindings)?;
         let inputs = site::resolve_inputs(&request.inputs).map_err(MisuseError::Input)?;
         let config = request.limits.apply(&self.core.config)?;
+        let type_check = self.core.checks.wanted(request.type_check, &config)?;
         if self.core.is_shut_down() {
             return Err(MisuseError::ShutDown);
         }
@@ -128,6 +135,8 @@ impl Runtime {
             output_dir: request.output_dir,
             transcript: request.transcript,
             config,
+            type_check,
+            history: None,
         };
         Ok(crate::lifecycle::run(&self.core, plan, Keep::OneShot).await.result)
     }
