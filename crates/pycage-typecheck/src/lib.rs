@@ -138,7 +138,10 @@ struct OpenSession {
 
 /// A workspace directory and the stub modules written into it.
 struct Workspace {
-    dir: tempfile::TempDir,
+    /// Removed when the workspace is dropped.
+    _dir: tempfile::TempDir,
+    /// Its path, canonical (as the server names files).
+    root: PathBuf,
     /// Stub modules on disk, and those each server was told of.
     written: Mutex<(HashSet<String>, u64, HashSet<String>)>,
 }
@@ -223,7 +226,7 @@ impl Checker {
         let config = &self.inner.config;
         let generation = self.inner.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let work = async {
-            let server = Server::start(&config.ty, ws.dir.path(), config.memory_bytes, generation)
+            let server = Server::start(&config.ty, ws.root.as_path(), config.memory_bytes, generation)
                 .await
                 .map_err(|e| CheckError::Checker(e.to_string()))?;
             let sessions = Mutex::new(Vec::new());
@@ -253,7 +256,7 @@ impl Checker {
         let ws = self.workspace()?;
         let generation = self.inner.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let config = &self.inner.config;
-        let server = Server::start(&config.ty, ws.dir.path(), config.memory_bytes, generation)
+        let server = Server::start(&config.ty, ws.root.as_path(), config.memory_bytes, generation)
             .await
             .map_err(|e| CheckError::Checker(e.to_string()))?;
         let server = Arc::new(server);
@@ -297,12 +300,13 @@ fn make_workspace(config: &CheckerConfig, extra_paths: &[PathBuf]) -> Result<Wor
         .prefix("pycage-ty-")
         .tempdir_in(&parent)
         .map_err(|e| format!("could not make the type checker's workspace in {}: {e}", parent.display()))?;
-    let root = dir.path();
+    let root = std::fs::canonicalize(dir.path()).unwrap_or_else(|_| dir.path().to_path_buf());
+    let root = root.as_path();
     let made = std::fs::create_dir(root.join("stubs"))
         .and_then(|()| std::fs::create_dir(root.join("docs")))
         .and_then(|()| std::fs::write(root.join("ty.toml"), ty_toml(config, root, extra_paths)));
     made.map_err(|e| format!("could not write the type checker's workspace {}: {e}", root.display()))?;
-    Ok(Workspace { dir, written: Mutex::new((HashSet::new(), 0, HashSet::new())) })
+    Ok(Workspace { root: root.to_path_buf(), _dir: dir, written: Mutex::new((HashSet::new(), 0, HashSet::new())) })
 }
 
 /// The workspace's configuration: the environment, first-party code only
@@ -340,7 +344,7 @@ fn toml_str(s: &str) -> String {
 
 /// Writes `module` into the workspace (once) and tells `server` of it.
 fn publish(server: &Server, ws: &Workspace, module: &stubs::Module) -> Result<(), ServerError> {
-    let path = ws.dir.path().join("stubs").join(format!("{}.pyi", module.name));
+    let path = ws.root.as_path().join("stubs").join(format!("{}.pyi", module.name));
     let mut w = lock(&ws.written);
     if !w.0.contains(&module.name) {
         std::fs::write(&path, &module.text).map_err(|e| ServerError::Gone(format!("could not write its stubs: {e}")))?;
@@ -395,7 +399,8 @@ async fn check_on(
         }
     };
     let answer = server.request("textDocument/diagnostic", json!({"textDocument": {"uri": uri}})).await;
-    let raws = answer.map(|a| report::parse_diagnostics(&a));
+    let ws_uri = file_uri(ws.root.as_path());
+    let raws = answer.map(|a| report::parse_diagnostics(&a, &ws_uri));
     let raws = match raws {
         Ok(r) => r,
         Err(e) => {
@@ -417,6 +422,7 @@ async fn check_on(
     }
     let mut report = Report::default();
     let mut returns = Vec::new();
+    let module_uri = file_uri(&ws.root.join("stubs").join(format!("{}.pyi", module.name)));
     for raw in mine {
         let line = raw.start.0 - first_line;
         let source = report::program_line(&program, line);
@@ -434,6 +440,7 @@ async fn check_on(
         }
         let severity = match raw.severity {
             1 if forgot && raw.code == "unresolved-reference" => Severity::Warning,
+            1 if raw.inline_library => Severity::Warning,
             1 => Severity::Error,
             2 => Severity::Warning,
             _ => continue,
@@ -446,7 +453,7 @@ async fn check_on(
         let d = Diagnostic {
             severity,
             rule: raw.code.clone(),
-            message: report::first_line(&raw.message),
+            message: report::compose(&raw, &uri, &program, first_line, (&module_uri, &module.text), server.utf16),
             line: line + 1,
             column: column + 1,
             width: width.max(1),
@@ -477,7 +484,7 @@ async fn analyse_history(server: &Server, ws: &Workspace, history: &History, hea
         open(server, &uri, 1, format!("{head}{text}"));
         let answer = server.request("textDocument/diagnostic", json!({"textDocument": {"uri": uri}})).await;
         let raws = match answer {
-            Ok(a) => report::parse_diagnostics(&a),
+            Ok(a) => report::parse_diagnostics(&a, &file_uri(ws.root.as_path())),
             Err(e) => {
                 close(server, &uri);
                 return Err(e);
@@ -582,7 +589,7 @@ fn doc_uri(ws: &Workspace, kind: &str) -> String {
 }
 
 fn doc_uri_for(ws: &Workspace, name: &str) -> String {
-    file_uri(&ws.dir.path().join("docs").join(format!("{name}.py")))
+    file_uri(&ws.root.as_path().join("docs").join(format!("{name}.py")))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

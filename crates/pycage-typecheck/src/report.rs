@@ -9,7 +9,12 @@
 //! program would not compile. Downgraded to warnings: an import ty cannot
 //! resolve (the module may exist when the program runs, e.g. on a
 //! `sys.path` entry the checker does not see; if it does not, the run says
-//! so at once), and, when a session's history outgrew
+//! so at once); a mistake ty finds in a call into a library that has no
+//! type stubs, only annotations in its `.py` sources (pandas): those
+//! annotations are often narrower than what the library accepts (ty 0.0.104
+//! refuses `pd.DataFrame(a, columns=["x"])`), so they inform and do not
+//! block, while libraries with stubs (numpy's `.pyi`, the standard
+//! library, the bindings) do; and, when a session's history outgrew
 //! [`crate::document::MAX_HISTORY_BYTES`], a name ty cannot find. Upgraded
 //! to an error: a coroutine created and never awaited (`tools.save(x=1)`
 //! without `await` calls nothing).
@@ -154,16 +159,34 @@ pub(crate) struct Raw {
     pub severity: u64,
     pub code: String,
     pub message: String,
+    /// It points at a definition in a library's `.py` source (outside the
+    /// workspace): annotations, not stubs.
+    pub inline_library: bool,
+    /// What it says of other places (`Has type ...` under an operand,
+    /// `Parameter declared here`), at most [`MAX_RELATED`].
+    pub related: Vec<Related>,
+}
+
+/// Most related places read per diagnostic.
+const MAX_RELATED: usize = 8;
+
+/// One related place of a diagnostic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Related {
+    pub uri: String,
+    pub start: Pos,
+    pub end: Pos,
+    pub message: String,
 }
 
 /// The diagnostics of a `textDocument/diagnostic` answer; entries that
 /// are not well formed are skipped.
-pub(crate) fn parse_diagnostics(answer: &Value) -> Vec<Raw> {
+pub(crate) fn parse_diagnostics(answer: &Value, workspace_uri: &str) -> Vec<Raw> {
     let items = answer.get("items").and_then(Value::as_array);
-    items.into_iter().flatten().filter_map(parse_one).collect()
+    items.into_iter().flatten().filter_map(|d| parse_one(d, workspace_uri)).collect()
 }
 
-fn parse_one(d: &Value) -> Option<Raw> {
+fn parse_one(d: &Value, workspace_uri: &str) -> Option<Raw> {
     let pos = |p: &Value| -> Option<Pos> {
         let line = u32::try_from(p.get("line")?.as_u64()?).ok()?;
         let character = u32::try_from(p.get("character")?.as_u64()?).ok()?;
@@ -176,6 +199,28 @@ fn parse_one(d: &Value) -> Option<Raw> {
         severity: d.get("severity").and_then(Value::as_u64).unwrap_or(1),
         code: d.get("code").and_then(Value::as_str).unwrap_or("").chars().take(80).collect(),
         message: d.get("message").and_then(Value::as_str).unwrap_or("").to_owned(),
+        inline_library: d.get("relatedInformation").and_then(Value::as_array).is_some_and(|related| {
+            related.iter().any(|r| {
+                let uri = r.pointer("/location/uri").and_then(Value::as_str).unwrap_or("");
+                uri.ends_with(".py") && !uri.starts_with(workspace_uri)
+            })
+        }),
+        related: d
+            .get("relatedInformation")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .take(MAX_RELATED)
+            .filter_map(|r| {
+                let range = r.pointer("/location/range")?;
+                Some(Related {
+                    uri: r.pointer("/location/uri")?.as_str()?.chars().take(4096).collect(),
+                    start: pos(range.get("start")?)?,
+                    end: pos(range.get("end")?)?,
+                    message: first_line(r.get("message")?.as_str()?),
+                })
+            })
+            .collect(),
     })
 }
 
@@ -249,6 +294,42 @@ pub(crate) fn allowed(raw: &Raw) -> Allowed {
     }
 }
 
+/// `raw`'s message with what its related places say: the operands' types
+/// in the program (`uri` is the checked document's, whose program starts
+/// at line `first_line`), and the declaration in the globals module
+/// (`module_uri`, `module_text`) of a binding it is about.
+pub(crate) fn compose(raw: &Raw, uri: &str, program: &str, program_start: u32, module: (&str, &str), utf16: bool) -> String {
+    let mut out = first_line_of(&raw.message);
+    let mut parts = Vec::new();
+    let mut declared = None;
+    for r in &raw.related {
+        if r.uri == uri && r.start.0 >= program_start && r.start.0 == r.end.0 {
+            let source = program_line(program, r.start.0 - program_start);
+            let (a, b) = (to_chars(source, r.start.1, utf16) as usize, to_chars(source, r.end.1, utf16) as usize);
+            let snippet: String = source.chars().skip(a).take(b.saturating_sub(a).min(80)).collect();
+            if !snippet.is_empty() {
+                parts.push(format!("`{snippet}`: {}", r.message));
+            }
+        } else if r.uri == module.0 && declared.is_none() {
+            let line = program_line(module.1, r.start.0).trim();
+            if line.starts_with("async def ") || line.starts_with("def ") {
+                declared = Some(line.trim_end_matches(':').chars().take(300).collect::<String>());
+            }
+        }
+    }
+    if !parts.is_empty() {
+        let _ = write!(out, " ({})", parts.join("; "));
+    }
+    if let Some(d) = declared {
+        let _ = write!(out, "; it is declared as `{d}`");
+    }
+    first_line(&out)
+}
+
+fn first_line_of(message: &str) -> String {
+    message.lines().next().unwrap_or("").trim_end().to_owned()
+}
+
 /// Whether `pos` is within one of `ranges`.
 pub(crate) fn inside(pos: Pos, ranges: &[(Pos, Pos)]) -> bool {
     ranges.iter().any(|(s, e)| *s <= pos && pos < *e)
@@ -258,7 +339,7 @@ pub(crate) fn inside(pos: Pos, ranges: &[(Pos, Pos)]) -> bool {
 pub(crate) fn first_line(message: &str) -> String {
     let line = message.lines().next().unwrap_or("").trim_end();
     let mut out: String = line.chars().take(MAX_DIAGNOSTIC_CHARS).collect();
-    if line.chars().count() > MAX_DIAGNOSTIC_CHARS {
+    if line.chars().nth(MAX_DIAGNOSTIC_CHARS).is_some() {
         out.push_str("...");
     }
     out

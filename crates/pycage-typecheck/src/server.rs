@@ -172,7 +172,8 @@ impl Server {
                     "capabilities": {
                         "general": {"positionEncodings": ["utf-32", "utf-16"]},
                         "textDocument": {
-                            "diagnostic": {"dynamicRegistration": false},
+                            "diagnostic": {"dynamicRegistration": false, "relatedInformation": true},
+                            "publishDiagnostics": {"relatedInformation": true},
                             "documentSymbol": {"hierarchicalDocumentSymbolSupport": true},
                         },
                     },
