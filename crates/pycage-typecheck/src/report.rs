@@ -423,7 +423,7 @@ mod tests {
         let report = Report { errors: (1..=40).map(|l| diag(l, "x")).collect(), warnings: Vec::new() };
         let message = report.message();
         assert!(message.lines().count() <= MAX_MESSAGE_LINES, "{message}");
-        assert!(message.ends_with("... and 19 more errors"), "{message}");
+        assert!(message.ends_with("... and 20 more errors"), "{message}");
         assert!(message.starts_with("the type check (ty) found 40 errors"), "{message}");
     }
 
