@@ -32,6 +32,10 @@ pub struct DoctorArgs {
     /// The isolation to check (default: the runtime's default).
     #[arg(long, value_enum)]
     isolation: Option<IsolationArg>,
+    /// The ty binary to check for `--type-check` (default: beside the
+    /// interpreter, else on PATH).
+    #[arg(long, value_name = "PATH")]
+    ty: Option<PathBuf>,
     /// The budgets to show (as `run` takes them; default: `run`'s defaults).
     #[command(flatten)]
     budgets: crate::budget_flags::BudgetArgs,
@@ -123,6 +127,40 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 json.key("error")?;
                 json.string(&e)?;
                 lines.push(format!("interpreter: MISSING  {e}"));
+            }
+        }
+        json.end()?;
+        // The type checker `--type-check` would use; missing is no fault
+        // unless checks are wanted.
+        json.key("type_checker")?;
+        json.begin_object()?;
+        let python = interpreter.as_ref().map(|i| i.executable.clone()).unwrap_or_default();
+        match pycage_runtime::typecheck::locate::find(args.ty.as_deref(), &python) {
+            Ok(ty) => {
+                json.key("ok")?;
+                json.bool(true)?;
+                json.key("path")?;
+                json.string(&ty.to_string_lossy())?;
+                let tested = pycage_runtime::typecheck::TESTED_TY_VERSION;
+                match pycage_runtime::typecheck::locate::version(&ty) {
+                    Ok(v) => {
+                        json.key("version")?;
+                        json.string(&v)?;
+                        lines.push(format!("type checker: ok  {v} at {} (pycage is tested with ty {tested})", ty.display()));
+                    }
+                    Err(e) => {
+                        json.key("error")?;
+                        json.string(&e)?;
+                        lines.push(format!("type checker: BROKEN  {e}"));
+                    }
+                }
+            }
+            Err(e) => {
+                json.key("ok")?;
+                json.bool(false)?;
+                json.key("error")?;
+                json.string(&e.to_string())?;
+                lines.push(format!("type checker: not found (needed only for --type-check): {e}"));
             }
         }
         json.end()?;

@@ -210,6 +210,9 @@ fn report(result: &RunResult, json: bool, printed: Printed) -> anyhow::Result<()
         rest.iter().map(String::as_str).chain(summaries.iter().map(String::as_str)).chain(value.as_deref()),
     )
     .context("cannot write the result")?;
+    for d in &result.diagnostics {
+        output::stderr_text(&format!("type check: {d}"));
+    }
     if let Some(e) = &result.error {
         output::stderr_text(&format!("error: {}: {}", e.kind, e.message));
     }

@@ -239,13 +239,23 @@ impl CodeModeServer {
             Some(Value::String(code)) => code.clone(),
             _ => return Err(McpError::invalid_params("run_python needs `code`: the program text, a string", None)),
         };
-        const ARGS: [&str; 4] = ["code", "session", "files", "return_files"];
+        const ARGS: [&str; 5] = ["code", "session", "files", "return_files", "type_check"];
         if let Some(extra) = args.keys().find(|k| !ARGS.contains(&k.as_str())) {
             return Err(McpError::invalid_params(
-                format!("run_python takes `code` and optionally `session`, `files` or `return_files`, not `{extra}`"),
+                format!(
+                    "run_python takes `code` and optionally `session`, `files`, `return_files` or `type_check`, not \
+                     `{extra}`"
+                ),
                 None,
             ));
         }
+        // `true` checks this program; `false` or nothing leaves it to the
+        // server (`pycage mcp --type-check` checks every program).
+        let type_check = match args.get("type_check") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+            Some(Value::Bool(true)) => Some(true),
+            Some(_) => return Err(McpError::invalid_params("`type_check` is true or false", None)),
+        };
         let session = match args.get("session") {
             None | Some(Value::Null) => None,
             Some(Value::String(name)) if !name.is_empty() && name.len() <= MAX_LOOKUP_NAME => Some(name.clone()),
@@ -374,12 +384,14 @@ impl CodeModeServer {
                         cancel: Some(cancel.clone()),
                         inputs: input_paths,
                         output_dir: output.as_ref().map(|o| o.path().to_path_buf()),
+                        type_check,
                         ..RunRequest::default()
                     };
                     self.inner.runtime.run_with_events(request, tx).await.map_err(|e| e.to_string())
                 }
                 Some(Lease { name, entry, .. }) => {
-                    let request = SessionRun::new(code).with_cancel(cancel.clone());
+                    let mut request = SessionRun::new(code).with_cancel(cancel.clone());
+                    request.type_check = type_check;
                     match entry.session.run_with(request, Some(tx)).await {
                         Ok(r) => Ok(r),
                         Err(SessionError::Ended(why)) => {
@@ -505,6 +517,7 @@ fn input_schema() -> Value {
             "code": {"type": "string", "description": "The Python program to run (see the tool description for the rules)."},
             "session": {"type": "string", "description": "Optional: run in this named session, whose globals survive to the next call naming it."},
             "return_files": {"type": "boolean", "description": "Optional: return the files the program writes under out/ (out/ exists only then)."},
+            "type_check": {"type": "boolean", "description": "Optional: type-check the program before it runs; a `type-error` result lists what to fix, and nothing ran."},
             "files": {
                 "type": "object",
                 "description": "Optional input files, by name: text, or {\"base64\": data} for bytes. The program reads them in its working directory.",
@@ -550,10 +563,11 @@ fn output_schema() -> Value {
                 }
             },
             "session": {"type": "string", "description": "The session the program ran in (pass it as `session` to use it again)."},
+            "diagnostics": {"type": "array", "items": {"type": "string"}, "description": "The type check's warnings, when the program was checked: each at its line."},
             "error": {
                 "type": "object",
                 "properties": {
-                    "kind": {"type": "string", "enum": ["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies"]},
+                    "kind": {"type": "string", "enum": ["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies", "type-error"]},
                     "message": {"type": "string"}
                 },
                 "required": ["kind", "message"]
@@ -593,6 +607,20 @@ fn network_rule(c: &pycage_runtime::RuntimeConfig) -> String {
     )
 }
 
+/// What the description says of the type check: always on, or asked for.
+fn type_check_rule(c: &pycage_runtime::RuntimeConfig) -> &'static str {
+    if c.type_check {
+        "Every program is type-checked (ty) against the stubs below before it runs. A `type-error` result means \
+         nothing ran and no function was called: its message lists what to fix, each as \
+         `<program>:LINE:COL: error[rule] what is wrong` with the line under it. Fix them all and call again. \
+         Warnings come in `diagnostics` and do not stop the run."
+    } else {
+        "Pass `\"type_check\": true` to type-check the program (ty) against the stubs below before it runs: a \
+         `type-error` result means nothing ran and no function was called, and its message lists what to fix, each \
+         as `<program>:LINE:COL: error[rule] what is wrong` with the line under it. Warnings come in `diagnostics`."
+    }
+}
+
 /// The `run_python` description: rules, budgets and the stubs (or one-line
 /// summaries when the stubs would take it over `max_description_bytes`).
 pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &ServerOptions) -> String {
@@ -621,6 +649,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
          - display(obj) shows rich output: a matplotlib figure (plt.show()), a DataFrame, an image. \
          Each display comes back after the result as an image or text (up to {} in all); the value stays JSON.\n\
          - The standard library is available; {}\n\
+         - {}\n\
          - Files (not with `session`): `files` {{\"name\": \"text\" or {{\"base64\": \"...\"}}}} (at most {} files, {} each, {} in all) \
          appear read-only in the working directory; with `\"return_files\": true`, what the program writes under `out/` comes back ({}).\n\
          \n\
@@ -636,6 +665,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
         c.address_space_bytes / (1024 * 1024),
         size(c.max_display_bytes),
         network_rule(c),
+        type_check_rule(c),
         files.max_files,
         size(files.max_file_bytes),
         size(files.max_total_bytes),

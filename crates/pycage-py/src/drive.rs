@@ -286,7 +286,8 @@ pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, 
         displays.append(display_parts(py, d)?)?;
     }
     let output = output_parts(py, r)?;
-    (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames, displays, output).into_pyobject(py)
+    (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames, displays, output, r.diagnostics.clone())
+        .into_pyobject(py)
 }
 
 /// The next signal tick (never, without ticks).

@@ -13,7 +13,7 @@ pub const TESTED_TY_VERSION: &str = "0.0.104";
 
 /// How to install ty, for messages.
 pub const INSTALL_HINT: &str = "install it with `pip install ty==0.0.104` into the interpreter's venv (or anywhere \
-     on PATH), or name the binary (RuntimeConfig::ty, `--ty PATH`)";
+     on PATH), or name the binary (`pycage --ty PATH`, the Python package's `ty=`, `RuntimeConfig::ty`)";
 
 /// Where ty was looked for, and why it was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,8 +9,10 @@ NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool, str]], Opti
 DisplayParts = tuple[list[tuple[str, str]], dict[str, Any]]
 OutputParts = tuple[list[tuple[str, int]], list[tuple[str, str, str]], int, bool]
 # (has_value, value, logs, error_kind, error_message, dropped_frames,
-#  displays, output (None without an output_dir)).
-ResultParts = tuple[bool, Any, list[str], Optional[str], Optional[str], int, list[DisplayParts], Optional[OutputParts]]
+#  displays, output (None without an output_dir), type-check diagnostics).
+ResultParts = tuple[
+    bool, Any, list[str], Optional[str], Optional[str], int, list[DisplayParts], Optional[OutputParts], list[str]
+]
 
 __version__: str
 MIN_ADDRESS_SPACE_BYTES: int
@@ -51,6 +53,13 @@ class NativeRuntime:
         probe_cache: bool = True,
         allow_net: Optional[list[str]] = None,
         budgets: Optional[dict[str, int]] = None,
+        venv: Optional[str] = None,
+        preload: Optional[list[str]] = None,
+        with_packages: Optional[list[str]] = None,
+        allow_packages: Optional[list[str]] = None,
+        allow_any_package: bool = False,
+        type_check: bool = False,
+        ty: Optional[str] = None,
     ) -> None: ...
     @property
     def python_version(self) -> tuple[int, int, int]: ...
@@ -66,6 +75,7 @@ class NativeRuntime:
         limits: Optional[dict[str, int]] = None,
         inputs: Optional[list[str]] = None,
         output_dir: Optional[str] = None,
+        type_check: Optional[bool] = None,
     ) -> ResultParts: ...
     def start(
         self,
@@ -78,6 +88,7 @@ class NativeRuntime:
         limits: Optional[dict[str, int]] = None,
         inputs: Optional[list[str]] = None,
         output_dir: Optional[str] = None,
+        type_check: Optional[bool] = None,
     ) -> RunHandle: ...
     def session(
         self,
@@ -98,6 +109,7 @@ class NativeSession:
         program: str,
         on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
         poll_signals: bool = False,
+        type_check: Optional[bool] = None,
     ) -> ResultParts: ...
     def start(
         self,
@@ -105,5 +117,6 @@ class NativeSession:
         event_loop: asyncio.AbstractEventLoop,
         on_done: Callable[[RunOutcome], None],
         on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
+        type_check: Optional[bool] = None,
     ) -> RunHandle: ...
     def close(self) -> None: ...

@@ -40,7 +40,9 @@ __all__ = [
     "Session",
 ]
 
-FailureKind = Literal["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies"]
+FailureKind = Literal[
+    "exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies", "type-error"
+]
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,10 @@ class Result:
     matplotlib figures), each a :class:`pycage.Display` that Jupyter
     renders. With an ``output_dir``, ``files`` lists what was copied there
     from the program's ``out/`` and ``skipped_files`` what was not.
+
+    ``diagnostics`` holds the type check's warnings when the run was
+    checked (``type_check``), each ty's line with the source line under it;
+    its errors fail the run as ``type-error`` instead.
     """
 
     value: Any = None
@@ -79,6 +85,7 @@ class Result:
     displays: list[Display] = field(default_factory=list)
     files: list[OutputFile] = field(default_factory=list)
     skipped_files: list[SkippedFile] = field(default_factory=list)
+    diagnostics: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -430,9 +437,16 @@ def _display(data: list[tuple[str, str]], metadata: dict[str, Any]) -> Display:
     return Display(dict(data), metadata)
 
 
+def _check_flag(name: str, value: Any, optional: bool = False) -> Any:
+    """``value`` if it is a bool (or ``None`` when ``optional``)."""
+    if isinstance(value, bool) or (optional and value is None):
+        return value
+    raise TypeError(f"pycage: {name} must be {'True, False or None' if optional else 'a bool'}, got {_describe(value)}")
+
+
 def _result(parts: tuple) -> Result:
-    has_value, value, logs, kind, message, dropped, displays, output = parts
-    if kind is None and not displays and output is None:
+    has_value, value, logs, kind, message, dropped, displays, output, diagnostics = parts
+    if kind is None and not displays and output is None and not diagnostics:
         # The common outcome, made with the fewest Python objects touched:
         # while a sandbox shell (a fork of this process that never execs)
         # shares this process's pages, each page written costs a fault.
@@ -446,6 +460,7 @@ def _result(parts: tuple) -> Result:
             displays=[],
             files=[],
             skipped_files=[],
+            diagnostics=[],
         )
         return result
     error = Failure(kind, message) if kind is not None else None
@@ -464,6 +479,7 @@ def _result(parts: tuple) -> Result:
         displays=[_display(data, metadata) for data, metadata in displays],
         files=files,
         skipped_files=skipped,
+        diagnostics=diagnostics,
     )
 
 
@@ -760,6 +776,8 @@ class Runtime(_Closeable):
         with_packages: Iterable[str] = (),
         allow_packages: Iterable[str] = (),
         allow_any_package: bool = False,
+        type_check: bool = False,
+        ty: Union[str, os.PathLike[str], None] = None,
         **budgets: Union[int, float, None],
     ) -> None:
         if spawn not in ("zygote", "exec"):
@@ -813,6 +831,8 @@ class Runtime(_Closeable):
             with_packages=with_list,
             allow_packages=allow_list,
             allow_any_package=allow_any_package,
+            type_check=_check_flag("type_check", type_check),
+            ty=None if ty is None else _check_path("ty", ty),
         )
         self._lock = threading.Lock()
         self._loop_thread: Optional[_LoopThread] = None
@@ -859,9 +879,15 @@ class Runtime(_Closeable):
         on_display: Optional[Callable[[Display], Any]] = None,
         inputs: Optional[Iterable[Union[str, os.PathLike[str]]]] = None,
         output_dir: Union[str, os.PathLike[str], None] = None,
+        type_check: Optional[bool] = None,
         **limits: Union[int, float, None],
     ) -> Result:
         """Runs ``code`` to settlement and returns its :class:`Result`.
+
+        ``type_check``: check the program with ty first (``True``), or not
+        (``False``); ``None`` follows the runtime's ``type_check``. A program
+        with type errors returns a ``type-error`` result listing them, and
+        nothing of it ran.
 
         ``limits`` override this runtime's budgets for this run only:
         ``wall_seconds``, ``cpu_seconds``, ``address_space_bytes`` (checked
@@ -895,6 +921,7 @@ class Runtime(_Closeable):
             and on_log is None
             and on_call is None
             and on_display is None
+            and type_check is None
             and type(code) is str
         ):
             # A plain run: nothing to check or convert, and no site (it
@@ -908,7 +935,8 @@ class Runtime(_Closeable):
         site = _Site(self._private_loop, contextvars.copy_context())
         events = _Events.of(on_log, on_call, on_display)
         main = _get_ident() == _main_ident[0]
-        return _result(self._native.run(code, specs, site, events, main, fields, paths, out))
+        check = _check_flag("type_check", type_check, optional=True)
+        return _result(self._native.run(code, specs, site, events, main, fields, paths, out, check))
 
     async def arun(
         self,
@@ -920,10 +948,11 @@ class Runtime(_Closeable):
         on_display: Optional[Callable[[Display], Any]] = None,
         inputs: Optional[Iterable[Union[str, os.PathLike[str]]]] = None,
         output_dir: Union[str, os.PathLike[str], None] = None,
+        type_check: Optional[bool] = None,
         **limits: Union[int, float, None],
     ) -> Result:
         """Runs ``code`` without blocking the event loop (``inputs``,
-        ``output_dir`` and ``limits`` as for :meth:`run`).
+        ``output_dir``, ``type_check`` and ``limits`` as for :meth:`run`).
 
         Async bindings run as tasks on the running loop, in a copy of the
         caller's ``contextvars`` context; sync bindings run on a thread pool.
@@ -938,11 +967,12 @@ class Runtime(_Closeable):
         loop = asyncio.get_running_loop()
         site = _Site(lambda: loop, contextvars.copy_context())
         events = _Events.of(on_log, on_call, on_display)
+        check = _check_flag("type_check", type_check, optional=True)
         return await _settled(
             loop,
             events,
             lambda settle, on_events: self._native.start(
-                code, specs, site, loop, settle, on_events, fields, paths, out
+                code, specs, site, loop, settle, on_events, fields, paths, out, check
             ),
         )
 
@@ -1083,18 +1113,21 @@ class Session(_Closeable):
         on_log: Optional[Callable[[str], Any]] = None,
         on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
         on_display: Optional[Callable[[Display], Any]] = None,
+        type_check: Optional[bool] = None,
     ) -> Result:
         """Runs ``code`` in the session's globals, like :meth:`Runtime.run`
         (figures left open are shown at the end of each run, as after a
-        notebook cell)."""
+        notebook cell). A type check sees the cells that ran before as one
+        program with this one; a cell that fails it is not remembered."""
         code = _check_code(code)
+        check = _check_flag("type_check", type_check, optional=True)
         events = _Events.of(on_log, on_call, on_display)
         thread = _get_ident()
         main = thread == _main_ident[0]
         turn = self._turns.take(thread)
         try:
             self._site.point(self._runtime._private_loop, contextvars.copy_context())
-            return _result(self._native.run(code, events, main))
+            return _result(self._native.run(code, events, main, check))
         finally:
             self._turns.give_back(turn)
 
@@ -1105,17 +1138,19 @@ class Session(_Closeable):
         on_log: Optional[Callable[[str], Any]] = None,
         on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
         on_display: Optional[Callable[[Display], Any]] = None,
+        type_check: Optional[bool] = None,
     ) -> Result:
         """Runs ``code`` in the session's globals, like :meth:`Runtime.arun`
         (cancelling the task aborts the run, and so ends the session)."""
         code = _check_code(code)
+        check = _check_flag("type_check", type_check, optional=True)
         loop = asyncio.get_running_loop()
         turn = await self._turns.atake(loop)
         try:
             self._site.point(lambda: loop, contextvars.copy_context())
             events = _Events.of(on_log, on_call, on_display)
             return await _settled(
-                loop, events, lambda settle, on_events: self._native.start(code, loop, settle, on_events)
+                loop, events, lambda settle, on_events: self._native.start(code, loop, settle, on_events, check)
             )
         finally:
             self._turns.give_back(turn)

@@ -64,8 +64,8 @@ class RunError(PycageError):
     """Raised by :meth:`pycage.Result.unwrap` for a failed run.
 
     ``kind`` is the failure kind (``"exception"``, ``"timeout"``, ``"abort"``,
-    ``"worker-exit"``, ``"invalid-output"``, ``"output-limit"`` or
-    ``"dependencies"``),
+    ``"worker-exit"``, ``"invalid-output"``, ``"output-limit"``,
+    ``"dependencies"`` or ``"type-error"``),
     ``message`` its message and ``logs`` the run's output lines.
     """
 
