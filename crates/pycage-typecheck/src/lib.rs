@@ -293,6 +293,23 @@ impl Drop for Inner {
     }
 }
 
+/// Writes what a check of `request` gives ty, as files under `dir` (its
+/// `ty.toml`, stub module and checked text), and returns the checked
+/// text's path: `ty check` on it in `dir` is the cold command-line check
+/// of the same program (for benchmarks, beside [`Checker::check`]).
+pub fn write_cli_workspace(config: &CheckerConfig, request: &CheckRequest<'_>, dir: &Path) -> std::io::Result<PathBuf> {
+    let module = stubs::module(request.namespaces);
+    std::fs::create_dir_all(dir.join("stubs"))?;
+    std::fs::create_dir_all(dir.join("docs"))?;
+    std::fs::write(dir.join("ty.toml"), ty_toml(config, dir, &config.extra_paths))?;
+    std::fs::write(dir.join("stubs").join(format!("{}.pyi", module.name)), &module.text)?;
+    let mut text = document::import_line(&module.name, &module.names);
+    text.push_str(&document::blank_script_block(request.program));
+    let path = dir.join("docs").join("program.py");
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
 /// A private directory with `ty.toml`, `stubs/` and `docs/`.
 fn make_workspace(config: &CheckerConfig, extra_paths: &[PathBuf]) -> Result<Workspace, String> {
     let parent = config.work_dir_parent.clone().unwrap_or_else(std::env::temp_dir);
