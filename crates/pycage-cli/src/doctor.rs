@@ -146,7 +146,10 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                     Ok(v) => {
                         json.key("version")?;
                         json.string(&v)?;
-                        lines.push(format!("type checker: ok  {v} at {} (pycage is tested with ty {tested})", ty.display()));
+                        lines.push(format!(
+                            "type checker: ok  {v} at {} (pycage is tested with ty {tested})",
+                            ty.display()
+                        ));
                     }
                     Err(e) => {
                         json.key("error")?;

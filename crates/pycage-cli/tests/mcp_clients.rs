@@ -913,7 +913,11 @@ fn ty_binary() -> Option<PathBuf> {
     if ty.exists() {
         return Some(ty);
     }
-    assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "no ty at {}: run .ci/datasci-deps.sh", ty.display());
+    assert!(
+        std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(),
+        "no ty at {}: run .ci/datasci-deps.sh",
+        ty.display()
+    );
     eprintln!("skipped: no ty at {} (run .ci/datasci-deps.sh)", ty.display());
     None
 }
@@ -981,12 +985,18 @@ fn type_check_through_the_sdk_client() {
     let message = error["message"].as_str().unwrap();
     // A misspelt required keyword is two errors: `sku` missing, `skus` unknown.
     assert!(message.starts_with("the type check (ty) found 4 errors"), "{message}");
-    assert!(message.contains("<program>:1:15: error[missing-argument] No argument provided for required parameter `sku`"), "{message}");
+    assert!(
+        message.contains("<program>:1:15: error[missing-argument] No argument provided for required parameter `sku`"),
+        "{message}"
+    );
     assert!(message.contains("<program>:1:47: error[unknown-argument] Argument `skus`"), "{message}");
     assert!(message.contains("<program>:2:27: error[invalid-argument-type]"), "{message}");
     assert!(message.contains("<program>:3:8: error[unsupported-operator]"), "{message}");
     assert_eq!(value(&r[1]), &json!(14));
-    assert!(r[3]["structured"]["error"]["message"].as_str().unwrap().contains("<program>:1:1: error[unsupported-operator]"));
+    assert!(r[3]["structured"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("<program>:1:1: error[unsupported-operator]"));
     assert_eq!(std::fs::read_to_string(&calls).unwrap(), "A-1\n", "only the correct program called the tool");
     // Checked on every call by the server; the description says so.
     let r = d.drive(

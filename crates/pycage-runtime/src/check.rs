@@ -7,7 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use pycage_typecheck::{CheckError, CheckRequest, Checked, Checker, CheckerConfig, History, LocateError, NamespaceDecl};
+use pycage_typecheck::{
+    CheckError, CheckRequest, Checked, Checker, CheckerConfig, History, LocateError, NamespaceDecl,
+};
 use tokio::time::Instant;
 
 use crate::bindings::Namespace;

@@ -85,7 +85,10 @@ async fn a_wrong_keyword_a_wrong_type_and_int_plus_str_are_one_type_error_and_no
     assert!(message.contains("<program>:3:27: error[invalid-argument-type]"), "{message}");
     assert!(message.contains("Expected `str`, found `Literal[42]`"), "{message}");
     assert!(message.contains("<program>:4:11: error[unsupported-operator]"), "{message}");
-    assert!(message.contains("declared as `async def search(*, query: str, limit: int = 10) -> SearchResult`"), "{message}");
+    assert!(
+        message.contains("declared as `async def search(*, query: str, limit: int = 10) -> SearchResult`"),
+        "{message}"
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 0, "no binding may be called");
     assert!(r.logs.is_empty(), "the program must not have started: {:?}", r.logs);
     rt.shutdown().await;
@@ -115,7 +118,10 @@ async fn a_correct_program_with_top_level_await_return_and_a_final_expression_pa
     let r = rt.run(RunRequest::new(in_def).with_namespace(ns)).await.unwrap();
     let (kind, message) = failure(&r);
     assert_eq!(kind, FailureKind::TypeError, "{message}");
-    assert!(message.contains("<program>:2:12: error[invalid-syntax] `await` outside of an asynchronous function"), "{message}");
+    assert!(
+        message.contains("<program>:2:12: error[invalid-syntax] `await` outside of an asynchronous function"),
+        "{message}"
+    );
     rt.shutdown().await;
 }
 
@@ -134,7 +140,10 @@ async fn numpy_and_pandas_through_the_venv_pass_and_a_numpy_signature_misuse_is_
     let r = rt.run(RunRequest::new(misuse)).await.unwrap();
     let (kind, message) = failure(&r);
     assert_eq!(kind, FailureKind::TypeError, "{message}");
-    assert!(message.contains("<program>:2:6: error[no-matching-overload] No overload of function `linspace`"), "{message}");
+    assert!(
+        message.contains("<program>:2:6: error[no-matching-overload] No overload of function `linspace`"),
+        "{message}"
+    );
     rt.shutdown().await;
 }
 
@@ -145,7 +154,8 @@ async fn a_session_checks_its_cells_as_one_program_and_forgets_a_cell_that_faile
     let (ns, calls) = search_tools();
     let session = rt.session(SessionOptions::default().with_namespace(ns)).unwrap();
     // A top-level `return` ends its cell only: later cells are still checked.
-    let first = session.run("hits = await tools.search(query=\"a\")\nif hits[\"items\"]:\n    return 1\n").await.unwrap();
+    let first =
+        session.run("hits = await tools.search(query=\"a\")\nif hits[\"items\"]:\n    return 1\n").await.unwrap();
     assert_eq!(value(&first), "1");
     let known = session.run("hits[\"items\"][0].upper()").await.unwrap();
     assert_eq!(value(&known), "\"A\"");
@@ -211,10 +221,16 @@ async fn hostile_source_reads_nothing_outside_the_environment_runs_nothing_and_s
     std::fs::create_dir_all(&site).unwrap();
     std::fs::create_dir_all(fake.join("bin")).unwrap();
     std::os::unix::fs::symlink(&python, fake.join("bin/python")).unwrap();
-    std::fs::write(fake.join("pyvenv.cfg"), format!("home = {}\ninclude-system-site-packages = false\n", home.display()))
-        .unwrap();
-    std::fs::write(site.join("evil.pth"), format!("import os; open({:?}, 'w').close()\n", marker.display().to_string()))
-        .unwrap();
+    std::fs::write(
+        fake.join("pyvenv.cfg"),
+        format!("home = {}\ninclude-system-site-packages = false\n", home.display()),
+    )
+    .unwrap();
+    std::fs::write(
+        site.join("evil.pth"),
+        format!("import os; open({:?}, 'w').close()\n", marker.display().to_string()),
+    )
+    .unwrap();
     std::fs::write(site.join("harmless.py"), "VALUE: int = 1\n").unwrap();
     let rt = checking(&venv, |c| {
         c.python = Some(fake.join("bin/python"));

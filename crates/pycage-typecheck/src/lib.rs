@@ -174,7 +174,11 @@ impl Checker {
     }
 
     /// Checks `request` before `deadline`.
-    pub async fn check(&self, request: CheckRequest<'_>, deadline: tokio::time::Instant) -> Result<Checked, CheckError> {
+    pub async fn check(
+        &self,
+        request: CheckRequest<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Checked, CheckError> {
         let module = stubs::module(request.namespaces);
         if let Some(own) = request.own_packages {
             return self.check_alone(request, &module, own, deadline).await;
@@ -277,7 +281,8 @@ impl Checker {
         if let Some(ws) = slot.as_ref() {
             return Ok(Arc::clone(ws));
         }
-        let ws = Arc::new(make_workspace(&self.inner.config, &self.inner.config.extra_paths).map_err(CheckError::Checker)?);
+        let ws =
+            Arc::new(make_workspace(&self.inner.config, &self.inner.config.extra_paths).map_err(CheckError::Checker)?);
         *slot = Some(Arc::clone(&ws));
         Ok(ws)
     }
@@ -364,7 +369,8 @@ fn publish(server: &Server, ws: &Workspace, module: &stubs::Module) -> Result<()
     let path = ws.root.as_path().join("stubs").join(format!("{}.pyi", module.name));
     let mut w = lock(&ws.written);
     if !w.0.contains(&module.name) {
-        std::fs::write(&path, &module.text).map_err(|e| ServerError::Gone(format!("could not write its stubs: {e}")))?;
+        std::fs::write(&path, &module.text)
+            .map_err(|e| ServerError::Gone(format!("could not write its stubs: {e}")))?;
         w.0.insert(module.name.clone());
     }
     if w.1 != server.generation {
@@ -372,10 +378,7 @@ fn publish(server: &Server, ws: &Workspace, module: &stubs::Module) -> Result<()
         w.2.clear();
     }
     if w.2.insert(module.name.clone()) {
-        server.notify(
-            "workspace/didChangeWatchedFiles",
-            json!({"changes": [{"uri": file_uri(&path), "type": 1}]}),
-        );
+        server.notify("workspace/didChangeWatchedFiles", json!({"changes": [{"uri": file_uri(&path), "type": 1}]}));
     }
     Ok(())
 }
@@ -448,7 +451,8 @@ async fn check_on(
             Allowed::No => {}
             Allowed::Await if !report::inside(raw.start, &scopes.functions) => continue,
             Allowed::Return if !report::inside(raw.start, &scopes.classes) => {
-                let end = if raw.end.0 == raw.start.0 { report::to_chars(source, raw.end.1, server.utf16) } else { u32::MAX };
+                let end =
+                    if raw.end.0 == raw.start.0 { report::to_chars(source, raw.end.1, server.utf16) } else { u32::MAX };
                 returns.push((line, column, end.saturating_sub(column) <= 6));
                 continue;
             }
@@ -551,7 +555,13 @@ async fn analyse_history(server: &Server, ws: &Workspace, history: &History, hea
 }
 
 /// Opens (or updates) a session's document with `text`.
-fn open_session(server: &Server, ws: &Workspace, history: &History, text: String, sessions: &Mutex<Vec<OpenSession>>) -> String {
+fn open_session(
+    server: &Server,
+    ws: &Workspace,
+    history: &History,
+    text: String,
+    sessions: &Mutex<Vec<OpenSession>>,
+) -> String {
     let mut s = history.lock();
     let uri = doc_uri_for(ws, &format!("session-{}", s.id));
     match s.open {

@@ -298,7 +298,14 @@ pub(crate) fn allowed(raw: &Raw) -> Allowed {
 /// in the program (`uri` is the checked document's, whose program starts
 /// at line `first_line`), and the declaration in the globals module
 /// (`module_uri`, `module_text`) of a binding it is about.
-pub(crate) fn compose(raw: &Raw, uri: &str, program: &str, program_start: u32, module: (&str, &str), utf16: bool) -> String {
+pub(crate) fn compose(
+    raw: &Raw,
+    uri: &str,
+    program: &str,
+    program_start: u32,
+    module: (&str, &str),
+    utf16: bool,
+) -> String {
     let mut out = first_line_of(&raw.message);
     let mut parts = Vec::new();
     let mut declared = None;

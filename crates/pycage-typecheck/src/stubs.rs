@@ -69,7 +69,10 @@ pub(crate) fn module(namespaces: &[NamespaceDecl]) -> Module {
                 let _ = writeln!(text, "class {}:", ns.global);
                 let mut any = false;
                 for m in ns.members.iter().filter(|m| is_identifier(m)) {
-                    let _ = writeln!(text, "    @staticmethod\n    async def {m}(args: Any = None, /, **kwargs: Any) -> Any: ...");
+                    let _ = writeln!(
+                        text,
+                        "    @staticmethod\n    async def {m}(args: Any = None, /, **kwargs: Any) -> Any: ..."
+                    );
                     any = true;
                 }
                 if !any {
@@ -89,18 +92,16 @@ pub(crate) fn module(namespaces: &[NamespaceDecl]) -> Module {
 
 /// Python's keywords (hard ones: soft keywords are identifiers).
 const KEYWORDS: &[&str] = &[
-    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del", "elif",
-    "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal", "not", "or",
-    "pass", "raise", "return", "try", "while", "with", "yield",
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
+    "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
+    "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
 ];
 
 /// Whether `s` can be written as a Python name (`ns.s`).
 pub(crate) fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     let Some(first) = chars.next() else { return false };
-    (first == '_' || first.is_alphabetic())
-        && chars.all(|c| c == '_' || c.is_alphanumeric())
-        && !KEYWORDS.contains(&s)
+    (first == '_' || first.is_alphabetic()) && chars.all(|c| c == '_' || c.is_alphanumeric()) && !KEYWORDS.contains(&s)
 }
 
 #[cfg(test)]
