@@ -474,7 +474,7 @@ async fn check_on(
         let d = Diagnostic {
             severity,
             rule: raw.code.clone(),
-            message: report::compose(&raw, &uri, &program, first_line, (&module_uri, &module.text), server.utf16),
+            message: report::compose(raw, &uri, &program, first_line, (&module_uri, &module.text), server.utf16),
             line: line + 1,
             column: column + 1,
             width: width.max(1),
