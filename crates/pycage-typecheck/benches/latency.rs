@@ -16,10 +16,13 @@ use std::time::{Duration, Instant};
 
 use pycage_typecheck::{CheckRequest, Checker, CheckerConfig, NamespaceDecl};
 
-const STUB: &str = "class SearchResult(TypedDict):\n    items: list[str]\n    total: int\n\n\
-class tools:\n    async def search(*, query: str, limit: int = 10) -> SearchResult: ...\n\
-    async def fetch(*, url: str, timeout: float = 5.0) -> str: ...\n\
-    async def save(*, name: str, rows: list[dict[str, Any]]) -> bool: ...\n";
+const STUB: &str = concat!(
+    "class SearchResult(TypedDict):\n    items: list[str]\n    total: int\n\n",
+    "class tools:\n",
+    "    async def search(*, query: str, limit: int = 10) -> SearchResult: ...\n",
+    "    async def fetch(*, url: str, timeout: float = 5.0) -> str: ...\n",
+    "    async def save(*, name: str, rows: list[dict[str, Any]]) -> bool: ...\n",
+);
 
 /// A correct 30-line program; `n` makes each one a new text.
 fn program(n: usize) -> String {

@@ -238,10 +238,13 @@ impl Server {
         }
         if let Some(mut child) = lock(&self.child).take() {
             let _ = child.start_kill();
-            // Reaped off the caller's path.
-            tokio::spawn(async move {
-                let _ = child.wait().await;
-            });
+            // Reaped off the caller's path; outside a tokio runtime (a
+            // checker dropped there) tokio's orphan queue reaps it.
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    let _ = child.wait().await;
+                });
+            }
         }
     }
 
