@@ -117,7 +117,10 @@ fn main() {
             .output()
             .unwrap();
         let took = t.elapsed();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        // The command line reports pycage's script forms (top-level
+        // `await`, `return`) as errors; nothing else may be there.
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.lines().filter(|l| l.contains("error[")).all(|l| l.contains("invalid-syntax")), "{text}");
         took
     };
     let n = 30;
