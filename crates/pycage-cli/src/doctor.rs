@@ -159,11 +159,24 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 }
             }
             Err(e) => {
+                // In the CLI's words (`--ty`), not the library's.
+                let e = match e {
+                    pycage_runtime::typecheck::LocateError::Configured(path) => {
+                        format!("--ty {} is not an executable file", path.display())
+                    }
+                    pycage_runtime::typecheck::LocateError::NotFound(dir) => {
+                        format!("no ty beside the interpreter ({}) nor on PATH", dir.display())
+                    }
+                };
+                let e = format!(
+                    "{e}; --type-check needs it: `pip install ty=={}` into the interpreter's venv, or --ty PATH",
+                    pycage_runtime::typecheck::TESTED_TY_VERSION
+                );
                 json.key("ok")?;
                 json.bool(false)?;
                 json.key("error")?;
-                json.string(&e.to_string())?;
-                lines.push(format!("type checker: not found (needed only for --type-check): {e}"));
+                json.string(&e)?;
+                lines.push(format!("type checker: not found  {e}"));
             }
         }
         json.end()?;

@@ -421,6 +421,7 @@ impl pycage_runtime::Spelling for CliSpelling {
             pycage_runtime::Setting::Venv => "--venv",
             pycage_runtime::Setting::Preload => "--preload",
             pycage_runtime::Setting::WithPackages => "--with",
+            pycage_runtime::Setting::Ty => "--ty",
         }
     }
 }

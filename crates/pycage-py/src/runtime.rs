@@ -38,6 +38,7 @@ impl pycage_runtime::Spelling for PythonSpelling {
             pycage_runtime::Setting::Venv => "pycage.Runtime(venv=...)",
             pycage_runtime::Setting::Preload => "preload",
             pycage_runtime::Setting::WithPackages => "with_packages",
+            pycage_runtime::Setting::Ty => "pycage.Runtime(ty=...)",
         }
     }
 }
