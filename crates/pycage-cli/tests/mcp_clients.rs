@@ -1008,7 +1008,7 @@ fn type_check_through_the_sdk_client() {
     );
     let description = r[0]["tools"][0]["description"].as_str().unwrap();
     assert!(description.contains("Every program is type-checked (ty)"), "{description}");
-    assert!(description.contains("A `type-error` result means nothing ran"), "{description}");
+    assert!(description.contains("a `type-error` result lists what to fix"), "{description}");
     assert_eq!(r[1]["structured"]["error"]["kind"], json!("type-error"), "{}", r[1]);
     assert_eq!(std::fs::read_to_string(&calls).unwrap(), "A-1\n");
 }

@@ -608,16 +608,14 @@ fn network_rule(c: &pycage_runtime::RuntimeConfig) -> String {
 }
 
 /// What the description says of the type check: always on, or asked for.
+/// (Without `--type-check` the input schema's `type_check` says it: the
+/// description, which every client reads, stays as short as it was.)
 fn type_check_rule(c: &pycage_runtime::RuntimeConfig) -> &'static str {
     if c.type_check {
-        "Every program is type-checked (ty) against the stubs below before it runs. A `type-error` result means \
-         nothing ran and no function was called: its message lists what to fix, each as \
-         `<program>:LINE:COL: error[rule] what is wrong` with the line under it. Fix them all and call again. \
-         Warnings come in `diagnostics` and do not stop the run."
+        "- Every program is type-checked (ty) against the stubs below first: a `type-error` result lists what to \
+         fix, each at `<program>:LINE:COL`; nothing ran and no function was called. Warnings come in `diagnostics`.\n"
     } else {
-        "Pass `\"type_check\": true` to type-check the program (ty) against the stubs below before it runs: a \
-         `type-error` result means nothing ran and no function was called, and its message lists what to fix, each \
-         as `<program>:LINE:COL: error[rule] what is wrong` with the line under it. Warnings come in `diagnostics`."
+        ""
     }
 }
 
@@ -649,7 +647,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
          - display(obj) shows rich output: a matplotlib figure (plt.show()), a DataFrame, an image. \
          Each display comes back after the result as an image or text (up to {} in all); the value stays JSON.\n\
          - The standard library is available; {}\n\
-         - {}\n\
+         {}\
          - Files (not with `session`): `files` {{\"name\": \"text\" or {{\"base64\": \"...\"}}}} (at most {} files, {} each, {} in all) \
          appear read-only in the working directory; with `\"return_files\": true`, what the program writes under `out/` comes back ({}).\n\
          \n\
