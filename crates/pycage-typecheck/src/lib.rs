@@ -475,8 +475,8 @@ async fn check_on(
             severity,
             rule: raw.code.clone(),
             message: report::compose(raw, &uri, &program, first_line, (&module_uri, &module.text), server.utf16),
-            line: line + 1,
-            column: column + 1,
+            line: line.saturating_add(1),
+            column: column.saturating_add(1),
             width: width.max(1),
             source: source.to_owned(),
         };

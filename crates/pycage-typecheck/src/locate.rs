@@ -30,7 +30,9 @@ pub enum LocateError {
 /// `PATH`.
 pub fn find(configured: Option<&Path>, python: &Path) -> Result<PathBuf, LocateError> {
     if let Some(path) = configured {
-        return if is_executable(path) { Ok(path.to_path_buf()) } else { Err(LocateError::Configured(path.into())) };
+        // Absolute: the server runs in its own workspace directory.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        return if is_executable(&absolute) { Ok(absolute) } else { Err(LocateError::Configured(path.into())) };
     }
     let dir = python.parent().unwrap_or(Path::new("/"));
     let beside = dir.join("ty");
@@ -39,7 +41,8 @@ pub fn find(configured: Option<&Path>, python: &Path) -> Result<PathBuf, LocateE
     }
     let on_path = std::env::var_os("PATH")
         .and_then(|path| std::env::split_paths(&path).map(|d| d.join("ty")).find(|p| is_executable(p)));
-    on_path.ok_or_else(|| LocateError::NotFound(dir.to_path_buf()))
+    // A relative PATH entry too: the server runs in its own directory.
+    on_path.map(|p| std::path::absolute(&p).unwrap_or(p)).ok_or_else(|| LocateError::NotFound(dir.to_path_buf()))
 }
 
 /// What `ty --version` prints (`ty 0.0.104`), for `pycage doctor`.
@@ -70,6 +73,21 @@ mod tests {
     fn a_configured_path_that_is_not_executable_is_refused() {
         let e = find(Some(Path::new("/nonexistent/ty")), Path::new("/usr/bin/python3")).unwrap_err();
         assert!(e.to_string().contains("pip install ty=="), "{e}");
+    }
+
+    #[test]
+    fn a_relative_configured_path_is_made_absolute() {
+        let dir = tempfile::tempdir().unwrap();
+        let ty = dir.path().join("ty");
+        std::fs::write(&ty, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&ty, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        let relative: PathBuf = std::iter::repeat_n("..", cwd.components().count())
+            .collect::<PathBuf>()
+            .join(ty.strip_prefix("/").unwrap());
+        let found = find(Some(&relative), Path::new("/usr/bin/python3")).unwrap();
+        assert!(found.is_absolute(), "{}", found.display());
+        assert!(std::fs::metadata(&found).is_ok());
     }
 
     #[test]
