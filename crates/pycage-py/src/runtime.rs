@@ -414,6 +414,16 @@ impl NativeRuntime {
         }
     }
 
+    /// `Runtime::wait_idle`: waits (the GIL released) until no run is in
+    /// flight, every settled run's process is reaped and the pool is full;
+    /// `False` if that did not happen within `timeout_seconds`.
+    fn wait_idle(&self, py: Python<'_>, timeout_seconds: f64) -> PyResult<bool> {
+        let timeout = seconds(py, "timeout_seconds", timeout_seconds)?;
+        let runtime = self.runtime(py)?;
+        let rt = tokio_runtime(py)?;
+        Ok(py.detach(|| pycage_runtime::block_on(rt.handle(), runtime.wait_idle(timeout))))
+    }
+
     /// Aborts every run in flight and returns once each child has exited
     /// and been reaped (the GIL released meanwhile). Later runs raise
     /// `RuntimeClosedError`.
