@@ -2,7 +2,8 @@
 machine (``ray.cluster_utils.Cluster``: a head node and one more, each with
 one CPU and the custom resource ``pycage``; no dashboard, no usage stats).
 
-The cluster is started once for the module (about 10 s here). The tests run
+The cluster (``ray_cluster.py``) is started once for the module (about
+10 s here). The tests run
 in file order: the node-death test removes the second node (and adds a new
 one), and the last test shuts everything down and checks that no process
 and no actor is left.
@@ -12,32 +13,28 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import ctypes
 import math
 import os
 import re
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional
 
 import pytest
+from ray_cluster import WAIT, describe, harness_fixture, reap_adopted, wait_for
 
 import pycage
-from conftest import child_pids, settled_child_pids, unavailable, within
+from conftest import child_pids, unavailable, within
 
 try:
     import ray
     import ray.exceptions
-    from ray.cluster_utils import Cluster
 
     from pycage.ray import NoLiveNodeError, RayRuntime
-except ImportError as e:  # the module's own tests fail or skip, the others run
+except ImportError:  # the harness fails or skips the module's tests
     ray = None
-    IMPORT_ERROR = e
 
 # Budgets shared by the Ray runtimes and the local runtimes they are compared with.
 BUDGETS = dict(
@@ -46,108 +43,12 @@ BUDGETS = dict(
     max_value_bytes=4096,
     address_space_bytes=256 * 1024 * 1024,
 )
-PR_SET_CHILD_SUBREAPER = 36
 README = Path(__file__).resolve().parents[3] / "README.md"
-WAIT = 60.0  # the bound of every wait below (Ray notices a dead node in seconds)
-
-
-def wait_for(predicate, what: str, limit: float = WAIT):
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {limit} s waiting for {what}")
-
-
-def set_subreaper(on: bool) -> None:
-    """Orphans (a process whose parent died) are re-parented to this process
-    instead of init while on, so "nothing left" sees them too."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-
-
-def reap_adopted(spared: Optional[set[int]] = None) -> None:
-    """Reaps zombies this process adopted as a subreaper: from a sandbox's
-    PID namespace at any time (a dying namespace init waits until they are
-    reaped, as init would reap them without a subreaper; this process never
-    starts a child in a nested PID namespace, so no waiter loses a status),
-    and, once the cluster is down, every other zombie child not in
-    ``spared`` (Ray's workers and agents, whose parents died; nothing else
-    in this process starts children while this module runs)."""
-    me = str(os.getpid())
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as f:
-                status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
-        except OSError:
-            continue
-        if status.get("PPid") != me or not status.get("State", "").startswith("Z"):
-            continue
-        nested = len(status.get("NSpid", "").split()) > 1
-        if nested or (spared is not None and int(entry) not in spared):
-            try:
-                os.waitpid(int(entry), os.WNOHANG)
-            except ChildProcessError:
-                pass
-
-
-class Harness:
-    """The module's cluster, the runtimes made on it, and its shutdown."""
-
-    def __init__(self) -> None:
-        self.before = settled_child_pids()
-        set_subreaper(True)
-        self.cluster = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "resources": {"pycage": 1}, "include_dashboard": False},
-        )
-        self.worker = self.cluster.add_node(num_cpus=1, resources={"pycage": 1})
-        ray.init(address=self.cluster.address, log_to_driver=False)
-        self.head_id = self.cluster.head_node.node_id
-        self.runtimes: list = []
-        self.actors: list = []
-        self.down = False
-
-    def runtime(self, **kwargs) -> RayRuntime:
-        rt = RayRuntime(resource="pycage", python=sys.executable, **kwargs)
-        self.runtimes.append(rt)
-        self.actors.extend(n.actor for n in rt.nodes())
-        return rt
-
-    def shutdown(self) -> None:
-        if self.down:
-            return
-        self.down = True
-        try:
-            for rt in self.runtimes:
-                rt.close()
-            ray.shutdown()
-            self.cluster.shutdown()
-        finally:
-            set_subreaper(False)
-            reap_adopted(self.before)
 
 
 @pytest.fixture(scope="module")
 def harness():
-    if ray is None:
-        unavailable(f"Ray is not installed ({IMPORT_ERROR}); pip install -r crates/pycage-py/tests/requirements.txt")
-    saved = os.environ.get("RAY_USAGE_STATS_ENABLED")
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    h = Harness()
-    try:
-        yield h
-    finally:
-        h.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
-        else:
-            os.environ["RAY_USAGE_STATS_ENABLED"] = saved
+    yield from harness_fixture()
 
 
 @pytest.fixture(scope="module")
@@ -745,18 +646,3 @@ def test_shutdown_leaves_no_process_and_no_actor(harness, local):
         wait_for(lambda: reap_adopted() or not (child_pids() - harness.before), "every Ray and pycage process to exit")
     except AssertionError as e:
         raise AssertionError(f"{e}: left {describe(child_pids() - harness.before)}") from None
-
-
-def describe(pids: set[int]) -> list[str]:
-    """For the failure message: each process's name and parent."""
-    out = []
-    for pid in sorted(pids):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        out.append(
-            f"{pid} {stat[stat.index('(') : stat.rindex(')') + 1]} ppid {stat[stat.rindex(')') + 2 :].split()[1]}"
-        )
-    return out
