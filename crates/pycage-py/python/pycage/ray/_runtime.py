@@ -208,6 +208,8 @@ class RayRuntime(_RuntimeApi[RaySession]):
         eligible = set(self._eligible())
         now = time.monotonic()
         with self._lock:
+            if self._closed:
+                return
             # A node whose actor died but that Ray still reports alive (the
             # actor was killed, the connection was cut) may take a new
             # CageNode once Ray has had time to notice a real death.
@@ -467,9 +469,9 @@ class RayRuntime(_RuntimeApi[RaySession]):
         self._dispatcher.close()
         if loop_thread is not None:
             loop_thread.stop()
-        refresher = self._refresher
-        if refresher is not None and refresher is not threading.current_thread():
-            refresher.join(timeout=60)
+        # The refresher is not waited for: a refresh may be blocked in a call
+        # to a cluster that is gone (Ray retries its GCS for a minute), and
+        # nothing it does after close is kept (see _refresh and _join).
 
 
 def _refresh_loop(runtime: weakref.ref[RayRuntime], stop: threading.Event, every: float) -> None:
