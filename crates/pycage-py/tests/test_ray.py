@@ -483,6 +483,37 @@ def test_sandboxed_runs_through_ray_match_local_ones(harness):
         here.close()
 
 
+def test_inputs_are_carried_to_the_node_within_max_input_bytes(harness, tmp_path):
+    with pytest.raises(pycage.ConfigError, match="max_input_bytes must be an int >= 0, got -1"):
+        RayRuntime(resource="pycage", isolation="process", python=sys.executable, max_input_bytes=-1)
+    rt = harness.runtime(isolation="process", max_input_bytes=100)
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    (tmp_path / "d" / "e" / "f.txt").write_text("x" * 60)
+    (tmp_path / "d" / "run.sh").write_text("#!/bin/sh\n")
+    (tmp_path / "d" / "run.sh").chmod(0o755)
+    (tmp_path / "g.txt").write_text("y" * 30)
+    program = (
+        "import os\nreturn [open('d/e/f.txt').read().count('x'), os.access('d/run.sh', os.X_OK), open('g.txt').read()]"
+    )
+    assert rt.run(program, inputs=[tmp_path / "d", tmp_path / "g.txt"]).value == [60, True, "y" * 30]
+    # A symlink arrives as a symlink: the node's runtime treats it as a local one does.
+    (tmp_path / "d" / "link").symlink_to("e/f.txt")
+    with pycage.Runtime(isolation="process", python=sys.executable) as here:
+        local = here.run("1", inputs=[tmp_path / "d"])
+    remote = rt.run("1", inputs=[tmp_path / "d"])
+    assert remote.error.kind == local.error.kind == "worker-exit"
+    assert remote.error.message.endswith("d: a symlink: never followed or copied (d/link)")
+    assert local.error.message.endswith("d: a symlink: never followed or copied (d/link)")
+    (tmp_path / "d" / "link").unlink()
+    (tmp_path / "g.txt").write_text("y" * 41)  # 101 bytes with d's 60
+    with pytest.raises(pycage.PycageError, match=r"invalid input: input .*max_input_bytes of this RayRuntime"):
+        rt.run("1", inputs=[tmp_path / "d", tmp_path / "g.txt"])
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(pycage.PycageError, match="fifo is a special file"):
+        rt.run("1", inputs=[tmp_path / "fifo"])
+    rt.close()
+
+
 def test_close_aborts_runs_in_flight_and_kills_every_actor(harness):
     rt = harness.runtime(isolation="process")
     actors = [n.actor for n in rt.nodes()]
