@@ -8,10 +8,10 @@ PYCAGE_REQUIRE_ALL_TESTS=1 (CI sets it).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -96,20 +96,22 @@ def child_pids() -> set[int]:
     return found
 
 
-def settled_child_pids(quiet: float = 0.2, limit: float = 10.0) -> set[int]:
-    """``child_pids()`` once it has not changed for ``quiet`` seconds.
+def open_runtimes() -> list[pycage.Runtime]:
+    """Every ``pycage.Runtime`` of this process that is not closed (the
+    session and module fixtures' among them; not one whose construction
+    raised)."""
+    return [o for o in gc.get_objects() if isinstance(o, pycage.Runtime) and "_closed" in vars(o) and not o.closed]
 
-    The shared runtimes of the session fixtures refill their pools in the
+
+def settled_child_pids() -> set[int]:
+    """``child_pids()`` once every open runtime of this process is idle.
+
+    The shared runtimes of the fixtures refill their pools in the
     background after each run (a sandboxed child's shell is built on a
     thread of its own); a snapshot taken while that happens would count
-    their new children as the test's leftovers.
+    their new children as the test's leftovers. ``wait_idle`` returns once
+    nothing of theirs is in flight and each pool is full.
     """
-    deadline = time.monotonic() + limit
-    last = child_pids()
-    while time.monotonic() < deadline:
-        time.sleep(quiet)
-        now = child_pids()
-        if now == last:
-            return now
-        last = now
-    return last
+    for rt in open_runtimes():
+        assert rt.wait_idle(60), f"{rt!r} did not settle within 60 s"
+    return child_pids()

@@ -474,6 +474,21 @@ def test_wait_idle(api):
     assert api.wait_idle(30) is True
     assert api.run("return 1").ok
     assert asyncio.run(api.await_idle(30)) is True
+    entered, gate = threading.Event(), threading.Event()
+
+    def held():
+        entered.set()
+        return gate.wait(60)
+
+    run = threading.Thread(target=lambda: api.run("return await ns.held()", {"ns": {"held": held}}))
+    run.start()
+    try:
+        assert entered.wait(60)
+        assert api.wait_idle(0.2) is False  # a run is in flight until the gate opens
+    finally:
+        gate.set()
+        run.join(60)
+    assert api.wait_idle(30) is True
     with pytest.raises(pycage.ConfigError, match="timeout_seconds must be a finite number >= 0"):
         api.wait_idle(-1)
 
