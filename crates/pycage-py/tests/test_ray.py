@@ -387,66 +387,6 @@ return {"first": first, "sum": sum(doubled), "refused": refused, "missing": miss
     assert all(n["binding_calls_in_flight"] == 0 for n in stats["nodes"])
 
 
-def test_events_stream_in_order_and_a_raising_callback_aborts(prt):
-    lines = []
-    r = prt.run("for i in range(200):\n    print('line', i)\nreturn 'done'", on_log=lines.append)
-    assert r.value == "done" and lines == [f"line {i}" for i in range(200)] == r.logs
-
-    class Stop(Exception):
-        pass
-
-    def stop(line):
-        raise Stop(line)
-
-    with pytest.raises(Stop, match="first"):
-        prt.run("print('first', flush=True)\nimport time\ntime.sleep(60)", on_log=stop)
-
-    async def main():
-        with pytest.raises(Stop, match="first"):
-            await prt.arun("print('first', flush=True)\nimport time\ntime.sleep(60)", on_log=stop)
-
-    asyncio.run(main())
-    wait_for(lambda: all(n["runs_in_flight"] == 0 for n in node_stats(prt).values()), "the aborted runs to settle")
-
-
-def process_alive(pid: int, start: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[19] == start and fields[0] != "Z"
-
-
-def start_time(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        stat = f.read()
-    return stat[stat.rindex(")") + 2 :].split()[19]
-
-
-def test_cancelling_arun_kills_the_child(prt):
-    async def main():
-        got = asyncio.get_running_loop().create_future()
-        task = asyncio.ensure_future(
-            prt.arun(
-                "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(3600)",
-                on_log=lambda line: got.done() or got.set_result(int(line)),
-            )
-        )
-        pid = await asyncio.wait_for(got, WAIT)
-        start = start_time(pid)  # process isolation: the child's pid is a pid of this machine
-        assert process_alive(pid, start)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        return pid, start
-
-    pid, start = asyncio.run(main())
-    wait_for(lambda: not process_alive(pid, start), "the cancelled run's child to die")
-    wait_for(lambda: all(n["runs_in_flight"] == 0 for n in node_stats(prt).values()), "the node to settle the run")
-
-
 def test_ray_cancel_of_a_node_run_aborts_it(prt):
     node = prt.nodes()[0]
     ref = node.actor.run.remote("import time\ntime.sleep(3600)")
