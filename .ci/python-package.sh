@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# CI for the `pycage` Python package: build it from this clone into a venv
-# (`pip install .`, the way a user installs it) and run its pytest suite.
-# Pinned tools come from crates/pycage-py/tests/requirements.txt; maturin is
-# used from there (no build isolation), so the build is pinned too. It also
-# pins Ray, for test_ray.py (pycage.ray on a two-node ray.cluster_utils
-# cluster on this machine; it fails, not skips, without Ray under
-# PYCAGE_REQUIRE_ALL_TESTS=1).
+# CI for the `pycage-run` Python distribution (import name `pycage`): build
+# the release wheel once with scripts/build-wheels.sh (the module and the
+# `pycage` command, linked for manylinux_2_17 with zig), install that wheel
+# into the test venv, and run the pytest suite against it. The suite's
+# test_wheel.py also installs it into a fresh venv on a PATH without cargo
+# or rustc (PYCAGE_WHEEL names it) and runs the command, `import pycage`
+# and sandboxed runs there, and the README's wheel commands as written.
+# Pinned tools come from crates/pycage-py/tests/requirements.txt (the
+# build's from scripts/wheel-requirements.txt). It also pins Ray, for
+# test_ray.py (pycage.ray on a two-node ray.cluster_utils cluster on this
+# machine; it fails, not skips, without Ray under PYCAGE_REQUIRE_ALL_TESTS=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,13 +23,18 @@ py_paths=(crates/pycage-py/python crates/pycage-py/tests benchmarks python)
 "$venv/bin/ruff" check --select E,F,W,B,I "${py_paths[@]}"
 "$venv/bin/ruff" format --check "${py_paths[@]}"
 
-echo "== python package: pip install . (release build of crates/pycage-py)"
+echo "== python package: the release wheel (scripts/build-wheels.sh)"
 start=$SECONDS
-PATH="$PWD/$venv/bin:$PATH" \
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
-echo "built and installed in $((SECONDS - start)) s"
+bash scripts/build-wheels.sh | tee target/build-wheels.log
+wheel=$(tail -n 1 target/build-wheels.log | sed -n 's/^wheel: //p')
+if [ ! -f "$wheel" ]; then
+    echo "python-package.sh: scripts/build-wheels.sh named no wheel" >&2
+    exit 1
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+echo "built and installed in $((SECONDS - start)) s: $wheel ($(du -h "$wheel" | cut -f1))"
 
 echo "== python package: pytest"
 # Runs use the venv's interpreter (python3 on PATH), as an installed user's would.
-PATH="$PWD/$venv/bin:$PATH" PYCAGE_REQUIRE_ALL_TESTS=1 \
+PATH="$PWD/$venv/bin:$PATH" PYCAGE_REQUIRE_ALL_TESTS=1 PYCAGE_WHEEL="$PWD/$wheel" \
     "$venv/bin/python" -m pytest crates/pycage-py/tests -q -p no:cacheprovider

@@ -72,6 +72,11 @@ fn build_helper(workspace: &Path, target_dir: &Path, target: &str, static_link: 
             flags.push('\x1f');
         }
         flags.push_str("-Ctarget-feature=+crt-static");
+        // A static program needs nothing of the system's glibc, so this
+        // machine's own linker links it: a cross linker the outer build was
+        // given (the release wheels' zig, scripts/build-wheels.sh) linked
+        // it dynamically, without a word.
+        nested.env_remove(format!("CARGO_TARGET_{}_LINKER", target.to_uppercase().replace(['-', '.'], "_")));
     }
     nested.env("CARGO_ENCODED_RUSTFLAGS", flags);
     let status = nested.status().unwrap_or_else(|e| panic!("could not run cargo to build pycage-shell-helper: {e}"));

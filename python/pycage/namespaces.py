@@ -27,6 +27,7 @@ from pycage.channel import (
     watch,
 )
 from pycage.encoder import NotJsonError, encode_json
+from pycage.memberdoc import document, stub_line
 
 __builtins__ = BUILTINS
 
@@ -108,33 +109,24 @@ def _call_label(glob, name):
     return f"{glob}.{name}" if is_ident(name) else f"getattr({glob}, {name!r})"
 
 
-def _signature_line(doc):
-    """``async def name(*, ...) -> ...`` (without its colon) when a member's
-    help text starts with its signature, as every host's stubs do; else None."""
-    if type(doc) is not str or not doc.startswith("async def "):
-        return None
-    line = doc.split("\n", 1)[0]
-    return line[:-1] if line.endswith(":") else None
-
-
-def _usage(doc):
+def _usage(member):
     """``; call it as: <signature>``, or nothing: what a model needs to fix a
     call the convention refused."""
-    line = _signature_line(doc)
+    line = stub_line(member)
     if line is None or len(line) >= _USAGE_CHARS:
         return ""
     return f"; call it as: {line}"
 
 
-def _call_payload(label, args, kwargs, doc):
+def _call_payload(label, args, kwargs, member):
     """The JSON text a call sends: keyword arguments as an object, one
-    positional argument as it is, no argument as ``{}``. ``doc`` is the
-    member's help text, quoted when the arguments are refused."""
+    positional argument as it is, no argument as ``{}``. ``member``'s stub
+    line is quoted when the arguments are refused."""
     if kwargs:
         if args:
             raise TypeError(
                 f"{label}() takes keyword arguments or one positional argument, not both "
-                f"(got {len(args)} positional and {len(kwargs)} keyword){_usage(doc)}"
+                f"(got {len(args)} positional and {len(kwargs)} keyword){_usage(member)}"
             )
         value = kwargs
     elif len(args) == 1:
@@ -143,7 +135,8 @@ def _call_payload(label, args, kwargs, doc):
         value = {}
     else:
         raise TypeError(
-            f"{label}() takes keyword arguments or one positional argument ({len(args)} positional given){_usage(doc)}"
+            f"{label}() takes keyword arguments or one positional argument ({len(args)} positional given)"
+            + _usage(member)
         )
     try:
         return encode_json(value)
@@ -156,7 +149,7 @@ def _make_member(glob, name, error_class, prop):
     label = _call_label(glob, name)
 
     async def member(*args, **kwargs):
-        payload = _call_payload(label, args, kwargs, member.__doc__)
+        payload = _call_payload(label, args, kwargs, member)
         call_id = next(ids)
         frame = _encode_call(call_id, glob, name, payload)
         loop = get_running_loop()
@@ -230,7 +223,7 @@ def missing_member_message(glob, attr, members):
 def _summary(glob, name, member):
     """One line of ``help(<glob>)`` for a member: its signature, else how to
     call it."""
-    line = _signature_line(member.__doc__)
+    line = stub_line(member)
     return f"{_call_label(glob, name)}(...)" if line is None else line
 
 
@@ -316,6 +309,6 @@ def build_globals(namespaces):
         members = {name: _make_member(glob, name, cls, prop) for name in names}
         for name, text in docs.items():
             if name in members:
-                members[name].__doc__ = text
+                document(members[name], text)
         injected[glob] = _make_namespace(glob, members, ns_doc)
     return injected

@@ -46,8 +46,9 @@ A forked child, before it reads anything a run sends: starts a session (its
 own process group, so the host can signal everything it starts), arms
 ``PR_SET_PDEATHSIG`` against the zygote, installs its descriptors (fd 0
 ``/dev/null``, fd 1 and fd 2 the run's pipe, fd 3 the run's socket; nothing
-else stays open), enters the run directory, sets ``HOME`` and ``TMPDIR``
-there, applies the requested rlimits, warms up unless it is cold
+else stays open), enters the run's working directory, sets the environment
+the host gave (``HOME`` and ``TMPDIR`` outside the working directory),
+applies the requested rlimits, warms up unless it is cold
 (``bootstrap.warm_up``), and then serves exactly one run with the
 bootstrap. The host starts the zygote as a background process for the
 scheduler (``SCHED_BATCH``: waking it for a refill never preempts a run or
@@ -77,9 +78,10 @@ import resource
 import select
 import signal
 import socket
+import sys
 import tempfile
 
-from pycage import _private, bootstrap, preload
+from pycage import _private, bootstrap, preload, sitepaths
 from pycage.confine import (
     _EXIT_SETUP_FAILED,
     _JOIN_FDS,
@@ -417,11 +419,45 @@ def _warm_up():
         os._exit(3)
 
 
+def _disguise(argv_json):
+    """Shows `argv` (PYCAGE_ARGV: the command line as the sandbox shows its
+    paths) as this process's command line, in `/proc/self/cmdline` and
+    `sys.orig_argv`, before the first fork: the children are sandboxed, and
+    the host's paths (an interpreter under a home directory, the bootstrap
+    in the host's cache) are not theirs to see. The argument area's size is
+    fixed: a longer line is cut, a shorter one padded with NULs."""
+    if not argv_json:
+        return
+    argv = json.loads(argv_json)
+    if type(argv) is not list or not all(type(a) is str for a in argv):
+        raise ValueError("PYCAGE_ARGV is not a list of strings")
+    sys.orig_argv = list(argv)
+    with open("/proc/self/stat", "rb") as f:
+        stat = f.read()
+    # After the name: field 3 (the state) first; arg_start and arg_end are
+    # fields 48 and 49.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    start, end = int(fields[45]), int(fields[46])
+    room = end - start
+    if room <= 0:
+        return
+    data = b"\0".join(a.encode() for a in argv)[: room - 1]
+    data += b"\0" * (room - len(data))
+    fd = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.pwrite(fd, data, start)
+    finally:
+        os.close(fd)
+
+
 def main():
     """Serve the host on fd 3 until it quits or goes away (never returns)."""
     try:
         ctl = socket.socket(fileno=_CTL_FD)
         os.set_inheritable(_CTL_FD, False)
+        _disguise(os.environ.pop("PYCAGE_ARGV", None))
+        # Started with -S: what `site` adds, as data (no venv code runs here).
+        sitepaths.apply()
         # The runtime's preload (PYCAGE_PRELOAD), before the heap is frozen;
         # the host checked the list at construction, so a failure here is
         # a change since (a package removed): say which, and stop.

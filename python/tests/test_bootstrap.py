@@ -152,21 +152,45 @@ class EncoderTest(unittest.TestCase):
             "dict key at $.a is an int, which is not JSON (object keys must be str)",
         )
 
-    def test_subclasses_of_json_types_are_not_json(self):
+    def test_subclasses_of_json_containers_and_str_are_not_json(self):
         import collections
+
+        self.assert_not_json(
+            collections.OrderedDict(),
+            "value at $ is an OrderedDict (a subclass of dict; convert it to a plain dict), which is not JSON",
+        )
+
+        class Name(str):
+            pass
+
+        self.assert_not_json(
+            [Name("x")], "value at $[0] is a Name (a subclass of str; convert it to a plain str), which is not JSON"
+        )
+
+    def test_number_subclasses_cross_as_their_plain_value_without_their_code(self):
         import enum
 
         class Color(enum.IntEnum):
             RED = 1
 
-        self.assert_not_json(
-            [Color.RED],
-            "value at $[0] is a Color (a subclass of int; convert it to a plain int), which is not JSON",
+        def ran(*args):
+            raise AssertionError("program code ran")
+
+        # Every way the value could be asked for runs program code here;
+        # none is used: the interpreter's own value is read.
+        odd = {name: ran for name in ("__float__", "__int__", "__index__", "__repr__", "__str__", "__sub__", "__eq__")}
+        Odd = type("Odd", (float,), dict(odd, __hash__=float.__hash__))
+        Big = type("Big", (int,), dict(odd, __hash__=int.__hash__))
+        self.assertEqual(
+            encode_json([Color.RED, Odd(2.5), {"b": Big(10**30)}, (Odd(-0.0),)]),
+            '[1,2.5,{"b":1000000000000000000000000000000},[-0.0]]',
         )
         self.assert_not_json(
-            collections.OrderedDict(),
-            "value at $ is an OrderedDict (a subclass of dict; convert it to a plain dict), which is not JSON",
+            {"x": Odd("nan")},
+            "value at $.x is nan (an Odd), which is not JSON (NaN and infinities have no JSON form)",
         )
+        with self.assertRaises(OverBudgetError):
+            encode_json([Big(10**300)], budget=100)
 
     def test_non_finite_floats(self):
         self.assert_not_json(
@@ -714,6 +738,43 @@ class EndToEndTest(unittest.TestCase):
         done, _, _, _ = run("return tools.__doc__", namespaces=[dict(TOOLS, names=[])])
         self.assertEqual(done["value"], "It has no functions.")
 
+    def test_help_of_a_member_shows_the_stubs_signature_once(self):
+        # pydoc printed the member's own `async search(*args, **kwargs)`
+        # above the stub; now the stub's line is the signature, the
+        # docstring and the types it uses the text.
+        documented = dict(
+            TOOLS,
+            names=["search", "raw", "plain"],
+            docs={
+                "search": "class Hit(TypedDict):\n    id: int\n\n"
+                'async def search(*, query: str, state: Literal["open", "closed"] = ...) -> list[Hit]:\n'
+                '    """Search issues.\n\n    Raises ToolError when a call fails.\n    """\n',
+                "raw": 'async def raw(args: Any = None, /) -> Any:\n    """Any JSON."""\n',
+                "plain": "Just text.",
+            },
+        )
+        program = (
+            "import inspect, pydoc\n"
+            "def shown(f):  # blank lines as 3.12+ writes them (unindented)\n"
+            "    text = pydoc.render_doc(f, renderer=pydoc.plaintext).split('\\n', 2)[2]\n"
+            "    return '\\n'.join(line.rstrip() for line in text.split('\\n'))\n"
+            "return [shown(tools.search), shown(tools.raw), shown(tools.plain), str(inspect.signature(tools.raw)),\n"
+            "        inspect.iscoroutinefunction(tools.search)]\n"
+        )
+        done, _, _, _ = run(program, namespaces=[documented])
+        self.assertEqual(
+            done["value"],
+            [
+                'async search(*, query: str, state: Literal["open", "closed"] = ...) -> list[Hit]\n'
+                "    Search issues.\n\n    Raises ToolError when a call fails.\n\n"
+                "    class Hit(TypedDict):\n        id: int\n",
+                "async raw(args: Any = None, /) -> Any\n    Any JSON.\n",
+                "async plain(*args, **kwargs)\n    Just text.\n",
+                "(args: Any = None, /) -> Any",
+                True,
+            ],
+        )
+
     def test_two_hundred_concurrent_calls_replied_out_of_order(self):
         held = []
 
@@ -809,6 +870,13 @@ class EndToEndTest(unittest.TestCase):
         )
         done, _, _, _ = run("return float('nan')")
         self.assertEqual(done["error"]["kind"], "invalid-output")
+
+    def test_number_subclasses_are_values(self):
+        # As json.dumps writes them: an IntEnum member is its int.
+        done, _, _, _ = run(
+            "import enum\nclass C(enum.IntEnum):\n    A = 2\nclass F(float):\n    pass\nreturn [C.A, F(0.5)]"
+        )
+        self.assertEqual(done, {"type": "done", "value": [2, 0.5]})
 
     def test_program_cannot_break_frame_emission(self):
         program = (

@@ -106,8 +106,47 @@ pub fn summary_with_file(n: usize, d: &Display, file: Option<&Path>) -> String {
     line
 }
 
+/// A name for one `pycage run`'s display files that no other run's has:
+/// the UTC time to the second (so a directory's files sort by run) and 24
+/// random bits (so runs in the same second differ, and a program cannot
+/// guess the name), `20261101T153012Z-3f9a1c`.
+pub fn run_id() -> String {
+    use std::hash::BuildHasher as _;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    // std's hasher keys come from the OS's random source, fresh per
+    // process; the time and pid only spread them further.
+    let random = std::collections::hash_map::RandomState::new().hash_one((now.as_nanos(), std::process::id()));
+    format!("{}-{:06x}", utc_stamp(now.as_secs()), random & 0xff_ffff)
+}
+
+/// `YYYYMMDDTHHMMSSZ` of a Unix time (the civil calendar from a day count:
+/// Howard Hinnant's `civil_from_days`).
+fn utc_stamp(secs: u64) -> String {
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z", rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+/// The stem of display `n`'s file in a run named `run_id`.
+pub fn file_stem(run_id: &str, n: usize) -> String {
+    format!("{run_id}-display-{n}")
+}
+
 /// Writes display `d` as `dir/<stem>.<ext>` (see the module docs); returns the path.
 pub fn write_file(dir: &Path, stem: &str, d: &Display) -> Result<PathBuf, String> {
+    write_file_sized(dir, stem, d).map(|(path, _)| path)
+}
+
+/// [`write_file`], also returning the bytes written.
+pub fn write_file_sized(dir: &Path, stem: &str, d: &Display) -> Result<(PathBuf, u64), String> {
     let mime = d.primary_mime().ok_or("the display is empty")?;
     let text = d.get(mime).unwrap_or_default();
     let bytes = if Display::is_base64(mime) {
@@ -124,7 +163,7 @@ pub fn write_file(dir: &Path, stem: &str, d: &Display) -> Result<PathBuf, String
         .open(&path)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     file.write_all(&bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
+    Ok((path, bytes.len() as u64))
 }
 
 #[cfg(test)]
@@ -160,6 +199,19 @@ mod tests {
             summary_with_file(5, &text, Some(Path::new("/d/display-5.txt"))),
             "[display 5] text/plain, 3 bytes -> /d/display-5.txt: a ..."
         );
+    }
+
+    #[test]
+    fn run_ids_name_the_utc_second_and_differ_within_it() {
+        assert_eq!(utc_stamp(0), "19700101T000000Z");
+        assert_eq!(utc_stamp(951_782_400), "20000229T000000Z");
+        assert_eq!(utc_stamp(1_793_532_612), "20261101T113012Z");
+        assert_eq!(utc_stamp(4_107_542_399), "21000228T235959Z");
+        let ids: std::collections::BTreeSet<String> = (0..64).map(|_| run_id()).collect();
+        assert!(ids.len() >= 63, "{ids:?}");
+        let id = ids.first().unwrap();
+        assert_eq!(id.len(), "20261101T151012Z-3f9a1c".len(), "{id}");
+        assert_eq!(file_stem(id, 3), format!("{id}-display-3"));
     }
 
     #[test]

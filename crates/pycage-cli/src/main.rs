@@ -4,8 +4,8 @@
 //! Exit status: 0 success, 1 the run failed (its `error` is set), 2 misuse
 //! (bad flags, unreadable program, bad bindings file, broken name rule, no
 //! usable interpreter, an `--output` directory that cannot be made or
-//! written), 3 (`run`) the run succeeded but its `out/` was not delivered
-//! whole to `--output`. Clap's own usage errors also exit 2.
+//! written), 3 (`run`) the run succeeded but its `out/` or its displays
+//! were not delivered whole to `--output`. Clap's own usage errors also exit 2.
 //!
 //! Misuse is reported in the user's terms: messages name the flags as typed
 //! (`--memory-mb must be at least 64`), never a configuration field. When
@@ -14,7 +14,6 @@
 //! (exit status 2), so a caller parsing JSON never has to scrape stderr.
 
 mod bench;
-mod bench_env;
 mod budget_flags;
 mod chart;
 mod displays;
@@ -35,8 +34,20 @@ use pycage_runtime::{Isolation, RuntimeConfig};
 /// Exit status of a misuse error.
 const EXIT_MISUSE: u8 = 2;
 
+/// The Python distribution that ships this command (`pip install
+/// pycage-run`; `pycage` on the package index is an unrelated project).
+/// `--version` prints it with the version (`pycage-run 0.1.0`), the name
+/// to upgrade by. It is pyproject.toml's `[project] name`: a test keeps the
+/// two equal.
+const DISTRIBUTION: &str = "pycage-run";
+
 #[derive(Debug, Parser)]
-#[command(name = "pycage", version, about = "Run model-written Python in a fresh CPython process with host bindings")]
+#[command(
+    name = "pycage",
+    display_name = DISTRIBUTION,
+    version,
+    about = "Run model-written Python in a fresh CPython process with host bindings"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -49,7 +60,8 @@ enum Command {
     /// The program runs as a script (the module `__main__`), with top-level
     /// `await` and `return` allowed; without a `return`, the value of a final
     /// expression statement is its value. Exit status: 0 success, 1 the run
-    /// failed, 2 misuse, 3 its `out/` was not delivered whole to --output.
+    /// failed, 2 misuse, 3 its `out/` or displays were not delivered whole
+    /// to --output.
     Run(RunArgs),
     /// Tools for the fd-3 wire protocol.
     #[command(subcommand)]
@@ -138,8 +150,9 @@ struct RuntimeArgs {
     venv: Option<PathBuf>,
 
     /// Import MODULE before each program (repeatable, or comma-separated):
-    /// a pooled run then starts with it imported at fork cost. Checked when
-    /// the runtime starts; BLAS/OpenMP pools start with one thread.
+    /// a pooled run (repl, mcp) then starts with it imported at fork cost;
+    /// `pycage run` only adds its import time (it warns). Checked when the
+    /// runtime starts; BLAS/OpenMP pools start with one thread.
     #[arg(long, value_name = "MODULE", value_delimiter = ',')]
     preload: Vec<String>,
 
@@ -209,8 +222,9 @@ struct RunArgs {
     inputs: Vec<PathBuf>,
 
     /// Copy what the program leaves in `out/` (in its working directory) to
-    /// DIR when the run settles. Symlinks and special files are never
-    /// followed or copied.
+    /// DIR when the run settles, and write each display there as `<run
+    /// id>-display-<N>.<ext>`. Nothing in DIR is overwritten; symlinks and
+    /// special files are never followed or copied.
     #[arg(long, value_name = "DIR")]
     output: Option<PathBuf>,
 
@@ -327,6 +341,10 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         };
+    }
+    if argv.get(1).is_some_and(|a| a == bench::NS_FLOOR_ARG) {
+        // Before anything starts a thread: the floor forks.
+        return bench::serve_ns_floor(&argv[2..]);
     }
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,

@@ -21,16 +21,24 @@
 //! line at the end, exact (displays in full, base64 images included).
 //!
 //! With `--output DIR`, after the run, each display is also written there
-//! as `display-<N>.<ext>` of its richest type (`crate::displays`); a name the
-//! program's `out/` already took there is not overwritten (a warning says so).
-//! At most `MAX_OUTPUT_ENTRIES` display files are written, the cap of the
-//! `out/` copy: tiny displays are cheap to emit, and each is a file.
+//! as `<run id>-display-<N>.<ext>` of its richest type (`crate::displays`:
+//! the run id is the UTC second and random bits, so a rerun into DIR makes
+//! new names and a program cannot take them in `out/` beforehand). At most
+//! `MAX_OUTPUT_ENTRIES` display files are written, the cap of the `out/`
+//! copy: tiny displays are cheap to emit, and each is a file. A display
+//! not written (the cap, or a name that exists after all) makes the
+//! delivery incomplete as an `out/` entry does: exit 3, and `--json`'s
+//! `output` lists it under `skipped`; the files written are in its `files`.
+//!
+//! `--preload` is accepted (the run is the same with it), with a warning
+//! that it only adds its modules' import time to a one-shot run: it pays
+//! off where runs fork from a zygote that imported them once.
 //!
 //! SIGINT and SIGTERM cancel the run (it settles as `abort`, keeping its
 //! logs); the runtime is always shut down, so no child outlives the command.
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -41,6 +49,14 @@ use tokio::signal::unix::{signal, SignalKind};
 use pycage_bindings::Bindings;
 
 use crate::{displays, output, RunArgs};
+
+/// Why `--preload` does not make a one-shot run faster: there is no
+/// zygote to import the modules once for many runs, so the run's own
+/// interpreter imports them before the program, whether it uses them or not.
+const PRELOAD_ONE_SHOT: &str = "--preload does not make `pycage run` faster: its one run's interpreter imports \
+     the modules before the program, whether the program uses them or not (0.25-0.55 s for numpy and pandas). \
+     It helps pooled runs, which fork from a process that imported them once: pycage repl, pycage mcp, \
+     and pycage.Runtime(preload=[...]) in Python";
 
 /// Exit status of a run that settled with an error.
 const EXIT_RUN_FAILED: u8 = 1;
@@ -56,6 +72,9 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let config = args.config()?;
+    if !config.preload.is_empty() {
+        output::warning(PRELOAD_ONE_SHOT);
+    }
     if let Some(dir) = &args.output {
         check_output_dir(dir)?;
     }
@@ -93,16 +112,24 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
         runtime.shutdown().await;
         bindings.close().await;
         watcher.abort();
-        let (result, printed) = outcome?;
-        report(&result, args.json, printed)?;
+        let (mut result, printed) = outcome?;
+        // Delivered before the result is printed: `--json`'s `output` says
+        // whether the display files were written too.
         let mut incomplete = false;
-        if let (Some(output), Some(dir)) = (&result.output, &args.output) {
-            report_output(output, dir);
-            incomplete = output.incomplete();
-        }
         if let Some(dir) = &args.output {
-            write_displays(&result, dir);
+            let mut delivered = result.output.take().unwrap_or_default();
+            report_output(&delivered, dir);
+            write_displays(&result, dir, &displays::run_id(), &mut delivered);
+            incomplete = delivered.incomplete();
+            if incomplete {
+                output::stderr_text(&format!(
+                    "pycage: error: the output was not delivered whole to {} (what was copied stays there)",
+                    dir.display()
+                ));
+            }
+            result.output = Some(delivered);
         }
+        report(&result, args.json, printed)?;
         for failure in runtime.cleanup_failures() {
             output::warning(&failure.to_string());
         }
@@ -204,25 +231,50 @@ fn report(result: &RunResult, json: bool, printed: Printed) -> anyhow::Result<()
     Ok(())
 }
 
-/// Writes each display to `dir` as `display-<N>.<ext>`, one stderr line
-/// each, up to the output's entry cap; one line says how many were over it.
-fn write_displays(result: &RunResult, dir: &Path) {
+/// Writes each display to `dir` as `<run_id>-display-<N>.<ext>`, one
+/// stderr line each, up to the output's entry cap; one line says how many
+/// were over it. Each file is added to `delivered`, and each display not
+/// written too, which makes the delivery incomplete as an `out/` entry
+/// does: the caller asked for the run's output in `dir`.
+fn write_displays(result: &RunResult, dir: &Path, run_id: &str, delivered: &mut pycage_runtime::CopyReport) {
+    use pycage_runtime::{CopiedFile, SkipKind, Skipped};
     let cap = usize::try_from(MAX_OUTPUT_ENTRIES).unwrap_or(usize::MAX);
     for (i, d) in result.displays.iter().enumerate().take(cap) {
-        match displays::write_file(dir, &format!("display-{}", i + 1), d) {
-            Ok(path) => output::stderr_text(&format!("pycage: display {} written to {}", i + 1, path.display())),
-            Err(e) => output::warning(&format!("display {} not written: {e}", i + 1)),
+        let stem = displays::file_stem(run_id, i + 1);
+        match displays::write_file_sized(dir, &stem, d) {
+            Ok((path, bytes)) => {
+                output::stderr_text(&format!("pycage: display {} written to {}", i + 1, path.display()));
+                let name = path.file_name().map(PathBuf::from).unwrap_or_default();
+                delivered.files.push(CopiedFile { path: name, bytes });
+                delivered.bytes += bytes;
+            }
+            Err(e) => {
+                output::warning(&format!("display {} not written: {e}", i + 1));
+                let ext = d.primary_mime().map(displays::extension).unwrap_or("bin");
+                delivered.skipped.push(Skipped {
+                    path: PathBuf::from(format!("{stem}.{ext}")),
+                    reason: format!("display {} not written: {e}", i + 1),
+                    kind: SkipKind::Failed,
+                });
+            }
         }
     }
     let over = result.displays.len().saturating_sub(cap);
     if over > 0 {
-        output::warning(&format!(
+        let reason = format!(
             "{over} display file(s) not written to {} (displays {} to {}): over the limit of {cap} display files \
              per run (--json carries every display)",
             dir.display(),
             cap + 1,
             result.displays.len()
-        ));
+        );
+        output::warning(&reason);
+        delivered.truncated = true;
+        delivered.skipped.push(Skipped {
+            path: PathBuf::from(displays::file_stem(run_id, cap + 1)),
+            reason,
+            kind: SkipKind::Limit,
+        });
     }
 }
 
@@ -260,10 +312,4 @@ fn report_output(report: &pycage_runtime::CopyReport, dir: &Path) {
         report.bytes,
         dir.display()
     ));
-    if report.incomplete() {
-        output::stderr_text(&format!(
-            "pycage: error: the output was not delivered whole to {} (what was copied stays there)",
-            dir.display()
-        ));
-    }
 }

@@ -516,3 +516,27 @@ fn named_sessions_keep_state_and_are_capped() {
     assert_eq!(r[7]["structured"]["error"]["kind"], json!("exception"), "{}", r[7]);
     assert_eq!(r[8]["isError"], json!(true), "s1 and s2 hold both slots again: {}", r[8]);
 }
+
+/// Issue 41: an MCP session's cells sent back to back, each keeping 24 MiB
+/// more, cannot outgrow `--memory-mb 64`: the cell that crosses it fails
+/// (`worker-exit`, the memory budget named), and the next call says the
+/// session ended.
+#[test]
+fn session_cells_cannot_outgrow_the_memory_budget() {
+    let Some(d) = Deps::find() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let b = bindings(dir.path(), &d, &stdio_up(&d, &dir.path().join("ev")), "");
+    let call = |code: &str| json!({"op": "call", "tool": "run_python", "args": {"code": code, "session": "grow"}});
+    let mut steps = vec![call("held = []")];
+    steps.extend((0..4).map(|_| call("held.append(b'x' * (24 << 20))\nreturn len(held)")));
+    let plan = json!({"server": mcp_stdio(&b, &["--memory-mb", "64"]), "steps": steps});
+    let r = d.drive(&plan, &[]);
+    assert_eq!(r[0]["isError"], json!(false), "{}", r[0]);
+    let failed = r.iter().position(|s| s["structured"]["error"]["kind"] == json!("worker-exit"));
+    let failed = failed.unwrap_or_else(|| panic!("4 cells of 24 MiB fit a 64 MiB budget: {r:?}"));
+    assert!(failed <= 3, "{r:?}");
+    let message = r[failed]["structured"]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("memory budget"), "{message}");
+    let next = r[failed + 1]["text"].as_str().unwrap();
+    assert!(next.starts_with("the session `grow` has ended"), "{next}");
+}

@@ -114,8 +114,8 @@ fn a_plot_comes_back_as_png_through_run_json_in_both_isolations() {
 fn readable_output_prints_a_line_per_display_and_writes_files() {
     let Some(venv) = data_venv() else { return };
     let dir = tempfile::tempdir().unwrap();
-    // The program's own out/display-2.txt takes that name: the display is
-    // not written over it.
+    // The program's own out/display-2.txt is not display 2's name: display
+    // files are named after their run.
     let program = format!("open('out/display-2.txt', 'w').write('mine')\n{PLOT}");
     let o = pycage(dir.path())
         .args(["run", "--isolation", "process", "--output", "got", "-c", &program])
@@ -133,12 +133,25 @@ fn readable_output_prints_a_line_per_display_and_writes_files() {
     assert!(lines[3].starts_with("[display 3] image/png 300x200, "), "{out}");
     assert_eq!(lines[4], "1");
     let got = dir.path().join("got");
-    assert_eq!(png_size(&std::fs::read(got.join("display-1.png")).unwrap()), (640, 480));
-    assert_eq!(png_size(&std::fs::read(got.join("display-3.png")).unwrap()), (300, 200));
-    assert_eq!(std::fs::read_to_string(got.join("display-2.txt")).unwrap(), "mine");
     let err = stderr(&o);
-    assert!(err.contains("pycage: display 1 written to got/display-1.png\n"), "{err}");
-    assert!(err.contains("warning: display 2 not written: cannot create"), "{err}");
+    // `pycage: display 1 written to got/<run id>-display-1.png`
+    let written: Vec<&str> = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("pycage: display "))
+        .filter_map(|l| l.split_once(" written to got/"))
+        .map(|(_, f)| f)
+        .collect();
+    assert_eq!(written.len(), 3, "{err}");
+    let run_id = written[0].strip_suffix("-display-1.png").unwrap();
+    assert_eq!(
+        written,
+        [format!("{run_id}-display-1.png"), format!("{run_id}-display-2.txt"), format!("{run_id}-display-3.png")]
+    );
+    assert_eq!(png_size(&std::fs::read(got.join(written[0])).unwrap()), (640, 480));
+    assert_eq!(std::fs::read_to_string(got.join(written[1])).unwrap(), "'between'");
+    assert_eq!(png_size(&std::fs::read(got.join(written[2])).unwrap()), (300, 200));
+    assert_eq!(std::fs::read_to_string(got.join("display-2.txt")).unwrap(), "mine");
+    assert!(!err.contains("not written"), "{err}");
 }
 
 #[test]

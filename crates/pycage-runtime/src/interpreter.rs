@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use pycage_protocol::{JsonValue, Kind};
 
@@ -16,11 +17,21 @@ use crate::spelling::{RustSpelling, Setting, Spelling};
 /// Oldest CPython the bootstrap supports.
 pub const MIN_VERSION: (u64, u64) = (3, 10);
 
+/// How long the probe may take (the preload's imports included): an import
+/// that never returns must not hang the runtime's construction.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Answers one JSON object. Given a directory as its argument, it also
 /// imports `pycage.bootstrap` from there — checking it and leaving its
 /// bytecode in `__pycache__` — so construction starts the interpreter once.
-const PROBE: &str = r#"
-import json, os, sys
+/// It runs `-I -S` with a scrubbed environment: `site` is applied as data
+/// (`pycage/sitepaths.py`, whose text comes first), so no `.pth` code line
+/// or `sitecustomize` of the interpreter or a venv runs on the host.
+const PROBE: &str = concat!(
+    include_str!("../../../python/pycage/sitepaths.py"),
+    r#"
+import json
+skipped_site_code = apply()
 info = {
     "implementation": sys.implementation.name,
     "version": list(sys.version_info[:3]),
@@ -50,8 +61,10 @@ if len(sys.argv) > 1:
             if failed is not None:
                 info["preloadError"] = {"module": failed[0], "error": failed[1]}
             info["threads"] = preload.os_threads()
+info["skippedSiteCode"] = skipped_site_code
 print(json.dumps(info))
-"#;
+"#
+);
 
 /// A probed interpreter.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,15 +194,29 @@ pub fn probe_with_bootstrap(
         None => which("python3").ok_or(InterpreterError::NotFound)?,
     };
     let mut cmd = Command::new(&path);
-    cmd.args(["-I", "-c", PROBE]);
+    cmd.args(["-I", "-S", "-c", PROBE]);
     if let Some(dir) = bootstrap_dir {
         cmd.arg(dir);
         if !preload.is_empty() {
             cmd.arg(preload_argument(preload));
         }
     }
-    let out =
-        cmd.stdin(Stdio::null()).output().map_err(|source| InterpreterError::Spawn { path: path.clone(), source })?;
+    // Nothing of the host's environment (binding secrets, tokens) reaches
+    // what the probe imports; the locale keeps its encoding UTF-8.
+    cmd.env_clear().env("PATH", "/usr/local/bin:/usr/bin:/bin").env("LANG", "C.UTF-8").current_dir("/");
+    let out = output_within(cmd, PROBE_TIMEOUT).map_err(|source| match source {
+        Waited::Spawn(source) => InterpreterError::Spawn { path: path.clone(), source },
+        Waited::TimedOut => InterpreterError::ProbeFailed {
+            path: path.clone(),
+            status: format!("it did not answer within {} s", PROBE_TIMEOUT.as_secs()),
+            stderr: format!(
+                "the probe (and the preload's imports: {}) took longer than {} s; a preloaded module whose \
+                 import never returns would hang every zygote",
+                if preload.is_empty() { "none".to_owned() } else { preload.join(", ") },
+                PROBE_TIMEOUT.as_secs()
+            ),
+        },
+    })?;
     if !out.status.success() {
         return Err(InterpreterError::ProbeFailed {
             path,
@@ -260,6 +287,55 @@ pub fn probe_with_bootstrap(
     Ok(ProbeReport { interpreter, bootstrap, preload: preload_result })
 }
 
+/// Why [`output_within`] has no output.
+enum Waited {
+    Spawn(std::io::Error),
+    TimedOut,
+}
+
+/// `cmd`'s output, or [`Waited::TimedOut`] (its process group killed and
+/// reaped) when it has not exited within `limit`.
+fn output_within(mut cmd: Command, limit: Duration) -> Result<std::process::Output, Waited> {
+    use std::os::unix::process::CommandExt;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    let mut child = cmd.spawn().map_err(Waited::Spawn)?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let read = |pipe: Option<&mut dyn Read>| {
+            let mut bytes = Vec::new();
+            if let Some(pipe) = pipe {
+                let _ = pipe.take(16 << 20).read_to_end(&mut bytes);
+            }
+            bytes
+        };
+        let (mut stdout, mut stderr) = (stdout, stderr);
+        let err_thread = std::thread::spawn(move || read(stderr.as_mut().map(|p| p as &mut dyn Read)));
+        let out = read(stdout.as_mut().map(|p| p as &mut dyn Read));
+        let err = err_thread.join().unwrap_or_default();
+        let _ = tx.send((out, err));
+    });
+    match rx.recv_timeout(limit) {
+        Ok((stdout, stderr)) => {
+            let _ = reader.join();
+            let status = child.wait().map_err(Waited::Spawn)?;
+            Ok(std::process::Output { status, stdout, stderr })
+        }
+        Err(_) => {
+            // Our child, unreaped: its group is its own.
+            if let Some(pgid) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+            }
+            let _ = child.wait();
+            let _ = reader.join();
+            Err(Waited::TimedOut)
+        }
+    }
+}
+
 /// The preload list as the probe, the zygote and an exec'd child read it
 /// (`PYCAGE_PRELOAD`): module names joined by commas (a module name has none).
 pub(crate) fn preload_argument(preload: &[String]) -> String {
@@ -269,6 +345,21 @@ pub(crate) fn preload_argument(preload: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A preload whose import never returns must not hang construction:
+    /// the probe is killed (its whole group) at its deadline.
+    #[test]
+    fn a_probe_that_never_answers_is_killed_at_its_deadline() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 60 & sleep 60"]);
+        let started = std::time::Instant::now();
+        assert!(matches!(output_within(cmd, Duration::from_millis(300)), Err(Waited::TimedOut)));
+        assert!(started.elapsed() < Duration::from_secs(30), "it waited for the sleeps");
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo out; echo err >&2"]);
+        let out = output_within(cmd, Duration::from_secs(30)).ok().unwrap();
+        assert_eq!((out.stdout.as_slice(), out.stderr.as_slice()), (&b"out\n"[..], &b"err\n"[..]));
+    }
 
     #[test]
     fn probes_the_machine_python() {

@@ -48,15 +48,19 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("display.py", include_str!("../../../python/pycage/display.py")),
     ("mpl_backend.py", include_str!("../../../python/pycage/mpl_backend.py")),
     ("namespaces.py", include_str!("../../../python/pycage/namespaces.py")),
+    ("memberdoc.py", include_str!("../../../python/pycage/memberdoc.py")),
     ("signals.py", include_str!("../../../python/pycage/signals.py")),
     ("runner.py", include_str!("../../../python/pycage/runner.py")),
     ("outcome.py", include_str!("../../../python/pycage/outcome.py")),
+    ("finalize.py", include_str!("../../../python/pycage/finalize.py")),
+    ("network.py", include_str!("../../../python/pycage/network.py")),
     ("bootstrap.py", include_str!("../../../python/pycage/bootstrap.py")),
     ("script.py", include_str!("../../../python/pycage/script.py")),
     ("zygote.py", include_str!("../../../python/pycage/zygote.py")),
     ("_forks.py", include_str!("../../../python/pycage/_forks.py")),
     ("confine.py", include_str!("../../../python/pycage/confine.py")),
     ("preload.py", include_str!("../../../python/pycage/preload.py")),
+    ("sitepaths.py", include_str!("../../../python/pycage/sitepaths.py")),
 ];
 
 use pycage_protocol::{JsonBuilder, JsonValue, Kind};

@@ -393,3 +393,47 @@ async fn a_preload_that_fails_names_the_module_and_why() {
     let (module, _) = refuse("raiser");
     assert_eq!(module, "raiser");
 }
+
+/// Issue 41: a venv's start-up code (`.pth` code lines, `sitecustomize`)
+/// never runs outside a run's sandbox: not in the interpreter probe (on
+/// the host, with pycage's environment), not in the zygote (uid 0 of
+/// pycage's user namespace, or root). Its `.pth` path lines still count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_venvs_start_up_code_never_runs_outside_a_sandbox() {
+    if !pycage_sandbox::probe().missing().is_empty() {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "the sandbox is unavailable here");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    share(root.path());
+    let venv = make_venv(root.path(), "symlinks");
+    let site = site_packages(&venv);
+    let marks = root.path().join("marks");
+    let mark = |what: &str| {
+        format!("import os; open({:?}, 'a').write('{what} ' + str(os.getpid()) + chr(10))", marks.to_str().unwrap())
+    };
+    std::fs::write(site.join("evil.pth"), format!("{}\n", mark("pth"))).unwrap();
+    std::fs::write(site.join("sitecustomize.py"), format!("{}\n", mark("sitecustomize"))).unwrap();
+    let extra = root.path().join("extra");
+    std::fs::create_dir(&extra).unwrap();
+    std::fs::write(extra.join("extramod.py"), "WHERE = 'extra'\n").unwrap();
+    std::fs::write(site.join("extra.pth"), format!("# a comment\n{}\n", extra.display())).unwrap();
+    share(root.path());
+    let cache = tempfile::tempdir().unwrap();
+    for spawn in [SpawnMode::Zygote, SpawnMode::Exec] {
+        let rt = Runtime::new(RuntimeConfig {
+            venv: Some(venv.clone()),
+            spawn,
+            pool_size: 1,
+            cache_dir: Some(cache.path().to_path_buf()),
+            allow_read: vec![extra.clone()],
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let r = run(&rt, "import extramod\nreturn extramod.WHERE").await;
+        assert_eq!(value(&r), "\"extra\"", "{spawn:?}: a .pth path line no longer counts");
+        rt.shutdown().await;
+        let ran = std::fs::read_to_string(&marks).unwrap_or_default();
+        assert!(ran.is_empty(), "{spawn:?}: the venv's start-up code ran on the host: {ran}");
+    }
+}

@@ -68,8 +68,10 @@ async fn inputs_in_and_outputs_out_in_both_isolations() {
             // files are never touched either way.
             Isolation::Process if rustix::process::geteuid().is_root() => "written",
             Isolation::Process => "PermissionError",
-            // A read-only bind mount: EROFS.
-            Isolation::Sandbox => "OSError",
+            // Small inputs: a copy in the pooled run's own tmpfs, read-only
+            // by mode, owned by the host's uid (the run has no capability
+            // to ignore modes).
+            Isolation::Sandbox => "PermissionError",
         };
         assert_eq!(
             value,
@@ -107,6 +109,38 @@ async fn inputs_in_and_outputs_out_in_both_isolations() {
         assert_eq!(rt.cleanup_failures(), Vec::new());
         rt.shutdown().await;
     }
+}
+
+/// Issue 43: a sandboxed run with small inputs stays in the pool (a forked
+/// child: the zygote's `-S`), with its inputs copied into its own tmpfs;
+/// big inputs get a sandbox of their own, shown by a read-only mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_inputs_keep_a_sandboxed_run_in_the_pool() {
+    let inputs = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(inputs.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(inputs.path().join("small.txt"), "four").unwrap();
+    std::fs::write(inputs.path().join("big.bin"), vec![7u8; 20 << 20]).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig { pool_size: 1, ..config(Isolation::Sandbox, temp.path()) }).unwrap();
+    let program = |name: &str| {
+        format!(
+            "import os, sys\ntry:\n    open({name:?}, 'a').write('x')\n    wrote = 'written'\n\
+             except OSError:\n    wrote = 'refused'\n\
+             return [sys.flags.no_site, os.path.getsize({name:?}), wrote]"
+        )
+    };
+    let small =
+        rt.run(RunRequest::new(program("small.txt")).with_input(inputs.path().join("small.txt"))).await.unwrap();
+    assert_eq!(common::value(&small), r#"[1,4,"refused"]"#, "pooled (-S), a read-only copy");
+    let big = rt.run(RunRequest::new(program("big.bin")).with_input(inputs.path().join("big.bin"))).await.unwrap();
+    assert_eq!(common::value(&big), r#"[0,20971520,"refused"]"#, "exec'd (site ran), a read-only mount");
+    assert_eq!(std::fs::read_to_string(inputs.path().join("small.txt")).unwrap(), "four");
+    rt.shutdown().await;
+}
+
+#[test]
+fn small_inputs_keep_a_sandboxed_run_in_the_pool_as_an_unprivileged_user() {
+    common::rerun_as_nobody("small_inputs_keep_a_sandboxed_run_in_the_pool");
 }
 
 /// A run that collects no output starts in an empty working directory, as

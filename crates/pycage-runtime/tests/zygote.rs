@@ -170,7 +170,7 @@ async fn each_child_reseeds_random_and_starts_pristine() {
                  t.start()\n\
                  t.join()\n\
                  native = sys.modules['pycage._forks']._native is not None\n\
-                 return [random.random(), os.getcwd(), os.environ['HOME'] == os.getcwd(), native, sys.version_info[:2]]",
+                 return [random.random(), os.getcwd(), os.environ['HOME'] == os.path.dirname(os.getcwd()), native, sys.version_info[:2]]",
             )
             .await;
             let v = value(&r);
@@ -594,5 +594,44 @@ async fn ended_runs_network_namespaces_serve_later_runs() {
     }
     if rustix::process::geteuid().is_root() {
         rerun_as_nobody("ended_runs_network_namespaces_serve_later_runs");
+    }
+}
+
+/// Issue 41: a sandboxed run shows no host path in its command line
+/// (`/proc/self/cmdline`, `sys.orig_argv`) or `sys.executable`, whichever
+/// way its process was made: by exec, from the zygote, with the shell
+/// helper. Here the interpreter lives under `/root` (pyenv) and the
+/// bootstrap in the host's cache: neither may show.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxed_runs_show_no_host_path_in_their_command_line() {
+    if !pycage_sandbox::probe().missing().is_empty() {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "the sandbox is unavailable here");
+        return;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let program = "import sys\n\
+cmd = open('/proc/self/cmdline', 'rb').read().decode('utf-8', 'replace')\n\
+return [cmd, ' '.join(sys.orig_argv), sys.executable]";
+    let launches: [(&str, SpawnMode, bool); 3] =
+        [("exec", SpawnMode::Exec, false), ("zygote", SpawnMode::Zygote, false), ("helper", SpawnMode::Zygote, true)];
+    for (name, spawn, helper) in launches {
+        let rt = Runtime::new(RuntimeConfig {
+            spawn,
+            pool_size: 1,
+            cache_dir: Some(cache.path().to_path_buf()),
+            shell_helper: helper.then(|| vec![common::shell_helper_program()]),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let host_python = rt.interpreter().executable.clone();
+        let host_bootstrap = cache.path().to_string_lossy().into_owned();
+        let shown = value(&run(&rt, program).await);
+        assert!(!shown.contains(&host_bootstrap), "{name}: the host's cache shows: {shown}");
+        if host_python.starts_with("/root") || host_python.starts_with("/home") {
+            assert!(!shown.contains(&*host_python.to_string_lossy()), "{name}: the host's interpreter shows: {shown}");
+            assert!(!shown.contains("/root") && !shown.contains("/home"), "{name}: a home directory shows: {shown}");
+        }
+        assert!(shown.contains("/opt/pycage"), "{name}: {shown}");
+        rt.shutdown().await;
     }
 }

@@ -403,3 +403,29 @@ pub fn occupy_low_fds() {
         }
     }
 }
+/// Runs `f` with this thread's file-system ids set to `uid` and `gid`
+/// (`setfsuid`/`setfsgid`, which act on the calling thread only), then
+/// restores them. For a root host writing into a run's tmpfs: files made
+/// there must be owned by an id the run's user namespace maps (the run's
+/// own), or the kernel refuses them (`EOVERFLOW`). `None` when the ids
+/// could not be set (not root): `f` did not run.
+pub fn as_fs_ids<R>(uid: u32, gid: u32, f: impl FnOnce() -> R) -> Option<R> {
+    let set = |nr: libc::c_long, id: u32| {
+        // SAFETY: setfsuid/setfsgid take an integer and change only the
+        // calling thread's file-system ids; no memory is passed.
+        unsafe { libc::syscall(nr, id as libc::c_long) as u32 }
+    };
+    let read = |nr: libc::c_long| {
+        // SAFETY: as above; -1 (an invalid id) changes nothing and returns
+        // the current id.
+        unsafe { libc::syscall(nr, -1 as libc::c_long) as u32 }
+    };
+    let (old_uid, old_gid) = (read(libc::SYS_setfsuid), read(libc::SYS_setfsgid));
+    set(libc::SYS_setfsgid, gid);
+    set(libc::SYS_setfsuid, uid);
+    let ok = read(libc::SYS_setfsuid) == uid && read(libc::SYS_setfsgid) == gid;
+    let out = ok.then(f);
+    set(libc::SYS_setfsuid, old_uid);
+    set(libc::SYS_setfsgid, old_gid);
+    out
+}

@@ -20,7 +20,8 @@ use base64::Engine as _;
 use pycage_protocol::JsonBuilder;
 use pycage_runtime::{Isolation, RunRequest, RunResult, Runtime, RuntimeConfig, SessionOptions, SpawnMode};
 
-use super::{in_words, ms, or_dash, ratio, Failures, Samples, NONE_SUCCEEDED};
+use crate::bench::failures::{in_words, Failures};
+use crate::bench::measure::{ms, or_dash, ratio, Samples, NONE_SUCCEEDED};
 use crate::output;
 
 /// The data and the figure, the same everywhere: `plt` is imported.

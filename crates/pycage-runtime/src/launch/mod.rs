@@ -100,10 +100,42 @@ fn interpreter_path(config: &RuntimeConfig) -> Result<Option<PathBuf>, RuntimeEr
     if !dir.join("pyvenv.cfg").is_file() {
         return Err(problem("not a virtual environment (it has no pyvenv.cfg)".into()));
     }
-    match ["python", "python3"].iter().map(|name| dir.join("bin").join(name)).find(|p| p.exists()) {
-        Some(python) => Ok(Some(python)),
-        None => Err(problem("it has no bin/python".into())),
+    for python in ["python", "python3"].iter().map(|name| dir.join("bin").join(name)) {
+        match std::fs::metadata(&python) {
+            Ok(_) => return Ok(Some(python)),
+            // Neither the file nor a link: the next name.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&python).is_err() => {}
+            // A link to a base interpreter this user cannot reach, or that
+            // is gone: say which, as `--python` would.
+            Err(e) => {
+                let target = std::fs::canonicalize(&python)
+                    .ok()
+                    .or_else(|| link_chain_end(&python))
+                    .map(|t| format!(" (a link to {})", t.display()))
+                    .unwrap_or_default();
+                return Err(problem(format!(
+                    "cannot run {}{target}: {e}; a venv's base interpreter must be one this user can run",
+                    python.display()
+                )));
+            }
+        }
     }
+    Err(problem("it has no bin/python".into()))
+}
+
+/// Where a chain of symbolic links from `path` ends, as far as it can be
+/// read (a link into a directory this user cannot search ends there).
+fn link_chain_end(path: &std::path::Path) -> Option<PathBuf> {
+    let mut at = path.to_path_buf();
+    // The kernel's own bound on links followed.
+    for _ in 0..40 {
+        let Ok(next) = std::fs::read_link(&at) else { break };
+        at = match at.parent() {
+            Some(parent) => parent.join(next),
+            None => next,
+        };
+    }
+    (at != path).then_some(at)
 }
 
 impl Launcher {
@@ -196,6 +228,23 @@ impl Launcher {
         if let Some(home) = &zygote_home {
             zygote_env.push(("MPLCONFIGDIR".to_owned(), home.path().join("matplotlib").to_string_lossy().into_owned()));
         }
+        if let Some(sandboxes) = sandboxes.as_ref().filter(|_| use_zygote) {
+            // The zygote's children are sandboxed: before its first fork the
+            // zygote shows this command line, the sandbox's view, instead of
+            // the host's paths (the interpreter under a home directory, the
+            // bootstrap in the host's cache).
+            let argv = sandboxes.inside_argv("pycage.zygote");
+            let mut json = Vec::new();
+            json.push(b'[');
+            for (i, arg) in argv.iter().enumerate() {
+                if i > 0 {
+                    json.push(b',');
+                }
+                pycage_protocol::write_json_string(&mut json, arg);
+            }
+            json.push(b']');
+            zygote_env.push(("PYCAGE_ARGV".to_owned(), String::from_utf8_lossy(&json).into_owned()));
+        }
         let pool = use_zygote.then(|| {
             Pool::new(PoolConfig {
                 python: interpreter.executable.clone(),
@@ -277,6 +326,10 @@ impl Launcher {
     }
 
     /// The probed interpreter.
+    pub(crate) fn bootstrap_dir(&self) -> &Path {
+        self.bootstrap.path()
+    }
+
     pub(crate) fn interpreter(&self) -> &Interpreter {
         &self.interpreter
     }
@@ -347,10 +400,45 @@ impl Launcher {
         // packages are known; a sandboxed run with inputs, or with packages
         // of its own (which it alone may see), gets its own interpreter.
         let own = packages.filter(|p| p.own).map(|p| p.entry.path());
-        let pool = self.pool.as_ref().filter(|_| (inputs.is_empty() && own.is_none()) || self.sandboxes.is_none());
+        // Small inputs are copied into a pooled run's own tmpfs; big ones
+        // are shown read-only in a sandbox of the run's own.
+        let pooled_inputs = self.sandboxes.is_none() || inputs.is_empty() || {
+            let inputs = inputs.to_vec();
+            tokio::task::spawn_blocking(move || site::inputs_fit_a_pooled_run(&inputs)).await.unwrap_or(false)
+        };
+        let pool = self.pool.as_ref().filter(|_| (pooled_inputs && own.is_none()) || self.sandboxes.is_none());
         let (worker, site) = match pool {
             Some(pool) => match pool.take().await.map_err(failed)? {
-                (worker, Some(handoff)) => (worker, RunSite::Sandbox(Some(handoff))),
+                (worker, Some(handoff)) if inputs.is_empty() => (worker, RunSite::Sandbox(Some(handoff))),
+                (worker, Some(handoff)) => {
+                    // The run's `/work`, through the descriptor its sandbox
+                    // handed over (`O_PATH`): a directory to copy into.
+                    let work = rustix::fs::openat(
+                        &handoff.work_dir,
+                        c".",
+                        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+                        rustix::fs::Mode::empty(),
+                    )
+                    .map_err(|e| failed(SpawnError::Inputs(format!("could not open the run's /work: {e}"))))?;
+                    let inputs = inputs.to_vec();
+                    let copy = move || {
+                        let into = || site::copy_inputs_into(std::os::fd::AsFd::as_fd(&work), &inputs);
+                        // A root host's run has a uid of its own: what is
+                        // made in its tmpfs must be that uid's.
+                        match rustix::fs::fstat(&work) {
+                            Ok(st) if st.st_uid != rustix::process::geteuid().as_raw() => {
+                                pycage_sandbox::as_fs_ids(st.st_uid, st.st_gid, into)
+                                    .unwrap_or_else(|| Err("could not take the run's uid to copy its inputs".into()))
+                            }
+                            _ => into(),
+                        }
+                    };
+                    tokio::task::spawn_blocking(copy)
+                        .await
+                        .map_err(|e| failed(SpawnError::Inputs(e.to_string())))?
+                        .map_err(|e| failed(SpawnError::Inputs(e)))?;
+                    (worker, RunSite::Sandbox(Some(handoff)))
+                }
                 (worker, None) => {
                     let Some(dir) = worker.run_dir().cloned() else {
                         return Err(failed(SpawnError::Channel(std::io::Error::other(
@@ -362,7 +450,7 @@ impl Launcher {
                     // the hop (a wake-up of a pool thread and one of this
                     // thread, ~0.1-0.2 ms) would be on every run's path.
                     if !inputs.is_empty() {
-                        let path = dir.path().to_path_buf();
+                        let path = dir.work();
                         let inputs = inputs.to_vec();
                         tokio::task::spawn_blocking(move || site::copy_inputs(&path, &inputs))
                             .await
@@ -384,7 +472,10 @@ impl Launcher {
             return sandboxes.spawn(inputs, packages);
         }
         let dir = Arc::new(self.run_dirs.create().map_err(SpawnError::RunDir)?);
-        site::copy_inputs(dir.path(), inputs).map_err(SpawnError::Inputs)?;
+        let work = dir.work();
+        site::copy_inputs(&work, inputs).map_err(SpawnError::Inputs)?;
+        // HOME and the temporary directory are the run's directory, which
+        // holds its working directory: nothing of theirs shows in `.`.
         let path = dir.path().to_path_buf();
         let env = site::python_env(&path);
         let worker = Worker::spawn(SpawnSpec {
@@ -393,7 +484,7 @@ impl Launcher {
             preload: &self.config.preload,
             home: &path,
             tmp: &path,
-            cwd: Some(&path),
+            cwd: Some(&work),
             env: &env,
             run_dir: Some(Arc::clone(&dir)),
             guards: Vec::new(),

@@ -452,13 +452,9 @@ impl Inner {
                     .into_iter()
                     .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
             );
-            let spec = ChildSpec {
-                cwd: run_dir.path().to_path_buf(),
-                env,
-                rlimits: self.config.rlimits.clone(),
-                join: None,
-                cold,
-            };
+            // HOME and the temporary directory are the run's directory,
+            // which holds its working directory: nothing of theirs shows in `.`.
+            let spec = ChildSpec { cwd: run_dir.work(), env, rlimits: self.config.rlimits.clone(), join: None, cold };
             let host = HostSide {
                 zygote: zygote.clone(),
                 sock: ch.host,

@@ -196,7 +196,7 @@ impl Sandboxes {
     /// The environment of a sandboxed zygote child, as the sandbox shows paths.
     pub(crate) fn shell_env(&self) -> Vec<(String, String)> {
         let mut env = vec![
-            ("HOME".to_owned(), pycage_sandbox::WORK_DIR.to_owned()),
+            ("HOME".to_owned(), site::SANDBOX_HOME.to_owned()),
             ("TMPDIR".to_owned(), pycage_sandbox::TMP_DIR.to_owned()),
             ("PATH".to_owned(), crate::process::run_path(&self.layout.python)),
         ];
@@ -214,6 +214,15 @@ impl Sandboxes {
     /// What every sandboxed run sees of the host.
     pub(crate) fn view(&self) -> site::SandboxView {
         self.layout.view()
+    }
+
+    /// The command line of a process that runs `module` from the bootstrap,
+    /// as the sandbox shows its paths: what a zygote's children show as
+    /// theirs (`/proc/self/cmdline`, `sys.orig_argv`), not the host's.
+    pub(crate) fn inside_argv(&self, module: &str) -> Vec<String> {
+        let loader = crate::process::loader(Path::new(site::BOOTSTRAP_DIR), module);
+        let python = self.layout.python.to_string_lossy().into_owned();
+        vec![python, "-I".into(), "-S".into(), "-B".into(), "-c".into(), loader]
     }
 
     /// Host path prefixes and where the sandbox shows them.
@@ -455,7 +464,7 @@ impl Sandboxes {
             python: &self.layout.python,
             bootstrap_dir: &self.layout.bootstrap,
             preload: &self.config.preload,
-            home: Path::new(pycage_sandbox::WORK_DIR),
+            home: Path::new(site::SANDBOX_HOME),
             tmp: Path::new(pycage_sandbox::TMP_DIR),
             cwd: None,
             env: &self.layout.env,

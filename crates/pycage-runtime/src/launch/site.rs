@@ -22,7 +22,7 @@
 //! sandbox hands over ([`pycage_sandbox::Handoff`]).
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -99,6 +99,13 @@ fn is_private(path: &Path, home: Option<&Path>) -> bool {
 pub(crate) fn absolute(path: &Path) -> std::io::Result<PathBuf> {
     std::path::absolute(path)
 }
+
+/// `HOME` of a sandboxed run: its temporary directory, not its working
+/// directory, where what programs and libraries keep under `HOME`
+/// (fontconfig's `~/.cache`, dotfiles) would appear among the program's
+/// own files. (A process-isolated run's is its [`RunDir`], which holds
+/// its working directory: see [`RunDir::work`].)
+pub(crate) const SANDBOX_HOME: &str = pycage_sandbox::TMP_DIR;
 
 /// Environment every run gets for the Python packages it may use, with
 /// `tmp` its temporary directory: matplotlib's configuration and font
@@ -215,12 +222,54 @@ pub(crate) fn resolve_inputs(inputs: &[PathBuf]) -> Result<Vec<Input>, String> {
     Ok(resolved)
 }
 
-/// Copy `inputs` read-only into a process-isolated run's directory.
+/// Copies `inputs` read-only into the run directory `dir` (process
+/// isolation).
 pub(crate) fn copy_inputs(dir: &Path, inputs: &[Input]) -> Result<(), String> {
     if inputs.is_empty() {
         return Ok(());
     }
     let dst = files::create_dir_all(dir).map_err(|e| format!("could not open the run directory: {e}"))?;
+    copy_inputs_into(dst.as_fd(), inputs)
+}
+
+/// Most bytes of inputs a pooled sandboxed run gets as copies in its own
+/// tmpfs (they count against its disk budget); bigger inputs are shown
+/// read-only in a sandbox of the run's own instead (an exec'd interpreter).
+pub(crate) const POOLED_INPUT_BYTES: u64 = 16 << 20;
+/// Most entries of inputs a pooled sandboxed run gets as copies.
+pub(crate) const POOLED_INPUT_ENTRIES: u64 = 4096;
+
+/// Whether `inputs` are small enough to be copied into a pooled sandboxed
+/// run (see [`POOLED_INPUT_BYTES`]). Iterative, no link followed; stops at
+/// the first bound crossed.
+pub(crate) fn inputs_fit_a_pooled_run(inputs: &[Input]) -> bool {
+    let (mut bytes, mut entries) = (0u64, 0u64);
+    let mut stack: Vec<PathBuf> = inputs.iter().map(|i| i.host.clone()).collect();
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { return false };
+        entries += 1;
+        bytes = bytes.saturating_add(meta.len());
+        if bytes > POOLED_INPUT_BYTES || entries > POOLED_INPUT_ENTRIES {
+            return false;
+        }
+        if meta.is_dir() {
+            let Ok(dir) = std::fs::read_dir(&path) else { return false };
+            for entry in dir {
+                let Ok(entry) = entry else { return false };
+                stack.push(entry.path());
+                if stack.len() as u64 > POOLED_INPUT_ENTRIES {
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Copies `inputs` read-only into the directory `dst` (a run directory,
+/// or a pooled sandboxed run's `/work` through the descriptor its sandbox
+/// handed over).
+pub(crate) fn copy_inputs_into(dst: BorrowedFd<'_>, inputs: &[Input]) -> Result<(), String> {
     for input in inputs {
         let Some(parent) = input.host.parent() else { continue };
         let src = rustix::fs::open(
@@ -233,7 +282,7 @@ pub(crate) fn copy_inputs(dir: &Path, inputs: &[Input]) -> Result<(), String> {
         let report = files::copy_entry(
             src.as_fd(),
             &input.name,
-            dst.as_fd(),
+            dst,
             &input.name,
             Path::new(&input.name),
             limits,
@@ -300,7 +349,7 @@ impl RunSite {
     /// The working directory, opened for reading what the program left.
     fn work_dir(&self) -> std::io::Result<OwnedFd> {
         match self {
-            RunSite::Host(dir) => files::create_dir_all(dir.path()),
+            RunSite::Host(dir) => files::create_dir_all(&dir.work()),
             RunSite::Sandbox(Some(handoff)) => handoff.work_dir.try_clone(),
             RunSite::Sandbox(None) => Err(std::io::Error::other("the sandbox handed over no working directory")),
         }

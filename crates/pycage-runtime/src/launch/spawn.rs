@@ -8,9 +8,10 @@
 //! - fd 3 is one end of a Unix socketpair, installed with `dup2` between fork
 //!   and exec; fd 0 is `/dev/null`; fd 1 and 2 are the same pipe, so raw
 //!   writes to either arrive at the host in the order they were made;
-//! - a scrubbed environment, the run's directory as cwd and `HOME` (a
-//!   private 0700 host directory in process isolation, the sandbox's own
-//!   `/work` otherwise), its own process group, and `PR_SET_PDEATHSIG`
+//! - a scrubbed environment, the run's working directory as cwd and
+//!   another directory as `HOME` and `TMPDIR` (in process isolation a
+//!   private 0700 host directory and its `work/`; in the sandbox `/tmp`
+//!   and `/work`), its own process group, and `PR_SET_PDEATHSIG`
 //!   with a `getppid` re-check so a dying host takes the child with it;
 //! - a pidfd, so the host learns of the exit without reaping: the group is
 //!   killed while the child is a zombie (its pid, and so the group id,

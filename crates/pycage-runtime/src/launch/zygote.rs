@@ -447,7 +447,9 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
     let parent = rustix::process::getpid();
     let loader = process::loader(&spec.bootstrap_dir, "pycage.zygote");
     let mut cmd = Command::new(&spec.python);
-    cmd.args(["-I", "-B", "-c", &loader])
+    // `-S`: the zygote applies `site` as data (`pycage.sitepaths`): no
+    // `.pth` code line or `sitecustomize` runs in it.
+    cmd.args(["-I", "-S", "-B", "-c", &loader])
         .env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("LANG", "C.UTF-8")

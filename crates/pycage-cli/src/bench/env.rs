@@ -19,7 +19,7 @@ use anyhow::Context;
 use pycage_protocol::JsonBuilder;
 use pycage_runtime::{Isolation, RunRequest, Runtime, RuntimeConfig, SpawnMode};
 
-use crate::bench::{children_of, floor_run, ms, private_kib, Samples};
+use crate::bench::measure::{children_of, floor_run, ms, private_kib, Samples};
 use crate::output;
 
 /// The program of the preload rows.
