@@ -74,7 +74,7 @@ def imports(path: Path, me: tuple[str, ...], known: set[tuple[str, ...]]) -> lis
                 continue
             for alias in node.names:
                 targets.append(base + (alias.name,) if base + (alias.name,) in known else base)
-        out.extend((node.lineno, t) for t in targets)
+        out.extend((node.lineno, t) for t in dict.fromkeys(targets))
     return out
 
 
