@@ -454,6 +454,22 @@ def test_inputs_are_carried_to_the_node_within_max_input_bytes(harness, tmp_path
     rt.close()
 
 
+def test_file_trees_never_leave_their_directory(harness, tmp_path):
+    from pycage.ray._wire import unpack
+
+    for tree in (
+        [("f", "../escape", b"x", 0o644)],
+        [("f", "/abs", b"x", 0o644)],
+        [("d", "a/./b", None, 0o755)],
+        [("l", "link", b"/etc", 0o777), ("f", "link/passwd", b"x", 0o644)],
+        [("l", "l", str(tmp_path).encode(), 0o777), ("d", "l/sub", None, 0o755)],
+    ):
+        dest = tmp_path / f"dest-{len(list(tmp_path.iterdir()))}"
+        with pytest.raises(pycage.PycageError, match="unsafe path"):
+            unpack(tree, str(dest))
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "sub").exists()
+
+
 def test_close_aborts_runs_in_flight_and_kills_every_actor(harness):
     rt = harness.runtime(isolation="process")
     actors = [n.actor for n in rt.nodes()]

@@ -76,7 +76,7 @@ def pack_inputs(inputs: list[str], max_bytes: int) -> list[tuple[str, Tree]]:
     native runtime checks them (the same messages), within ``max_bytes`` of
     file content and :data:`MAX_INPUT_ENTRIES` entries."""
     out: list[tuple[str, Tree]] = []
-    budget = [max_bytes, MAX_INPUT_ENTRIES]
+    packer = _Packer(max_bytes, _TOO_BIG)
     names: set[str] = set()
     for given in inputs:
         host = _absolute(given)
@@ -92,31 +92,55 @@ def pack_inputs(inputs: list[str], max_bytes: int) -> list[tuple[str, Tree]]:
         if name in names:
             raise _invalid(f'two inputs are named "{name}"; each appears under its base name')
         names.add(name)
-        tree: Tree = []
-        _walk(host, name, 0, tree, budget, lambda what, given=given: _invalid(f"input {given}: {what}"))
-        out.append((name, tree))
+        out.append((name, packer.walk(host, name, 0, lambda what, given=given: _invalid(f"input {given}: {what}"))))
     return out
 
 
 def pack_dir(path: str, max_bytes: int) -> Tree:
     """The tree under the directory ``path`` (a node's copy of ``out/``:
     only directories and regular files, within ``max_bytes``)."""
+    packer = _Packer(max_bytes, f"more than {max_bytes} bytes")
     tree: Tree = []
-    budget = [max_bytes, MAX_INPUT_ENTRIES]
     for entry in sorted(os.listdir(path)):
-        _walk(os.path.join(path, entry), entry, 1, tree, budget, lambda what: PycageError(f"out/ on the node: {what}"))
+        tree += packer.walk(os.path.join(path, entry), entry, 1, lambda what: PycageError(f"out/ on the node: {what}"))
     return tree
 
 
-def _walk(host: str, rel: str, depth: int, tree: Tree, budget: list[int], fail: Callable[[str], Exception]) -> None:
-    """Appends ``host`` (as ``rel``) and what it holds to ``tree``,
-    without following a symlink; ``budget``: the bytes and entries left
-    (``fail(what)`` is raised past them)."""
-    stack = [(host, rel, depth)]
-    while stack:
-        host, rel, depth = stack.pop()
-        budget[1] -= 1
-        if budget[1] < 0:
+_TOO_BIG = (
+    "the inputs of one run hold more than the max_input_bytes of this RayRuntime, which carries them to a node; "
+    "raise it (RayRuntime(max_input_bytes=...)) or put large data on the nodes (allow_read)"
+)
+
+
+class _Packer:
+    """Walks trees into :data:`Tree` values without following a symlink,
+    within one budget of bytes and entries for all of them."""
+
+    def __init__(self, max_bytes: int, too_big: str) -> None:
+        self.bytes_left = max_bytes
+        self.entries_left = MAX_INPUT_ENTRIES
+        self.too_big = too_big
+
+    def walk(self, host: str, rel: str, depth: int, fail: Callable[[str], Exception]) -> Tree:
+        """``host`` (named ``rel``) and what it holds; ``fail(what)`` is
+        raised past the budget, for a special file, or when an entry cannot
+        be read."""
+        tree: Tree = []
+        stack = [(host, rel, depth)]
+        while stack:
+            host, rel, depth = stack.pop()
+            try:
+                stack += self._entry(host, rel, depth, tree, fail)
+            except OSError as e:
+                raise fail(f"{rel}: {_os_error(e)}") from None
+        return tree
+
+    def _entry(
+        self, host: str, rel: str, depth: int, tree: Tree, fail: Callable[[str], Exception]
+    ) -> list[tuple[str, str, int]]:
+        """Appends one entry to ``tree``; a directory's entries, to walk."""
+        self.entries_left -= 1
+        if self.entries_left < 0:
             raise fail(
                 f"more than {MAX_INPUT_ENTRIES} entries in the files of one run, which a RayRuntime carries "
                 "between the driver and a node; put large data on the nodes (allow_read)"
@@ -126,26 +150,20 @@ def _walk(host: str, rel: str, depth: int, tree: Tree, budget: list[int], fail: 
         if stat.S_ISLNK(st.st_mode):
             tree.append(("l", rel, os.fsencode(os.readlink(host)), 0o777))
         elif stat.S_ISREG(st.st_mode):
-            budget[0] -= st.st_size
-            if budget[0] < 0:
-                raise fail(
-                    "the inputs of one run hold more than the max_input_bytes of this RayRuntime, which "
-                    "carries them to a node; raise it (RayRuntime(max_input_bytes=...)) or put large data "
-                    "on the nodes (allow_read)"
-                )
+            self.bytes_left -= st.st_size
+            if self.bytes_left < 0:
+                raise fail(self.too_big)
             with open(host, "rb") as f:
                 data = f.read(st.st_size + 1)
-            if len(data) > st.st_size:  # grew while read: cut, as the native copy does
-                data = data[: st.st_size]
-            tree.append(("f", rel, data, mode))
+            tree.append(("f", rel, data[: st.st_size], mode))  # one that grew is cut, as the native copy does
         elif stat.S_ISDIR(st.st_mode):
             if depth >= MAX_DEPTH:
                 raise fail(f"deeper than {MAX_DEPTH} levels ({rel})")
             tree.append(("d", rel, None, mode))
-            for entry in sorted(os.listdir(host), reverse=True):
-                stack.append((os.path.join(host, entry), f"{rel}/{entry}", depth + 1))
+            return [(os.path.join(host, e), f"{rel}/{e}", depth + 1) for e in sorted(os.listdir(host), reverse=True)]
         else:
             raise fail(f"{rel} is a special file (a device, FIFO or socket), which cannot be carried to a Ray node")
+        return []
 
 
 def _safe(rel: str) -> bool:
@@ -155,11 +173,13 @@ def _safe(rel: str) -> bool:
 
 def unpack(tree: Tree, dest: str) -> None:
     """Writes ``tree`` under the directory ``dest`` (created; nothing in it
-    may exist yet). Refuses a path that would leave ``dest``; never follows
-    a symlink it made."""
+    may exist yet). Refuses a path that would leave ``dest``, or lead
+    through a symlink it made."""
     os.makedirs(dest, exist_ok=True)
+    links: set[str] = set()
     for kind, rel, data, mode in tree:
-        if not _safe(rel):
+        parents = rel.split("/")[:-1]
+        if not _safe(rel) or any("/".join(parents[: i + 1]) in links for i in range(len(parents))):
             raise PycageError(f"a file tree from the other end names an unsafe path: {rel!r}")
         target = os.path.join(dest, rel)
         if kind == "d":
@@ -171,5 +191,6 @@ def unpack(tree: Tree, dest: str) -> None:
                 f.write(data or b"")
         elif kind == "l":
             os.symlink(os.fsdecode(data or b""), target)
+            links.add(rel)
         else:
             raise PycageError(f"a file tree from the other end has an entry of unknown kind {kind!r}")
