@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+from integration_programs import png_program
 
+import pycage
 from conftest import unavailable
 
 try:
@@ -19,8 +21,6 @@ try:
     from pycage.smolagents import PycageExecutor
 except ImportError:  # pragma: no cover - the CI venv installs the pinned version
     smolagents = None
-
-import pycage
 
 
 @pytest.fixture(autouse=True)
@@ -194,23 +194,6 @@ def test_new_tools_start_a_new_session_and_variables_must_be_json(process_rt):
             executor.send_tools({"not a name": lambda: 1})
     finally:
         executor.cleanup()
-
-
-def png_program(width, height):
-    """A program that shows a ``width`` x ``height`` PNG with display()."""
-    return (
-        "import struct, zlib\n"
-        "class Img:\n"
-        "    def _repr_png_(self):\n"
-        f"        raw = b''.join(b'\\x00' + b'\\xff\\x00\\x00' * {width} for _ in range({height}))\n"
-        "        def chunk(kind, data):\n"
-        "            body = kind + data\n"
-        "            return struct.pack('>I', len(data)) + body + struct.pack('>I', zlib.crc32(body))\n"
-        f"        head = struct.pack('>IIBBBBB', {width}, {height}, 8, 2, 0, 0, 0)\n"
-        "        return b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', head) + chunk(b'IDAT', zlib.compress(raw))"
-        " + chunk(b'IEND', b'')\n"
-        "display(Img())\n"
-    )
 
 
 def test_shown_images_become_the_output_and_the_models_observation_images(process_rt):

@@ -15,17 +15,19 @@ It imports no framework: each integration module imports its own.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import threading
-from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any, Optional
 
 from ._display import Display
 from ._native import to_json
-from ._runtime import Bindings, Result, Runtime, Session
+from ._runtime import Bindings, ErrorClass, Namespace, Result, Runtime, Session, _members
 from ._signature import docstring, is_identifier, member_def
-from .errors import SessionEndedError
+from .errors import InvalidBindingsError, SessionEndedError
+from .tools import _tool_parts
 
 #: MIME types a model can be shown as an image, best first.
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -101,10 +103,26 @@ class SessionPool:
         self._lifetime = max_lifetime_seconds
         self._sessions: OrderedDict[Hashable, Session] = OrderedDict()
         self._lock = threading.Lock()
+        self._doomed: deque[Callable[[Hashable], bool]] = deque()
+
+    def close_later(self, match: Callable[[Hashable], bool]) -> None:
+        """Closes the sessions whose keys ``match`` at the pool's next use.
+        Safe from a finalizer (it takes no lock: the garbage collector may
+        run it on a thread that holds the pool's)."""
+        self._doomed.append(match)
+
+    def _sweep(self) -> None:
+        while self._doomed:
+            match = self._doomed.popleft()
+            with self._lock:
+                doomed = [key for key in self._sessions if match(key)]
+            for key in doomed:
+                self.close(key)
 
     def acquire(self, key: Hashable) -> tuple[Session, Optional[str]]:
         """The live session of ``key`` (opened if needed) and, when an earlier
         one of that key had ended, a note saying so."""
+        self._sweep()
         evicted: list[Session] = []
         note = None
         with self._lock:
@@ -136,6 +154,7 @@ class SessionPool:
         return True
 
     def close_all(self) -> None:
+        self._doomed.clear()
         with self._lock:
             sessions = list(self._sessions.values())
             self._sessions.clear()
@@ -143,10 +162,11 @@ class SessionPool:
             session.close()
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._sessions)
+        return len(self.keys())
 
     def keys(self) -> list[Hashable]:
+        """The keys with a live session, least recently used first."""
+        self._sweep()
         with self._lock:
             return list(self._sessions)
 
@@ -259,7 +279,9 @@ def _default(value: Any) -> str:
     return text if len(text) <= 80 else "..."
 
 
-def schema_def(name: str, schema: Any, description: Optional[str], *, is_async: bool = True) -> list[str]:
+def schema_def(
+    global_name: str, name: str, schema: Any, description: Optional[str], *, is_async: bool = True
+) -> list[str]:
     """A tool whose arguments are the JSON Schema ``schema`` (an object with
     ``properties``) as stub lines, unindented: ``async def name(*, a: int,
     b: str = 'x') -> Any:`` (keyword-only: arguments cross as one object)
@@ -289,6 +311,10 @@ def schema_def(name: str, schema: Any, description: Optional[str], *, is_async: 
     text = (description or "").strip()
     if arg_lines:
         text = f"{text}\n\nArgs:\n" + "\n".join(arg_lines) if text else "Args:\n" + "\n".join(arg_lines)
+    if not is_identifier(name):
+        lines = [f"# call as: await getattr({global_name}, {name!r})(...)  signature: {signature} -> Any"]
+        first = text.splitlines()
+        return lines + ([f"# {first[0]}"] if first else [])
     head = f"{'async ' if is_async else ''}def {name}{signature} -> Any:"
     return [head, *(docstring(text, "    ") or ["    ..."])]
 
@@ -321,9 +347,115 @@ def namespace_stubs(global_name: str, members: list[list[str]], error_class: Opt
     return "\n".join(out) + "\n"
 
 
-def callable_def(global_name: str, name: str, func: Any, description: Optional[str]) -> list[str]:
-    """``member_def`` (a Python callable's stub lines), re-exported here."""
-    return member_def(global_name, name, func, description)
+#: ``(name, callable, stub lines)`` of a framework's tool, or None for a
+#: plain Python callable (described by its signature, as ``python_tools``).
+Adapter = Callable[[Any], Optional[tuple[str, Callable[..., Any], list[str]]]]
+
+
+def bindings_and_stubs(
+    bindings: Optional[Bindings], tools: Iterable[Any], global_name: str, adapt: Adapter
+) -> tuple[dict[str, Any], str]:
+    """The bindings of a ``run_python`` tool and their stub text.
+
+    ``tools`` (a framework's tools, which ``adapt`` turns into a callable
+    and stub lines, and plain callables) become the namespace
+    ``global_name`` with the error class ``ToolError``; ``bindings`` (any
+    pycage bindings) are added as they are, their stubs read from their
+    callables' signatures."""
+    out: dict[str, Any] = {}
+    parts: list[str] = []
+    items = list(tools)
+    if items:
+        functions: dict[str, Callable[..., Any]] = {}
+        helps: dict[str, str] = {}
+        stubs: list[list[str]] = []
+        for item in items:
+            adapted = adapt(item)
+            if adapted is None:
+                name, func, text = _tool_parts(item)
+                lines = member_def(global_name, name, func, text)
+            else:
+                name, func, lines = adapted
+            if name in functions:
+                raise InvalidBindingsError(f"two tools are named {name!r}; tool names must be unique")
+            functions[name] = func
+            helps[name] = "\n".join(lines) + "\n"
+            stubs.append(lines)
+        namespace = Namespace(functions, error_class=ErrorClass("ToolError", "tool"))
+        namespace._help = helps
+        out[global_name] = namespace
+        parts.append(namespace_stubs(global_name, stubs, ("ToolError", "tool")))
+    for glob, ns in (bindings or {}).items():
+        if glob in out:
+            raise InvalidBindingsError(f"the namespace {glob!r} is given both as tools and in bindings")
+        out[glob] = ns
+        error = None
+        known: Mapping[str, str] = {}
+        functions_of: object = ns
+        if isinstance(ns, Namespace):
+            functions_of = ns.functions
+            known = ns._help or {}
+            if ns.error_class is not None:
+                error = (ns.error_class.name, ns.error_class.member_name_property)
+        members = _members(f"bindings[{glob!r}]", functions_of)
+        stubs = [
+            known[name].rstrip("\n").split("\n") if name in known else member_def(glob, name, func, None)
+            for name, func in members.items()
+        ]
+        parts.append(namespace_stubs(glob, stubs, error))
+    return out, "\n\n".join(parts)
+
+
+class RunPython:
+    """A ``run_python`` tool's engine: its bindings, description and
+    sessions by conversation key. ``key=None`` runs afresh."""
+
+    def __init__(
+        self,
+        bindings: dict[str, Any],
+        stubs: str,
+        *,
+        runtime: Optional[Runtime],
+        runtime_options: Mapping[str, Any],
+        owner: str,
+        conversation: str,
+        max_sessions: int,
+        idle_timeout_seconds: float,
+        max_lifetime_seconds: float,
+    ) -> None:
+        self.holder = RuntimeHolder(runtime, runtime_options, owner)
+        self.bindings = bindings
+        self.pool = SessionPool(
+            self.holder,
+            bindings,
+            max_sessions=max_sessions,
+            idle_timeout_seconds=idle_timeout_seconds,
+            max_lifetime_seconds=max_lifetime_seconds,
+        )
+        persistence = (
+            f"Names, imports and objects persist between calls of one {conversation} (a program that times out "
+            f"or crashes resets them, and so do {idle_timeout_seconds:g} s without a call)."
+        )
+        self.description = description(self.holder.runtime, stubs, persistence)
+
+    def run(self, key: Optional[Hashable], code: str) -> tuple[Result, Optional[str]]:
+        if key is None:
+            return self.holder.runtime.run(code, self.bindings), None
+        session, note = self.pool.acquire(key)
+        return run_in(session, self.holder.runtime, code, self.bindings), note
+
+    async def arun(self, key: Optional[Hashable], code: str) -> tuple[Result, Optional[str]]:
+        if not self.holder.started:
+            await asyncio.to_thread(lambda: self.holder.runtime)
+        if key is None:
+            return await self.holder.runtime.arun(code, self.bindings), None
+        session, note = self.pool.acquire(key)
+        return await arun_in(session, self.holder.runtime, code, self.bindings), note
+
+    def close(self) -> None:
+        """Closes every session, and the runtime if this tool made it."""
+        self.pool.close_all()
+        self.holder.close()
 
 
 # -- the run_python tool -------------------------------------------------------
