@@ -135,6 +135,10 @@ def test_tool_calls_positional_keyword_failures_and_outputs(process_rt):
         # A final expression that is not JSON comes back as its str(), as smolagents shows it.
         assert executor("import datetime\ndatetime.date(2024, 5, 1)").output == "2024-05-01"
         assert executor("print('no value')").output is None
+        # The final expression is found where the tokenizer sees it: after a
+        # line break inside a literal that str.splitlines would also split at,
+        # with non-ASCII before it on its line, and a comment after it.
+        assert executor("s = 'é\u2028\x0cé'\nt = 'ü'; len(s) + len(t)  # comment").output == 5
         with pytest.raises(InterpreterError, match="SyntaxError"):
             executor("def broken(:\n")
         # Names persist: the session survived the failures.

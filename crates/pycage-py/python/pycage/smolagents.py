@@ -129,7 +129,9 @@ def _rewrite_final_expression(code: str, limit: int) -> str:
     if not tree.body or not isinstance(tree.body[-1], ast.Expr):
         return code
     node = tree.body[-1].value
-    lines = code.splitlines(keepends=True)
+    # Lines as the tokenizer counts them (\n, \r\n, \r), not str.splitlines,
+    # which also splits at \f, \x1c-\x1e, \x85 and \u2028 inside literals.
+    lines = io.StringIO(code, newline="").readlines()
     if node.end_lineno is None or node.end_col_offset is None:
         return code
 
