@@ -186,6 +186,7 @@ class PycageExecutor(PythonExecutor):
         self._pending: dict[str, Any] = {}
         self._session: Optional[Session] = None
         self._final: Optional[tuple[Any]] = None
+        self._value_limit = 0
         #: The images the last step showed (PIL images), for :meth:`attach_images`.
         self.last_images: list[Any] = []
 
@@ -230,8 +231,7 @@ class PycageExecutor(PythonExecutor):
     def __call__(self, code_action: str) -> CodeOutput:
         session, restarted = self._ready_session()
         self._final = None
-        limit = self._holder.runtime.config["max_value_bytes"] // 2
-        result = session.run(_rewrite_final_expression(code_action, limit))
+        result = session.run(_rewrite_final_expression(code_action, self._value_limit))
         ended = session.ended
         if ended:
             self._session = None
@@ -321,6 +321,9 @@ class PycageExecutor(PythonExecutor):
         session = self._session
         if session is None or session.ended:
             restarted = session is not None
+            # Half the value budget: a final expression past it comes back as
+            # its (cut) str(), never as an output-limit failure.
+            self._value_limit = self._holder.runtime.config["max_value_bytes"] // 2
             session = self._holder.runtime.session(
                 self._bindings(), idle_timeout_seconds=self._idle, max_lifetime_seconds=self._lifetime
             )
