@@ -15,7 +15,8 @@ sandboxed pycage session::
   multiple traces from the same conversation", e.g. a chat thread id), so
   runs of one conversation share the program's variables and other
   conversations do not. A run without a ``group_id`` gets a session of its
-  own, closed when the run's context is garbage collected. At most
+  own, closed at the tool's next use once the run's objects are garbage
+  collected. At most
   ``max_sessions`` are live (the least recently used is closed beyond
   it); a session also ends after ``idle_timeout_seconds`` without a call,
   and :meth:`PycageRunPython.close_conversation` ends one.
@@ -37,6 +38,7 @@ Only this module imports the Agents SDK; ``import pycage`` does not.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import weakref
 from collections.abc import Callable, Hashable, Iterable
@@ -72,6 +74,10 @@ _PARAMS_SCHEMA = {
 _current: contextvars.ContextVar[Optional[weakref.ref[ToolContext[Any]]]] = contextvars.ContextVar(
     "pycage_openai_agents_call", default=None
 )
+
+
+#: Numbers the nested calls' tool_call_ids (``<run_python's id>__<n>``).
+_nested_ids = itertools.count(1)
 
 
 class _RunKey:
@@ -189,7 +195,7 @@ def _adapt(item: Any) -> Optional[tuple[str, Any, list[str]]]:
         arguments = json.dumps(kwargs, ensure_ascii=False)
         ctx = ToolContext.from_agent_context(
             outer,
-            tool_call_id=f"{outer.tool_call_id}__{tool.name}",
+            tool_call_id=f"{outer.tool_call_id}__{next(_nested_ids)}",
             tool_name=tool.name,
             tool_arguments=arguments,
             agent=outer.agent,
