@@ -176,6 +176,8 @@ def test_a_step_past_its_budget_ends_the_session_and_the_next_starts_afresh():
         executor.send_tools({})
         executor.send_variables({"kept": "from the agent"})
         executor("defined = 1")
+        executor.send_tools({})  # the same (no) tools again: the same session
+        assert executor("defined").output == 1
         with pytest.raises(InterpreterError) as e:
             executor("while True:\n    pass\n")
         assert "(timeout)" in str(e.value) and "the next step starts a new one" in str(e.value)

@@ -181,7 +181,7 @@ class PycageExecutor(PythonExecutor):
         self._idle = idle_timeout_seconds
         self._lifetime = max_lifetime_seconds
         self._tools: dict[str, Any] = {}
-        self._tools_key: tuple[tuple[str, int], ...] = ()
+        self._tools_key: Optional[tuple[tuple[str, int], ...]] = None  # what send_tools was last given
         self._variables: dict[str, Any] = {}
         self._pending: dict[str, Any] = {}
         self._session: Optional[Session] = None
@@ -203,7 +203,7 @@ class PycageExecutor(PythonExecutor):
         tools start a new one (a session's bindings are fixed), to which the
         agent's variables are sent again."""
         key = tuple((name, id(tool)) for name, tool in tools.items())
-        if key == self._tools_key and self._tools:
+        if key == self._tools_key:
             return
         for name, tool in tools.items():
             _check_name("the tool name", name)
