@@ -203,7 +203,7 @@ def _make_member(glob, name, error_class, prop):
         # for a plain function. Replies of the loop's own calls that arrive
         # meanwhile settle their futures (``call_blocking`` dispatches every
         # reply it reads), so those calls go on once this one returns.
-        payload = _call_payload(label + ".sync", args, kwargs, member.__doc__)
+        payload = _call_payload(label + ".sync", args, kwargs, member)
         call_id = next(ids)
         ok, result = call_blocking(call_id, _encode_call(call_id, glob, name, payload))
         return _settle(ok, result, name, error_class, prop)

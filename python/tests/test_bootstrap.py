@@ -1205,6 +1205,18 @@ class SyncCallTest(unittest.TestCase):
         )
         self.assertEqual(len(calls), 1)  # refused arguments send nothing
 
+    def test_a_refused_call_quotes_the_members_signature(self):
+        documented = dict(TOOLS, names=["search"], docs={"search": "async def search(*, query: str) -> list:\n"})
+        done, _, calls, _ = run(
+            "try:\n    tools.search.sync('x', 2)\nexcept TypeError as e:\n    return str(e)\n", namespaces=[documented]
+        )
+        self.assertEqual(
+            done["value"],
+            "tools.search.sync() takes keyword arguments or one positional argument (2 positional given)"
+            "; call it as: async def search(*, query: str) -> list",
+        )
+        self.assertEqual(calls, [])
+
     def test_a_member_named_sync_stays_a_member(self):
         names = {"global": "tools", "names": ["sync", "search"]}
         program = "[tools.sync.sync(n=1), await tools.sync(n=2), sorted(dir(tools)), tools.sync.sync.__qualname__]"
