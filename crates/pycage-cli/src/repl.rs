@@ -53,7 +53,8 @@ use pycage_runtime::{
 };
 use tokio::sync::mpsc;
 
-use crate::{displays, output, RuntimeArgs};
+use crate::common::RuntimeArgs;
+use crate::{displays, output};
 
 #[derive(Debug, Args)]
 pub struct ReplArgs {
@@ -185,7 +186,7 @@ pub fn main(args: ReplArgs) -> anyhow::Result<ExitCode> {
     // One long-lived session, and a fresh one at once when it ends.
     config.spawn = pycage_runtime::SpawnMode::Zygote;
     config.pool_size = 1;
-    let rt = crate::tokio_runtime()?;
+    let rt = crate::common::tokio_runtime()?;
     let json = args.json;
     let terminal = !json && std::io::stdin().is_terminal();
     rt.block_on(async move {

@@ -48,7 +48,8 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use pycage_bindings::Bindings;
 
-use crate::{displays, output, RunArgs};
+use crate::common::RunArgs;
+use crate::{displays, output};
 
 /// Why `--preload` does not make a one-shot run faster: there is no
 /// zygote to import the modules once for many runs, so the run's own
@@ -78,7 +79,7 @@ pub fn main(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.output {
         check_output_dir(dir)?;
     }
-    let rt = crate::tokio_runtime()?;
+    let rt = crate::common::tokio_runtime()?;
     rt.block_on(async move {
         // Listen for signals before anything slow, so an early Ctrl-C
         // cancels the run instead of killing pycage mid-construction.

@@ -414,11 +414,12 @@ impl NativeRuntime {
         }
     }
 
-    /// `Runtime::wait_idle`: waits (the GIL released) until no run is in
-    /// flight, every settled run's process is reaped and the pool is full;
-    /// `False` if that did not happen within `timeout_seconds`.
-    fn wait_idle(&self, py: Python<'_>, timeout_seconds: f64) -> PyResult<bool> {
-        let timeout = seconds(py, "timeout_seconds", timeout_seconds)?;
+    /// Waits (the GIL released) until the runtime is idle: no run in flight,
+    /// every settled run's process reaped and its directory removed, the
+    /// zygote's pool full (`Runtime::wait_idle`). False when that did not
+    /// happen within `timeout` seconds.
+    fn wait_idle(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+        let timeout = seconds(py, "timeout", timeout)?;
         let runtime = self.runtime(py)?;
         let rt = tokio_runtime(py)?;
         Ok(py.detach(|| pycage_runtime::block_on(rt.handle(), runtime.wait_idle(timeout))))

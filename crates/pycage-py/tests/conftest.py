@@ -8,7 +8,6 @@ PYCAGE_REQUIRE_ALL_TESTS=1 (CI sets it).
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import threading
@@ -50,9 +49,14 @@ def within(seconds: float, f: Callable[[], Any]) -> Any:
     return got
 
 
+#: The runtimes of the session fixtures, for ``settled_child_pids``.
+_shared: list[pycage.Runtime] = []
+
+
 @pytest.fixture(scope="session")
 def process_rt():
     rt = pycage.Runtime(isolation="process", python=sys.executable)
+    _shared.append(rt)
     yield rt
     rt.close()
 
@@ -63,6 +67,7 @@ def sandbox_rt():
         rt = pycage.Runtime(python=sys.executable)
     except pycage.SandboxUnavailableError as e:
         unavailable(f"sandbox isolation is unavailable here: {e}")
+    _shared.append(rt)
     yield rt
     rt.close()
 
@@ -96,22 +101,17 @@ def child_pids() -> set[int]:
     return found
 
 
-def open_runtimes() -> list[pycage.Runtime]:
-    """Every ``pycage.Runtime`` of this process that is not closed (the
-    session and module fixtures' among them; not one whose construction
-    raised)."""
-    return [o for o in gc.get_objects() if isinstance(o, pycage.Runtime) and "_closed" in vars(o) and not o.closed]
+def settled_child_pids(timeout: float = 60.0) -> set[int]:
+    """``child_pids()`` once every shared runtime is idle.
 
-
-def settled_child_pids() -> set[int]:
-    """``child_pids()`` once every open runtime of this process is idle.
-
-    The shared runtimes of the fixtures refill their pools in the
+    The shared runtimes of the session fixtures refill their pools in the
     background after each run (a sandboxed child's shell is built on a
     thread of its own); a snapshot taken while that happens would count
-    their new children as the test's leftovers. ``wait_idle`` returns once
-    nothing of theirs is in flight and each pool is full.
+    their new children as the test's leftovers. ``Runtime.wait_idle``
+    returns once their pools are full and every finished run's process is
+    reaped, and nothing runs on them while a test holds the snapshot.
     """
-    for rt in open_runtimes():
-        assert rt.wait_idle(60), f"{rt!r} did not settle within 60 s"
+    for rt in _shared:
+        if not rt.wait_idle(timeout):
+            pytest.fail(f"{rt!r} did not get idle within {timeout} s")
     return child_pids()

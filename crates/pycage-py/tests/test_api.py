@@ -489,7 +489,7 @@ def test_wait_idle(api):
         gate.set()
         run.join(60)
     assert api.wait_idle(30) is True
-    with pytest.raises(pycage.ConfigError, match="timeout_seconds must be a finite number >= 0"):
+    with pytest.raises(pycage.ConfigError, match=rf"invalid {owner(api)}.wait_idle argument: timeout must be"):
         api.wait_idle(-1)
 
 
@@ -528,8 +528,7 @@ def test_closing_aborts_runs_in_flight_and_later_runs_raise(transport):
     assert session.ended == "it was closed, or the runtime was shut down"
     session.close()
     rt.close()  # idempotent
-    with pytest.raises(pycage.RuntimeClosedError):
-        rt.wait_idle(1)
+    assert rt.wait_idle(0) is True  # nothing is in flight on a closed runtime
 
 
 def test_context_managers(transport):

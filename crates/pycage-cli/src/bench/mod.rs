@@ -20,6 +20,12 @@
 //! `--plot PYTHON` measures showing a matplotlib chart instead
 //! ([`plot`]).
 //!
+//! # Layers
+//!
+//! Each module uses only those listed before it: `failures`, `measure`
+//! (samples, floors' processes, CPU), `floors`, `runs`, `report`, `env`
+//! (`--venv`), `plot` (`--plot`).
+//!
 //! A run that fails is left out of the figures and counted for its case
 //! (which row, how many of how many tries), with its first failure in
 //! words (`timeout: the wall-clock budget ...`); the report is printed
@@ -59,7 +65,7 @@ pub struct BenchArgs {
     /// Python interpreter (CPython >= 3.10); default: `python3` on PATH.
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
-    /// Also draw the latency figures as an SVG bar chart (the README's).
+    /// Also draw the latency figures as an SVG bar chart (BENCHMARKS.md's).
     #[arg(long, value_name = "FILE.svg")]
     svg: Option<PathBuf>,
     /// Wall-clock budget of each run, in milliseconds (default: a run's 60000).
@@ -86,7 +92,7 @@ impl BenchArgs {
 }
 
 pub fn main(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    let rt = crate::tokio_runtime()?;
+    let rt = crate::common::tokio_runtime()?;
     // Runs wait on their child's socket on this thread (`pycage_runtime::block_on`).
     pycage_runtime::block_on(rt.handle(), bench(args))
 }
@@ -108,7 +114,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
                 python: args.python.clone(),
                 isolation,
                 spawn,
-                shell_helper: crate::shell_helper(),
+                shell_helper: crate::common::shell_helper(),
                 ..RuntimeConfig::default()
             };
             if let Some(ms) = args.wall_ms {

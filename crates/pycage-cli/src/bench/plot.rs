@@ -251,7 +251,7 @@ pub(super) async fn bench(
             spawn: SpawnMode::Zygote,
             allow_read: vec![prefix.clone()],
             preload: if preloaded { vec![PRELOAD.to_owned()] } else { Vec::new() },
-            shell_helper: crate::shell_helper(),
+            shell_helper: crate::common::shell_helper(),
             ..RuntimeConfig::default()
         };
         if let Some(ms) = wall_ms {

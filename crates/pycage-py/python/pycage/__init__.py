@@ -23,8 +23,10 @@ checks every import): ``errors``, ``_native`` (the compiled half),
 ``help()`` shows in a run), ``_checks`` (argument checks), ``_files``,
 ``_results``, ``_bindings``, ``_events``, ``_api`` (the run API, one
 definition for every transport), ``_session``, ``_runtime`` (the local
-runtime), ``tools``, ``fastmcp``, then ``ray`` (a package; its own list is
-in its docstring).
+runtime), ``tools``, ``fastmcp``, ``_integrations`` (what the framework
+integrations share), ``smolagents``, ``pydantic_ai``, ``langchain``,
+``openai_agents``, then ``ray`` (a package; its own list is in its
+docstring).
 """
 
 from ._bindings import Bindings, ErrorClass, Namespace

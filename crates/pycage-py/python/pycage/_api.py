@@ -429,20 +429,21 @@ class _RuntimeApi(_Closeable, Generic[_S]):
         )
         return self._open_session(_namespaces(bindings), options)
 
-    def wait_idle(self, timeout_seconds: float = 30.0) -> bool:
-        """Waits until nothing is in flight: no run (sessions' runs
-        included), every settled run's process stopped and reaped, and the
-        pool of ready processes full. For tests and benchmarks that must
-        start from a settled state instead of sleeping. ``False`` if that
-        did not happen within ``timeout_seconds``."""
-        seconds = _check_seconds("timeout_seconds", timeout_seconds, f"{self._label}.wait_idle")
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Waits until nothing runs or is pending: no run in flight
+        (sessions' included), every finished run's process reaped and its
+        directory removed, and the pool of ready processes full. For tests
+        and benchmarks that must start from a known state instead of
+        sleeping. ``False`` if that did not happen within ``timeout``
+        seconds; ``True`` at once once the runtime is closed."""
+        seconds = _check_seconds("timeout", timeout, f"{self._label}.wait_idle")
         if self._closed:
-            raise self._closed_error()
-        return self._wait_idle(float(seconds or 0.0))
+            return True
+        return bool(self._wait_idle(float(seconds or 0.0)))
 
-    async def await_idle(self, timeout_seconds: float = 30.0) -> bool:
+    async def await_idle(self, timeout: float = 30.0) -> bool:
         """:meth:`wait_idle` without blocking the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.wait_idle, timeout_seconds)
+        return await asyncio.get_running_loop().run_in_executor(None, self.wait_idle, timeout)
 
     def close(self) -> None:
         """Aborts every run in flight (they return ``abort``) and returns once

@@ -4,7 +4,7 @@
 //!   its fd 3, its pipe and its pidfd; a [`spawn::Worker`] ends and reaps it.
 //! - [`sandbox`]: the sandbox of one run (uid lease, cgroup), entered by an
 //!   exec'd interpreter or built as a shell for a zygote's child to join.
-//! - [`zygote`] and [`pool`]: the fork server and the children it forks
+//! - `pycage_zygote` and [`pool`]: the fork server and the children it forks
 //!   ahead of demand; the pool builds shells through [`sandbox::Sandboxes`]
 //!   directly, never through a higher layer.
 //! - [`site`]: where a run's files are (a host directory, or the sandbox's
@@ -17,16 +17,17 @@
 //!
 //! # Layers
 //!
-//! Each module uses only those listed before it: `zygote` (the fork
-//! server's host side), `spawn` (exec, workers, the spawner thread),
-//! `helper` (the shell helper's host side), `site`, `sandbox`, then `pool`.
+//! Each module uses only those listed before it: `pool_machine` (the
+//! pool's sans-I/O decisions), `spawn` (exec, workers, the spawner
+//! thread), `helper` (the shell helper's host side), `site`, `sandbox`,
+//! then `pool`. The fork server's host side is the `pycage-zygote` crate.
 
 pub(crate) mod helper;
 pub(crate) mod pool;
+pub(crate) mod pool_machine;
 pub(crate) mod sandbox;
 pub(crate) mod site;
 pub(crate) mod spawn;
-pub(crate) mod zygote;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,10 +39,10 @@ use crate::config::{Isolation, RuntimeConfig, SpawnMode};
 use crate::error::RuntimeError;
 use crate::interpreter::Interpreter;
 use crate::probe_cache::{self, BootstrapDir, PrepareError};
-use crate::process::Reaper;
 use pool::{Pool, PoolConfig, Shells};
 use pycage_files::cleanup::{CleanupLog, RunDirs};
 use pycage_packages::{Declarations, Entry, PackageCache, PackageError, Target};
+use pycage_process::Reaper;
 use sandbox::Sandboxes;
 use site::RunSite;
 use spawn::{SpawnError, SpawnSpec, Spawner, StartError, Worker};

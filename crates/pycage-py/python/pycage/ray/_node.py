@@ -305,12 +305,12 @@ class CageNode:
         await session.aclose()
         return why
 
-    async def wait_idle(self, timeout_seconds: float) -> bool:
+    async def wait_idle(self, timeout: float) -> bool:
         """This node's runtime's :meth:`pycage.Runtime.wait_idle`, and no run
         of this actor left to hand back."""
-        deadline = time.monotonic() + timeout_seconds
+        deadline = time.monotonic() + timeout
         rt = self._rt()
-        if not await rt.await_idle(timeout_seconds):
+        if not await rt.await_idle(timeout):
             return False
         # The runtime settled its runs: their results reach this actor's
         # counters on its own loop, within a few iterations of it.
