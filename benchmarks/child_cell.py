@@ -10,7 +10,7 @@ encode, send, ...; medians) and prints them on stderr.
 
 Cells that come apart run from cold caches: on a 2-vCPU VM a cell 20 ms
 after the last one took about four times the child CPU of one back to
-back (BENCHMARKS.md). Compare two trees of the child, alternating:
+back (docs/perf-log.md). Compare two trees of the child, alternating:
 
     for i in 1 2 3; do
       python3 benchmarks/child_cell.py --child-root /tmp/base/python --gap-ms 20

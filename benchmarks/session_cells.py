@@ -7,7 +7,7 @@ p50 and p90 per isolation, and the host's CPU per cell (``RUSAGE_SELF``:
 the package, the runtime's threads, the session's samples of its
 processes; ``--gap-ms 0`` for cells back to back; ``--native`` for the
 package's native call without ``Session.run``'s wrapper, the loop profiled
-in BENCHMARKS.md). Run it with another build first on
+in docs/perf-log.md). Run it with another build first on
 ``PYTHONPATH`` (``pip install --no-deps --target DIR .`` at another commit)
 for a before/after:
 

@@ -15,7 +15,9 @@ then blocks on fd 3 for ``boot``. The wire protocol is ``docs/protocol.md``:
    ``<program>``; see ``pycage.script`` for top-level ``return`` and the final
    expression's value) and run it. Binding calls go out as ``call`` frames
    from whichever loop awaits them; ``reply`` frames are dispatched by id.
-3. Send ``done`` (value, no value, or error) and ``os._exit(0)``; a session
+3. Do what the script's exit would (``pycage.finalize``: join non-daemon
+   threads, run ``atexit`` handlers, close open files), send ``done``
+   (value, no value, or error) and ``os._exit(0)``; a session
    (``boot.session``) waits for its next ``run`` instead.
 
 The child's modules, by concern:
@@ -33,6 +35,9 @@ The child's modules, by concern:
 * ``runner``: a program's globals, compile, run and event loop;
 * ``signals``: the program's handlers, quiet while its outcome is sent;
 * ``outcome``: the ``done`` frame, tracebacks without pycage's frames;
+* ``finalize``: what a script's exit does, before a one-shot run's ``done``;
+* ``network``: the message of a lookup or socket that fails for want of a network;
+* ``memberdoc``: what ``help(<namespace>.<member>)`` shows;
 * ``bootstrap`` (this module): the serve loop, rlimits and a run's budgets,
   the warm-up.
 
@@ -63,8 +68,11 @@ from pycage.channel import _host_frame, hold, lock, pending, read_frame, send, s
 from pycage.decoder import decode_json
 from pycage.display import flush_figures, start_display_ledger
 from pycage.encoder import encode_json
+from pycage.finalize import note_baseline, program_exit
+from pycage.finalize import warm as _warm_exit
 from pycage.logs import start_ledger, stderr, stdout
 from pycage.namespaces import RESERVED_GLOBALS, SEEDED_GLOBALS, boot_namespaces, build_globals
+from pycage.network import install as _install_network_hints
 from pycage.outcome import (
     error_frame,
     format_compile_error,
@@ -96,8 +104,15 @@ __all__ = ["PROTOCOL_FD", "main", "set_path_remaps", "warm_up"]
 
 _os_exit = os._exit
 _getframe = sys._getframe
+#: The child's own streams, which exit work must leave open; and the
+#: interpreter's original ones (fd 1 and fd 2), kept referenced.
+_OWN_STREAMS = (stdout, stderr, stdout.buffer, stderr.buffer)
+_ORIGINAL_STREAMS = (sys.__stdout__, sys.__stderr__)
 _sched_yield = os.sched_yield
 _BOOT_ACK = _wire.encode_boot_ack()
+
+# A run without network says so when a name lookup or a socket fails.
+_install_network_hints()
 
 #: Clears CPython's type attribute cache (3.13 deprecates the older name).
 _clear_type_cache = getattr(sys, "_clear_internal_caches", None) or getattr(sys, "_clear_type_cache", None)
@@ -287,6 +302,7 @@ def warm_up():
     if outcome.has_value:
         decode_json(encode_json(outcome.value))
     format_exception(ValueError("warm"))
+    _warm_exit()
     close_outcome(outcome)
     restore_signals(outcome.signals)
     linecache.cache.pop(PROGRAM_FILENAME, None)
@@ -333,8 +349,10 @@ def _serve():
         start_run(budgets, session)
         if program_globals is None:
             program_globals = new_program_globals(injected)
-            sys.stdout = stdout  # from here on, compile warnings included, output is log frames
-            sys.stderr = stderr
+            # From here on, compile warnings included, output is log
+            # frames; as under CPython, sys.__stdout__ is sys.stdout.
+            sys.stdout = sys.__stdout__ = stdout
+            sys.stderr = sys.__stderr__ = stderr
         try:
             program = compile_for(source)
         except BaseException as exc:  # SyntaxError, ValueError (NUL), RecursionError, ...
@@ -343,6 +361,8 @@ def _serve():
                 _finish(frame)
             send(frame)
             continue
+        if not session:
+            note_baseline()
         outcome = run_program(program, program_globals)
         # Figures the program left open are shown, as after a notebook cell.
         flush_figures()
@@ -351,6 +371,9 @@ def _serve():
         close_outcome(outcome)
         pending.clear()
         if not session:
+            # What the script's exit does (threads, atexit, open files),
+            # before `done`: the host collects out/ once `done` is in.
+            program_exit(_OWN_STREAMS)
             _finish(frame)
         # The session goes on: the program's signal handlers come back.
         restore_signals(outcome.signals)

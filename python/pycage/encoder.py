@@ -7,6 +7,14 @@ goes. It is iterative (a 1,000,000-deep list encodes without
 ``__eq__``, ``__hash__``, ``__iter__``, ``__len__`` or ``__repr__`` of program
 objects. Its reverse is ``pycage.decoder``.
 
+Numbers whose plain value can be read without program code cross as that
+value (``_plain_number``): an ``int`` or ``float`` subclass (``IntEnum``
+members, ``numpy.float64``) through the value the interpreter holds, not
+through any method of the subclass; numpy's own scalar types
+(``numpy.bool_``, its integer types, ``float16``, ``float32``,
+``float64``) through numpy's ``item()``, only when the type is numpy's
+(a built-in type, which no program can define or change).
+
 Ints longer than the interpreter's ``sys.get_int_max_str_digits()`` cross
 too: the limit is lifted only around the conversion that needs it, so the
 program's own ``str(10**6000)`` raises ``ValueError`` as under CPython.
@@ -63,6 +71,54 @@ _HINTS = (
 )
 _JSON_TYPES = (bool, int, float, str, list, dict)
 
+_float_value = float.__float__  # a float subclass's value, as a plain float
+_int_value = int.__int__  # an int subclass's value, as a plain int
+_type_flags = type.__dict__["__flags__"].__get__
+_type_mro = type.__dict__["__mro__"].__get__
+_type_module = type.__dict__["__module__"].__get__
+#: ``Py_TPFLAGS_HEAPTYPE``: every class made in Python has it; numpy's
+#: scalar types, defined in C, do not.
+_HEAP_TYPE = 1 << 9
+#: numpy's abstract scalar types (by their built-in names) and the plain
+#: type ``item()`` gives for their values.
+_NUMPY_KINDS = {"bool_": bool, "bool": bool, "integer": int, "floating": float}
+#: numpy types under those whose ``item()`` is not a number: not read.
+_NUMPY_NOT_NUMBERS = ("timedelta64", "datetime64")
+_NOT_A_NUMBER = object()
+
+
+def _numpy_kind(t):
+    """The plain type of numpy scalar type ``t``'s values (bool, int or
+    float), or None when ``t`` is not one of numpy's own: read from the
+    type's flags and MRO, never from anything a program can define."""
+    if _type_flags(t) & _HEAP_TYPE or _type_module(t) != "numpy" or _type_name(t) in _NUMPY_NOT_NUMBERS:
+        return None
+    for base in _type_mro(t):
+        if _type_flags(base) & _HEAP_TYPE:
+            return None
+        if _type_module(base) == "numpy":
+            kind = _NUMPY_KINDS.get(_type_name(base))
+            if kind is not None:
+                return kind
+    return None
+
+
+def _plain_number(x, t):
+    """``x`` (of type ``t``, not an exact JSON type) as a plain bool, int or
+    float when it is a number whose value can be read without program code
+    (see the module docs), else ``_NOT_A_NUMBER``."""
+    if issubclass(t, float):
+        return _float_value(x)
+    if issubclass(t, int):
+        return _int_value(x)
+    kind = _numpy_kind(t)
+    if kind is None:
+        return _NOT_A_NUMBER
+    value = t.item(x)  # numpy's own method: a built-in type's cannot be replaced
+    if type(value) is not kind:  # longdouble: a numpy scalar again
+        return _NOT_A_NUMBER
+    return value
+
 
 def _describe_type(t):
     """'a tuple (use a list)', 'a Color (a subclass of int; ...)'.
@@ -71,7 +127,6 @@ def _describe_type(t):
     metaclass code of the program runs.
     """
     name = _type_name(t)
-    article = "an" if name[:1] in ("a", "e", "i", "o", "u", "A", "E", "I", "O", "U") else "a"
     hint = ""
     for known, known_hint in _HINTS:
         if t is known:
@@ -83,7 +138,19 @@ def _describe_type(t):
                 base_name = _type_name(base)
                 hint = f" (a subclass of {base_name}; convert it to a plain {base_name})"
                 break
-    return f"{article} {name}{hint}"
+        else:
+            if _type_module(t) == "numpy" and not _type_flags(t) & _HEAP_TYPE:
+                if name == "ndarray":
+                    hint = " (a numpy array; convert it with .tolist())"
+                elif any(_type_name(b) == "generic" and _type_module(b) == "numpy" for b in _type_mro(t)):
+                    hint = " (a numpy scalar; convert it to a plain int, float or str)"
+    return f"{_with_article(name)}{hint}"
+
+
+def _with_article(name):
+    """'a float32', 'an int64'."""
+    article = "an" if name[:1] in ("a", "e", "i", "o", "u", "A", "E", "I", "O", "U") else "a"
+    return f"{article} {name}"
 
 
 def _path(frames, depth):
@@ -122,8 +189,10 @@ def encode_json(value, budget=_UNLIMITED):
 
     Only exact ``None``, ``bool``, ``int``, ``float``, ``str``, ``list`` and
     ``dict`` with ``str`` keys are JSON, plus tuples (named tuples included),
-    which become arrays as ``json.dumps`` writes them; anything else raises
-    ``NotJsonError`` naming the path and the type. Floats are written as ``float.__repr__``
+    which become arrays as ``json.dumps`` writes them, and numbers whose
+    plain value can be read without program code (the module docs), which
+    are written as that value; anything else raises ``NotJsonError``
+    naming the path and the type. Floats are written as ``float.__repr__``
     (shortest round trip), ints exactly. Raises ``OverBudgetError`` as soon as
     the UTF-8 length of the text is known to exceed ``budget`` bytes.
     Iterative, so depth is unbounded; never calls program code. The cyclic GC
@@ -265,10 +334,33 @@ def _encode(value, budget):
                 fresh = True
                 break
             else:
-                error = NotJsonError(f"value at {_path(frames, len(frames))} is {_describe_type(t)}, which is not JSON")
-                # No builtin-type hint applies: a rich object (a DataFrame, a figure).
-                error.rich = _describe_type(t).find("(") < 0
-                raise error
+                # A number of another type: its plain value, written as above.
+                v = _plain_number(x, t)
+                tv = type(v)
+                if tv is float:
+                    if v - v != 0.0:
+                        kind = _with_article(_type_name(t))
+                        raise NotJsonError(
+                            f"value at {_path(frames, len(frames))} is {_float_repr(v)} ({kind}), "
+                            "which is not JSON (NaN and infinities have no JSON form)"
+                        )
+                    s = _float_repr(v)
+                elif tv is int:
+                    bits = v.bit_length()
+                    if bits > 64 and bits > 4 * (budget - size + 2):
+                        raise OverBudgetError
+                    s = _int_repr(v) if bits <= _SAFE_INT_BITS else unlimited_digits(_int_repr, v)
+                elif tv is bool:
+                    s = "true" if v else "false"
+                else:
+                    error = NotJsonError(
+                        f"value at {_path(frames, len(frames))} is {_describe_type(t)}, which is not JSON"
+                    )
+                    # No builtin-type hint applies: a rich object (a DataFrame, a figure).
+                    error.rich = _describe_type(t).find("(") < 0
+                    raise error
+                size += len(s)
+                put(s)
             if size > budget:
                 raise OverBudgetError
         else:

@@ -6,8 +6,13 @@ no global may take, a global injected twice) and ``build_globals`` makes the
 objects. A member is an async callable: keyword arguments cross as an
 object, one positional argument as it is, none as ``{}``. Its call goes out
 on fd 3 from whichever loop awaits it, or blocks without one
-(``pycage.channel``). A name that is not a member raises ``AttributeError``
-listing the namespace's functions, the closest matches first.
+(``pycage.channel``). ``<member>.sync`` makes the same call without
+``await``: it blocks the calling thread until the reply is in, with or
+without a running loop, so a host can give a program plain functions (what
+smolagents' prompts teach: ``result = web_search(query="x")``). It is an
+attribute of the member, not of the namespace, so every member name stays
+free. A name that is not a member raises ``AttributeError`` listing the
+namespace's functions, the closest matches first.
 """
 
 from warnings import warn
@@ -27,6 +32,7 @@ from pycage.channel import (
     watch,
 )
 from pycage.encoder import NotJsonError, encode_json
+from pycage.memberdoc import document, stub_line
 
 __builtins__ = BUILTINS
 
@@ -108,33 +114,24 @@ def _call_label(glob, name):
     return f"{glob}.{name}" if is_ident(name) else f"getattr({glob}, {name!r})"
 
 
-def _signature_line(doc):
-    """``async def name(*, ...) -> ...`` (without its colon) when a member's
-    help text starts with its signature, as every host's stubs do; else None."""
-    if type(doc) is not str or not doc.startswith("async def "):
-        return None
-    line = doc.split("\n", 1)[0]
-    return line[:-1] if line.endswith(":") else None
-
-
-def _usage(doc):
+def _usage(member):
     """``; call it as: <signature>``, or nothing: what a model needs to fix a
     call the convention refused."""
-    line = _signature_line(doc)
+    line = stub_line(member)
     if line is None or len(line) >= _USAGE_CHARS:
         return ""
     return f"; call it as: {line}"
 
 
-def _call_payload(label, args, kwargs, doc):
+def _call_payload(label, args, kwargs, member):
     """The JSON text a call sends: keyword arguments as an object, one
-    positional argument as it is, no argument as ``{}``. ``doc`` is the
-    member's help text, quoted when the arguments are refused."""
+    positional argument as it is, no argument as ``{}``. ``member``'s stub
+    line is quoted when the arguments are refused."""
     if kwargs:
         if args:
             raise TypeError(
                 f"{label}() takes keyword arguments or one positional argument, not both "
-                f"(got {len(args)} positional and {len(kwargs)} keyword){_usage(doc)}"
+                f"(got {len(args)} positional and {len(kwargs)} keyword){_usage(member)}"
             )
         value = kwargs
     elif len(args) == 1:
@@ -143,7 +140,8 @@ def _call_payload(label, args, kwargs, doc):
         value = {}
     else:
         raise TypeError(
-            f"{label}() takes keyword arguments or one positional argument ({len(args)} positional given){_usage(doc)}"
+            f"{label}() takes keyword arguments or one positional argument ({len(args)} positional given)"
+            + _usage(member)
         )
     try:
         return encode_json(value)
@@ -151,12 +149,24 @@ def _call_payload(label, args, kwargs, doc):
         raise TypeError(f"argument of {label}() is not JSON: {e}") from None
 
 
+def _settle(ok, result, name, error_class, prop):
+    """A call's value, or its failure raised as the program sees it."""
+    if ok:
+        return result
+    if error_class is None:
+        raise RuntimeError(result)
+    error = error_class(result)
+    setattr(error, prop, name)
+    raise error
+
+
 def _make_member(glob, name, error_class, prop):
-    """The async callable behind ``<glob>.<name>``."""
+    """The async callable behind ``<glob>.<name>``, with its blocking form
+    as ``.sync``."""
     label = _call_label(glob, name)
 
     async def member(*args, **kwargs):
-        payload = _call_payload(label, args, kwargs, member.__doc__)
+        payload = _call_payload(label, args, kwargs, member)
         call_id = next(ids)
         frame = _encode_call(call_id, glob, name, payload)
         loop = get_running_loop()
@@ -186,16 +196,23 @@ def _make_member(glob, name, error_class, prop):
                 unwatch(loop)
         else:
             ok, result = call_blocking(call_id, frame)
-        if ok:
-            return result
-        if error_class is None:
-            raise RuntimeError(result)
-        error = error_class(result)
-        setattr(error, prop, name)
-        raise error
+        return _settle(ok, result, name, error_class, prop)
 
-    member.__name__ = name
+    def sync(*args, **kwargs):
+        # Blocks this thread even when a loop runs on it: the caller asked
+        # for a plain function. Replies of the loop's own calls that arrive
+        # meanwhile settle their futures (``call_blocking`` dispatches every
+        # reply it reads), so those calls go on once this one returns.
+        payload = _call_payload(label + ".sync", args, kwargs, member)
+        call_id = next(ids)
+        ok, result = call_blocking(call_id, _encode_call(call_id, glob, name, payload))
+        return _settle(ok, result, name, error_class, prop)
+
+    member.__name__ = sync.__name__ = name
     member.__qualname__ = f"{glob}.{name}"
+    sync.__qualname__ = f"{glob}.{name}.sync"
+    sync.__doc__ = f"{label}(...) without await: blocks until the host replies, and returns its value."
+    member.sync = sync
     return member
 
 
@@ -230,7 +247,7 @@ def missing_member_message(glob, attr, members):
 def _summary(glob, name, member):
     """One line of ``help(<glob>)`` for a member: its signature, else how to
     call it."""
-    line = _signature_line(member.__doc__)
+    line = stub_line(member)
     return f"{_call_label(glob, name)}(...)" if line is None else line
 
 
@@ -316,6 +333,6 @@ def build_globals(namespaces):
         members = {name: _make_member(glob, name, cls, prop) for name in names}
         for name, text in docs.items():
             if name in members:
-                members[name].__doc__ = text
+                document(members[name], text)
         injected[glob] = _make_namespace(glob, members, ns_doc)
     return injected

@@ -13,7 +13,11 @@ anything else runs.
 
 The frames below the program (the child's) would take recursion depth from
 it, so while it runs the recursion limit is raised by exactly the depth they
-use: the program can recurse as deep as under ``python3 program.py``.
+use: the program can recurse as deep as under ``python3 program.py``. The
+program still reads CPython's limit: ``sys.getrecursionlimit`` and
+``sys.setrecursionlimit`` are replaced (once, at import) by functions that
+take that headroom off what they read and add it to what they set, and say
+the depths in their errors as the program counts them.
 """
 
 import asyncio
@@ -44,6 +48,9 @@ _modules = sys.modules
 _getrecursionlimit = sys.getrecursionlimit
 _setrecursionlimit = sys.setrecursionlimit
 _getframe = sys._getframe
+#: What the recursion limit is raised by while a program runs (the
+#: depth of the child's frames below it), which the program does not see.
+_headroom = 0
 
 
 def new_program_globals(injected):
@@ -398,17 +405,56 @@ _AWAIT_EXTRA = _await_extra()
 
 
 def _raise_limit(outcome, headroom):
+    global _headroom
     if headroom > 0:
         _setrecursionlimit(_getrecursionlimit() + headroom)
-        outcome.headroom = headroom
+        outcome.headroom = _headroom = headroom
 
 
 def _lower_limit(outcome):
     """Take the headroom back, from whatever limit the program left."""
+    global _headroom
     headroom = outcome.headroom
-    outcome.headroom = 0
+    outcome.headroom = _headroom = 0
     if headroom:
         try:
             _setrecursionlimit(max(_getrecursionlimit() - headroom, 1))
         except (RecursionError, ValueError):  # the program left a limit below this depth
             pass
+
+
+# --- the limit as the program reads it --------------------------------------
+
+
+def getrecursionlimit():
+    return _getrecursionlimit() - _headroom
+
+
+def setrecursionlimit(limit, /):
+    headroom = _headroom
+    if not headroom or type(limit) is not int or limit < 1:
+        return _setrecursionlimit(limit)  # the interpreter's own errors
+    try:
+        _setrecursionlimit(limit + headroom)
+    except RecursionError as e:
+        # "cannot set the recursion limit to N at the recursion depth D: ..."
+        raise RecursionError(_program_counts(str(e), headroom)) from None
+
+
+def _program_counts(message, headroom):
+    """``setrecursionlimit``'s message with its numbers as the program counts
+    them: without the headroom, and without ``setrecursionlimit``'s own frame."""
+    head, sep, rest = message.partition("recursion limit to ")
+    limit, sep2, rest = rest.partition(" at the recursion depth ")
+    depth, sep3, tail = rest.partition(":")
+    if not (sep and sep2 and sep3 and limit.isdigit() and depth.isdigit()):
+        return message
+    return f"{head}{sep}{int(limit) - headroom}{sep2}{int(depth) - headroom - 1}{sep3}{tail}"
+
+
+# In place of the interpreter's, their help text and names theirs.
+for _function, _original in ((getrecursionlimit, _getrecursionlimit), (setrecursionlimit, _setrecursionlimit)):
+    _function.__doc__ = _original.__doc__
+    _function.__module__ = "sys"
+    setattr(sys, _function.__name__, _function)
+del _function, _original

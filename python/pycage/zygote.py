@@ -46,8 +46,9 @@ A forked child, before it reads anything a run sends: starts a session (its
 own process group, so the host can signal everything it starts), arms
 ``PR_SET_PDEATHSIG`` against the zygote, installs its descriptors (fd 0
 ``/dev/null``, fd 1 and fd 2 the run's pipe, fd 3 the run's socket; nothing
-else stays open), enters the run directory, sets ``HOME`` and ``TMPDIR``
-there, applies the requested rlimits, warms up unless it is cold
+else stays open), enters the run's working directory, sets the environment
+the host gave (``HOME`` and ``TMPDIR`` outside the working directory),
+applies the requested rlimits, warms up unless it is cold
 (``bootstrap.warm_up``), and then serves exactly one run with the
 bootstrap. The host starts the zygote as a background process for the
 scheduler (``SCHED_BATCH``: waking it for a refill never preempts a run or

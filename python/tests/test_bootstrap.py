@@ -152,21 +152,45 @@ class EncoderTest(unittest.TestCase):
             "dict key at $.a is an int, which is not JSON (object keys must be str)",
         )
 
-    def test_subclasses_of_json_types_are_not_json(self):
+    def test_subclasses_of_json_containers_and_str_are_not_json(self):
         import collections
+
+        self.assert_not_json(
+            collections.OrderedDict(),
+            "value at $ is an OrderedDict (a subclass of dict; convert it to a plain dict), which is not JSON",
+        )
+
+        class Name(str):
+            pass
+
+        self.assert_not_json(
+            [Name("x")], "value at $[0] is a Name (a subclass of str; convert it to a plain str), which is not JSON"
+        )
+
+    def test_number_subclasses_cross_as_their_plain_value_without_their_code(self):
         import enum
 
         class Color(enum.IntEnum):
             RED = 1
 
-        self.assert_not_json(
-            [Color.RED],
-            "value at $[0] is a Color (a subclass of int; convert it to a plain int), which is not JSON",
+        def ran(*args):
+            raise AssertionError("program code ran")
+
+        # Every way the value could be asked for runs program code here;
+        # none is used: the interpreter's own value is read.
+        odd = {name: ran for name in ("__float__", "__int__", "__index__", "__repr__", "__str__", "__sub__", "__eq__")}
+        Odd = type("Odd", (float,), dict(odd, __hash__=float.__hash__))
+        Big = type("Big", (int,), dict(odd, __hash__=int.__hash__))
+        self.assertEqual(
+            encode_json([Color.RED, Odd(2.5), {"b": Big(10**30)}, (Odd(-0.0),)]),
+            '[1,2.5,{"b":1000000000000000000000000000000},[-0.0]]',
         )
         self.assert_not_json(
-            collections.OrderedDict(),
-            "value at $ is an OrderedDict (a subclass of dict; convert it to a plain dict), which is not JSON",
+            {"x": Odd("nan")},
+            "value at $.x is nan (an Odd), which is not JSON (NaN and infinities have no JSON form)",
         )
+        with self.assertRaises(OverBudgetError):
+            encode_json([Big(10**300)], budget=100)
 
     def test_non_finite_floats(self):
         self.assert_not_json(
@@ -714,6 +738,43 @@ class EndToEndTest(unittest.TestCase):
         done, _, _, _ = run("return tools.__doc__", namespaces=[dict(TOOLS, names=[])])
         self.assertEqual(done["value"], "It has no functions.")
 
+    def test_help_of_a_member_shows_the_stubs_signature_once(self):
+        # pydoc printed the member's own `async search(*args, **kwargs)`
+        # above the stub; now the stub's line is the signature, the
+        # docstring and the types it uses the text.
+        documented = dict(
+            TOOLS,
+            names=["search", "raw", "plain"],
+            docs={
+                "search": "class Hit(TypedDict):\n    id: int\n\n"
+                'async def search(*, query: str, state: Literal["open", "closed"] = ...) -> list[Hit]:\n'
+                '    """Search issues.\n\n    Raises ToolError when a call fails.\n    """\n',
+                "raw": 'async def raw(args: Any = None, /) -> Any:\n    """Any JSON."""\n',
+                "plain": "Just text.",
+            },
+        )
+        program = (
+            "import inspect, pydoc\n"
+            "def shown(f):  # blank lines as 3.12+ writes them (unindented)\n"
+            "    text = pydoc.render_doc(f, renderer=pydoc.plaintext).split('\\n', 2)[2]\n"
+            "    return '\\n'.join(line.rstrip() for line in text.split('\\n'))\n"
+            "return [shown(tools.search), shown(tools.raw), shown(tools.plain), str(inspect.signature(tools.raw)),\n"
+            "        inspect.iscoroutinefunction(tools.search)]\n"
+        )
+        done, _, _, _ = run(program, namespaces=[documented])
+        self.assertEqual(
+            done["value"],
+            [
+                'async search(*, query: str, state: Literal["open", "closed"] = ...) -> list[Hit]\n'
+                "    Search issues.\n\n    Raises ToolError when a call fails.\n\n"
+                "    class Hit(TypedDict):\n        id: int\n",
+                "async raw(args: Any = None, /) -> Any\n    Any JSON.\n",
+                "async plain(*args, **kwargs)\n    Just text.\n",
+                "(args: Any = None, /) -> Any",
+                True,
+            ],
+        )
+
     def test_two_hundred_concurrent_calls_replied_out_of_order(self):
         held = []
 
@@ -809,6 +870,13 @@ class EndToEndTest(unittest.TestCase):
         )
         done, _, _, _ = run("return float('nan')")
         self.assertEqual(done["error"]["kind"], "invalid-output")
+
+    def test_number_subclasses_are_values(self):
+        # As json.dumps writes them: an IntEnum member is its int.
+        done, _, _, _ = run(
+            "import enum\nclass C(enum.IntEnum):\n    A = 2\nclass F(float):\n    pass\nreturn [C.A, F(0.5)]"
+        )
+        self.assertEqual(done, {"type": "done", "value": [2, 0.5]})
 
     def test_program_cannot_break_frame_emission(self):
         program = (
@@ -1058,6 +1126,103 @@ class EventLoopTest(unittest.TestCase):
         )
         done, _, _, _ = run(program, echo_args, namespaces=[TOOLS])
         self.assertEqual(done["value"], [{"n": 1}, {"n": 2}])
+
+
+def reply_in_order_after(n):
+    """Hold calls until ``n`` are in flight, then answer them first first
+    with ``args["n"] * 10``."""
+    held = []
+
+    def on_call(child, frame):
+        held.append(frame)
+        if len(held) == n:
+            for f in held:
+                child.send({"type": "reply", "id": f["id"], "ok": True, "value": f["args"]["n"] * 10})
+
+    return on_call
+
+
+class SyncCallTest(unittest.TestCase):
+    """``<member>.sync``: the same call without ``await``, with or without a
+    running loop, beside async calls in flight."""
+
+    def test_without_a_loop(self):
+        done, _, calls, _ = run("a = tools.search.sync(n=7)\nb = tools.search.sync([1])\n[a, b]", echo_args, [TOOLS])
+        self.assertEqual(done["value"], [{"n": 7}, [1]])
+        self.assertEqual([c["name"] for c in calls], ["search", "search"])
+
+    def test_inside_asyncio_run(self):
+        program = "import asyncio\nasync def main():\n    return tools.search.sync(n=1)\nasyncio.run(main())"
+        done, _, _, _ = run(program, echo_args, namespaces=[TOOLS])
+        self.assertEqual(done["value"], {"n": 1})
+
+    def test_beside_async_calls_of_its_own_loop(self):
+        # Two async calls go out, then a sync one blocks the loop's thread;
+        # nothing is answered before all three are in flight. In order, the
+        # async replies arrive while the sync call waits: it must settle
+        # them, not drop them; reversed, its own reply comes first.
+        program = (
+            "import asyncio\n"
+            "pending = asyncio.ensure_future(asyncio.gather(tools.search(n=1), tools.search(n=2)))\n"
+            "await asyncio.sleep(0)\n"
+            "s = tools.search.sync(n=3)\n"
+            "return [s, await pending]\n"
+        )
+        for answer in (reply_in_order_after, reply_reversed_after):
+            with self.subTest(answer=answer.__name__):
+                done, _, calls, _ = run(program, answer(3), namespaces=[TOOLS])
+                self.assertEqual(done["value"], [30, [10, 20]])
+                self.assertEqual([c["args"]["n"] for c in calls], [1, 2, 3])
+
+    def test_from_a_thread_while_the_loop_waits(self):
+        # The main thread's loop reads fd 3 for its own call; the thread's
+        # reply may land there, and the thread must still get it.
+        program = (
+            "import asyncio\n"
+            "return await asyncio.gather(tools.search(n=1), asyncio.to_thread(tools.search.sync, n=2))\n"
+        )
+        for answer in (reply_in_order_after, reply_reversed_after):
+            with self.subTest(answer=answer.__name__):
+                done, _, _, _ = run(program, answer(2), namespaces=[TOOLS])
+                self.assertEqual(done["value"], [10, 20])
+
+    def test_failures_and_refused_arguments(self):
+        program = (
+            "out = []\n"
+            "try:\n    tools.search.sync(q=1)\nexcept ToolError as e:\n    out.append([e.tool, str(e)])\n"
+            "try:\n    tools.search.sync(1, 2)\nexcept TypeError as e:\n    out.append(str(e))\n"
+            "try:\n    tools.search.sync({1})\nexcept TypeError as e:\n    out.append(str(e)[:34])\n"
+            "return out\n"
+        )
+        done, _, calls, _ = run(program, namespaces=[TOOLS_WITH_ERRORS])
+        self.assertEqual(
+            done["value"],
+            [
+                ["search", "no bindings"],
+                "tools.search.sync() takes keyword arguments or one positional argument (2 positional given)",
+                "argument of tools.search.sync() is",
+            ],
+        )
+        self.assertEqual(len(calls), 1)  # refused arguments send nothing
+
+    def test_a_refused_call_quotes_the_members_signature(self):
+        documented = dict(TOOLS, names=["search"], docs={"search": "async def search(*, query: str) -> list:\n"})
+        done, _, calls, _ = run(
+            "try:\n    tools.search.sync('x', 2)\nexcept TypeError as e:\n    return str(e)\n", namespaces=[documented]
+        )
+        self.assertEqual(
+            done["value"],
+            "tools.search.sync() takes keyword arguments or one positional argument (2 positional given)"
+            "; call it as: async def search(*, query: str) -> list",
+        )
+        self.assertEqual(calls, [])
+
+    def test_a_member_named_sync_stays_a_member(self):
+        names = {"global": "tools", "names": ["sync", "search"]}
+        program = "[tools.sync.sync(n=1), await tools.sync(n=2), sorted(dir(tools)), tools.sync.sync.__qualname__]"
+        done, _, calls, _ = run(program, echo_args, namespaces=[names])
+        self.assertEqual(done["value"], [{"n": 1}, {"n": 2}, ["search", "sync"], "tools.sync.sync"])
+        self.assertEqual([c["name"] for c in calls], ["sync", "sync"])
 
 
 class BindingArgumentsTest(unittest.TestCase):

@@ -121,7 +121,7 @@ class RecursionDepthTest(unittest.TestCase):
     def test_depth_matches_the_interpreters(self):
         def reported():
             try:
-                sys.setrecursionlimit(1)
+                runner._setrecursionlimit(1)  # the interpreter's own (sys has the program's)
             except RecursionError as e:  # "... at the recursion depth N: ..."
                 return int(str(e).split("depth ")[1].split(":")[0])
             raise AssertionError("a limit of 1 was accepted")
@@ -132,9 +132,9 @@ class RecursionDepthTest(unittest.TestCase):
         self.assertEqual(sys.getrecursionlimit(), limit)
 
     def test_an_announced_depth_is_the_measured_one(self):
-        # The program reads the limit it runs under: the interpreter's plus
-        # the depth of the frames below it.
-        program = runner.compile_for("import sys\nsys.getrecursionlimit()")
+        # The limit a program runs under: the interpreter's plus the depth
+        # of the frames below it (the program itself reads the former).
+        program = runner.compile_for("from pycage import runner\nrunner._getrecursionlimit()")
         main, argv = sys.modules["__main__"], sys.argv
 
         def middle():
@@ -179,6 +179,102 @@ class RecursionDepthTest(unittest.TestCase):
         )
         self.assertLessEqual(abs(depth - int(plain.stdout)), 1, (depth, plain.stdout))
         self.assertEqual(limit_after, 1000)
+
+
+class ProgramRecursionLimitTest(unittest.TestCase):
+    """The program reads and sets CPython's limit, not the one raised by the
+    child's frames below it (``sys.getrecursionlimit()`` read 1005)."""
+
+    PROGRAM = (
+        "import sys\n"
+        "seen = [sys.getrecursionlimit()]\n"
+        "sys.setrecursionlimit(1500)\n"
+        "seen.append(sys.getrecursionlimit())\n"
+        "def f(n):\n    try:\n        return f(n + 1)\n    except RecursionError:\n        return n\n"
+        "seen.append(f(0))\n"
+        "try:\n    sys.setrecursionlimit(1)\nexcept RecursionError as e:\n    seen.append(str(e))\n"
+        "try:\n    sys.setrecursionlimit(0)\nexcept ValueError as e:\n    seen.append(str(e))\n"
+        "sys.setrecursionlimit(1000)\n"
+        "seen.append([sys.getrecursionlimit.__name__, sys.getrecursionlimit.__doc__ is not None])\n"
+    )
+
+    def test_the_program_reads_and_sets_cpythons_limit(self):
+        script = (
+            f"import sys, json; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "from pycage import runner\n"
+            "def deep(k):\n    return deep(k - 1) if k else run()\n"
+            "def run():\n"
+            f"    program = runner.compile_for({self.PROGRAM + 'seen'!r})\n"
+            "    outcome = runner.run_program(program, runner.new_program_globals({}))\n"
+            "    return outcome.value + [sys.getrecursionlimit(), runner._getrecursionlimit()]\n"
+            "print(json.dumps(deep(30)))\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        got = json.loads(out.stdout)
+        plain = subprocess.run(
+            [sys.executable, "-I", "-c", self.PROGRAM + "import json\nprint(json.dumps(seen))\n"],
+            capture_output=True,
+            text=True,
+        )
+        want = json.loads(plain.stdout)
+        self.assertLessEqual(abs(got[2] - want[2]), 1, (got, want))
+        got[2] = want[2]
+        # After the run, the limit the program left, without the headroom.
+        self.assertEqual(got, want + [1000, 1000])
+
+
+class NetworkHintTest(unittest.TestCase):
+    """A lookup or an internet socket that fails in a run without network
+    says so, and how to allow a host; with network, errors are unchanged."""
+
+    def _run(self, no_network):
+        script = (
+            f"import sys, json, socket; sys.path.insert(0, {PYTHON_DIR!r})\n"
+            "from pycage import network\n"
+            "network.install()\n"
+            "network.install()  # once only\n"
+            f"def refused(*a):\n    raise PermissionError(1, 'Operation not permitted')\n"
+            f"if {no_network!r}:\n    network._probe = refused\n"
+            "def lookup(*a, **k):\n    raise socket.gaierror(-2, 'Name or service not known')\n"
+            "wrapped = network._wrap(lookup)\n"
+            "out = []\n"
+            "try:\n    wrapped('example.com', 80)\nexcept socket.gaierror as e:\n    out.append([e.errno, str(e)])\n"
+            "init = network._wrap_init(lambda self, *a: refused())\n"
+            "for family in (socket.AF_INET, socket.AF_UNIX):\n"
+            "    try:\n        init(None, family)\n"
+            "    except PermissionError as e:\n        out.append([e.errno, str(e)])\n"
+            "out.append(socket.getaddrinfo.__name__)\n"
+            "print(json.dumps(out))\n"
+        )
+        out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return json.loads(out.stdout)
+
+    def test_without_network_the_message_says_how_to_allow_a_host(self):
+        from pycage.network import HINT
+
+        self.assertIn("--allow-net HOST[:PORT]", HINT)
+        self.assertIn("allow_net=", HINT)
+        self.assertEqual(
+            self._run(True),
+            [
+                [-2, f"[Errno -2] Name or service not known ({HINT})"],
+                [1, f"[Errno 1] Operation not permitted ({HINT})"],
+                [1, "[Errno 1] Operation not permitted"],
+                "getaddrinfo",
+            ],
+        )
+
+    def test_with_network_errors_are_unchanged(self):
+        self.assertEqual(
+            self._run(False),
+            [
+                [-2, "[Errno -2] Name or service not known"],
+                [1, "[Errno 1] Operation not permitted"],
+                [1, "[Errno 1] Operation not permitted"],
+                "getaddrinfo",
+            ],
+        )
 
 
 class RemapOnceTest(unittest.TestCase):
@@ -299,7 +395,7 @@ class HardeningTest(unittest.TestCase):
         out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
         # Every module but the package itself and the zygote (trusted; it
         # never runs with a program).
-        self.assertEqual(out.stdout.strip(), "[] 13", out.stderr)
+        self.assertEqual(out.stdout.strip(), "[] 16", out.stderr)
 
 
 class SettleTest(unittest.TestCase):

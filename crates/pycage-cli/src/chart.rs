@@ -1,4 +1,4 @@
-//! The README's benchmark chart: an SVG drawn from `pycage bench --json`.
+//! BENCHMARKS.md's benchmark chart: an SVG drawn from `pycage bench --json`.
 //!
 //! `pycage bench --svg FILE` writes it beside the report. A horizontal bar
 //! per row on a log scale (a zygote run and an interpreter start differ a

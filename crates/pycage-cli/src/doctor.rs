@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use clap::Args;
 use pycage_runtime::{Isolation, Runtime, RuntimeConfig};
 
-use crate::{output, IsolationArg};
+use crate::common::IsolationArg;
+use crate::output;
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -121,7 +122,7 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
             }
             Err(e) => {
                 // In the CLI's words (`--python`), not the library's.
-                let e = e.explain(&crate::CliSpelling);
+                let e = e.explain(&crate::common::CliSpelling);
                 json.key("ok")?;
                 json.bool(false)?;
                 json.key("error")?;
@@ -250,7 +251,7 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         json.bool(ok)?;
         if let Err(e) = &runtime {
             json.key("error")?;
-            json.string(&e.explain(&crate::CliSpelling))?;
+            json.string(&e.explain(&crate::common::CliSpelling))?;
         }
         json.end()
     })();
@@ -261,7 +262,7 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     } else {
         match &runtime {
             Ok(_) => lines.push("ok: this configuration can run programs".into()),
-            Err(e) => lines.push(format!("NOT OK: {}", e.explain(&crate::CliSpelling))),
+            Err(e) => lines.push(format!("NOT OK: {}", e.explain(&crate::common::CliSpelling))),
         }
         output::stdout_texts(lines.iter().map(String::as_str))?;
     }
@@ -294,8 +295,8 @@ fn probe_lines(config: &RuntimeConfig, avail: &pycage_sandbox::Availability) -> 
 }
 
 fn mib(bytes: u64) -> String {
-    if bytes.is_multiple_of(crate::MIB) {
-        format!("{} MiB", bytes / crate::MIB)
+    if bytes.is_multiple_of(crate::common::MIB) {
+        format!("{} MiB", bytes / crate::common::MIB)
     } else {
         format!("{bytes} bytes")
     }

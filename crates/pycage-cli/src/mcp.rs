@@ -21,7 +21,8 @@ use pycage_mcp::{BearerToken, CodeModeServer, HttpOptions, InputLimits, ServerOp
 use pycage_runtime::Runtime;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::{output, RuntimeArgs};
+use crate::common::RuntimeArgs;
+use crate::output;
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
@@ -194,7 +195,7 @@ async fn load(path: Option<&PathBuf>, limits: pycage_bindings::slots::SlotLimits
 }
 
 pub fn stubs(args: StubsArgs) -> anyhow::Result<ExitCode> {
-    crate::tokio_runtime()?.block_on(async move {
+    crate::common::tokio_runtime()?.block_on(async move {
         let bindings = load(Some(&args.bindings), pycage_bindings::slots::SlotLimits::default()).await?;
         let text = bindings.stubs_text();
         bindings.close().await;
@@ -326,7 +327,7 @@ pub fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
         // Checked before anything starts, so a bad file is misuse at once.
         pycage_bindings::file::read(path)?;
     }
-    crate::tokio_runtime()?.block_on(async move {
+    crate::common::tokio_runtime()?.block_on(async move {
         let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
         let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
         let runtime = Runtime::new(config)?;

@@ -15,9 +15,11 @@
 //!   `quit()` (or the bare word) leaves.
 //! - `--json`: one request per line on stdin, `{"program": "..."}`, answered
 //!   by one line on stdout in `pycage run --json`'s shape
-//!   (`{"value"?, "logs", "error"?}`). A line that is not such a request is
-//!   answered with `{"logs":[],"error":{"kind":"misuse","message":...}}`
-//!   and the session goes on. Any language can drive a session this way.
+//!   (`{"value"?, "logs", "error"?}`). A line that is not such a request
+//!   (not JSON, not an object, no string `program`, or a field other than
+//!   `program`: budgets are the repl's flags) is answered with
+//!   `{"logs":[],"error":{"kind":"misuse","message":...}}` naming what is
+//!   wrong, and the session goes on. Any language can drive a session this way.
 //!
 //! Displays (`display()`, matplotlib figures): on a terminal each is
 //! written as a file, `display-<N>.<ext>` numbered across the repl, into
@@ -51,7 +53,8 @@ use pycage_runtime::{
 };
 use tokio::sync::mpsc;
 
-use crate::{displays, output, RuntimeArgs};
+use crate::common::RuntimeArgs;
+use crate::{displays, output};
 
 #[derive(Debug, Args)]
 pub struct ReplArgs {
@@ -183,7 +186,7 @@ pub fn main(args: ReplArgs) -> anyhow::Result<ExitCode> {
     // One long-lived session, and a fresh one at once when it ends.
     config.spawn = pycage_runtime::SpawnMode::Zygote;
     config.pool_size = 1;
-    let rt = crate::tokio_runtime()?;
+    let rt = crate::common::tokio_runtime()?;
     let json = args.json;
     let terminal = !json && std::io::stdin().is_terminal();
     rt.block_on(async move {
@@ -242,13 +245,32 @@ async fn json_loop(repl: &mut Repl) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The `program` of a `{"program": "..."}` request line.
+/// The fields a request may have. Budgets are the session's, set by the
+/// repl's flags, not per request.
+const REQUEST_FIELDS: &[&str] = &["program"];
+
+/// The `program` of a `{"program": "..."}` request line. A field it does not
+/// know is refused, not ignored: a driver that sends `"wall_ms"` must learn
+/// that it has no effect.
 fn request_program(line: &str) -> Result<String, String> {
     let v =
         JsonValue::parse(line.as_bytes()).map_err(|e| format!("a request must be one JSON object per line: {e}"))?;
     let root = v.root();
-    if root.as_object().is_none() {
+    let Some(fields) = root.as_object() else {
         return Err("a request must be a JSON object such as {\"program\": \"return 1\"}".into());
+    };
+    if let Some((unknown, _)) = fields.into_iter().find(|(k, _)| !REQUEST_FIELDS.contains(k)) {
+        let known = REQUEST_FIELDS.iter().map(|f| format!("\"{f}\"")).collect::<Vec<_>>().join(", ");
+        // A name of any length came in: the message quotes 60 characters of it.
+        let mut shown: String = unknown.chars().take(60).collect();
+        if shown.len() < unknown.len() {
+            shown.push('\u{2026}');
+        }
+        let shown = JsonValue::string(&shown).map(|v| v.to_canonical_string()).unwrap_or(shown);
+        return Err(format!(
+            "unknown field {shown} in the request: a request has only {known}; a session's budgets are \
+             pycage repl's flags (--wall-ms, --cpu-seconds, ...), not request fields"
+        ));
     }
     match root.get("program").map(|p| p.as_str()) {
         Some(Some(p)) => Ok(p.to_owned()),
@@ -515,6 +537,15 @@ mod tests {
         assert!(request_program("[1]").unwrap_err().contains("JSON object"));
         assert!(request_program(r#"{"program":1}"#).unwrap_err().contains("must be a string"));
         assert!(request_program(r#"{}"#).unwrap_err().contains("no \"program\""));
+        assert_eq!(
+            request_program(r#"{"program":"return 1","wall_ms":100}"#).unwrap_err(),
+            "unknown field \"wall_ms\" in the request: a request has only \"program\"; a session's budgets are \
+             pycage repl's flags (--wall-ms, --cpu-seconds, ...), not request fields"
+        );
+        let long = format!(r#"{{"program":"1","{}":1}}"#, "k".repeat(1000));
+        assert!(request_program(&long)
+            .unwrap_err()
+            .starts_with(&format!("unknown field \"{}\u{2026}\" in", "k".repeat(60))));
     }
 
     #[test]

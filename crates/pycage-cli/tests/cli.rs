@@ -1026,3 +1026,86 @@ fn runs_work_when_the_host_has_low_descriptors_closed() {
         assert_eq!(stdout(&o), "{\"value\":1,\"logs\":[]}\n", "{isolation}");
     }
 }
+
+// ---- messages that misled (issue 47) ----
+
+/// `--preload` on a one-shot run was accepted silently, and added its
+/// modules' import time to the run: it warns, naming what it helps.
+#[test]
+fn preload_on_a_one_shot_run_warns_that_it_helps_pooled_runs() {
+    let o = run(&["--preload", "json,decimal", "-c", "import decimal\nreturn str(decimal.Decimal(1))"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "\"1\"\n");
+    let err = stderr(&o);
+    assert!(err.starts_with("pycage: warning: --preload does not make `pycage run` faster:"), "{err}");
+    assert!(err.contains("It helps pooled runs") && err.contains("pycage repl, pycage mcp"), "{err}");
+    // Without it, nothing is said.
+    let o = run(&["-c", "return 1"]);
+    assert_eq!(stderr(&o), "");
+}
+
+/// As an unprivileged user, a venv whose base interpreter that user cannot
+/// reach said `it has no bin/python`; it says which path, and why.
+#[test]
+fn a_venv_whose_interpreter_cannot_be_reached_says_which_and_why() {
+    if !rustix::process::geteuid().is_root() {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = shared_dir();
+    // A base installation in a directory only root may enter (as a pyenv
+    // under /root is), and a venv that links to it.
+    let base = dir.path().join("private");
+    std::fs::create_dir(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", base.join("python3")).unwrap();
+    let venv = dir.path().join("venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), format!("home = {}\n", base.display())).unwrap();
+    std::os::unix::fs::symlink(base.join("python3"), venv.join("bin/python")).unwrap();
+    let o = as_nobody(dir.path(), &["run", "--venv", "venv", "-c", "return 1"]);
+    assert_exit(&o, 2);
+    let python = venv.join("bin/python");
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "pycage: error: --venv venv: cannot run {} (a link to {}): Permission denied (os error 13); \
+             a venv's base interpreter must be one this user can run\n",
+            python.display(),
+            base.join("python3").display()
+        )
+    );
+    // A link to nothing says so too (for any user).
+    let gone = dir.path().join("gone");
+    std::fs::create_dir_all(gone.join("bin")).unwrap();
+    std::fs::write(gone.join("pyvenv.cfg"), "home = /nonexistent\n").unwrap();
+    std::os::unix::fs::symlink("/nonexistent/python3", gone.join("bin/python")).unwrap();
+    let o = pycage(dir.path()).args(["run", "--venv", "gone", "-c", "return 1"]).output().unwrap();
+    assert_exit(&o, 2);
+    assert!(
+        stderr(&o).contains("(a link to /nonexistent/python3): No such file or directory (os error 2)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A sandboxed `urlopen` failed with a DNS error; the message says the run
+/// has no network and how to allow a host.
+#[test]
+fn a_sandboxed_run_without_network_says_how_to_allow_a_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = "import socket, urllib.request\nout = []\n\
+                   for f in (lambda: urllib.request.urlopen('http://example.com/', timeout=5),\n\
+                             lambda: socket.create_connection(('127.0.0.1', 80), timeout=2)):\n\
+                   \x20   try:\n        f()\n    except OSError as e:\n        out.append(str(e))\n\
+                   return out";
+    let o = pycage(dir.path()).args(["run", "--json", "-c", program]).output().unwrap();
+    assert_exit(&o, 0);
+    let hint = "this run has no network: allow a host with --allow-net HOST[:PORT] for pycage run, repl and mcp, \
+                or allow_net=[...] for pycage.Runtime";
+    let out = stdout(&o);
+    assert!(out.starts_with(r#"{"value":["<urlopen error [Errno -"#), "{out}");
+    assert_eq!(out.matches(hint).count(), 2, "{out}");
+    assert!(out.contains(&format!("[Errno 1] Operation not permitted ({hint})")), "{out}");
+}

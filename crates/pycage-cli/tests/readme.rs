@@ -4,8 +4,10 @@
 //! own code against the real warehouse server; the layout names each path
 //! once, and each exists; the Quick start's example prints what the README
 //! shows; the command block's files exist and its `# prints` lines print
-//! that; `--version` names the distribution. (The wheel's commands run in
-//! crates/pycage-py/tests/test_wheel.py, against the built wheel.)
+//! that; `--version` names the distribution; the Speed section's figures
+//! are BENCHMARKS.md's; docs/cli.md names every flag of `pycage run`. (The
+//! wheel's commands run in crates/pycage-py/tests/test_wheel.py, against
+//! the built wheel.)
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 #[path = "../examples/token_savings/counts.rs"]
 mod counts;
@@ -153,4 +155,80 @@ fn command_block_names_files_that_exist_and_prints_what_it_says() {
         checked += 1;
     }
     assert!(checked >= 4, "{checked} lines checked");
+}
+
+/// The text between `<!-- speed:begin -->` and `<!-- speed:end -->`, markers
+/// included.
+fn speed_block<'a>(doc: &'a str, name: &str) -> &'a str {
+    let (begin, end) = ("<!-- speed:begin -->", "<!-- speed:end -->");
+    let from = doc.find(begin).unwrap_or_else(|| panic!("{name}: no {begin}"));
+    let to = doc[from..].find(end).unwrap_or_else(|| panic!("{name}: no {end} after {begin}")) + from + end.len();
+    assert!(doc[to..].find(begin).is_none(), "{name}: a second {begin}");
+    &doc[from..to]
+}
+
+/// The figures a text states: numbers followed by a unit (`0.57 ms`,
+/// `1.3-1.7 ms`, `372 MiB`), as written.
+fn figures(text: &str) -> Vec<String> {
+    const UNITS: [&str; 8] = ["ms", "µs", "us", "s", "MiB", "GiB", "KiB", "%"];
+    let mut out = Vec::new();
+    let words: Vec<&str> = text.split_whitespace().collect();
+    for pair in words.windows(2) {
+        let number = pair[0].trim_start_matches(|c: char| !c.is_ascii_digit());
+        let unit = pair[1].trim_end_matches(|c: char| ",.;:)".contains(c));
+        let is_number = !number.is_empty() && number.chars().all(|c| c.is_ascii_digit() || ".,-/".contains(c));
+        if is_number && UNITS.contains(&unit) {
+            out.push(format!("{number} {unit}"));
+        }
+    }
+    out
+}
+
+/// The README's Speed figures are BENCHMARKS.md's: the section quotes the
+/// block BENCHMARKS.md marks (`benchmarks/run.sh runs` prints it anew), and
+/// states no other figure that BENCHMARKS.md lacks.
+#[test]
+fn speed_figures_are_the_ones_in_benchmarks_md() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = readme();
+    let benchmarks = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap();
+    let speed = readme.split("\n## Speed\n").nth(1).expect("README: a Speed section");
+    let speed = speed.split("\n## ").next().unwrap_or(speed);
+    let ours = speed_block(speed, "README.md's Speed section");
+    let theirs = speed_block(&benchmarks, "BENCHMARKS.md");
+    assert_eq!(
+        ours, theirs,
+        "README.md's Speed block differs from BENCHMARKS.md's: copy BENCHMARKS.md's block (benchmarks/run.sh runs prints it)"
+    );
+    assert!(figures(ours).len() >= 4, "the block states figures: {:?}", figures(ours));
+    for figure in figures(speed) {
+        assert!(
+            benchmarks.contains(&figure),
+            "README.md's Speed section states {figure:?}, which BENCHMARKS.md does not"
+        );
+    }
+}
+
+/// docs/cli.md, the flag reference, names every flag `pycage run --help`
+/// lists, so a new flag cannot ship undocumented.
+#[test]
+fn cli_doc_names_every_flag_of_pycage_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let doc = std::fs::read_to_string(root.join("docs/cli.md")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pycage")).args(["run", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let flags: Vec<&str> = help
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("--"))
+        .filter_map(|l| l.split([' ', '<', ',']).next())
+        .filter(|f| *f != "help")
+        .collect();
+    assert!(flags.len() >= 20, "{flags:?}");
+    for flag in flags {
+        assert!(
+            doc.contains(&format!("`--{flag}")),
+            "docs/cli.md does not name --{flag}, which `pycage run --help` lists"
+        );
+    }
 }

@@ -60,7 +60,15 @@ fn json_lines_drive_one_session() {
     // A bad request line is misuse, and the session goes on.
     let misuse = d.line("return 1");
     assert!(misuse.starts_with(r#"{"logs":[],"error":{"kind":"misuse","message":"a request must be"#), "{misuse}");
-    assert!(d.line(r#"{"code":"x"}"#).contains(r#"has no \"program\""#));
+    assert!(d.line(r#"{}"#).contains(r#"has no \"program\""#));
+    // A field the request does not have is refused, naming the ones it has,
+    // and the cell does not run (it was not ignored silently).
+    let unknown = d.line(r#"{"program":"x = 0","wall_ms":100}"#);
+    assert_eq!(
+        unknown,
+        r#"{"logs":[],"error":{"kind":"misuse","message":"unknown field \"wall_ms\" in the request: a request has only \"program\"; a session's budgets are pycage repl's flags (--wall-ms, --cpu-seconds, ...), not request fields"}}"#
+    );
+    assert!(d.line(r#"{"code":"x"}"#).contains(r#"unknown field \"code\""#));
     // An exception is an outcome; the state survives it.
     assert!(d.program("1/0").contains(r#""kind":"exception""#));
     assert_eq!(d.program("x"), r#"{"value":42,"logs":[]}"#);

@@ -298,6 +298,11 @@ impl PendingRemovals {
 /// [`remove_tree`] on drop; a failure goes to the [`CleanupLog`]. Dropped
 /// inside a tokio runtime, the removal (as many operations as the program
 /// made files) runs on the blocking pool, never on an async worker.
+///
+/// A run's ([`RunDirs::create`]) holds [`WORK_DIR_NAME`], the run's
+/// working directory; the directory itself is the run's `HOME` and
+/// temporary directory, so caches and temporary files never appear among
+/// the program's own files.
 #[derive(Debug)]
 pub struct RunDir {
     path: PathBuf,
@@ -328,10 +333,21 @@ impl RunDir {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// The run's working directory in it (made by [`RunDirs::create`]).
+    pub fn work(&self) -> PathBuf {
+        self.path.join(WORK_DIR_NAME)
+    }
 }
+
+/// The working directory's name in a run's directory.
+pub const WORK_DIR_NAME: &str = "work";
 
 impl RunDir {
     fn remove(path: &Path, log: &CleanupLog) {
+        // A run that left nothing behind (a trivial one) leaves an empty
+        // working directory: two `rmdir`s, where the walk takes more.
+        let _ = rustix::fs::unlinkat(rustix::fs::CWD, path.join(WORK_DIR_NAME), AtFlags::REMOVEDIR);
         if let Err(e) = remove_tree(path) {
             if e.kind() != io::ErrorKind::NotFound {
                 log.record(path, &e);
@@ -395,11 +411,14 @@ impl RunDirs {
         self.owner.id()
     }
 
-    /// A new, empty run directory (mode 0700). `out/` is the child's to
-    /// make, and only when the request collects it.
+    /// A new run directory (mode 0700) holding an empty working directory
+    /// ([`RunDir::work`], 0700). `out/` is the child's to make, and only
+    /// when the request collects it.
     pub fn create(&self) -> io::Result<RunDir> {
+        use std::os::unix::fs::DirBuilderExt;
         let mut dir = RunDir::create(&self.parent, "run", &self.owner, Arc::clone(&self.log))?;
         dir.pending = Some(Arc::clone(&self.pending));
+        std::fs::DirBuilder::new().mode(0o700).create(dir.work())?;
         Ok(dir)
     }
 }

@@ -277,9 +277,19 @@ impl PackageCache {
         if let Some(entry) = self.indexed(&req_key)? {
             return Ok(entry);
         }
-        let result = self.install(request, &listed, (started + self.timeout, self.timeout), cancel);
-        if counts && matches!(result, Err(PackageError::Install { .. } | PackageError::NoWheel { .. })) {
-            self.failures.fetch_add(1, Ordering::Relaxed);
+        let mut result = self.install(request, &listed, (started + self.timeout, self.timeout), cancel);
+        if counts {
+            if let Err(PackageError::Install { output, .. } | PackageError::NoWheel { detail: output, .. }) =
+                &mut result
+            {
+                // The count is in the result: each failed name reached the
+                // index, a channel out of a run without network.
+                let failed = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+                output.push_str(&format!(
+                    " (failed installs of declared names in this runtime: {failed} of {MAX_FAILED_RESOLUTIONS}; past \
+                     them the index is asked for no new name)"
+                ));
+            }
         }
         let set_key = result?;
         write_atomic(&self.root.join("index").join(&req_key), set_key.as_bytes()).map_err(cache_err)?;

@@ -426,6 +426,17 @@ impl NativeRuntime {
         }
     }
 
+    /// Waits (the GIL released) until the runtime is idle: no run in flight,
+    /// every settled run's process reaped and its directory removed, the
+    /// zygote's pool full (`Runtime::wait_idle`). False when that did not
+    /// happen within `timeout` seconds.
+    fn wait_idle(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+        let timeout = seconds(py, "timeout", timeout)?;
+        let runtime = self.runtime(py)?;
+        let rt = tokio_runtime(py)?;
+        Ok(py.detach(|| pycage_runtime::block_on(rt.handle(), runtime.wait_idle(timeout))))
+    }
+
     /// Aborts every run in flight and returns once each child has exited
     /// and been reaped (the GIL released meanwhile). Later runs raise
     /// `RuntimeClosedError`.

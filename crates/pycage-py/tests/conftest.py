@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -50,9 +49,14 @@ def within(seconds: float, f: Callable[[], Any]) -> Any:
     return got
 
 
+#: The runtimes of the session fixtures, for ``settled_child_pids``.
+_shared: list[pycage.Runtime] = []
+
+
 @pytest.fixture(scope="session")
 def process_rt():
     rt = pycage.Runtime(isolation="process", python=sys.executable)
+    _shared.append(rt)
     yield rt
     rt.close()
 
@@ -63,6 +67,7 @@ def sandbox_rt():
         rt = pycage.Runtime(python=sys.executable)
     except pycage.SandboxUnavailableError as e:
         unavailable(f"sandbox isolation is unavailable here: {e}")
+    _shared.append(rt)
     yield rt
     rt.close()
 
@@ -96,20 +101,17 @@ def child_pids() -> set[int]:
     return found
 
 
-def settled_child_pids(quiet: float = 0.2, limit: float = 10.0) -> set[int]:
-    """``child_pids()`` once it has not changed for ``quiet`` seconds.
+def settled_child_pids(timeout: float = 60.0) -> set[int]:
+    """``child_pids()`` once every shared runtime is idle.
 
     The shared runtimes of the session fixtures refill their pools in the
     background after each run (a sandboxed child's shell is built on a
     thread of its own); a snapshot taken while that happens would count
-    their new children as the test's leftovers.
+    their new children as the test's leftovers. ``Runtime.wait_idle``
+    returns once their pools are full and every finished run's process is
+    reaped, and nothing runs on them while a test holds the snapshot.
     """
-    deadline = time.monotonic() + limit
-    last = child_pids()
-    while time.monotonic() < deadline:
-        time.sleep(quiet)
-        now = child_pids()
-        if now == last:
-            return now
-        last = now
-    return last
+    for rt in _shared:
+        if not rt.wait_idle(timeout):
+            pytest.fail(f"{rt!r} did not get idle within {timeout} s")
+    return child_pids()

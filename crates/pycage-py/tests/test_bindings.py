@@ -219,8 +219,9 @@ def _help(rt, bindings, target):
 def test_help_of_a_member_shows_the_callables_signature_and_docstring(rt):
     """``help(tools.fn)`` in a run shows the callable's signature as a
     program calls it (keyword-only), its
-    annotations and its docstring (it showed ``(*args, **kwargs)``), for a
-    dict of callables, a Namespace and an object alike."""
+    annotations and its docstring (it showed ``(*args, **kwargs)``, and then
+    the stub's ``async def`` line), for a dict of callables, a Namespace
+    and an object alike: the stub's signature is the member's, shown once."""
 
     def add(a: int, b: int = 2, *, scale: float = 1.0) -> float:
         """Adds two numbers.
@@ -237,19 +238,20 @@ def test_help_of_a_member_shows_the_callables_signature_and_docstring(rt):
         (
             {"tools": {"add": add}},
             "tools.add",
-            "async def add(*, a: int, b: int = 2, scale: float = 1.0) -> float:",
+            "async add(*, a: int, b: int = 2, scale: float = 1.0) -> float\n",
             "Adds two numbers.",
         ),
         (
             {"tools": pycage.Namespace({"add": add}, error_class="E")},
             "tools.add",
-            "async def add(*, a: int, b: int = 2, scale: float = 1.0) -> float:",
+            "async add(*, a: int, b: int = 2, scale: float = 1.0) -> float\n",
             "Then scales the sum.",
         ),
-        ({"store": Store()}, "store.get", "async def get(*, key: str) -> dict[str, int]:", "The entry for key."),
+        ({"store": Store()}, "store.get", "async get(*, key: str) -> dict[str, int]\n", "The entry for key."),
     ]:
         text = _help(rt, bindings, target)
         assert head in text and doc in text, text
+        assert "*args" not in text and "async def" not in text, text
     ns_text = _help(rt, {"tools": pycage.Namespace({"add": add}, error_class="E")}, "tools")
     assert "1 function of the host" in ns_text and "Raises E (`.tool` names the function)" in ns_text, ns_text
 
@@ -305,8 +307,8 @@ def test_a_call_written_from_the_stub_runs(rt):
 
 
 def test_help_through_python_tools_matches_the_stubs(rt):
-    """Through ``python_tools`` the member's help is its stub, with a tool
-    object's description."""
+    """Through ``python_tools`` the member's help is its stub (its signature
+    as the member's, then its docstring), with a tool object's description."""
 
     def search(query: str, limit: int = 10) -> list:
         """Search the web."""
@@ -322,10 +324,10 @@ def test_help_through_python_tools_matches_the_stubs(rt):
 
     toolset = pycage.python_tools([search, Tool()])
     text = _help(rt, toolset.bindings, "tools.search")
-    assert 'async def search(*, query: str, limit: int = 10) -> list:\n    """Search the web."""' in text, text
+    assert "async search(*, query: str, limit: int = 10) -> list\n    Search the web.\n" in text, text
     assert "async def search(*, query: str, limit: int = 10) -> list:" in toolset.stubs
     text = _help(rt, toolset.bindings, "tools.count")
-    assert 'async def count(*, text: str) -> int:\n    """Count the words of a text."""' in text, text
+    assert "async count(*, text: str) -> int\n    Count the words of a text.\n" in text, text
 
 
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit(), MemoryError("big")])

@@ -115,7 +115,8 @@ def test_version_is_the_installed_distributions():
     import importlib.metadata
 
     assert isinstance(pycage.__version__, str) and pycage.__version__
-    assert pycage.__version__ == importlib.metadata.version("pycage")
+    # The distribution is pycage-run (pycage on the index is another project).
+    assert pycage.__version__ == importlib.metadata.version("pycage-run")
 
 
 def test_missing_interpreter():
@@ -152,6 +153,29 @@ def test_close_is_idempotent_and_later_runs_raise():
         rt.run("return 1")
     with pytest.raises(pycage.RuntimeClosedError):
         asyncio.run(rt.arun("return 1"))
+
+
+def test_wait_idle_returns_once_runs_are_reaped_and_the_pool_is_full():
+    before = settled_child_pids()
+    rt = pycage.Runtime(isolation="process", python=sys.executable, pool_size=2)
+    try:
+        for i in range(3):
+            assert rt.run(f"return {i}").value == i
+        assert rt.wait_idle(30)
+        # The zygote and its two ready children; no run's child is left.
+        assert len(child_pids() - before) == 3
+        up = threading.Event()
+        results = []
+        t = threading.Thread(target=lambda: results.append(rt.run(HANG, on_log=lambda _: up.set())))
+        t.start()
+        assert up.wait(30)
+        # The run sleeps for an hour: never idle meanwhile.
+        assert not rt.wait_idle(0.1)
+    finally:
+        rt.close()
+    t.join(30)
+    assert results[0].error.kind == "abort"
+    assert rt.wait_idle(0)
 
 
 def test_context_managers():

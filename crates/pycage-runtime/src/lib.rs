@@ -46,8 +46,7 @@
 //! checks it):
 //!
 //! 1. Leaves: `sync` (locks that survive a panic elsewhere), `spelling`,
-//!    `blocking` (a thread that waits on a socket itself), `process`
-//!    (signals, pidfds, `wait4`, a runtime's reaper thread), `bindings`,
+//!    `blocking` (a thread that waits on a socket itself), `bindings`,
 //!    [`config`] (validated settings), `channel` (reading fd 3), [`names`]
 //!    (the portable identifier rules), `display` (rich output and its
 //!    ledger), `outcome` (results, failure kinds, events).
@@ -71,7 +70,9 @@
 //! file copies (`pycage-files`, as [`cleanup`] and [`files`]), the type
 //! check (`pycage-typecheck`, as [`typecheck`]), uid leases
 //! (`pycage-sandbox`, as [`lease`]) and the log ledger
-//! (`pycage-protocol`, as [`ledger`]).
+//! (`pycage-protocol`, as [`ledger`]); processes (signals without
+//! strangers, pidfds, `wait4`, the reaper: `pycage-process`) and the
+//! zygote's host side (`pycage-zygote`) are crates of their own too.
 //!
 //! The Python side is embedded from `python/pycage/`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
@@ -102,7 +103,6 @@ mod outcome;
 /// A run's declared packages (the `pycage-packages` crate).
 pub use pycage_packages as packages;
 mod probe_cache;
-mod process;
 mod request;
 mod run;
 mod runtime;
@@ -147,14 +147,14 @@ pub fn serve_shell_helper() -> std::io::Result<()> {
     pycage_sandbox::helper::serve_fd3()
 }
 pub use launch::spawn::{SpawnError, StartError};
-pub use launch::zygote::ZygoteError;
 pub use names::NameError;
 pub use outcome::{FailureKind, RunEvent, RunFailure, RunResult};
 pub use packages::{PackageError, PACKAGES_DIR};
 pub use probe_cache::default_cache_dir;
-pub use process::run_in_background;
 pub use pycage_egress::{Connection, NetBudget, NetHost, NetRule, NetRuleError, NetworkReport};
+pub use pycage_process::run_in_background;
 pub use pycage_protocol::JsonValue;
+pub use pycage_zygote::ZygoteError;
 pub use runtime::{MisuseError, RunLimits, RunRequest, Runtime, SandboxView};
 pub use session::{Session, SessionError, SessionOptions, SessionRun};
 pub use spelling::{RustSpelling, Setting, Spelling};

@@ -52,6 +52,12 @@ impl Runtime {
         self.core.launcher.sandbox_view()
     }
 
+    /// The host directory of the child's bootstrap package (what the zygote
+    /// imports before it forks).
+    pub fn bootstrap_dir(&self) -> &std::path::Path {
+        self.core.launcher.bootstrap_dir()
+    }
+
     /// The host directory of the package cache (`pycage_packages`).
     pub fn package_cache(&self) -> &std::path::Path {
         self.core.launcher.package_root()

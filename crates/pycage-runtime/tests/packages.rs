@@ -259,6 +259,7 @@ async fn undeliverable_packages_fail_before_the_program_starts() {
         (declaring("\"h4local-1.0.tar.gz\"", "print('started')"), "names a file, not a package"),
         ("# /// script\n# dependencies = \"tabulate\"\n# ///\nreturn 1".to_owned(), "must be an array of strings"),
         (declaring("\"pycage-no-such-package-4e1d\"", "print('started')"), "installing pycage-no-such-package-4e1d"),
+        (declaring("\"pycage-no-such-package-5f2e\"", "print('started')"), "declared names in this runtime: 2 of 16"),
     ];
     for (program, want) in cases {
         let r = run(&rt, &program).await;

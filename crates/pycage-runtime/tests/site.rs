@@ -135,6 +135,14 @@ async fn small_inputs_keep_a_sandboxed_run_in_the_pool() {
     let big = rt.run(RunRequest::new(program("big.bin")).with_input(inputs.path().join("big.bin"))).await.unwrap();
     assert_eq!(common::value(&big), r#"[0,20971520,"refused"]"#, "exec'd (site ran), a read-only mount");
     assert_eq!(std::fs::read_to_string(inputs.path().join("small.txt")).unwrap(), "four");
+    // An input only its owner may read (an MCP client's files, kept 0700):
+    // copied all the same, as the run's uid on a root host.
+    let private = tempfile::tempdir().unwrap();
+    std::fs::write(private.path().join("own.txt"), "mine").unwrap();
+    std::fs::set_permissions(private.path().join("own.txt"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .unwrap();
+    let own = rt.run(RunRequest::new(program("own.txt")).with_input(private.path().join("own.txt"))).await.unwrap();
+    assert_eq!(common::value(&own), r#"[1,4,"refused"]"#, "a private input, pooled");
     rt.shutdown().await;
 }
 

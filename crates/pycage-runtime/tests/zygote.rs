@@ -170,7 +170,7 @@ async fn each_child_reseeds_random_and_starts_pristine() {
                  t.start()\n\
                  t.join()\n\
                  native = sys.modules['pycage._forks']._native is not None\n\
-                 return [random.random(), os.getcwd(), os.environ['HOME'] == os.getcwd(), native, sys.version_info[:2]]",
+                 return [random.random(), os.getcwd(), os.environ['HOME'] == os.path.dirname(os.getcwd()), native, sys.version_info[:2]]",
             )
             .await;
             let v = value(&r);
@@ -207,7 +207,9 @@ async fn zygote_is_replaced_after_its_run_budget() {
         if zygotes.len() >= 2 {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Idle means no successor is coming: once the first zygote is due,
+        // its successor has taken over when this returns.
+        assert!(rt.wait_idle(Duration::from_secs(60)).await, "the pool never settled");
     }
     assert!(zygotes.len() >= 2, "the zygote was never replaced: {zygotes:?}");
     assert_ne!(rt.zygote_pid().unwrap(), first);
@@ -286,12 +288,20 @@ async fn concurrent_runs_wait_in_fifo_order() {
     for i in 0..4 {
         let rt = rt.clone();
         let order = order.clone();
+        let (queued_tx, queued) = tokio::sync::oneshot::channel();
         handles.push(tokio::spawn(async move {
-            let r = run(&rt, &format!("import time\ntime.sleep(0.05)\nreturn {i}")).await;
+            let program = format!("import time\ntime.sleep(0.05)\nreturn {i}");
+            let mut r = std::pin::pin!(run(&rt, &program));
+            // A run takes its place in the queue when it is first polled.
+            let first =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(std::future::Future::poll(r.as_mut(), cx))).await;
+            assert!(first.is_pending(), "run {i} ended at its first poll");
+            queued_tx.send(()).unwrap();
+            let r = r.await;
             order.lock().unwrap().push(value(&r));
         }));
-        // Queue them in a known order.
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Queue them in a known order: each is queued before the next starts.
+        queued.await.unwrap();
     }
     for h in handles {
         h.await.unwrap();

@@ -36,7 +36,8 @@
 //!    joining a shell gets and does), [`prepared`] (the sandbox built and
 //!    entered), [`fork`] (a forked child's first steps; a shell's fork).
 //! 4. `zygote_userns`, `probe` (what this machine supports), [`helper`]
-//!    (the shell helper's server and wire).
+//!    (the shell helper's server and wire), [`floor`] (the kernel's floor
+//!    for a run's namespaces, for `pycage bench`).
 //!
 //! ```no_run
 //! use std::os::unix::process::CommandExt;
@@ -59,6 +60,7 @@
 pub mod cgroup;
 pub mod confine;
 mod error;
+pub mod floor;
 pub mod fork;
 pub mod helper;
 mod join;

@@ -17,7 +17,7 @@
 //!                   host's ld.so.cache and localtime, read-only
 //! /dev              null, zero, random, urandom (bind mounts), fd/stdin/stdout/stderr links
 //! /proc             procfs of the run's own PID namespace (/proc/sys read-only)
-//! /work /tmp /dev/shm   one size-capped tmpfs per run (WORK_DIR is the cwd and HOME;
+//! /work /tmp /dev/shm   one size-capped tmpfs per run (WORK_DIR is the cwd, TMP_DIR HOME;
 //!                   /work/out starts empty: the host may copy it out afterwards)
 //! ```
 //!
@@ -68,9 +68,9 @@ pub const MAX_BINDS: usize = 256;
 /// `MAXSYMLINKS`.
 pub const MAX_SYMLINK_HOPS: usize = 40;
 
-/// The run's working directory and `HOME` inside the sandbox.
+/// The run's working directory inside the sandbox (its `HOME` is [`TMP_DIR`]).
 pub const WORK_DIR: &str = "/work";
-/// The run's temporary directory inside the sandbox (`TMPDIR`).
+/// The run's temporary directory inside the sandbox (`TMPDIR`, and `HOME`).
 pub const TMP_DIR: &str = "/tmp";
 /// POSIX shared memory (`multiprocessing`'s semaphores live here).
 pub const SHM_DIR: &str = "/dev/shm";

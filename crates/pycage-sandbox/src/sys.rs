@@ -407,9 +407,13 @@ pub fn occupy_low_fds() {
 /// (`setfsuid`/`setfsgid`, which act on the calling thread only), then
 /// restores them. For a root host writing into a run's tmpfs: files made
 /// there must be owned by an id the run's user namespace maps (the run's
-/// own), or the kernel refuses them (`EOVERFLOW`). `None` when the ids
-/// could not be set (not root): `f` did not run.
+/// own), or the kernel refuses them (`EOVERFLOW`). The change of ids
+/// clears the thread's file-system capabilities; `CAP_DAC_OVERRIDE` and
+/// `CAP_DAC_READ_SEARCH` are raised again for `f`, so that it still reads
+/// what root may (an MCP client's input files, kept 0700). `None` when the
+/// ids could not be set (not root): `f` did not run.
 pub fn as_fs_ids<R>(uid: u32, gid: u32, f: impl FnOnce() -> R) -> Option<R> {
+    use rustix::thread::{capabilities, set_capabilities, CapabilitySet};
     let set = |nr: libc::c_long, id: u32| {
         // SAFETY: setfsuid/setfsgid take an integer and change only the
         // calling thread's file-system ids; no memory is passed.
@@ -420,12 +424,21 @@ pub fn as_fs_ids<R>(uid: u32, gid: u32, f: impl FnOnce() -> R) -> Option<R> {
         // the current id.
         unsafe { libc::syscall(nr, -1 as libc::c_long) as u32 }
     };
+    let saved = capabilities(None).ok()?;
     let (old_uid, old_gid) = (read(libc::SYS_setfsuid), read(libc::SYS_setfsgid));
     set(libc::SYS_setfsgid, gid);
     set(libc::SYS_setfsuid, uid);
-    let ok = read(libc::SYS_setfsuid) == uid && read(libc::SYS_setfsgid) == gid;
-    let out = ok.then(f);
+    let mut out = None;
+    if read(libc::SYS_setfsuid) == uid && read(libc::SYS_setfsgid) == gid {
+        let wanted = (CapabilitySet::DAC_OVERRIDE | CapabilitySet::DAC_READ_SEARCH) & saved.permitted;
+        let mut raised = saved;
+        raised.effective |= wanted;
+        if set_capabilities(None, raised).is_ok() {
+            out = Some(f());
+        }
+    }
     set(libc::SYS_setfsuid, old_uid);
     set(libc::SYS_setfsgid, old_gid);
+    let _ = set_capabilities(None, saved);
     out
 }

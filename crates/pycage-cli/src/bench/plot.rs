@@ -20,7 +20,8 @@ use base64::Engine as _;
 use pycage_protocol::JsonBuilder;
 use pycage_runtime::{Isolation, RunRequest, RunResult, Runtime, RuntimeConfig, SessionOptions, SpawnMode};
 
-use super::{in_words, ms, or_dash, ratio, Failures, Samples, NONE_SUCCEEDED};
+use crate::bench::failures::{in_words, Failures};
+use crate::bench::measure::{ms, or_dash, ratio, Samples, NONE_SUCCEEDED};
 use crate::output;
 
 /// The data and the figure, the same everywhere: `plt` is imported.
@@ -250,7 +251,7 @@ pub(super) async fn bench(
             spawn: SpawnMode::Zygote,
             allow_read: vec![prefix.clone()],
             preload: if preloaded { vec![PRELOAD.to_owned()] } else { Vec::new() },
-            shell_helper: crate::shell_helper(),
+            shell_helper: crate::common::shell_helper(),
             ..RuntimeConfig::default()
         };
         if let Some(ms) = wall_ms {

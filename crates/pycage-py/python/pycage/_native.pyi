@@ -26,6 +26,10 @@ def to_json(value: object) -> str:
 def from_json(text: str) -> Any:
     """Parses JSON exactly: ints of any size, ``-0.0``, any depth."""
 
+def _copy_output(work_dir: str, output_dir: str, max_bytes: int) -> OutputParts:
+    """Copies ``work_dir/out`` into ``output_dir`` as a run's ``out/`` is
+    copied (for ``pycage.ray``, which brings it from a node)."""
+
 class Reply:
     """One async binding call's way back (internal)."""
 
@@ -98,6 +102,7 @@ class NativeRuntime:
         max_lifetime_seconds: Optional[float] = None,
         address_space_bytes: Optional[int] = None,
     ) -> NativeSession: ...
+    def wait_idle(self, timeout: float) -> bool: ...
     def _bench_run(self, program: str) -> float: ...
     def close(self) -> None: ...
 

@@ -34,7 +34,7 @@ use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use rustix::process::{Pid, PidfdFlags, Signal};
 
 use crate::launch::spawn::{self, SpawnError};
-use crate::process::Reaper;
+use pycage_process::Reaper;
 
 /// How long the host waits for a shell. One takes milliseconds; a helper
 /// that has not answered in this long is broken, and is replaced (its
@@ -84,7 +84,7 @@ impl Drop for Conn {
     fn drop(&mut self) {
         let _ = rustix::net::shutdown(&self.sock, rustix::net::Shutdown::Both);
         let deadline = std::time::Instant::now() + END_TIMEOUT;
-        while !crate::process::has_exited(&self.pidfd) {
+        while !pycage_process::has_exited(&self.pidfd) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 break;
@@ -94,7 +94,7 @@ impl Drop for Conn {
                 rustix::event::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
             let _ = rustix::event::poll(&mut fds, Some(&timeout));
         }
-        if crate::process::wait4(self.pid, libc::WNOHANG).is_none() {
+        if pycage_process::wait4(self.pid, libc::WNOHANG).is_none() {
             let _ = rustix::process::pidfd_send_signal(&self.pidfd, Signal::KILL);
             self.reaper.adopt(self.pid);
         }

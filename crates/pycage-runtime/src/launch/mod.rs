@@ -4,7 +4,7 @@
 //!   its fd 3, its pipe and its pidfd; a [`spawn::Worker`] ends and reaps it.
 //! - [`sandbox`]: the sandbox of one run (uid lease, cgroup), entered by an
 //!   exec'd interpreter or built as a shell for a zygote's child to join.
-//! - [`zygote`] and [`pool`]: the fork server and the children it forks
+//! - `pycage_zygote` and [`pool`]: the fork server and the children it forks
 //!   ahead of demand; the pool builds shells through [`sandbox::Sandboxes`]
 //!   directly, never through a higher layer.
 //! - [`site`]: where a run's files are (a host directory, or the sandbox's
@@ -17,16 +17,17 @@
 //!
 //! # Layers
 //!
-//! Each module uses only those listed before it: `zygote` (the fork
-//! server's host side), `spawn` (exec, workers, the spawner thread),
-//! `helper` (the shell helper's host side), `site`, `sandbox`, then `pool`.
+//! Each module uses only those listed before it: `pool_machine` (the
+//! pool's sans-I/O decisions), `spawn` (exec, workers, the spawner
+//! thread), `helper` (the shell helper's host side), `site`, `sandbox`,
+//! then `pool`. The fork server's host side is the `pycage-zygote` crate.
 
 pub(crate) mod helper;
 pub(crate) mod pool;
+pub(crate) mod pool_machine;
 pub(crate) mod sandbox;
 pub(crate) mod site;
 pub(crate) mod spawn;
-pub(crate) mod zygote;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,10 +39,10 @@ use crate::config::{Isolation, RuntimeConfig, SpawnMode};
 use crate::error::RuntimeError;
 use crate::interpreter::Interpreter;
 use crate::probe_cache::{self, BootstrapDir, PrepareError};
-use crate::process::Reaper;
 use pool::{Pool, PoolConfig, Shells};
 use pycage_files::cleanup::{CleanupLog, RunDirs};
 use pycage_packages::{Declarations, Entry, PackageCache, PackageError, Target};
+use pycage_process::Reaper;
 use sandbox::Sandboxes;
 use site::RunSite;
 use spawn::{SpawnError, SpawnSpec, Spawner, StartError, Worker};
@@ -100,10 +101,42 @@ fn interpreter_path(config: &RuntimeConfig) -> Result<Option<PathBuf>, RuntimeEr
     if !dir.join("pyvenv.cfg").is_file() {
         return Err(problem("not a virtual environment (it has no pyvenv.cfg)".into()));
     }
-    match ["python", "python3"].iter().map(|name| dir.join("bin").join(name)).find(|p| p.exists()) {
-        Some(python) => Ok(Some(python)),
-        None => Err(problem("it has no bin/python".into())),
+    for python in ["python", "python3"].iter().map(|name| dir.join("bin").join(name)) {
+        match std::fs::metadata(&python) {
+            Ok(_) => return Ok(Some(python)),
+            // Neither the file nor a link: the next name.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&python).is_err() => {}
+            // A link to a base interpreter this user cannot reach, or that
+            // is gone: say which, as `--python` would.
+            Err(e) => {
+                let target = std::fs::canonicalize(&python)
+                    .ok()
+                    .or_else(|| link_chain_end(&python))
+                    .map(|t| format!(" (a link to {})", t.display()))
+                    .unwrap_or_default();
+                return Err(problem(format!(
+                    "cannot run {}{target}: {e}; a venv's base interpreter must be one this user can run",
+                    python.display()
+                )));
+            }
+        }
     }
+    Err(problem("it has no bin/python".into()))
+}
+
+/// Where a chain of symbolic links from `path` ends, as far as it can be
+/// read (a link into a directory this user cannot search ends there).
+fn link_chain_end(path: &std::path::Path) -> Option<PathBuf> {
+    let mut at = path.to_path_buf();
+    // The kernel's own bound on links followed.
+    for _ in 0..40 {
+        let Ok(next) = std::fs::read_link(&at) else { break };
+        at = match at.parent() {
+            Some(parent) => parent.join(next),
+            None => next,
+        };
+    }
+    (at != path).then_some(at)
 }
 
 impl Launcher {
@@ -300,6 +333,10 @@ impl Launcher {
     }
 
     /// The probed interpreter.
+    pub(crate) fn bootstrap_dir(&self) -> &Path {
+        self.bootstrap.path()
+    }
+
     pub(crate) fn interpreter(&self) -> &Interpreter {
         &self.interpreter
     }
@@ -420,7 +457,7 @@ impl Launcher {
                     // the hop (a wake-up of a pool thread and one of this
                     // thread, ~0.1-0.2 ms) would be on every run's path.
                     if !inputs.is_empty() {
-                        let path = dir.path().to_path_buf();
+                        let path = dir.work();
                         let inputs = inputs.to_vec();
                         tokio::task::spawn_blocking(move || site::copy_inputs(&path, &inputs))
                             .await
@@ -442,7 +479,10 @@ impl Launcher {
             return sandboxes.spawn(inputs, packages);
         }
         let dir = Arc::new(self.run_dirs.create().map_err(SpawnError::RunDir)?);
-        site::copy_inputs(dir.path(), inputs).map_err(SpawnError::Inputs)?;
+        let work = dir.work();
+        site::copy_inputs(&work, inputs).map_err(SpawnError::Inputs)?;
+        // HOME and the temporary directory are the run's directory, which
+        // holds its working directory: nothing of theirs shows in `.`.
         let path = dir.path().to_path_buf();
         let env = site::python_env(&path);
         let worker = Worker::spawn(SpawnSpec {
@@ -451,7 +491,7 @@ impl Launcher {
             preload: &self.config.preload,
             home: &path,
             tmp: &path,
-            cwd: Some(&path),
+            cwd: Some(&work),
             env: &env,
             run_dir: Some(Arc::clone(&dir)),
             guards: Vec::new(),

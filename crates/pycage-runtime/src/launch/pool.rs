@@ -30,38 +30,25 @@
 //! old zygote's idle children are discarded; its running children finish
 //! their runs, and it exits when the last one is reaped. A zygote that died
 //! is replaced at once (runs then wait for the new one's start).
+//!
+//! Those decisions are made by a [`PoolMachine`] (`super::pool_machine`,
+//! unit-tested without processes or clocks) under the pool's lock; this
+//! module is its driver: it starts the zygotes the machine asks for, makes
+//! each child's host side off the caller's thread, and kills what the
+//! machine hands back outside the lock.
 
-use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
+pub(crate) use crate::launch::pool_machine::Warmth;
+use crate::launch::pool_machine::{Limits, PoolMachine, PooledChild, ZygoteView};
 use crate::launch::spawn::{Channels, SpawnError, Spawner, Worker};
-use crate::launch::zygote::{ChildSpec, JoinSpec, PendingChild, PoolSink, Spawned, Zygote, ZygoteError, ZygoteSpec};
 use crate::sync::lock;
 use pycage_files::cleanup::{RunDir, RunDirs};
-
-/// Whether a child warms up before it waits for its run (see the module
-/// docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Warmth {
-    Warm,
-    Cold,
-}
-
-impl Warmth {
-    /// Warm while the host's runs in flight leave a core free for the
-    /// warm-up: a warm-up competing with runs for cores is CPU taken from
-    /// them (each run occupies about one core while it runs).
-    pub(crate) fn for_load(runs_in_flight: usize, cores: usize) -> Warmth {
-        if runs_in_flight < cores {
-            Warmth::Warm
-        } else {
-            Warmth::Cold
-        }
-    }
-}
+use pycage_zygote::{ChildSpec, JoinSpec, SpawnOrder, Spawned, Zygote, ZygoteError, ZygoteSpec};
 
 /// How the pool builds children.
 pub(crate) struct PoolConfig {
@@ -107,11 +94,38 @@ struct HostSide {
     shell: Option<(Worker, Option<pycage_sandbox::Handoff>)>,
 }
 
+/// A child ordered for the pool, with its host side, until the zygote
+/// answers (on its supervisor thread).
+struct Order {
+    host: HostSide,
+    pool: Weak<Inner>,
+}
+
+impl SpawnOrder for Order {
+    fn spawned(self: Box<Self>, child: Spawned) {
+        let Order { host, pool } = *self;
+        let idle = Idle(Some((host, child)));
+        match pool.upgrade() {
+            Some(pool) => pool.child_ready(idle),
+            // The pool is gone: the child is killed and reaped.
+            None => drop(idle),
+        }
+    }
+
+    fn failed(self: Box<Self>, _error: ZygoteError) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.child_failed();
+        }
+    }
+}
+
 /// A forked child not handed to a run yet. Dropping it kills it and has
 /// its zygote reap it.
 struct Idle(Option<(HostSide, Spawned)>);
 
-impl Idle {
+impl PooledChild for Idle {
+    type Zygote = Zygote;
+
     fn zygote(&self) -> Option<&Zygote> {
         self.0.as_ref().map(|(host, _)| &host.zygote)
     }
@@ -121,11 +135,13 @@ impl Idle {
     fn usable(&self) -> bool {
         self.0.as_ref().is_some_and(|(host, spawned)| {
             !host.zygote.is_dead()
-                && !crate::process::has_exited(&spawned.pidfd)
+                && !pycage_process::has_exited(&spawned.pidfd)
                 && host.shell.as_ref().is_none_or(|(supervisor, _)| !supervisor.has_exited())
         })
     }
+}
 
+impl Idle {
     /// The child as a worker, and (sandboxed) what its shell handed over.
     fn into_worker(mut self) -> Result<(Worker, Option<pycage_sandbox::Handoff>), SpawnError> {
         let (host, spawned) = self.0.take().ok_or(SpawnError::Zygote(ZygoteError::Gone(String::new())))?;
@@ -143,25 +159,39 @@ impl Drop for Idle {
         if let Some((host, spawned)) = self.0.take() {
             // A dead zygote's children may have been reaped by another
             // process already: then only the pidfd still names this one.
-            crate::process::kill_run_group(spawned.pid, &spawned.pidfd, host.zygote.holds_children());
+            pycage_process::kill_run_group(spawned.pid, &spawned.pidfd, host.zygote.holds_children());
             host.zygote.reap_later(spawned.id);
         }
     }
 }
 
-#[derive(Default)]
-struct State {
-    current: Option<Zygote>,
-    successor: Option<Zygote>,
-    idle: VecDeque<Idle>,
-    /// Spawns requested for the pool and not answered yet.
-    filling: usize,
-    closed: bool,
+/// The machine reads a zygote as its supervisor last saw it.
+impl ZygoteView for Zygote {
+    fn same(&self, other: &Zygote) -> bool {
+        Zygote::same(self, other)
+    }
+    fn is_dead(&self) -> bool {
+        Zygote::is_dead(self)
+    }
+    fn is_ready(&self) -> bool {
+        Zygote::is_ready(self)
+    }
+    fn spawns(&self) -> u64 {
+        Zygote::spawns(self)
+    }
+    fn started(&self) -> Instant {
+        Zygote::started(self)
+    }
+    fn reaped_all(&self) -> bool {
+        Zygote::reaped_all(self)
+    }
 }
+
+type Machine = PoolMachine<Zygote, Idle>;
 
 struct Inner {
     config: PoolConfig,
-    state: Mutex<State>,
+    state: Mutex<Machine>,
     me: Weak<Inner>,
 }
 
@@ -189,7 +219,9 @@ pub(crate) struct Pool {
 impl Pool {
     /// Starts the first zygote and fills the pool in the background.
     pub(crate) fn new(config: PoolConfig) -> Pool {
-        let inner = Arc::new_cyclic(|me| Inner { config, state: Mutex::new(State::default()), me: me.clone() });
+        let limits = Limits { size: config.size, max_runs: config.zygote_max_runs, max_age: config.zygote_max_age };
+        let state = Mutex::new(PoolMachine::new(limits));
+        let inner = Arc::new_cyclic(|me| Inner { config, state, me: me.clone() });
         inner.refill(Warmth::Warm);
         Pool { inner }
     }
@@ -251,14 +283,7 @@ impl Pool {
     /// zygote with no spawn or reap pending (or is closed). Asks for a refill when
     /// it does not, so that a caller waiting on it sees it fill.
     pub(crate) fn is_full(&self) -> bool {
-        let full = {
-            let state = lock(&self.inner.state);
-            state.closed
-                || (state.filling == 0
-                    && state.idle.len() >= self.inner.config.size
-                    && state.successor.is_none()
-                    && state.current.as_ref().is_some_and(|z| z.is_ready() && z.reaped_all()))
-        };
+        let full = lock(&self.inner.state).is_full();
         if !full {
             self.inner.refill(Warmth::Warm);
         }
@@ -267,22 +292,15 @@ impl Pool {
 
     /// The current zygote's pid, if one runs (for tests and diagnostics).
     pub(crate) fn zygote_pid(&self) -> Option<i32> {
-        let state = lock(&self.inner.state);
-        state.current.as_ref().map(Zygote::pid).filter(|&p| p > 0)
+        lock(&self.inner.state).current().map(Zygote::pid).filter(|&p| p > 0)
     }
 
     /// Discards idle children, retires every zygote and waits until each
     /// has exited. Runs must be settled first.
     pub(crate) async fn close(&self) {
-        let (idle, zygotes) = {
-            // Never skipped: shutdown must retire every zygote, whatever
-            // panicked while holding this lock before.
-            let mut state = lock(&self.inner.state);
-            state.closed = true;
-            let idle: Vec<Idle> = state.idle.drain(..).collect();
-            let zygotes: Vec<Zygote> = state.current.take().into_iter().chain(state.successor.take()).collect();
-            (idle, zygotes)
-        };
+        // Never skipped: shutdown must retire every zygote, whatever
+        // panicked while holding this lock before.
+        let (idle, zygotes) = lock(&self.inner.state).close();
         drop(idle);
         for zygote in zygotes {
             zygote.finished().await;
@@ -292,13 +310,9 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        let mut state = lock(&self.inner.state);
-        state.closed = true;
-        let idle: Vec<Idle> = state.idle.drain(..).collect();
-        state.current = None;
-        state.successor = None;
-        drop(state);
+        let (idle, zygotes) = lock(&self.inner.state).close();
         // Killed and reaped outside the lock.
+        drop(zygotes);
         drop(idle);
     }
 }
@@ -314,61 +328,41 @@ impl Inner {
         })
     }
 
-    /// Replaces a dead zygote, starts a successor for a due one, switches
-    /// to a ready successor. Called with the state locked.
-    fn maintain(&self, state: &mut State) -> Result<(), ZygoteError> {
-        if let Some(successor) = &state.successor {
-            if successor.is_dead() {
-                state.successor = None;
-            } else if successor.is_ready() {
-                state.current = state.successor.take();
-                // The old zygote's idle children have its layout: discard them.
-                let current = state.current.clone();
-                state.idle.retain(|i| same(i.zygote(), current.as_ref()));
-            }
-        }
-        let replace = state.current.as_ref().is_none_or(Zygote::is_dead);
-        if replace {
-            state.idle.clear();
-            state.current = match state.successor.take() {
-                Some(s) => Some(s),
-                None => Some(self.start_zygote()?),
-            };
-        } else if let Some(current) = &state.current {
-            let due = current.spawns() >= self.config.zygote_max_runs || current.age() >= self.config.zygote_max_age;
-            if due && state.successor.is_none() {
-                state.successor = Some(self.start_zygote()?);
-            }
+    /// The machine's upkeep (see [`PoolMachine::maintain`]): starts the
+    /// zygote it asks for. Called with the state locked; `unwanted` is
+    /// dropped by the caller once the lock is released.
+    fn maintain(&self, machine: &mut Machine, unwanted: &mut Vec<Idle>) -> Result<(), ZygoteError> {
+        if let Some(start) = machine.maintain(Instant::now(), unwanted) {
+            machine.started(start, self.start_zygote()?);
         }
         Ok(())
     }
 
     fn current(&self) -> Result<Zygote, SpawnError> {
-        let mut state = lock(&self.state);
-        if state.closed {
-            return Err(ZygoteError::Gone("the runtime is shutting down".into()).into());
-        }
-        self.maintain(&mut state)?;
-        state.current.clone().ok_or_else(|| ZygoteError::Gone(String::new()).into())
+        let mut unwanted = Vec::new();
+        let current = {
+            let mut machine = lock(&self.state);
+            if machine.is_closed() {
+                return Err(ZygoteError::Gone("the runtime is shutting down".into()).into());
+            }
+            self.maintain(&mut machine, &mut unwanted)
+                .map_err(SpawnError::from)
+                .and_then(|()| machine.current().cloned().ok_or_else(|| ZygoteError::Gone(String::new()).into()))
+        };
+        // Killed and reaped outside the lock.
+        drop(unwanted);
+        current
     }
 
     fn take_idle(&self) -> Option<Idle> {
-        let mut unusable = Vec::new();
+        let mut unwanted = Vec::new();
         let taken = {
-            let mut state = lock(&self.state);
-            let _ = self.maintain(&mut state);
-            let mut taken = None;
-            while let Some(idle) = state.idle.pop_front() {
-                if idle.usable() {
-                    taken = Some(idle);
-                    break;
-                }
-                unusable.push(idle);
-            }
-            taken
+            let mut machine = lock(&self.state);
+            let _ = self.maintain(&mut machine, &mut unwanted);
+            machine.take(&mut unwanted)
         };
         // Killed and reaped outside the lock.
-        drop(unusable);
+        drop(unwanted);
         taken
     }
 
@@ -384,39 +378,40 @@ impl Inner {
         if shells.is_some() && tokio::runtime::Handle::try_current().is_err() {
             return;
         }
-        let (zygote, wanted) = {
-            let mut state = lock(&self.state);
-            if state.closed || self.maintain(&mut state).is_err() {
-                return;
+        let mut unwanted = Vec::new();
+        let order = {
+            let mut machine = lock(&self.state);
+            if machine.is_closed() || self.maintain(&mut machine, &mut unwanted).is_err() {
+                None
+            } else {
+                machine.refill()
             }
-            let Some(zygote) = state.current.clone() else { return };
-            let wanted = self.config.size.saturating_sub(state.idle.len() + state.filling);
-            state.filling += wanted;
-            (zygote, wanted)
         };
+        drop(unwanted);
+        let Some((zygote, wanted)) = order else { return };
         for _ in 0..wanted {
             let Some(inner) = self.me.upgrade() else { return };
             let z = zygote.clone();
             let job = move || {
-                let sink: Weak<dyn PoolSink> = inner.me.clone();
-                if lock(&inner.state).closed {
+                if lock(&inner.state).is_closed() {
                     // Closed while this waited: nothing to build and kill.
-                    inner.child_failed(ZygoteError::Gone("the runtime is shutting down".into()));
+                    inner.child_failed();
                     return;
                 }
                 match inner.host_side(&z, warmth) {
                     Ok((host, fds, spec)) => {
-                        if !z.spawn_into(spec, fds, Box::new(host), sink) {
-                            inner.child_failed(ZygoteError::Gone(String::new()));
+                        let order = Box::new(Order { host, pool: Weak::clone(&inner.me) });
+                        if !z.spawn_into(spec, fds, order) {
+                            inner.child_failed();
                         }
                     }
-                    Err(_) => inner.child_failed(ZygoteError::Refused("could not prepare a child".into())),
+                    Err(_) => inner.child_failed(),
                 }
             };
             match shells {
                 Some(shells) => {
                     if !shells.spawner.submit(job) {
-                        self.child_failed(ZygoteError::Gone("the spawner thread is gone".into()));
+                        self.child_failed();
                     }
                 }
                 // Without shells, a child's host side is still file-system
@@ -445,20 +440,16 @@ impl Inner {
             let mut env = vec![
                 ("HOME".into(), dir.clone()),
                 ("TMPDIR".into(), dir),
-                ("PATH".into(), crate::process::run_path(&self.config.python)),
+                ("PATH".into(), pycage_process::run_path(&self.config.python)),
             ];
             env.extend(
                 crate::launch::site::python_env(run_dir.path())
                     .into_iter()
                     .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
             );
-            let spec = ChildSpec {
-                cwd: run_dir.path().to_path_buf(),
-                env,
-                rlimits: self.config.rlimits.clone(),
-                join: None,
-                cold,
-            };
+            // HOME and the temporary directory are the run's directory,
+            // which holds its working directory: nothing of theirs shows in `.`.
+            let spec = ChildSpec { cwd: run_dir.work(), env, rlimits: self.config.rlimits.clone(), join: None, cold };
             let host = HostSide {
                 zygote: zygote.clone(),
                 sock: ch.host,
@@ -487,48 +478,15 @@ impl Inner {
         };
         Ok((host, fds, spec))
     }
-}
 
-impl PoolSink for Inner {
-    fn child_ready(&self, pending: PendingChild, spawned: Spawned) {
-        let Ok(host) = pending.downcast::<HostSide>() else { return };
-        let idle = Idle(Some((*host, spawned)));
-        let mut state = lock(&self.state);
-        state.filling = state.filling.saturating_sub(1);
-        if !state.closed && same(idle.zygote(), state.current.as_ref()) {
-            state.idle.push_back(idle);
-            return;
-        }
-        drop(state);
-        // Not wanted: killed and reaped, outside the lock.
-        drop(idle);
+    /// A refill's child is ready: kept, or killed and reaped (outside the
+    /// lock) when the pool no longer wants it.
+    fn child_ready(&self, idle: Idle) {
+        let unwanted = lock(&self.state).child_ready(idle);
+        drop(unwanted);
     }
 
-    fn child_failed(&self, _error: ZygoteError) {
-        let mut state = lock(&self.state);
-        state.filling = state.filling.saturating_sub(1);
-    }
-}
-
-fn same(a: Option<&Zygote>, b: Option<&Zygote>) -> bool {
-    match (a, b) {
-        (Some(a), Some(b)) => a.same(b),
-        _ => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Warmth;
-
-    #[test]
-    fn children_warm_up_only_while_a_core_is_free_of_runs() {
-        assert_eq!(Warmth::for_load(0, 2), Warmth::Warm);
-        assert_eq!(Warmth::for_load(1, 2), Warmth::Warm);
-        assert_eq!(Warmth::for_load(2, 2), Warmth::Cold);
-        assert_eq!(Warmth::for_load(4, 2), Warmth::Cold);
-        // One core: the run that asks for the refill takes it.
-        assert_eq!(Warmth::for_load(1, 1), Warmth::Cold);
-        assert_eq!(Warmth::for_load(7, 64), Warmth::Warm);
+    fn child_failed(&self) {
+        lock(&self.state).child_failed();
     }
 }

@@ -22,7 +22,7 @@ use crate::interpreter::Interpreter;
 use crate::launch::helper::ShellHelper;
 use crate::launch::site::{self, CgroupGuard, RunSite, SandboxLayout};
 use crate::launch::spawn::{Guard, PreExec, SpawnError, SpawnSpec, Worker};
-use crate::process::Reaper;
+use pycage_process::Reaper;
 use pycage_sandbox::helper::wire::ShellNetwork;
 
 /// A sandbox built by the host for one zygote child to join: its
@@ -90,7 +90,7 @@ impl NetNamespaces {
             return None;
         }
         let mut spare = crate::sync::lock(&self.spare);
-        let at = spare.iter().position(|s| crate::process::has_exited(&s.init))?;
+        let at = spare.iter().position(|s| pycage_process::has_exited(&s.init))?;
         spare.remove(at).map(|s| s.net_ns)
     }
 
@@ -196,9 +196,9 @@ impl Sandboxes {
     /// The environment of a sandboxed zygote child, as the sandbox shows paths.
     pub(crate) fn shell_env(&self) -> Vec<(String, String)> {
         let mut env = vec![
-            ("HOME".to_owned(), pycage_sandbox::WORK_DIR.to_owned()),
+            ("HOME".to_owned(), site::SANDBOX_HOME.to_owned()),
             ("TMPDIR".to_owned(), pycage_sandbox::TMP_DIR.to_owned()),
-            ("PATH".to_owned(), crate::process::run_path(&self.layout.python)),
+            ("PATH".to_owned(), pycage_process::run_path(&self.layout.python)),
         ];
         env.extend(
             self.layout.env.iter().map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned())),
@@ -220,7 +220,7 @@ impl Sandboxes {
     /// as the sandbox shows its paths: what a zygote's children show as
     /// theirs (`/proc/self/cmdline`, `sys.orig_argv`), not the host's.
     pub(crate) fn inside_argv(&self, module: &str) -> Vec<String> {
-        let loader = crate::process::loader(Path::new(site::BOOTSTRAP_DIR), module);
+        let loader = pycage_process::loader(Path::new(site::BOOTSTRAP_DIR), module);
         let python = self.layout.python.to_string_lossy().into_owned();
         vec![python, "-I".into(), "-S".into(), "-B".into(), "-c".into(), loader]
     }
@@ -464,7 +464,7 @@ impl Sandboxes {
             python: &self.layout.python,
             bootstrap_dir: &self.layout.bootstrap,
             preload: &self.config.preload,
-            home: Path::new(pycage_sandbox::WORK_DIR),
+            home: Path::new(site::SANDBOX_HOME),
             tmp: Path::new(pycage_sandbox::TMP_DIR),
             cwd: None,
             env: &self.layout.env,

@@ -100,6 +100,13 @@ pub(crate) fn absolute(path: &Path) -> std::io::Result<PathBuf> {
     std::path::absolute(path)
 }
 
+/// `HOME` of a sandboxed run: its temporary directory, not its working
+/// directory, where what programs and libraries keep under `HOME`
+/// (fontconfig's `~/.cache`, dotfiles) would appear among the program's
+/// own files. (A process-isolated run's is its [`RunDir`], which holds
+/// its working directory: see [`RunDir::work`].)
+pub(crate) const SANDBOX_HOME: &str = pycage_sandbox::TMP_DIR;
+
 /// Environment every run gets for the Python packages it may use, with
 /// `tmp` its temporary directory: matplotlib's configuration and font
 /// cache in a writable place of the run's own (not its working directory).
@@ -342,7 +349,7 @@ impl RunSite {
     /// The working directory, opened for reading what the program left.
     fn work_dir(&self) -> std::io::Result<OwnedFd> {
         match self {
-            RunSite::Host(dir) => files::create_dir_all(dir.path()),
+            RunSite::Host(dir) => files::create_dir_all(&dir.work()),
             RunSite::Sandbox(Some(handoff)) => handoff.work_dir.try_clone(),
             RunSite::Sandbox(None) => Err(std::io::Error::other("the sandbox handed over no working directory")),
         }

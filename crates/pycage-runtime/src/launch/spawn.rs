@@ -8,9 +8,10 @@
 //! - fd 3 is one end of a Unix socketpair, installed with `dup2` between fork
 //!   and exec; fd 0 is `/dev/null`; fd 1 and 2 are the same pipe, so raw
 //!   writes to either arrive at the host in the order they were made;
-//! - a scrubbed environment, the run's directory as cwd and `HOME` (a
-//!   private 0700 host directory in process isolation, the sandbox's own
-//!   `/work` otherwise), its own process group, and `PR_SET_PDEATHSIG`
+//! - a scrubbed environment, the run's working directory as cwd and
+//!   another directory as `HOME` and `TMPDIR` (in process isolation a
+//!   private 0700 host directory and its `work/`; in the sandbox `/tmp`
+//!   and `/work`), its own process group, and `PR_SET_PDEATHSIG`
 //!   with a `getppid` re-check so a dying host takes the child with it;
 //! - a pidfd, so the host learns of the exit without reaping: the group is
 //!   killed while the child is a zombie (its pid, and so the group id,
@@ -41,11 +42,11 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
-use crate::launch::zygote::{Spawned, Zygote, ZygoteError};
-pub(crate) use crate::process::loader;
-use crate::process::{wait4, Exit, Reaper};
 use pycage_files::cleanup::RunDir;
+pub(crate) use pycage_process::loader;
+use pycage_process::{wait4, Exit, Reaper};
 use pycage_sandbox::fork::{cloexec_above_fd3, die_with_parent, install_fd3};
+use pycage_zygote::{Spawned, Zygote, ZygoteError};
 
 /// Work done in the forked child right before exec (e.g. entering the sandbox).
 pub(crate) trait PreExec: Send + Sync + 'static {
@@ -213,7 +214,7 @@ impl Worker {
             .env_clear()
             .env("HOME", spec.home)
             .env("TMPDIR", spec.tmp)
-            .env("PATH", crate::process::run_path(spec.python))
+            .env("PATH", pycage_process::run_path(spec.python))
             .env("LANG", "C.UTF-8")
             .envs(spec.env.iter().map(|(k, v)| (k, v)));
         if !spec.preload.is_empty() {
@@ -239,7 +240,7 @@ impl Worker {
                 die_with_parent(parent)?;
                 // A program is an ordinary process, whatever thread (a
                 // background one) started it.
-                crate::process::ordinary_scheduling();
+                pycage_process::ordinary_scheduling();
                 if let Some(hook) = &hook {
                     hook.pre_exec()?;
                 }
@@ -363,7 +364,7 @@ impl Worker {
 
     /// Whether the child has exited (reaped or not), without waiting.
     pub(crate) fn has_exited(&self) -> bool {
-        self.exit.is_some() || self.pidfd.as_ref().is_some_and(|fd| crate::process::has_exited(fd.get_ref()))
+        self.exit.is_some() || self.pidfd.as_ref().is_some_and(|fd| pycage_process::has_exited(fd.get_ref()))
     }
 
     /// Whether a zygote forked this child.
@@ -393,7 +394,7 @@ impl Worker {
             Parent::Helper => false,
         };
         match &self.pidfd {
-            Some(pidfd) => crate::process::signal_run_group(self.pid, pidfd.get_ref(), leader_is_ours, sig),
+            Some(pidfd) => pycage_process::signal_run_group(self.pid, pidfd.get_ref(), leader_is_ours, sig),
             None if leader_is_ours => {
                 if let Some(pid) = self.pid() {
                     let _ = rustix::process::kill_process_group(pid, sig);
@@ -526,7 +527,7 @@ impl Spawner {
     pub(crate) fn new() -> std::io::Result<Spawner> {
         let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
         std::thread::Builder::new().name("pycage-spawner".into()).spawn(move || {
-            crate::process::run_in_background();
+            pycage_process::run_in_background();
             for job in rx {
                 job();
             }

@@ -580,7 +580,7 @@ fn classify_end(cpu_seconds: u64, end: Option<ChildEnd>) -> RunFailure {
             message: format!("the CPU budget of {cpu_seconds} s was exceeded ({:.1} s used)", end.cpu.as_secs_f64()),
         };
     }
-    let how = crate::process::describe_status(end.status);
+    let how = pycage_process::describe_status(end.status);
     let message = if end.by_itself {
         format!("the Python process {how} before finishing the run")
     } else {

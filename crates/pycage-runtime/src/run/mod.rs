@@ -23,9 +23,9 @@ use crate::channel::{Channel, Received};
 use crate::config::RuntimeConfig;
 use crate::launch::spawn::Worker;
 use crate::outcome::{FailureKind, RunEvent, RunResult};
-use crate::process::Exit;
 use machine::{ChildEnd, Settled};
 pub(crate) use machine::{Opening, RunMachine};
+use pycage_process::Exit;
 
 /// A run's budget watch, as the run loop awaits it: the failure to settle
 /// with. Pending forever when there is nothing to watch.

@@ -19,7 +19,7 @@ use anyhow::Context;
 use pycage_protocol::JsonBuilder;
 use pycage_runtime::{Isolation, RunRequest, Runtime, RuntimeConfig, SpawnMode};
 
-use crate::bench::{children_of, floor_run, ms, private_kib, Samples};
+use crate::bench::measure::{children_of, floor_run, ms, private_kib, Samples};
 use crate::output;
 
 /// The program of the preload rows.
@@ -63,7 +63,7 @@ fn config(venv: &Path, isolation: Isolation, preload: bool, cache: Option<&Path>
         preload: if preload { vec!["numpy".into(), "pandas".into()] } else { Vec::new() },
         cache_dir: cache.map(Path::to_path_buf).or_else(pycage_runtime::default_cache_dir),
         wall_time: Duration::from_secs(120),
-        shell_helper: crate::shell_helper(),
+        shell_helper: crate::common::shell_helper(),
         ..RuntimeConfig::default()
     }
 }
@@ -100,7 +100,7 @@ pub async fn bench(venv: PathBuf, iterations: usize, json: bool) -> anyhow::Resu
             let label =
                 format!("{}, {}", isolation.as_str(), if preload { "--preload numpy,pandas" } else { "no preload" });
             let rt = Runtime::new(config(&venv, isolation, preload, None))
-                .map_err(|e| anyhow::anyhow!("{label}: {}", e.explain(&crate::CliSpelling)))?;
+                .map_err(|e| anyhow::anyhow!("{label}: {}", e.explain(&crate::common::CliSpelling)))?;
             runtimes.push((label, rt));
         }
     }
@@ -142,8 +142,13 @@ pub async fn bench(venv: PathBuf, iterations: usize, json: bool) -> anyhow::Resu
     // Declared packages: an empty cache, then the same requirements again.
     let cache = tempfile::Builder::new().prefix("pycage-bench-packages-").tempdir()?;
     std::fs::set_permissions(cache.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
-    let rt = Runtime::new(config(&venv, Isolation::Sandbox, false, Some(cache.path())))
-        .map_err(|e| anyhow::anyhow!("{}", e.explain(&crate::CliSpelling)))?;
+    // A program's declarations are refused unless the caller allows them:
+    // this runtime allows the one package its program declares.
+    let declared = RuntimeConfig {
+        allow_packages: vec!["tabulate".into()],
+        ..config(&venv, Isolation::Sandbox, false, Some(cache.path()))
+    };
+    let rt = Runtime::new(declared).map_err(|e| anyhow::anyhow!("{}", e.explain(&crate::common::CliSpelling)))?;
     let _ = rt.run(RunRequest::new("return 1")).await;
     let mut first = Row::new("first run (installs into an empty cache)".into());
     first.sample(&rt, DECLARED).await;

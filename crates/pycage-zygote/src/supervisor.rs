@@ -20,6 +20,11 @@
 //!   request fails with the zygote's last diagnostics, and later requests
 //!   fail at once. A dead zygote is replaced by the pool, not here.
 //!
+//! What the thread decides (each request's id, whom an answer goes to,
+//! which answers mean the zygote is broken, its deadlines) is a
+//! [`ZygoteMachine`]'s (`super::zygote_machine`, unit-tested without
+//! processes or clocks); this module is its I/O.
+//!
 //! The zygote never reaps a child on its own: the host asks (`reap`) once it
 //! has killed what is left of the child's process group, so the child's pid
 //! (its group id) cannot be reused while the host may still signal it.
@@ -27,7 +32,7 @@
 //! The zygote is trusted, but its answers are still parsed with bounds:
 //! packets over [`MAX_PACKET`] or that do not parse are counted and dropped.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -35,7 +40,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pycage_protocol::zygote::{
@@ -48,24 +53,12 @@ use rustix::net::{
 };
 use tokio::sync::oneshot;
 
-use crate::process::{self, Exit};
+use crate::machine::{Answered, Check, ZygoteMachine, STOPPED};
 use crate::sync::lock;
+use pycage_process::{self as process, Exit};
 
 /// Largest control packet accepted from the zygote.
-pub(crate) const MAX_PACKET: usize = MAX_ZYGOTE_PACKET;
-
-/// How long a request may wait for its answer once the zygote is ready.
-/// A zygote answers within milliseconds (a fork; a `waitpid` of a child
-/// that has exited); one that does not is treated as dead and replaced,
-/// and runs waiting on it are served by its successor.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a request waits before the supervisor looks at the zygote's
-/// state: a stopped zygote (`SIGSTOP`, a tracer) is replaced at once.
-const STATE_CHECK_AFTER: Duration = Duration::from_millis(200);
-
-/// How long a zygote may take to import everything and say it is ready.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+pub const MAX_PACKET: usize = MAX_ZYGOTE_PACKET;
 
 /// Most descriptors one control packet carries (a spawn that joins a
 /// sandbox shell: two channels and eight join descriptors).
@@ -98,7 +91,7 @@ fn diagnostics_suffix(d: &str) -> String {
 
 /// What a child is set up with before it serves its run.
 #[derive(Debug, Clone)]
-pub(crate) struct ChildSpec {
+pub struct ChildSpec {
     /// Its working directory (the run dir; inside the sandbox when joining).
     pub cwd: PathBuf,
     /// Environment variables set in the child on top of the zygote's.
@@ -116,7 +109,7 @@ pub(crate) struct ChildSpec {
 
 /// How a zygote's child joins a sandbox shell.
 #[derive(Debug, Clone)]
-pub(crate) struct JoinSpec {
+pub struct JoinSpec {
     /// The ids to drop to and the program's confinement steps.
     pub plan: pycage_sandbox::JoinPlan,
     /// Host path prefixes and where the sandbox shows them: the child,
@@ -127,7 +120,7 @@ pub(crate) struct JoinSpec {
 
 /// A forked child, as the zygote reported it.
 #[derive(Debug)]
-pub(crate) struct Spawned {
+pub struct Spawned {
     pub id: u64,
     pub pid: i32,
     pub pidfd: OwnedFd,
@@ -153,33 +146,33 @@ impl Drop for SpawnWait<'_> {
         }
         self.rx.close();
         if let Ok(Ok(spawned)) = self.rx.try_recv() {
-            crate::process::kill_run_group(spawned.pid, &spawned.pidfd, self.zygote.holds_children());
+            pycage_process::kill_run_group(spawned.pid, &spawned.pidfd, self.zygote.holds_children());
             self.zygote.reap_later(spawned.id);
         }
     }
 }
 
 /// Where the answer to a spawn goes.
-pub(crate) enum SpawnReply {
+pub enum SpawnReply {
     /// To one waiting caller.
     Caller(oneshot::Sender<Result<Spawned, ZygoteError>>),
-    /// Into a pool's idle list (see `crate::launch::pool`).
-    Pool(Weak<dyn PoolSink>),
+    /// To a pool that ordered the child ahead of demand.
+    Pool(Box<dyn SpawnOrder>),
 }
 
-/// A pool receiving children forked ahead of demand.
-pub(crate) trait PoolSink: Send + Sync {
-    /// A child is ready; `pending` is the token given with the request.
-    fn child_ready(&self, pending: PendingChild, spawned: Spawned);
-    /// The spawn failed; the pending child's resources are dropped.
-    fn child_failed(&self, error: ZygoteError);
+/// A child ordered by a pool, with what the pool keeps of it (its own
+/// type: the zygote never looks inside). Told its outcome once, on the
+/// supervisor thread; dropped unanswered only when the request never
+/// reached the supervisor ([`Zygote::spawn_into`] then says so).
+pub trait SpawnOrder: Send {
+    /// The child is forked and set up.
+    fn spawned(self: Box<Self>, child: Spawned);
+    /// It was not: the order's resources are dropped.
+    fn failed(self: Box<Self>, error: ZygoteError);
 }
-
-/// Host-side resources of a child being spawned, kept until the answer.
-pub(crate) type PendingChild = Box<dyn std::any::Any + Send>;
 
 enum Request {
-    Spawn { spec: Box<ChildSpec>, fds: Vec<OwnedFd>, pending: Option<PendingChild>, reply: SpawnReply },
+    Spawn { spec: Box<ChildSpec>, fds: Vec<OwnedFd>, reply: SpawnReply },
     Reap { id: u64, reply: Option<oneshot::Sender<Exit>> },
     Quit,
 }
@@ -238,7 +231,7 @@ impl Shared {
 /// A running zygote. Cheap to clone; when the last clone is dropped the
 /// zygote is asked to quit, and exits once its last child is reaped.
 #[derive(Clone)]
-pub(crate) struct Zygote {
+pub struct Zygote {
     shared: Arc<Shared>,
     _quit_on_drop: Arc<QuitOnDrop>,
 }
@@ -253,7 +246,7 @@ impl Drop for QuitOnDrop {
 }
 
 /// How to start a zygote.
-pub(crate) struct ZygoteSpec {
+pub struct ZygoteSpec {
     pub python: PathBuf,
     pub bootstrap_dir: PathBuf,
     /// Modules it imports before it forks (`PYCAGE_PRELOAD`).
@@ -269,7 +262,7 @@ impl Zygote {
     /// Starts the zygote process on its own supervisor thread. Returns once
     /// the process exists; it is ready for requests at once (they queue
     /// until it has imported everything).
-    pub(crate) fn start(spec: ZygoteSpec) -> Result<Zygote, ZygoteError> {
+    pub fn start(spec: ZygoteSpec) -> Result<Zygote, ZygoteError> {
         let start_err = |e: io::Error| ZygoteError::Start(e.to_string());
         let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(|e| start_err(e.into()))?;
@@ -311,22 +304,22 @@ impl Zygote {
     }
 
     /// The zygote's pid.
-    pub(crate) fn pid(&self) -> i32 {
+    pub fn pid(&self) -> i32 {
         self.shared.pid.load(Ordering::Acquire)
     }
 
     /// Whether both handles name the same zygote.
-    pub(crate) fn same(&self, other: &Zygote) -> bool {
+    pub fn same(&self, other: &Zygote) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// Whether the zygote said it is ready (everything imported).
-    pub(crate) fn is_ready(&self) -> bool {
+    pub fn is_ready(&self) -> bool {
         self.shared.ready.load(Ordering::Acquire)
     }
 
     /// Whether the zygote is gone.
-    pub(crate) fn is_dead(&self) -> bool {
+    pub fn is_dead(&self) -> bool {
         self.shared.dead.load(Ordering::Acquire)
     }
 
@@ -335,24 +328,24 @@ impl Zygote {
     /// last look). Only then does a child's pid still name that child and
     /// its process group; otherwise the child may have been reaped by
     /// someone else and its pid recycled, and only its pidfd reaches it.
-    pub(crate) fn holds_children(&self) -> bool {
+    pub fn holds_children(&self) -> bool {
         if self.is_dead() {
             return false;
         }
         match lock(&self.shared.pidfd).as_ref() {
-            Some(fd) => !crate::process::has_exited(fd),
+            Some(fd) => !pycage_process::has_exited(fd),
             None => false,
         }
     }
 
     /// Children forked so far.
-    pub(crate) fn spawns(&self) -> u64 {
+    pub fn spawns(&self) -> u64 {
         self.shared.spawns.load(Ordering::Relaxed)
     }
 
-    /// Time since it was started.
-    pub(crate) fn age(&self) -> Duration {
-        self.shared.started.elapsed()
+    /// When it was started.
+    pub fn started(&self) -> Instant {
+        self.shared.started
     }
 
     fn gone(&self) -> ZygoteError {
@@ -361,11 +354,10 @@ impl Zygote {
 
     /// Asks for a child; `fds` become its fd 3 and its fd 1/fd 2 (then the
     /// join descriptors, when `spec.join` is set).
-    pub(crate) async fn spawn(&self, spec: ChildSpec, fds: Vec<OwnedFd>) -> Result<Spawned, ZygoteError> {
+    pub async fn spawn(&self, spec: ChildSpec, fds: Vec<OwnedFd>) -> Result<Spawned, ZygoteError> {
         let (tx, rx) = oneshot::channel();
         self.shared.spawns.fetch_add(1, Ordering::Relaxed);
-        if !self.shared.send(Request::Spawn { spec: Box::new(spec), fds, pending: None, reply: SpawnReply::Caller(tx) })
-        {
+        if !self.shared.send(Request::Spawn { spec: Box::new(spec), fds, reply: SpawnReply::Caller(tx) }) {
             return Err(self.gone());
         }
         let mut wait = SpawnWait { rx, zygote: self, received: false };
@@ -375,26 +367,16 @@ impl Zygote {
         answer.unwrap_or_else(|_| Err(self.gone()))
     }
 
-    /// Asks for a child whose answer goes to `sink` with `pending`.
-    pub(crate) fn spawn_into(
-        &self,
-        spec: ChildSpec,
-        fds: Vec<OwnedFd>,
-        pending: PendingChild,
-        sink: Weak<dyn PoolSink>,
-    ) -> bool {
+    /// Asks for a child whose outcome goes to `order`; false (and `order`
+    /// dropped unanswered) when the zygote is gone.
+    pub fn spawn_into(&self, spec: ChildSpec, fds: Vec<OwnedFd>, order: Box<dyn SpawnOrder>) -> bool {
         self.shared.spawns.fetch_add(1, Ordering::Relaxed);
-        self.shared.send(Request::Spawn {
-            spec: Box::new(spec),
-            fds,
-            pending: Some(pending),
-            reply: SpawnReply::Pool(sink),
-        })
+        self.shared.send(Request::Spawn { spec: Box::new(spec), fds, reply: SpawnReply::Pool(order) })
     }
 
     /// Reaps child `id` once it has exited; `None` if the zygote is gone
     /// (the child then died with it, and its status is unknown).
-    pub(crate) async fn reap(&self, id: u64) -> Option<Exit> {
+    pub async fn reap(&self, id: u64) -> Option<Exit> {
         let (tx, rx) = oneshot::channel();
         if !self.shared.send(Request::Reap { id, reply: Some(tx) }) {
             return None;
@@ -403,18 +385,18 @@ impl Zygote {
     }
 
     /// Whether every reap asked for has been answered.
-    pub(crate) fn reaped_all(&self) -> bool {
+    pub fn reaped_all(&self) -> bool {
         self.shared.reaping.load(Ordering::Acquire) == 0
     }
 
     /// Asks for child `id` to be reaped, without waiting.
-    pub(crate) fn reap_later(&self, id: u64) {
+    pub fn reap_later(&self, id: u64) {
         self.shared.send(Request::Reap { id, reply: None });
     }
 
     /// Waits until the supervisor thread has reaped the zygote (after
     /// `quit`, or after it died). Call after dropping every child.
-    pub(crate) async fn finished(self) {
+    pub async fn finished(self) {
         let rx = lock(&self.shared.finished).take();
         drop(self);
         if let Some(rx) = rx {
@@ -461,7 +443,7 @@ fn launch(spec: &ZygoteSpec) -> Result<Launched, ZygoteError> {
         // Its own group: a Ctrl-C in the host's terminal does not reach it.
         .process_group(0);
     if !spec.preload.is_empty() {
-        cmd.env("PYCAGE_PRELOAD", crate::interpreter::preload_argument(&spec.preload));
+        cmd.env("PYCAGE_PRELOAD", spec.preload.join(","));
     }
     let userns = spec.userns.clone();
     // SAFETY: the closure runs in the forked child before exec and makes only
@@ -507,41 +489,27 @@ struct Outgoing {
     fds: Vec<OwnedFd>,
 }
 
-enum Waiting {
-    Spawn { pending: Option<PendingChild>, reply: SpawnReply },
-}
-
+/// The supervisor thread's I/O around its [`ZygoteMachine`]: the control
+/// socket, the request channel, the pidfd, stderr and the clock.
 struct Supervisor {
     launched: Launched,
     requests: mpsc::Receiver<Request>,
     wake: OwnedFd,
     shared: Arc<Shared>,
     outgoing: VecDeque<Outgoing>,
-    spawns: HashMap<u64, Waiting>,
-    reaps: HashMap<u64, Option<oneshot::Sender<Exit>>>,
-    /// When each unanswered request was written, by id (spawns and reaps).
-    asked: HashMap<(bool, u64), Instant>,
-    /// When the zygote said it was ready.
-    ready_at: Option<Instant>,
-    next_id: u64,
-    quit_sent: bool,
+    machine: ZygoteMachine<SpawnReply, oneshot::Sender<Exit>>,
     stderr_open: bool,
 }
 
 impl Supervisor {
     fn new(launched: Launched, requests: mpsc::Receiver<Request>, wake: OwnedFd, shared: Arc<Shared>) -> Self {
         Supervisor {
+            machine: ZygoteMachine::new(shared.started),
             launched,
             requests,
             wake,
             shared,
             outgoing: VecDeque::new(),
-            spawns: HashMap::new(),
-            reaps: HashMap::new(),
-            asked: HashMap::new(),
-            ready_at: None,
-            next_id: 0,
-            quit_sent: false,
             stderr_open: true,
         }
     }
@@ -562,7 +530,7 @@ impl Supervisor {
                 if self.stderr_open {
                     fds.push(PollFd::new(&self.launched.stderr, PollFlags::IN));
                 }
-                let timeout = self.next_check().map(|d| rustix::event::Timespec {
+                let timeout = self.machine.next_check(Instant::now()).map(|d| rustix::event::Timespec {
                     tv_sec: d.as_secs() as i64,
                     tv_nsec: i64::from(d.subsec_nanos()),
                 });
@@ -596,37 +564,16 @@ impl Supervisor {
         self.shutdown();
     }
 
-    /// How long until a waiting request's state should be looked at.
-    fn next_check(&self) -> Option<Duration> {
-        let since = match self.ready_at {
-            None => self.shared.started,
-            Some(ready) => self.asked.values().map(|&t| t.max(ready)).min()?,
-        };
-        let limit = if self.ready_at.is_none() { START_TIMEOUT } else { ANSWER_TIMEOUT };
-        let elapsed = since.elapsed();
-        let next = if elapsed < STATE_CHECK_AFTER { STATE_CHECK_AFTER } else { limit };
-        Some(next.saturating_sub(elapsed).max(Duration::from_millis(10)).min(STATE_CHECK_AFTER))
-    }
-
     /// Why the zygote must be treated as dead although it runs: stopped
-    /// while a request waits, or silent past the deadline.
+    /// while an answer is owed, or silent past its deadline.
     fn unresponsive(&self) -> Option<String> {
-        let (since, limit, what) = match self.ready_at {
-            None => (self.shared.started, START_TIMEOUT, "to start"),
-            Some(ready) => (self.asked.values().map(|&t| t.max(ready)).min()?, ANSWER_TIMEOUT, "to answer"),
-        };
-        let waited = since.elapsed();
-        if waited >= limit {
-            return Some(format!("it took more than {} s {what}", limit.as_secs()));
-        }
-        if waited >= STATE_CHECK_AFTER {
-            if let Some(state) = crate::process::state(self.launched.pid) {
-                if matches!(state, 'T' | 't') {
-                    return Some("it was stopped (a signal or a tracer) while a request waited".into());
-                }
+        match self.machine.check(Instant::now()) {
+            Check::Fine => None,
+            Check::GiveUp(why) => Some(why),
+            Check::LookIfStopped => {
+                matches!(pycage_process::state(self.launched.pid), Some('T' | 't')).then(|| STOPPED.to_owned())
             }
         }
-        None
     }
 
     /// The zygote is alive but useless: record why, and kill it (our own
@@ -643,18 +590,13 @@ impl Supervisor {
     fn take_requests(&mut self) {
         while let Ok(request) = self.requests.try_recv() {
             match request {
-                Request::Spawn { spec, fds, pending, reply } => {
-                    let id = self.next_id;
-                    self.next_id += 1;
-                    let bytes = encode_spawn(id, &spec);
-                    self.outgoing.push_back(Outgoing { bytes, fds });
-                    self.spawns.insert(id, Waiting::Spawn { pending, reply });
-                    self.asked.insert((true, id), Instant::now());
+                Request::Spawn { spec, fds, reply } => {
+                    let id = self.machine.spawn(Instant::now(), reply);
+                    self.outgoing.push_back(Outgoing { bytes: encode_spawn(id, &spec), fds });
                 }
                 Request::Reap { id, reply } => {
+                    self.machine.reap(Instant::now(), id, reply);
                     self.outgoing.push_back(Outgoing { bytes: ZygoteRequest::Reap { id }.encode(), fds: Vec::new() });
-                    self.reaps.insert(id, reply);
-                    self.asked.insert((false, id), Instant::now());
                 }
                 Request::Quit => self.quit(),
             }
@@ -662,8 +604,7 @@ impl Supervisor {
     }
 
     fn quit(&mut self) {
-        if !self.quit_sent {
-            self.quit_sent = true;
+        if self.machine.quit() {
             self.outgoing.push_back(Outgoing { bytes: ZygoteRequest::Quit.encode(), fds: Vec::new() });
         }
     }
@@ -748,48 +689,26 @@ impl Supervisor {
 
     /// Routes one answer; `Err` when it cannot be one of ours.
     fn dispatch(&mut self, answer: ZygoteAnswer, mut fds: Vec<OwnedFd>) -> Result<(), String> {
-        match answer {
-            ZygoteAnswer::Ready { threads, .. } => {
-                if threads != 1 {
-                    return Err(format!("it has {threads} threads (a zygote must have one)"));
-                }
-                self.ready_at = Some(Instant::now());
-                self.shared.ready.store(true, Ordering::Release);
-            }
-            ZygoteAnswer::Spawned { id, pid } => {
-                let pidfd = fds.pop().ok_or_else(|| format!("it answered spawn {id} without a pidfd"))?;
-                self.asked.remove(&(true, id));
-                let Some(Waiting::Spawn { pending, reply }) = self.spawns.remove(&id) else {
-                    return Err(format!("it answered spawn {id}, which nobody asked for"));
-                };
+        let pidfd = if matches!(answer, ZygoteAnswer::Spawned { .. }) { fds.pop() } else { None };
+        match self.machine.answer(Instant::now(), answer, pidfd.is_some())? {
+            Answered::Ready => self.shared.ready.store(true, Ordering::Release),
+            Answered::Spawned { waiter, id, pid } => {
+                let pidfd = pidfd.ok_or_else(|| format!("it answered spawn {id} without a pidfd"))?;
                 let spawned = Spawned { id, pid, pidfd };
-                match reply {
+                match waiter {
                     SpawnReply::Caller(tx) => {
                         if let Err(Ok(unwanted)) = tx.send(Ok(spawned)) {
                             // The caller went away: the child is not wanted.
                             self.discard(unwanted);
                         }
                     }
-                    SpawnReply::Pool(sink) => match (sink.upgrade(), pending) {
-                        (Some(sink), Some(pending)) => sink.child_ready(pending, spawned),
-                        _ => self.discard(spawned),
-                    },
+                    SpawnReply::Pool(order) => order.spawned(spawned),
                 }
             }
-            ZygoteAnswer::SpawnFailed { id, message } => {
-                self.asked.remove(&(true, id));
-                let Some(Waiting::Spawn { reply, .. }) = self.spawns.remove(&id) else {
-                    return Err(format!("it refused spawn {id}, which nobody asked for"));
-                };
-                fail(reply, ZygoteError::Refused(message));
-            }
-            ZygoteAnswer::Reaped { id, status, cpu_ns } => {
-                self.asked.remove(&(false, id));
-                let Some(reply) = self.reaps.remove(&id) else {
-                    return Err(format!("it reaped child {id}, which nobody asked for"));
-                };
+            Answered::Refused { waiter, message } => fail(waiter, ZygoteError::Refused(message)),
+            Answered::Reaped { waiter, status, cpu_ns } => {
                 self.shared.reaping.fetch_sub(1, Ordering::AcqRel);
-                if let Some(tx) = reply {
+                if let Some(tx) = waiter {
                     let _ = tx.send(Exit { status: ExitStatus::from_raw(status), cpu: Duration::from_nanos(cpu_ns) });
                 }
             }
@@ -801,12 +720,11 @@ impl Supervisor {
     fn discard(&mut self, spawned: Spawned) {
         // The zygote just answered and has not been asked to reap it: the
         // child's pid is still its own.
-        crate::process::kill_run_group(spawned.pid, &spawned.pidfd, true);
+        pycage_process::kill_run_group(spawned.pid, &spawned.pidfd, true);
         let id = spawned.id;
         self.outgoing.push_back(Outgoing { bytes: ZygoteRequest::Reap { id }.encode(), fds: Vec::new() });
         self.shared.reaping.fetch_add(1, Ordering::AcqRel);
-        self.reaps.insert(id, None);
-        self.asked.insert((false, id), Instant::now());
+        self.machine.reap(Instant::now(), id, None);
         self.flush();
     }
 
@@ -845,11 +763,10 @@ impl Supervisor {
         // It is dead or dying from SIGKILL: this thread may block on it.
         let _ = process::wait4_blocking(self.launched.pid);
         let gone = ZygoteError::Gone(self.shared.diagnostics());
-        for (_, Waiting::Spawn { reply, .. }) in self.spawns.drain() {
+        // Reap waiters see their sender dropped: status unknown.
+        for reply in self.machine.gone() {
             fail(reply, gone.clone());
         }
-        // Reap waiters see their sender dropped: status unknown.
-        self.reaps.clear();
         fail_all(&self.shared, &self.requests);
     }
 }
@@ -872,11 +789,7 @@ fn fail(reply: SpawnReply, error: ZygoteError) {
         SpawnReply::Caller(tx) => {
             let _ = tx.send(Err(error));
         }
-        SpawnReply::Pool(sink) => {
-            if let Some(sink) = sink.upgrade() {
-                sink.child_failed(error);
-            }
-        }
+        SpawnReply::Pool(order) => order.failed(error),
     }
 }
 

@@ -17,6 +17,7 @@
 //! through its pidfd, which names that process and no other for as long
 //! as the descriptor is open. The rest of a sandboxed run is reached
 //! through its PID namespace, whose init is the host's own child.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -29,12 +30,12 @@ use rustix::process::{Pid, Signal};
 
 /// Signals a run's process group when `leader_is_ours` (see the module
 /// docs); otherwise only the leader, through `pidfd`.
-pub(crate) fn kill_run_group(leader: i32, pidfd: &OwnedFd, leader_is_ours: bool) {
+pub fn kill_run_group(leader: i32, pidfd: &OwnedFd, leader_is_ours: bool) {
     signal_run_group(leader, pidfd, leader_is_ours, Signal::KILL);
 }
 
 /// [`kill_run_group`] with any signal.
-pub(crate) fn signal_run_group(leader: i32, pidfd: &OwnedFd, leader_is_ours: bool, sig: Signal) {
+pub fn signal_run_group(leader: i32, pidfd: &OwnedFd, leader_is_ours: bool, sig: Signal) {
     match Pid::from_raw(leader) {
         Some(pid) if leader_is_ours => {
             let _ = rustix::process::kill_process_group(pid, sig);
@@ -47,7 +48,7 @@ pub(crate) fn signal_run_group(leader: i32, pidfd: &OwnedFd, leader_is_ours: boo
 
 /// Whether the process behind `pidfd` has exited (without waiting): a
 /// pidfd is readable from the moment its process exits.
-pub(crate) fn has_exited(pidfd: &impl AsFd) -> bool {
+pub fn has_exited(pidfd: &impl AsFd) -> bool {
     let mut fds = [rustix::event::PollFd::new(pidfd, rustix::event::PollFlags::IN)];
     let now = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
     matches!(rustix::event::poll(&mut fds, Some(&now)), Ok(n) if n > 0)
@@ -55,7 +56,7 @@ pub(crate) fn has_exited(pidfd: &impl AsFd) -> bool {
 
 /// The state letter of `/proc/<pid>/stat` (`R`, `S`, `D`, `T` stopped,
 /// `t` traced, `Z` zombie, ...), if the process exists.
-pub(crate) fn state(pid: i32) -> Option<char> {
+pub fn state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The name may hold spaces and parentheses: the state follows the last `)`.
     let (_, rest) = stat.rsplit_once(')')?;
@@ -64,7 +65,7 @@ pub(crate) fn state(pid: i32) -> Option<char> {
 
 /// How a reaped child ended.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Exit {
+pub struct Exit {
     pub status: ExitStatus,
     /// User plus system CPU time of the child (and its reaped descendants).
     pub cpu: Duration,
@@ -73,7 +74,7 @@ pub(crate) struct Exit {
 /// `PATH` of a run's process: the interpreter's own directory first (so
 /// `python3` and `subprocess.run(["python3", ...])` mean the run's
 /// interpreter, as `sys.executable` does), then the system's.
-pub(crate) fn run_path(python: &Path) -> String {
+pub fn run_path(python: &Path) -> String {
     const SYSTEM: &str = "/usr/local/bin:/usr/bin:/bin";
     match python.parent().and_then(Path::to_str) {
         Some(dir) if !dir.is_empty() && !dir.contains(':') => format!("{dir}:{SYSTEM}"),
@@ -83,7 +84,7 @@ pub(crate) fn run_path(python: &Path) -> String {
 
 /// The `-c` program that puts `bootstrap_dir` on `sys.path` and runs
 /// `module.main()` (`pycage.bootstrap` or `pycage.zygote`).
-pub(crate) fn loader(bootstrap_dir: &Path, module: &str) -> String {
+pub fn loader(bootstrap_dir: &Path, module: &str) -> String {
     let mut quoted = Vec::new();
     pycage_protocol::write_json_string(&mut quoted, &bootstrap_dir.to_string_lossy());
     format!("import sys; sys.path.insert(0, {}); from {module} import main; main()", String::from_utf8_lossy(&quoted))
@@ -108,7 +109,7 @@ pub fn run_in_background() {
 /// Back to `SCHED_OTHER`: for a process that runs programs (a zygote, an
 /// exec'd child), whichever thread started it. Async-signal-safe (one
 /// system call), for a `pre_exec` hook.
-pub(crate) fn ordinary_scheduling() {
+pub fn ordinary_scheduling() {
     set_policy(libc::SCHED_OTHER);
 }
 
@@ -127,22 +128,28 @@ fn set_policy(policy: libc::c_int) {
 /// anymore (a worker dropped while its child was still dying). Each
 /// runtime has its own, so one runtime's shutdown never waits on another's
 /// children.
-pub(crate) struct Reaper {
+pub struct Reaper {
     tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<i32>>>,
     /// Children handed over and not reaped yet.
     pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
+impl Default for Reaper {
+    fn default() -> Reaper {
+        Reaper::new()
+    }
+}
+
 impl Reaper {
     /// A reaper; its thread starts with the first child handed over.
-    pub(crate) fn new() -> Reaper {
+    pub fn new() -> Reaper {
         Reaper { tx: std::sync::Mutex::new(None), pending: std::sync::Arc::default() }
     }
 
     /// Reaps `pid` (already sent SIGKILL) in the background.
-    pub(crate) fn adopt(&self, pid: i32) {
+    pub fn adopt(&self, pid: i32) {
         use std::sync::atomic::Ordering;
-        let mut tx = crate::sync::lock(&self.tx);
+        let mut tx = lock(&self.tx);
         if tx.is_none() {
             let (sender, rx) = std::sync::mpsc::channel::<i32>();
             let pending = std::sync::Arc::clone(&self.pending);
@@ -169,7 +176,7 @@ impl Reaper {
     }
 
     /// Whether every child handed over has been reaped.
-    pub(crate) fn idle(&self) -> bool {
+    pub fn idle(&self) -> bool {
         self.pending.load(std::sync::atomic::Ordering::Acquire) == 0
     }
 }
@@ -177,7 +184,7 @@ impl Reaper {
 /// `wait4` on `pid`: `Some` once reaped. With `WNOHANG`, `None` while it
 /// still runs; `ECHILD` (someone else reaped it, which should not happen)
 /// reads as a kill.
-pub(crate) fn wait4(pid: i32, flags: libc::c_int) -> Option<Exit> {
+pub fn wait4(pid: i32, flags: libc::c_int) -> Option<Exit> {
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: an all-zero rusage is a valid value of this plain C struct.
@@ -201,12 +208,12 @@ pub(crate) fn wait4(pid: i32, flags: libc::c_int) -> Option<Exit> {
 
 /// Blocking `wait4` for a child known to be dead or dying (a dedicated
 /// thread's use only).
-pub(crate) fn wait4_blocking(pid: i32) -> Option<Exit> {
+pub fn wait4_blocking(pid: i32) -> Option<Exit> {
     wait4(pid, 0)
 }
 
 /// A readable description of a wait status.
-pub(crate) fn describe_status(status: ExitStatus) -> String {
+pub fn describe_status(status: ExitStatus) -> String {
     if let Some(code) = status.code() {
         format!("exited with status {code}")
     } else if let Some(sig) = status.signal() {
@@ -230,6 +237,12 @@ fn signal_name(sig: i32) -> &'static str {
         libc::SIGHUP => "SIGHUP",
         _ => "signal",
     }
+}
+
+/// Locks `mutex`, recovering the guard of a poisoned lock: the reaper's
+/// list holds its invariants between statements, and reaping must go on.
+fn lock<T: ?Sized>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

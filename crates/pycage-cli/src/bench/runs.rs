@@ -1,0 +1,116 @@
+//! The runs `pycage bench` times: trivial runs one at a time and in a
+//! closed loop, runs at a given concurrency, timed binding calls, sessions.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pycage_runtime::{Binding, Namespace, RunRequest, Runtime};
+
+use crate::bench::failures::in_words;
+use crate::bench::measure::{CpuSplit, Samples};
+
+/// Pause before each latency sample.
+pub(crate) const LATENCY_GAP: Duration = Duration::from_millis(20);
+/// The longest a measurement waits for its runtime to be idle (pool full,
+/// settled runs reaped) before it goes on regardless.
+pub(crate) const IDLE_WAIT: Duration = Duration::from_secs(10);
+
+pub(crate) fn echo_tools() -> Namespace {
+    Namespace::new("tools").with_function("echo", Binding::new(|a| async move { Ok(a) }))
+}
+
+/// One trivial run, timed; a failure in words.
+pub(crate) async fn trivial(runtime: &Runtime) -> Result<Duration, String> {
+    let t = Instant::now();
+    let r = runtime.run(RunRequest::new("return 1")).await.map_err(|e| e.to_string())?;
+    let d = t.elapsed();
+    match &r.error {
+        None => Ok(d),
+        Some(e) => Err(in_words(e)),
+    }
+}
+
+/// The integer a program returned, as nanoseconds.
+pub(crate) async fn timed_inside(runtime: &Runtime, program: &str) -> Result<Duration, String> {
+    let r = runtime.run(RunRequest::new(program).with_namespace(echo_tools())).await.map_err(|e| e.to_string())?;
+    if let Some(e) = &r.error {
+        return Err(in_words(e));
+    }
+    let ns = r.value.as_ref().and_then(|v| v.root().as_number()).and_then(|n| n.as_u64()).unwrap_or(0);
+    Ok(Duration::from_nanos(ns))
+}
+
+/// Runs per second with `concurrency` runs in flight, `total` tries: the
+/// rate of runs that succeeded, and the failures in words.
+pub(crate) async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> (f64, Vec<String>) {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let runtime = runtime.clone();
+        let next = next.clone();
+        tasks.spawn(async move {
+            let (mut ok, mut errors) = (0usize, Vec::new());
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                match trivial(&runtime).await {
+                    Ok(_) => ok += 1,
+                    Err(e) => errors.push(e),
+                }
+            }
+            (ok, errors)
+        });
+    }
+    let (mut ok, mut errors) = (0usize, Vec::new());
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok((n, e)) => {
+                ok += n;
+                errors.extend(e);
+            }
+            Err(e) => errors.push(format!("a bench task failed: {e}")),
+        }
+    }
+    (ok as f64 / t.elapsed().as_secs_f64(), errors)
+}
+
+/// Back-to-back trivial runs, one at a time (the pool cannot keep up: its
+/// refill is on the loop's path): their latencies, and the CPU each run
+/// cost on every side, when the zygote was the same throughout.
+pub(crate) async fn closed_loop(runtime: &Runtime, n: usize) -> (Samples, Option<CpuSplit>, Vec<String>) {
+    let zygote = runtime.zygote_pid();
+    // The helper has started by now (the pool's shells), and serves on.
+    let helper = runtime.shell_helper_pid();
+    runtime.wait_idle(IDLE_WAIT).await;
+    let before = CpuSplit::now(zygote, helper);
+    let mut samples = Samples::default();
+    let mut errors = Vec::new();
+    for _ in 0..n {
+        match trivial(runtime).await {
+            Ok(d) => samples.push(d),
+            Err(e) => errors.push(e),
+        }
+    }
+    // Let the last refill and reaps finish: they belong to these runs.
+    runtime.wait_idle(IDLE_WAIT).await;
+    let after = CpuSplit::now(zygote, helper);
+    let same_zygote = runtime.zygote_pid() == zygote && runtime.shell_helper_pid() == helper;
+    let per_run = (same_zygote && n > 0).then(|| after.per_run(&before, n as u32));
+    (samples, per_run, errors)
+}
+
+/// A session with `x = 0` set, ready for the cell loop.
+pub(crate) async fn open_session(runtime: &Runtime) -> Result<pycage_runtime::Session, String> {
+    let session = runtime.session(pycage_runtime::SessionOptions::default()).map_err(|e| e.to_string())?;
+    let first = session.run("x = 0").await;
+    let failed = match &first {
+        Ok(r) => r.error.as_ref().map(in_words),
+        Err(e) => Some(e.to_string()),
+    };
+    match failed {
+        None => Ok(session),
+        Some(why) => {
+            session.close().await;
+            Err(why)
+        }
+    }
+}

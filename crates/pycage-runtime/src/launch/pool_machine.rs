@@ -1,0 +1,492 @@
+//! The pool's decisions, without I/O: what the driver sees of its zygotes
+//! and children in; which zygote to start, which children to drop, how
+//! many to spawn and whether the pool is full out.
+//!
+//! The driver (`super::pool`) owns the processes, the threads that make a
+//! child's host side and the clock; this machine owns the rules of the
+//! module docs there:
+//!
+//! - a zygote is due once it has forked `max_runs` children or is
+//!   `max_age` old: a successor is started (one at a time) and the old one
+//!   keeps serving until the successor is ready; at the switch the old
+//!   one's idle children are dropped, and its children that are still
+//!   being forked are dropped when they arrive;
+//! - a dead zygote is replaced at once (by its successor when there is
+//!   one, ready or not) and its idle children dropped; a dead successor is
+//!   dropped, and started again if the zygote is still due;
+//! - a run takes the oldest idle child that is still usable (its zygote,
+//!   itself and its shell alive); the ones it skips are dropped;
+//! - a refill asks for the pool's free places ([`PoolMachine::refill`]),
+//!   nothing once the pool is closed.
+//!
+//! Zygotes and children are the driver's types, seen through
+//! [`ZygoteView`] and [`PooledChild`]; the machine never starts, signals
+//! or drops a process itself: what it no longer wants it hands back.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Whether a child warms up before it waits for its run (see the module
+/// docs of `super::pool`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Warmth {
+    Warm,
+    Cold,
+}
+
+impl Warmth {
+    /// Warm while the host's runs in flight leave a core free for the
+    /// warm-up: a warm-up competing with runs for cores is CPU taken from
+    /// them (each run occupies about one core while it runs).
+    pub(crate) fn for_load(runs_in_flight: usize, cores: usize) -> Warmth {
+        if runs_in_flight < cores {
+            Warmth::Warm
+        } else {
+            Warmth::Cold
+        }
+    }
+}
+
+/// What the machine reads of a zygote: the driver's handle answers from
+/// what its supervisor last saw.
+pub(crate) trait ZygoteView {
+    /// Whether both name the same zygote.
+    fn same(&self, other: &Self) -> bool;
+    fn is_dead(&self) -> bool;
+    /// Whether it said it has imported everything.
+    fn is_ready(&self) -> bool;
+    /// Children asked of it so far.
+    fn spawns(&self) -> u64;
+    fn started(&self) -> Instant;
+    /// Whether every reap asked of it was answered.
+    fn reaped_all(&self) -> bool;
+}
+
+/// What the machine reads of an idle child.
+pub(crate) trait PooledChild {
+    type Zygote;
+    /// The zygote that forked it.
+    fn zygote(&self) -> Option<&Self::Zygote>;
+    /// Whether a run can still use it (it, its zygote and its shell live).
+    fn usable(&self) -> bool;
+}
+
+/// The pool's bounds (from the runtime's configuration).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// Idle children kept ready.
+    pub size: usize,
+    /// Children a zygote forks before it is due for replacement.
+    pub max_runs: u64,
+    /// Age at which a zygote is due for replacement.
+    pub max_age: Duration,
+}
+
+/// A zygote the driver must start, and where it goes once started
+/// ([`PoolMachine::started`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// In place of a dead (or missing) zygote: runs wait for it.
+    Current,
+    /// Beside a due zygote, which serves until it is ready.
+    Successor,
+}
+
+/// See the module docs.
+pub(crate) struct PoolMachine<Z, C> {
+    limits: Limits,
+    current: Option<Z>,
+    successor: Option<Z>,
+    /// Children ready for a run, oldest first.
+    idle: VecDeque<C>,
+    /// Spawns asked for the pool and not settled yet.
+    filling: usize,
+    closed: bool,
+}
+
+impl<Z: ZygoteView + Clone, C: PooledChild<Zygote = Z>> PoolMachine<Z, C> {
+    /// An empty pool with no zygote: the first [`PoolMachine::maintain`]
+    /// asks for one.
+    pub(crate) fn new(limits: Limits) -> Self {
+        PoolMachine { limits, current: None, successor: None, idle: VecDeque::new(), filling: 0, closed: false }
+    }
+
+    /// Looks at the zygotes at `now`: switches to a ready successor,
+    /// replaces a dead zygote, notices a due one. Children no longer wanted
+    /// go to `unwanted`; the zygote to start, if any, is returned (then
+    /// [`PoolMachine::started`]; if it cannot start, the next call asks
+    /// again).
+    pub(crate) fn maintain(&mut self, now: Instant, unwanted: &mut Vec<C>) -> Option<Start> {
+        if let Some(successor) = &self.successor {
+            if successor.is_dead() {
+                self.successor = None;
+            } else if successor.is_ready() {
+                self.current = self.successor.take();
+                // The old zygote's idle children have its layout.
+                for child in std::mem::take(&mut self.idle) {
+                    if of(&child, self.current.as_ref()) {
+                        self.idle.push_back(child);
+                    } else {
+                        unwanted.push(child);
+                    }
+                }
+            }
+        }
+        if self.current.as_ref().is_none_or(Z::is_dead) {
+            unwanted.extend(self.idle.drain(..));
+            self.current = self.successor.take();
+            return self.current.is_none().then_some(Start::Current);
+        }
+        let due = self.current.as_ref().is_some_and(|z| {
+            z.spawns() >= self.limits.max_runs || now.saturating_duration_since(z.started()) >= self.limits.max_age
+        });
+        (due && self.successor.is_none()).then_some(Start::Successor)
+    }
+
+    /// The zygote [`PoolMachine::maintain`] asked for has started.
+    pub(crate) fn started(&mut self, start: Start, zygote: Z) {
+        match start {
+            Start::Current => self.current = Some(zygote),
+            Start::Successor => self.successor = Some(zygote),
+        }
+    }
+
+    /// The zygote serving runs (call [`PoolMachine::maintain`] first).
+    pub(crate) fn current(&self) -> Option<&Z> {
+        self.current.as_ref()
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The oldest usable idle child; the unusable ones before it go to
+    /// `unwanted`.
+    pub(crate) fn take(&mut self, unwanted: &mut Vec<C>) -> Option<C> {
+        while let Some(child) = self.idle.pop_front() {
+            if child.usable() {
+                return Some(child);
+            }
+            unwanted.push(child);
+        }
+        None
+    }
+
+    /// Spawns a refill asks for now. The refill policy: every free place
+    /// (the pool's size less its idle children and the spawns in flight)
+    /// at once. A cap on spawns in flight, or holding refills back while a
+    /// run waits for a fork of its own, is a change here, plus a refill
+    /// when a spawn settles ([`PoolMachine::child_ready`],
+    /// [`PoolMachine::child_failed`]) to ask for what the cap held back.
+    fn wanted(&self) -> usize {
+        self.limits.size.saturating_sub(self.idle.len() + self.filling)
+    }
+
+    /// A refill (call [`PoolMachine::maintain`] first): the zygote to ask
+    /// and how many children, counted as in flight from now; `None` when
+    /// none is wanted, the pool is closed or has no zygote.
+    pub(crate) fn refill(&mut self) -> Option<(Z, usize)> {
+        if self.closed {
+            return None;
+        }
+        let zygote = self.current.clone()?;
+        let wanted = self.wanted();
+        self.filling += wanted;
+        (wanted > 0).then_some((zygote, wanted))
+    }
+
+    /// A spawn of a refill has its child: kept, or handed back when it is
+    /// no longer wanted (the pool closed, or its zygote was replaced).
+    pub(crate) fn child_ready(&mut self, child: C) -> Option<C> {
+        self.filling = self.filling.saturating_sub(1);
+        if !self.closed && of(&child, self.current.as_ref()) {
+            self.idle.push_back(child);
+            return None;
+        }
+        Some(child)
+    }
+
+    /// A spawn of a refill failed (or was never sent).
+    pub(crate) fn child_failed(&mut self) {
+        self.filling = self.filling.saturating_sub(1);
+    }
+
+    /// Whether the pool holds its full size of idle children of a ready
+    /// zygote with no spawn or reap pending and no successor coming (or is
+    /// closed).
+    pub(crate) fn is_full(&self) -> bool {
+        self.closed
+            || (self.filling == 0
+                && self.idle.len() >= self.limits.size
+                && self.successor.is_none()
+                && self.current.as_ref().is_some_and(|z| z.is_ready() && z.reaped_all()))
+    }
+
+    /// Closes the pool: its idle children and zygotes, for the driver to
+    /// drop or wait for. Nothing is refilled or kept from now on.
+    pub(crate) fn close(&mut self) -> (Vec<C>, Vec<Z>) {
+        self.closed = true;
+        let idle = self.idle.drain(..).collect();
+        (idle, self.current.take().into_iter().chain(self.successor.take()).collect())
+    }
+}
+
+/// Whether `child` was forked by `zygote`.
+fn of<Z: ZygoteView, C: PooledChild<Zygote = Z>>(child: &C, zygote: Option<&Z>) -> bool {
+    match (child.zygote(), zygote) {
+        (Some(z), Some(zygote)) => z.same(zygote),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    /// A zygote as its supervisor would report it.
+    #[derive(Default)]
+    struct Seen {
+        dead: Cell<bool>,
+        ready: Cell<bool>,
+        spawns: Cell<u64>,
+        reaping: Cell<u64>,
+    }
+
+    #[derive(Clone)]
+    struct Z {
+        name: &'static str,
+        started: Instant,
+        seen: Rc<Seen>,
+    }
+
+    impl Z {
+        fn new(name: &'static str, started: Instant) -> Z {
+            Z { name, started, seen: Rc::default() }
+        }
+        fn ready(self) -> Z {
+            self.seen.ready.set(true);
+            self
+        }
+    }
+
+    impl ZygoteView for Z {
+        fn same(&self, other: &Z) -> bool {
+            Rc::ptr_eq(&self.seen, &other.seen)
+        }
+        fn is_dead(&self) -> bool {
+            self.seen.dead.get()
+        }
+        fn is_ready(&self) -> bool {
+            self.seen.ready.get()
+        }
+        fn spawns(&self) -> u64 {
+            self.seen.spawns.get()
+        }
+        fn started(&self) -> Instant {
+            self.started
+        }
+        fn reaped_all(&self) -> bool {
+            self.seen.reaping.get() == 0
+        }
+    }
+
+    struct Child {
+        zygote: Z,
+        n: u32,
+        alive: Rc<Cell<bool>>,
+    }
+
+    impl PooledChild for Child {
+        type Zygote = Z;
+        fn zygote(&self) -> Option<&Z> {
+            Some(&self.zygote)
+        }
+        fn usable(&self) -> bool {
+            self.alive.get() && !self.zygote.is_dead()
+        }
+    }
+
+    type Pool = PoolMachine<Z, Child>;
+
+    fn child(zygote: &Z, n: u32) -> Child {
+        zygote.seen.spawns.set(zygote.seen.spawns.get() + 1);
+        Child { zygote: zygote.clone(), n, alive: Rc::new(Cell::new(true)) }
+    }
+
+    fn names(children: &[Child]) -> Vec<u32> {
+        children.iter().map(|c| c.n).collect()
+    }
+
+    const LIMITS: Limits = Limits { size: 2, max_runs: 5, max_age: Duration::from_secs(600) };
+
+    /// A pool of `LIMITS` on ready zygote "a", filled with children 1 and 2.
+    fn full(t0: Instant) -> (Pool, Z) {
+        let mut p = Pool::new(LIMITS);
+        let mut unwanted = Vec::new();
+        assert_eq!(p.maintain(t0, &mut unwanted), Some(Start::Current));
+        let a = Z::new("a", t0).ready();
+        p.started(Start::Current, a.clone());
+        let (z, n) = p.refill().unwrap();
+        assert_eq!((z.name, n), ("a", 2));
+        assert!(p.child_ready(child(&a, 1)).is_none());
+        assert!(p.child_ready(child(&a, 2)).is_none());
+        assert!(p.is_full());
+        assert!(unwanted.is_empty());
+        (p, a)
+    }
+
+    #[test]
+    fn a_refill_asks_only_for_the_free_places() {
+        let t0 = Instant::now();
+        let mut p = Pool::new(Limits { size: 3, ..LIMITS });
+        // No zygote yet: nothing to ask.
+        assert!(p.refill().is_none());
+        assert_eq!(p.maintain(t0, &mut Vec::new()), Some(Start::Current));
+        let a = Z::new("a", t0);
+        p.started(Start::Current, a.clone());
+        assert_eq!(p.refill().map(|(_, n)| n), Some(3));
+        // Spawns in flight count as filled.
+        assert!(p.refill().is_none());
+        assert!(p.child_ready(child(&a, 1)).is_none());
+        p.child_failed();
+        assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+        assert!(p.child_ready(child(&a, 2)).is_none());
+        assert!(p.child_ready(child(&a, 3)).is_none());
+        // Full only once the zygote said it is ready and no reap is pending.
+        assert!(!p.is_full());
+        a.seen.ready.set(true);
+        a.seen.reaping.set(1);
+        assert!(!p.is_full());
+        a.seen.reaping.set(0);
+        assert!(p.is_full());
+        // A run takes the oldest; one place is free again.
+        assert_eq!(p.take(&mut Vec::new()).map(|c| c.n), Some(1));
+        assert!(!p.is_full());
+        assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+    }
+
+    #[test]
+    fn a_due_zygote_serves_until_its_successor_is_ready() {
+        let t0 = Instant::now();
+        let (mut p, a) = full(t0);
+        let mut unwanted = Vec::new();
+        a.seen.spawns.set(LIMITS.max_runs);
+        assert_eq!(p.maintain(t0, &mut unwanted), Some(Start::Successor));
+        let b = Z::new("b", t0);
+        p.started(Start::Successor, b.clone());
+        assert!(!p.is_full(), "a successor is coming");
+        // One successor at a time; the old zygote still serves.
+        assert_eq!(p.maintain(t0, &mut unwanted), None);
+        assert_eq!(p.take(&mut unwanted).map(|c| c.n), Some(1));
+        let (z, n) = p.refill().unwrap();
+        assert_eq!((z.name, n), ("a", 1));
+        // The switch: the old zygote's idle child is dropped, and so is the
+        // one it was still forking when it arrives.
+        b.seen.ready.set(true);
+        assert_eq!(p.maintain(t0, &mut unwanted), None);
+        assert_eq!(p.current().map(|z| z.name), Some("b"));
+        assert_eq!(names(&unwanted), [2]);
+        assert_eq!(p.child_ready(child(&a, 3)).map(|c| c.n), Some(3));
+        let (z, n) = p.refill().unwrap();
+        assert_eq!((z.name, n), ("b", 2));
+        assert!(p.child_ready(child(&b, 4)).is_none());
+        assert!(p.child_ready(child(&b, 5)).is_none());
+        assert!(p.is_full());
+    }
+
+    #[test]
+    fn a_zygote_is_due_at_its_age() {
+        let t0 = Instant::now();
+        let (mut p, _) = full(t0);
+        assert_eq!(p.maintain(t0 + LIMITS.max_age - Duration::from_millis(1), &mut Vec::new()), None);
+        assert_eq!(p.maintain(t0 + LIMITS.max_age, &mut Vec::new()), Some(Start::Successor));
+    }
+
+    #[test]
+    fn a_dead_zygote_is_replaced_and_its_children_dropped() {
+        let t0 = Instant::now();
+        let (mut p, a) = full(t0);
+        let mut unwanted = Vec::new();
+        a.seen.dead.set(true);
+        assert_eq!(p.maintain(t0, &mut unwanted), Some(Start::Current));
+        assert_eq!(names(&unwanted), [1, 2]);
+        // Until one starts, there is no zygote to refill from...
+        assert!(p.current().is_none() && p.refill().is_none());
+        // ...and if it cannot start, the next look asks again.
+        assert_eq!(p.maintain(t0, &mut unwanted), Some(Start::Current));
+        let c = Z::new("c", t0);
+        p.started(Start::Current, c);
+        assert_eq!(p.maintain(t0, &mut unwanted), None);
+        assert_eq!(p.refill().map(|(z, n)| (z.name, n)), Some(("c", 2)));
+    }
+
+    #[test]
+    fn a_dead_zygote_with_a_successor_is_replaced_by_it_ready_or_not() {
+        let t0 = Instant::now();
+        let (mut p, a) = full(t0);
+        let mut unwanted = Vec::new();
+        a.seen.spawns.set(LIMITS.max_runs);
+        assert_eq!(p.maintain(t0, &mut unwanted), Some(Start::Successor));
+        p.started(Start::Successor, Z::new("b", t0));
+        a.seen.dead.set(true);
+        assert_eq!(p.maintain(t0, &mut unwanted), None);
+        assert_eq!(p.current().map(|z| z.name), Some("b"));
+        assert_eq!(names(&unwanted), [1, 2]);
+    }
+
+    #[test]
+    fn a_dead_successor_is_started_again_while_the_zygote_is_due() {
+        let t0 = Instant::now();
+        let (mut p, a) = full(t0);
+        let mut unwanted = Vec::new();
+        a.seen.spawns.set(LIMITS.max_runs);
+        assert_eq!(p.maintain(t0, &mut unwanted), Some(Start::Successor));
+        let b = Z::new("b", t0);
+        p.started(Start::Successor, b.clone());
+        b.seen.dead.set(true);
+        assert_eq!(p.maintain(t0, &mut unwanted), Some(Start::Successor));
+        assert_eq!(p.current().map(|z| z.name), Some("a"));
+        assert!(unwanted.is_empty(), "the current zygote's children still serve");
+    }
+
+    #[test]
+    fn a_run_skips_and_drops_children_that_died_while_idle() {
+        let t0 = Instant::now();
+        let (mut p, _) = full(t0);
+        let mut unwanted = Vec::new();
+        // Child 1 died (a kill, its shell gone): the run gets child 2.
+        p.idle[0].alive.set(false);
+        assert_eq!(p.take(&mut unwanted).map(|c| c.n), Some(2));
+        assert_eq!(names(&unwanted), [1]);
+        assert!(p.take(&mut unwanted).is_none());
+        assert_eq!(p.refill().map(|(_, n)| n), Some(2));
+    }
+
+    #[test]
+    fn a_closed_pool_keeps_and_refills_nothing() {
+        let t0 = Instant::now();
+        let (mut p, a) = full(t0);
+        assert!(p.take(&mut Vec::new()).is_some());
+        assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+        let (idle, zygotes) = p.close();
+        assert_eq!(names(&idle), [2]);
+        assert_eq!(zygotes.iter().map(|z| z.name).collect::<Vec<_>>(), ["a"]);
+        assert!(p.is_closed() && p.is_full());
+        assert!(p.refill().is_none());
+        // The spawn in flight lands after the close: handed back.
+        assert_eq!(p.child_ready(child(&a, 3)).map(|c| c.n), Some(3));
+    }
+
+    #[test]
+    fn children_warm_up_only_while_a_core_is_free_of_runs() {
+        assert_eq!(Warmth::for_load(0, 2), Warmth::Warm);
+        assert_eq!(Warmth::for_load(1, 2), Warmth::Warm);
+        assert_eq!(Warmth::for_load(2, 2), Warmth::Cold);
+        assert_eq!(Warmth::for_load(4, 2), Warmth::Cold);
+        // One core: the run that asks for the refill takes it.
+        assert_eq!(Warmth::for_load(1, 1), Warmth::Cold);
+        assert_eq!(Warmth::for_load(7, 64), Warmth::Warm);
+    }
+}

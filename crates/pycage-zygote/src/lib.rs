@@ -1,0 +1,24 @@
+//! The host's side of pycage's zygote: a trusted, single-threaded CPython
+//! process that has imported everything a run needs, never runs model
+//! code, and forks one child per run (see `python/pycage/zygote.py`).
+//!
+//! [`supervisor`] starts a zygote, speaks its wire (`pycage_protocol::zygote`)
+//! on a `SOCK_SEQPACKET` pair, routes each answer to its waiter, and ends
+//! and reaps it; [`machine`] holds its decisions (request ids, answers
+//! routed once, deadlines, what makes a zygote broken) as a pure state
+//! machine, unit-tested without processes or clocks. The runtime's pool
+//! asks for children through it.
+//!
+//! # Layers
+//!
+//! Each module uses only those listed before it (`tests/layers.rs`):
+//! `sync`, [`machine`], then [`supervisor`].
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
+pub mod machine;
+pub mod supervisor;
+mod sync;
+
+pub use supervisor::{
+    ChildSpec, JoinSpec, SpawnOrder, SpawnReply, Spawned, Zygote, ZygoteError, ZygoteSpec, MAX_PACKET,
+};
