@@ -19,11 +19,11 @@ from ._calls import _CallSet
 from ._stream import NODE_GONE, _aconsume, _awaited, _consume, _death, _get, _Member, _raise_cause, _Stream
 from ._wire import CLOSED
 
-
 _NO_RUN_TYPE_CHECK = (
     "type_check for one run is not carried to Ray nodes: give pycage.ray.Runtime(type_check=True), "
     "which every node's runtime gets, to check every run"
 )
+
 
 class RaySession(_SessionApi):
     """A :class:`pycage.Session` on one node of a :class:`RayRuntime`: one
