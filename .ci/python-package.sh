@@ -9,14 +9,17 @@
 # Pinned tools come from crates/pycage-py/tests/requirements.txt (the
 # build's from scripts/wheel-requirements.txt). It also pins Ray, for
 # test_ray.py (pycage.ray on a two-node ray.cluster_utils cluster on this
-# machine; it fails, not skips, without Ray under PYCAGE_REQUIRE_ALL_TESTS=1).
+# machine; it fails, not skips, without Ray under PYCAGE_REQUIRE_ALL_TESTS=1),
+# and requirements-integrations.txt pins the agent frameworks of the
+# test_*_integration*.py tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="${PYCAGE_PY_VENV:-target/python-package-venv}"
 echo "== python package: venv $venv"
 python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r crates/pycage-py/tests/requirements.txt
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r crates/pycage-py/tests/requirements.txt \
+    -r crates/pycage-py/tests/requirements-integrations.txt
 
 echo "== ruff (the package, its tests, the benchmark, the child side in python/)"
 py_paths=(crates/pycage-py/python crates/pycage-py/tests benchmarks python)

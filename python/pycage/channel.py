@@ -17,8 +17,11 @@ has its own selector, so several loops may watch fd 3 at once). A reader
 parses every complete reply line and settles each reply's future: directly
 when the future belongs to the reader's own loop, otherwise with the
 future's loop's ``call_soon_threadsafe``. A call with no running loop (a
-coroutine driven by hand) or on a loop that cannot watch a file descriptor
-blocks in ``select()`` until its reply is in: slower, never wrong.
+coroutine driven by hand), on a loop that cannot watch a file descriptor,
+or made without ``await`` (a member's ``.sync``, which blocks even a
+running loop's thread) blocks in ``select()`` until its reply is in
+(``call_blocking``), settling every other reply it reads meanwhile:
+slower, never wrong.
 
 Every host line is checked by the generated ``pycage._wire`` before it is
 used; a malformed one ends the child with status 2.
@@ -394,7 +397,9 @@ def call_inline(loop, call_id, frame, timeout):
 
 
 def call_blocking(call_id, frame):
-    """One call round trip without an event loop: ``(ok, value_or_message)``."""
+    """One call round trip that waits here, not in an event loop (there is
+    none, it cannot watch fd 3, or the call is a ``.sync`` one):
+    ``(ok, value_or_message)``."""
     slot = Slot()
     pending[call_id] = slot
     try:

@@ -6,8 +6,13 @@ no global may take, a global injected twice) and ``build_globals`` makes the
 objects. A member is an async callable: keyword arguments cross as an
 object, one positional argument as it is, none as ``{}``. Its call goes out
 on fd 3 from whichever loop awaits it, or blocks without one
-(``pycage.channel``). A name that is not a member raises ``AttributeError``
-listing the namespace's functions, the closest matches first.
+(``pycage.channel``). ``<member>.sync`` makes the same call without
+``await``: it blocks the calling thread until the reply is in, with or
+without a running loop, so a host can give a program plain functions (what
+smolagents' prompts teach: ``result = web_search(query="x")``). It is an
+attribute of the member, not of the namespace, so every member name stays
+free. A name that is not a member raises ``AttributeError`` listing the
+namespace's functions, the closest matches first.
 """
 
 from warnings import warn
@@ -144,8 +149,20 @@ def _call_payload(label, args, kwargs, member):
         raise TypeError(f"argument of {label}() is not JSON: {e}") from None
 
 
+def _settle(ok, result, name, error_class, prop):
+    """A call's value, or its failure raised as the program sees it."""
+    if ok:
+        return result
+    if error_class is None:
+        raise RuntimeError(result)
+    error = error_class(result)
+    setattr(error, prop, name)
+    raise error
+
+
 def _make_member(glob, name, error_class, prop):
-    """The async callable behind ``<glob>.<name>``."""
+    """The async callable behind ``<glob>.<name>``, with its blocking form
+    as ``.sync``."""
     label = _call_label(glob, name)
 
     async def member(*args, **kwargs):
@@ -179,16 +196,23 @@ def _make_member(glob, name, error_class, prop):
                 unwatch(loop)
         else:
             ok, result = call_blocking(call_id, frame)
-        if ok:
-            return result
-        if error_class is None:
-            raise RuntimeError(result)
-        error = error_class(result)
-        setattr(error, prop, name)
-        raise error
+        return _settle(ok, result, name, error_class, prop)
 
-    member.__name__ = name
+    def sync(*args, **kwargs):
+        # Blocks this thread even when a loop runs on it: the caller asked
+        # for a plain function. Replies of the loop's own calls that arrive
+        # meanwhile settle their futures (``call_blocking`` dispatches every
+        # reply it reads), so those calls go on once this one returns.
+        payload = _call_payload(label + ".sync", args, kwargs, member)
+        call_id = next(ids)
+        ok, result = call_blocking(call_id, _encode_call(call_id, glob, name, payload))
+        return _settle(ok, result, name, error_class, prop)
+
+    member.__name__ = sync.__name__ = name
     member.__qualname__ = f"{glob}.{name}"
+    sync.__qualname__ = f"{glob}.{name}.sync"
+    sync.__doc__ = f"{label}(...) without await: blocks until the host replies, and returns its value."
+    member.sync = sync
     return member
 
 

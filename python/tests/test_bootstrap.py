@@ -1128,6 +1128,103 @@ class EventLoopTest(unittest.TestCase):
         self.assertEqual(done["value"], [{"n": 1}, {"n": 2}])
 
 
+def reply_in_order_after(n):
+    """Hold calls until ``n`` are in flight, then answer them first first
+    with ``args["n"] * 10``."""
+    held = []
+
+    def on_call(child, frame):
+        held.append(frame)
+        if len(held) == n:
+            for f in held:
+                child.send({"type": "reply", "id": f["id"], "ok": True, "value": f["args"]["n"] * 10})
+
+    return on_call
+
+
+class SyncCallTest(unittest.TestCase):
+    """``<member>.sync``: the same call without ``await``, with or without a
+    running loop, beside async calls in flight."""
+
+    def test_without_a_loop(self):
+        done, _, calls, _ = run("a = tools.search.sync(n=7)\nb = tools.search.sync([1])\n[a, b]", echo_args, [TOOLS])
+        self.assertEqual(done["value"], [{"n": 7}, [1]])
+        self.assertEqual([c["name"] for c in calls], ["search", "search"])
+
+    def test_inside_asyncio_run(self):
+        program = "import asyncio\nasync def main():\n    return tools.search.sync(n=1)\nasyncio.run(main())"
+        done, _, _, _ = run(program, echo_args, namespaces=[TOOLS])
+        self.assertEqual(done["value"], {"n": 1})
+
+    def test_beside_async_calls_of_its_own_loop(self):
+        # Two async calls go out, then a sync one blocks the loop's thread;
+        # nothing is answered before all three are in flight. In order, the
+        # async replies arrive while the sync call waits: it must settle
+        # them, not drop them; reversed, its own reply comes first.
+        program = (
+            "import asyncio\n"
+            "pending = asyncio.ensure_future(asyncio.gather(tools.search(n=1), tools.search(n=2)))\n"
+            "await asyncio.sleep(0)\n"
+            "s = tools.search.sync(n=3)\n"
+            "return [s, await pending]\n"
+        )
+        for answer in (reply_in_order_after, reply_reversed_after):
+            with self.subTest(answer=answer.__name__):
+                done, _, calls, _ = run(program, answer(3), namespaces=[TOOLS])
+                self.assertEqual(done["value"], [30, [10, 20]])
+                self.assertEqual([c["args"]["n"] for c in calls], [1, 2, 3])
+
+    def test_from_a_thread_while_the_loop_waits(self):
+        # The main thread's loop reads fd 3 for its own call; the thread's
+        # reply may land there, and the thread must still get it.
+        program = (
+            "import asyncio\n"
+            "return await asyncio.gather(tools.search(n=1), asyncio.to_thread(tools.search.sync, n=2))\n"
+        )
+        for answer in (reply_in_order_after, reply_reversed_after):
+            with self.subTest(answer=answer.__name__):
+                done, _, _, _ = run(program, answer(2), namespaces=[TOOLS])
+                self.assertEqual(done["value"], [10, 20])
+
+    def test_failures_and_refused_arguments(self):
+        program = (
+            "out = []\n"
+            "try:\n    tools.search.sync(q=1)\nexcept ToolError as e:\n    out.append([e.tool, str(e)])\n"
+            "try:\n    tools.search.sync(1, 2)\nexcept TypeError as e:\n    out.append(str(e))\n"
+            "try:\n    tools.search.sync({1})\nexcept TypeError as e:\n    out.append(str(e)[:34])\n"
+            "return out\n"
+        )
+        done, _, calls, _ = run(program, namespaces=[TOOLS_WITH_ERRORS])
+        self.assertEqual(
+            done["value"],
+            [
+                ["search", "no bindings"],
+                "tools.search.sync() takes keyword arguments or one positional argument (2 positional given)",
+                "argument of tools.search.sync() is",
+            ],
+        )
+        self.assertEqual(len(calls), 1)  # refused arguments send nothing
+
+    def test_a_refused_call_quotes_the_members_signature(self):
+        documented = dict(TOOLS, names=["search"], docs={"search": "async def search(*, query: str) -> list:\n"})
+        done, _, calls, _ = run(
+            "try:\n    tools.search.sync('x', 2)\nexcept TypeError as e:\n    return str(e)\n", namespaces=[documented]
+        )
+        self.assertEqual(
+            done["value"],
+            "tools.search.sync() takes keyword arguments or one positional argument (2 positional given)"
+            "; call it as: async def search(*, query: str) -> list",
+        )
+        self.assertEqual(calls, [])
+
+    def test_a_member_named_sync_stays_a_member(self):
+        names = {"global": "tools", "names": ["sync", "search"]}
+        program = "[tools.sync.sync(n=1), await tools.sync(n=2), sorted(dir(tools)), tools.sync.sync.__qualname__]"
+        done, _, calls, _ = run(program, echo_args, namespaces=[names])
+        self.assertEqual(done["value"], [{"n": 1}, {"n": 2}, ["search", "sync"], "tools.sync.sync"])
+        self.assertEqual([c["name"] for c in calls], ["sync", "sync"])
+
+
 class BindingArgumentsTest(unittest.TestCase):
     def test_argument_forms(self):
         program = (

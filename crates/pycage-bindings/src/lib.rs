@@ -173,6 +173,7 @@ impl Bindings {
                 Some(d) => format!("{}\n\n{}", d.trim(), stub.doc),
                 None => stub.doc.clone(),
             });
+            ns.stub = Some(stub.class_text());
             for f in &stub.functions {
                 let text = f.help_text();
                 ns.member_docs.insert(f.name.clone(), text.clone());

@@ -134,6 +134,26 @@ impl NamespaceStub {
         out
     }
 
+    /// The namespace for the type check (`pycage_runtime::Namespace::stub`):
+    /// its types and its class, without the error class (the checker
+    /// declares that one, with its member-name attribute).
+    pub fn class_text(&self) -> String {
+        let mut out = String::new();
+        for f in &self.functions {
+            for t in &f.types {
+                out.push_str(t);
+                out.push('\n');
+            }
+        }
+        let _ = writeln!(out, "class {}:", self.global);
+        let _ = writeln!(out, "{}", docstring(&self.doc, 4));
+        for f in &self.functions {
+            out.push('\n');
+            out.push_str(&indent(&f.def, 4));
+        }
+        out
+    }
+
     /// One line per function, for a description over its size budget.
     pub fn summaries(&self) -> String {
         let mut out = String::new();

@@ -105,6 +105,19 @@ pub(crate) struct RuntimeArgs {
     #[arg(long, value_name = "HOST[:PORT]")]
     pub(crate) allow_net: Vec<pycage_runtime::NetRule>,
 
+    /// Type-check each program with ty before it runs: a program with type
+    /// errors (a wrong argument name or type, `int + str`) fails as
+    /// `type-error` listing them, without starting; warnings come with the
+    /// result. Checked against the bindings' stubs and the interpreter's
+    /// packages. Needs ty (`pip install ty`).
+    #[arg(long)]
+    type_check: bool,
+
+    /// The ty binary for --type-check; default: `ty` beside the
+    /// interpreter, else on PATH.
+    #[arg(long, value_name = "PATH")]
+    ty: Option<PathBuf>,
+
     /// Command bindings running at once, for every run together.
     #[arg(long, value_name = "N", default_value_t = pycage_bindings::slots::DEFAULT_TOTAL)]
     pub(crate) command_slots: usize,
@@ -204,6 +217,8 @@ impl RuntimeArgs {
             spawn: pycage_runtime::SpawnMode::Exec,
             cache_dir: pycage_runtime::default_cache_dir(),
             shell_helper: shell_helper(),
+            type_check: self.type_check,
+            ty: self.ty.clone(),
             ..RuntimeConfig::default()
         };
         self.budgets.apply(&mut config)?;
@@ -262,6 +277,7 @@ impl pycage_runtime::Spelling for CliSpelling {
             pycage_runtime::Setting::Venv => "--venv",
             pycage_runtime::Setting::Preload => "--preload",
             pycage_runtime::Setting::WithPackages => "--with",
+            pycage_runtime::Setting::Ty => "--ty",
         }
     }
 }

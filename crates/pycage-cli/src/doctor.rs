@@ -33,6 +33,10 @@ pub struct DoctorArgs {
     /// The isolation to check (default: the runtime's default).
     #[arg(long, value_enum)]
     isolation: Option<IsolationArg>,
+    /// The ty binary to check for `--type-check` (default: beside the
+    /// interpreter, else on PATH).
+    #[arg(long, value_name = "PATH")]
+    ty: Option<PathBuf>,
     /// The budgets to show (as `run` takes them; default: `run`'s defaults).
     #[command(flatten)]
     budgets: crate::budget_flags::BudgetArgs,
@@ -124,6 +128,56 @@ pub fn main(args: DoctorArgs) -> anyhow::Result<ExitCode> {
                 json.key("error")?;
                 json.string(&e)?;
                 lines.push(format!("interpreter: MISSING  {e}"));
+            }
+        }
+        json.end()?;
+        // The type checker `--type-check` would use; missing is no fault
+        // unless checks are wanted.
+        json.key("type_checker")?;
+        json.begin_object()?;
+        let python = interpreter.as_ref().map(|i| i.executable.clone()).unwrap_or_default();
+        match pycage_runtime::typecheck::locate::find(args.ty.as_deref(), &python) {
+            Ok(ty) => {
+                json.key("ok")?;
+                json.bool(true)?;
+                json.key("path")?;
+                json.string(&ty.to_string_lossy())?;
+                let tested = pycage_runtime::typecheck::TESTED_TY_VERSION;
+                match pycage_runtime::typecheck::locate::version(&ty) {
+                    Ok(v) => {
+                        json.key("version")?;
+                        json.string(&v)?;
+                        lines.push(format!(
+                            "type checker: ok  {v} at {} (pycage is tested with ty {tested})",
+                            ty.display()
+                        ));
+                    }
+                    Err(e) => {
+                        json.key("error")?;
+                        json.string(&e)?;
+                        lines.push(format!("type checker: BROKEN  {e}"));
+                    }
+                }
+            }
+            Err(e) => {
+                // In the CLI's words (`--ty`), not the library's.
+                let e = match e {
+                    pycage_runtime::typecheck::LocateError::Configured(path) => {
+                        format!("--ty {} is not an executable file", path.display())
+                    }
+                    pycage_runtime::typecheck::LocateError::NotFound(dir) => {
+                        format!("no ty beside the interpreter ({}) nor on PATH", dir.display())
+                    }
+                };
+                let e = format!(
+                    "{e}; --type-check needs it: `pip install ty=={}` into the interpreter's venv, or --ty PATH",
+                    pycage_runtime::typecheck::TESTED_TY_VERSION
+                );
+                json.key("ok")?;
+                json.bool(false)?;
+                json.key("error")?;
+                json.string(&e)?;
+                lines.push(format!("type checker: not found  {e}"));
             }
         }
         json.end()?;

@@ -481,6 +481,9 @@ async fn terminal_loop(repl: &mut Repl, terminal: bool, mut sink: DisplaySink) -
         if let Some(v) = &result.value {
             let _ = output::stdout_text(&v.to_canonical_string());
         }
+        for d in &result.diagnostics {
+            output::stderr_text(&format!("type check: {d}"));
+        }
         if let Some(e) = &result.error {
             output::stderr_text(&format!("error: {}: {}", e.kind, e.message));
         }

@@ -253,6 +253,9 @@ fn report(result: &RunResult, json: bool, printed: Printed) -> anyhow::Result<()
         rest.iter().map(String::as_str).chain(summaries.iter().map(String::as_str)).chain(value.as_deref()),
     )
     .context("cannot write the result")?;
+    for d in &result.diagnostics {
+        output::stderr_text(&format!("type check: {d}"));
+    }
     // A suspension is said with its journal (`journal::write_journal`).
     if let Some(e) = result.error.as_ref().filter(|_| result.suspension.is_none()) {
         output::stderr_text(&format!("error: {}: {}", e.kind, e.message));

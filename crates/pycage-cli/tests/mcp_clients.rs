@@ -901,3 +901,114 @@ fn image_data_that_is_not_base64_is_not_an_image_block() {
         r[0]["structured"]["displays"].as_array().unwrap().iter().map(|d| &d["shown_as"]).collect();
     assert_eq!(shown, [&json!("text/plain"), &json!("image/png")]);
 }
+
+/// ty from the data-science venv (`.ci/datasci-deps.sh`), or `None`
+/// (failing under `PYCAGE_REQUIRE_ALL_TESTS=1`).
+#[allow(clippy::print_stderr)] // a skip says so where the test output shows it
+fn ty_binary() -> Option<PathBuf> {
+    let venv = std::env::var_os("PYCAGE_DATASCI_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/datasci-venv").components().collect()
+    });
+    let ty = venv.join("bin/ty");
+    if ty.exists() {
+        return Some(ty);
+    }
+    assert!(
+        std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(),
+        "no ty at {}: run .ci/datasci-deps.sh",
+        ty.display()
+    );
+    eprintln!("skipped: no ty at {} (run .ci/datasci-deps.sh)", ty.display());
+    None
+}
+
+/// `run_python`'s `type_check` through the official SDK client: a program
+/// with a wrong keyword, a wrong argument type and `int + str` comes back
+/// as one `type-error` at its own lines, with no call made; a correct one
+/// runs; `pycage mcp --type-check` checks every call, and the description
+/// tells the model what a `type-error` is.
+#[test]
+fn type_check_through_the_sdk_client() {
+    let Some(d) = Deps::find() else { return };
+    let Some(ty) = ty_binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls");
+    std::fs::write(
+        dir.path().join("stock.py"),
+        format!(
+            "import json, sys\nargs = json.load(sys.stdin)\nopen({:?}, 'a').write(args['sku'] + '\\n')\n\
+             print(json.dumps({{'units': 7}}))\n",
+            calls.display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("bindings.toml"),
+        "[[namespace]]\nglobal = \"tools\"\nerror_class = { name = \"ToolError\", member_name_property = \"tool\" }\n\
+         [namespace.functions]\nstock = { command = [\"python3\", \"stock.py\"], description = \"Units of one SKU.\", \
+         input_schema = { type = \"object\", properties = { warehouse = { type = \"string\" }, sku = { type = \"string\" } }, \
+         required = [\"warehouse\", \"sku\"] }, output_schema = { type = \"object\", properties = { units = { type = \"integer\" } }, \
+         required = [\"units\"] } }\n",
+    )
+    .unwrap();
+    let bindings = dir.path().join("bindings.toml");
+    let argv = |extra: &[&str]| -> Value {
+        let mut v = vec![
+            env!("CARGO_BIN_EXE_pycage").to_owned(),
+            "mcp".into(),
+            "--isolation".into(),
+            "process".into(),
+            "--bindings".into(),
+            bindings.display().to_string(),
+            "--ty".into(),
+            ty.display().to_string(),
+        ];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        json!({"command": v})
+    };
+    let wrong = "units = await tools.stock(warehouse=\"berlin\", skus=\"A-1\")\n\
+                 other = await tools.stock(warehouse=3, sku=\"A-2\")\n\
+                 return \"units: \" + units[\"units\"]\n";
+    let right = "r = await tools.stock(warehouse=\"berlin\", sku=\"A-1\")\nr[\"units\"] * 2\n";
+    let r = d.drive(
+        &json!({"server": argv(&[]), "steps": [
+            {"op": "call", "tool": "run_python", "args": {"code": wrong, "type_check": true}},
+            {"op": "call", "tool": "run_python", "args": {"code": right, "type_check": true}},
+            {"op": "call", "tool": "run_python", "args": {"code": "s = 1\n", "session": "s1", "type_check": true}},
+            {"op": "call", "tool": "run_python", "args": {"code": "s + \"x\"\n", "session": "s1", "type_check": true}},
+        ]}),
+        &[],
+    );
+    assert_eq!(r[0]["isError"], json!(true), "{}", r[0]);
+    let error = &r[0]["structured"]["error"];
+    assert_eq!(error["kind"], json!("type-error"), "{}", r[0]);
+    let message = error["message"].as_str().unwrap();
+    // A misspelt required keyword is two errors: `sku` missing, `skus` unknown.
+    assert!(message.starts_with("the type check (ty) found 4 errors"), "{message}");
+    assert!(
+        message.contains("<program>:1:15: error[missing-argument] No argument provided for required parameter `sku`"),
+        "{message}"
+    );
+    assert!(message.contains("<program>:1:47: error[unknown-argument] Argument `skus`"), "{message}");
+    assert!(message.contains("<program>:2:27: error[invalid-argument-type]"), "{message}");
+    assert!(message.contains("<program>:3:8: error[unsupported-operator]"), "{message}");
+    assert_eq!(value(&r[1]), &json!(14));
+    assert!(r[3]["structured"]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("<program>:1:1: error[unsupported-operator]"));
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "A-1\n", "only the correct program called the tool");
+    // Checked on every call by the server; the description says so.
+    let r = d.drive(
+        &json!({"server": argv(&["--type-check"]), "steps": [
+            {"op": "list"},
+            {"op": "call", "tool": "run_python", "args": {"code": wrong}},
+        ]}),
+        &[],
+    );
+    let description = r[0]["tools"][0]["description"].as_str().unwrap();
+    assert!(description.contains("Every program is type-checked (ty)"), "{description}");
+    assert!(description.contains("a `type-error` result lists what to fix"), "{description}");
+    assert_eq!(r[1]["structured"]["error"]["kind"], json!("type-error"), "{}", r[1]);
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "A-1\n");
+}

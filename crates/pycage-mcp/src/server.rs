@@ -140,6 +140,8 @@ struct Job {
     session: Option<String>,
     files: Option<Value>,
     return_files: bool,
+    /// `Some(true)` checks this program; `None` leaves it to the server.
+    type_check: Option<bool>,
     /// A suspended run's journal and answer, and its kept input files.
     resume: Option<(pycage_runtime::Resume, Option<files::Inputs>)>,
 }
@@ -268,13 +270,23 @@ impl CodeModeServer {
             Some(Value::String(code)) => code.clone(),
             _ => return Err(McpError::invalid_params("run_python needs `code`: the program text, a string", None)),
         };
-        const ARGS: [&str; 4] = ["code", "session", "files", "return_files"];
+        const ARGS: [&str; 5] = ["code", "session", "files", "return_files", "type_check"];
         if let Some(extra) = args.keys().find(|k| !ARGS.contains(&k.as_str())) {
             return Err(McpError::invalid_params(
-                format!("run_python takes `code` and optionally `session`, `files` or `return_files`, not `{extra}`"),
+                format!(
+                    "run_python takes `code` and optionally `session`, `files`, `return_files` or `type_check`, not \
+                     `{extra}`"
+                ),
                 None,
             ));
         }
+        // `true` checks this program; `false` or nothing leaves it to the
+        // server (`pycage mcp --type-check` checks every program).
+        let type_check = match args.get("type_check") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+            Some(Value::Bool(true)) => Some(true),
+            Some(_) => return Err(McpError::invalid_params("`type_check` is true or false", None)),
+        };
         let session = match args.get("session") {
             None | Some(Value::Null) => None,
             Some(Value::String(name)) if !name.is_empty() && name.len() <= MAX_LOOKUP_NAME => Some(name.clone()),
@@ -297,7 +309,7 @@ impl CodeModeServer {
                  its own, or pass the data in the code",
             ));
         }
-        let job = Job { code, session, files: files.cloned(), return_files, resume: None };
+        let job = Job { code, session, files: files.cloned(), return_files, type_check, resume: None };
         self.execute(job, context).await
     }
 
@@ -350,6 +362,8 @@ impl CodeModeServer {
             session: None,
             files: None,
             return_files: false,
+            // The program was checked (or not) when it first ran.
+            type_check: None,
             resume: Some((resume, parked.inputs)),
         };
         self.execute(job, context).await
@@ -358,7 +372,7 @@ impl CodeModeServer {
     /// Runs a job: admission, inputs, a session or a one-shot run, and the
     /// result (a suspended run parked for its client).
     async fn execute(&self, job: Job, context: RequestContext<RoleServer>) -> Result<CallToolResult, McpError> {
-        let Job { code, session, files, return_files, resume } = job;
+        let Job { code, session, files, return_files, type_check, resume } = job;
         let (resume, kept_inputs) = match resume {
             Some((resume, inputs)) => (Some(resume), inputs),
             None => (None, None),
@@ -475,13 +489,15 @@ impl CodeModeServer {
                         cancel: Some(cancel.clone()),
                         inputs: input_paths,
                         output_dir: output.as_ref().map(|o| o.path().to_path_buf()),
+                        type_check,
                         resume,
                         ..RunRequest::default()
                     };
                     self.inner.runtime.run_with_events(request, tx).await.map_err(|e| e.to_string())
                 }
                 Some(Lease { name, entry, .. }) => {
-                    let request = SessionRun::new(code).with_cancel(cancel.clone());
+                    let mut request = SessionRun::new(code).with_cancel(cancel.clone());
+                    request.type_check = type_check;
                     match entry.session.run_with(request, Some(tx)).await {
                         Ok(r) => Ok(r),
                         Err(SessionError::Ended(why)) => {
@@ -635,6 +651,7 @@ fn input_schema() -> Value {
             "code": {"type": "string", "description": "The Python program to run (see the tool description for the rules)."},
             "session": {"type": "string", "description": "Optional: run in this named session, whose globals survive to the next call naming it."},
             "return_files": {"type": "boolean", "description": "Optional: return the files the program writes under out/ (out/ exists only then)."},
+            "type_check": {"type": "boolean", "description": "Optional: type-check the program before it runs; a `type-error` result lists what to fix, and nothing ran."},
             "files": {
                 "type": "object",
                 "description": "Optional input files, by name: text, or {\"base64\": data} for bytes. The program reads them in its working directory.",
@@ -680,6 +697,7 @@ fn output_schema() -> Value {
                 }
             },
             "session": {"type": "string", "description": "The session the program ran in (pass it as `session` to use it again)."},
+            "diagnostics": {"type": "array", "items": {"type": "string"}, "description": "The type check's warnings, when the program was checked: each at its line."},
             "suspended": {
                 "type": "object",
                 "description": "The program stopped at a call that needs a person's approval: the call, and why.",
@@ -692,7 +710,7 @@ fn output_schema() -> Value {
             "error": {
                 "type": "object",
                 "properties": {
-                    "kind": {"type": "string", "enum": ["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies", "suspended", "diverged"]},
+                    "kind": {"type": "string", "enum": ["exception", "timeout", "abort", "worker-exit", "invalid-output", "output-limit", "dependencies", "type-error", "suspended", "diverged"]},
                     "message": {"type": "string"}
                 },
                 "required": ["kind", "message"]
@@ -747,6 +765,18 @@ fn network_rule(c: &pycage_runtime::RuntimeConfig) -> String {
     )
 }
 
+/// What the description says of the type check: always on, or asked for.
+/// (Without `--type-check` the input schema's `type_check` says it: the
+/// description, which every client reads, stays as short as it was.)
+fn type_check_rule(c: &pycage_runtime::RuntimeConfig) -> &'static str {
+    if c.type_check {
+        "- Every program is type-checked (ty) against the stubs below first: a `type-error` result lists what to \
+         fix, each at `<program>:LINE:COL`; nothing ran and no function was called. Warnings come in `diagnostics`.\n"
+    } else {
+        ""
+    }
+}
+
 /// The `run_python` description: rules, budgets and the stubs (or one-line
 /// summaries when the stubs would take it over `max_description_bytes`).
 pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &ServerOptions) -> String {
@@ -775,6 +805,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
          - display(obj) shows rich output: a matplotlib figure (plt.show()), a DataFrame, an image. \
          Each display comes back after the result as an image or text (up to {} in all); the value stays JSON.\n\
          - The standard library is available; {}\n\
+         {}\
          - Files (not with `session`): `files` {{\"name\": \"text\" or {{\"base64\": \"...\"}}}} (at most {} files, {} each, {} in all) \
          appear read-only in the working directory; with `\"return_files\": true`, what the program writes under `out/` comes back ({}).\n\
          \n\
@@ -791,6 +822,7 @@ pub fn description_with(runtime: &Runtime, bindings: &Bindings, options: &Server
         approval_rule(bindings),
         size(c.max_display_bytes),
         network_rule(c),
+        type_check_rule(c),
         files.max_files,
         size(files.max_file_bytes),
         size(files.max_total_bytes),

@@ -258,10 +258,18 @@ fn display_parts<'py>(py: Python<'py>, d: &pycage_runtime::Display) -> PyResult<
     Ok((d.data.clone(), metadata))
 }
 
-/// What was copied to the output directory, when one was asked for:
-/// `([(path, bytes)], [(path, reason, kind)], bytes, truncated)`.
+/// What was copied to the output directory, when one was asked for
+/// (`None` otherwise): [`copy_parts`].
 fn output_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, PyAny>> {
-    let Some(o) = &r.output else { return Ok(py.None().into_bound(py)) };
+    match &r.output {
+        Some(o) => copy_parts(py, o),
+        None => Ok(py.None().into_bound(py)),
+    }
+}
+
+/// A copy's report: `([(path, bytes)], [(path, reason, kind)], bytes,
+/// truncated)`.
+pub fn copy_parts<'py>(py: Python<'py>, o: &pycage_runtime::CopyReport) -> PyResult<Bound<'py, PyAny>> {
     let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
     let files: Vec<(String, u64)> = o.files.iter().map(|f| (path(&f.path), f.bytes)).collect();
     let skipped: Vec<(String, String, &str)> =
@@ -297,8 +305,22 @@ pub fn result_parts<'py>(py: Python<'py>, r: &RunResult) -> PyResult<Bound<'py, 
         }
         None => py.None().into_bound(py),
     };
-    (r.value.is_some(), value, r.logs.clone(), kind, message, r.dropped_frames, displays, output, suspension)
-        .into_pyobject(py)
+    let parts = (
+        r.value.is_some(),
+        value,
+        r.logs.clone(),
+        kind,
+        message,
+        r.dropped_frames,
+        displays,
+        output,
+        r.diagnostics.clone(),
+    );
+    // One more than the tuple conversions pyo3 has: the suspension appended.
+    let tuple = parts.into_pyobject(py)?;
+    let mut items: Vec<Bound<'py, PyAny>> = tuple.iter().collect();
+    items.push(suspension);
+    PyTuple::new(py, items)
 }
 
 /// The next signal tick (never, without ticks).

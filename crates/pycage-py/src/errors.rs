@@ -23,6 +23,7 @@ pub fn misuse(py: Python<'_>, e: MisuseError) -> PyErr {
             "the runtime is closed; create a new pycage.Runtime to run more programs".into(),
         ),
         MisuseError::Input(m) => error(py, "PycageError", format!("invalid input: {m}")),
+        MisuseError::TypeCheck(e) => error(py, "ConfigError", e.to_string()),
         MisuseError::Limits(e) => {
             error(py, "PycageError", format!("invalid run limits: {} {}", python_name(e.field), e.problem))
         }

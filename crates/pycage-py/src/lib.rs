@@ -12,7 +12,8 @@
 //! `convert`, `errors` (exceptions in the caller's terms), `executor` (the
 //! process's tokio runtime), `helper` (which shell helper a runtime
 //! starts), `calls` (Python callables as bindings), `drive` (one run,
-//! sync or asyncio), `session`, then `runtime`.
+//! sync or asyncio), `files` (a run's `out/` copied for a transport that
+//! brought it), `session`, then `runtime`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod calls;
@@ -20,6 +21,7 @@ mod convert;
 mod drive;
 mod errors;
 mod executor;
+mod files;
 mod helper;
 mod runtime;
 mod session;
@@ -69,6 +71,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(from_json, m)?)?;
     m.add_function(wrap_pyfunction!(_serve_shell_helper, m)?)?;
     m.add_function(wrap_pyfunction!(_shell_helper_kind, m)?)?;
+    m.add_function(wrap_pyfunction!(files::_copy_output, m)?)?;
     // The package's version is the workspace's (maturin takes it from Cargo).
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("MIN_ADDRESS_SPACE_BYTES", pycage_runtime::config::MIN_ADDRESS_SPACE_BYTES)?;

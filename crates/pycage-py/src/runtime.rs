@@ -38,6 +38,7 @@ impl pycage_runtime::Spelling for PythonSpelling {
             pycage_runtime::Setting::Venv => "pycage.Runtime(venv=...)",
             pycage_runtime::Setting::Preload => "preload",
             pycage_runtime::Setting::WithPackages => "with_packages",
+            pycage_runtime::Setting::Ty => "pycage.Runtime(ty=...)",
         }
     }
 }
@@ -54,7 +55,8 @@ fn start_error(py: Python<'_>, e: RuntimeError) -> PyErr {
         | RuntimeError::AllowRead(_)
         | RuntimeError::Venv { .. }
         | RuntimeError::Preload(_)
-        | RuntimeError::Packages(_) => error(py, "ConfigError", message),
+        | RuntimeError::Packages(_)
+        | RuntimeError::TypeCheck(_) => error(py, "ConfigError", message),
         RuntimeError::Bootstrap(_) | RuntimeError::RunDirs(_) | RuntimeError::Spawner(_) => {
             error(py, "PycageError", message)
         }
@@ -115,6 +117,7 @@ pub struct RunOptions {
     limits: Option<HashMap<String, u64>>,
     inputs: Option<Vec<PathBuf>>,
     output_dir: Option<PathBuf>,
+    type_check: Option<bool>,
     /// A durable run's resume: its journal and the pending call's answer.
     resume: Option<Resume>,
 }
@@ -196,6 +199,7 @@ impl NativeRuntime {
         let mut req = request(program, namespaces, site)?.with_cancel(token.clone()).with_limits(run_limits);
         req.inputs = options.inputs.unwrap_or_default();
         req.output_dir = options.output_dir;
+        req.type_check = options.type_check;
         req.resume = options.resume;
         pycage_runtime::names::check_bindings(&req.bindings).map_err(|e| misuse(py, MisuseError::Names(e)))?;
         let rt = tokio_runtime(py)?;
@@ -216,7 +220,8 @@ impl NativeRuntime {
     #[new]
     #[pyo3(signature = (*, python=None, isolation=None, allow_read=None, run_dir_parent=None, spawn=None,
         cache_dir=None, probe_cache=true, allow_net=None, budgets=None, venv=None, preload=None,
-        with_packages=None, allow_packages=None, allow_any_package=false, journal_key=None))]
+        with_packages=None, allow_packages=None, allow_any_package=false, type_check=false, ty=None,
+        journal_key=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn new(
         py: Python<'_>,
@@ -234,6 +239,8 @@ impl NativeRuntime {
         with_packages: Option<Vec<String>>,
         allow_packages: Option<Vec<String>>,
         allow_any_package: bool,
+        type_check: bool,
+        ty: Option<PathBuf>,
         journal_key: Option<Vec<u8>>,
     ) -> PyResult<Self> {
         let cache_dir = if probe_cache { cache_dir.or_else(pycage_runtime::default_cache_dir) } else { None };
@@ -246,6 +253,8 @@ impl NativeRuntime {
             allow_any_package,
             run_dir_parent,
             cache_dir,
+            type_check,
+            ty,
             ..RuntimeConfig::default()
         };
         match spawn {
@@ -318,6 +327,8 @@ impl NativeRuntime {
         d.set_item("with_packages", c.with_packages.clone())?;
         d.set_item("allow_packages", c.allow_packages.clone())?;
         d.set_item("allow_any_package", c.allow_any_package)?;
+        d.set_item("type_check", c.type_check)?;
+        d.set_item("ty", inner.type_checker().map(std::path::Path::to_path_buf))?;
         // Every budget under its keyword, in the keyword's unit.
         for row in pycage_runtime::budgets::BUDGETS {
             let Some((keyword, unit)) = row.python else { continue };
@@ -351,7 +362,7 @@ impl NativeRuntime {
     /// signal handler's (when `poll_signals`), aborts the run and is raised
     /// once the run has settled.
     #[pyo3(signature = (program, namespaces, site, on_event=None, poll_signals=false, limits=None, inputs=None,
-        output_dir=None, resume=None))]
+        output_dir=None, type_check=None, resume=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn run<'py>(
         &self,
@@ -364,9 +375,10 @@ impl NativeRuntime {
         limits: Option<HashMap<String, u64>>,
         inputs: Option<Vec<PathBuf>>,
         output_dir: Option<PathBuf>,
+        type_check: Option<bool>,
         resume: Option<ResumeSpec>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let options = RunOptions { limits, inputs, output_dir, resume: resume_of(py, resume)? };
+        let options = RunOptions { limits, inputs, output_dir, type_check, resume: resume_of(py, resume)? };
         let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), options)?;
         drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
     }
@@ -375,7 +387,7 @@ impl NativeRuntime {
     /// Event batches go to `event_loop.call_soon_threadsafe(on_event, batch)`,
     /// then the [`RunOutcome`] to `event_loop.call_soon_threadsafe(on_done, outcome)`.
     #[pyo3(signature = (program, namespaces, site, event_loop, on_done, on_event=None, limits=None, inputs=None,
-        output_dir=None, resume=None))]
+        output_dir=None, type_check=None, resume=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn start(
         &self,
@@ -389,9 +401,10 @@ impl NativeRuntime {
         limits: Option<HashMap<String, u64>>,
         inputs: Option<Vec<PathBuf>>,
         output_dir: Option<PathBuf>,
+        type_check: Option<bool>,
         resume: Option<ResumeSpec>,
     ) -> PyResult<RunHandle> {
-        let options = RunOptions { limits, inputs, output_dir, resume: resume_of(py, resume)? };
+        let options = RunOptions { limits, inputs, output_dir, type_check, resume: resume_of(py, resume)? };
         let (rt, run, token) = self.launch(py, program, namespaces, site, on_event.is_some(), options)?;
         drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
         Ok(RunHandle { token })

@@ -41,10 +41,12 @@ impl NativeSession {
         py: Python<'_>,
         program: String,
         events: bool,
+        type_check: Option<bool>,
     ) -> PyResult<(std::sync::Arc<tokio::runtime::Runtime>, drive::Prepared, CancellationToken)> {
         let session = self.session(py)?;
         let token = CancellationToken::new();
-        let request = SessionRun::new(program).with_cancel(token.clone());
+        let mut request = SessionRun::new(program).with_cancel(token.clone());
+        request.type_check = type_check;
         let rt = tokio_runtime(py)?;
         let capacity = events.then(|| session.config().max_buffered_events);
         let run = drive::prepare(capacity, move |events| async move {
@@ -65,20 +67,21 @@ impl Drop for NativeSession {
 #[pymethods]
 impl NativeSession {
     /// Runs a program in the session, like `NativeRuntime.run`.
-    #[pyo3(signature = (program, on_event=None, poll_signals=false))]
+    #[pyo3(signature = (program, on_event=None, poll_signals=false, type_check=None))]
     fn run<'py>(
         &self,
         py: Python<'py>,
         program: String,
         on_event: Option<Py<PyAny>>,
         poll_signals: bool,
+        type_check: Option<bool>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let (rt, run, token) = self.launch(py, program, on_event.is_some())?;
+        let (rt, run, token) = self.launch(py, program, on_event.is_some(), type_check)?;
         drive::wait_blocking(py, &rt, run, token, on_event, poll_signals)
     }
 
     /// Starts a program in the session, like `NativeRuntime.start`.
-    #[pyo3(signature = (program, event_loop, on_done, on_event=None))]
+    #[pyo3(signature = (program, event_loop, on_done, on_event=None, type_check=None))]
     fn start(
         &self,
         py: Python<'_>,
@@ -86,8 +89,9 @@ impl NativeSession {
         event_loop: Py<PyAny>,
         on_done: Py<PyAny>,
         on_event: Option<Py<PyAny>>,
+        type_check: Option<bool>,
     ) -> PyResult<RunHandle> {
-        let (rt, run, token) = self.launch(py, program, on_event.is_some())?;
+        let (rt, run, token) = self.launch(py, program, on_event.is_some(), type_check)?;
         drive::deliver_to_loop(&rt, run, event_loop, on_done, on_event);
         Ok(RunHandle { token })
     }

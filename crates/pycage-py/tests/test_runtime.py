@@ -115,7 +115,8 @@ def test_version_is_the_installed_distributions():
     import importlib.metadata
 
     assert isinstance(pycage.__version__, str) and pycage.__version__
-    assert pycage.__version__ == importlib.metadata.version("pycage")
+    # The distribution is pycage-run (pycage on the index is another project).
+    assert pycage.__version__ == importlib.metadata.version("pycage-run")
 
 
 def test_missing_interpreter():

@@ -164,6 +164,11 @@ pub struct Namespace {
     /// Members whose calls need approval (as [`Binding::requiring_approval`]):
     /// an MCP server's tools by name, say. Names not in `functions` are ignored.
     pub approval: BTreeSet<String>,
+    /// The namespace as Python text for the type check: `class <global>:`
+    /// whose members are its functions (keyword-only `async def`s without
+    /// `self`), with the types they use (pycage-bindings' stubs make it
+    /// from tool schemas). `None`: each member takes any arguments.
+    pub stub: Option<String>,
 }
 
 impl Namespace {
@@ -176,6 +181,7 @@ impl Namespace {
             doc: None,
             member_docs: BTreeMap::new(),
             approval: BTreeSet::new(),
+            stub: None,
         }
     }
 
@@ -205,6 +211,12 @@ impl Namespace {
     /// Adds a member.
     pub fn with_function(mut self, name: impl Into<String>, binding: Binding) -> Self {
         self.functions.insert(name.into(), binding);
+        self
+    }
+
+    /// Sets the namespace's stub for the type check ([`Namespace::stub`]).
+    pub fn with_stub(mut self, stub: impl Into<String>) -> Self {
+        self.stub = Some(stub.into());
         self
     }
 

@@ -231,6 +231,18 @@ pub struct RuntimeConfig {
     /// given, its program); a run over it cannot suspend. Also the largest
     /// journal a resume reads.
     pub max_journal_bytes: u64,
+    /// Type-check every program with ty before it runs (`docs/semantics.md`,
+    /// "Type checking"): a program with type errors settles as
+    /// `type-error` without starting. A run (`RunRequest::type_check`) or a
+    /// session's run (`SessionRun::type_check`) can turn it on or off for
+    /// itself. Off by default.
+    pub type_check: bool,
+    /// The ty binary. `None` takes `ty` beside the interpreter (`pip
+    /// install ty` into the venv puts it there), else on `PATH`.
+    pub ty: Option<PathBuf>,
+    /// Address-space limit (`RLIMIT_AS`) of the type checker's process,
+    /// started at the first checked run and kept for the runtime's life.
+    pub type_check_memory_bytes: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -280,6 +292,9 @@ impl Default for RuntimeConfig {
             shell_helper: None,
             journal_key: None,
             max_journal_bytes: pycage_journal::DEFAULT_MAX_JOURNAL_BYTES,
+            type_check: false,
+            ty: None,
+            type_check_memory_bytes: pycage_typecheck::DEFAULT_MEMORY_BYTES,
         }
     }
 }
@@ -302,6 +317,9 @@ pub const MIN_UNREAD_REPLY_BYTES: u64 = 256 * 1024;
 
 /// Most connections [`RuntimeConfig::max_net_connections`] may allow.
 pub const MAX_NET_CONNECTIONS: u64 = 4096;
+
+/// Smallest [`RuntimeConfig::type_check_memory_bytes`].
+pub const MIN_TYPE_CHECK_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Smallest run tmpfs.
 pub const MIN_DISK_BYTES: u64 = 1024 * 1024;
@@ -369,6 +387,9 @@ impl RuntimeConfig {
                     problem: format!("{name:?} is not a package name (letters, digits, '.', '_', '-')"),
                 });
             }
+        }
+        if self.type_check_memory_bytes < MIN_TYPE_CHECK_MEMORY_BYTES {
+            return err("type_check_memory_bytes", "must be at least 256 MiB (ty maps its typeshed and caches)");
         }
         if !self.allow_net.is_empty() && self.isolation == Isolation::Process {
             return err(

@@ -51,6 +51,9 @@ pub enum RuntimeError {
     /// thread running.
     #[error("{}", preload_problem(.0, &RustSpelling))]
     Preload(crate::interpreter::PreloadFailure),
+    /// `RuntimeConfig::type_check` is on and ty cannot be found.
+    #[error("{}", type_check_problem(.0, &RustSpelling))]
+    TypeCheck(pycage_typecheck::LocateError),
     /// The caller's `RuntimeConfig::with_packages` could not be installed.
     #[error("{}", packages_problem(.0, &RustSpelling))]
     Packages(pycage_packages::PackageError),
@@ -70,6 +73,23 @@ fn preload_problem(failure: &crate::interpreter::PreloadFailure, spelling: &dyn 
         String::new()
     };
     format!("{} {}: {}{hint}", spelling.setting(Setting::Preload), failure.module, failure.why)
+}
+
+fn type_check_problem(e: &pycage_typecheck::LocateError, spelling: &dyn Spelling) -> String {
+    let install = format!("`pip install ty=={}`", pycage_typecheck::TESTED_TY_VERSION);
+    match e {
+        pycage_typecheck::LocateError::Configured(path) => format!(
+            "{} {} is not an executable file: install ty with {install}, or name another",
+            spelling.setting(Setting::Ty),
+            path.display()
+        ),
+        pycage_typecheck::LocateError::NotFound(dir) => format!(
+            "type checking needs ty, which was found neither beside the interpreter ({}) nor on PATH: install it \
+             with {install} into the interpreter's venv (or anywhere on PATH), or name the binary with {}",
+            dir.display(),
+            spelling.setting(Setting::Ty)
+        ),
+    }
 }
 
 fn packages_problem(e: &pycage_packages::PackageError, spelling: &dyn Spelling) -> String {
@@ -96,6 +116,7 @@ impl RuntimeError {
             RuntimeError::Venv { path, problem } => venv_problem(path, problem, spelling),
             RuntimeError::Preload(failure) => preload_problem(failure, spelling),
             RuntimeError::Packages(e) => packages_problem(e, spelling),
+            RuntimeError::TypeCheck(e) => type_check_problem(e, spelling),
             other => other.to_string(),
         }
     }
@@ -123,6 +144,9 @@ pub enum MisuseError {
     /// A journal a resume refuses (before any program runs).
     #[error("cannot resume: {0}")]
     Journal(#[from] pycage_journal::JournalError),
+    /// A type check was asked for and ty cannot be found.
+    #[error(transparent)]
+    TypeCheck(#[from] pycage_typecheck::LocateError),
 }
 
 #[cfg(test)]
@@ -139,6 +163,7 @@ mod tests {
                 Setting::Venv => "--venv",
                 Setting::Preload => "--preload",
                 Setting::WithPackages => "--with",
+                Setting::Ty => "--ty",
             }
         }
     }

@@ -58,7 +58,8 @@
 //! 3. `launch`: every way a run's process is made (exec, exec into a
 //!    sandbox, the zygote, its pool and the sandbox shells its children
 //!    join), with typed errors.
-//! 4. `run`: a sans-I/O protocol machine and the driver around it.
+//! 4. `run`: a sans-I/O protocol machine and the driver around it; `check`:
+//!    the type check before a run (`pycage-typecheck`), as a run's outcome.
 //! 5. `lifecycle`: the one run sequence (admission, a worker, execution,
 //!    settling, output, refill) and the `Core` every run of a runtime shares.
 //! 6. `session` and `runtime`: the public API, handles on one `Core`.
@@ -67,7 +68,8 @@
 //! names it had: the watchdog (`pycage-watchdog`, as [`watchdog`]), the
 //! egress proxy and its rules (`pycage-egress`, as [`net`]), package
 //! installation (`pycage-packages`, as [`packages`]), run directories and
-//! file copies (`pycage-files`, as [`cleanup`] and [`files`]), uid leases
+//! file copies (`pycage-files`, as [`cleanup`] and [`files`]), the type
+//! check (`pycage-typecheck`, as [`typecheck`]), uid leases
 //! (`pycage-sandbox`, as [`lease`]), the log ledger
 //! (`pycage-protocol`, as [`ledger`]) and durable runs' journals
 //! (`pycage-journal`, as [`journal`]); processes (signals without
@@ -81,6 +83,7 @@ mod bindings;
 mod blocking;
 pub mod budgets;
 mod channel;
+mod check;
 /// Run directories (the `pycage-files` crate).
 pub use pycage_files::cleanup;
 pub mod config;
@@ -111,6 +114,8 @@ mod runtime;
 mod session;
 mod spelling;
 mod sync;
+/// The type check before a run (the `pycage-typecheck` crate).
+pub use pycage_typecheck as typecheck;
 /// Run-wide CPU and memory (the `pycage-watchdog` crate).
 pub use pycage_watchdog as watchdog;
 

@@ -13,6 +13,9 @@
 //! - its declared packages (`pycage_packages`): found in the cache, or
 //!   installed by the host, before the wall clock starts (bounded by
 //!   `install_timeout` instead); a failure settles as `dependencies`;
+//! - the type check, when the run asks for one (`crate::check`), under the
+//!   run's wall clock: errors settle the run as `type-error` before any
+//!   process is taken;
 //! - waiting for a worker (a pooled child, a fork by the zygote, a sandbox
 //!   built for the run): a zygote that does not answer is the pool's
 //!   problem, never a reason for a run to outlive its wall clock;
@@ -38,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::bindings::{Namespace, RunId};
+use crate::check::TypeCheck;
 use crate::config::RuntimeConfig;
 use crate::durable::Durable;
 use crate::error::RuntimeError;
@@ -64,14 +68,22 @@ pub(crate) struct Core {
     work: TaskTracker,
     /// This runtime's scan of `/proc` (see `watchdog`), shared by its runs.
     scan: Arc<pycage_watchdog::ScanCache>,
+    /// The type check of runs that ask for one.
+    pub(crate) checks: TypeCheck,
 }
 
 impl Core {
     pub(crate) fn new(config: RuntimeConfig) -> Result<Core, RuntimeError> {
         config.validate()?;
         let config = Arc::new(config);
+        let launcher = Launcher::new(Arc::clone(&config))?;
+        let interpreter = launcher.interpreter();
+        let (major, minor, _) = interpreter.version;
+        let extra = launcher.with_entry_path().into_iter().collect();
+        let checks = TypeCheck::new(&config, &interpreter.executable, (major, minor), extra)?;
         Ok(Core {
-            launcher: Launcher::new(Arc::clone(&config))?,
+            launcher,
+            checks,
             admission: tokio::sync::Semaphore::new(config.max_concurrent_runs),
             config,
             shutdown: CancellationToken::new(),
@@ -135,6 +147,7 @@ impl Core {
         self.tracker.close();
         self.shutdown.cancel();
         self.tracker.wait().await;
+        self.checks.close().await;
         self.launcher.close().await;
     }
 }
@@ -154,6 +167,11 @@ pub(crate) struct Plan {
     pub transcript: Option<PathBuf>,
     /// The budgets of this run: the runtime's, with the request's overrides.
     pub config: Arc<RuntimeConfig>,
+    /// Whether the program is type-checked before it runs.
+    pub type_check: bool,
+    /// A session's cells so far, for the type check (a run that reaches its
+    /// program joins it).
+    pub history: Option<pycage_typecheck::History>,
     /// A durable run's recording or replay (a runtime with a journal key).
     pub durable: Option<Durable>,
 }
@@ -217,7 +235,20 @@ fn settled(kind: FailureKind, message: impl Into<String>) -> Outcome {
 
 /// Runs `plan` through the whole sequence (see the module docs).
 pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
-    let Plan { program, bindings, cancel, stop, events, inputs, output_dir, transcript, config, durable } = plan;
+    let Plan {
+        program,
+        bindings,
+        cancel,
+        stop,
+        events,
+        inputs,
+        output_dir,
+        transcript,
+        config,
+        type_check,
+        history,
+        durable,
+    } = plan;
     // Held until the run (and its child) is settled; shutdown waits on it.
     let _token = rt.background().token();
     let _busy = rt.work.token();
@@ -265,6 +296,32 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
     let sys_path: Vec<String> = packages.iter().map(|p| rt.launcher.packages_inside(p)).collect();
     let deadline = Instant::now() + config.wall_time;
     let wall_exceeded = || format!("the wall-clock budget of {} ms was exceeded", config.wall_time.as_millis());
+
+    // 1c. The type check, under the run's wall clock: a failed one settles
+    //     the run before any process is taken.
+    let mut checked = None;
+    if type_check {
+        let own = packages.as_ref().filter(|p| p.own).map(|p| p.entry.path().to_path_buf());
+        let check = rt.checks.check(&program, &bindings, own.as_deref(), history.as_ref(), deadline, config.wall_time);
+        let answer = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                return settled(FailureKind::Abort, "the run was cancelled by the caller while it was type-checked");
+            }
+            _ = stop.cancelled() => return settled(FailureKind::Abort, stop_message(rt)),
+            answer = check => answer,
+        };
+        match answer {
+            Ok(c) => checked = Some(c),
+            Err(result) => return Outcome { result, after: ChildAfter::Gone, took_worker: false, ran: false },
+        }
+    }
+    let diagnostics = checked.as_ref().map(|c| c.report.warning_texts()).unwrap_or_default();
+    // What joins a session's history once the program was sent.
+    let cell = history.as_ref().map(|_| match checked {
+        Some(c) => c.cell,
+        None => pycage_typecheck::Cell::unchecked(&program),
+    });
 
     // 2. A worker: the session's own, or a new one, raced against the same
     //    and the deadline. A half-made worker is dropped (killed, reaped).
@@ -393,6 +450,10 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         resumed,
     };
     let (mut result, after) = run::execute(worker, machine, inputs).await;
+    result.diagnostics = diagnostics;
+    if let (Some(history), Some(cell)) = (&history, cell) {
+        history.push(cell);
+    }
     if let Some(egress) = egress {
         result.network = Some(egress.finish().await);
     }

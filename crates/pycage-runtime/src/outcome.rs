@@ -35,6 +35,10 @@ pub enum FailureKind {
     /// recorded calls): the message names the call. Nothing live was
     /// called after the divergence.
     Diverged,
+    /// The type check (`RuntimeConfig::type_check`) found errors: the
+    /// message lists them in the program's own lines. The program did not
+    /// start and no binding was called.
+    TypeError,
 }
 
 impl FailureKind {
@@ -50,6 +54,7 @@ impl FailureKind {
             FailureKind::Dependencies => "dependencies",
             FailureKind::Suspended => "suspended",
             FailureKind::Diverged => "diverged",
+            FailureKind::TypeError => "type-error",
         }
     }
 }
@@ -120,6 +125,11 @@ pub struct RunResult {
     pub network: Option<NetworkReport>,
     /// Set when the run is suspended (`error` is then of kind `suspended`).
     pub suspension: Option<Suspension>,
+    /// The type check's warnings, when the run was checked: each ty's
+    /// concise line with the source line under it (see
+    /// `docs/semantics.md`, "Type checking"). Errors are never here: they
+    /// fail the run as `type-error`.
+    pub diagnostics: Vec<String>,
 }
 
 impl RunResult {
@@ -136,7 +146,8 @@ impl RunResult {
     /// `truncated`, `complete`: nothing but excluded entries was skipped),
     /// `network` (only with an egress allow-list: `connections` `[{method,
     /// host, port, allowed, bytes_up, bytes_down, reason?}]`, `bytes_up`,
-    /// `bytes_down`, `refused_over_budget`, `budget_exceeded?`), `error`
+    /// `bytes_down`, `refused_over_budget`, `budget_exceeded?`),
+    /// `diagnostics` (only when a type check warned: strings), `error`
     /// `{kind, message}` (absent on success), `suspended` (only when
     /// suspended: `{call: {global, name, args}, reason}`; the journal is
     /// bytes, left to the caller to store).
@@ -170,6 +181,14 @@ impl RunResult {
             if let Some(network) = &self.network {
                 b.key("network")?;
                 network.write_json(&mut b)?;
+            }
+            if !self.diagnostics.is_empty() {
+                b.key("diagnostics")?;
+                b.begin_array()?;
+                for d in &self.diagnostics {
+                    b.string(d)?;
+                }
+                b.end()?;
             }
             if let Some(e) = &self.error {
                 b.key("error")?;

@@ -32,6 +32,9 @@ pub struct RunRequest {
     /// (fd 3) into, as received: a transcript `pycage frames validate`
     /// checks. Created (truncated) when the run starts.
     pub transcript: Option<PathBuf>,
+    /// Type-check the program first (`Some(true)`), or not (`Some(false)`);
+    /// `None` follows `RuntimeConfig::type_check`.
+    pub type_check: Option<bool>,
     /// Resume a suspended run from its journal instead of starting one
     /// (`docs/durable.md`): `program` may then be empty (the journal's is
     /// run) or must be the journal's, `bindings` must be the ones the run
@@ -130,6 +133,12 @@ impl RunRequest {
     /// Sets this run's own budgets.
     pub fn with_limits(mut self, limits: RunLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Type-checks the program first, or not ([`RunRequest::type_check`]).
+    pub fn with_type_check(mut self, on: bool) -> Self {
+        self.type_check = Some(on);
         self
     }
 

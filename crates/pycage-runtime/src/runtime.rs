@@ -41,6 +41,12 @@ impl Runtime {
         self.core.launcher.interpreter()
     }
 
+    /// The ty binary type checks run with (`RuntimeConfig::ty`, else beside
+    /// the interpreter, else on `PATH`), if one was found.
+    pub fn type_checker(&self) -> Option<&std::path::Path> {
+        self.core.checks.ty()
+    }
+
     /// What a sandboxed run sees of the host (`None` in process isolation).
     pub fn sandbox_view(&self) -> Option<SandboxView> {
         self.core.launcher.sandbox_view()
@@ -121,9 +127,14 @@ impl Runtime {
         names::check_bindings(&request.bindings)?;
         let inputs = site::resolve_inputs(&request.inputs).map_err(MisuseError::Input)?;
         let (mut program, mut limits) = (request.program, request.limits);
+        let resuming = request.resume.is_some();
         let durable =
             crate::durable::prepare(&self.core.config, &mut program, &request.bindings, &mut limits, request.resume)?;
         let config = limits.apply(&self.core.config)?;
+        // A resumed program is the journal's, checked (or not) when it
+        // first ran; checking it again would only cost the resume.
+        let asked = if resuming { Some(false) } else { request.type_check };
+        let type_check = self.core.checks.wanted(asked, &config)?;
         if self.core.is_shut_down() {
             return Err(MisuseError::ShutDown);
         }
@@ -137,6 +148,8 @@ impl Runtime {
             output_dir: request.output_dir,
             transcript: request.transcript,
             config,
+            type_check,
+            history: None,
             durable,
         };
         Ok(crate::lifecycle::run(&self.core, plan, Keep::OneShot).await.result)

@@ -122,6 +122,10 @@ pub struct SessionRun {
     /// This run's own budgets (wall clock, CPU; a memory override is
     /// refused: the session's memory budget is fixed when it opens).
     pub limits: RunLimits,
+    /// Type-check the cell first, as one program with the cells that ran
+    /// before it (`Some(true)`), or not; `None` follows
+    /// `RuntimeConfig::type_check`.
+    pub type_check: Option<bool>,
 }
 
 impl SessionRun {
@@ -141,6 +145,12 @@ impl SessionRun {
         self.limits = limits;
         self
     }
+
+    /// Type-checks the cell first, or not ([`SessionRun::type_check`]).
+    pub fn with_type_check(mut self, on: bool) -> Self {
+        self.type_check = Some(on);
+        self
+    }
 }
 
 struct State {
@@ -149,6 +159,8 @@ struct State {
     /// The last run's end sample while it is still being taken: the next
     /// run's CPU baseline if it starts before the sample is in.
     end_sample: Option<lifecycle::Baseline>,
+    /// The cells that ran, for the type check (when there is a checker).
+    history: Option<pycage_typecheck::History>,
 }
 
 struct Inner {
@@ -200,7 +212,12 @@ impl Session {
             config,
             options,
             opened: now,
-            state: tokio::sync::Mutex::new(State { kept: None, runs: 0, end_sample: None }),
+            state: tokio::sync::Mutex::new(State {
+                kept: None,
+                runs: 0,
+                end_sample: None,
+                history: runtime.checks.available().then(pycage_typecheck::History::new),
+            }),
             ended: Mutex::new(None),
             last_used: Mutex::new(now),
             edges: Arc::default(),
@@ -261,6 +278,7 @@ impl Session {
             })));
         }
         let config = request.limits.apply(&inner.config).map_err(MisuseError::from)?;
+        let type_check = runtime.checks.wanted(request.type_check, &config)?;
         // Runs of one session are serialized; a close does not wait here.
         let mut state = tokio::select! {
             state = inner.state.lock() => state,
@@ -287,6 +305,8 @@ impl Session {
             transcript: None,
             config,
             durable: None,
+            type_check,
+            history: state.history.clone(),
         };
         let first = state.runs == 0;
         let state = &mut *state;

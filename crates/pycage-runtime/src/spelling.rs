@@ -16,6 +16,8 @@ pub enum Setting {
     Preload,
     /// The caller's requirements (`RuntimeConfig::with_packages`).
     WithPackages,
+    /// The type checker's binary (`RuntimeConfig::ty`).
+    Ty,
 }
 
 /// How one interface names settings in its messages.
@@ -37,6 +39,7 @@ impl Spelling for RustSpelling {
             Setting::Venv => "RuntimeConfig::venv",
             Setting::Preload => "RuntimeConfig::preload",
             Setting::WithPackages => "RuntimeConfig::with_packages",
+            Setting::Ty => "RuntimeConfig::ty",
         }
     }
 }

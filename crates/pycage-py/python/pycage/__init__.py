@@ -10,30 +10,36 @@ with Python callables as the functions it may call.
 
 See :class:`Runtime` for budgets and isolation, :class:`Result` for
 outcomes, :func:`python_tools` for turning a list of functions into a
-namespace plus the stub text a model needs, and ``pycage.fastmcp`` for a
-fastmcp code-mode sandbox provider.
+namespace plus the stub text a model needs, ``pycage.fastmcp`` for a
+fastmcp code-mode sandbox provider, and ``pycage.ray`` for the same API
+across the nodes of a Ray cluster.
+
+Layers
+------
+
+Each module imports only those listed before it (``tests/test_layers.py``
+checks every import): ``errors``, ``_native`` (the compiled half),
+``_budgets`` (the budgets table), ``_display``, ``_signature`` (what
+``help()`` shows in a run), ``_checks`` (argument checks), ``_files``,
+``_results``, ``_bindings``, ``_events``, ``_api`` (the run API, one
+definition for every transport), ``_session``, ``_runtime`` (the local
+runtime), ``tools``, ``fastmcp``, ``_integrations`` (what the framework
+integrations share), ``smolagents``, ``pydantic_ai``, ``langchain``,
+``openai_agents``, then ``ray`` (a package; its own list is in its
+docstring).
 """
 
+from ._bindings import Bindings, ErrorClass, Namespace
 from ._display import Display, OutputFile, SkippedFile
-from ._durable import PendingCall, Suspend, Suspension, approval
+from ._events import CallFinished, CallStarted
 from ._native import __version__, from_json, to_json
-from ._runtime import (
-    Bindings,
-    CallFinished,
-    CallStarted,
-    ErrorClass,
-    Failure,
-    FailureKind,
-    Namespace,
-    Result,
-    Runtime,
-    Session,
-)
+from ._results import Failure, FailureKind, Result
+from ._runtime import Runtime
+from ._session import Session
 from .errors import (
     ConfigError,
     InterpreterError,
     InvalidBindingsError,
-    JournalError,
     PycageError,
     RunError,
     RuntimeClosedError,
@@ -60,11 +66,6 @@ __all__ = [
     "CallFinished",
     "Toolset",
     "python_tools",
-    "approval",
-    "Suspend",
-    "Suspension",
-    "PendingCall",
-    "JournalError",
     "to_json",
     "from_json",
     "PycageError",

@@ -8,23 +8,11 @@ from typing import Any, Optional
 NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool, str]], Optional[tuple[str, str]], str]
 DisplayParts = tuple[list[tuple[str, str]], dict[str, Any]]
 OutputParts = tuple[list[tuple[str, int]], list[tuple[str, str, str]], int, bool]
-# (global, name, args, reason, journal) of a suspended run's pending call.
-SuspensionParts = tuple[str, str, Any, str, bytes]
 # (has_value, value, logs, error_kind, error_message, dropped_frames,
-#  displays, output (None without an output_dir), suspension).
+#  displays, output (None without an output_dir), type-check diagnostics).
 ResultParts = tuple[
-    bool,
-    Any,
-    list[str],
-    Optional[str],
-    Optional[str],
-    int,
-    list[DisplayParts],
-    Optional[OutputParts],
-    Optional[SuspensionParts],
+    bool, Any, list[str], Optional[str], Optional[str], int, list[DisplayParts], Optional[OutputParts], list[str]
 ]
-# (journal, approved, reply value or denial message).
-ResumeSpec = tuple[bytes, bool, Any]
 
 __version__: str
 MIN_ADDRESS_SPACE_BYTES: int
@@ -38,13 +26,16 @@ def to_json(value: object) -> str:
 def from_json(text: str) -> Any:
     """Parses JSON exactly: ints of any size, ``-0.0``, any depth."""
 
+def _copy_output(work_dir: str, output_dir: str, max_bytes: int) -> OutputParts:
+    """Copies ``work_dir/out`` into ``output_dir`` as a run's ``out/`` is
+    copied (for ``pycage.ray``, which brings it from a node)."""
+
 class Reply:
     """One async binding call's way back (internal)."""
 
     task: Optional[asyncio.Task[Any]]
     def resolve(self, value: object) -> None: ...
     def reject(self, message: str) -> None: ...
-    def fail(self, exc: BaseException) -> None: ...
 
 class RunHandle:
     def cancel(self) -> None:
@@ -71,7 +62,8 @@ class NativeRuntime:
         with_packages: Optional[list[str]] = None,
         allow_packages: Optional[list[str]] = None,
         allow_any_package: bool = False,
-        journal_key: Optional[bytes] = None,
+        type_check: bool = False,
+        ty: Optional[str] = None,
     ) -> None: ...
     @property
     def python_version(self) -> tuple[int, int, int]: ...
@@ -87,7 +79,7 @@ class NativeRuntime:
         limits: Optional[dict[str, int]] = None,
         inputs: Optional[list[str]] = None,
         output_dir: Optional[str] = None,
-        resume: Optional[ResumeSpec] = None,
+        type_check: Optional[bool] = None,
     ) -> ResultParts: ...
     def start(
         self,
@@ -100,7 +92,7 @@ class NativeRuntime:
         limits: Optional[dict[str, int]] = None,
         inputs: Optional[list[str]] = None,
         output_dir: Optional[str] = None,
-        resume: Optional[ResumeSpec] = None,
+        type_check: Optional[bool] = None,
     ) -> RunHandle: ...
     def session(
         self,
@@ -110,8 +102,8 @@ class NativeRuntime:
         max_lifetime_seconds: Optional[float] = None,
         address_space_bytes: Optional[int] = None,
     ) -> NativeSession: ...
-    def _bench_run(self, program: str) -> float: ...
     def wait_idle(self, timeout: float) -> bool: ...
+    def _bench_run(self, program: str) -> float: ...
     def close(self) -> None: ...
 
 class NativeSession:
@@ -122,6 +114,7 @@ class NativeSession:
         program: str,
         on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
         poll_signals: bool = False,
+        type_check: Optional[bool] = None,
     ) -> ResultParts: ...
     def start(
         self,
@@ -129,5 +122,6 @@ class NativeSession:
         event_loop: asyncio.AbstractEventLoop,
         on_done: Callable[[RunOutcome], None],
         on_event: Optional[Callable[[list[tuple[Any, ...]]], None]] = None,
+        type_check: Optional[bool] = None,
     ) -> RunHandle: ...
     def close(self) -> None: ...

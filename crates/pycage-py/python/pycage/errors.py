@@ -62,10 +62,9 @@ class SessionBusyError(PycageError, RuntimeError):
 
 
 class JournalError(PycageError, ValueError):
-    """A journal :meth:`pycage.Runtime.resume` refuses, before any program
-    runs: altered, signed with another key, of another format version, too
-    large, or made with other bindings or another program (the message
-    says which)."""
+    """A journal ``resume`` refuses, before any program runs: altered,
+    signed with another key, of another format version, too large, or made
+    with other bindings or another program (the message says which)."""
 
 
 class RunError(PycageError):
@@ -73,7 +72,7 @@ class RunError(PycageError):
 
     ``kind`` is the failure kind (``"exception"``, ``"timeout"``, ``"abort"``,
     ``"worker-exit"``, ``"invalid-output"``, ``"output-limit"``,
-    ``"dependencies"``, ``"suspended"`` or ``"diverged"``),
+    ``"dependencies"``, ``"type-error"``, ``"suspended"`` or ``"diverged"``),
     ``message`` its message and ``logs`` the run's output lines.
     """
 

@@ -39,8 +39,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional
 
+from ._bindings import _is_async
 from ._native import to_json
-from ._runtime import Runtime, _is_async
+from ._runtime import Runtime
 
 __all__ = ["PycageSandboxProvider"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from ._runtime import ErrorClass, Namespace
+from ._bindings import ErrorClass, Namespace
 from ._signature import is_identifier, member_def
 from .errors import InvalidBindingsError
 

@@ -319,6 +319,12 @@ impl Launcher {
         Ok(Some(RunPackages { entry: Arc::new(entry), own: true }))
     }
 
+    /// The host directory of the packages every run gets (the caller's
+    /// `with_packages`), if any.
+    pub(crate) fn with_entry_path(&self) -> Option<PathBuf> {
+        self.with_entry.as_ref().map(|e| e.path().to_path_buf())
+    }
+
     /// Where a run's process sees `packages`: its `run.sysPath`.
     pub(crate) fn packages_inside(&self, packages: &RunPackages) -> String {
         match &self.sandboxes {
