@@ -40,7 +40,7 @@ mod tape;
 
 pub use digest::{args_digest, BindingsDigest, Digest};
 pub use error::{JournalError, KeyError};
-pub use format::{Budgets, Delivered, Event, Journal, Pending, Reply, Seeds, Spent, FORMAT_VERSION};
+pub use format::{Budgets, Cell, Delivered, Event, Journal, Pending, Reply, Seeds, Spent, FORMAT_VERSION};
 pub use key::{JournalKey, KEY_ENV, MIN_KEY_BYTES};
 pub use tape::{Due, Given, Meta, OnCall, SuspendError, Tape};
 
