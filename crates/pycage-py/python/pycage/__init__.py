@@ -21,7 +21,8 @@ Each module imports only those listed before it (``tests/test_layers.py``
 checks every import): ``errors``, ``_native`` (the compiled half),
 ``_budgets`` (the budgets table), ``_display``, ``_signature`` (what
 ``help()`` shows in a run), ``_checks`` (argument checks), ``_files``,
-``_durable`` (approval marks, suspensions, journal arguments), ``_results``, ``_bindings``, ``_events``, ``_api`` (the run API, one
+``_durable`` (approval marks, suspensions, journal arguments),
+``_results``, ``_bindings``, ``_events``, ``_api`` (the run API, one
 definition for every transport), ``_session``, ``_runtime`` (the local
 runtime), ``tools``, ``fastmcp``, ``_integrations`` (what the framework
 integrations share), ``smolagents``, ``pydantic_ai``, ``langchain``,
