@@ -279,3 +279,21 @@ async fn a_session_over_its_journal_budget_no_longer_suspends() {
     assert!(message.contains("cells fit max_journal_bytes"), "{message}");
     assert_eq!(value(&session.run("return len(pad)").await.unwrap()), "10000");
 }
+
+#[tokio::test]
+async fn a_first_cell_that_suspends_resumes_with_no_cell_before_it() {
+    let (lookups, paid) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let rt = durable_runtime();
+    let session = rt.session(options(gate(&lookups, &paid))).unwrap();
+    let r = session.run("import random\nr = random.random()\nx = await tools.pay(r)\nreturn r").await.unwrap();
+    let s = suspension(&r).clone();
+    let journal = Journal::open(&s.journal, &key(), u64::MAX).unwrap();
+    assert_eq!(journal.session.as_deref(), Some(&[][..]), "a session's journal, with no earlier cell");
+    let (session, r) =
+        rt.resume_session(&s.journal, Answer::Reply(json("7")), options(gate(&lookups, &paid))).await.unwrap();
+    // The same draw: the replayed cell called pay with the recorded argument.
+    assert_eq!(value(&r), s.call.args.to_string());
+    assert_eq!(value(&session.run("return x").await.unwrap()), "7");
+    session.close().await;
+    rt.shutdown().await;
+}
