@@ -11,7 +11,9 @@
 //! has already had, what the run spent, and the pending call. Resuming
 //! runs the program again in a fresh process and answers every recorded
 //! call from the journal ([`Tape`]); a program that takes another path
-//! is stopped before anything live is called.
+//! is stopped before anything live is called. A session's cell that
+//! suspends leaves the same journal, holding the session's earlier cells
+//! too ([`Cell`]): a resume replays them, closed, before the cell.
 //!
 //! The journal is opaque bytes signed with HMAC-SHA256 under the caller's
 //! [`JournalKey`]: altered bytes, another key, another format version or
