@@ -37,6 +37,18 @@ pub enum JournalError {
     /// The caller named a program, and the journal is of another.
     #[error("the journal is of another program than the one given: resume it without a program, or with its own")]
     OtherProgram,
+    /// A session cell's journal given to a run's resume.
+    #[error(
+        "the journal is of a session's cell, not of a one-shot run: resume it as a session (Runtime::resume_session, \
+         pycage.Runtime.resume_session), which replays the session's earlier cells first"
+    )]
+    SessionJournal,
+    /// A one-shot run's journal given to a session's resume.
+    #[error(
+        "the journal is of a one-shot run, not of a session's cell: resume it as a run (RunRequest::resuming, \
+         pycage.Runtime.resume, pycage resume)"
+    )]
+    RunJournal,
     /// The bindings given are not the ones the journal was made with.
     #[error("the bindings differ from those the journal was made with: {detail}; give the same bindings to resume")]
     Bindings { recorded: Digest, given: Digest, detail: String },

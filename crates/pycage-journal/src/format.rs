@@ -21,8 +21,10 @@ use crate::key::JournalKey;
 
 /// The format this version writes and reads. A change of what the payload
 /// means bumps it: an older journal is refused, clearly, instead of being
-/// replayed by rules it was not made under.
-pub const FORMAT_VERSION: u32 = 1;
+/// replayed by rules it was not made under. Version 2 added a session's
+/// earlier cells (`session`): a version-1 reader would have replayed a
+/// session's last cell alone.
+pub const FORMAT_VERSION: u32 = 2;
 
 const MAGIC: &[u8; 8] = b"pycagej\n";
 const HEADER: usize = MAGIC.len() + 4;
@@ -92,7 +94,31 @@ pub struct Pending {
     pub reason: String,
 }
 
+/// A session's cell that ran to its end before the suspended one: what
+/// its replay needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cell {
+    pub program: String,
+    /// The seed of `random` the cell ran with.
+    pub random: u64,
+    /// Its calls and replies, positions counted within the cell.
+    pub events: Vec<Event>,
+}
+
+impl Cell {
+    /// Bytes the cell takes in a journal's payload (within a few).
+    pub fn payload_len(&self) -> usize {
+        let mut out = Vec::new();
+        write_cell(&mut out, self);
+        out.len() + 1
+    }
+}
+
 /// Everything a suspended run's resume needs (see the crate docs).
+///
+/// A suspended session cell's journal is the cell's, as a run's would be
+/// (`program`, `events`, `pending` and the budgets are the cell's), with
+/// the session's earlier cells in `session`, in the order they ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Journal {
     pub program: String,
@@ -107,6 +133,9 @@ pub struct Journal {
     pub spent: Spent,
     /// How many times the run has suspended, this time included.
     pub suspensions: u64,
+    /// A session cell's journal: the cells the session ran before it
+    /// (`None`: a one-shot run's journal).
+    pub session: Option<Vec<Cell>>,
 }
 
 impl Journal {
@@ -209,34 +238,108 @@ impl Journal {
             out,
             format_args!(
                 "}},\"delivered\":{{\"logs\":{},\"displays\":{}}},\"spent\":{{\"wall_ms\":{},\"cpu_ms\":{}}},\
-                 \"suspensions\":{}}}",
+                 \"suspensions\":{}",
                 d.logs, d.displays, s.wall_ms, s.cpu_ms, self.suspensions
             ),
         );
+        match &self.session {
+            None => out.extend_from_slice(b",\"session\":null}"),
+            Some(cells) => {
+                out.extend_from_slice(b",\"session\":[");
+                for (i, cell) in cells.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_cell(out, cell);
+                }
+                out.extend_from_slice(b"]}");
+            }
+        }
     }
 
     /// The invariants [`crate::tape::Tape`] relies on when it replays.
     fn check(&self) -> Result<(), JournalError> {
-        let mut issued: Vec<(&str, &str, bool)> = Vec::new();
-        for event in &self.events {
-            match event {
-                Event::Issue { global, name, .. } => issued.push((global, name, false)),
-                Event::Deliver { position, .. } => {
-                    let slot = usize::try_from(*position).ok().and_then(|p| issued.get_mut(p));
-                    match slot {
-                        Some((_, _, answered @ false)) => *answered = true,
-                        Some(_) => return Err(malformed(&format!("call {position} is answered twice"))),
-                        None => return Err(malformed(&format!("a reply to call {position} before it was made"))),
-                    }
-                }
-            }
+        for cell in self.session.iter().flatten() {
+            check_events(&cell.events)?;
         }
+        let issued = check_events(&self.events)?;
         let p = &self.pending;
         match usize::try_from(p.position).ok().and_then(|i| issued.get(i)) {
             Some((g, n, false)) if *g == p.global && *n == p.name => Ok(()),
             _ => Err(malformed("the pending call is not an unanswered call of the journal")),
         }
     }
+}
+
+/// The calls of `events` (name, answered), checking that every reply
+/// follows its call and answers it once.
+fn check_events(events: &[Event]) -> Result<Vec<(&str, &str, bool)>, JournalError> {
+    let mut issued: Vec<(&str, &str, bool)> = Vec::new();
+    for event in events {
+        match event {
+            Event::Issue { global, name, .. } => issued.push((global, name, false)),
+            Event::Deliver { position, .. } => {
+                let slot = usize::try_from(*position).ok().and_then(|p| issued.get_mut(p));
+                match slot {
+                    Some((_, _, answered @ false)) => *answered = true,
+                    Some(_) => return Err(malformed(&format!("call {position} is answered twice"))),
+                    None => return Err(malformed(&format!("a reply to call {position} before it was made"))),
+                }
+            }
+        }
+    }
+    Ok(issued)
+}
+
+fn write_cell(out: &mut Vec<u8>, cell: &Cell) {
+    out.extend_from_slice(b"{\"program\":");
+    write_json_string(out, &cell.program);
+    push_fmt(out, format_args!(",\"random\":{},\"events\":[", cell.random));
+    for (i, event) in cell.events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_event(out, event);
+    }
+    out.extend_from_slice(b"]}");
+}
+
+fn read_events(array: ValueRef<'_>) -> Option<Vec<Event>> {
+    let mut events = Vec::new();
+    for item in array.as_array()? {
+        let mut parts = item.as_array()?;
+        let tag = parts.next()?.as_str()?;
+        let event = match tag {
+            "call" => Event::Issue {
+                global: str_of(parts.next())?,
+                name: str_of(parts.next())?,
+                args: Digest::from_hex(parts.next()?.as_str()?)?,
+            },
+            "ok" => Event::Deliver { position: u64_of(parts.next())?, reply: Reply::Ok(parts.next()?.to_owned()) },
+            "error" => Event::Deliver { position: u64_of(parts.next())?, reply: Reply::Err(str_of(parts.next())?) },
+            _ => return None,
+        };
+        if parts.next().is_some() {
+            return None;
+        }
+        events.push(event);
+    }
+    Some(events)
+}
+
+fn read_session(value: ValueRef<'_>) -> Option<Option<Vec<Cell>>> {
+    if value.is_null() {
+        return Some(None);
+    }
+    let mut cells = Vec::new();
+    for cell in value.as_array()? {
+        cells.push(Cell {
+            program: str_of(cell.get("program"))?,
+            random: u64_of(cell.get("random"))?,
+            events: read_events(cell.get("events")?)?,
+        });
+    }
+    Some(Some(cells))
 }
 
 fn malformed(what: &str) -> JournalError {
@@ -286,25 +389,7 @@ fn read_payload(root: ValueRef<'_>) -> Option<Journal> {
         h if h.is_null() => None,
         h => Some(u32::try_from(h.as_number()?.as_u64()?).ok()?),
     };
-    let mut events = Vec::new();
-    for item in root.get("events")?.as_array()? {
-        let mut parts = item.as_array()?;
-        let tag = parts.next()?.as_str()?;
-        let event = match tag {
-            "call" => Event::Issue {
-                global: str_of(parts.next())?,
-                name: str_of(parts.next())?,
-                args: Digest::from_hex(parts.next()?.as_str()?)?,
-            },
-            "ok" => Event::Deliver { position: u64_of(parts.next())?, reply: Reply::Ok(parts.next()?.to_owned()) },
-            "error" => Event::Deliver { position: u64_of(parts.next())?, reply: Reply::Err(str_of(parts.next())?) },
-            _ => return None,
-        };
-        if parts.next().is_some() {
-            return None;
-        }
-        events.push(event);
-    }
+    let events = read_events(root.get("events")?)?;
     let pending = root.get("pending")?;
     let position = u64_of(pending.get("position"))?;
     let (global, name) = events
@@ -341,6 +426,7 @@ fn read_payload(root: ValueRef<'_>) -> Option<Journal> {
         delivered: Delivered { logs: u64_of(delivered.get("logs"))?, displays: u64_of(delivered.get("displays"))? },
         spent: Spent { wall_ms: u64_of(spent.get("wall_ms"))?, cpu_ms: u64_of(spent.get("cpu_ms"))? },
         suspensions: u64_of(root.get("suspensions"))?,
+        session: read_session(root.get("session")?)?,
     })
 }
 
@@ -378,6 +464,7 @@ mod tests {
             delivered: Delivered { logs: 3, displays: 1 },
             spent: Spent { wall_ms: 1234, cpu_ms: 800 },
             suspensions: 1,
+            session: None,
         }
     }
 
@@ -395,6 +482,31 @@ mod tests {
     }
 
     #[test]
+    fn a_session_journal_keeps_its_earlier_cells_in_order() {
+        let mut j = sample();
+        let first = Cell {
+            program: "x = await tools.lookup()".into(),
+            random: 9,
+            events: vec![
+                Event::Issue { global: "tools".into(), name: "lookup".into(), args: args_digest(&JsonValue::null()) },
+                Event::Deliver { position: 0, reply: Reply::Ok(JsonValue::parse(b"40").unwrap()) },
+            ],
+        };
+        let second = Cell { program: "y = 2".into(), random: 0, events: Vec::new() };
+        j.session = Some(vec![first.clone(), second]);
+        let bytes = j.seal(&key());
+        assert_eq!(bytes.len(), HEADER + j.payload_len() + TAG);
+        assert_eq!(Journal::open(&bytes, &key(), u64::MAX).unwrap(), j);
+        assert!(first.payload_len() > first.program.len() + 64);
+        // A cell's events are checked as a run's are.
+        let mut bad = first;
+        bad.events.swap(0, 1);
+        j.session = Some(vec![bad]);
+        let e = Journal::open(&j.seal(&key()), &key(), u64::MAX).unwrap_err();
+        assert_eq!(e, JournalError::Malformed("a reply to call 0 before it was made".into()));
+    }
+
+    #[test]
     fn every_flipped_byte_is_refused() {
         let bytes = sample().seal(&key());
         for i in 0..bytes.len() {
@@ -403,7 +515,10 @@ mod tests {
             let e = Journal::open(&bad, &key(), u64::MAX).unwrap_err();
             let expected = match i {
                 0..8 => JournalError::NotAJournal,
-                8..12 => JournalError::Version { found: u32::from_be_bytes(bad[8..12].try_into().unwrap()), reads: 1 },
+                8..12 => JournalError::Version {
+                    found: u32::from_be_bytes(bad[8..12].try_into().unwrap()),
+                    reads: FORMAT_VERSION,
+                },
                 _ => JournalError::Signature,
             };
             assert_eq!(e, expected, "byte {i}");
@@ -418,8 +533,8 @@ mod tests {
         let mut old = bytes.clone();
         old[8..12].copy_from_slice(&0u32.to_be_bytes());
         let e = Journal::open(&old, &key(), u64::MAX).unwrap_err();
-        assert_eq!(e, JournalError::Version { found: 0, reads: 1 });
-        assert!(e.to_string().contains("format version 0; this pycage reads version 1"), "{e}");
+        assert_eq!(e, JournalError::Version { found: 0, reads: 2 });
+        assert!(e.to_string().contains("format version 0; this pycage reads version 2"), "{e}");
         assert_eq!(Journal::open(&bytes[..bytes.len() - 1], &key(), u64::MAX), Err(JournalError::Signature));
         assert_eq!(Journal::open(&bytes[..20], &key(), u64::MAX), Err(JournalError::NotAJournal));
         assert_eq!(Journal::open(b"", &key(), u64::MAX), Err(JournalError::NotAJournal));

@@ -11,7 +11,9 @@
 //! has already had, what the run spent, and the pending call. Resuming
 //! runs the program again in a fresh process and answers every recorded
 //! call from the journal ([`Tape`]); a program that takes another path
-//! is stopped before anything live is called.
+//! is stopped before anything live is called. A session's cell that
+//! suspends leaves the same journal, holding the session's earlier cells
+//! too ([`Cell`]): a resume replays them, closed, before the cell.
 //!
 //! The journal is opaque bytes signed with HMAC-SHA256 under the caller's
 //! [`JournalKey`]: altered bytes, another key, another format version or
@@ -40,7 +42,7 @@ mod tape;
 
 pub use digest::{args_digest, BindingsDigest, Digest};
 pub use error::{JournalError, KeyError};
-pub use format::{Budgets, Delivered, Event, Journal, Pending, Reply, Seeds, Spent, FORMAT_VERSION};
+pub use format::{Budgets, Cell, Delivered, Event, Journal, Pending, Reply, Seeds, Spent, FORMAT_VERSION};
 pub use key::{JournalKey, KEY_ENV, MIN_KEY_BYTES};
 pub use tape::{Due, Given, Meta, OnCall, SuspendError, Tape};
 

@@ -20,6 +20,13 @@
 //! records again, after the old events, so a second suspension's journal
 //! extends the first. Until then no binding is called, so nothing runs
 //! against live bindings after a divergence.
+//!
+//! A session's earlier cell is replayed *closed* ([`Tape::replay_cell`]):
+//! it has no pending call, and once its recorded events are used up it
+//! never goes live: another call diverges, and a call recorded without a
+//! reply (the cell ended without awaiting it) is never answered or
+//! started. A cell that ran to its end gives its record for the session's
+//! next journal ([`Tape::into_cell`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -27,7 +34,7 @@ use pycage_protocol::{json_string_len, JsonValue};
 
 use crate::digest::{args_digest, Digest};
 use crate::error::JournalError;
-use crate::format::{Budgets, Delivered, Event, Journal, Pending, Reply, Seeds, Spent};
+use crate::format::{Budgets, Cell, Delivered, Event, Journal, Pending, Reply, Seeds, Spent};
 
 /// What a run is, for its journal.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,14 +115,16 @@ pub struct Tape {
     due: VecDeque<Due>,
     suspension: Option<Pending>,
     before: (Delivered, Spent, u64),
+    /// A closed replay is over: every further call diverges.
+    closed: bool,
 }
 
 #[derive(Debug)]
 struct Replay {
     cursor: usize,
     end: usize,
-    pending: u64,
-    answer: Reply,
+    /// The pending call and its answer; `None` for a closed replay.
+    pending: Option<(u64, Reply)>,
     /// Positions with a recorded reply.
     answered: HashSet<u64>,
     /// Position → child call id, for the calls matched so far.
@@ -145,7 +154,37 @@ impl Tape {
             due: VecDeque::new(),
             suspension: None,
             before: Default::default(),
+            closed: false,
         }
+    }
+
+    /// A closed replay of a session's earlier cell (see the module docs):
+    /// `meta` is the cell's, `events` its record.
+    pub fn replay_cell(meta: Meta, events: Vec<Event>, max_bytes: u64) -> Tape {
+        let answered = answered(&events);
+        let replay =
+            Replay { cursor: 0, end: events.len(), pending: None, answered, ids: HashMap::new(), deferred: Vec::new() };
+        let mut tape = Tape::new(meta, max_bytes);
+        tape.events = events;
+        tape.replay = Some(replay);
+        tape.advance();
+        tape
+    }
+
+    /// The record of a cell that ran to its end, for its session's later
+    /// journals: `None` when it is over the journal budget (its session
+    /// can no longer suspend) or still replaying.
+    pub fn into_cell(self) -> Option<Cell> {
+        if self.over || self.replay.is_some() || self.suspension.is_some() {
+            return None;
+        }
+        Some(Cell { program: self.meta.program, random: self.meta.seeds.random, events: self.events })
+    }
+
+    /// Bytes of journal recorded so far (an estimate within a few bytes
+    /// per event).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// A resumed run's tape: `journal` (opened and verified) replayed, its
@@ -174,19 +213,13 @@ impl Tape {
             delivered,
             spent,
             suspensions,
+            session: _,
         } = journal;
-        let answered = events
-            .iter()
-            .filter_map(|e| match e {
-                Event::Deliver { position, .. } => Some(*position),
-                Event::Issue { .. } => None,
-            })
-            .collect();
+        let answered = answered(&events);
         let replay = Replay {
             cursor: 0,
             end: events.len(),
-            pending: pending.position,
-            answer,
+            pending: Some((pending.position, answer)),
             answered,
             ids: HashMap::new(),
             deferred: Vec::new(),
@@ -203,6 +236,7 @@ impl Tape {
             due: VecDeque::new(),
             suspension: None,
             before: (delivered, spent, suspensions),
+            closed: false,
         };
         tape.advance();
         Ok(tape)
@@ -240,6 +274,9 @@ impl Tape {
             return OnCall::Refused;
         }
         let position = self.issued;
+        if self.closed {
+            return OnCall::Diverged(diverged_call(position, None, global, name, args, &args_digest(args)));
+        }
         if let Some(replay) = &mut self.replay {
             let digest = args_digest(args);
             let recorded = self.events.get(replay.cursor);
@@ -250,7 +287,8 @@ impl Tape {
             }
             replay.cursor += 1;
             replay.ids.insert(position, id);
-            let kind = if position == replay.pending || replay.answered.contains(&position) {
+            let pending = replay.pending.as_ref().is_some_and(|(p, _)| *p == position);
+            let kind = if pending || replay.answered.contains(&position) {
                 OnCall::Replayed
             } else {
                 replay.deferred.push(id);
@@ -367,6 +405,7 @@ impl Tape {
                 cpu_ms: s.cpu_ms.saturating_add(spent.cpu_ms),
             },
             suspensions: suspensions + 1,
+            session: None,
         })
     }
 
@@ -389,15 +428,19 @@ impl Tape {
             return;
         }
         let Some(replay) = self.replay.take() else { return };
-        let position = replay.pending;
+        let Some((position, answer)) = replay.pending else {
+            // A closed replay: nothing goes live, nothing more is answered.
+            self.closed = true;
+            return;
+        };
         if let Some(&id) = replay.ids.get(&position) {
-            self.due.push_back(Due::Reply { id, reply: replay.answer.clone() });
+            self.due.push_back(Due::Reply { id, reply: answer.clone() });
         }
-        let size = match &replay.answer {
+        let size = match &answer {
             Reply::Ok(v) => v.canonical_len_within(usize::MAX).unwrap_or(0) as u64,
             Reply::Err(m) => str_bytes(m),
         };
-        self.record(Event::Deliver { position, reply: replay.answer }, size + 30);
+        self.record(Event::Deliver { position, reply: answer }, size + 30);
         self.due.extend(replay.deferred.into_iter().map(|id| Due::Start { id }));
         self.due.push_back(Due::Live);
     }
@@ -418,6 +461,17 @@ impl Tape {
         self.events = Vec::new();
         self.positions = HashMap::new();
     }
+}
+
+/// The positions of `events` that have a recorded reply.
+fn answered(events: &[Event]) -> HashSet<u64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Deliver { position, .. } => Some(*position),
+            Event::Issue { .. } => None,
+        })
+        .collect()
 }
 
 const HINT: &str = "a resumed program must make the same binding calls, with the same arguments, in the same \
@@ -550,6 +604,36 @@ mod tests {
         assert_eq!(j2.spent, Spent { wall_ms: 6, cpu_ms: 8 });
         assert_eq!(j2.events.len(), 7, "the old five, c's answer, d");
         assert_eq!(j2.events[5], Event::Deliver { position: 2, reply: Reply::Ok(v("\"paid\"")) });
+    }
+
+    #[test]
+    fn a_closed_replay_answers_its_cell_and_never_goes_live() {
+        // A cell: a (0) answered, b (1) never awaited.
+        let mut t = Tape::new(meta(), 1 << 20);
+        t.on_call(1, "t", "a", &v("1"));
+        assert!(t.on_reply(1, Ok(&v("\"A\""))));
+        t.on_call(2, "t", "b", &v("2"));
+        let cell = t.into_cell().unwrap();
+        assert_eq!(cell.events.len(), 3);
+        let mut t = Tape::replay_cell(meta(), cell.events.clone(), 1 << 20);
+        assert!(t.replaying());
+        assert_eq!(t.on_call(5, "t", "a", &v("1")), OnCall::Replayed);
+        assert_eq!(t.next_due(), Some(Due::Reply { id: 5, reply: Reply::Ok(v("\"A\"")) }));
+        assert_eq!(t.on_call(6, "t", "b", &v("2")), OnCall::Deferred);
+        assert_eq!(t.next_due(), None, "b is neither answered nor started");
+        assert!(!t.replaying());
+        assert_eq!(t.diverged_at_end("returned"), None);
+        let OnCall::Diverged(m) = t.on_call(7, "t", "a", &v("1")) else { panic!() };
+        assert!(m.contains("at binding call 3: the journal records no call there"), "{m}");
+        // Ended early: diverged.
+        let mut t = Tape::replay_cell(meta(), cell.events, 1 << 20);
+        t.on_call(5, "t", "a", &v("1"));
+        assert!(t.diverged_at_end("returned").is_some());
+        // A tape over its budget, or suspended, gives no cell.
+        let mut t = Tape::new(meta(), 600);
+        t.on_call(1, "t", "a", &v("1"));
+        assert!(t.on_reply(1, Ok(&JsonValue::string(&"x".repeat(700)).unwrap())));
+        assert_eq!(t.into_cell(), None);
     }
 
     #[test]

@@ -414,6 +414,10 @@ impl CodeModeServer {
             Some(name) => match self.inner.registry.session(&owner, &name, &self.inner.runtime, || SessionOptions {
                 bindings: self.inner.bindings.namespaces.clone(),
                 idle_timeout: self.inner.options.session_idle,
+                // A suspended session would need resume_python to resume
+                // a session; it resumes runs only: in a session a call
+                // that needs approval fails, saying so (docs/mcp.md).
+                durable: false,
                 ..SessionOptions::default()
             }) {
                 Ok(lease) => Some(lease),

@@ -138,6 +138,26 @@ fn resume_of(py: Python<'_>, spec: Option<ResumeSpec>) -> PyResult<Option<Resume
     Ok(Some(Resume { journal, answer }))
 }
 
+/// A session's options as Python gives them.
+fn session_options(
+    py: Python<'_>,
+    namespaces: Vec<NamespaceSpec>,
+    site: &Bound<'_, PyAny>,
+    idle_timeout_seconds: Option<f64>,
+    max_lifetime_seconds: Option<f64>,
+    address_space_bytes: Option<u64>,
+) -> PyResult<SessionOptions> {
+    let bindings = request(String::new(), namespaces, site)?.bindings;
+    let mut options = SessionOptions { bindings, memory_bytes: address_space_bytes, ..SessionOptions::default() };
+    if let Some(s) = idle_timeout_seconds {
+        options.idle_timeout = seconds(py, "idle_timeout_seconds", s)?;
+    }
+    if let Some(s) = max_lifetime_seconds {
+        options.max_lifetime = seconds(py, "max_lifetime_seconds", s)?;
+    }
+    Ok(options)
+}
+
 /// The native runtime; `pycage.Runtime` wraps it.
 #[pyclass(frozen, module = "pycage._native")]
 pub struct NativeRuntime {
@@ -423,19 +443,62 @@ impl NativeRuntime {
         address_space_bytes: Option<u64>,
     ) -> PyResult<NativeSession> {
         let runtime = self.runtime(py)?;
-        let bindings = request(String::new(), namespaces, site)?.bindings;
-        let mut options = SessionOptions { bindings, memory_bytes: address_space_bytes, ..SessionOptions::default() };
-        if let Some(s) = idle_timeout_seconds {
-            options.idle_timeout = seconds(py, "idle_timeout_seconds", s)?;
-        }
-        if let Some(s) = max_lifetime_seconds {
-            options.max_lifetime = seconds(py, "max_lifetime_seconds", s)?;
-        }
+        let options =
+            session_options(py, namespaces, site, idle_timeout_seconds, max_lifetime_seconds, address_space_bytes)?;
         let rt = tokio_runtime(py)?;
         // The session's watchdog is a task of this runtime.
         let _entered = rt.enter();
         let session = runtime.session(options).map_err(|e| misuse(py, e))?;
         Ok(NativeSession::new(session))
+    }
+
+    /// Resumes a session whose cell suspended (`Runtime::resume_session`),
+    /// driven on this thread with the GIL released, like `run`: the new
+    /// session and the suspended cell's result parts.
+    #[pyo3(signature = (namespaces, site, resume, idle_timeout_seconds=None, max_lifetime_seconds=None,
+        address_space_bytes=None, poll_signals=false))]
+    #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
+    fn resume_session<'py>(
+        &self,
+        py: Python<'py>,
+        namespaces: Vec<NamespaceSpec>,
+        site: &Bound<'_, PyAny>,
+        resume: ResumeSpec,
+        idle_timeout_seconds: Option<f64>,
+        max_lifetime_seconds: Option<f64>,
+        address_space_bytes: Option<u64>,
+        poll_signals: bool,
+    ) -> PyResult<(NativeSession, Bound<'py, PyTuple>)> {
+        let runtime = self.runtime(py)?;
+        let options =
+            session_options(py, namespaces, site, idle_timeout_seconds, max_lifetime_seconds, address_space_bytes)?;
+        let Some(Resume { journal, answer }) = resume_of(py, Some(resume))? else {
+            return Err(error(py, "PycageError", "no journal to resume".into()));
+        };
+        let rt = tokio_runtime(py)?;
+        let _entered = rt.enter();
+        // The session comes back beside the result, through this slot.
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let filled = Arc::clone(&slot);
+        // On the runtime's workers, not this thread: the session's process
+        // outlives this call, and `PR_SET_PDEATHSIG` would kill it with
+        // the thread that forked it (an executor's thread exits when idle).
+        let resumed = rt.spawn(async move {
+            let (session, result) = runtime.resume_session(&journal, answer, options).await.map_err(RunErr::Session)?;
+            if let Ok(mut slot) = filled.lock() {
+                *slot = Some(session);
+            }
+            Ok(result)
+        });
+        let run =
+            drive::prepare(
+                None,
+                move |_| async move { resumed.await.unwrap_or_else(|e| Err(RunErr::Task(e.to_string()))) },
+            );
+        let parts = drive::wait_blocking(py, &rt, run, CancellationToken::new(), None, poll_signals)?;
+        let session = slot.lock().ok().and_then(|mut s| s.take());
+        let session = session.ok_or_else(|| error(py, "PycageError", "the resumed session is gone".into()))?;
+        Ok((NativeSession::new(session), parts))
     }
 
     /// For benchmarks/head_to_head.py: runs `program` (no bindings) the way

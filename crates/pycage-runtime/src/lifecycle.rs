@@ -222,6 +222,8 @@ pub(crate) struct Outcome {
     /// Whether the program was sent to a process (false: the run ended in
     /// the queue, or while its process was being made).
     pub ran: bool,
+    /// A durable session cell that ran to its end: its record.
+    pub cell: run::CellRecord,
 }
 
 fn settled(kind: FailureKind, message: impl Into<String>) -> Outcome {
@@ -230,6 +232,7 @@ fn settled(kind: FailureKind, message: impl Into<String>) -> Outcome {
         after: ChildAfter::Gone,
         took_worker: false,
         ran: false,
+        cell: None,
     }
 }
 
@@ -313,7 +316,9 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         };
         match answer {
             Ok(c) => checked = Some(c),
-            Err(result) => return Outcome { result, after: ChildAfter::Gone, took_worker: false, ran: false },
+            Err(result) => {
+                return Outcome { result, after: ChildAfter::Gone, took_worker: false, ran: false, cell: None };
+            }
         }
     }
     let diagnostics = checked.as_ref().map(|c| c.report.warning_texts()).unwrap_or_default();
@@ -449,7 +454,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         transcript,
         resumed,
     };
-    let (mut result, after) = run::execute(worker, machine, inputs).await;
+    let (mut result, after, record) = run::execute(worker, machine, inputs).await;
     result.diagnostics = diagnostics;
     if let (Some(history), Some(cell)) = (&history, cell) {
         history.push(cell);
@@ -477,11 +482,11 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
                 after = ChildAfter::Gone;
             }
         }
-        return Outcome { result, after, took_worker, ran: true };
+        return Outcome { result, after, took_worker, ran: true, cell: record };
     }
     debug_assert!(!is_session);
     let Some((mut worker, site)) = fresh else {
-        return Outcome { result, after, took_worker, ran: true };
+        return Outcome { result, after, took_worker, ran: true, cell: None };
     };
     match &output_dir {
         None if after == ChildAfter::Finished => {
@@ -506,7 +511,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
                     refill.now();
                 }
             }));
-            return Outcome { result, after, took_worker, ran: true };
+            return Outcome { result, after, took_worker, ran: true, cell: None };
         }
         None => {}
         Some(dest) => {
@@ -521,7 +526,7 @@ pub(crate) async fn run(rt: &Core, plan: Plan, keep: Keep<'_>) -> Outcome {
         }
     }
     rt.refill_pool();
-    Outcome { result, after, took_worker, ran: true }
+    Outcome { result, after, took_worker, ran: true, cell: None }
 }
 
 /// Why a stopped run was stopped.

@@ -119,6 +119,23 @@ impl Runtime {
         Session::open(Arc::clone(&self.core), options)
     }
 
+    /// Resumes a session whose cell suspended (`docs/durable.md`,
+    /// "Sessions"): a new session with `options` (the bindings must be
+    /// those the session had) replays the journal's earlier cells, then
+    /// the suspended cell, whose pending call gets `answer`. Returns the
+    /// new session, which goes on as any (and records, so it may suspend
+    /// again), and the suspended cell's result. A journal that does not
+    /// open, a one-shot run's journal or other bindings are refused before
+    /// anything runs (`MisuseError::Journal` in [`SessionError::Misuse`]).
+    pub async fn resume_session(
+        &self,
+        journal: &[u8],
+        answer: crate::request::Answer,
+        options: SessionOptions,
+    ) -> Result<(Session, RunResult), crate::session::SessionError> {
+        Session::resume(Arc::clone(&self.core), journal, answer, options).await
+    }
+
     async fn run_inner(
         &self,
         request: RunRequest,

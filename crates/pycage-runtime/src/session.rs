@@ -36,6 +36,16 @@
 //! Closing a session, dropping it, or shutting the runtime down kills its
 //! processes; [`Session::close`] and [`crate::Runtime::shutdown`] return
 //! once they are reaped.
+//!
+//! On a runtime with a journal key, a session records each cell that ran
+//! to its end (its program, seed, calls and replies: `crate::durable`),
+//! so that a cell's call that needs approval suspends it as it would a
+//! run: the cell settles as `suspended`, its journal holds the earlier
+//! cells in order, and the session is over (like a session whose run
+//! overstayed). [`crate::Runtime::resume_session`] opens a new session,
+//! replays the earlier cells in it (their calls answered from the
+//! journal, their results and output dropped), then resumes the
+//! suspended cell; the new session goes on recording.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -46,11 +56,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bindings::Namespace;
 use crate::config::RuntimeConfig;
+use crate::durable::{Durable, SessionCells, SessionResume};
 use crate::error::MisuseError;
 use crate::lifecycle::Core;
 use crate::lifecycle::{self, Keep, Kept, Plan};
-use crate::outcome::{RunEvent, RunResult};
-use crate::request::RunLimits;
+use crate::outcome::{FailureKind, RunEvent, RunFailure, RunResult};
+use crate::request::{Answer, RunLimits};
 use crate::run::ChildAfter;
 use crate::sync::lock;
 
@@ -72,6 +83,11 @@ pub struct SessionOptions {
     /// no run is in flight (threads or children a run left behind). Over
     /// it the session ends.
     pub idle_cpu: Duration,
+    /// On a runtime with a journal key, record the session's cells so
+    /// that a cell's call that needs approval suspends it (`docs/durable.md`,
+    /// "Sessions"). Off, such a call fails in the program, saying why, and
+    /// nothing is recorded. On by default.
+    pub durable: bool,
 }
 
 /// Default of [`SessionOptions::idle_cpu`].
@@ -88,6 +104,7 @@ impl Default for SessionOptions {
             max_lifetime: Duration::from_secs(3600),
             memory_bytes: None,
             idle_cpu: DEFAULT_IDLE_CPU,
+            durable: true,
         }
     }
 }
@@ -161,12 +178,18 @@ struct State {
     end_sample: Option<lifecycle::Baseline>,
     /// The cells that ran, for the type check (when there is a checker).
     history: Option<pycage_typecheck::History>,
+    /// The cells that ran to their end, for a suspended cell's journal:
+    /// `None` when the session does not record (no key, not durable, or
+    /// its cells went over the journal budget).
+    journal: Option<SessionCells>,
 }
 
 struct Inner {
     runtime: Arc<Core>,
     config: Arc<RuntimeConfig>,
     bindings: Vec<Namespace>,
+    /// The bindings' digest, for the journal (a durable session's).
+    digest: Option<(pycage_journal::Digest, Vec<String>)>,
     options: SessionOptions,
     opened: Instant,
     state: tokio::sync::Mutex<State>,
@@ -206,7 +229,9 @@ impl Session {
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let dropped = CancellationToken::new();
         let now = Instant::now();
+        let durable = options.durable && runtime.config.journal_key.is_some();
         let inner = Arc::new(Inner {
+            digest: durable.then(|| crate::durable::bindings_digest(&options.bindings)),
             bindings: options.bindings.clone(),
             runtime: Arc::clone(&runtime),
             config,
@@ -217,6 +242,7 @@ impl Session {
                 runs: 0,
                 end_sample: None,
                 history: runtime.checks.available().then(pycage_typecheck::History::new),
+                journal: durable.then(SessionCells::default),
             }),
             ended: Mutex::new(None),
             last_used: Mutex::new(now),
@@ -294,22 +320,34 @@ impl Session {
             inner.end(&mut state, reason.clone()).await;
             return Err(SessionError::Ended(reason));
         }
+        let durable = inner.live_durable(state.journal.as_ref());
+        let cell = CellRun { program: request.program, cancel: request.cancel, events, config, type_check, durable };
+        Ok(self.run_cell(&mut state, cell, None).await)
+    }
+
+    /// Runs one cell on the session's process, with the state held, and
+    /// keeps the session's books: its runs, its process, why it ended, its
+    /// cells' record. `replayed` is a replayed earlier cell's own record,
+    /// kept instead of the replay's.
+    async fn run_cell(&self, state: &mut State, cell: CellRun, replayed: Option<pycage_journal::Cell>) -> RunResult {
+        let inner = &self.inner;
+        let runtime = &inner.runtime;
+        let CellRun { program, cancel, events, config, type_check, durable } = cell;
         let plan = Plan {
-            program: request.program,
+            program,
             bindings: inner.bindings.clone(),
-            cancel: request.cancel.unwrap_or_default(),
+            cancel: cancel.unwrap_or_default(),
             stop: inner.closing.clone(),
             events,
             inputs: Vec::new(),
             output_dir: None,
             transcript: None,
             config,
-            durable: None,
+            durable,
             type_check,
             history: state.history.clone(),
         };
         let first = state.runs == 0;
-        let state = &mut *state;
         let run_index = state.runs;
         let baseline = match state.kept.as_ref().and_then(|k| k.scope(runtime.sandboxed())) {
             Some(_) => inner.baseline(run_index, state.end_sample.take()),
@@ -336,6 +374,17 @@ impl Session {
                         state.end_sample = Some(inner.sample_end(scope, Arc::clone(&kept.held), run_index));
                     }
                 }
+                // The cell joins the record; one that could not be
+                // recorded whole ends the record (no journal would be).
+                let record = replayed.or(outcome.cell);
+                let max = inner.config.max_journal_bytes;
+                let kept = match (state.journal.as_mut(), record) {
+                    (Some(journal), Some(record)) => journal.push(record, max),
+                    (_, _) => false,
+                };
+                if !kept {
+                    state.journal = None;
+                }
             }
             (true, ChildAfter::Gone) => {
                 state.kept = None;
@@ -354,7 +403,66 @@ impl Session {
             }
             (false, _) => {}
         }
-        Ok(result)
+        result
+    }
+
+    /// A new session resuming a suspended cell's journal (see
+    /// [`crate::Runtime::resume_session`]).
+    pub(crate) async fn resume(
+        runtime: Arc<Core>,
+        journal: &[u8],
+        answer: Answer,
+        options: SessionOptions,
+    ) -> Result<(Session, RunResult), SessionError> {
+        crate::names::check_bindings(&options.bindings).map_err(MisuseError::from)?;
+        let prepared = crate::durable::prepare_session(&runtime.config, &options.bindings, journal, answer)?;
+        let options = SessionOptions { durable: true, ..options };
+        let session = Session::open(runtime, options)?;
+        let result = session.replay(prepared).await?;
+        Ok((session, result))
+    }
+
+    /// Replays a suspended session's earlier cells in order, then resumes
+    /// its suspended cell: that cell's result. A replay that does not run
+    /// to its end (a divergence, a budget, a process that died) ends the
+    /// session, and its result, named, is the resume's.
+    async fn replay(&self, prepared: SessionResume) -> Result<RunResult, SessionError> {
+        let inner = &self.inner;
+        let mut state = tokio::select! {
+            state = inner.state.lock() => state,
+            _ = inner.closing.cancelled() => {
+                return Err(SessionError::Ended(self.ended().unwrap_or_else(|| CLOSED.to_owned())));
+            }
+        };
+        let total = prepared.cells.len();
+        for (i, record) in prepared.cells.iter().enumerate() {
+            let durable = Some(prepared.replay(&inner.config, record));
+            let cell = CellRun {
+                program: record.program.clone(),
+                cancel: None,
+                events: None,
+                config: Arc::clone(&inner.config),
+                type_check: false,
+                durable,
+            };
+            let result = self.run_cell(&mut state, cell, Some(record.clone())).await;
+            if self.ended().is_some() || matches!(&result.error, Some(e) if e.kind == FailureKind::Diverged) {
+                inner.end(&mut state, format!("the replay of its cell {} of {total} did not finish", i + 1)).await;
+                return Ok(replay_failed(result, i + 1, total));
+            }
+        }
+        let config = prepared.limits.apply(&inner.config).map_err(MisuseError::from)?;
+        let SessionResume { key, last, .. } = prepared;
+        let session = state.journal.clone();
+        let cell = CellRun {
+            program: last.meta().program.clone(),
+            cancel: None,
+            events: None,
+            config,
+            type_check: false,
+            durable: Some(Durable::Resumed { key, tape: Box::new(last), session }),
+        };
+        Ok(self.run_cell(&mut state, cell, None).await)
     }
 
     /// Ends the session and waits until its process is reaped. Later runs
@@ -370,6 +478,28 @@ impl Session {
 }
 
 const CLOSED: &str = "it was closed, or the runtime was shut down";
+
+/// One cell as [`Session::run_cell`] runs it.
+struct CellRun {
+    program: String,
+    cancel: Option<CancellationToken>,
+    events: Option<mpsc::Sender<RunEvent>>,
+    config: Arc<RuntimeConfig>,
+    type_check: bool,
+    durable: Option<Durable>,
+}
+
+/// The result of a resume whose replay of earlier cell `n` of `total`
+/// did not run to its end: its failure, saying so (a divergence stays
+/// `diverged`); its output is dropped, as every replayed cell's is.
+fn replay_failed(result: RunResult, n: usize, total: usize) -> RunResult {
+    let (kind, message) = match result.error {
+        Some(e) => (e.kind, e.message),
+        None => (FailureKind::WorkerExit, "its process ended".to_owned()),
+    };
+    let message = format!("the session's earlier cell {n} of {total} did not replay to its end: {message}");
+    RunResult { error: Some(RunFailure { kind, message }), ..RunResult::default() }
+}
 
 impl Inner {
     /// Samples the session's CPU at the end of run `run`, off the critical
@@ -406,6 +536,13 @@ impl Inner {
             }
             None => pending,
         }
+    }
+
+    /// A new cell's durability: it records when the session does.
+    fn live_durable(&self, journal: Option<&SessionCells>) -> Option<Durable> {
+        let (key, digest) = (self.runtime.config.journal_key.as_ref()?, self.digest.as_ref()?);
+        let session = journal?.clone();
+        Some(Durable::Live { key: key.clone(), bindings: digest.clone(), session: Some(session) })
     }
 
     fn set_ended(&self, reason: String) {

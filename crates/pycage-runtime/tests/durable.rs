@@ -331,7 +331,7 @@ async fn altered_foreign_or_old_journals_are_refused_before_any_program_runs() {
     let mut old = journal.clone();
     old[8..12].copy_from_slice(&0u32.to_be_bytes());
     let e = resume(rt.clone(), old, "", gate(&lookups, &paid)).await.unwrap_err();
-    assert!(e.to_string().contains("format version 0; this pycage reads version 1"), "{e}");
+    assert!(e.to_string().contains("format version 0; this pycage reads version 2"), "{e}");
 
     let renamed = Namespace::new("tools").with_function("lookup", Binding::new(|_| async { Ok(json("1")) }));
     let e = resume(rt.clone(), journal.clone(), "", renamed).await.unwrap_err();

@@ -21,6 +21,7 @@ Each module imports only those listed before it (``tests/test_layers.py``
 checks every import): ``errors``, ``_native`` (the compiled half),
 ``_budgets`` (the budgets table), ``_display``, ``_signature`` (what
 ``help()`` shows in a run), ``_checks`` (argument checks), ``_files``,
+``_durable`` (approval marks, suspensions, journal arguments),
 ``_results``, ``_bindings``, ``_events``, ``_api`` (the run API, one
 definition for every transport), ``_session``, ``_runtime`` (the local
 runtime), ``tools``, ``fastmcp``, ``_integrations`` (what the framework
@@ -31,6 +32,7 @@ docstring).
 
 from ._bindings import Bindings, ErrorClass, Namespace
 from ._display import Display, OutputFile, SkippedFile
+from ._durable import PendingCall, Suspend, Suspension, approval
 from ._events import CallFinished, CallStarted
 from ._native import __version__, from_json, to_json
 from ._results import Failure, FailureKind, Result
@@ -40,6 +42,7 @@ from .errors import (
     ConfigError,
     InterpreterError,
     InvalidBindingsError,
+    JournalError,
     PycageError,
     RunError,
     RuntimeClosedError,
@@ -66,6 +69,11 @@ __all__ = [
     "CallFinished",
     "Toolset",
     "python_tools",
+    "approval",
+    "Suspend",
+    "Suspension",
+    "PendingCall",
+    "JournalError",
     "to_json",
     "from_json",
     "PycageError",

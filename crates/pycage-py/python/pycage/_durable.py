@@ -8,27 +8,25 @@ resumes later from its journal, in this process or another
 - A suspended run's :class:`pycage.Result` has ``suspended``, a
   :class:`Suspension`: the pending call, the reason and the journal
   (bytes, signed with the runtime's ``journal_key``; store them anywhere).
-- :func:`resume` (``Runtime.resume`` / ``Runtime.aresume``) runs the
-  program again in a fresh process, answers every recorded call from the
-  journal, gives the pending call ``reply`` (or raises the namespace's error
-  class with ``error``), and goes on live.
+- ``Runtime.resume`` / ``Runtime.aresume`` run the program again in a
+  fresh process, answer every recorded call from the journal, give the
+  pending call ``reply`` (or raise the namespace's error class with
+  ``error``), and go on live. A session's cell suspends the same way;
+  ``Runtime.resume_session`` opens a new session that replays the earlier
+  cells first. This module holds the types and the argument checks; the
+  runtime (``pycage._runtime``) does the resuming.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import functools
 import inspect
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, TypeVar, Union
+from typing import Any, Optional, TypeVar, Union
 
 from .errors import JournalError
-
-if TYPE_CHECKING:
-    from ._runtime import Bindings, CallFinished, CallStarted, Display, Result, Runtime
 
 __all__ = ["approval", "Suspend", "Suspension", "PendingCall", "JournalError", "KEY_ENV"]
 
@@ -125,87 +123,30 @@ def journal_key(key: Union[str, bytes, None]) -> Optional[bytes]:
 _NO_REPLY: Any = object()
 
 
-def _answer(reply: Any, error: Optional[str]) -> tuple[bool, Any]:
+def _answer(reply: Any, error: Optional[str], owner: str) -> tuple[bool, Any]:
     if reply is _NO_REPLY and error is None:
-        raise TypeError("pycage.Runtime.resume: give reply=VALUE (approve) or error=MESSAGE (deny)")
+        raise TypeError(f"{owner}: give reply=VALUE (approve) or error=MESSAGE (deny)")
     if reply is not _NO_REPLY and error is not None:
-        raise TypeError("pycage.Runtime.resume: give reply= or error=, not both")
+        raise TypeError(f"{owner}: give reply= or error=, not both")
     if error is not None:
         if not isinstance(error, str):
-            raise TypeError(f"pycage.Runtime.resume: error must be a str, got {type(error).__name__}")
+            raise TypeError(f"{owner}: error must be a str, got {type(error).__name__}")
         return False, error
     return True, reply
 
 
-def _journal(journal: Any) -> bytes:
+def _journal(journal: Any, owner: str) -> bytes:
     if isinstance(journal, Suspension):
         return journal.journal
     if isinstance(journal, (bytes, bytearray, memoryview)):
         return bytes(journal)
     raise TypeError(
-        "pycage.Runtime.resume: journal must be bytes (Suspension.journal) or a Suspension, "
-        f"got {type(journal).__name__}"
+        f"{owner}: journal must be bytes (Suspension.journal) or a Suspension, got {type(journal).__name__}"
     )
 
 
-def resume(
-    runtime: Runtime,
-    journal: Union[bytes, Suspension],
-    *,
-    reply: Any = _NO_REPLY,
-    error: Optional[str] = None,
-    bindings: Optional[Bindings] = None,
-    program: Optional[str] = None,
-    on_log: Optional[Callable[[str], Any]] = None,
-    on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
-    on_display: Optional[Callable[[Display], Any]] = None,
-    inputs: Optional[Iterable[Union[str, os.PathLike[str]]]] = None,
-    output_dir: Union[str, os.PathLike[str], None] = None,
-) -> Result:
-    """:meth:`pycage.Runtime.resume` (see there)."""
-    from . import _runtime as r
-
-    data = _journal(journal)
-    answer = _answer(reply, error)
-    code = "" if program is None else r._check_code(program)
-    paths, out = r._run_files(inputs, output_dir, "pycage.Runtime.resume")
-    specs = r._namespaces(bindings)
-    site = r._Site(runtime._private_loop, contextvars.copy_context())
-    events = r._Events.of(on_log, on_call, on_display)
-    main = r._get_ident() == r._main_ident[0]
-    native = runtime._native.run(code, specs, site, events, main, None, paths, out, (data, *answer))
-    return r._result(native)
-
-
-async def aresume(
-    runtime: Runtime,
-    journal: Union[bytes, Suspension],
-    *,
-    reply: Any = _NO_REPLY,
-    error: Optional[str] = None,
-    bindings: Optional[Bindings] = None,
-    program: Optional[str] = None,
-    on_log: Optional[Callable[[str], Any]] = None,
-    on_call: Optional[Callable[[Union[CallStarted, CallFinished]], Any]] = None,
-    on_display: Optional[Callable[[Display], Any]] = None,
-    inputs: Optional[Iterable[Union[str, os.PathLike[str]]]] = None,
-    output_dir: Union[str, os.PathLike[str], None] = None,
-) -> Result:
-    """:meth:`pycage.Runtime.aresume` (see there)."""
-    from . import _runtime as r
-
-    data = _journal(journal)
-    answer = _answer(reply, error)
-    code = "" if program is None else r._check_code(program)
-    paths, out = r._run_files(inputs, output_dir, "pycage.Runtime.aresume")
-    specs = r._namespaces(bindings)
-    loop = asyncio.get_running_loop()
-    site = r._Site(lambda: loop, contextvars.copy_context())
-    events = r._Events.of(on_log, on_call, on_display)
-    return await r._settled(
-        loop,
-        events,
-        lambda settle, on_events: runtime._native.start(
-            code, specs, site, loop, settle, on_events, None, paths, out, (data, *answer)
-        ),
-    )
+def resume_spec(journal: Any, reply: Any, error: Optional[str], owner: str) -> tuple[bytes, bool, Any]:
+    """The native module's resume: ``(journal, approved, reply or message)``,
+    checked."""
+    data = _journal(journal, owner)
+    return (data, *_answer(reply, error, owner))

@@ -8,11 +8,25 @@ from typing import Any, Optional
 NamespaceSpec = tuple[str, list[tuple[str, Callable[..., Any], bool, str]], Optional[tuple[str, str]], str]
 DisplayParts = tuple[list[tuple[str, str]], dict[str, Any]]
 OutputParts = tuple[list[tuple[str, int]], list[tuple[str, str, str]], int, bool]
+# (global, name, args, reason, journal) of a suspended run's pending call.
+SuspensionParts = tuple[str, str, Any, str, bytes]
 # (has_value, value, logs, error_kind, error_message, dropped_frames,
-#  displays, output (None without an output_dir), type-check diagnostics).
+#  displays, output (None without an output_dir), type-check diagnostics,
+#  suspension).
 ResultParts = tuple[
-    bool, Any, list[str], Optional[str], Optional[str], int, list[DisplayParts], Optional[OutputParts], list[str]
+    bool,
+    Any,
+    list[str],
+    Optional[str],
+    Optional[str],
+    int,
+    list[DisplayParts],
+    Optional[OutputParts],
+    list[str],
+    Optional[SuspensionParts],
 ]
+# (journal, approved, reply value or denial message).
+ResumeSpec = tuple[bytes, bool, Any]
 
 __version__: str
 MIN_ADDRESS_SPACE_BYTES: int
@@ -36,6 +50,7 @@ class Reply:
     task: Optional[asyncio.Task[Any]]
     def resolve(self, value: object) -> None: ...
     def reject(self, message: str) -> None: ...
+    def fail(self, exc: BaseException) -> None: ...
 
 class RunHandle:
     def cancel(self) -> None:
@@ -64,6 +79,7 @@ class NativeRuntime:
         allow_any_package: bool = False,
         type_check: bool = False,
         ty: Optional[str] = None,
+        journal_key: Optional[bytes] = None,
     ) -> None: ...
     @property
     def python_version(self) -> tuple[int, int, int]: ...
@@ -80,6 +96,7 @@ class NativeRuntime:
         inputs: Optional[list[str]] = None,
         output_dir: Optional[str] = None,
         type_check: Optional[bool] = None,
+        resume: Optional[ResumeSpec] = None,
     ) -> ResultParts: ...
     def start(
         self,
@@ -93,6 +110,7 @@ class NativeRuntime:
         inputs: Optional[list[str]] = None,
         output_dir: Optional[str] = None,
         type_check: Optional[bool] = None,
+        resume: Optional[ResumeSpec] = None,
     ) -> RunHandle: ...
     def session(
         self,
@@ -102,6 +120,16 @@ class NativeRuntime:
         max_lifetime_seconds: Optional[float] = None,
         address_space_bytes: Optional[int] = None,
     ) -> NativeSession: ...
+    def resume_session(
+        self,
+        namespaces: list[NamespaceSpec],
+        site: object,
+        resume: ResumeSpec,
+        idle_timeout_seconds: Optional[float] = None,
+        max_lifetime_seconds: Optional[float] = None,
+        address_space_bytes: Optional[int] = None,
+        poll_signals: bool = False,
+    ) -> tuple[NativeSession, ResultParts]: ...
     def wait_idle(self, timeout: float) -> bool: ...
     def _bench_run(self, program: str) -> float: ...
     def close(self) -> None: ...

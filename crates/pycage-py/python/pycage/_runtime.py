@@ -9,16 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import os
 from collections.abc import Iterable
 from importlib import import_module
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
-from . import _native
-from ._api import _get_ident, _main_ident, _RunRequest, _RuntimeApi
-from ._bindings import NamespaceSpec, _SessionSite, _Site
-from ._checks import _budget_fields, _check_flag, _check_path, _describe, _strings
-from ._events import _settled
+from . import _durable, _native
+from ._api import (
+    OnCall,
+    OnDisplay,
+    OnLog,
+    Path,
+    Paths,
+    _get_ident,
+    _main_ident,
+    _RunRequest,
+    _RuntimeApi,
+    _session_options,
+)
+from ._bindings import Bindings, NamespaceSpec, _namespaces, _SessionSite, _Site
+from ._checks import _budget_fields, _check_code, _check_flag, _check_path, _describe, _strings
+from ._events import _Events, _settled
+from ._files import _run_files
 from ._results import Result, _result
 from ._session import Session
 from .errors import ConfigError
@@ -113,6 +126,14 @@ class Runtime(_RuntimeApi[Session]):
     more wait in FIFO order, their wall clock starting when they leave the
     queue.
 
+    Durable runs: with a ``journal_key`` (bytes or str of at least 16
+    bytes; default ``PYCAGE_JOURNAL_KEY`` from the environment), a call to
+    a binding marked with :func:`pycage.approval`, or one that raises
+    :class:`pycage.Suspend`, suspends the run (or a session's cell): its
+    result has ``suspended``, with a signed journal that :meth:`resume`
+    (:meth:`resume_session` for a session's) takes, in this process or
+    another (``docs/durable.md``).
+
     Thread-safe: any number of threads may call :meth:`run` at once, and
     runs from :meth:`arun` may overlap freely. Use it as a context manager,
     or call :meth:`close`, to abort what is in flight and reap every child.
@@ -135,6 +156,7 @@ class Runtime(_RuntimeApi[Session]):
         allow_any_package: bool = False,
         type_check: bool = False,
         ty: Union[str, os.PathLike[str], None] = None,
+        journal_key: Union[str, bytes, None] = None,
         **budgets: Union[int, float, None],
     ) -> None:
         if spawn not in ("zygote", "exec"):
@@ -190,6 +212,7 @@ class Runtime(_RuntimeApi[Session]):
             allow_any_package=allow_any_package,
             type_check=_check_flag("type_check", type_check),
             ty=None if ty is None else _check_path("ty", ty),
+            journal_key=_durable.journal_key(journal_key),
         )
         self._init_api()
 
@@ -211,6 +234,144 @@ class Runtime(_RuntimeApi[Session]):
         self._native.close()
         if loop_thread is not None:
             loop_thread.stop()
+
+    # -- durable runs and sessions (docs/durable.md)
+
+    def resume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: OnLog = None,
+        on_call: OnCall = None,
+        on_display: OnDisplay = None,
+        inputs: Paths = None,
+        output_dir: Path = None,
+    ) -> Result:
+        """Resumes a suspended run from its ``journal`` (``Result.suspended``,
+        or its ``.journal`` bytes), in a fresh process: every call the
+        journal records is answered from it, the pending call returns
+        ``reply`` or raises the namespace's error class with ``error``, and
+        the run goes on live; it may suspend again. ``bindings`` must be the
+        ones the run had (names, error classes, docs); ``program``, when
+        given, must be the journal's. The budgets are the journal's, minus
+        what the run spent before. A journal that is refused (altered,
+        another key, a session's) raises :class:`pycage.JournalError` before
+        anything runs; a program that takes another path settles as
+        ``"diverged"``."""
+        owner = "pycage.Runtime.resume"
+        spec = _durable.resume_spec(journal, reply, error, owner)
+        code = "" if program is None else _check_code(program)
+        paths, out = _run_files(inputs, output_dir, owner)
+        site = _Site(self._private_loop, contextvars.copy_context())
+        events = _Events.of(on_log, on_call, on_display)
+        main = _get_ident() == _main_ident[0]
+        parts = self._native.run(
+            code, _namespaces(bindings), site, events, main, inputs=paths, output_dir=out, resume=spec
+        )
+        return _result(parts)
+
+    async def aresume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: OnLog = None,
+        on_call: OnCall = None,
+        on_display: OnDisplay = None,
+        inputs: Paths = None,
+        output_dir: Path = None,
+    ) -> Result:
+        """:meth:`resume` without blocking the event loop (as :meth:`arun`)."""
+        owner = "pycage.Runtime.aresume"
+        spec = _durable.resume_spec(journal, reply, error, owner)
+        code = "" if program is None else _check_code(program)
+        paths, out = _run_files(inputs, output_dir, owner)
+        specs = _namespaces(bindings)
+        loop = asyncio.get_running_loop()
+        site = _Site(lambda: loop, contextvars.copy_context())
+        events = _Events.of(on_log, on_call, on_display)
+        return await _settled(
+            loop,
+            events,
+            lambda settle, on_events: self._native.start(
+                code, specs, site, loop, settle, on_events, inputs=paths, output_dir=out, resume=spec
+            ),
+        )
+
+    def resume_session(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        key: Optional[str] = None,
+        idle_timeout_seconds: float = 600.0,
+        max_lifetime_seconds: float = 3600.0,
+        address_space_bytes: Optional[int] = None,
+    ) -> tuple[Session, Result]:
+        """Resumes a session whose cell suspended: opens a new session (the
+        options as for :meth:`session`; ``bindings`` must be the ones the
+        session had), replays the journal's earlier cells in it in order
+        (their calls answered from the journal, their output not given
+        again), then resumes the suspended cell, whose pending call returns
+        ``reply`` or raises ``error``. Returns the new session, which goes
+        on as any (its module globals rebuilt by the replay; open files and
+        sockets are not), and the cell's :class:`Result`. A journal that is
+        refused (altered, another key, a one-shot run's) raises
+        :class:`pycage.JournalError` before anything runs; a replay that
+        takes another path settles as ``"diverged"`` and ends the session."""
+        owner = "pycage.Runtime.resume_session"
+        spec = _durable.resume_spec(journal, reply, error, owner)
+        options = _session_options(owner, key, idle_timeout_seconds, max_lifetime_seconds, address_space_bytes)
+        site = _SessionSite(self._private_loop, contextvars.copy_context())
+        native, parts = self._native.resume_session(
+            _namespaces(bindings),
+            site,
+            spec,
+            idle_timeout_seconds=options["idle_timeout_seconds"],
+            max_lifetime_seconds=options["max_lifetime_seconds"],
+            address_space_bytes=options["address_space_bytes"],
+            poll_signals=_get_ident() == _main_ident[0],
+        )
+        return Session(self, native, site, options["key"]), _result(parts)
+
+    async def aresume_session(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        key: Optional[str] = None,
+        idle_timeout_seconds: float = 600.0,
+        max_lifetime_seconds: float = 3600.0,
+        address_space_bytes: Optional[int] = None,
+    ) -> tuple[Session, Result]:
+        """:meth:`resume_session` without blocking the event loop: it runs on
+        a worker thread, and the cell's async bindings on the runtime's own
+        loop (as for :meth:`resume_session`), in a copy of the caller's
+        ``contextvars``."""
+        call = functools.partial(
+            self.resume_session,
+            journal,
+            reply=reply,
+            error=error,
+            bindings=bindings,
+            key=key,
+            idle_timeout_seconds=idle_timeout_seconds,
+            max_lifetime_seconds=max_lifetime_seconds,
+            address_space_bytes=address_space_bytes,
+        )
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(None, context.run, call)
 
     # -- the transport: the native runtime
 

@@ -727,12 +727,19 @@ impl RunMachine {
 
     /// The result. `end` is how the child ended (needed when it ended
     /// without `done`); logs get their partial lines flushed.
-    pub(crate) fn finish(mut self, end: Option<ChildEnd>) -> RunResult {
+    pub(crate) fn finish(self, end: Option<ChildEnd>) -> RunResult {
+        self.finish_cell(end).0
+    }
+
+    /// [`Self::finish`], and the run's record as a session's cell when it
+    /// ran to its end (`done`) with a tape that kept everything (see
+    /// `pycage_journal::Tape::into_cell`).
+    pub(crate) fn finish_cell(mut self, end: Option<ChildEnd>) -> (RunResult, Option<pycage_journal::Cell>) {
         self.ledger.finish();
         let settled = self.settled.take().unwrap_or(Settled::Ended);
         let mut logs = self.ledger.into_lines();
         let mut displays = self.displays.into_displays();
-        let durable = self.durable.take();
+        let mut durable = self.durable.take();
         if let Some(d) = &durable {
             // What a resumed run's caller had already.
             let had = d.rec.tape.delivered_before();
@@ -740,6 +747,10 @@ impl RunMachine {
             displays.drain(..usize::try_from(had.displays).unwrap_or(usize::MAX).min(displays.len()));
         }
         let failed = |kind, message| RunResult::failed(kind, message, Vec::new());
+        let cell = match &settled {
+            Settled::Done { .. } => durable.take().and_then(|d| d.rec.tape.into_cell()),
+            _ => None,
+        };
         let mut result = match settled {
             Settled::Done { error: Some(e), .. } => failed(
                 match e.kind {
@@ -777,7 +788,7 @@ impl RunMachine {
         result.displays = displays;
         result.dropped_frames = self.dropped_frames;
         result.abandoned_calls = self.in_flight.len() as u64;
-        result
+        (result, cell)
     }
 }
 
@@ -785,7 +796,8 @@ impl RunMachine {
 fn cannot_suspend(reason: &str) -> String {
     format!(
         "{reason}: the call would suspend the run, and this run cannot suspend (a durable run needs a journal key \
-         on the runtime, and session runs do not suspend)"
+         on the runtime; a session suspends only when opened with SessionOptions::durable on, the default, and while \
+         its cells fit max_journal_bytes)"
     )
 }
 
@@ -801,15 +813,22 @@ fn reply_result(reply: Reply) -> Result<JsonValue, String> {
 fn suspended(d: Durable, delivered: Delivered, spent: Spent) -> RunResult {
     let Durable { rec, .. } = d;
     let failed = |kind, message| RunResult::failed(kind, message, Vec::new());
-    let Some(journal) = rec.tape.into_journal(delivered, spent) else {
+    let Some(mut journal) = rec.tape.into_journal(delivered, spent) else {
         return failed(FailureKind::WorkerExit, "the run suspended without a pending call".into());
     };
+    journal.session = rec.session.map(|cells| cells.to_vec());
     let bytes = journal.seal(&rec.key);
     if bytes.len() as u64 > rec.max_bytes {
         return failed(FailureKind::OutputLimit, SuspendError::OverBudget { max: rec.max_bytes }.to_string());
     }
     let pycage_journal::Pending { global, name, args, reason, .. } = journal.pending;
-    let message = format!("the run is suspended at {global}.{name}: {reason} (resume it with its journal)");
+    let message = match journal.session {
+        None => format!("the run is suspended at {global}.{name}: {reason} (resume it with its journal)"),
+        Some(_) => format!(
+            "the session's cell is suspended at {global}.{name}: {reason}; the session has ended (resume it with \
+             the journal as a new session, which replays its cells)"
+        ),
+    };
     RunResult {
         error: Some(RunFailure { kind: FailureKind::Suspended, message }),
         suspension: Some(Suspension { call: PendingCall { global, name, args }, reason, journal: bytes }),

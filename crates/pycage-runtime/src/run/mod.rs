@@ -278,12 +278,20 @@ async fn finish_events(m: &mut RunMachine, events: &mut Option<mpsc::Sender<RunE
 /// Longest the result waits for a streaming consumer to take the last events.
 const FINAL_EVENTS_WAIT: Duration = Duration::from_secs(5);
 
+/// A run's record as a session's cell, when it ran to its end (see
+/// [`RunMachine::finish_cell`]).
+pub(crate) type CellRecord = Option<pycage_journal::Cell>;
+
 /// Drives one run on `worker` until the machine settles.
-pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunInputs<'_>) -> (RunResult, ChildAfter) {
+pub(crate) async fn execute(
+    worker: &mut Worker,
+    mut m: RunMachine,
+    inputs: RunInputs<'_>,
+) -> (RunResult, ChildAfter, CellRecord) {
     let config = inputs.config;
     let Some(sock) = worker.sock.take() else {
         let r = RunResult::failed(FailureKind::WorkerExit, "the worker has no protocol channel".into(), Vec::new());
-        return (r, ChildAfter::Gone);
+        return (r, ChildAfter::Gone, None);
     };
     let cx = CallContext { run: inputs.run, settled: CancellationToken::new() };
     // Whatever happens below, calls still queued outside their futures
@@ -433,7 +441,8 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
         worker.output = raw.rx.take();
         m.flush_logs();
         finish_events(&mut m, &mut events).await;
-        return (m.finish(None), ChildAfter::Finished);
+        let (result, cell) = m.finish_cell(None);
+        return (result, ChildAfter::Finished, cell);
     }
     drop(channel);
 
@@ -462,5 +471,5 @@ pub(crate) async fn execute(worker: &mut Worker, mut m: RunMachine, inputs: RunI
     }
     m.flush_logs();
     finish_events(&mut m, &mut events).await;
-    (m.finish(Some(ChildEnd { status: exit.status, cpu: exit.cpu, by_itself })), ChildAfter::Gone)
+    (m.finish(Some(ChildEnd { status: exit.status, cpu: exit.cpu, by_itself })), ChildAfter::Gone, None)
 }
