@@ -84,7 +84,9 @@ def test_runtimes_and_sessions_take_the_same_arguments():
     except ImportError as e:
         unavailable(f"Ray is not installed ({e})")
 
-    for name in ("run", "arun", "session", "check_bindings", "wait_idle", "await_idle", "close", "aclose"):
+    names = ("run", "arun", "session", "check_bindings", "wait_idle", "await_idle", "close", "aclose")
+    names += ("resume", "aresume")
+    for name in names:
         local, remote = getattr(pycage.Runtime, name), getattr(RayRuntime, name)
         assert inspect.signature(local) == inspect.signature(remote), name
     for name in ("run", "arun", "close", "aclose"):

@@ -402,7 +402,8 @@ def test_a_journal_made_on_one_node_resumes_on_the_other(harness):
     """Durable runs across nodes: every node verifies the driver's key, a
     stand-in of an approval binding suspends the node's run, a driver's
     ``pycage.Suspend`` does too, and a journal resumes on any node."""
-    from pycage.ray import _namespaces, _wire
+    from pycage._bindings import _namespaces
+    from pycage.ray._wire import wire
 
     drt = harness.runtime(isolation="process", journal_key=b"ray test journal key, not secret")
     lookups = []
@@ -434,12 +435,10 @@ except ToolError as e:
     other = next(n for n in drt.nodes() if n.node_id != made_on)
     # Resumed on the other node's actor directly (no binding is called live
     # before the next suspension, so nothing is streamed back).
-    spec = _wire(_namespaces(bindings))
-    items = [
-        ray.get(ref)
-        for ref in other.actor.resume_stream.remote(first.suspended.journal, (True, "yes"), None, spec, False, False)
-    ]
-    kind, second = items[-1]
+    spec = wire(_namespaces(bindings))
+    stream = other.actor.resume_stream.remote(first.suspended.journal, (True, "yes"), None, spec, (False, False, False))
+    items = [ray.get(ref) for ref in stream]
+    kind, second, _tree = items[-1]
     assert kind == "done" and second.error.kind == "suspended", second
     assert second.suspended.call == pycage.PendingCall("tools", "pay", {"amount": 40})
     # The journal extended there resumes anywhere, through the runtime.

@@ -161,6 +161,10 @@ class _RunRequest:
     #: Type-check first (``True``), or not (``False``); ``None`` follows
     #: the runtime's ``type_check``.
     type_check: Optional[bool] = None
+    #: A resume instead of a run: ``(journal, approved, reply or message)``
+    #: (``_durable.resume_spec``); ``code`` is then the program the caller
+    #: gave to check against the journal's, or empty.
+    resume: Optional[tuple[bytes, bool, Any]] = None
 
     @staticmethod
     def of(

@@ -64,7 +64,7 @@ def _no_loop() -> asyncio.AbstractEventLoop:
     raise RuntimeClosedError("the run is over")
 
 
-def _settle(actor: Any, cid: int, ok: bool, payload: str) -> None:
+def _settle(actor: Any, cid: int, ok: Optional[bool], payload: str) -> None:
     if not ray.is_initialized():
         return  # never start a new local Ray to answer a node that is gone with it
     try:
@@ -83,10 +83,16 @@ class _Dispatcher:
         self.calls_total = 0
         self.calls_in_flight = 0
 
-    def _done(self, actor: Any, cid: int, ok: bool, payload: str) -> None:
+    def _done(self, actor: Any, cid: int, ok: Optional[bool], payload: str) -> None:
         with self._lock:
             self.calls_in_flight -= 1
         _settle(actor, cid, ok, payload)
+
+    def _failed(self, actor: Any, cid: int, e: BaseException) -> None:
+        """A binding raised: its message, or a suspension (``ok`` None: it
+        raised :class:`pycage.Suspend`, whose reason is the payload)."""
+        suspends = getattr(e, "__pycage_suspend__", False) is True
+        self._done(actor, cid, None if suspends else False, _message(e))
 
     def _done_value(self, actor: Any, cid: int, label: str, value: Any) -> None:
         try:
@@ -137,7 +143,7 @@ class _Dispatcher:
             if inspect.isawaitable(result):
                 result = asyncio.run_coroutine_threadsafe(_awaiting(result), cs.loop()).result()
         except BaseException as e:  # noqa: BLE001 - a binding's failure is the program's to see
-            self._done(actor, cid, False, _message(e))
+            self._failed(actor, cid, e)
             return
         self._done_value(actor, cid, label, result)
 
@@ -146,7 +152,7 @@ class _Dispatcher:
         try:
             result = func(*args, **kwargs)
         except BaseException as e:  # noqa: BLE001
-            self._done(actor, cid, False, _message(e))
+            self._failed(actor, cid, e)
             return
         if not inspect.isawaitable(result):
             self._done_value(actor, cid, label, result)
@@ -163,7 +169,7 @@ class _Dispatcher:
             if t.cancelled():
                 self._done(actor, cid, False, "the call was cancelled")
             elif t.exception() is not None:
-                self._done(actor, cid, False, _message(t.exception()))
+                self._failed(actor, cid, t.exception())
             else:
                 self._done_value(actor, cid, label, t.result())
 

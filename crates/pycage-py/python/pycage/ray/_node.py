@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import ray
 
+from .. import _durable
 from .._bindings import ErrorClass, Namespace
 from .._native import from_json
 from .._results import Result
@@ -153,11 +154,14 @@ class CageNode:
             return None
         out: dict[str, Any] = {}
         for glob, members, error_class in spec:
-            functions = {name: self._member(channel, glob, name) for name, _ in members}
+            functions = {}
+            for name, _, approval in members:
+                member = self._member(channel, glob, name)
+                functions[name] = _durable.approval(member) if approval else member
             ec = None if error_class is None else ErrorClass(error_class[0], error_class[1])
             ns = Namespace(functions, error_class=ec)
             # help() in the run shows the driver's callables, not the proxies.
-            ns._help = dict(members)
+            ns._help = {name: help for name, help, _ in members}
             out[glob] = ns
         return out
 
@@ -179,12 +183,16 @@ class CageNode:
             ok, payload = await fut
         finally:
             self._calls.pop(cid, None)
+        if ok is None:
+            raise _durable.Suspend(payload)
         if not ok:
             raise _Rejected(payload)
         return from_json(payload)
 
-    async def settle(self, cid: int, ok: bool, payload: str) -> None:
-        """The answer to a streamed ``bind`` item."""
+    async def settle(self, cid: int, ok: Optional[bool], payload: str) -> None:
+        """The answer to a streamed ``bind`` item: ``ok`` None when the
+        driver's binding raised :class:`pycage.Suspend` (``payload`` its
+        reason)."""
         fut = self._calls.get(cid)
         if fut is not None and not fut.done():
             fut.set_result((ok, payload))
@@ -206,6 +214,7 @@ class CageNode:
         limits: Optional[dict[str, Any]],
         inputs: Optional[list[tuple[str, Tree]]] = None,
         want_output: bool = False,
+        resume: Optional[tuple[bytes, tuple[bool, Any]]] = None,
     ) -> tuple[Result, Optional[Tree]]:
         rt = self._rt()
         self._in_flight += 1
@@ -216,7 +225,20 @@ class CageNode:
             if inputs is not None or want_output:
                 # Files are blocking work: off the actor's event loop.
                 stage, paths, out = await loop.run_in_executor(None, _stage, inputs, want_output)
-            result = await rt.arun(code, bindings, inputs=paths, output_dir=out, **callbacks, **(limits or {}))
+            if resume is None:
+                result = await rt.arun(code, bindings, inputs=paths, output_dir=out, **callbacks, **(limits or {}))
+            else:
+                journal, (approved, value) = resume
+                answer = {"reply": value} if approved else {"error": value}
+                result = await rt.aresume(
+                    journal,
+                    bindings=bindings,
+                    program=code or None,
+                    inputs=paths,
+                    output_dir=out,
+                    **callbacks,
+                    **answer,
+                )
             max_bytes = rt.config["max_output_bytes"]
             return result, await loop.run_in_executor(None, _collect, out, max_bytes)
         finally:
@@ -248,6 +270,28 @@ class CageNode:
         bindings = self._bindings(spec, lambda: channel)
         callbacks = channel.callbacks(wants)
         async for item in _streamed(channel, lambda: self._run(code, bindings, callbacks, limits, inputs, want_output)):
+            yield item
+
+    async def resume_stream(
+        self,
+        journal: bytes,
+        answer: tuple[bool, Any],
+        program: Optional[str],
+        spec: WireSpec,
+        wants: tuple[bool, bool, bool],
+        inputs: Optional[list[tuple[str, Tree]]] = None,
+        want_output: bool = False,
+    ):
+        """Resumes a suspended run from its ``journal`` on this node
+        (:meth:`pycage.Runtime.aresume`), streamed as :meth:`run_stream`.
+        ``answer`` is ``(True, reply)`` or ``(False, denial message)``; the
+        node verifies the journal with its runtime's key (the driver's)."""
+        channel = _Channel()
+        bindings = self._bindings(spec, lambda: channel)
+        callbacks = channel.callbacks(wants)
+        resume = (journal, answer)
+        run = lambda: self._run(program or "", bindings, callbacks, None, inputs, want_output, resume)  # noqa: E731
+        async for item in _streamed(channel, run):
             yield item
 
     async def session_open(self, sid: str, spec: WireSpec, options: dict[str, Any]) -> dict[str, Any]:

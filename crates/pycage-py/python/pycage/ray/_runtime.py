@@ -14,14 +14,15 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .._api import _RunRequest, _RuntimeApi
-from .._bindings import NamespaceSpec
+from .. import _durable
+from .._api import OnCall, OnDisplay, OnLog, Path, Paths, _RunRequest, _RuntimeApi
+from .._bindings import Bindings, NamespaceSpec
 from .._events import _Events
 from .._results import Failure, Result
 from ..errors import ConfigError, RuntimeClosedError
@@ -112,6 +113,12 @@ class RayRuntime(_RuntimeApi[RaySession]):
         self._init_api()
         self._resource = resource
         self._runtime_kwargs = dict(runtime_kwargs)
+        # Every node signs and verifies journals with the driver's key
+        # (given, or PYCAGE_JOURNAL_KEY here), so a journal made on one node
+        # resumes on any other.
+        key = _durable.journal_key(self._runtime_kwargs.pop("journal_key", None))
+        if key is not None:
+            self._runtime_kwargs["journal_key"] = key
         self._startup_timeout = float(startup_timeout_seconds)
         self._max_input_bytes = max_input_bytes
         # The nodes' max_output_bytes (one configuration on every node).
@@ -311,11 +318,17 @@ class RayRuntime(_RuntimeApi[RaySession]):
     def _send(self, node: _Member, request: _RunRequest, inputs: Any, cs: Optional[_CallSet]) -> tuple[bool, Any]:
         """Starts the run on ``node``: whether it is streamed, and its
         stream (or its result's reference)."""
-        if cs is None and request.events is None and inputs is None and request.output_dir is None:
-            return False, node.actor.run.remote(request.code, request.limits or None)
         wants = (False, False, False) if request.events is None else request.events.wants()
         want_output = request.output_dir is not None
         spec = wire(request.specs)
+        if request.resume is not None:
+            journal, approved, value = request.resume
+            stream = node.actor.resume_stream.remote(
+                journal, (approved, value), request.code or None, spec, wants, inputs, want_output
+            )
+            return True, stream
+        if cs is None and request.events is None and inputs is None and request.output_dir is None:
+            return False, node.actor.run.remote(request.code, request.limits or None)
         return True, node.actor.run_stream.remote(
             request.code, spec, wants, request.limits or None, inputs, want_output
         )
@@ -382,6 +395,92 @@ class RayRuntime(_RuntimeApi[RaySession]):
                 if cs is not None:
                     cs.close()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- durable runs (docs/durable.md)
+
+    def _resume_request(
+        self,
+        owner: str,
+        journal: Any,
+        reply: Any,
+        error: Optional[str],
+        bindings: Optional[Bindings],
+        program: Optional[str],
+        on_log: OnLog,
+        on_call: OnCall,
+        on_display: OnDisplay,
+        inputs: Paths,
+        output_dir: Path,
+    ) -> _RunRequest:
+        spec = _durable.resume_spec(journal, reply, error, owner)
+        request = _RunRequest.of(
+            owner, "" if program is None else program, bindings, on_log, on_call, on_display, inputs, output_dir, {}
+        )
+        request.resume = spec
+        return request
+
+    def resume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: OnLog = None,
+        on_call: OnCall = None,
+        on_display: OnDisplay = None,
+        inputs: Paths = None,
+        output_dir: Path = None,
+    ) -> Result:
+        """Resumes a suspended run from its journal on a node (any node:
+        every node has the driver's key, and the journal carries what the
+        run needs), as :meth:`pycage.Runtime.resume` does locally. The
+        bindings stay here, as for :meth:`run`."""
+        request = self._resume_request(
+            f"{self._label}.resume",
+            journal,
+            reply,
+            error,
+            bindings,
+            program,
+            on_log,
+            on_call,
+            on_display,
+            inputs,
+            output_dir,
+        )
+        return self._run(request)
+
+    async def aresume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: OnLog = None,
+        on_call: OnCall = None,
+        on_display: OnDisplay = None,
+        inputs: Paths = None,
+        output_dir: Path = None,
+    ) -> Result:
+        """:meth:`resume` without blocking the event loop (as :meth:`arun`)."""
+        request = self._resume_request(
+            f"{self._label}.aresume",
+            journal,
+            reply,
+            error,
+            bindings,
+            program,
+            on_log,
+            on_call,
+            on_display,
+            inputs,
+            output_dir,
+        )
+        return await self._arun(request, asyncio.get_running_loop())
 
     def _open_session(self, specs: list[NamespaceSpec], options: dict[str, Any]) -> RaySession:
         """Opens the session on the node its key hashes to (rendezvous

@@ -18,9 +18,10 @@ from ..errors import PycageError
 
 __all__ = ["NoLiveNodeError", "WireSpec", "Tree", "wire", "pack_inputs", "pack_dir", "unpack"]
 
-# Per namespace: its global, (member name, what help() shows for it)
-# pairs, and its error class; the callables stay in the driver.
-WireSpec = list[tuple[str, list[tuple[str, str]], Optional[tuple[str, str]]]]
+# Per namespace: its global, (member name, what help() shows for it,
+# whether it needs approval) triples, and its error class; the callables
+# stay in the driver.
+WireSpec = list[tuple[str, list[tuple[str, str, bool]], Optional[tuple[str, str]]]]
 
 #: A file tree: ``(kind, path, data, mode)`` in walk order (a directory
 #: before what it holds). ``kind``: ``"d"`` a directory, ``"f"`` a regular
@@ -44,8 +45,17 @@ class NoLiveNodeError(PycageError):
 
 
 def wire(specs: list[Any]) -> WireSpec:
-    """Bindings' namespace specs without their callables."""
-    return [(glob, [(name, help) for name, _, _, help in funcs], error_class) for glob, funcs, error_class, _ in specs]
+    """Bindings' namespace specs without their callables (a member marked
+    with :func:`pycage.approval` says so: its stand-in on the node is
+    marked too, so that a call to it suspends the node's run)."""
+
+    def approval(func: Any) -> bool:
+        return getattr(func, "__pycage_approval__", False) is True
+
+    return [
+        (glob, [(name, help, approval(func)) for name, func, _, help in funcs], error_class)
+        for glob, funcs, error_class, _ in specs
+    ]
 
 
 def first_line(text: str, limit: int = 200) -> str:
