@@ -43,6 +43,11 @@
 //! template bound: a directory replaced since (a venv made again) or a
 //! `ld.so.cache` rewritten gets a new template, never a stale inode (which
 //! the shell's Landlock ruleset, opened from the paths, would refuse).
+//! The recursive clones also hold the mounts below the exposed paths as
+//! they were: any change to the helper's mount table (a `poll` on
+//! `/proc/self/mountinfo` reports it) drops every template, so a file
+//! system mounted or unmounted under an exposed path shows in the next
+//! run, and an unmounted one is not kept alive by the helper.
 
 use std::ffi::CString;
 use std::io;
@@ -214,6 +219,9 @@ pub struct RootTemplates {
     unsupported: Option<io::Error>,
     /// Why the last build for a policy failed.
     failed: Option<io::Error>,
+    /// `/proc/self/mountinfo`, opened before the first build: `poll`
+    /// reports a change of the mount table since the last `poll`.
+    mounts: Option<OwnedFd>,
     built: u64,
 }
 
@@ -231,6 +239,9 @@ impl RootTemplates {
     pub fn attach(&mut self, prepared: &mut Prepared) -> bool {
         if self.unsupported.is_some() || !prepared.can_use_template() {
             return false;
+        }
+        if self.mount_table_changed() {
+            self.templates.clear();
         }
         let part = template_part(prepared.plan());
         let found = self.templates.iter().position(|t| t.part == part);
@@ -267,6 +278,25 @@ impl RootTemplates {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Whether the helper's mount table changed since the last call (true
+    /// the first time, and whenever it cannot tell).
+    fn mount_table_changed(&mut self) -> bool {
+        let Some(mounts) = &self.mounts else {
+            // Opening records the table's state: changes count from here.
+            self.mounts =
+                rustix::fs::open(c"/proc/self/mountinfo", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).ok();
+            return true;
+        };
+        let mut poll = [rustix::event::PollFd::new(mounts, rustix::event::PollFlags::PRI)];
+        let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+        match rustix::event::poll(&mut poll, Some(&zero)) {
+            Ok(_) => poll
+                .iter()
+                .any(|p| p.revents().intersects(rustix::event::PollFlags::PRI | rustix::event::PollFlags::ERR)),
+            Err(_) => true,
         }
     }
 

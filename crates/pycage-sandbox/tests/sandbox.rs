@@ -1012,8 +1012,9 @@ fn tests_pass_with_a_root_template() {
 
 /// A template serves every run of its policy while its paths stay what
 /// they were; a path replaced since (a venv made again) gets a new one, so
-/// no run sees the old inode. Entries in the run's own tmpfs (under
-/// `/tmp`) stay the run's.
+/// no run sees the old inode, and so does a file system mounted below an
+/// exposed path. Entries in the run's own tmpfs (under `/tmp`) stay the
+/// run's.
 #[test]
 fn a_root_template_follows_its_paths() {
     if !is_root() {
@@ -1038,7 +1039,8 @@ fn a_root_template_follows_its_paths() {
     let code = format!(
         r#"
 import os
-print(open({v:?}).read(), open({t:?}).read())
+mounted = open({m:?}).read() if os.path.exists({m:?}) else "-"
+print(open({v:?}).read(), open({t:?}).read(), mounted)
 for path in ({v:?}, "/etc/pycage-probe", "/pycage-probe"):
     try:
         open(path, "w")
@@ -1048,6 +1050,7 @@ for path in ({v:?}, "/etc/pycage-probe", "/pycage-probe"):
 "#,
         v = shared.join("version").display().to_string(),
         t = in_tmp.path().join("version").display().to_string(),
+        m = shared.join("sub/mounted").display().to_string(),
     );
     let templates = Arc::new(Mutex::new(RootTemplates::new()));
     fx.templates = Some(Arc::clone(&templates));
@@ -1057,20 +1060,38 @@ for path in ({v:?}, "/etc/pycage-probe", "/pycage-probe"):
         done.stdout
     };
     let built = || templates.lock().unwrap().built();
-    assert_eq!(run(), "one tmp\n");
-    assert_eq!(run(), "one tmp\n");
+    assert_eq!(run(), "one tmp -\n");
+    assert_eq!(run(), "one tmp -\n");
     assert_eq!(built(), 1, "the second run took the first one's template");
     // Replaced, as `python -m venv --clear` or a package manager does.
     let fresh = base.path().join("venv.new");
     make(&fresh, "two");
     std::fs::rename(&shared, base.path().join("venv.old")).unwrap();
     std::fs::rename(&fresh, &shared).unwrap();
-    assert_eq!(run(), "two tmp\n");
+    assert_eq!(run(), "two tmp -\n");
     assert_eq!(built(), 2, "a new template for the new inode");
     // A file changed in place is the same inode: the template shows it.
     std::fs::write(shared.join("version"), "three").unwrap();
-    assert_eq!(run(), "three tmp\n");
+    assert_eq!(run(), "three tmp -\n");
     assert_eq!(built(), 2);
+    // A file system mounted below an exposed path since: the template's
+    // recursive clone predates it, the mount table's change drops it.
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH);
+        }
+    }
+    let sub = shared.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    rustix::mount::mount("tmpfs", &sub, "tmpfs", rustix::mount::MountFlags::empty(), c"size=64k,mode=0755").unwrap();
+    let mounted = Unmount(sub.clone());
+    std::fs::write(sub.join("mounted"), "yes").unwrap();
+    assert_eq!(run(), "three tmp yes\n");
+    assert_eq!(built(), 3, "a new template for the new mount");
+    drop(mounted);
+    assert_eq!(run(), "three tmp -\n");
+    assert_eq!(built(), 4, "and again once it is gone");
 }
 
 /// The mounts a program sees are read-only where they should be, and it
