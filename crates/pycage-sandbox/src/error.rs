@@ -305,6 +305,11 @@ pub enum Step {
     /// Joining the network namespace of an earlier run, all of whose
     /// processes are gone ([`crate::Prepared::outer_network_namespace`]).
     JoinNetwork,
+    /// Cloning the root template (`open_tree` of a detached tree, Linux
+    /// 6.15+; [`crate::RootTemplates`]).
+    CloneTemplate,
+    /// Attaching the clone of the root template as the new root (`move_mount`).
+    AttachTemplate,
 }
 
 impl Step {
@@ -313,7 +318,7 @@ impl Step {
     /// which are appended so that the codes of the others stay
     /// ([`Step::JoinZygoteUser`], [`Step::UnshareNetwork`] and
     /// [`Step::JoinNetwork`] run before [`Step::UnshareUser`]).
-    pub const ALL: [Step; 61] = [
+    pub const ALL: [Step; 63] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
@@ -375,6 +380,8 @@ impl Step {
         Step::JoinZygoteUser,
         Step::UnshareNetwork,
         Step::JoinNetwork,
+        Step::CloneTemplate,
+        Step::AttachTemplate,
     ];
 
     /// The wire code of this step on the diagnostics pipe.
@@ -451,6 +458,7 @@ impl Step {
             Step::UnshareProgramCgroup => "cgroup namespace",
             Step::UnshareNetwork => "network namespace",
             Step::JoinNetwork => "network namespace",
+            Step::CloneTemplate | Step::AttachTemplate => "mount namespace",
         }
     }
 
@@ -520,6 +528,8 @@ impl Step {
             Step::UnshareProgramCgroup => "unshare(CLONE_NEWCGROUP) for the program",
             Step::UnshareNetwork => "unshare(CLONE_NEWNET) outside the run's user namespace",
             Step::JoinNetwork => "setns into the network namespace an earlier run left",
+            Step::CloneTemplate => "cloning the root template (open_tree of a detached mount, Linux 6.15+)",
+            Step::AttachTemplate => "attaching the root template's clone (move_mount)",
         }
     }
 }

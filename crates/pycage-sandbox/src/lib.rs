@@ -34,7 +34,9 @@
 //!    wrappers for the forked child).
 //! 3. [`confine`] (the program's own final steps), `join` (what a process
 //!    joining a shell gets and does), [`prepared`] (the sandbox built and
-//!    entered), [`fork`] (a forked child's first steps; a shell's fork).
+//!    entered), `template` (a policy's read-only root, built once by the
+//!    shell helper and cloned by each shell), [`fork`] (a forked child's
+//!    first steps; a shell's fork).
 //! 4. `zygote_userns`, `probe` (what this machine supports), [`helper`]
 //!    (the shell helper's server and wire), [`floor`] (the kernel's floor
 //!    for a run's namespaces, for `pycage bench`).
@@ -73,6 +75,7 @@ mod probe;
 pub mod seccomp;
 mod sys;
 mod syscalls;
+mod template;
 mod zygote_userns;
 
 use std::path::{Path, PathBuf};
@@ -82,7 +85,7 @@ pub use join::{Handoff, Join, JoinPlan};
 pub use landlock_rules::{MIN_ABI as MIN_LANDLOCK_ABI, TARGET_ABI as TARGET_LANDLOCK_ABI};
 pub use limits::{INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
 pub use plan::{
-    disk_inodes, Bind, Entry, GeneratedFile, HostFs, HostIds, MountKind, MountPlan, NodeKind, RealFs, Remap,
+    disk_inodes, Bind, Entry, GeneratedFile, HostFs, HostIds, MountKind, MountPlan, NodeKind, Plans, RealFs, Remap,
     SandboxPolicy, Symlink, BYTES_PER_INODE, DISK_DIRS, FIXED_DIRS, GENERATED_FILES, HOSTNAME, INSIDE_GID, INSIDE_UID,
     MAX_BINDS, MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS, MIN_DISK_INODES, OUTPUT_DIR, PROC_DIR, SHM_DIR, TMP_DIR, USER_NAME,
     WORK_DIR,
@@ -90,6 +93,7 @@ pub use plan::{
 pub use prepared::Prepared;
 pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
 pub use sys::{as_fs_ids, occupy_low_fds};
+pub use template::RootTemplates;
 pub use zygote_userns::zygote_user_namespace;
 
 /// System paths a dynamically linked CPython and `subprocess` need, among

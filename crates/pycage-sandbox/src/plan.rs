@@ -221,6 +221,13 @@ pub enum NodeKind {
     File,
 }
 
+/// Whether `path` lies in the run's own tmpfs (`/work`, `/tmp`, `/dev/shm`),
+/// which every run makes afresh (never in a [`crate::RootTemplates`]
+/// template).
+pub(crate) fn in_run_disk(path: &Path) -> bool {
+    DISK_DIRS.iter().any(|(dir, _)| path.starts_with(dir))
+}
+
 /// One bind mount of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bind {
@@ -404,11 +411,7 @@ fn is_reserved(path: &Path) -> bool {
 impl MountPlan {
     /// Resolve the policy against `fs` and lay out the new root.
     pub fn build(policy: &SandboxPolicy, fs: &dyn HostFs) -> Result<MountPlan, SandboxError> {
-        if let Some(ids) = policy.host_ids {
-            if ids.uid == 0 || ids.gid == 0 {
-                return Err(SandboxError::PrivilegedId { uid: ids.uid, gid: ids.gid });
-            }
-        }
+        check_ids(policy)?;
         let hosts = policy.read_only.iter().chain(policy.remapped.iter().map(|r| &r.host)).chain(&policy.devices);
         for path in hosts {
             check_given(path)?;
@@ -561,6 +564,123 @@ impl MountPlan {
     /// Inodes the new root's tmpfs needs, with headroom.
     pub(crate) fn tmpfs_inodes(&self) -> usize {
         self.dirs.len() + self.symlinks.len() + self.binds.len() + self.files.len() + FIXED_DIRS.len() + 64
+    }
+}
+
+/// What one [`HostFs::entry`] call answered, comparable: the entry, or the
+/// error's errno and kind.
+type Answer = Result<Entry, (Option<i32>, io::ErrorKind)>;
+
+fn answer(result: &io::Result<Entry>) -> Answer {
+    match result {
+        Ok(entry) => Ok(entry.clone()),
+        Err(err) => Err((err.raw_os_error(), err.kind())),
+    }
+}
+
+/// A [`HostFs`] that records every question and answer of another.
+struct Recording<'a> {
+    fs: &'a dyn HostFs,
+    seen: std::cell::RefCell<Vec<(PathBuf, Answer)>>,
+}
+
+impl HostFs for Recording<'_> {
+    fn entry(&self, path: &Path) -> io::Result<Entry> {
+        let result = self.fs.entry(path);
+        self.seen.borrow_mut().push((path.to_path_buf(), answer(&result)));
+        result
+    }
+}
+
+/// Plans a shell helper keeps (one per policy it saw last); the oldest goes.
+const MAX_KEPT_PLANS: usize = 4;
+
+/// One kept plan: what it was built from, every answer of the file system
+/// it depends on, and the plan.
+#[derive(Debug)]
+struct KeptPlan {
+    read_only: Vec<PathBuf>,
+    remapped: Vec<Remap>,
+    devices: Vec<PathBuf>,
+    seen: Vec<(PathBuf, Answer)>,
+    plan: MountPlan,
+}
+
+/// Mount plans kept between shells of the same policy.
+///
+/// Building a plan is mostly path arithmetic in user space (resolving,
+/// nesting, reserved paths: about 0.1 ms for the default paths), the same
+/// for every shell of a policy. A plan is a function of the policy's paths
+/// and of what `lstat`/`readlink` answer for each path component on the way,
+/// so a kept plan is still the plan if the file system gives each of those
+/// questions the answer it gave then: [`Plans::plan`] asks them again (the
+/// system calls of a build without its arithmetic) and builds afresh on any
+/// difference (a symlink retargeted, a directory that became a file or
+/// vanished, a skipped path that appeared). Which inode a path names is not
+/// a question the plan asks: the Landlock ruleset (opened from the paths
+/// for every run) and [`crate::RootTemplates`] check that.
+#[derive(Debug, Default)]
+pub struct Plans {
+    kept: Vec<KeptPlan>,
+    built: u64,
+}
+
+impl Plans {
+    /// No plans kept yet.
+    pub fn new() -> Plans {
+        Plans::default()
+    }
+
+    /// The plan of `policy` on the real file system: [`MountPlan::build`]'s,
+    /// kept from an earlier call if every answer it depends on is the same.
+    pub fn plan(&mut self, policy: &SandboxPolicy) -> Result<MountPlan, SandboxError> {
+        self.plan_on(policy, &RealFs)
+    }
+
+    /// How many plans were built (not kept) so far.
+    pub fn built(&self) -> u64 {
+        self.built
+    }
+
+    fn plan_on(&mut self, policy: &SandboxPolicy, fs: &dyn HostFs) -> Result<MountPlan, SandboxError> {
+        let found = self.kept.iter().position(|kept| {
+            kept.read_only == policy.read_only && kept.remapped == policy.remapped && kept.devices == policy.devices
+        });
+        if let Some(index) = found {
+            let holds = self
+                .kept
+                .get(index)
+                .is_some_and(|kept| kept.seen.iter().all(|(path, was)| answer(&fs.entry(path)) == *was));
+            match self.kept.get(index) {
+                // The one check a build makes that is not about paths.
+                Some(kept) if holds => return check_ids(policy).map(|()| kept.plan.clone()),
+                _ => {
+                    self.kept.remove(index);
+                }
+            }
+        }
+        let recording = Recording { fs, seen: std::cell::RefCell::new(Vec::new()) };
+        let plan = MountPlan::build(policy, &recording)?;
+        self.built += 1;
+        if self.kept.len() >= MAX_KEPT_PLANS {
+            self.kept.remove(0);
+        }
+        self.kept.push(KeptPlan {
+            read_only: policy.read_only.clone(),
+            remapped: policy.remapped.clone(),
+            devices: policy.devices.clone(),
+            seen: recording.seen.into_inner(),
+            plan: plan.clone(),
+        });
+        Ok(plan)
+    }
+}
+
+/// A run's host ids, if given, must not be root's.
+fn check_ids(policy: &SandboxPolicy) -> Result<(), SandboxError> {
+    match policy.host_ids {
+        Some(ids) if ids.uid == 0 || ids.gid == 0 => Err(SandboxError::PrivilegedId { uid: ids.uid, gid: ids.gid }),
+        _ => Ok(()),
     }
 }
 
@@ -919,5 +1039,57 @@ mod tests {
         assert_eq!(p.disk_inodes(), 32768);
         p.disk_bytes = 1 << 20;
         assert_eq!(p.disk_inodes(), MIN_DISK_INODES);
+    }
+
+    #[test]
+    fn a_kept_plan_serves_while_every_answer_holds() {
+        let fs = |lib_target: &str| {
+            FakeFs::default()
+                .dir("/usr/lib")
+                .link("/lib", lib_target)
+                .dir("/usr/lib64")
+                .dev("/dev/null")
+                .dev("/dev/urandom")
+                .dir("/opt/py")
+        };
+        let mut p = policy(&["/lib", "/usr", "/srv/missing"], &[("/opt/py", "/opt/python")]);
+        let mut plans = Plans::new();
+        let first = plans.plan_on(&p, &fs("usr/lib")).unwrap();
+        assert_eq!(first, MountPlan::build(&p, &fs("usr/lib")).unwrap());
+        // Another run of the policy: other host ids, the same plan, kept.
+        p.host_ids = Some(HostIds { uid: 2000, gid: 2000 });
+        assert_eq!(plans.plan_on(&p, &fs("usr/lib")).unwrap(), first);
+        assert_eq!(plans.built(), 1);
+        // Ids are still checked on a kept plan.
+        p.host_ids = Some(HostIds { uid: 0, gid: 2000 });
+        assert!(matches!(plans.plan_on(&p, &fs("usr/lib")), Err(SandboxError::PrivilegedId { .. })));
+        p.host_ids = Some(HostIds { uid: 2000, gid: 2000 });
+        // A symlink retargeted: built again, and what a build gives.
+        let moved = plans.plan_on(&p, &fs("usr/lib64")).unwrap();
+        assert_eq!(plans.built(), 2);
+        assert_eq!(moved, MountPlan::build(&p, &fs("usr/lib64")).unwrap());
+        assert_ne!(moved, first);
+        // A skipped path that appeared since.
+        let appeared = fs("usr/lib64").dir("/srv/missing");
+        let with_srv = plans.plan_on(&p, &appeared).unwrap();
+        assert_eq!(plans.built(), 3);
+        assert!(with_srv.binds.iter().any(|b| b.target == Path::new("/srv/missing")), "{with_srv:?}");
+        // A directory that became a file.
+        let changed = FakeFs::default()
+            .dir("/usr/lib")
+            .link("/lib", "usr/lib64")
+            .file("/usr/lib64")
+            .dev("/dev/null")
+            .dev("/dev/urandom")
+            .dir("/opt/py")
+            .dir("/srv/missing");
+        let file_plan = plans.plan_on(&p, &changed).unwrap();
+        assert_eq!(plans.built(), 4);
+        assert_eq!(file_plan, MountPlan::build(&p, &changed).unwrap());
+        // Another policy gets its own plan; the first is still kept.
+        let other = policy(&["/usr"], &[("/opt/py", "/opt/python")]);
+        plans.plan_on(&other, &changed).unwrap();
+        plans.plan_on(&p, &changed).unwrap();
+        assert_eq!(plans.built(), 5);
     }
 }

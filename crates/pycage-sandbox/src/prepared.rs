@@ -31,7 +31,12 @@
 //!    interpreter) and seal them read-only/nosuid/nodev, then
 //!    `setgroups([])`, `setresgid`, `setresuid` to the run's host ids and
 //!    make C dumpable again (the uid change cleared it, which would make
-//!    its `/proc/self` map files root-owned).
+//!    its `/proc/self` map files root-owned). With a root template
+//!    ([`crate::RootTemplates`], the shell helper's, root hosts only),
+//!    clone it whole instead (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`
+//!    of the detached tree: only from the mount namespace it was made in,
+//!    which C is still in), and only the paths inside the run's tmpfs
+//!    directories one by one.
 //! 4. `unshare(CLONE_NEWUSER)`: the run's user namespace, "userns1". For a
 //!    zygote's shell on a host that is not root, C first joins the zygote's
 //!    user namespace ([`Prepared::join_zygote_user_namespace`]), where the
@@ -54,6 +59,12 @@
 //!    create the symlinks and write the generated `/etc` files, and the
 //!    run's random `boot_id` into the new root's `/proc` directory (procfs
 //!    is mounted over it in step 12, which hides it).
+//!    With a template, attach its clone at `/tmp` instead: it holds the
+//!    fixed layout, the directories, binds, symlinks and generated files
+//!    outside the run's tmpfs, read-only. Its root being read-only, the
+//!    run's tmpfs is staged on its `/proc` directory (with the `boot_id`
+//!    at its top), and G detaches it from there in step 12. Then only
+//!    the plan's entries inside `/work`, `/tmp` and `/dev/shm` are made.
 //! 9. `sethostname`, and the IPC namespace's SysV limits (`kernel.shmmax`,
 //!    `shmall`, `shmmni`, `sem`): C is the root of the user namespace that
 //!    owns the IPC namespace, the only writer the kernel allows. With
@@ -81,7 +92,8 @@
 //! 11. `PR_SET_PDEATHSIG = SIGKILL`, then check C is alive by polling its
 //!     pidfd (`getppid()` reads 0 across the PID namespace boundary), and
 //!     wait for C's "go".
-//! 12. Clone the run's `boot_id` file (`open_tree`), mount `/proc` (only a
+//! 12. Clone the run's `boot_id` file (`open_tree`; with a template, then
+//!     detach the run's tmpfs from `/proc`), mount `/proc` (only a
 //!     process inside the PID namespace can mount its procfs, and only
 //!     while the host's `/proc` is still visible in the mount namespace),
 //!     with `hidepid=invisible`, mount the clone over
@@ -142,6 +154,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use landlock::{Access, AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr, ABI};
 use rustix::fs::{Mode, OFlags};
@@ -158,8 +171,8 @@ use crate::join::{confine_steps, network, run_limits, ConfineStep, Handoff, Join
 use crate::landlock_rules::{self, handled_abi, kernel_landlock};
 use crate::limits::{RUN_TCP_RMEM, RUN_TCP_WMEM, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
 use crate::plan::{
-    MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME, MAX_BINDS, PROC_DIR,
-    WORK_DIR,
+    in_run_disk, MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME, MAX_BINDS,
+    PROC_DIR, WORK_DIR,
 };
 use crate::seccomp::{self, Filters};
 use crate::sys;
@@ -173,7 +186,7 @@ const DISK_STAGING: &str = ".pycage-disk";
 
 /// Size of the tmpfs that becomes the new root: directories, mount points,
 /// symlinks and the generated `/etc` files.
-const ROOT_TMPFS_BYTES: usize = 1024 * 1024;
+pub(crate) const ROOT_TMPFS_BYTES: usize = 1024 * 1024;
 
 /// The diagnostics record: step, pad, 16-bit index, 32-bit errno.
 const RECORD_LEN: usize = 8;
@@ -223,11 +236,20 @@ fn random_boot_id() -> Result<[u8; 37], SandboxError> {
 }
 
 /// `MOUNT_ATTR_*` for each bind kind: (attributes, recursive).
-fn attributes(kind: MountKind) -> (u64, bool) {
+pub(crate) fn attributes(kind: MountKind) -> (u64, bool) {
     match kind {
         MountKind::ReadOnly => (sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV, true),
         MountKind::Device => (sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC, false),
     }
+}
+
+/// How a shell clones a root template (and its build checks that it can):
+/// the whole detached tree, every mount of it.
+pub(crate) fn template_clone_flags() -> OpenTreeFlags {
+    OpenTreeFlags::OPEN_TREE_CLONE
+        | OpenTreeFlags::OPEN_TREE_CLOEXEC
+        | OpenTreeFlags::AT_RECURSIVE
+        | OpenTreeFlags::AT_EMPTY_PATH
 }
 
 /// One bind mount, ready for the child.
@@ -238,6 +260,8 @@ struct BindOp {
     create: Option<NodeKind>,
     attr_set: u64,
     recursive: bool,
+    /// Outside the run's tmpfs: a root template has it.
+    in_template: bool,
 }
 
 /// One symlink, ready for the child.
@@ -245,6 +269,7 @@ struct BindOp {
 struct SymlinkOp {
     target_text: CString,
     link: CString,
+    in_template: bool,
 }
 
 /// One generated file, ready for the child.
@@ -252,6 +277,14 @@ struct SymlinkOp {
 struct FileOp {
     path: CString,
     contents: &'static [u8],
+    in_template: bool,
+}
+
+/// One directory of the new root, ready for the child.
+#[derive(Debug)]
+struct DirOp {
+    path: CString,
+    in_template: bool,
 }
 
 /// One directory of the run's tmpfs: inside the staging mount, its mount
@@ -283,7 +316,10 @@ pub struct Prepared {
     disk_staging: CString,
     disk_tmpfs_data: CString,
     disk_dirs: Vec<DiskDirOp>,
-    dirs: Vec<CString>,
+    /// With a root template: the run's tmpfs directories while the tmpfs
+    /// is staged on the template's `/proc` (its root is read-only).
+    template_disk_dirs: Vec<CString>,
+    dirs: Vec<DirOp>,
     binds: Vec<BindOp>,
     symlinks: Vec<SymlinkOp>,
     files: Vec<FileOp>,
@@ -324,6 +360,9 @@ pub struct Prepared {
     /// Shell mode: the init process stops before the program and hands the
     /// run to the host (see [`Prepared::into_shell`]).
     shell: bool,
+    /// The root's read-only skeleton, built once for the policy
+    /// ([`crate::RootTemplates`]): cloned whole in step 3 instead of built.
+    template: Option<Arc<OwnedFd>>,
     /// Where the supervisor listens for egress, inside the run.
     egress: Option<std::net::SocketAddrV4>,
 }
@@ -363,17 +402,17 @@ impl Prepared {
     /// Works for any user: without root, the run is mapped to the caller's
     /// own ids ([`SandboxPolicy::host_ids`] must then be `None`).
     pub fn new(policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
+        run_ids(policy)?;
+        let plan = MountPlan::build(policy, &RealFs)?;
+        Prepared::with_plan(policy, plan)
+    }
+
+    /// [`Prepared::new`] with the policy's plan already made (a plan
+    /// [`crate::Plans`] kept).
+    pub(crate) fn with_plan(policy: &SandboxPolicy, plan: MountPlan) -> Result<Prepared, SandboxError> {
         // Every descriptor made below must land above 3 (see the function).
         crate::sys::occupy_low_fds();
-        let euid = rustix::process::geteuid().as_raw();
-        let root_host = euid == 0;
-        let (host_uid, host_gid) = match (root_host, policy.host_ids) {
-            (true, Some(ids)) => (ids.uid, ids.gid),
-            (true, None) => return Err(SandboxError::NoRunIds),
-            (false, None) => (euid, rustix::process::getegid().as_raw()),
-            (false, Some(ids)) => return Err(SandboxError::RunIdsNeedRoot { uid: ids.uid, euid }),
-        };
-        let plan = MountPlan::build(policy, &RealFs)?;
+        let (root_host, host_uid, host_gid) = run_ids(policy)?;
 
         let kernel = kernel_landlock();
         let landlock_abi = handled_abi(kernel).ok_or_else(|| SandboxError::LandlockUnavailable {
@@ -406,7 +445,15 @@ impl Prepared {
                 Ok(DiskDirOp { staged: cstring(&disk_root.join(name))?, target: staged(Path::new(dir))?, mode: *mode })
             })
             .collect::<Result<Vec<_>, SandboxError>>()?;
-        let dirs = plan.dirs.iter().map(|d| staged(d)).collect::<Result<Vec<_>, _>>()?;
+        let template_disk_dirs = DISK_DIRS
+            .iter()
+            .map(|(dir, _)| staged(&Path::new(PROC_DIR).join(Path::new(dir).file_name().unwrap_or_default())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let dirs = plan
+            .dirs
+            .iter()
+            .map(|d| Ok(DirOp { path: staged(d)?, in_template: !in_run_disk(d) }))
+            .collect::<Result<Vec<_>, SandboxError>>()?;
         let binds = plan
             .binds
             .iter()
@@ -418,18 +465,31 @@ impl Prepared {
                     create: b.create_mount_point.then_some(b.node),
                     attr_set,
                     recursive,
+                    in_template: !in_run_disk(&b.target),
                 })
             })
             .collect::<Result<Vec<_>, SandboxError>>()?;
         let symlinks = plan
             .symlinks
             .iter()
-            .map(|l| Ok(SymlinkOp { target_text: cstring(&l.target)?, link: staged(&l.path)? }))
+            .map(|l| {
+                Ok(SymlinkOp {
+                    target_text: cstring(&l.target)?,
+                    link: staged(&l.path)?,
+                    in_template: !in_run_disk(&l.path),
+                })
+            })
             .collect::<Result<Vec<_>, SandboxError>>()?;
         let files = plan
             .files
             .iter()
-            .map(|f| Ok(FileOp { path: staged(&f.path)?, contents: f.contents.as_bytes() }))
+            .map(|f| {
+                Ok(FileOp {
+                    path: staged(&f.path)?,
+                    contents: f.contents.as_bytes(),
+                    in_template: !in_run_disk(&f.path),
+                })
+            })
             .collect::<Result<Vec<_>, SandboxError>>()?;
         let options = |text: String| {
             CString::new(text).map_err(|_| SandboxError::NulInPath { path: PathBuf::from("tmpfs options") })
@@ -451,6 +511,7 @@ impl Prepared {
                 policy.disk_inodes()
             ))?,
             disk_dirs,
+            template_disk_dirs,
             dirs,
             binds,
             symlinks,
@@ -493,6 +554,7 @@ impl Prepared {
             handoff_read,
             handoff_write,
             shell: false,
+            template: None,
             cgroup_procs: None,
             zygote_userns: None,
             network: NetworkNamespace::Inside,
@@ -552,6 +614,25 @@ impl Prepared {
             None => NetworkNamespace::Outside,
         };
         true
+    }
+
+    /// Whether a root template may serve this run: a root host only (see
+    /// [`crate::RootTemplates`]).
+    pub(crate) fn can_use_template(&self) -> bool {
+        self.root_host
+    }
+
+    /// Clone `tree` (a [`crate::RootTemplates`] template of this plan) as
+    /// the new root's read-only part, instead of building it.
+    pub(crate) fn use_template(&mut self, tree: Arc<OwnedFd>) {
+        if self.root_host {
+            self.template = Some(tree);
+        }
+    }
+
+    /// Whether the run's root is cloned from a template.
+    pub fn uses_template(&self) -> bool {
+        self.template.is_some()
     }
 
     /// The resolved mount plan (for `pycage doctor` and diagnostics).
@@ -697,6 +778,7 @@ impl Prepared {
         let errno = i32::from_le_bytes([e0, e1, e2, e3]);
         let path = match step {
             Step::CreateLayout => FIXED_DIRS.get(index).map(PathBuf::from),
+            Step::CloneTemplate | Step::AttachTemplate => Some(PathBuf::from("/")),
             Step::CreateDiskDir | Step::BindDiskDir => DISK_DIRS.get(index).map(|(d, _)| PathBuf::from(d)),
             Step::CreateDir => self.plan.dirs.get(index).cloned(),
             Step::CloneMount | Step::SealMount => self.plan.binds.get(index).map(|b| b.source.clone()),
@@ -780,8 +862,17 @@ impl Prepared {
             rustix::fs::open(c"/proc/self", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
                 .map_err(at(Step::OpenProcSelf))?;
         let mut clones: [Option<OwnedFd>; MAX_BINDS] = [const { None }; MAX_BINDS];
+        let mut template = None;
         if self.root_host {
             self.raise_hard_limits()?;
+            if let Some(tree) = &self.template {
+                // Still in the mount namespace the template was made in,
+                // and still root: the only place a detached tree clones.
+                template = Some(
+                    rustix::mount::open_tree(tree.as_fd(), c"", template_clone_flags())
+                        .map_err(at(Step::CloneTemplate))?,
+                );
+            }
             self.clone_sources(&mut clones)?;
             // As root: the namespace is then owned by the host's user
             // namespace, where the run holds nothing.
@@ -828,7 +919,7 @@ impl Prepared {
         rustix::mount::mount_change(c"/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
             .map_err(at(Step::MakeRootPrivate))?;
         let old_umask = rustix::process::umask(Mode::empty());
-        self.build_root(&mut clones)?;
+        self.build_root(&mut clones, template)?;
         rustix::process::umask(old_umask);
 
         rustix::system::sethostname(HOSTNAME.as_bytes()).map_err(at(Step::SetHostname))?;
@@ -925,6 +1016,9 @@ impl Prepared {
     /// Clone every bind source as a detached mount and seal it.
     fn clone_sources(&self, clones: &mut [Option<OwnedFd>; MAX_BINDS]) -> Result<(), Failure> {
         for (index, (bind, slot)) in self.binds.iter().zip(clones.iter_mut()).enumerate() {
+            if bind.in_template && self.template.is_some() {
+                continue;
+            }
             let mut flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC;
             if bind.recursive {
                 flags |= OpenTreeFlags::AT_RECURSIVE;
@@ -938,51 +1032,25 @@ impl Prepared {
         Ok(())
     }
 
-    /// Step 8: the new root, in the tmpfs mounted over [`STAGING`].
-    fn build_root(&self, clones: &mut [Option<OwnedFd>; MAX_BINDS]) -> Result<(), Failure> {
-        rustix::mount::mount(
-            c"tmpfs",
-            self.staging.as_c_str(),
-            c"tmpfs",
-            MountFlags::NOSUID | MountFlags::NODEV,
-            self.root_tmpfs_data.as_c_str(),
-        )
-        .map_err(at(Step::MountTmpfs))?;
-        for (index, dir) in self.fixed_dirs.iter().enumerate() {
-            rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755))
-                .map_err(at_entry(Step::CreateLayout, index))?;
+    /// Step 8: the new root, in the tmpfs mounted over [`STAGING`], or
+    /// the clone of the root template (`template`) attached there.
+    fn build_root(&self, clones: &mut [Option<OwnedFd>; MAX_BINDS], template: Option<OwnedFd>) -> Result<(), Failure> {
+        match template {
+            Some(tree) => self.attach_template(&tree)?,
+            None => self.build_skeleton()?,
         }
-        let boot_id = rustix::fs::open(
-            self.staged_boot_id.as_c_str(),
-            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o444),
-        )
-        .map_err(at(Step::MaskBootId))?;
-        write_all(&boot_id, &self.boot_id).map_err(|errno| Failure::new(Step::MaskBootId, errno))?;
-        drop(boot_id);
-
-        rustix::fs::mkdir(self.disk_staging.as_c_str(), Mode::from_raw_mode(0o700)).map_err(at(Step::MountDisk))?;
-        rustix::mount::mount(
-            c"tmpfs",
-            self.disk_staging.as_c_str(),
-            c"tmpfs",
-            MountFlags::NOSUID | MountFlags::NODEV,
-            self.disk_tmpfs_data.as_c_str(),
-        )
-        .map_err(at(Step::MountDisk))?;
-        for (index, dir) in self.disk_dirs.iter().enumerate() {
-            rustix::fs::mkdir(dir.staged.as_c_str(), Mode::from_raw_mode(dir.mode))
-                .map_err(at_entry(Step::CreateDiskDir, index))?;
-            rustix::mount::mount_bind(dir.staged.as_c_str(), dir.target.as_c_str())
-                .map_err(at_entry(Step::BindDiskDir, index))?;
-        }
-        rustix::mount::unmount(self.disk_staging.as_c_str(), UnmountFlags::DETACH).map_err(at(Step::DetachDisk))?;
-        rustix::fs::rmdir(self.disk_staging.as_c_str()).map_err(at(Step::DetachDisk))?;
-
+        let from_template = self.template.is_some();
         for (index, dir) in self.dirs.iter().enumerate() {
-            rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755)).map_err(at_entry(Step::CreateDir, index))?;
+            if dir.in_template && from_template {
+                continue;
+            }
+            rustix::fs::mkdir(dir.path.as_c_str(), Mode::from_raw_mode(0o755))
+                .map_err(at_entry(Step::CreateDir, index))?;
         }
         for (index, (bind, slot)) in self.binds.iter().zip(clones.iter_mut()).enumerate() {
+            if bind.in_template && from_template {
+                continue;
+            }
             match bind.create {
                 Some(NodeKind::Dir) => {
                     rustix::fs::mkdir(bind.target.as_c_str(), Mode::from_raw_mode(0o755))
@@ -1011,10 +1079,16 @@ impl Prepared {
             .map_err(at_entry(Step::AttachMount, index))?;
         }
         for (index, link) in self.symlinks.iter().enumerate() {
+            if link.in_template && from_template {
+                continue;
+            }
             rustix::fs::symlink(link.target_text.as_c_str(), link.link.as_c_str())
                 .map_err(at_entry(Step::CreateSymlink, index))?;
         }
         for (index, file) in self.files.iter().enumerate() {
+            if file.in_template && from_template {
+                continue;
+            }
             let fd = rustix::fs::open(
                 file.path.as_c_str(),
                 OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
@@ -1024,6 +1098,85 @@ impl Prepared {
             write_all(&fd, file.contents).map_err(|errno| Failure::at(Step::WriteFile, index, errno))?;
         }
         Ok(())
+    }
+
+    /// Step 8 without a template: the root's tmpfs, its fixed layout, the
+    /// run's `boot_id` and its tmpfs directories.
+    fn build_skeleton(&self) -> Result<(), Failure> {
+        rustix::mount::mount(
+            c"tmpfs",
+            self.staging.as_c_str(),
+            c"tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            self.root_tmpfs_data.as_c_str(),
+        )
+        .map_err(at(Step::MountTmpfs))?;
+        for (index, dir) in self.fixed_dirs.iter().enumerate() {
+            rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755))
+                .map_err(at_entry(Step::CreateLayout, index))?;
+        }
+        self.write_boot_id()?;
+        rustix::fs::mkdir(self.disk_staging.as_c_str(), Mode::from_raw_mode(0o700)).map_err(at(Step::MountDisk))?;
+        rustix::mount::mount(
+            c"tmpfs",
+            self.disk_staging.as_c_str(),
+            c"tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            self.disk_tmpfs_data.as_c_str(),
+        )
+        .map_err(at(Step::MountDisk))?;
+        for (index, dir) in self.disk_dirs.iter().enumerate() {
+            rustix::fs::mkdir(dir.staged.as_c_str(), Mode::from_raw_mode(dir.mode))
+                .map_err(at_entry(Step::CreateDiskDir, index))?;
+            rustix::mount::mount_bind(dir.staged.as_c_str(), dir.target.as_c_str())
+                .map_err(at_entry(Step::BindDiskDir, index))?;
+        }
+        rustix::mount::unmount(self.disk_staging.as_c_str(), UnmountFlags::DETACH).map_err(at(Step::DetachDisk))?;
+        rustix::fs::rmdir(self.disk_staging.as_c_str()).map_err(at(Step::DetachDisk))?;
+        Ok(())
+    }
+
+    /// Step 8 with a template: its clone attached at [`STAGING`]; the run's
+    /// tmpfs staged on the template's `/proc` directory (the root is
+    /// read-only), holding the run's `boot_id` and its directories. G
+    /// detaches it once it has cloned the `boot_id` (step 12).
+    fn attach_template(&self, tree: &OwnedFd) -> Result<(), Failure> {
+        rustix::mount::move_mount(
+            tree.as_fd(),
+            c"",
+            rustix::fs::CWD,
+            self.staging.as_c_str(),
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+        .map_err(at(Step::AttachTemplate))?;
+        rustix::mount::mount(
+            c"tmpfs",
+            self.staged_proc.as_c_str(),
+            c"tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            self.disk_tmpfs_data.as_c_str(),
+        )
+        .map_err(at(Step::MountDisk))?;
+        self.write_boot_id()?;
+        for (index, (dir, staged)) in self.disk_dirs.iter().zip(&self.template_disk_dirs).enumerate() {
+            rustix::fs::mkdir(staged.as_c_str(), Mode::from_raw_mode(dir.mode))
+                .map_err(at_entry(Step::CreateDiskDir, index))?;
+            rustix::mount::mount_bind(staged.as_c_str(), dir.target.as_c_str())
+                .map_err(at_entry(Step::BindDiskDir, index))?;
+        }
+        Ok(())
+    }
+
+    /// The run's `boot_id`, at `/proc/boot_id` of the staged root (G
+    /// clones it before procfs covers it).
+    fn write_boot_id(&self) -> Result<(), Failure> {
+        let boot_id = rustix::fs::open(
+            self.staged_boot_id.as_c_str(),
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o444),
+        )
+        .map_err(at(Step::MaskBootId))?;
+        write_all(&boot_id, &self.boot_id).map_err(|errno| Failure::new(Step::MaskBootId, errno))
     }
 
     /// Step 9, with egress: `lo` up, and a TCP socket listening on the
@@ -1166,6 +1319,11 @@ impl Prepared {
             OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
         )
         .map_err(at(Step::MaskBootId))?;
+        if self.template.is_some() {
+            // The run's tmpfs, staged here by C (step 8): its directories
+            // are bound where they belong, and procfs goes here now.
+            rustix::mount::unmount(self.staged_proc.as_c_str(), UnmountFlags::DETACH).map_err(at(Step::DetachDisk))?;
+        }
         sys::mount_setattr_fd(
             boot_id.as_fd(),
             false,
@@ -1280,6 +1438,18 @@ fn write_at(dir: &OwnedFd, name: &CStr, data: &[u8], step: Step) -> Result<(), F
         return Err(Failure::new(step, libc::EIO));
     }
     Ok(())
+}
+
+/// Whether the host is root, and the run's host uid and gid: the policy's
+/// on a root host (which must give them), the caller's own otherwise.
+fn run_ids(policy: &SandboxPolicy) -> Result<(bool, u32, u32), SandboxError> {
+    let euid = rustix::process::geteuid().as_raw();
+    match (euid == 0, policy.host_ids) {
+        (true, Some(ids)) => Ok((true, ids.uid, ids.gid)),
+        (true, None) => Err(SandboxError::NoRunIds),
+        (false, None) => Ok((false, euid, rustix::process::getegid().as_raw())),
+        (false, Some(ids)) => Err(SandboxError::RunIdsNeedRoot { uid: ids.uid, euid }),
+    }
 }
 
 fn cstring(path: &Path) -> Result<CString, SandboxError> {

@@ -7,6 +7,10 @@
 //! unprivileged_user` also re-runs every other test of this file as
 //! `nobody` (`setpriv --reuid 65534`) with `/usr/bin/python3`.
 //!
+//! When run as root, `tests_pass_with_a_root_template` re-runs every other
+//! test with each root cloned from a [`RootTemplates`] template, as the
+//! shell helper does, instead of built by the run.
+//!
 //! Each test uses its own uid, directories and marker, so they are safe to
 //! run in parallel.
 
@@ -18,12 +22,23 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use pycage_sandbox::{
-    default_devices, default_read_only_paths, probe, HostIds, Prepared, Remap, SandboxError, SandboxPolicy, Step,
+    default_devices, default_read_only_paths, probe, HostIds, Prepared, Remap, RootTemplates, SandboxError,
+    SandboxPolicy, Step,
 };
+
+/// Set (by `tests_pass_with_a_root_template`): every run's root is cloned
+/// from a template of its policy.
+const TEMPLATE_ENV: &str = "PYCAGE_TEST_ROOT_TEMPLATE";
+
+/// The templates of this test process, as a shell helper keeps them.
+fn templates() -> &'static Mutex<RootTemplates> {
+    static TEMPLATES: OnceLock<Mutex<RootTemplates>> = OnceLock::new();
+    TEMPLATES.get_or_init(|| Mutex::new(RootTemplates::new()))
+}
 
 /// The longest any sandboxed test program may run before the test kills it
 /// and fails (a hang is a bug, never a pass).
@@ -80,6 +95,9 @@ fn is_root() -> bool {
 /// One sandboxed run's policy.
 struct Fixture {
     policy: SandboxPolicy,
+    /// Templates of this fixture's own (else, with [`TEMPLATE_ENV`], the
+    /// process's).
+    templates: Option<Arc<Mutex<RootTemplates>>>,
 }
 
 impl Fixture {
@@ -97,7 +115,7 @@ impl Fixture {
             sysv_shm_bytes: 4 << 20,
             egress_port: None,
         };
-        Fixture { policy }
+        Fixture { policy, templates: None }
     }
 
     /// The uid the run's processes have on the host.
@@ -106,7 +124,14 @@ impl Fixture {
     }
 
     fn command(&self, program: &Path, args: &[&str]) -> (Command, Arc<Prepared>) {
-        let prepared = Arc::new(Prepared::new(&self.policy).expect("Prepared::new"));
+        let mut prepared = Prepared::new(&self.policy).expect("Prepared::new");
+        let own = self.templates.as_deref();
+        if let Some(templates) = own.or_else(|| std::env::var_os(TEMPLATE_ENV).map(|_| templates())) {
+            let mut templates = templates.lock().unwrap();
+            let attached = templates.attach(&mut prepared);
+            assert!(attached, "no template: {:?} / {:?}", templates.unsupported(), templates.last_failure());
+        }
+        let prepared = Arc::new(prepared);
         let mut command = Command::new(program);
         command
             .args(args)
@@ -953,6 +978,203 @@ fn tests_pass_as_an_unprivileged_user() {
     assert!(out.status.success(), "as nobody:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("test result: ok. "), "{stdout}");
     assert!(!stdout.contains(" 0 passed"), "{stdout}");
+}
+
+/// As root, run every other test of this file again with each run's root
+/// cloned from a template (a kernel that cannot clone detached mounts,
+/// before 6.15, has none: shells build their roots there).
+#[test]
+fn tests_pass_with_a_root_template() {
+    if !is_root() || std::env::var_os(TEMPLATE_ENV).is_some() {
+        // Templates need root; CI runs as root and requires it.
+        assert!(is_root() || std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
+        return;
+    }
+    let mut templates = RootTemplates::new();
+    let mut prepared = Prepared::new(&Fixture::new(40).policy).unwrap();
+    if !templates.attach(&mut prepared) {
+        let why = templates.unsupported().map(ToString::to_string);
+        assert!(why.is_some(), "a template failed for its paths: {:?}", templates.last_failure());
+        eprintln!("no root templates on this kernel ({why:?}): nothing to re-run");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new(&exe)
+        .args(["--skip", "tests_pass_as_an_unprivileged_user", "--skip", "timing", "--test-threads", "2"])
+        .env(TEMPLATE_ENV, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "with a root template:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("test result: ok. "), "{stdout}");
+    assert!(!stdout.contains(" 0 passed"), "{stdout}");
+}
+
+/// A template serves every run of its policy while its paths stay what
+/// they were; a path replaced since (a venv made again) gets a new one, so
+/// no run sees the old inode, and so does a file system mounted below an
+/// exposed path. Entries in the run's own tmpfs (under `/tmp`) stay the
+/// run's.
+#[test]
+fn a_root_template_follows_its_paths() {
+    if !is_root() {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
+        return;
+    }
+    let base = tempfile::Builder::new().prefix("pycage-template-").tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let shared = base.path().join("venv");
+    let make = |dir: &Path, text: &str| {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("version"), text).unwrap();
+    };
+    make(&shared, "one");
+    let in_tmp = tempfile::Builder::new().prefix("pycage-template-").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(in_tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(in_tmp.path().join("version"), "tmp").unwrap();
+    let mut fx = Fixture::new(41);
+    fx.policy.read_only.push(shared.clone());
+    fx.policy.read_only.push(in_tmp.path().to_path_buf());
+    let code = format!(
+        r#"
+import os
+mounted = open({m:?}).read() if os.path.exists({m:?}) else "-"
+print(open({v:?}).read(), open({t:?}).read(), mounted)
+for path in ({v:?}, "/etc/pycage-probe", "/pycage-probe"):
+    try:
+        open(path, "w")
+        print("wrote", path)
+    except OSError:
+        pass
+"#,
+        v = shared.join("version").display().to_string(),
+        t = in_tmp.path().join("version").display().to_string(),
+        m = shared.join("sub/mounted").display().to_string(),
+    );
+    let templates = Arc::new(Mutex::new(RootTemplates::new()));
+    fx.templates = Some(Arc::clone(&templates));
+    let run = || {
+        let done = fx.run(&code);
+        assert!(done.status.success(), "{done:?}");
+        done.stdout
+    };
+    let built = || templates.lock().unwrap().built();
+    assert_eq!(run(), "one tmp -\n");
+    assert_eq!(run(), "one tmp -\n");
+    assert_eq!(built(), 1, "the second run took the first one's template");
+    // Replaced, as `python -m venv --clear` or a package manager does.
+    let fresh = base.path().join("venv.new");
+    make(&fresh, "two");
+    std::fs::rename(&shared, base.path().join("venv.old")).unwrap();
+    std::fs::rename(&fresh, &shared).unwrap();
+    assert_eq!(run(), "two tmp -\n");
+    assert_eq!(built(), 2, "a new template for the new inode");
+    // A file changed in place is the same inode: the template shows it.
+    std::fs::write(shared.join("version"), "three").unwrap();
+    assert_eq!(run(), "three tmp -\n");
+    assert_eq!(built(), 2);
+    // A file system mounted below an exposed path since: the template's
+    // recursive clone predates it, the mount table's change drops it.
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH);
+        }
+    }
+    let sub = shared.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    rustix::mount::mount("tmpfs", &sub, "tmpfs", rustix::mount::MountFlags::empty(), c"size=64k,mode=0755").unwrap();
+    let mounted = Unmount(sub.clone());
+    std::fs::write(sub.join("mounted"), "yes").unwrap();
+    assert_eq!(run(), "three tmp yes\n");
+    assert_eq!(built(), 3, "a new template for the new mount");
+    drop(mounted);
+    assert_eq!(run(), "three tmp -\n");
+    assert_eq!(built(), 4, "and again once it is gone");
+}
+
+/// The mounts a program sees are read-only where they should be, and it
+/// can neither remount nor unmount any of them.
+#[test]
+fn the_program_cannot_remount_or_unmount() {
+    let fx = Fixture::new(42);
+    let done = fx.run(
+        r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+MS_RDONLY, MS_REMOUNT, MS_BIND, MNT_DETACH = 1, 32, 4096, 2
+def attempt(label, ret):
+    print(label, "ok" if ret == 0 else os.strerror(ctypes.get_errno()))
+attempt("remount-root-rw", libc.mount(None, b"/", None, MS_REMOUNT | MS_BIND, None))
+attempt("remount-usr-rw", libc.mount(None, b"/usr", None, MS_REMOUNT | MS_BIND, None))
+attempt("umount-usr", libc.umount2(b"/usr", MNT_DETACH))
+attempt("umount-proc", libc.umount2(b"/proc", MNT_DETACH))
+attempt("umount-root", libc.umount2(b"/", MNT_DETACH))
+mounts = {}
+for line in open("/proc/self/mountinfo"):
+    fields = line.split()
+    mounts[fields[4]] = fields[5].split(",")[0]
+print("root", mounts.get("/"), "usr", mounts.get("/usr"), "etc", mounts.get("/etc/passwd", "none"))
+print("work", mounts.get("/work"), "tmp", mounts.get("/tmp"), "proc", mounts.get("/proc"))
+"#,
+    );
+    assert!(done.status.success(), "{done:?}");
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(lines.len(), 7, "{done:?}");
+    for line in &lines[..5] {
+        assert!(!line.ends_with(" ok"), "{line}: {done:?}");
+    }
+    assert_eq!(lines[5], "root ro usr ro etc none", "{done:?}");
+    assert_eq!(lines[6], "work rw tmp rw proc rw", "{done:?}");
+}
+
+/// CPU per sandboxed `/usr/bin/true`, its root built by the run against
+/// cloned from a template, in alternating blocks: this process's own
+/// (`Prepared::new`, the template's check) and its children's (the
+/// supervisor, init and program), from `getrusage`. Run as root with
+/// `cargo test --release -p pycage-sandbox --test sandbox -- --ignored --nocapture --test-threads 1 template_cpu`.
+#[test]
+#[ignore = "measurement, not an assertion"]
+fn template_cpu() {
+    const BLOCK: u32 = 100;
+    fn cpu(who: libc::c_int) -> Duration {
+        // SAFETY: `usage` is a live rusage the kernel fills in.
+        let usage = unsafe {
+            let mut usage = std::mem::zeroed::<libc::rusage>();
+            assert_eq!(libc::getrusage(who, &mut usage), 0);
+            usage
+        };
+        let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+    }
+    let mut fx = Fixture::new(60);
+    let templates = Arc::new(Mutex::new(RootTemplates::new()));
+    for round in 0..3 {
+        // `PYCAGE_TEMPLATE_CPU=template` (or `built`): one kind only, to profile it.
+        let only = std::env::var("PYCAGE_TEMPLATE_CPU").ok();
+        for with_template in [false, true] {
+            if only.as_deref().is_some_and(|only| (only == "template") != with_template) {
+                continue;
+            }
+            fx.templates = with_template.then(|| Arc::clone(&templates));
+            let (own, children) = (cpu(libc::RUSAGE_SELF), cpu(libc::RUSAGE_CHILDREN));
+            let started = Instant::now();
+            for _ in 0..BLOCK {
+                let (mut command, _prepared) = fx.command(Path::new("/usr/bin/true"), &[]);
+                let out = command.output().unwrap();
+                assert!(out.status.success(), "{out:?}");
+            }
+            let own = cpu(libc::RUSAGE_SELF) - own;
+            let children = cpu(libc::RUSAGE_CHILDREN) - children;
+            eprintln!(
+                "round {round} template {with_template}: per run own {:?} children {:?} wall {:?}",
+                own / BLOCK,
+                children / BLOCK,
+                started.elapsed() / BLOCK
+            );
+        }
+    }
 }
 
 /// Rough start-up cost of the sandbox. Run with

@@ -33,7 +33,9 @@ use std::time::Duration;
 use rustix::net::{RecvFlags, SocketType};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
+use crate::plan::Plans;
 use crate::prepared::Prepared;
+use crate::template::RootTemplates;
 use wire::{Refusal, RemoteShell, MAX_REQUEST, WITH_CGROUP, WITH_NET_NS, WITH_OUTER_NET, WITH_ZYGOTE_USERNS};
 
 /// How often the helper reaps its shells that have exited, while it has any.
@@ -55,6 +57,8 @@ pub fn serve(sock: OwnedFd) -> io::Result<()> {
     // have the kernel reap them, and std's spawn wait for nothing).
     crate::fork::default_sigchld();
     let mut shells: Vec<Pid> = Vec::new();
+    let mut templates = RootTemplates::new();
+    let mut plans = Plans::new();
     let mut buf = vec![0u8; MAX_REQUEST];
     let result = loop {
         shells.retain(|&pid| matches!(rustix::process::waitpid(Some(pid), WaitOptions::NOHANG), Ok(None)));
@@ -76,7 +80,7 @@ pub fn serve(sock: OwnedFd) -> io::Result<()> {
         }
         let (data, reply_fds) = match wire::same_build(buf.get(..len).unwrap_or_default()) {
             Err(reply) => (reply, Vec::new()),
-            Ok(body) => match build(body, &mut fds) {
+            Ok(body) => match build(body, &mut fds, &mut plans, &mut templates) {
                 Ok((pid, shell)) => {
                     shells.push(pid);
                     wire::encode_ok(pid, shell)
@@ -97,7 +101,12 @@ pub fn serve(sock: OwnedFd) -> io::Result<()> {
 
 /// Builds the shell a request (after its tag and build) asks for: its
 /// supervisor's pid and what it handed over, or why not.
-fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), Refusal> {
+fn build(
+    body: &[u8],
+    fds: &mut Vec<OwnedFd>,
+    plans: &mut Plans,
+    templates: &mut RootTemplates,
+) -> Result<(Pid, RemoteShell), Refusal> {
     let (&flags, policy) = body.split_first().ok_or("an empty request")?;
     let policy = wire::decode_policy(policy).ok_or("a malformed sandbox policy")?;
     let (with_cgroup, with_userns) = (flags & WITH_CGROUP != 0, flags & WITH_ZYGOTE_USERNS != 0);
@@ -111,7 +120,11 @@ fn build(body: &[u8], fds: &mut Vec<OwnedFd>) -> Result<(Pid, RemoteShell), Refu
     let net_ns = if with_net_ns { fds.pop() } else { None };
     let userns = if with_userns { fds.pop() } else { None };
     let cgroup = if with_cgroup { fds.pop() } else { None };
-    let mut prepared = Prepared::new(&policy)?;
+    // The plan and the root's read-only part (root hosts), built once per
+    // policy and checked against the file system for every shell.
+    let plan = plans.plan(&policy)?;
+    let mut prepared = Prepared::with_plan(&policy, plan)?;
+    templates.attach(&mut prepared);
     if let Some(procs) = cgroup {
         prepared.join_cgroup(procs);
     }
