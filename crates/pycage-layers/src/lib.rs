@@ -97,6 +97,38 @@ fn code(text: &str) -> Vec<(usize, String)> {
     lines
 }
 
+/// `lines` with each `crate::`/`super::` brace group that spans lines
+/// (`use crate::{` and its items below) joined onto its first line, so
+/// that every item of the group is seen with its prefix. A group left open
+/// (a malformed file) takes at most 256 lines.
+fn join_groups(lines: Vec<(usize, String)>) -> Vec<(usize, String)> {
+    let open_in = |text: &str| -> i64 {
+        let from = [text.find("crate::"), text.find("super::")].into_iter().flatten().min();
+        from.map_or(0, |at| text[at..].chars().map(|c| i64::from(c == '{') - i64::from(c == '}')).sum())
+    };
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let mut open: Option<(i64, usize)> = None;
+    for (no, line) in lines {
+        match (&mut open, out.last_mut()) {
+            (Some((depth, joined)), Some(last)) => {
+                last.1.push(' ');
+                last.1.push_str(&line);
+                *depth += line.chars().map(|c| i64::from(c == '{') - i64::from(c == '}')).sum::<i64>();
+                *joined += 1;
+                if *depth <= 0 || *joined >= 256 {
+                    open = None;
+                }
+            }
+            _ => {
+                let depth = open_in(&line);
+                out.push((no, line));
+                open = (depth > 0).then_some((depth, 0));
+            }
+        }
+    }
+    out
+}
+
 /// The layer list of a module file: backticked names under `# Layers` in
 /// its `//!` docs, in order of first appearance.
 fn layer_list(text: &str) -> Option<Vec<String>> {
@@ -239,7 +271,7 @@ pub fn check(manifest_dir: &Path) -> Vec<Violation> {
         let text = std::fs::read_to_string(file).unwrap_or_default();
         let mine: Vec<&str> = module.split("::").filter(|s| !s.is_empty()).collect();
         let mut seen = BTreeSet::new();
-        for (line_no, line) in code(&text) {
+        for (line_no, line) in join_groups(code(&text)) {
             for path in paths(&line, module) {
                 // The longest prefix that is a module.
                 let target = (0..=path.len())
@@ -375,6 +407,20 @@ mod tests {
         assert!(v[0].to_string().contains("puts `high` after `low`"), "{}", v[0]);
         assert!(v[0].at.ends_with("low.rs:1"), "{}", v[0].at);
         assert_eq!((v[1].from.as_str(), v[1].to.as_str()), ("mid", "high"));
+    }
+
+    #[test]
+    fn a_group_over_several_lines_is_read_whole() {
+        let bad = tree(&[
+            ("lib.rs", LIB),
+            ("low.rs", "use crate::{\n    mid::{\n        A,\n    },\n    high::{self, X},\n};\nfn f() {}\n"),
+            ("mid.rs", "use crate::{\n    low,\n};\n"),
+            ("high.rs", ""),
+        ]);
+        let v = check(&bad.0);
+        let pairs: Vec<(&str, &str)> = v.iter().map(|v| (v.from.as_str(), v.to.as_str())).collect();
+        assert_eq!(pairs, [("low", "mid"), ("low", "high")], "{v:?}");
+        assert!(v.iter().all(|v| v.at.ends_with("low.rs:1")), "{v:?}");
     }
 
     #[test]

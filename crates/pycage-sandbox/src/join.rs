@@ -73,8 +73,9 @@ pub struct JoinPlan {
 
 impl JoinPlan {
     /// The plan [`crate::prepared::Prepared::join_plan`] gives for `policy`, without building
-    /// the sandbox: for a host whose shells are built by another process
-    /// (which runs [`crate::prepared::Prepared::new`] with the same policy there).
+    /// the sandbox. Hosts do not use it: the side that builds a shell sends
+    /// its own `join_plan()` with it, so the plan cannot drift from the
+    /// shell. Kept as the reference the tests compare a sent plan with.
     pub fn for_policy(policy: &SandboxPolicy) -> Result<JoinPlan, SandboxError> {
         let host_ids = match (rustix::process::geteuid().is_root(), policy.host_ids) {
             (true, Some(ids)) => Some((ids.uid, ids.gid)),

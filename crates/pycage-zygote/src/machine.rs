@@ -2,7 +2,7 @@
 //! in; request ids, whom each answer goes to, when to look at the zygote
 //! and when to give up on it out.
 //!
-//! The supervisor thread (`super::zygote`) owns the control socket, the
+//! The supervisor thread (`crate::supervisor`) owns the control socket, the
 //! zygote's pidfd, its stderr and the clock; this machine owns every rule
 //! about what the zygote may say and how long it may take:
 //!
