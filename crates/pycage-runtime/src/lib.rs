@@ -46,8 +46,7 @@
 //! checks it):
 //!
 //! 1. Leaves: `sync` (locks that survive a panic elsewhere), `spelling`,
-//!    `blocking` (a thread that waits on a socket itself), `bindings`,
-//!    [`config`] (validated settings), `channel` (reading fd 3), [`names`]
+//!    `bindings`, [`config`] (validated settings), [`names`]
 //!    (the portable identifier rules), `display` (rich output and its
 //!    ledger), `outcome` (results, failure kinds, events).
 //! 2. [`budgets`] (the budgets table over `config`), [`interpreter`] and
@@ -73,16 +72,16 @@
 //! (`pycage-sandbox`, as [`lease`]), the log ledger
 //! (`pycage-protocol`, as [`ledger`]) and durable runs' journals
 //! (`pycage-journal`, as [`journal`]); processes (signals without
-//! strangers, pidfds, `wait4`, the reaper: `pycage-process`) and the
-//! zygote's host side (`pycage-zygote`) are crates of their own too.
+//! strangers, pidfds, `wait4`, the reaper: `pycage-process`), the
+//! zygote's host side (`pycage-zygote`) and the host's end of fd 3
+//! (reading it, and a blocking caller that waits on it itself:
+//! `pycage-channel`) are crates of their own too.
 //!
 //! The Python side is embedded from `python/pycage/`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod bindings;
-mod blocking;
 pub mod budgets;
-mod channel;
 mod check;
 /// Run directories (the `pycage-files` crate).
 pub use pycage_files::cleanup;
@@ -120,12 +119,12 @@ pub use pycage_typecheck as typecheck;
 pub use pycage_watchdog as watchdog;
 
 pub use bindings::{Binding, BindingError, BindingFuture, CallContext, ErrorClass, Namespace, RunId};
-pub use blocking::{block_on, forget_wait_hint};
 pub use config::{ConfigError, Isolation, RuntimeConfig, SpawnMode};
 pub use display::Display;
 pub use error::{AllowReadError, RuntimeError};
 pub use interpreter::{Interpreter, InterpreterError, PreloadFailure};
 pub use launch::site::{BOOTSTRAP_DIR, INTERPRETER_DIR, OUTPUT_DIR_NAME};
+pub use pycage_channel::blocking::{block_on, forget_wait_hint};
 pub use pycage_files::cleanup::CleanupFailure;
 pub use pycage_files::copy::{CopiedFile, CopyReport, SkipKind, Skipped};
 

@@ -123,7 +123,7 @@ pub(crate) struct Worker {
     pid: i32,
     /// `None` only while `spawn` is still building the worker.
     pidfd: Option<AsyncFd<OwnedFd>>,
-    pub sock: Option<crate::channel::Channel>,
+    pub sock: Option<pycage_channel::channel::Channel>,
     /// The read end of the one pipe that is both the child's fd 1 and fd 2.
     pub output: Option<pipe::Receiver>,
     exit: Option<Exit>,
@@ -364,7 +364,7 @@ impl Worker {
         host.set_nonblocking(true).map_err(SpawnError::Channel)?;
         // Registered with the reactor only if a worker thread drives the run
         // (`Channel`).
-        self.sock = Some(crate::channel::Channel::new(host));
+        self.sock = Some(pycage_channel::channel::Channel::new(host));
         self.output = Some(pipe::Receiver::from_owned_fd(output_rx).map_err(SpawnError::Channel)?);
         Ok(())
     }

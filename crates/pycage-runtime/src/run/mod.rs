@@ -20,12 +20,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::bindings::{BindingError, CallContext, RunId};
-use crate::channel::{Channel, Received};
 use crate::config::RuntimeConfig;
 use crate::launch::spawn::Worker;
 use crate::outcome::{FailureKind, RunEvent, RunResult};
 use machine::{ChildEnd, Settled};
 pub(crate) use machine::{Extras, Opening, RunMachine};
+use pycage_channel::channel::{Channel, Received};
 use pycage_process::Exit;
 
 /// A run's budget watch, as the run loop awaits it: the failure to settle
@@ -232,7 +232,7 @@ async fn event_room(events: &Option<mpsc::Sender<RunEvent>>) -> Option<mpsc::Per
 /// read everything written to fd 3).
 fn update_read_progress(m: &mut RunMachine, sock: BorrowedFd<'_>) {
     if m.has_unread_replies() || m.waiting_for_child_to_read() {
-        if let Ok(queued) = crate::channel::unread_by_peer(&sock) {
+        if let Ok(queued) = pycage_channel::channel::unread_by_peer(&sock) {
             m.kernel_queued(queued as u64);
         }
     }
@@ -363,7 +363,7 @@ pub(crate) async fn execute(
             ),
             (kind, message) = &mut budget => m.settle(kind, message),
             // Descriptors and other control data the program sends with its
-            // frames are closed and ignored (see `channel`).
+            // frames are closed and ignored (see `pycage_channel::channel`).
             r = sock.read(&mut inbox.buf), if want_read => match r {
                 Received::Bytes(n) => {
                     inbox.from = 0;
@@ -402,7 +402,7 @@ pub(crate) async fn execute(
                 m.child_gone();
                 inbox.feed(&mut m);
                 while m.settled().is_none() {
-                    match crate::channel::read_now(&sock.fd(), &mut inbox.buf) {
+                    match pycage_channel::channel::read_now(&sock.fd(), &mut inbox.buf) {
                         Ok(0) => m.receive_eof(),
                         Ok(n) => {
                             inbox.from = 0;

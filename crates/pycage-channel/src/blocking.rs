@@ -50,14 +50,14 @@ thread_local! {
 
 /// Whether the future is being polled by a [`block_on`] caller, which waits
 /// on what [`wait_for`] names: a run may then leave its socket unregistered.
-pub(crate) fn caller_polls() -> bool {
+pub fn caller_polls() -> bool {
     CALLER.with(Cell::get)
 }
 
 /// Notes, for the [`block_on`] caller polling on this thread, that a run
 /// waits for `fd` to be readable (`read`) and/or writable (`write`), until
 /// `noted` (made before, and kept while the run waits) is dropped.
-pub(crate) fn wait_for(noted: &Noted, read: bool, write: bool) {
+pub fn wait_for(noted: &Noted, read: bool, write: bool) {
     let mut flags = PollFlags::empty();
     if read {
         flags |= PollFlags::IN;
@@ -77,11 +77,11 @@ pub(crate) fn wait_for(noted: &Noted, read: bool, write: bool) {
 /// A run's claim on its socket's hints: dropped when the run stops waiting
 /// (its wait completed or was dropped), it takes them back, so no hint
 /// outlives the descriptor it names.
-pub(crate) struct Noted(RawFd);
+pub struct Noted(RawFd);
 
 impl Noted {
     /// For `fd`, which must stay open while this lives.
-    pub(crate) fn new(fd: BorrowedFd<'_>) -> Noted {
+    pub fn new(fd: BorrowedFd<'_>) -> Noted {
         Noted(fd.as_raw_fd())
     }
 }

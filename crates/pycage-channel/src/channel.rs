@@ -36,7 +36,7 @@ const CONTROL_SPACE: usize = rustix::cmsg_space!(ScmRights(64), ScmCredentials(1
 
 /// What one read brought besides bytes, for diagnostics and tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Dropped {
+pub struct Dropped {
     /// Descriptors received and closed.
     pub descriptors: usize,
     /// Other control messages ignored (credentials, unknown kinds).
@@ -47,12 +47,12 @@ pub(crate) struct Dropped {
 
 /// Read the next bytes of `stream` into `buf`, dropping any ancillary
 /// data. `Ok(0)` is end of stream.
-pub(crate) async fn read(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
+pub async fn read(stream: &UnixStream, buf: &mut [u8]) -> io::Result<usize> {
     read_counting(stream, buf).await.map(|(n, _)| n)
 }
 
 /// [`read`], also saying what was dropped.
-pub(crate) async fn read_counting(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Dropped)> {
+pub async fn read_counting(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Dropped)> {
     loop {
         stream.readable().await?;
         match stream.try_io(Interest::READABLE, || recv_dropping_control(stream, buf)) {
@@ -66,7 +66,7 @@ pub(crate) async fn read_counting(stream: &UnixStream, buf: &mut [u8]) -> io::Re
 /// tokio last saw of its readiness (`WouldBlock` when it holds nothing).
 /// For the moment the child is known to have exited: every write it made
 /// is in the socket already, but its readiness may not be observed yet.
-pub(crate) fn read_now(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
+pub fn read_now(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<usize> {
     recv_dropping_control(stream, buf).map(|(n, _)| n)
 }
 
@@ -77,7 +77,7 @@ pub(crate) fn read_now(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<usize> 
 /// every run a hand-off to a worker thread and back before its first
 /// frame went out. `WouldBlock` only when the socket is full, and then
 /// tokio's readiness is cleared too, so `writable()` waits for room.
-pub(crate) fn write_now(stream: &UnixStream, data: &[u8]) -> io::Result<usize> {
+pub fn write_now(stream: &UnixStream, data: &[u8]) -> io::Result<usize> {
     match send_now(stream.as_fd(), data) {
         Ok(n) => Ok(n),
         Err(rustix::io::Errno::AGAIN) => stream.try_write(data),
@@ -97,7 +97,7 @@ fn send_now(fd: BorrowedFd<'_>, data: &[u8]) -> rustix::io::Result<usize> {
 /// peer has read everything). The host learns from it whether the program
 /// has read its replies: there is no other signal, and none is trusted
 /// from the child.
-pub(crate) fn unread_by_peer(stream: &impl AsFd) -> io::Result<usize> {
+pub fn unread_by_peer(stream: &impl AsFd) -> io::Result<usize> {
     // SIOCOUTQ has TIOCOUTQ's number; the kernel writes one int.
     const SIOCOUTQ: rustix::ioctl::Opcode = libc::TIOCOUTQ as rustix::ioctl::Opcode;
     // SAFETY: SIOCOUTQ on a socket takes a pointer to one `c_int`, which
@@ -141,7 +141,7 @@ fn recv_dropping_control(stream: &impl AsFd, buf: &mut [u8]) -> io::Result<(usiz
 /// the run to a worker mid-way, or a session whose cells come from both
 /// kinds of caller, switches between the two.
 #[derive(Debug)]
-pub(crate) enum Channel {
+pub enum Channel {
     /// Not registered: only a `block_on` caller waits on it.
     Plain(std::os::unix::net::UnixStream),
     /// Registered with the current runtime's reactor.
@@ -150,7 +150,7 @@ pub(crate) enum Channel {
 
 /// What a [`Channel::read`] got.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Received {
+pub enum Received {
     /// This many bytes.
     Bytes(usize),
     /// End of stream, or an error reading it.
@@ -162,11 +162,11 @@ pub(crate) enum Received {
 
 impl Channel {
     /// A socket in non-blocking mode, not registered yet.
-    pub(crate) fn new(stream: std::os::unix::net::UnixStream) -> Channel {
+    pub fn new(stream: std::os::unix::net::UnixStream) -> Channel {
         Channel::Plain(stream)
     }
 
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+    pub fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Channel::Plain(s) => s.as_fd(),
             Channel::Reactor(s) => s.as_fd(),
@@ -176,7 +176,7 @@ impl Channel {
     /// This channel as the thread polling the run needs it: `Plain` for a
     /// `block_on` caller, `Reactor` for anyone else. Registering needs a
     /// runtime's context.
-    pub(crate) fn for_this_thread(self) -> io::Result<Channel> {
+    pub fn for_this_thread(self) -> io::Result<Channel> {
         match (self, crate::blocking::caller_polls()) {
             (Channel::Reactor(s), true) => Ok(Channel::Plain(s.into_std()?)),
             (Channel::Plain(s), false) => Ok(Channel::Reactor(UnixStream::from_std(s)?)),
@@ -185,7 +185,7 @@ impl Channel {
     }
 
     /// [`write_now`] for either kind.
-    pub(crate) fn write_now(&self, data: &[u8]) -> io::Result<usize> {
+    pub fn write_now(&self, data: &[u8]) -> io::Result<usize> {
         match self {
             Channel::Plain(s) => send_now(s.as_fd(), data).map_err(|e| io::Error::from_raw_os_error(e.raw_os_error())),
             Channel::Reactor(s) => write_now(s, data),
@@ -194,7 +194,7 @@ impl Channel {
 
     /// The next bytes (see [`read`]); a `Plain` channel notes for the
     /// caller that the run waits for them.
-    pub(crate) async fn read(&self, buf: &mut [u8]) -> Received {
+    pub async fn read(&self, buf: &mut [u8]) -> Received {
         let received = |r: io::Result<usize>| match r {
             Ok(0) | Err(_) => Received::End,
             Ok(n) => Received::Bytes(n),
@@ -221,7 +221,7 @@ impl Channel {
     /// Resolves when the socket may take more (for a `Plain` one: once the
     /// caller was woken, by it or by anything else; the write that follows
     /// says whether it did).
-    pub(crate) async fn writable(&self) -> io::Result<()> {
+    pub async fn writable(&self) -> io::Result<()> {
         match self {
             Channel::Reactor(s) => s.writable().await,
             Channel::Plain(s) => {
