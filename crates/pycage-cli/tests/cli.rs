@@ -13,6 +13,26 @@ use support::{assert_exit, pycage, run, run_in, stderr, stdout, write_script};
 
 // ---- run: output forms and exit codes ----
 
+/// `pycage run --type-check`: a program with a type error settles as
+/// `type-error` at its own line, exit status 1, and nothing of it runs;
+/// a correct one runs as without the check.
+#[test]
+fn type_check_stops_a_wrong_program_before_it_runs() {
+    let Some(ty) = support::ty_binary() else { return };
+    let ty = ty.to_str().unwrap();
+    let o = run(&["--type-check", "--ty", ty, "--json", "-c", "print('ran')\nn: int = 'one'\nreturn n"]);
+    assert_exit(&o, 1);
+    let out = stdout(&o);
+    assert!(
+        out.starts_with(r#"{"logs":[],"error":{"kind":"type-error","message":"the type check (ty) found 1 error"#),
+        "{out}"
+    );
+    assert!(out.contains("<program>:2:"), "{out}");
+    let o = run(&["--type-check", "--ty", ty, "--json", "-c", "n: int = 1\nreturn n + 1"]);
+    assert_exit(&o, 0);
+    assert_eq!(stdout(&o), "{\"value\":2,\"logs\":[]}\n");
+}
+
 #[test]
 fn json_success_is_one_exact_line() {
     let o = run(&["--json", "-c", "return 1"]);

@@ -11,6 +11,7 @@
 #[allow(dead_code)] // code_mode.rs uses the rest
 #[path = "mcp/mod.rs"]
 mod deps;
+mod support;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -902,26 +903,6 @@ fn image_data_that_is_not_base64_is_not_an_image_block() {
     assert_eq!(shown, [&json!("text/plain"), &json!("image/png")]);
 }
 
-/// ty from the data-science venv (`.ci/datasci-deps.sh`), or `None`
-/// (failing under `PYCAGE_REQUIRE_ALL_TESTS=1`).
-#[allow(clippy::print_stderr)] // a skip says so where the test output shows it
-fn ty_binary() -> Option<PathBuf> {
-    let venv = std::env::var_os("PYCAGE_DATASCI_VENV").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/datasci-venv").components().collect()
-    });
-    let ty = venv.join("bin/ty");
-    if ty.exists() {
-        return Some(ty);
-    }
-    assert!(
-        std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(),
-        "no ty at {}: run .ci/datasci-deps.sh",
-        ty.display()
-    );
-    eprintln!("skipped: no ty at {} (run .ci/datasci-deps.sh)", ty.display());
-    None
-}
-
 /// `run_python`'s `type_check` through the official SDK client: a program
 /// with a wrong keyword, a wrong argument type and `int + str` comes back
 /// as one `type-error` at its own lines, with no call made; a correct one
@@ -930,7 +911,7 @@ fn ty_binary() -> Option<PathBuf> {
 #[test]
 fn type_check_through_the_sdk_client() {
     let Some(d) = Deps::find() else { return };
-    let Some(ty) = ty_binary() else { return };
+    let Some(ty) = support::ty_binary() else { return };
     let dir = tempfile::tempdir().unwrap();
     let calls = dir.path().join("calls");
     std::fs::write(

@@ -446,3 +446,23 @@ fn back_to_back_cells_cannot_outgrow_the_memory_budget() {
     assert!(next.contains("\"value\":false") && next.contains("restarted"), "{next}");
     assert!(d.finish().status.success());
 }
+
+/// `pycage repl --type-check`: a cell with a type error comes back as a
+/// `type-error` at its own line and does not run (its print never shows,
+/// its assignment never happens); the session checks its cells as one
+/// program, so a later cell that uses an earlier cell's name passes.
+#[test]
+fn type_check_stops_a_wrong_cell_and_knows_the_earlier_ones() {
+    let Some(ty) = ty_binary() else { return };
+    let mut d = Driver::start(&["--type-check", "--ty", ty.to_str().unwrap()]);
+    assert_eq!(d.program("count: int = 2"), r#"{"logs":[]}"#);
+    let wrong = d.program("print('ran')\ncount = 'three'");
+    assert!(
+        wrong.starts_with(r#"{"logs":[],"error":{"kind":"type-error","message":"the type check (ty) found 1 error"#),
+        "{wrong}"
+    );
+    assert!(wrong.contains("<program>:2:"), "{wrong}");
+    assert_eq!(d.program("count + 1"), r#"{"value":3,"logs":[]}"#);
+    let o = d.finish();
+    assert!(o.status.success(), "{o:?}");
+}

@@ -3,7 +3,7 @@
 //! in a temporary directory of its own, so tests run in parallel.
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// The `pycage` binary, in `dir`, stdin closed.
@@ -43,4 +43,24 @@ pub fn write_script(dir: &Path, name: &str, body: &str) {
     let path = dir.join(name);
     std::fs::write(&path, body).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// ty from the data-science venv (`.ci/datasci-deps.sh`), or `None`
+/// (failing under `PYCAGE_REQUIRE_ALL_TESTS=1`).
+#[allow(clippy::print_stderr)] // a skip says so where the test output shows it
+pub fn ty_binary() -> Option<PathBuf> {
+    let venv = std::env::var_os("PYCAGE_DATASCI_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/datasci-venv").components().collect()
+    });
+    let ty = venv.join("bin/ty");
+    if ty.exists() {
+        return Some(ty);
+    }
+    assert!(
+        std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(),
+        "no ty at {}: run .ci/datasci-deps.sh",
+        ty.display()
+    );
+    eprintln!("skipped: no ty at {} (run .ci/datasci-deps.sh)", ty.display());
+    None
 }
