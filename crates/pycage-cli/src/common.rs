@@ -89,6 +89,14 @@ pub(crate) struct RuntimeArgs {
     #[arg(long = "allow-any-package", conflicts_with = "allow_packages")]
     pub(crate) allow_any_package: bool,
 
+    /// Let a package with no wheel for this platform be built from source.
+    /// The whole install then runs pip in a sandbox of its own (the
+    /// package index its only network, through the egress proxy; the
+    /// run's budgets), never on the host. Needs the sandbox on this
+    /// machine, whatever --isolation says.
+    #[arg(long = "allow-builds")]
+    pub(crate) allow_builds: bool,
+
     /// Containment level.
     #[arg(long, value_enum, default_value_t = default_isolation())]
     pub(crate) isolation: IsolationArg,
@@ -209,6 +217,7 @@ impl RuntimeArgs {
             with_packages: self.with_packages.clone(),
             allow_packages: self.allow_packages.clone(),
             allow_any_package: self.allow_any_package,
+            allow_builds: self.allow_builds,
             isolation: self.isolation.into(),
             allow_read,
             allow_net: self.allow_net.clone(),

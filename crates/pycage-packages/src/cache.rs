@@ -7,10 +7,12 @@
 //! directory):
 //!
 //! - `sets/<key>/`: an installed set (the installer's `--target`); `<key>`
-//!   is a SHA-256 of the interpreter and the sorted `name==version` of
-//!   every distribution in it, so requests that resolve alike share one
-//!   entry (six runs excluding six versions that do not exist get one
-//!   copy, not six). `sets/<key>.size` holds its bytes; `sets/<key>.use` is
+//!   is a SHA-256 of the interpreter, the sorted `name==version` of
+//!   every distribution in it and a digest of its files, so requests that
+//!   resolve alike share one entry (six runs excluding six versions that
+//!   do not exist get one copy, not six), and a package whose metadata
+//!   claims to be another distribution gets an entry of its own, never
+//!   the one an honest install of that distribution would reuse. `sets/<key>.size` holds its bytes; `sets/<key>.use` is
 //!   locked shared by every run using it, and exclusively by eviction,
 //!   which skips an entry in use.
 //! - `index/<request key>`: the `<key>` a request resolved to, so a repeated
@@ -26,14 +28,14 @@ use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rustix::fs::FlockOperation;
 use sha2::{Digest, Sha256};
 
 use crate::error::PackageError;
-use crate::installer::{says_no_wheel, Installer};
+use crate::installer::{says_no_wheel, Builder, Installer};
 use crate::metadata::{closure, installed};
 use crate::requirement::{script_dependencies, Requirement};
 
@@ -109,6 +111,9 @@ pub struct PackageCache {
     timeout: Duration,
     max_bytes: u64,
     failures: AtomicU64,
+    /// Where a package without a wheel is built, if the caller allowed
+    /// builds ([`PackageCache::set_builder`]).
+    builder: Option<Arc<dyn Builder>>,
 }
 
 impl PackageCache {
@@ -174,7 +179,15 @@ impl PackageCache {
             timeout,
             max_bytes,
             failures: AtomicU64::new(0),
+            builder: None,
         })
+    }
+
+    /// Lets installs build what has no wheel, with `builder` (which runs
+    /// the build in a sandbox): the caller's opt-in. Without it, a package
+    /// without a wheel fails as [`PackageError::NoWheel`].
+    pub fn set_builder(&mut self, builder: Arc<dyn Builder>) {
+        self.builder = Some(builder);
     }
 
     /// The cache's directory on the host.
@@ -279,8 +292,11 @@ impl PackageCache {
         }
         let mut result = self.install(request, &listed, (started + self.timeout, self.timeout), cancel);
         if counts {
-            if let Err(PackageError::Install { output, .. } | PackageError::NoWheel { detail: output, .. }) =
-                &mut result
+            if let Err(
+                PackageError::Install { output, .. }
+                | PackageError::NoWheel { detail: output, .. }
+                | PackageError::Build { output, .. },
+            ) = &mut result
             {
                 // The count is in the result: each failed name reached the
                 // index, a channel out of a run without network.
@@ -358,12 +374,33 @@ impl PackageCache {
             self.installer.get_or_init(|| Installer::find(&self.python)).clone().ok_or(PackageError::NoInstaller)?;
         let cmd = installer.command(&self.python, &site, &work, &request.requirements);
         match installer.run(cmd, log, listed, deadline, cancel) {
-            Err(PackageError::Install { output, .. }) if says_no_wheel(&output) => {
-                return Err(PackageError::NoWheel {
-                    requirements: listed.to_owned(),
-                    detail: output,
-                    platform: self.abi.clone(),
-                })
+            // pip's "no wheel" reads as "no such version" (`from
+            // versions: none`): with builds allowed, any failed wheels-only
+            // install is tried again where building is possible.
+            Err(PackageError::Install { output, .. }) if self.builder.is_some() || says_no_wheel(&output) => {
+                match &self.builder {
+                    // The whole set again, in the builder's sandbox: what the
+                    // wheels-only attempt left is not mixed in.
+                    Some(builder) => {
+                        if site.exists() {
+                            std::fs::remove_dir_all(&site).map_err(cache_err)?;
+                        }
+                        builder.install(&request.requirements, &site, deadline, cancel).map_err(|output| {
+                            if cancel.load(Ordering::Acquire) {
+                                PackageError::Cancelled
+                            } else {
+                                PackageError::Build { requirements: listed.to_owned(), output }
+                            }
+                        })?;
+                    }
+                    None => {
+                        return Err(PackageError::NoWheel {
+                            requirements: listed.to_owned(),
+                            detail: output,
+                            platform: self.abi.clone(),
+                        })
+                    }
+                }
             }
             other => other?,
         }
@@ -389,8 +426,15 @@ impl PackageCache {
                 }
             }
         }
-        let pins: Vec<String> = dists.values().map(|d| format!("{}=={}", d.name, d.version)).collect();
-        let key = digest("pycage-set-v2", &self.identity, &pins);
+        // The key covers the files, not only the names and versions their
+        // metadata claims: a package (or a build) whose `dist-info` claims
+        // to be another distribution gets a set of its own, never the key
+        // an honest install of that distribution would find and reuse.
+        let mut pins: Vec<String> = dists.values().map(|d| format!("{}=={}", d.name, d.version)).collect();
+        if site.exists() {
+            pins.push(format!("files {}", tree_digest(&site).map_err(cache_err)?));
+        }
+        let key = digest("pycage-set-v3", &self.identity, &pins);
         let entry = self.root.join("sets").join(&key);
         if entry.is_dir() {
             return Ok(key);
@@ -466,6 +510,56 @@ fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A digest of an installed tree: every entry's path, kind and (for a
+/// file) executable bit and bytes, or (for a symlink) target, in path
+/// order. Iterative; nothing is followed.
+fn tree_digest(root: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let mut entries: Vec<(PathBuf, std::fs::FileType)> = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for entry in std::fs::read_dir(root.join(&rel))? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            let path = rel.join(entry.file_name());
+            if kind.is_dir() {
+                stack.push(path.clone());
+            }
+            entries.push((path, kind));
+        }
+    }
+    entries.sort_by(|a, b| a.0.as_os_str().as_bytes().cmp(b.0.as_os_str().as_bytes()));
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    for (path, kind) in entries {
+        h.update(path.as_os_str().as_bytes());
+        let full = root.join(&path);
+        if kind.is_file() {
+            let mut file = File::open(&full)?;
+            let exec = file.metadata()?.permissions().mode() & 0o111 != 0;
+            h.update(if exec { b"\0x\0" } else { b"\0f\0" });
+            let mut len = 0u64;
+            loop {
+                let n = file.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                len += n as u64;
+                h.update(buf.get(..n).unwrap_or_default());
+            }
+            h.update(len.to_le_bytes());
+        } else if kind.is_symlink() {
+            h.update(b"\0l\0");
+            h.update(std::fs::read_link(&full)?.as_os_str().as_bytes());
+        } else {
+            h.update(if kind.is_dir() { b"\0d\0" } else { b"\0o\0" });
+        }
+        h.update(b"\n");
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Makes an installed tree readable (and its directories searchable) by
 /// every uid, and sums its file sizes. Iterative; symlinks are left as
 /// they are, never followed.
@@ -493,6 +587,30 @@ fn share_tree(root: &Path) -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tree_digest_covers_paths_bytes_and_modes_but_not_listing_order() {
+        let make = |files: &[(&str, &str)]| {
+            let dir = tempfile::tempdir().unwrap();
+            for (path, text) in files {
+                let p = dir.path().join(path);
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(p, text).unwrap();
+            }
+            dir
+        };
+        let honest = [("pkg-1.0.dist-info/METADATA", "Name: pkg\nVersion: 1.0\n"), ("pkg/__init__.py", "x = 1\n")];
+        let a = make(&honest);
+        let b = make(&[honest[1], honest[0]]);
+        assert_eq!(tree_digest(a.path()).unwrap(), tree_digest(b.path()).unwrap());
+        // The same metadata over other code: another digest, so another set.
+        let forged = make(&[honest[0], ("pkg/__init__.py", "import os\n")]);
+        assert_ne!(tree_digest(a.path()).unwrap(), tree_digest(forged.path()).unwrap());
+        let moved = make(&[honest[0], ("pkg/__main__.py", "x = 1\n")]);
+        assert_ne!(tree_digest(a.path()).unwrap(), tree_digest(moved.path()).unwrap());
+        std::fs::set_permissions(b.path().join("pkg/__init__.py"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_ne!(tree_digest(a.path()).unwrap(), tree_digest(b.path()).unwrap());
+    }
 
     fn interp() -> Target {
         Target {

@@ -29,9 +29,14 @@ pub enum PackageError {
     #[error(
         "installing {requirements} failed: {detail}; pycage installs wheels only (a build from source runs \
          the package's own code, which it never does outside a sandbox): pick a version with a wheel for \
-         {platform}, or have the caller install it into the venv"
+         {platform}, have the caller install it into the venv, or have the caller allow builds, which run \
+         in a sandbox of their own (`pycage run --allow-builds`; `allow_builds=True` in Python; \
+         `RuntimeConfig::allow_builds` in Rust)"
     )]
     NoWheel { requirements: String, detail: String, platform: String },
+    /// A build the caller allowed (`allow_builds`) failed in its sandbox.
+    #[error("building {requirements} in a sandbox failed: {output}")]
+    Build { requirements: String, output: String },
     /// This runtime has seen too many failed resolutions of names that
     /// programs declared: each one reached the package index.
     #[error(

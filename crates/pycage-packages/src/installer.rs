@@ -140,6 +140,25 @@ impl Installer {
     }
 }
 
+/// Installs requirements where a build may run, at the caller's opt-in
+/// (`RuntimeConfig::allow_builds`): a package without a wheel is built by
+/// its own code, which never runs on the host. pycage-runtime's builder
+/// runs pip in a sandboxed run whose only network is the package index,
+/// through the egress proxy, and whose only output is its `out/` copy.
+pub trait Builder: Send + Sync {
+    /// Installs `requirements` (data: each goes after `--`) into `site`, a
+    /// directory that does not exist yet, within `deadline`; stops when
+    /// `cancel` is set. `Err`: what went wrong, with the installer's own
+    /// last lines.
+    fn install(
+        &self,
+        requirements: &[Requirement],
+        site: &Path,
+        deadline: (Instant, Duration),
+        cancel: &AtomicBool,
+    ) -> Result<(), String>;
+}
+
 /// Whether an installer's failure says that a package has no wheel (and
 /// building is off), rather than that it does not exist.
 pub fn says_no_wheel(output: &str) -> bool {

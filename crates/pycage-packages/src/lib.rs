@@ -14,9 +14,12 @@
 //!   caller's own requirements ([`metadata::closure`]); otherwise the run
 //!   fails naming it, before anything reaches a run.
 //! - **No package's code runs on the host**: the installer installs wheels
-//!   only, from an empty private directory, reading no project-level
-//!   configuration ([`installer`]). A package without a wheel for the
-//!   platform fails with a message that names it and says why.
+//!   only, from an empty private directory ([`installer`]). A package
+//!   without a wheel for the platform fails with a message that names it
+//!   and says why, unless the caller allowed builds: then the whole set is
+//!   installed by a [`installer::Builder`] (the runtime's runs pip in a
+//!   sandbox whose only network is the index), and what it made is checked
+//!   here like any install before it enters the cache.
 //! - **Requirements stay data** ([`requirement`]): names, extras,
 //!   specifiers and markers only; bounded in number and length; each
 //!   passed after `--`.
@@ -41,6 +44,7 @@ pub mod requirement;
 
 pub use cache::{Declarations, Entry, PackageCache, Request, Target, HOW_TO_ALLOW, MAX_FAILED_RESOLUTIONS};
 pub use error::PackageError;
+pub use installer::Builder;
 pub use requirement::{is_project_name, normalize, script_dependencies, Requirement, MAX_REQUIREMENTS};
 
 /// Where a sandboxed run sees its packages (its own entry, read-only).

@@ -240,7 +240,7 @@ impl NativeRuntime {
     #[new]
     #[pyo3(signature = (*, python=None, isolation=None, allow_read=None, run_dir_parent=None, spawn=None,
         cache_dir=None, probe_cache=true, allow_net=None, budgets=None, venv=None, preload=None,
-        with_packages=None, allow_packages=None, allow_any_package=false, type_check=false, ty=None,
+        with_packages=None, allow_packages=None, allow_any_package=false, allow_builds=false, type_check=false, ty=None,
         journal_key=None))]
     #[allow(clippy::too_many_arguments)] // a pymethod: Python passes them by name
     fn new(
@@ -259,6 +259,7 @@ impl NativeRuntime {
         with_packages: Option<Vec<String>>,
         allow_packages: Option<Vec<String>>,
         allow_any_package: bool,
+        allow_builds: bool,
         type_check: bool,
         ty: Option<PathBuf>,
         journal_key: Option<Vec<u8>>,
@@ -271,6 +272,7 @@ impl NativeRuntime {
             with_packages: with_packages.unwrap_or_default(),
             allow_packages: allow_packages.unwrap_or_default(),
             allow_any_package,
+            allow_builds,
             run_dir_parent,
             cache_dir,
             type_check,
@@ -347,6 +349,7 @@ impl NativeRuntime {
         d.set_item("with_packages", c.with_packages.clone())?;
         d.set_item("allow_packages", c.allow_packages.clone())?;
         d.set_item("allow_any_package", c.allow_any_package)?;
+        d.set_item("allow_builds", c.allow_builds)?;
         d.set_item("type_check", c.type_check)?;
         d.set_item("ty", inner.type_checker().map(std::path::Path::to_path_buf))?;
         // Every budget under its keyword, in the keyword's unit.

@@ -116,6 +116,18 @@ def test_declarations_are_refused_unless_allowed():
         pycage.Runtime(isolation="process", allow_packages=["x"], allow_any_package=True)
 
 
+def test_a_package_without_a_wheel_is_built_in_a_sandbox_only_when_allowed(datasci, tmp_path):
+    program = '# /// script\n# dependencies = ["docopt==0.6.2"]\n# ///\nimport docopt\nreturn docopt.__version__'
+    with runtime("process", venv=datasci, cache_dir=tmp_path, allow_packages=["docopt"]) as rt:
+        refused = rt.run(program)
+        assert refused.error.kind == "dependencies", refused
+        assert "allow_builds=True" in refused.error.message, refused.error.message
+    with runtime("process", venv=datasci, cache_dir=tmp_path, allow_packages=["docopt"], allow_builds=True) as rt:
+        assert rt.run(program).value == "0.6.2"
+    with pytest.raises(TypeError, match="allow_builds must be a bool"):
+        pycage.Runtime(isolation="process", allow_builds="yes")
+
+
 def test_with_packages(datasci, tmp_path):
     with runtime("process", venv=datasci, cache_dir=tmp_path, with_packages=["tabulate==0.9.0"]) as rt:
         assert rt.run("import tabulate\nreturn tabulate.__version__").value == "0.9.0"

@@ -98,6 +98,14 @@ pub struct RuntimeConfig {
     /// installs of declared names (each asked the index for names of the
     /// program's choosing) and asks for no new name after that.
     pub allow_any_package: bool,
+    /// A package with no wheel for this platform may be built from source:
+    /// the whole install then runs pip in a sandboxed run of its own (this
+    /// runtime's interpreter, budgets and disk; the package index as its
+    /// only network, through the egress proxy; `out/` its only output),
+    /// never on the host. Off (the default): such a package fails with
+    /// `dependencies`. Needs sandbox isolation on this machine, whatever
+    /// the runtime's own isolation.
+    pub allow_builds: bool,
     /// Bytes of installed package sets the cache keeps; past them the
     /// least recently used sets that no run holds are removed.
     pub package_cache_bytes: u64,
@@ -254,6 +262,7 @@ impl Default for RuntimeConfig {
             with_packages: Vec::new(),
             allow_packages: Vec::new(),
             allow_any_package: false,
+            allow_builds: false,
             package_cache_bytes: 2 << 30,
             install_timeout: Duration::from_secs(300),
             cache_dir: None,

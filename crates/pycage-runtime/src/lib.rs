@@ -60,7 +60,9 @@
 //! 4. `run`: a sans-I/O protocol machine and the driver around it; `check`:
 //!    the type check before a run (`pycage-typecheck`), as a run's outcome.
 //! 5. `lifecycle`: the one run sequence (admission, a worker, execution,
-//!    settling, output, refill) and the `Core` every run of a runtime shares.
+//!    settling, output, refill) and the `Core` every run of a runtime
+//!    shares; then `build`: packages without a wheel built in a sandboxed
+//!    run of a `Core` of their own (`RuntimeConfig::allow_builds`).
 //! 6. `session` and `runtime`: the public API, handles on one `Core`.
 //!
 //! What stands alone is in crates of its own, re-exported here under the
@@ -82,6 +84,7 @@
 
 mod bindings;
 pub mod budgets;
+mod build;
 mod check;
 /// Run directories (the `pycage-files` crate).
 pub use pycage_files::cleanup;

@@ -73,10 +73,15 @@ pub(crate) struct Core {
 }
 
 impl Core {
-    pub(crate) fn new(config: RuntimeConfig) -> Result<Core, RuntimeError> {
+    /// `builder`: where packages without a wheel are built, if the caller
+    /// allowed builds (`crate::build`).
+    pub(crate) fn new(
+        config: RuntimeConfig,
+        builder: Option<Arc<dyn pycage_packages::Builder>>,
+    ) -> Result<Core, RuntimeError> {
         config.validate()?;
         let config = Arc::new(config);
-        let launcher = Launcher::new(Arc::clone(&config))?;
+        let launcher = Launcher::new(Arc::clone(&config), builder)?;
         let interpreter = launcher.interpreter();
         let (major, minor, _) = interpreter.version;
         let extra = launcher.with_entry_path().into_iter().collect();

@@ -28,7 +28,8 @@ impl Runtime {
     /// Validates the configuration, probes the interpreter and installs the
     /// bootstrap. Fails here, not at the first run, when something is wrong.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
-        Ok(Runtime { core: Arc::new(Core::new(config)?) })
+        let builder = crate::build::SandboxBuilder::for_runtime(&config);
+        Ok(Runtime { core: Arc::new(Core::new(config, builder)?) })
     }
 
     /// The configuration in force.

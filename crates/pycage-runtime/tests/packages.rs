@@ -194,6 +194,33 @@ async fn a_package_without_a_wheel_is_never_built() {
     rt.shutdown().await;
 }
 
+/// Issue 41: with the caller's leave (`allow_builds`), a package without a
+/// wheel is built, by pip in a sandboxed run of its own (here beside runs
+/// with process isolation): the set it made says pip installed it, where
+/// the host's installer is uv.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_without_a_wheel_is_built_in_a_sandbox_when_allowed() {
+    let Some(venv) = datasci_venv() else { return };
+    let cache = cache_dir();
+    let rt = runtime_for(&venv, cache.path(), Isolation::Process, |c| {
+        c.allow_packages = vec!["docopt".into()];
+        c.allow_builds = true;
+    });
+    let r = run(&rt, &declaring("\"docopt==0.6.2\"", "import docopt\nreturn docopt.__version__")).await;
+    assert_eq!(value(&r), "\"0.6.2\"");
+    let sets = sets(cache.path());
+    assert_eq!(sets.len(), 1, "{sets:?}");
+    let installer = cache.path().join("packages/sets").join(&sets[0]).join("docopt-0.6.2.dist-info/INSTALLER");
+    assert_eq!(std::fs::read_to_string(&installer).unwrap().trim(), "pip", "{}", installer.display());
+    // What it brings is still checked: an allowed name whose build fails
+    // says so, and nothing enters the cache.
+    let r = run(&rt, &declaring("\"docopt==0.0.0\"", "return 1")).await;
+    let (kind, message) = failure(&r);
+    assert_eq!(kind, FailureKind::Dependencies, "{message}");
+    assert!(message.contains("building docopt==0.0.0 in a sandbox failed"), "{message}");
+    rt.shutdown().await;
+}
+
 /// Issue 41: a sandboxed run sees its own entry alone: not the cache, not
 /// another run's set (tenant B cannot import tenant A's package by putting
 /// A's entry on `sys.path`).

@@ -77,6 +77,7 @@ class NativeRuntime:
         with_packages: Optional[list[str]] = None,
         allow_packages: Optional[list[str]] = None,
         allow_any_package: bool = False,
+        allow_builds: bool = False,
         type_check: bool = False,
         ty: Optional[str] = None,
         journal_key: Optional[bytes] = None,

@@ -116,7 +116,10 @@ class Runtime(_RuntimeApi[Session]):
     and runs never get network. A program's own declarations are refused
     (``"dependencies"``) unless the caller allows them: ``allow_packages``
     lists the names programs may declare (what they bring must be allowed
-    too), ``allow_any_package=True`` allows any.
+    too), ``allow_any_package=True`` allows any. A package with no wheel
+    for the platform fails unless ``allow_builds=True``: then the install
+    runs pip in a sandbox of its own (the package index its only network),
+    never on the host.
 
     Processes: ``spawn="zygote"`` (the default) forks each run's process
     from a warm fork server, with ``pool_size`` (4) children forked ahead of
@@ -154,6 +157,7 @@ class Runtime(_RuntimeApi[Session]):
         with_packages: Iterable[str] = (),
         allow_packages: Iterable[str] = (),
         allow_any_package: bool = False,
+        allow_builds: bool = False,
         type_check: bool = False,
         ty: Union[str, os.PathLike[str], None] = None,
         journal_key: Union[str, bytes, None] = None,
@@ -210,6 +214,7 @@ class Runtime(_RuntimeApi[Session]):
             with_packages=with_list,
             allow_packages=allow_list,
             allow_any_package=allow_any_package,
+            allow_builds=_check_flag("allow_builds", allow_builds),
             type_check=_check_flag("type_check", type_check),
             ty=None if ty is None else _check_path("ty", ty),
             journal_key=_durable.journal_key(journal_key),

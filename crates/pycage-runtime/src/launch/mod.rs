@@ -142,7 +142,10 @@ fn link_chain_end(path: &std::path::Path) -> Option<PathBuf> {
 impl Launcher {
     /// Probes the interpreter, installs the bootstrap, checks the sandbox's
     /// layers and starts the zygote's pool (when runs use one).
-    pub(crate) fn new(config: Arc<RuntimeConfig>) -> Result<Launcher, RuntimeError> {
+    pub(crate) fn new(
+        config: Arc<RuntimeConfig>,
+        builder: Option<Arc<dyn pycage_packages::Builder>>,
+    ) -> Result<Launcher, RuntimeError> {
         let python = interpreter_path(&config)?;
         let (interpreter, bootstrap) =
             probe_cache::prepare(python.as_deref(), config.cache_dir.as_deref(), &config.preload).map_err(
@@ -169,7 +172,7 @@ impl Launcher {
             (false, true) => Declarations::Refused,
             (false, false) => Declarations::Allowed(config.allow_packages.clone()),
         };
-        let packages = PackageCache::new(
+        let mut packages = PackageCache::new(
             config.cache_dir.as_deref(),
             &target,
             &config.with_packages,
@@ -178,6 +181,9 @@ impl Launcher {
             config.package_cache_bytes,
         )
         .map_err(RuntimeError::Packages)?;
+        if let Some(builder) = builder {
+            packages.set_builder(builder);
+        }
         // The caller's own requirements: installed now, so that a bad one
         // fails here and no run pays for them.
         let with_entry = match packages.with_request() {
