@@ -13,6 +13,53 @@ use support::{assert_exit, pycage, run, run_in, stderr, stdout, write_script};
 
 // ---- run: output forms and exit codes ----
 
+/// Issue 41: the installer never reads what a run may have left where
+/// pycage was started (`--output .`): a `pip/__main__.py` that would run
+/// as `python -m pip`, a `uv.toml` that would send the install to another
+/// index. Both are planted in the working directory of `pycage run`; the
+/// install still comes from the real index and nothing planted runs.
+#[test]
+fn the_installer_ignores_what_a_run_left_in_the_working_directory() {
+    let Some(venv) = support::datasci_venv() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("planted-pip-ran");
+    std::fs::create_dir(dir.path().join("pip")).unwrap();
+    std::fs::write(
+        dir.path().join("pip/__main__.py"),
+        format!("open({:?}, 'w').close()\nraise SystemExit(1)\n", marker.display().to_string()),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("pip/__init__.py"), "").unwrap();
+    std::fs::write(dir.path().join("uv.toml"), "index-url = \"http://127.0.0.1:9/simple\"\n").unwrap();
+    std::fs::write(
+        dir.path().join("pyproject.toml"),
+        "[tool.uv]\nindex-url = \"http://127.0.0.1:9/simple\"\n[tool.uv.pip]\nindex-url = \"http://127.0.0.1:9/simple\"\n",
+    )
+    .unwrap();
+    let program =
+        "# /// script\n# dependencies = [\"tabulate==0.9.0\"]\n# ///\nimport tabulate\nreturn tabulate.__version__";
+    let venv = venv.to_str().unwrap();
+    let cache = dir.path().join("cache");
+    for installer_path in [format!("{venv}/bin"), "/usr/bin:/bin".to_owned()] {
+        // uv beside the venv's interpreter, then (uv not beside a plain
+        // interpreter nor on PATH) pip.
+        let python =
+            if installer_path.starts_with(venv) { vec!["--venv", venv] } else { vec!["--python", "/usr/bin/python3"] };
+        let o = pycage(dir.path())
+            .env("XDG_CACHE_HOME", &cache)
+            .env("PATH", &installer_path)
+            .args(["run", "--isolation", "process", "--allow-package", "tabulate", "--json"])
+            .args(&python)
+            .args(["-c", program])
+            .output()
+            .unwrap();
+        assert_exit(&o, 0);
+        assert_eq!(stdout(&o), "{\"value\":\"0.9.0\",\"logs\":[]}\n");
+        assert!(!marker.exists(), "the planted pip/__main__.py ran");
+        std::fs::remove_dir_all(&cache).unwrap();
+    }
+}
+
 /// `pycage run --type-check`: a program with a type error settles as
 /// `type-error` at its own line, exit status 1, and nothing of it runs;
 /// a correct one runs as without the check.

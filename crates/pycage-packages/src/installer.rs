@@ -4,8 +4,10 @@
 //! backend runs; in an empty private working directory (a requirement can
 //! never name a local file, and no `uv.toml`, `pyproject.toml` or
 //! `pip/__main__.py` a run left behind is read), and with `python -I`
-//! (pip never imports from the working directory). The operator's own
-//! installer configuration (environment, user config) still applies.
+//! (pip never imports from the working directory). uv runs with
+//! `--no-config`, since it also reads configuration files from every
+//! parent directory; the operator's environment (`UV_INDEX_URL`,
+//! `PIP_INDEX_URL`, ...) and pip's user config still apply.
 //!
 //! The installer is its own process group, killed at the deadline or on
 //! cancel; its output goes to a file of which the last bytes name the
@@ -65,7 +67,13 @@ impl Installer {
         let mut cmd = match self {
             Installer::Uv(uv) => {
                 let mut c = Command::new(uv);
-                c.args(["pip", "install", "--quiet", "--no-progress", "--no-build", "--python"]).arg(python);
+                // `--no-config`: uv looks for `uv.toml` and `pyproject.toml`
+                // in the working directory and every parent of it, and a
+                // run's `out/` may have been delivered into a parent of the
+                // cache (`--output ~`). The environment (`UV_INDEX_URL`,
+                // ...) still configures it.
+                c.args(["pip", "install", "--no-config", "--quiet", "--no-progress", "--no-build", "--python"])
+                    .arg(python);
                 c
             }
             Installer::Pip => {
@@ -207,7 +215,7 @@ mod tests {
             (argv, cmd.get_current_dir().map(Path::to_path_buf))
         };
         let (uv, cwd) = args(&Installer::Uv(PathBuf::from("/bin/uv")));
-        assert!(uv.contains(&"--no-build".to_owned()), "{uv:?}");
+        assert!(uv.contains(&"--no-build".to_owned()) && uv.contains(&"--no-config".to_owned()), "{uv:?}");
         assert_eq!(cwd.as_deref(), Some(Path::new("/t/work")));
         assert_eq!(uv[uv.len() - 2..], ["--", "tabulate>=0.9"]);
         let (pip, _) = args(&Installer::Pip);

@@ -49,10 +49,7 @@ pub fn write_script(dir: &Path, name: &str, body: &str) {
 /// (failing under `PYCAGE_REQUIRE_ALL_TESTS=1`).
 #[allow(clippy::print_stderr)] // a skip says so where the test output shows it
 pub fn ty_binary() -> Option<PathBuf> {
-    let venv = std::env::var_os("PYCAGE_DATASCI_VENV").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/datasci-venv").components().collect()
-    });
-    let ty = venv.join("bin/ty");
+    let ty = datasci_dir().join("bin/ty");
     if ty.exists() {
         return Some(ty);
     }
@@ -62,5 +59,30 @@ pub fn ty_binary() -> Option<PathBuf> {
         ty.display()
     );
     eprintln!("skipped: no ty at {} (run .ci/datasci-deps.sh)", ty.display());
+    None
+}
+
+/// Where the data-science venv is (`.ci/datasci-deps.sh`), whether or not
+/// it is there.
+fn datasci_dir() -> PathBuf {
+    std::env::var_os("PYCAGE_DATASCI_VENV").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/datasci-venv").components().collect()
+    })
+}
+
+/// The data-science venv (its interpreter and its uv), or `None` (failing
+/// under `PYCAGE_REQUIRE_ALL_TESTS=1`).
+#[allow(clippy::print_stderr)] // a skip says so where the test output shows it
+pub fn datasci_venv() -> Option<PathBuf> {
+    let venv = datasci_dir();
+    if venv.join("bin/python").exists() && venv.join("bin/uv").exists() {
+        return Some(venv);
+    }
+    assert!(
+        std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(),
+        "no data-science venv at {}: run .ci/datasci-deps.sh",
+        venv.display()
+    );
+    eprintln!("skipped: no data-science venv at {} (run .ci/datasci-deps.sh)", venv.display());
     None
 }
