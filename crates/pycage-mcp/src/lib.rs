@@ -47,8 +47,9 @@
 //! `clients` (who a request is, sessions and run slots per client),
 //! `approvals` (calls that need approval: elicitation, or runs suspended
 //! for `resume_python`), `admission` (fair turns across clients), `gate` (the HTTP gate:
-//! Host, Origin, tokens, bodies, connections), `server` (the `run_python`
-//! tool), then `transport` (stdio and streamable HTTP).
+//! Host, Origin, tokens, bodies, connections), `tool` (what a client sees
+//! of `run_python`: options, description, schemas, results), `server` (the
+//! `run_python` handler), then `transport` (stdio and streamable HTTP).
 
 mod admission;
 mod approvals;
@@ -58,6 +59,7 @@ mod files;
 mod gate;
 pub mod options;
 mod server;
+mod tool;
 mod transport;
 
 pub use approvals::{MAX_PARKED, MAX_PARKED_PER_CLIENT, PARKED_TTL, RESUME_PYTHON};
@@ -67,5 +69,6 @@ pub use options::{
     BearerToken, HttpOptions, DEFAULT_BODY_TIMEOUT, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT, DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MIN_BODY_RATE, MIN_TOKEN_BYTES,
 };
-pub use server::{description, description_with, CodeModeServer, ServeError, ServerOptions, RUN_PYTHON};
+pub use server::{CodeModeServer, ServeError};
+pub use tool::{description, description_with, ServerOptions, RUN_PYTHON};
 pub use transport::{serve_http, serve_stdio};
