@@ -24,7 +24,8 @@ checks every import): ``errors``, ``_native`` (the compiled half),
 ``_durable`` (approval marks, suspensions, journal arguments),
 ``_results``, ``_bindings``, ``_events``, ``_api`` (the run API, one
 definition for every transport), ``_session``, ``_runtime`` (the local
-runtime), ``tools``, ``fastmcp``, ``_integrations`` (what the framework
+runtime), ``tools``, ``fastmcp``, ``_stubs`` (framework tools described by
+JSON Schema, as Python stubs), ``_integrations`` (what the framework
 integrations share), ``smolagents``, ``pydantic_ai``, ``langchain``,
 ``openai_agents``, then ``ray`` (a package; its own list is in its
 docstring).

@@ -42,8 +42,9 @@ from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic_core import to_jsonable_python
 
-from ._integrations import RunPython, bindings_and_stubs, images, report_text, schema_def
+from ._integrations import RunPython, images, report_text
 from ._runtime import Bindings, Result, Runtime
+from ._stubs import bindings_and_stubs, schema_def
 
 __all__ = ["PycageRunPythonTool", "run_python_tool"]
 

@@ -50,8 +50,9 @@ from agents.tool_context import ToolContext
 from agents.tracing import function_span, get_current_trace
 from pydantic_core import to_jsonable_python
 
-from ._integrations import RunPython, best_image, bindings_and_stubs, image_data_url, report_text, schema_def
+from ._integrations import RunPython, best_image, image_data_url, report_text
 from ._runtime import Bindings, Result, Runtime
+from ._stubs import bindings_and_stubs, schema_def
 
 __all__ = ["PycageRunPython", "run_python_tool", "default_session_key"]
 
