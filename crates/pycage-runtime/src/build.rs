@@ -69,7 +69,13 @@ impl SandboxBuilder {
     }
 
     /// Runs the build and moves what it made to `site`.
-    async fn run(&self, requirements: &[Requirement], site: &Path, deadline: Instant) -> Result<(), String> {
+    async fn run(
+        &self,
+        requirements: &[Requirement],
+        site: &Path,
+        deadline: Instant,
+        cancel: CancellationToken,
+    ) -> Result<(), String> {
         let wall = deadline.saturating_duration_since(Instant::now());
         if wall.is_zero() {
             return Err("no time was left for the build".to_owned());
@@ -78,7 +84,7 @@ impl SandboxBuilder {
         config.wall_time = wall;
         let core = Core::new(config, None).map_err(|e| format!("the build's sandbox could not be made: {e}"))?;
         let staging = site.with_extension("built");
-        let outcome = run_pip(&core, &self.index, self.cert.as_deref(), requirements, &staging).await;
+        let outcome = run_pip(&core, &self.index, self.cert.as_deref(), requirements, &staging, cancel).await;
         core.shutdown().await;
         let built = outcome?;
         std::fs::rename(&built, site).map_err(|e| format!("moving what the build made: {e}"))
@@ -103,9 +109,19 @@ impl Builder for SandboxBuilder {
                     .build()
                     .map_err(|e| format!("the build's async runtime could not start: {e}"))?;
                 rt.block_on(async {
+                    // A cancel aborts the build's run, which then settles
+                    // and is reaped like any run before its runtime shuts
+                    // down: nothing of it is left behind.
+                    let token = CancellationToken::new();
+                    let build = self.run(requirements, site, deadline.0, token.clone());
+                    tokio::pin!(build);
                     tokio::select! {
-                        r = self.run(requirements, site, deadline.0) => r,
-                        () = cancelled(cancel) => Err("cancelled".to_owned()),
+                        r = &mut build => r,
+                        () = cancelled(cancel) => {
+                            token.cancel();
+                            let _ = build.await;
+                            Err("cancelled".to_owned())
+                        }
                     }
                 })
             });
@@ -129,12 +145,13 @@ async fn run_pip(
     cert: Option<&Path>,
     requirements: &[Requirement],
     staging: &Path,
+    cancel: CancellationToken,
 ) -> Result<PathBuf, String> {
     std::fs::create_dir(staging).map_err(|e| format!("the build's output directory: {e}"))?;
     let plan = Plan {
         program: pip_program(index, cert, requirements),
         bindings: Vec::new(),
-        cancel: CancellationToken::new(),
+        cancel,
         stop: core.shutdown_token(),
         events: None,
         inputs: Vec::new(),
