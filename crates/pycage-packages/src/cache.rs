@@ -12,9 +12,10 @@
 //!   resolve alike share one entry (six runs excluding six versions that
 //!   do not exist get one copy, not six), and a package whose metadata
 //!   claims to be another distribution gets an entry of its own, never
-//!   the one an honest install of that distribution would reuse. `sets/<key>.size` holds its bytes; `sets/<key>.use` is
-//!   locked shared by every run using it, and exclusively by eviction,
-//!   which skips an entry in use.
+//!   the one an honest install of that distribution would reuse.
+//!   `sets/<key>.size` holds its bytes; `sets/<key>.use` is locked shared
+//!   by every run using it, and exclusively by eviction, which skips an
+//!   entry in use.
 //! - `index/<request key>`: the `<key>` a request resolved to, so a repeated
 //!   request installs nothing and asks no index.
 //! - `install.lock`: one install at a time (an `flock`, so across pycage
