@@ -409,7 +409,8 @@ def test_ctrl_c_aborts_a_sync_run(tmp_path):
         up = threading.Event()
         threading.Thread(target=lambda: (up.wait(30), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
         try:
-            rt.run("print('up', flush=True)\\nimport time\\ntime.sleep(3600)", on_log=lambda _: up.set())
+            r = rt.run("print('up', flush=True)\\nimport time\\ntime.sleep(3600)", on_log=lambda _: up.set())
+            print("not-interrupted:", repr(r.error).replace(" ", "_"))  # shown by the assertion
         except KeyboardInterrupt:
             print("interrupted")
         print("after", rt.run("return 5").value)
@@ -433,7 +434,8 @@ def test_ctrl_c_aborts_a_sync_run_without_callbacks(tmp_path):
             os.kill(os.getpid(), signal.SIGINT)
         threading.Thread(target=interrupt, daemon=True).start()
         try:
-            rt.run("open({str(up)!r}, 'w').close()\\nimport time\\ntime.sleep(3600)")
+            r = rt.run("open({str(up)!r}, 'w').close()\\nimport time\\ntime.sleep(3600)")
+            print("not-interrupted:", repr(r.error).replace(" ", "_"))  # shown by the assertion
         except KeyboardInterrupt:
             print("interrupted")
         print("after", rt.run("return 5").value)
