@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Optional, TypeVar, Union
 
+from . import _durable
 from ._bindings import Bindings, NamespaceSpec, _LoopThread, _namespaces
 from ._checks import (
     _ADDRESS_SPACE_WHY,
@@ -454,6 +455,100 @@ class _RuntimeApi(_Closeable, Generic[_S]):
             f"{self._label}.session", key, idle_timeout_seconds, max_lifetime_seconds, address_space_bytes
         )
         return self._open_session(_namespaces(bindings), options)
+
+    # -- durable runs (docs/durable.md)
+
+    def _resume_request(
+        self,
+        owner: str,
+        journal: Any,
+        reply: Any,
+        error: Optional[str],
+        bindings: Optional[Bindings],
+        program: Optional[str],
+        on_log: OnLog,
+        on_call: OnCall,
+        on_display: OnDisplay,
+        inputs: Paths,
+        output_dir: Path,
+    ) -> _RunRequest:
+        spec = _durable.resume_spec(journal, reply, error, owner)
+        request = _RunRequest.of(
+            owner, "" if program is None else program, bindings, on_log, on_call, on_display, inputs, output_dir, {}
+        )
+        request.resume = spec
+        return request
+
+    def resume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: OnLog = None,
+        on_call: OnCall = None,
+        on_display: OnDisplay = None,
+        inputs: Paths = None,
+        output_dir: Path = None,
+    ) -> Result:
+        """Resumes a suspended run from its ``journal`` (``Result.suspended``,
+        or its ``.journal`` bytes), in a fresh process: every call the
+        journal records is answered from it, the pending call returns
+        ``reply`` or raises the namespace's error class with ``error``, and
+        the run goes on live; it may suspend again. ``bindings`` must be the
+        ones the run had (names, error classes, docs); ``program``, when
+        given, must be the journal's. The budgets are the journal's, minus
+        what the run spent before. A journal that is refused (altered,
+        another key, a session's) raises :class:`pycage.JournalError` before
+        anything runs; a program that takes another path settles as
+        ``"diverged"``. On a :class:`pycage.ray.RayRuntime` it resumes on any
+        node (every node has the driver's key); the bindings stay here."""
+        request = self._resume_request(
+            f"{self._label}.resume",
+            journal,
+            reply,
+            error,
+            bindings,
+            program,
+            on_log,
+            on_call,
+            on_display,
+            inputs,
+            output_dir,
+        )
+        return self._run(request)
+
+    async def aresume(
+        self,
+        journal: Union[bytes, _durable.Suspension],
+        *,
+        reply: Any = _durable._NO_REPLY,
+        error: Optional[str] = None,
+        bindings: Optional[Bindings] = None,
+        program: Optional[str] = None,
+        on_log: OnLog = None,
+        on_call: OnCall = None,
+        on_display: OnDisplay = None,
+        inputs: Paths = None,
+        output_dir: Path = None,
+    ) -> Result:
+        """:meth:`resume` without blocking the event loop (as :meth:`arun`)."""
+        request = self._resume_request(
+            f"{self._label}.aresume",
+            journal,
+            reply,
+            error,
+            bindings,
+            program,
+            on_log,
+            on_call,
+            on_display,
+            inputs,
+            output_dir,
+        )
+        return await self._arun(request, asyncio.get_running_loop())
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         """Waits until nothing runs or is pending: no run in flight

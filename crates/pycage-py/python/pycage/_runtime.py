@@ -17,11 +17,6 @@ from typing import Any, Literal, Optional, Union
 
 from . import _durable, _native
 from ._api import (
-    OnCall,
-    OnDisplay,
-    OnLog,
-    Path,
-    Paths,
     _get_ident,
     _main_ident,
     _RunRequest,
@@ -29,9 +24,8 @@ from ._api import (
     _session_options,
 )
 from ._bindings import Bindings, NamespaceSpec, _namespaces, _SessionSite, _Site
-from ._checks import _budget_fields, _check_code, _check_flag, _check_path, _describe, _strings
-from ._events import _Events, _settled
-from ._files import _run_files
+from ._checks import _budget_fields, _check_flag, _check_path, _describe, _strings
+from ._events import _settled
 from ._results import Result, _result
 from ._session import Session
 from .errors import ConfigError
@@ -242,74 +236,6 @@ class Runtime(_RuntimeApi[Session]):
 
     # -- durable runs and sessions (docs/durable.md)
 
-    def resume(
-        self,
-        journal: Union[bytes, _durable.Suspension],
-        *,
-        reply: Any = _durable._NO_REPLY,
-        error: Optional[str] = None,
-        bindings: Optional[Bindings] = None,
-        program: Optional[str] = None,
-        on_log: OnLog = None,
-        on_call: OnCall = None,
-        on_display: OnDisplay = None,
-        inputs: Paths = None,
-        output_dir: Path = None,
-    ) -> Result:
-        """Resumes a suspended run from its ``journal`` (``Result.suspended``,
-        or its ``.journal`` bytes), in a fresh process: every call the
-        journal records is answered from it, the pending call returns
-        ``reply`` or raises the namespace's error class with ``error``, and
-        the run goes on live; it may suspend again. ``bindings`` must be the
-        ones the run had (names, error classes, docs); ``program``, when
-        given, must be the journal's. The budgets are the journal's, minus
-        what the run spent before. A journal that is refused (altered,
-        another key, a session's) raises :class:`pycage.JournalError` before
-        anything runs; a program that takes another path settles as
-        ``"diverged"``."""
-        owner = "pycage.Runtime.resume"
-        spec = _durable.resume_spec(journal, reply, error, owner)
-        code = "" if program is None else _check_code(program)
-        paths, out = _run_files(inputs, output_dir, owner)
-        site = _Site(self._private_loop, contextvars.copy_context())
-        events = _Events.of(on_log, on_call, on_display)
-        main = _get_ident() == _main_ident[0]
-        parts = self._native.run(
-            code, _namespaces(bindings), site, events, main, inputs=paths, output_dir=out, resume=spec
-        )
-        return _result(parts)
-
-    async def aresume(
-        self,
-        journal: Union[bytes, _durable.Suspension],
-        *,
-        reply: Any = _durable._NO_REPLY,
-        error: Optional[str] = None,
-        bindings: Optional[Bindings] = None,
-        program: Optional[str] = None,
-        on_log: OnLog = None,
-        on_call: OnCall = None,
-        on_display: OnDisplay = None,
-        inputs: Paths = None,
-        output_dir: Path = None,
-    ) -> Result:
-        """:meth:`resume` without blocking the event loop (as :meth:`arun`)."""
-        owner = "pycage.Runtime.aresume"
-        spec = _durable.resume_spec(journal, reply, error, owner)
-        code = "" if program is None else _check_code(program)
-        paths, out = _run_files(inputs, output_dir, owner)
-        specs = _namespaces(bindings)
-        loop = asyncio.get_running_loop()
-        site = _Site(lambda: loop, contextvars.copy_context())
-        events = _Events.of(on_log, on_call, on_display)
-        return await _settled(
-            loop,
-            events,
-            lambda settle, on_events: self._native.start(
-                code, specs, site, loop, settle, on_events, inputs=paths, output_dir=out, resume=spec
-            ),
-        )
-
     def resume_session(
         self,
         journal: Union[bytes, _durable.Suspension],
@@ -399,6 +325,7 @@ class Runtime(_RuntimeApi[Session]):
                 request.inputs,
                 request.output_dir,
                 request.type_check,
+                resume=request.resume,
             )
         )
 
@@ -409,7 +336,17 @@ class Runtime(_RuntimeApi[Session]):
             loop,
             r.events,
             lambda settle, on_events: self._native.start(
-                r.code, r.specs, site, loop, settle, on_events, r.fields, r.inputs, r.output_dir, r.type_check
+                r.code,
+                r.specs,
+                site,
+                loop,
+                settle,
+                on_events,
+                r.fields,
+                r.inputs,
+                r.output_dir,
+                r.type_check,
+                resume=r.resume,
             ),
         )
 

@@ -14,15 +14,15 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterable
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .. import _durable
-from .._api import OnCall, OnDisplay, OnLog, Path, Paths, _RunRequest, _RuntimeApi
-from .._bindings import Bindings, NamespaceSpec
+from .._api import _RunRequest, _RuntimeApi
+from .._bindings import NamespaceSpec
 from .._events import _Events
 from .._results import Failure, Result
 from ..errors import ConfigError, RuntimeClosedError
@@ -397,90 +397,6 @@ class RayRuntime(_RuntimeApi[RaySession]):
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- durable runs (docs/durable.md)
-
-    def _resume_request(
-        self,
-        owner: str,
-        journal: Any,
-        reply: Any,
-        error: Optional[str],
-        bindings: Optional[Bindings],
-        program: Optional[str],
-        on_log: OnLog,
-        on_call: OnCall,
-        on_display: OnDisplay,
-        inputs: Paths,
-        output_dir: Path,
-    ) -> _RunRequest:
-        spec = _durable.resume_spec(journal, reply, error, owner)
-        request = _RunRequest.of(
-            owner, "" if program is None else program, bindings, on_log, on_call, on_display, inputs, output_dir, {}
-        )
-        request.resume = spec
-        return request
-
-    def resume(
-        self,
-        journal: Union[bytes, _durable.Suspension],
-        *,
-        reply: Any = _durable._NO_REPLY,
-        error: Optional[str] = None,
-        bindings: Optional[Bindings] = None,
-        program: Optional[str] = None,
-        on_log: OnLog = None,
-        on_call: OnCall = None,
-        on_display: OnDisplay = None,
-        inputs: Paths = None,
-        output_dir: Path = None,
-    ) -> Result:
-        """Resumes a suspended run from its journal on a node (any node:
-        every node has the driver's key, and the journal carries what the
-        run needs), as :meth:`pycage.Runtime.resume` does locally. The
-        bindings stay here, as for :meth:`run`."""
-        request = self._resume_request(
-            f"{self._label}.resume",
-            journal,
-            reply,
-            error,
-            bindings,
-            program,
-            on_log,
-            on_call,
-            on_display,
-            inputs,
-            output_dir,
-        )
-        return self._run(request)
-
-    async def aresume(
-        self,
-        journal: Union[bytes, _durable.Suspension],
-        *,
-        reply: Any = _durable._NO_REPLY,
-        error: Optional[str] = None,
-        bindings: Optional[Bindings] = None,
-        program: Optional[str] = None,
-        on_log: OnLog = None,
-        on_call: OnCall = None,
-        on_display: OnDisplay = None,
-        inputs: Paths = None,
-        output_dir: Path = None,
-    ) -> Result:
-        """:meth:`resume` without blocking the event loop (as :meth:`arun`)."""
-        request = self._resume_request(
-            f"{self._label}.aresume",
-            journal,
-            reply,
-            error,
-            bindings,
-            program,
-            on_log,
-            on_call,
-            on_display,
-            inputs,
-            output_dir,
-        )
-        return await self._arun(request, asyncio.get_running_loop())
 
     def _open_session(self, specs: list[NamespaceSpec], options: dict[str, Any]) -> RaySession:
         """Opens the session on the node its key hashes to (rendezvous
