@@ -252,6 +252,7 @@ impl Launcher {
             json.push(b']');
             zygote_env.push(("PYCAGE_ARGV".to_owned(), String::from_utf8_lossy(&json).into_owned()));
         }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let pool = use_zygote.then(|| {
             Pool::new(PoolConfig {
                 python: interpreter.executable.clone(),
@@ -259,6 +260,7 @@ impl Launcher {
                 preload: config.preload.clone(),
                 zygote_env,
                 size: config.pool_size,
+                cores,
                 zygote_max_runs: config.zygote_max_runs,
                 zygote_max_age: config.zygote_max_age,
                 run_dirs: Arc::clone(&run_dirs),
@@ -268,7 +270,7 @@ impl Launcher {
             })
         });
         Ok(Launcher {
-            cores: std::thread::available_parallelism().map_or(1, usize::from),
+            cores,
             config,
             interpreter,
             bootstrap,

@@ -12,6 +12,17 @@
 //! fork) and asks for a refill. No refill is requested once the runtime
 //! shuts down.
 //!
+//! Runs back to back drain the pool faster than it refills, and then the
+//! order of the work decides the tail. A refill keeps at most one fewer
+//! spawn in flight than the machine has cores (the rest is asked for as
+//! each spawn settles), so a run that finds the pool empty never queues
+//! behind, or shares every core with, a batch of replacements; within
+//! [`DRY_SPELL`] of such a run the replacements are forked cold (they
+//! are taken soon after their fork), and a run that finds the pool empty
+//! then waits for a spawn already on its way, which is ahead of a fork of
+//! its own in every queue, rather than fork one more. Measured in
+//! `docs/perf-log.md` ("The tail of a closed loop: a capped, cold refill").
+//!
 //! A child warms up (runs a run's common path once, taking its
 //! copy-on-write faults) before it waits for its `boot`: that takes the
 //! faults off the latency of a run that finds it idle, but costs about
@@ -40,10 +51,13 @@
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 pub(crate) use crate::launch::pool_machine::Warmth;
+#[cfg(doc)]
+use crate::launch::pool_machine::DRY_SPELL;
 use crate::launch::pool_machine::{Limits, PoolMachine, PooledChild, ZygoteView};
 use crate::launch::spawn::{Channels, SpawnError, Spawner, Worker};
 use crate::sync::lock;
@@ -59,6 +73,9 @@ pub(crate) struct PoolConfig {
     /// The zygote's own extra environment.
     pub zygote_env: Vec<(String, String)>,
     pub size: usize,
+    /// The cores this process may use: a refill keeps one of them free of
+    /// replacements ([`Limits::in_flight_for`]).
+    pub cores: usize,
     pub zygote_max_runs: u64,
     pub zygote_max_age: std::time::Duration,
     /// Makes each child's run directory.
@@ -195,6 +212,37 @@ struct Inner {
     config: PoolConfig,
     state: Mutex<Machine>,
     me: Weak<Inner>,
+    /// The runtime the first refill ran on: a refill the cap held back is
+    /// asked for when a spawn settles, on the zygote's supervisor thread,
+    /// which has none of its own (a shell registers with one).
+    tokio: OnceLock<tokio::runtime::Handle>,
+    /// The warmth of the latest refill asked for, for what the cap held
+    /// back (cold: the host's runs keep every core busy).
+    cold: AtomicBool,
+    /// A refill's spawn has settled: wakes a run waiting for one.
+    settled: tokio::sync::Notify,
+}
+
+/// What a run that finds no idle child does.
+enum Dry {
+    /// Wait for a spawn in flight.
+    Wait,
+    /// Fork a child of its own.
+    Fork,
+}
+
+/// How long a run waits for a spawn in flight before it forks its own: a
+/// cold child takes a few milliseconds; this bounds a zygote that stalls.
+const WAIT_FOR_SPAWN: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A run counted as waiting for a spawn in flight, until dropped (also
+/// when the run's future is).
+struct Waiting<'a>(&'a Inner);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.state).stop_waiting();
+    }
 }
 
 /// A refill whose warmth was decided when a run settled, asked for later
@@ -221,9 +269,21 @@ pub(crate) struct Pool {
 impl Pool {
     /// Starts the first zygote and fills the pool in the background.
     pub(crate) fn new(config: PoolConfig) -> Pool {
-        let limits = Limits { size: config.size, max_runs: config.zygote_max_runs, max_age: config.zygote_max_age };
+        let limits = Limits {
+            size: config.size,
+            max_runs: config.zygote_max_runs,
+            max_age: config.zygote_max_age,
+            in_flight: Limits::in_flight_for(config.cores),
+        };
         let state = Mutex::new(PoolMachine::new(limits));
-        let inner = Arc::new_cyclic(|me| Inner { config, state, me: me.clone() });
+        let inner = Arc::new_cyclic(|me| Inner {
+            config,
+            state,
+            me: me.clone(),
+            tokio: OnceLock::new(),
+            cold: AtomicBool::new(false),
+            settled: tokio::sync::Notify::new(),
+        });
         inner.refill(Warmth::Warm);
         Pool { inner }
     }
@@ -234,8 +294,17 @@ impl Pool {
         // One retry: a zygote that died between the check and the fork is
         // replaced, and the second one answers or its error is returned.
         for attempt in 0..2 {
-            let idle = self.inner.take_idle();
-            if let Some(idle) = idle {
+            let mut taken = self.inner.take_idle(true);
+            if let Err(Dry::Wait) = taken {
+                // A cold spawn on its way is ahead of a fork of our own in
+                // every queue: take it (or whatever settles first). Bounded,
+                // in case the zygote stalls without dying.
+                let waiting = Waiting(&self.inner);
+                let _ = tokio::time::timeout(WAIT_FOR_SPAWN, self.inner.settled.notified()).await;
+                drop(waiting);
+                taken = self.inner.take_idle(false);
+            }
+            if let Ok(idle) = taken {
                 // The replacement is forked (and warms up) after this run,
                 // not during it: on a small machine its warm-up would take a
                 // core from the run (see `refill_after_run`).
@@ -357,12 +426,25 @@ impl Inner {
         current
     }
 
-    fn take_idle(&self) -> Option<Idle> {
+    /// The oldest usable idle child; else whether to wait for a spawn in
+    /// flight (only when `may_wait`, see [`PoolMachine::ran_dry`]).
+    fn take_idle(&self, may_wait: bool) -> Result<Idle, Dry> {
         let mut unwanted = Vec::new();
         let taken = {
             let mut machine = lock(&self.state);
             let _ = self.maintain(&mut machine, &mut unwanted);
-            machine.take(&mut unwanted)
+            match machine.take(&mut unwanted) {
+                Some(idle) => Ok(idle),
+                None if machine.ran_dry(Instant::now()) => {
+                    if may_wait {
+                        Err(Dry::Wait)
+                    } else {
+                        machine.stop_waiting();
+                        Err(Dry::Fork)
+                    }
+                }
+                None => Err(Dry::Fork),
+            }
         };
         // Killed and reaped outside the lock.
         drop(unwanted);
@@ -374,12 +456,17 @@ impl Inner {
     /// directory on the blocking pool, or a sandbox shell on the spawner
     /// thread) is made outside it, and off the calling thread.
     fn refill(&self, warmth: Warmth) {
+        self.cold.store(warmth == Warmth::Cold, Ordering::Relaxed);
         let shells = self.config.shells.as_ref();
         // Shells are forked on the spawner thread, and must register with a
         // tokio runtime: without one (at construction), the pool fills at
         // the first run instead.
-        if shells.is_some() && tokio::runtime::Handle::try_current().is_err() {
-            return;
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                self.tokio.get_or_init(|| handle);
+            }
+            Err(_) if shells.is_some() => return,
+            Err(_) => {}
         }
         let mut unwanted = Vec::new();
         let order = {
@@ -387,11 +474,12 @@ impl Inner {
             if machine.is_closed() || self.maintain(&mut machine, &mut unwanted).is_err() {
                 None
             } else {
-                machine.refill()
+                let warmth = machine.warmth(warmth, Instant::now());
+                machine.refill().map(|(zygote, wanted)| (zygote, wanted, warmth))
             }
         };
         drop(unwanted);
-        let Some((zygote, wanted)) = order else { return };
+        let Some((zygote, wanted, warmth)) = order else { return };
         for _ in 0..wanted {
             let Some(inner) = self.me.upgrade() else { return };
             let z = zygote.clone();
@@ -483,13 +571,27 @@ impl Inner {
     }
 
     /// A refill's child is ready: kept, or killed and reaped (outside the
-    /// lock) when the pool no longer wants it.
+    /// lock) when the pool no longer wants it. Then what the cap on spawns
+    /// in flight held back is asked for (with the latest refill's warmth).
     fn child_ready(&self, idle: Idle) {
         let unwanted = lock(&self.state).child_ready(idle);
         drop(unwanted);
+        self.settled.notify_one();
+        let warmth = if self.cold.load(Ordering::Relaxed) { Warmth::Cold } else { Warmth::Warm };
+        match (tokio::runtime::Handle::try_current(), self.tokio.get()) {
+            (Err(_), Some(handle)) => {
+                let _entered = handle.enter();
+                self.refill(warmth);
+            }
+            _ => self.refill(warmth),
+        }
     }
 
+    /// A refill's spawn failed. What the cap held back waits for the next
+    /// refill (a run's, or a caller waiting for a full pool): asking again
+    /// from here would retry a failing zygote in a loop.
     fn child_failed(&self) {
         lock(&self.state).child_failed();
+        self.settled.notify_one();
     }
 }

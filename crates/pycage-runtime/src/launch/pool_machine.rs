@@ -17,7 +17,11 @@
 //! - a run takes the oldest idle child that is still usable (its zygote,
 //!   itself and its shell alive); the ones it skips are dropped;
 //! - a refill asks for the pool's free places ([`PoolMachine::refill`]),
-//!   nothing once the pool is closed.
+//!   but never more spawns in flight than [`Limits::in_flight`] (one fewer
+//!   than the cores: a run that finds the pool empty forks a child of its
+//!   own, and that child must not queue behind, and share every core
+//!   with, a batch of replacements); what the cap held back is asked for
+//!   when a spawn settles. Nothing once the pool is closed.
 //!
 //! Zygotes and children are the driver's types, seen through
 //! [`ZygoteView`] and [`PooledChild`]; the machine never starts, signals
@@ -46,6 +50,13 @@ impl Warmth {
         }
     }
 }
+
+/// How long after a run found the pool empty the pool's replacements are
+/// forked cold: runs are coming faster than children are made, so each
+/// replacement is taken soon after its fork, and its warm-up would only
+/// compete for the cores with the run waiting for a fork of its own.
+/// Runs spaced further apart than a refill takes find children warm.
+pub(crate) const DRY_SPELL: Duration = Duration::from_millis(50);
 
 /// What the machine reads of a zygote: the driver's handle answers from
 /// what its supervisor last saw.
@@ -80,6 +91,17 @@ pub(crate) struct Limits {
     pub max_runs: u64,
     /// Age at which a zygote is due for replacement.
     pub max_age: Duration,
+    /// Spawns a refill keeps in flight at most (at least one).
+    pub in_flight: usize,
+}
+
+impl Limits {
+    /// The cap on a refill's spawns in flight on a machine with `cores`
+    /// cores: all but one, so that a run waiting for a fork of its own
+    /// always has a core that no replacement holds.
+    pub(crate) fn in_flight_for(cores: usize) -> usize {
+        cores.saturating_sub(1).max(1)
+    }
 }
 
 /// A zygote the driver must start, and where it goes once started
@@ -101,6 +123,10 @@ pub(crate) struct PoolMachine<Z, C> {
     idle: VecDeque<C>,
     /// Spawns asked for the pool and not settled yet.
     filling: usize,
+    /// When a run last found no idle child.
+    dry_at: Option<Instant>,
+    /// Runs waiting for a spawn in flight instead of forking their own.
+    waiters: usize,
     closed: bool,
 }
 
@@ -108,7 +134,16 @@ impl<Z: ZygoteView + Clone, C: PooledChild<Zygote = Z>> PoolMachine<Z, C> {
     /// An empty pool with no zygote: the first [`PoolMachine::maintain`]
     /// asks for one.
     pub(crate) fn new(limits: Limits) -> Self {
-        PoolMachine { limits, current: None, successor: None, idle: VecDeque::new(), filling: 0, closed: false }
+        PoolMachine {
+            limits,
+            current: None,
+            successor: None,
+            idle: VecDeque::new(),
+            filling: 0,
+            dry_at: None,
+            waiters: 0,
+            closed: false,
+        }
     }
 
     /// Looks at the zygotes at `now`: switches to a ready successor,
@@ -172,14 +207,45 @@ impl<Z: ZygoteView + Clone, C: PooledChild<Zygote = Z>> PoolMachine<Z, C> {
         None
     }
 
-    /// Spawns a refill asks for now. The refill policy: every free place
-    /// (the pool's size less its idle children and the spawns in flight)
-    /// at once. A cap on spawns in flight, or holding refills back while a
-    /// run waits for a fork of its own, is a change here, plus a refill
-    /// when a spawn settles ([`PoolMachine::child_ready`],
-    /// [`PoolMachine::child_failed`]) to ask for what the cap held back.
+    /// A run found no idle child at `now`: whether it waits for a spawn
+    /// already in flight (counted as awaited until
+    /// [`PoolMachine::stop_waiting`]) instead of forking its own. It waits
+    /// when the pool was already dry ([`DRY_SPELL`]: the spawns in flight
+    /// are cold, and ahead of a fork of its own in every queue: the shell
+    /// builder's, the zygote's, the cores) and an earlier run does not
+    /// await every one of them.
+    pub(crate) fn ran_dry(&mut self, now: Instant) -> bool {
+        let spell = self.warmth(Warmth::Warm, now) == Warmth::Cold;
+        self.dry_at = Some(now);
+        let wait = spell && !self.closed && self.filling > self.waiters;
+        if wait {
+            self.waiters += 1;
+        }
+        wait
+    }
+
+    /// A run that waited for a spawn in flight has stopped waiting.
+    pub(crate) fn stop_waiting(&mut self) {
+        self.waiters = self.waiters.saturating_sub(1);
+    }
+
+    /// The warmth of a refill's children asked for at `now` with `asked`:
+    /// cold within [`DRY_SPELL`] of a run that found the pool empty.
+    pub(crate) fn warmth(&self, asked: Warmth, now: Instant) -> Warmth {
+        match self.dry_at {
+            Some(at) if now.saturating_duration_since(at) < DRY_SPELL => Warmth::Cold,
+            _ => asked,
+        }
+    }
+
+    /// Spawns a refill asks for now: the free places (the pool's size
+    /// less its idle children and the spawns in flight), up to the cap on
+    /// spawns in flight. The driver refills again when a spawn settles
+    /// ([`PoolMachine::child_ready`], [`PoolMachine::child_failed`]), which
+    /// asks for what the cap held back.
     fn wanted(&self) -> usize {
-        self.limits.size.saturating_sub(self.idle.len() + self.filling)
+        let free = self.limits.size.saturating_sub(self.idle.len() + self.filling);
+        free.min(self.limits.in_flight.max(1).saturating_sub(self.filling))
     }
 
     /// A refill (call [`PoolMachine::maintain`] first): the zygote to ask
@@ -319,7 +385,7 @@ mod tests {
         children.iter().map(|c| c.n).collect()
     }
 
-    const LIMITS: Limits = Limits { size: 2, max_runs: 5, max_age: Duration::from_secs(600) };
+    const LIMITS: Limits = Limits { size: 2, max_runs: 5, max_age: Duration::from_secs(600), in_flight: 4 };
 
     /// A pool of `LIMITS` on ready zygote "a", filled with children 1 and 2.
     fn full(t0: Instant) -> (Pool, Z) {
@@ -365,6 +431,91 @@ mod tests {
         assert_eq!(p.take(&mut Vec::new()).map(|c| c.n), Some(1));
         assert!(!p.is_full());
         assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+    }
+
+    #[test]
+    fn a_refill_keeps_at_most_its_cap_in_flight() {
+        let t0 = Instant::now();
+        let mut p = Pool::new(Limits { size: 4, in_flight: 1, ..LIMITS });
+        assert_eq!(p.maintain(t0, &mut Vec::new()), Some(Start::Current));
+        let a = Z::new("a", t0).ready();
+        p.started(Start::Current, a.clone());
+        // Four free places, one spawn at a time.
+        assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+        assert!(p.refill().is_none(), "the cap holds the rest back");
+        // Each settled spawn lets the next refill ask for one more.
+        assert!(p.child_ready(child(&a, 1)).is_none());
+        assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+        p.child_failed();
+        assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+        assert!(p.child_ready(child(&a, 2)).is_none());
+        assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+        assert!(p.child_ready(child(&a, 3)).is_none());
+        assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+        assert!(p.child_ready(child(&a, 4)).is_none());
+        assert!(p.refill().is_none(), "full");
+        assert!(p.is_full());
+        // A run takes two: still one at a time.
+        assert_eq!(p.take(&mut Vec::new()).map(|c| c.n), Some(1));
+        assert_eq!(p.take(&mut Vec::new()).map(|c| c.n), Some(2));
+        assert_eq!(p.refill().map(|(_, n)| n), Some(1));
+        assert!(p.refill().is_none());
+        // A cap of zero still refills, one at a time.
+        let mut q = Pool::new(Limits { size: 2, in_flight: 0, ..LIMITS });
+        q.maintain(t0, &mut Vec::new());
+        q.started(Start::Current, a.clone());
+        assert_eq!(q.refill().map(|(_, n)| n), Some(1));
+    }
+
+    #[test]
+    fn replacements_are_cold_for_a_while_after_a_run_found_the_pool_empty() {
+        let t0 = Instant::now();
+        let mut p = Pool::new(LIMITS);
+        assert_eq!(p.warmth(Warmth::Warm, t0), Warmth::Warm);
+        assert_eq!(p.warmth(Warmth::Cold, t0), Warmth::Cold);
+        p.ran_dry(t0);
+        assert_eq!(p.warmth(Warmth::Warm, t0 + DRY_SPELL / 2), Warmth::Cold);
+        assert_eq!(p.warmth(Warmth::Warm, t0 + DRY_SPELL), Warmth::Warm);
+        // A clock read before the run's still counts as within the spell.
+        p.ran_dry(t0 + DRY_SPELL);
+        assert_eq!(p.warmth(Warmth::Warm, t0), Warmth::Cold);
+    }
+
+    #[test]
+    fn a_run_in_a_dry_spell_waits_for_a_spawn_no_one_else_awaits() {
+        let t0 = Instant::now();
+        let mut p = Pool::new(Limits { size: 4, in_flight: 2, ..LIMITS });
+        p.maintain(t0, &mut Vec::new());
+        let a = Z::new("a", t0).ready();
+        p.started(Start::Current, a.clone());
+        // Nothing in flight: the first dry run forks its own.
+        assert!(!p.ran_dry(t0));
+        assert_eq!(p.refill().map(|(_, n)| n), Some(2));
+        // The spell's refills are cold and on their way: two runs wait,
+        // the third forks its own.
+        assert!(p.ran_dry(t0));
+        assert!(p.ran_dry(t0));
+        assert!(!p.ran_dry(t0));
+        p.stop_waiting();
+        assert!(p.child_ready(child(&a, 1)).is_none());
+        // One in flight, one run still waiting for it.
+        assert!(!p.ran_dry(t0));
+        p.stop_waiting();
+        assert!(p.ran_dry(t0));
+        p.stop_waiting();
+        // Outside a spell, the spawns in flight may be warm: fork.
+        assert!(!p.ran_dry(t0 + DRY_SPELL * 3));
+        // A closed pool has nothing to wait for.
+        let _ = p.close();
+        assert!(!p.ran_dry(t0 + DRY_SPELL * 3));
+    }
+
+    #[test]
+    fn the_cap_leaves_one_core_to_the_runs() {
+        assert_eq!(Limits::in_flight_for(0), 1);
+        assert_eq!(Limits::in_flight_for(1), 1);
+        assert_eq!(Limits::in_flight_for(2), 1);
+        assert_eq!(Limits::in_flight_for(8), 7);
     }
 
     #[test]
