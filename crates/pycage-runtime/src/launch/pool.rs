@@ -574,9 +574,12 @@ impl Inner {
     /// lock) when the pool no longer wants it. Then what the cap on spawns
     /// in flight held back is asked for (with the latest refill's warmth).
     fn child_ready(&self, idle: Idle) {
-        let unwanted = lock(&self.state).child_ready(idle);
+        let (unwanted, awaited) = {
+            let mut machine = lock(&self.state);
+            (machine.child_ready(idle), machine.awaited())
+        };
         drop(unwanted);
-        self.settled.notify_one();
+        self.wake_a_waiter(awaited);
         let warmth = if self.cold.load(Ordering::Relaxed) { Warmth::Cold } else { Warmth::Warm };
         match (tokio::runtime::Handle::try_current(), self.tokio.get()) {
             (Err(_), Some(handle)) => {
@@ -591,7 +594,20 @@ impl Inner {
     /// refill (a run's, or a caller waiting for a full pool): asking again
     /// from here would retry a failing zygote in a loop.
     fn child_failed(&self) {
-        lock(&self.state).child_failed();
-        self.settled.notify_one();
+        let awaited = {
+            let mut machine = lock(&self.state);
+            machine.child_failed();
+            machine.awaited()
+        };
+        self.wake_a_waiter(awaited);
+    }
+
+    /// Wakes one run waiting for a spawn, if one is (a wake-up stored
+    /// with no run waiting would send the next run that waits straight to
+    /// a fork of its own).
+    fn wake_a_waiter(&self, awaited: bool) {
+        if awaited {
+            self.settled.notify_one();
+        }
     }
 }

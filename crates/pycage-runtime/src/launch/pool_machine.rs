@@ -224,6 +224,11 @@ impl<Z: ZygoteView + Clone, C: PooledChild<Zygote = Z>> PoolMachine<Z, C> {
         wait
     }
 
+    /// Whether a run waits for a spawn in flight.
+    pub(crate) fn awaited(&self) -> bool {
+        self.waiters > 0
+    }
+
     /// A run that waited for a spawn in flight has stopped waiting.
     pub(crate) fn stop_waiting(&mut self) {
         self.waiters = self.waiters.saturating_sub(1);
@@ -493,9 +498,11 @@ mod tests {
         assert_eq!(p.refill().map(|(_, n)| n), Some(2));
         // The spell's refills are cold and on their way: two runs wait,
         // the third forks its own.
+        assert!(!p.awaited());
         assert!(p.ran_dry(t0));
         assert!(p.ran_dry(t0));
         assert!(!p.ran_dry(t0));
+        assert!(p.awaited());
         p.stop_waiting();
         assert!(p.child_ready(child(&a, 1)).is_none());
         // One in flight, one run still waiting for it.
