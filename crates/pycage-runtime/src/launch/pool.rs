@@ -15,7 +15,7 @@
 //! Runs back to back drain the pool faster than it refills, and then the
 //! order of the work decides the tail. A refill keeps at most one fewer
 //! spawn in flight than the machine has cores (the rest is asked for as
-//! each spawn settles), so a run that finds the pool empty never queues
+//! each spawn's child arrives), so a run that finds the pool empty never queues
 //! behind, or shares every core with, a batch of replacements; within
 //! [`DRY_SPELL`] of such a run the replacements are forked cold (they
 //! are taken soon after their fork), and a run that finds the pool empty

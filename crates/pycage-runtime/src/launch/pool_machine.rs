@@ -21,7 +21,7 @@
 //!   than the cores: a run that finds the pool empty forks a child of its
 //!   own, and that child must not queue behind, and share every core
 //!   with, a batch of replacements); what the cap held back is asked for
-//!   when a spawn settles. Nothing once the pool is closed.
+//!   when a spawn's child arrives. Nothing once the pool is closed.
 //!
 //! Zygotes and children are the driver's types, seen through
 //! [`ZygoteView`] and [`PooledChild`]; the machine never starts, signals
@@ -245,9 +245,9 @@ impl<Z: ZygoteView + Clone, C: PooledChild<Zygote = Z>> PoolMachine<Z, C> {
 
     /// Spawns a refill asks for now: the free places (the pool's size
     /// less its idle children and the spawns in flight), up to the cap on
-    /// spawns in flight. The driver refills again when a spawn settles
-    /// ([`PoolMachine::child_ready`], [`PoolMachine::child_failed`]), which
-    /// asks for what the cap held back.
+    /// spawns in flight. The driver refills again when a spawn's child is
+    /// ready ([`PoolMachine::child_ready`]), which asks for what the cap
+    /// held back; after a failed spawn, the next run's refill does.
     fn wanted(&self) -> usize {
         let free = self.limits.size.saturating_sub(self.idle.len() + self.filling);
         free.min(self.limits.in_flight.max(1).saturating_sub(self.filling))
