@@ -117,6 +117,42 @@ child = subprocess.run([sys.executable, "-c", "import sys, venvmark; print(sys.p
 return [sys.prefix, venvmark.WHERE, child.stdout.strip(), child.returncode]
 "#;
 
+/// `python = "some/dir/python3"`, relative to the host's working
+/// directory, is that file for every spawn mode (the zygote starts in
+/// another directory: it could not find it, and `pycage bench --plot
+/// target/venv/bin/python` fell back to exec with "could not run").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_interpreter_path_is_read_from_the_hosts_working_directory() {
+    // A link in a directory of the test's own, named from the working
+    // directory by a path that means nothing from `/`.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::os::unix::fs::symlink(which(&base_python()), dir.path().join("python3")).unwrap();
+    let cwd = std::env::current_dir().unwrap();
+    let target = dir.path().join("python3");
+    let common = cwd.components().zip(target.components()).take_while(|(a, b)| a == b).count();
+    let mut relative = PathBuf::new();
+    for _ in common..cwd.components().count() {
+        relative.push("..");
+    }
+    relative.extend(target.components().skip(common));
+    assert!(relative.is_relative() && std::fs::metadata(&relative).is_ok(), "{}", relative.display());
+    assert!(std::fs::metadata(Path::new("/").join(&relative)).is_err(), "{}", relative.display());
+    for isolation in [Isolation::Process, Isolation::Sandbox] {
+        let rt = Runtime::new(RuntimeConfig {
+            python: Some(relative.clone()),
+            isolation,
+            spawn: SpawnMode::Zygote,
+            pool_size: 1,
+            ..common::config()
+        })
+        .unwrap();
+        assert_eq!(rt.spawn_mode(), (SpawnMode::Zygote, None), "{isolation:?}");
+        let r = run(&rt, "return 1").await;
+        assert_eq!(value(&r), "1", "{isolation:?}: {r:?}");
+        rt.shutdown().await;
+    }
+}
+
 /// Issue 21: `python = VENV/bin/python` is that venv, whatever made it,
 /// with a probe cache that also holds the base interpreter (the cache used
 /// to answer for the venv with the base's, or another venv's, entry).

@@ -89,10 +89,23 @@ pub(crate) struct Launcher {
     cores: usize,
 }
 
+/// A relative interpreter path with a directory in it
+/// (`target/venv/bin/python`) names a file from the host's working
+/// directory, which the zygote does not start in: made absolute here. A
+/// bare name (`python3`) stays a `PATH` lookup.
+fn anchored(python: &Path) -> PathBuf {
+    if python.is_relative() && python.components().count() > 1 {
+        if let Ok(absolute) = std::path::absolute(python) {
+            return absolute;
+        }
+    }
+    python.to_path_buf()
+}
+
 /// The interpreter a configuration names: `venv`'s `bin/python` (checked
 /// to be a virtual environment's), or `python`.
 fn interpreter_path(config: &RuntimeConfig) -> Result<Option<PathBuf>, RuntimeError> {
-    let Some(venv) = &config.venv else { return Ok(config.python.clone()) };
+    let Some(venv) = &config.venv else { return Ok(config.python.as_deref().map(anchored)) };
     let problem = |problem: String| RuntimeError::Venv { path: venv.clone(), problem };
     let dir = std::path::absolute(venv).map_err(|e| problem(e.to_string()))?;
     if !dir.is_dir() {
