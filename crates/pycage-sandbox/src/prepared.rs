@@ -105,8 +105,9 @@
 //!     `/proc` (read), `/work`, `/tmp`, `/dev/shm` (everything).
 //! 15. Fork P. G then becomes non-dumpable (so the program, whose host uid
 //!     is the same, can neither see, trace nor read it; `hidepid=invisible`
-//!     hides it), closes every fd but the status pipe, drops its
-//!     capabilities and reaps children until P exits.
+//!     hides it), closes every fd but the status pipe, drops the
+//!     capabilities it holds (not the bounding set: G never execs) and
+//!     reaps children until P exits.
 //!
 //! In P (PID 2):
 //! 16. `PR_SET_PDEATHSIG = SIGKILL`; rlimits: NPROC (`max_processes` + 2:

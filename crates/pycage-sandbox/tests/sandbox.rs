@@ -872,6 +872,19 @@ fn host_sees_a_confined_program() {
     assert_eq!(field("PPid"), handoff.init_pid.as_raw_nonzero().to_string());
     let init_status = std::fs::read_to_string(format!("/proc/{}/status", handoff.init_pid.as_raw_nonzero())).unwrap();
     assert!(init_status.contains(&format!("PPid:\t{}", child.id())), "{init_status}");
+    // The init holds no capability once it has forked the program (it drops
+    // them right after the fork; its bounding set stays, as it never execs).
+    let held = ["CapInh", "CapPrm", "CapEff", "CapAmb"];
+    let holds_none = |status: &str| {
+        held.iter().all(|set| status.lines().any(|l| l.starts_with(&format!("{set}:\t0000000000000000"))))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut init_status = init_status;
+    while !holds_none(&init_status) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        init_status = std::fs::read_to_string(format!("/proc/{}/status", handoff.init_pid.as_raw_nonzero())).unwrap();
+    }
+    assert!(holds_none(&init_status), "{init_status}");
     for ns in ["user", "pid", "net", "mnt", "ipc", "uts"] {
         let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).unwrap();
         let ours = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
