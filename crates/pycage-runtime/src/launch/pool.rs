@@ -435,14 +435,7 @@ impl Inner {
             let _ = self.maintain(&mut machine, &mut unwanted);
             match machine.take(&mut unwanted) {
                 Some(idle) => Ok(idle),
-                None if machine.ran_dry(Instant::now()) => {
-                    if may_wait {
-                        Err(Dry::Wait)
-                    } else {
-                        machine.stop_waiting();
-                        Err(Dry::Fork)
-                    }
-                }
+                None if machine.ran_dry(Instant::now(), may_wait) => Err(Dry::Wait),
                 None => Err(Dry::Fork),
             }
         };

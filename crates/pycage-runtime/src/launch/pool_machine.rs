@@ -213,11 +213,12 @@ impl<Z: ZygoteView + Clone, C: PooledChild<Zygote = Z>> PoolMachine<Z, C> {
     /// when the pool was already dry ([`DRY_SPELL`]: the spawns in flight
     /// are cold, and ahead of a fork of its own in every queue: the shell
     /// builder's, the zygote's, the cores) and an earlier run does not
-    /// await every one of them.
-    pub(crate) fn ran_dry(&mut self, now: Instant) -> bool {
+    /// await every one of them; never when not `may_wait` (a run that
+    /// already waited once).
+    pub(crate) fn ran_dry(&mut self, now: Instant, may_wait: bool) -> bool {
         let spell = self.warmth(Warmth::Warm, now) == Warmth::Cold;
         self.dry_at = Some(now);
-        let wait = spell && !self.closed && self.filling > self.waiters;
+        let wait = may_wait && spell && !self.closed && self.filling > self.waiters;
         if wait {
             self.waiters += 1;
         }
@@ -478,11 +479,11 @@ mod tests {
         let mut p = Pool::new(LIMITS);
         assert_eq!(p.warmth(Warmth::Warm, t0), Warmth::Warm);
         assert_eq!(p.warmth(Warmth::Cold, t0), Warmth::Cold);
-        p.ran_dry(t0);
+        p.ran_dry(t0, true);
         assert_eq!(p.warmth(Warmth::Warm, t0 + DRY_SPELL / 2), Warmth::Cold);
         assert_eq!(p.warmth(Warmth::Warm, t0 + DRY_SPELL), Warmth::Warm);
         // A clock read before the run's still counts as within the spell.
-        p.ran_dry(t0 + DRY_SPELL);
+        p.ran_dry(t0 + DRY_SPELL, true);
         assert_eq!(p.warmth(Warmth::Warm, t0), Warmth::Cold);
     }
 
@@ -494,27 +495,30 @@ mod tests {
         let a = Z::new("a", t0).ready();
         p.started(Start::Current, a.clone());
         // Nothing in flight: the first dry run forks its own.
-        assert!(!p.ran_dry(t0));
+        assert!(!p.ran_dry(t0, true));
         assert_eq!(p.refill().map(|(_, n)| n), Some(2));
         // The spell's refills are cold and on their way: two runs wait,
         // the third forks its own.
         assert!(!p.awaited());
-        assert!(p.ran_dry(t0));
-        assert!(p.ran_dry(t0));
-        assert!(!p.ran_dry(t0));
+        assert!(p.ran_dry(t0, true));
+        assert!(p.ran_dry(t0, true));
+        assert!(!p.ran_dry(t0, true));
         assert!(p.awaited());
         p.stop_waiting();
         assert!(p.child_ready(child(&a, 1)).is_none());
         // One in flight, one run still waiting for it.
-        assert!(!p.ran_dry(t0));
+        assert!(!p.ran_dry(t0, true));
         p.stop_waiting();
-        assert!(p.ran_dry(t0));
+        // A run that already waited once forks its own, and is not counted.
+        assert!(!p.ran_dry(t0, false));
+        assert!(!p.awaited());
+        assert!(p.ran_dry(t0, true));
         p.stop_waiting();
         // Outside a spell, the spawns in flight may be warm: fork.
-        assert!(!p.ran_dry(t0 + DRY_SPELL * 3));
+        assert!(!p.ran_dry(t0 + DRY_SPELL * 3, true));
         // A closed pool has nothing to wait for.
         let _ = p.close();
-        assert!(!p.ran_dry(t0 + DRY_SPELL * 3));
+        assert!(!p.ran_dry(t0 + DRY_SPELL * 3, true));
     }
 
     #[test]
