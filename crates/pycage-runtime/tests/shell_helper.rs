@@ -75,6 +75,7 @@ async fn shell_helper() {
     common::become_subreaper();
     the_helper_serves_only_a_runtime();
     shells_come_from_the_helper_and_shutdown_leaves_no_process().await;
+    one_spare_shell_waits_beside_a_full_pool().await;
     a_killed_helper_fails_its_runs_and_is_replaced().await;
     a_helper_that_never_serves_is_given_up().await;
 }
@@ -92,6 +93,25 @@ async fn shells_come_from_the_helper_and_shutdown_leaves_no_process() {
     for r in runs {
         assert_eq!(r.await.unwrap().error.unwrap().kind, FailureKind::Abort);
     }
+}
+
+/// Each idle child of a full pool holds its shell, and one more shell waits
+/// for the next refill's child (built while the zygote forked the last
+/// one): exactly one, however many runs went by, and none after shutdown.
+async fn one_spare_shell_waits_beside_a_full_pool() {
+    let rt = Runtime::new(RuntimeConfig { pool_size: 2, ..config() }).unwrap();
+    for i in 0..6 {
+        assert_eq!(common::value(&common::run(&rt, &format!("{i} + 1")).await), (i + 1).to_string());
+    }
+    assert!(rt.wait_idle(Duration::from_secs(60)).await, "the pool refilled");
+    let helper = helper_of(&rt);
+    // Ended runs' shells are the helper's until it reaps them (it looks
+    // every 200 ms).
+    wait_for("two pooled shells and a spare", || children_of(helper).len() == 3).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(children_of(helper).len(), 3, "no shell is built beyond the spare");
+    rt.shutdown().await;
+    no_process_left().await;
 }
 
 /// SIGKILL to the helper takes its shells, and so the running program,

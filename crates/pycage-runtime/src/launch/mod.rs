@@ -542,7 +542,10 @@ impl Launcher {
     /// is full, every killed process is reaped and every run directory
     /// removed (see `Runtime::wait_idle`).
     pub(crate) fn is_idle(&self) -> bool {
-        self.pool.as_ref().is_none_or(Pool::is_full) && self.reaper.idle() && self.run_dirs.all_removed()
+        self.pool.as_ref().is_none_or(Pool::is_full)
+            && self.sandboxes.as_ref().is_none_or(|s| !s.spare_pending())
+            && self.reaper.idle()
+            && self.run_dirs.all_removed()
     }
 
     /// Retires the pool's zygotes and waits until they exit, then (bounded:
@@ -556,6 +559,7 @@ impl Launcher {
         // No shell is wanted any more: the helper kills and reaps what it
         // still has, and exits.
         if let Some(sandboxes) = self.sandboxes.clone() {
+            sandboxes.close_spare();
             let _ = tokio::task::spawn_blocking(move || sandboxes.close_helper()).await;
         }
         // Processes dropped rather than stopped (a sandbox shell's

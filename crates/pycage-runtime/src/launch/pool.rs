@@ -22,6 +22,9 @@
 //! then waits for a spawn already on its way, which is ahead of a fork of
 //! its own in every queue, rather than fork one more. Measured in
 //! `docs/perf-log.md` ("The tail of a closed loop: a capped, cold refill").
+//! Sandboxed, each refill job builds the next spawn's shell once the
+//! zygote has its own ([`crate::launch::sandbox::Sandboxes::spare_order`]),
+//! so a spawn waits for the zygote's fork and not for a shell before it.
 //!
 //! A child warms up (runs a run's common path once, taking its
 //! copy-on-write faults) before it waits for its `boot`: that takes the
@@ -482,6 +485,9 @@ impl Inner {
                     inner.child_failed();
                     return;
                 }
+                // Ordered before the fork is, so that the pool is never
+                // full (`Runtime::wait_idle`) while the spare is still due.
+                let spare = inner.config.shells.as_ref().map(|s| s.sandboxes.spare_order());
                 match inner.host_side(&z, warmth) {
                     Ok((host, fds, spec)) => {
                         let order = Box::new(Order { host, pool: Weak::clone(&inner.me) });
@@ -490,6 +496,11 @@ impl Inner {
                         }
                     }
                     Err(_) => inner.child_failed(),
+                }
+                // The next spawn's shell, built while the zygote forks this
+                // one's child.
+                if let Some(spare) = spare.filter(|_| !lock(&inner.state).is_closed()) {
+                    spare.build();
                 }
             };
             match shells {

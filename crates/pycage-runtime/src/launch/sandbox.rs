@@ -57,6 +57,51 @@ pub(crate) struct Sandboxes {
     zygote_userns: Option<Arc<OwnedFd>>,
     /// Network namespaces of ended runs, for the next shells.
     nets: Arc<NetNamespaces>,
+    /// A shell built ahead of the child that will join it.
+    spare: Spare,
+}
+
+/// A shell built ahead of its child ([`Sandboxes::spare_order`]): the pool
+/// builds the next spawn's shell while the zygote forks this one's child,
+/// so a refill's spawn waits for a fork, not for a shell and then a fork.
+/// A shell is the same for every pooled child (no inputs, no packages), and
+/// the one child that joins it is its only user: nothing of a run is in it.
+#[derive(Default)]
+struct Spare {
+    shell: std::sync::Mutex<Option<Shell>>,
+    /// Spares asked for and not built yet (`Runtime::wait_idle` waits).
+    ordered: std::sync::atomic::AtomicUsize,
+    /// The runtime is shutting down: no spare is kept any more.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+/// A spare shell asked for, built by [`SpareOrder::build`]; counted as
+/// pending work until dropped.
+pub(crate) struct SpareOrder<'a>(&'a Sandboxes);
+
+impl SpareOrder<'_> {
+    /// Builds a shell to keep, unless one is kept or the runtime is
+    /// closing. Call it on the spawner thread. A shell that cannot be built
+    /// is not kept: the next spawn builds its own, and reports why.
+    pub(crate) fn build(self) {
+        let spare = &self.0.spare;
+        if spare.closed.load(Ordering::Relaxed) || crate::sync::lock(&spare.shell).is_some() {
+            return;
+        }
+        let Ok(shell) = self.0.new_shell() else { return };
+        let mut kept = crate::sync::lock(&spare.shell);
+        // Closed while it was built: dropped here (its supervisor killed),
+        // not kept past the shutdown.
+        if !spare.closed.load(Ordering::Relaxed) && kept.is_none() {
+            *kept = Some(shell);
+        }
+    }
+}
+
+impl Drop for SpareOrder<'_> {
+    fn drop(&mut self) {
+        self.0.spare.ordered.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Most network namespaces kept for later runs: more than shells are
@@ -190,6 +235,7 @@ impl Sandboxes {
             helper,
             zygote_userns,
             nets: Arc::default(),
+            spare: Spare::default(),
         })
     }
 
@@ -237,8 +283,39 @@ impl Sandboxes {
     /// A sandbox shell for a zygote's child to join: the run built exactly
     /// as for an exec'd run, its init stopped before the program (see
     /// `Prepared::into_shell`), in the network namespace an ended run left
-    /// when there is one ([`NetNamespaces`]). Call it on the spawner thread.
+    /// when there is one ([`NetNamespaces`]); the spare one if it is kept
+    /// and alive ([`Sandboxes::spare_order`]). Call it on the spawner thread.
     pub(crate) fn shell(&self) -> Result<Shell, SpawnError> {
+        let kept = crate::sync::lock(&self.spare.shell).take();
+        // A shell dies with the helper that built it: a dead one is dropped.
+        if let Some(shell) = kept.filter(|shell| !shell.supervisor.has_exited()) {
+            return Ok(shell);
+        }
+        self.new_shell()
+    }
+
+    /// Asks for a spare shell, to be built once this spawn's own shell is
+    /// on its way (see [`Spare`]). Counted as pending until built or
+    /// dropped: [`Sandboxes::spare_pending`].
+    pub(crate) fn spare_order(&self) -> SpareOrder<'_> {
+        self.spare.ordered.fetch_add(1, Ordering::Relaxed);
+        SpareOrder(self)
+    }
+
+    /// Whether a spare shell is asked for and not built yet.
+    pub(crate) fn spare_pending(&self) -> bool {
+        self.spare.ordered.load(Ordering::Relaxed) > 0
+    }
+
+    /// No spare shell is kept from now on; the one kept is dropped (its
+    /// supervisor killed, its init and namespaces with it).
+    pub(crate) fn close_spare(&self) {
+        self.spare.closed.store(true, Ordering::Relaxed);
+        drop(crate::sync::lock(&self.spare.shell).take());
+    }
+
+    /// A shell built now (see [`Sandboxes::shell`]).
+    fn new_shell(&self) -> Result<Shell, SpawnError> {
         if !self.recycles_networks() {
             return self.build_shell(ShellNetwork::Inside);
         }
