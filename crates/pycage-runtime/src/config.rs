@@ -163,11 +163,16 @@ pub struct RuntimeConfig {
     /// First host uid/gid of the range sandboxed runs are mapped to on a
     /// root host (each run leases its own, unique across pycage processes).
     pub sandbox_uid_base: u32,
-    /// How many uids the range has.
+    /// How many uids the range has. Each running sandboxed run holds one,
+    /// and so does each pooled child waiting for a run and, with a pool,
+    /// the one shell kept built for the next spawn a run waits for: a
+    /// runtime holds `pool_size + 1` while idle.
     pub sandbox_uid_count: u32,
     /// How run processes are made.
     pub spawn: SpawnMode,
-    /// Children forked ahead of demand (zygote spawn). 0 forks on demand.
+    /// Children forked ahead of demand (zygote spawn). 0 forks on demand,
+    /// and builds nothing ahead (in sandbox isolation a pool also keeps
+    /// one sandbox shell built ahead of the next spawn).
     pub pool_size: usize,
     /// A zygote is replaced after forking this many children: all its
     /// children share its hash seed and address-space layout.

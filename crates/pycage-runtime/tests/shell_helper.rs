@@ -112,6 +112,19 @@ async fn one_spare_shell_waits_beside_a_full_pool() {
     assert_eq!(children_of(helper).len(), 3, "no shell is built beyond the spare");
     rt.shutdown().await;
     no_process_left().await;
+    // Without a pool, nothing is built ahead of demand: a run's shell
+    // holds a uid lease, of which a root host may have few.
+    let rt = Runtime::new(RuntimeConfig { pool_size: 0, ..config() }).unwrap();
+    for _ in 0..3 {
+        assert_eq!(common::value(&common::run(&rt, "1 + 1").await), "2");
+    }
+    assert!(rt.wait_idle(Duration::from_secs(60)).await);
+    let helper = helper_of(&rt);
+    wait_for("the ended runs' shells reaped", || children_of(helper).is_empty()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(children_of(helper), Vec::<i32>::new(), "no shell is built ahead without a pool");
+    rt.shutdown().await;
+    no_process_left().await;
 }
 
 /// SIGKILL to the helper takes its shells, and so the running program,

@@ -22,9 +22,10 @@
 //! then waits for a spawn already on its way, which is ahead of a fork of
 //! its own in every queue, rather than fork one more. Measured in
 //! `docs/perf-log.md` ("The tail of a closed loop: a capped, cold refill").
-//! Sandboxed, each refill job builds the next spawn's shell once the
-//! zygote has its own ([`crate::launch::sandbox::Sandboxes::spare_order`]),
-//! so a spawn waits for the zygote's fork and not for a shell before it.
+//! Sandboxed, one shell is kept built for the next spawn a run waits for
+//! (its own fork, or a cold refill's; `launch::sandbox`'s `Spare`), so
+//! such a spawn waits for the zygote's fork and not for a shell before
+//! it; a refill job builds the next one once the zygote has its order.
 //!
 //! A child warms up (runs a run's common path once, taking its
 //! copy-on-write faults) before it waits for its `boot`: that takes the
@@ -320,15 +321,27 @@ impl Pool {
             self.inner.refill(Warmth::Cold);
             let zygote = self.inner.current()?;
             let (host, fds, spec) = match &self.inner.config.shells {
-                None => self.inner.host_side(&zygote, Warmth::Cold)?,
+                None => self.inner.host_side(&zygote, Warmth::Cold, None)?,
                 Some(shells) => {
-                    let inner = Arc::clone(&self.inner);
-                    let z = zygote.clone();
-                    shells
-                        .spawner
-                        .run(move || inner.host_side(&z, Warmth::Cold))
-                        .await
-                        .ok_or_else(|| SpawnError::Channel(std::io::Error::other("the spawner thread is gone")))??
+                    // Nothing is built ahead of demand without a pool.
+                    let spare = (self.inner.config.size > 0).then(|| shells.sandboxes.spare_order());
+                    let made = match shells.sandboxes.take_spare() {
+                        // Built already: nothing to fork on the spawner
+                        // thread, which may be busy with a refill's shell.
+                        Some(shell) => self.inner.host_side(&zygote, Warmth::Cold, Some(shell)),
+                        None => {
+                            let inner = Arc::clone(&self.inner);
+                            let z = zygote.clone();
+                            shells.spawner.run(move || inner.host_side(&z, Warmth::Cold, None)).await.ok_or_else(
+                                || SpawnError::Channel(std::io::Error::other("the spawner thread is gone")),
+                            )?
+                        }
+                    };
+                    // The next spare, for the next run in a hurry.
+                    if let Some(spare) = spare {
+                        shells.spawner.submit(move || spare.build());
+                    }
+                    made?
                 }
             };
             match zygote.spawn(spec, fds).await {
@@ -488,7 +501,14 @@ impl Inner {
                 // Ordered before the fork is, so that the pool is never
                 // full (`Runtime::wait_idle`) while the spare is still due.
                 let spare = inner.config.shells.as_ref().map(|s| s.sandboxes.spare_order());
-                match inner.host_side(&z, warmth) {
+                // A cold spawn is one a run may wait for: it takes the
+                // spare shell; a warm one builds its own, and leaves the
+                // spare to a run that finds the pool empty.
+                let shell = match &inner.config.shells {
+                    Some(shells) if warmth == Warmth::Cold => shells.sandboxes.take_spare(),
+                    _ => None,
+                };
+                match inner.host_side(&z, warmth, shell) {
                     Ok((host, fds, spec)) => {
                         let order = Box::new(Order { host, pool: Weak::clone(&inner.me) });
                         if !z.spawn_into(spec, fds, order) {
@@ -523,9 +543,14 @@ impl Inner {
     }
 
     /// Everything the host keeps of a child, the descriptors the child gets
-    /// and how it sets itself up. Sandboxed, this forks the child's shell:
-    /// call it on the spawner thread then.
-    fn host_side(&self, zygote: &Zygote, warmth: Warmth) -> Result<(HostSide, Vec<OwnedFd>, ChildSpec), SpawnError> {
+    /// and how it sets itself up. Sandboxed, the child joins `shell`, or
+    /// else a shell this forks: call it on the spawner thread then.
+    fn host_side(
+        &self,
+        zygote: &Zygote,
+        warmth: Warmth,
+        shell: Option<crate::launch::sandbox::Shell>,
+    ) -> Result<(HostSide, Vec<OwnedFd>, ChildSpec), SpawnError> {
         let cold = warmth == Warmth::Cold;
         let ch = Channels::new()?;
         let mut fds = vec![OwnedFd::from(ch.child), OwnedFd::from(ch.output_tx)];
@@ -554,7 +579,11 @@ impl Inner {
             };
             return Ok((host, fds, spec));
         };
-        let crate::launch::sandbox::Shell { supervisor, handoff, join, plan } = shells.sandboxes.shell()?;
+        let shell = match shell {
+            Some(shell) => shell,
+            None => shells.sandboxes.shell()?,
+        };
+        let crate::launch::sandbox::Shell { supervisor, handoff, join, plan } = shell;
         let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset } = join;
         fds.extend([user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset]);
         let spec = ChildSpec {

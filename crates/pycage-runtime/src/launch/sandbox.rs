@@ -61,11 +61,14 @@ pub(crate) struct Sandboxes {
     spare: Spare,
 }
 
-/// A shell built ahead of its child ([`Sandboxes::spare_order`]): the pool
-/// builds the next spawn's shell while the zygote forks this one's child,
-/// so a refill's spawn waits for a fork, not for a shell and then a fork.
-/// A shell is the same for every pooled child (no inputs, no packages), and
-/// the one child that joins it is its only user: nothing of a run is in it.
+/// A shell built ahead of the spawn that will need it at once
+/// ([`Sandboxes::take_spare`]): a run's own fork when it found the pool
+/// empty, or a cold refill's, which a run waits for. Such a spawn then
+/// waits for the zygote's fork only, not for a shell before it; a refill
+/// job builds the next spare once the zygote has its order
+/// ([`Sandboxes::spare_order`]). A shell is the same for every pooled
+/// child (no inputs, no packages), and the one child that joins it is its
+/// only user: nothing of a run is in it.
 #[derive(Default)]
 struct Spare {
     shell: std::sync::Mutex<Option<Shell>>,
@@ -77,9 +80,9 @@ struct Spare {
 
 /// A spare shell asked for, built by [`SpareOrder::build`]; counted as
 /// pending work until dropped.
-pub(crate) struct SpareOrder<'a>(&'a Sandboxes);
+pub(crate) struct SpareOrder(Arc<Sandboxes>);
 
-impl SpareOrder<'_> {
+impl SpareOrder {
     /// Builds a shell to keep, unless one is kept or the runtime is
     /// closing. Call it on the spawner thread. A shell that cannot be built
     /// is not kept: the next spawn builds its own, and reports why.
@@ -88,7 +91,7 @@ impl SpareOrder<'_> {
         if spare.closed.load(Ordering::Relaxed) || crate::sync::lock(&spare.shell).is_some() {
             return;
         }
-        let Ok(shell) = self.0.new_shell() else { return };
+        let Ok(shell) = self.0.shell() else { return };
         let mut kept = crate::sync::lock(&spare.shell);
         // Closed while it was built: dropped here (its supervisor killed),
         // not kept past the shutdown.
@@ -98,7 +101,7 @@ impl SpareOrder<'_> {
     }
 }
 
-impl Drop for SpareOrder<'_> {
+impl Drop for SpareOrder {
     fn drop(&mut self) {
         self.0.spare.ordered.fetch_sub(1, Ordering::Relaxed);
     }
@@ -283,39 +286,8 @@ impl Sandboxes {
     /// A sandbox shell for a zygote's child to join: the run built exactly
     /// as for an exec'd run, its init stopped before the program (see
     /// `Prepared::into_shell`), in the network namespace an ended run left
-    /// when there is one ([`NetNamespaces`]); the spare one if it is kept
-    /// and alive ([`Sandboxes::spare_order`]). Call it on the spawner thread.
+    /// when there is one ([`NetNamespaces`]). Call it on the spawner thread.
     pub(crate) fn shell(&self) -> Result<Shell, SpawnError> {
-        let kept = crate::sync::lock(&self.spare.shell).take();
-        // A shell dies with the helper that built it: a dead one is dropped.
-        if let Some(shell) = kept.filter(|shell| !shell.supervisor.has_exited()) {
-            return Ok(shell);
-        }
-        self.new_shell()
-    }
-
-    /// Asks for a spare shell, to be built once this spawn's own shell is
-    /// on its way (see [`Spare`]). Counted as pending until built or
-    /// dropped: [`Sandboxes::spare_pending`].
-    pub(crate) fn spare_order(&self) -> SpareOrder<'_> {
-        self.spare.ordered.fetch_add(1, Ordering::Relaxed);
-        SpareOrder(self)
-    }
-
-    /// Whether a spare shell is asked for and not built yet.
-    pub(crate) fn spare_pending(&self) -> bool {
-        self.spare.ordered.load(Ordering::Relaxed) > 0
-    }
-
-    /// No spare shell is kept from now on; the one kept is dropped (its
-    /// supervisor killed, its init and namespaces with it).
-    pub(crate) fn close_spare(&self) {
-        self.spare.closed.store(true, Ordering::Relaxed);
-        drop(crate::sync::lock(&self.spare.shell).take());
-    }
-
-    /// A shell built now (see [`Sandboxes::shell`]).
-    fn new_shell(&self) -> Result<Shell, SpawnError> {
         if !self.recycles_networks() {
             return self.build_shell(ShellNetwork::Inside);
         }
@@ -343,6 +315,34 @@ impl Sandboxes {
         // A new namespace lists nothing; where its list cannot be read, no
         // later shell could check it either, and would be built twice.
         Ok(if socket_free(&shell) { self.lease_network(shell) } else { shell })
+    }
+
+    /// The spare shell, if one is kept and alive (see [`Spare`]); any
+    /// thread may take it.
+    pub(crate) fn take_spare(&self) -> Option<Shell> {
+        let kept = crate::sync::lock(&self.spare.shell).take();
+        // A shell dies with the helper that built it: a dead one is dropped.
+        kept.filter(|shell| !shell.supervisor.has_exited())
+    }
+
+    /// Asks for a spare shell, to be built on the spawner thread once the
+    /// spawn at hand is on its way (see [`Spare`]). Counted as pending
+    /// until built or dropped: [`Sandboxes::spare_pending`].
+    pub(crate) fn spare_order(self: &Arc<Self>) -> SpareOrder {
+        self.spare.ordered.fetch_add(1, Ordering::Relaxed);
+        SpareOrder(Arc::clone(self))
+    }
+
+    /// Whether a spare shell is asked for and not built yet.
+    pub(crate) fn spare_pending(&self) -> bool {
+        self.spare.ordered.load(Ordering::Relaxed) > 0
+    }
+
+    /// No spare shell is kept from now on; the one kept is dropped (its
+    /// supervisor killed, its init and namespaces with it).
+    pub(crate) fn close_spare(&self) {
+        self.spare.closed.store(true, Ordering::Relaxed);
+        drop(crate::sync::lock(&self.spare.shell).take());
     }
 
     /// Whether shells make their network namespaces outside their runs'
