@@ -88,6 +88,11 @@ def runs_table(report: dict) -> str:
         return rates.get((f"zygote / {iso}", c))
 
     fork, nsset = floors.get("cpythonForkCpuMs"), floors.get("namespaceSetCpuMs")
+    # The kernel's whole floor for what a sandbox adds: namespaces, mounts
+    # and the program's own confinement (reports before it had none).
+    sandbox_floor = floors.get("sandboxFloorCpuMs")
+    cpu_p, cpu_s = loop("process", "cpuPerRunMs"), loop("sandbox", "cpuPerRunMs")
+    gap = None if cpu_p is None or cpu_s is None else cpu_s - cpu_p
 
     def split(iso: str) -> str:
         c = loops.get(f"zygote / {iso}", {}).get("cpuPerRun") or {}
@@ -119,6 +124,13 @@ def runs_table(report: dict) -> str:
             f"CPython fork + exit with the zygote's imports {num(fork)} ms; the namespace set {num(nsset)} ms",
             f"{ratio(loop('process', 'cpuPerRunMs'), fork)} / "
             f"{ratio(loop('sandbox', 'cpuPerRunMs'), None if fork is None or nsset is None else fork + nsset)}",
+        ],
+        [
+            "CPU a sandbox adds to a back-to-back run (sandbox - process)",
+            "",
+            f"{num(gap)} ms",
+            f"the namespace set with the program's confinement {num(sandbox_floor)} ms",
+            ratio(gap, sandbox_floor),
         ],
         [
             "runs per second at concurrency 1 / 2 / 4 / 16",

@@ -747,6 +747,14 @@ fn bench_reports_failed_runs_and_still_prints_its_figures() {
     // The floors do not depend on pycage's budgets: measured and printed.
     let floor = out.lines().find(|l| l.starts_with("  python -I -c pass")).unwrap();
     assert!(floor.ends_with(" ms") && !floor.contains("no run succeeded"), "{out}");
+    // So are the CPU floors: the namespace set, the same with the program's
+    // confinement, CPython's fork (a dash when one could not be measured).
+    let cpu_floors = out.lines().find(|l| l.starts_with("  floors: the namespace set ")).unwrap();
+    let figures: Vec<&str> = cpu_floors.split(", ").map(|part| part.rsplit(' ').nth(1).unwrap_or("")).collect();
+    assert_eq!(figures.len(), 3, "{cpu_floors}");
+    for figure in figures {
+        assert!(figure.parse::<f64>().is_ok_and(|ms| ms > 0.0), "{cpu_floors}");
+    }
     assert!(out.contains("\n  exec / process         no run succeeded\n"), "{out}");
     assert!(out.contains("\nfailed runs (left out of the figures above)\n"), "{out}");
     assert!(

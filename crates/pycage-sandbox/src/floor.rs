@@ -8,6 +8,17 @@
 //! kernel threads that tear namespaces down included), beside pycage's
 //! CPU per run.
 //!
+//! With [`FloorPlan::confine`], the PID-1 child also confines itself the
+//! way a run's program does, and only that (steps 16-18 of
+//! [`crate::prepared`], through the exec path's executor
+//! [`crate::confine::apply`]): rlimits, a cgroup namespace, a nested user
+//! namespace with its maps, the 41 bounding-set drops, `no_new_privs`, a
+//! Landlock domain from a ruleset with a rule per bind (built in the parent
+//! for each spawn, as the shell helper builds one per shell), and the run's
+//! seccomp program (the kernel checks, converts and compiles it for every
+//! process that installs it). The difference between the two floors is
+//! what the kernel charges for a program's own confinement.
+//!
 //! Call it from a process with one thread (the CLI runs it in a process of
 //! its own): the forked child makes only async-signal-safe calls, and
 //! everything it needs is prepared before the fork.
@@ -16,6 +27,14 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use landlock::RulesetCreated;
+use rustix::process::Resource;
+
+use crate::confine::ConfineStep;
+use crate::landlock_rules::{build_ruleset_for, handled_abi, kernel_landlock};
+use crate::plan::{MountKind, NodeKind};
+use crate::seccomp;
 
 /// Most bind mounts one floor spawn makes (a run's plan has about 16).
 pub const MAX_FLOOR_BINDS: usize = 64;
@@ -30,6 +49,8 @@ pub struct FloorPlan {
     /// An empty directory to mount the tmpfs on (in the child's own mount
     /// namespace: the host never sees it).
     pub root: PathBuf,
+    /// Also confine the PID-1 child as a run's program (module docs).
+    pub confine: bool,
 }
 
 /// Everything the child needs, as C strings, made before any fork.
@@ -40,6 +61,30 @@ struct Prepared {
     uid_map: CString,
     gid_map: CString,
     flags: libc::c_int,
+    /// The program's confinement steps, with [`FloorPlan::confine`].
+    confine: Option<Vec<ConfineStep>>,
+}
+
+/// The run limits a program gets by default, for the confinement floor.
+const FLOOR_LIMITS: [(Resource, u64); 7] = [
+    (Resource::Nproc, 64 + crate::limits::SANDBOX_PROCESSES),
+    (Resource::Fsize, 256 << 20),
+    (Resource::Nofile, 256),
+    (Resource::Core, 0),
+    (Resource::Sigpending, crate::limits::RUN_SIGPENDING),
+    (Resource::Msgqueue, crate::limits::RUN_MSGQUEUE_BYTES),
+    (Resource::Memlock, crate::limits::RUN_MEMLOCK_BYTES),
+];
+
+/// A Landlock ruleset with a read-only rule per bind, as a run's (which
+/// the shell helper builds for every shell).
+fn floor_ruleset(binds: &[PathBuf]) -> io::Result<RulesetCreated> {
+    let abi = handled_abi(kernel_landlock()).ok_or_else(|| io::Error::other("this kernel has no usable Landlock"))?;
+    let rules = binds.iter().map(|p| {
+        let node = if p.is_dir() { NodeKind::Dir } else { NodeKind::File };
+        (p.as_path(), MountKind::ReadOnly, node)
+    });
+    build_ruleset_for(rules, abi, None).map_err(io::Error::other)
 }
 
 fn cstring(p: &Path) -> io::Result<CString> {
@@ -50,10 +95,19 @@ fn cstring(p: &Path) -> io::Result<CString> {
 /// first failure of a child is an error.
 pub fn run_floor(plan: &FloorPlan, n: usize) -> io::Result<()> {
     let mut binds = Vec::new();
-    for (i, source) in plan.binds.iter().filter(|p| p.exists()).take(MAX_FLOOR_BINDS).enumerate() {
+    let sources: Vec<PathBuf> = plan.binds.iter().filter(|p| p.exists()).take(MAX_FLOOR_BINDS).cloned().collect();
+    for (i, source) in sources.iter().enumerate() {
         let target = plan.root.join(format!("b{i}"));
         binds.push((cstring(source)?, cstring(&target)?, source.is_dir()));
     }
+    let confine = match plan.confine {
+        true => {
+            let filters = seccomp::compile_native(seccomp::Network::None).map_err(io::Error::other)?;
+            let map = b"1000 1000 1\n";
+            Some(crate::confine::build(&FLOOR_LIMITS, map, map, &filters))
+        }
+        false => None,
+    };
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
     let mut flags = libc::CLONE_NEWUSER
@@ -71,8 +125,13 @@ pub fn run_floor(plan: &FloorPlan, n: usize) -> io::Result<()> {
         uid_map: CString::new(format!("1000 {uid} 1")).map_err(io::Error::other)?,
         gid_map: CString::new(format!("1000 {gid} 1")).map_err(io::Error::other)?,
         flags,
+        confine,
     };
     for _ in 0..n {
+        let ruleset = match prepared.confine {
+            Some(_) => Some(floor_ruleset(&sources)?),
+            None => None,
+        };
         // SAFETY: the caller's process has one thread (module docs); the
         // child makes only async-signal-safe calls on memory prepared
         // before the fork, and always ends with `_exit`.
@@ -82,11 +141,12 @@ pub fn run_floor(plan: &FloorPlan, n: usize) -> io::Result<()> {
         }
         if pid == 0 {
             // SAFETY: in the forked child, as above.
-            let code = unsafe { child(&prepared) };
+            let code = unsafe { child(&prepared, ruleset) };
             // SAFETY: ends the forked child without running the parent's
             // destructors or atexit handlers.
             unsafe { libc::_exit(code) };
         }
+        drop(ruleset);
         let mut status = 0;
         // SAFETY: waits for our own child; `status` is a live local.
         while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
@@ -123,7 +183,7 @@ unsafe fn write_file(path: &std::ffi::CStr, data: &std::ffi::CStr) -> bool {
 ///
 /// # Safety
 /// Only in a forked child of a process with one thread.
-unsafe fn child(p: &Prepared) -> libc::c_int {
+unsafe fn child(p: &Prepared, ruleset: Option<RulesetCreated>) -> libc::c_int {
     // SAFETY: every call below is an async-signal-safe syscall wrapper on
     // memory prepared before the fork.
     unsafe {
@@ -178,7 +238,14 @@ unsafe fn child(p: &Prepared) -> libc::c_int {
         // The PID namespace's first process, as a run's init.
         let init = libc::fork();
         if init == 0 {
-            libc::_exit(0);
+            let code = match (&p.confine, ruleset) {
+                (Some(steps), Some(ruleset)) => match crate::confine::apply(steps, ruleset) {
+                    Ok(()) => 0,
+                    Err(_) => 18,
+                },
+                _ => 0,
+            };
+            libc::_exit(code);
         }
         if init < 0 {
             return 17;
@@ -225,13 +292,19 @@ mod tests {
         );
         let root = std::env::temp_dir().join(format!("pycage-floor-test-{}", std::process::id()));
         std::fs::create_dir_all(&root).unwrap();
-        let plan = FloorPlan {
+        let mut plan = FloorPlan {
             binds: vec!["/usr".into(), "/etc".into(), "/etc/passwd".into()],
             network: false,
             root: root.clone(),
+            confine: false,
         };
-        let result = run_floor(&plan, 3);
+        let bare = run_floor(&plan, 3);
+        plan.confine = true;
+        let confined = run_floor(&plan, 3);
         let _ = std::fs::remove_dir(&root);
-        result.unwrap();
+        bare.unwrap();
+        // Every step of the program's confinement succeeded in each spawn
+        // (a failed one exits 18, which run_floor reports).
+        confined.unwrap();
     }
 }

@@ -117,6 +117,16 @@ pub fn access_for(kind: MountKind, node: NodeKind, abi: ABI) -> BitFlags<AccessF
 /// `egress_port` (and ABI 4+), TCP connections to that port are allowed,
 /// to any address: the run's network namespace has only its loopback.
 pub fn build_ruleset(plan: &MountPlan, abi: ABI, egress_port: Option<u16>) -> Result<RulesetCreated, SandboxError> {
+    let binds = plan.binds.iter().map(|b| (b.source.as_path(), b.kind, b.node));
+    build_ruleset_for(binds, abi, egress_port)
+}
+
+/// [`build_ruleset`] for a list of host paths, each with how it is exposed.
+pub(crate) fn build_ruleset_for<'a>(
+    binds: impl IntoIterator<Item = (&'a std::path::Path, MountKind, NodeKind)>,
+    abi: ABI,
+    egress_port: Option<u16>,
+) -> Result<RulesetCreated, SandboxError> {
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(abi))
@@ -131,12 +141,10 @@ pub fn build_ruleset(plan: &MountPlan, abi: ABI, egress_port: Option<u16>) -> Re
     if let (Some(port), true) = (egress_port, abi >= ABI::V4) {
         created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(SandboxError::Landlock)?;
     }
-    for bind in &plan.binds {
-        let fd = PathFd::new(&bind.source)
-            .map_err(|source| SandboxError::LandlockPath { path: bind.source.clone(), source })?;
-        created = created
-            .add_rule(PathBeneath::new(fd, access_for(bind.kind, bind.node, abi)))
-            .map_err(SandboxError::Landlock)?;
+    for (path, kind, node) in binds {
+        let fd = PathFd::new(path).map_err(|source| SandboxError::LandlockPath { path: path.to_path_buf(), source })?;
+        created =
+            created.add_rule(PathBeneath::new(fd, access_for(kind, node, abi))).map_err(SandboxError::Landlock)?;
     }
     Ok(created)
 }

@@ -3,7 +3,9 @@
 //! - the namespace set: what the kernel charges for the namespaces and
 //!   mounts a run gets, with nothing of pycage in it
 //!   ([`pycage_sandbox::floor`], run by this program in a process of its
-//!   own, `__ns-floor`);
+//!   own, `__ns-floor`), and the same with the program's own confinement
+//!   (nested user namespace, bounding set, Landlock, seccomp) in each
+//!   spawn: the kernel's whole floor for what a sandbox adds to a run;
 //! - CPython's fork and exit, in an interpreter that imported what the
 //!   zygote imports (pycage's bootstrap and zygote modules).
 //!
@@ -21,7 +23,7 @@ use anyhow::Context;
 use crate::bench::measure::busy;
 
 /// The hidden first argument that makes this program run the namespace
-/// floor: `__ns-floor N ROOT [BIND...]`.
+/// floor: `__ns-floor N ROOT bare|confine [BIND...]`.
 pub(crate) const NS_FLOOR_ARG: &str = "__ns-floor";
 
 /// Serves `__ns-floor`: `n` floor spawns, then exit (0 on success).
@@ -29,11 +31,17 @@ pub(crate) fn serve_ns_floor(args: &[OsString]) -> ExitCode {
     let mut args = args.iter();
     let n = args.next().and_then(|a| a.to_str()?.parse::<usize>().ok());
     let root = args.next().map(PathBuf::from);
-    let (Some(n), Some(root)) = (n, root) else {
-        crate::output::stderr_line("pycage __ns-floor: usage: __ns-floor N ROOT [BIND...]");
+    let confine = match args.next().and_then(|a| a.to_str()) {
+        Some("bare") => Some(false),
+        Some("confine") => Some(true),
+        _ => None,
+    };
+    let (Some(n), Some(root), Some(confine)) = (n, root, confine) else {
+        crate::output::stderr_line("pycage __ns-floor: usage: __ns-floor N ROOT bare|confine [BIND...]");
         return ExitCode::from(2);
     };
-    let plan = pycage_sandbox::floor::FloorPlan { binds: args.map(PathBuf::from).collect(), network: false, root };
+    let binds = args.map(PathBuf::from).collect();
+    let plan = pycage_sandbox::floor::FloorPlan { binds, network: false, root, confine };
     match pycage_sandbox::floor::run_floor(&plan, n) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -43,11 +51,14 @@ pub(crate) fn serve_ns_floor(args: &[OsString]) -> ExitCode {
     }
 }
 
-/// The namespace floor's CPU per spawn, over `n` spawns binding `binds`.
-pub(crate) fn namespace_set(n: usize, binds: &[PathBuf]) -> anyhow::Result<Duration> {
+/// The namespace floor's CPU per spawn, over `n` spawns binding `binds`;
+/// with `confine`, each spawn's PID-1 process also confines itself as a
+/// run's program does ([`pycage_sandbox::floor`]).
+pub(crate) fn namespace_set(n: usize, binds: &[PathBuf], confine: bool) -> anyhow::Result<Duration> {
     let root = tempfile::tempdir().context("a directory for the floor's tmpfs")?;
     let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg(NS_FLOOR_ARG).arg(n.to_string()).arg(root.path()).args(binds);
+    cmd.arg(NS_FLOOR_ARG).arg(n.to_string()).arg(root.path());
+    cmd.arg(if confine { "confine" } else { "bare" }).args(binds);
     per_spawn(cmd, n)
 }
 

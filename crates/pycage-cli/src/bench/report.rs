@@ -32,9 +32,12 @@ pub(crate) struct Report<'a> {
     pub(crate) rates: &'a [(String, usize, f64)],
     /// Closed-loop latency and CPU per run, per zygote variant.
     pub(crate) loops: &'a [(String, Samples, Option<CpuSplit>)],
-    /// Whole-machine CPU per spawn of the kernel's namespace set, and of
-    /// CPython's fork and exit with the zygote's imports.
+    /// Whole-machine CPU per spawn of the kernel's namespace set, of the
+    /// same with the program's confinement (the kernel's floor for what a
+    /// sandbox adds to a run), and of CPython's fork and exit with the
+    /// zygote's imports.
     pub(crate) namespace_floor: Option<Duration>,
+    pub(crate) sandbox_floor: Option<Duration>,
     pub(crate) fork_floor: Option<Duration>,
     pub(crate) cells: &'a [(String, Samples)],
     pub(crate) call: Samples,
@@ -128,8 +131,9 @@ impl Report<'_> {
         }
         let floor = |d: Option<Duration>| d.map_or_else(|| "-".to_owned(), |d| format!("{:.3} ms", ms(d)));
         l.push(format!(
-            "  floors: the namespace set {}, CPython fork + exit with the zygote's imports {}",
+            "  floors: the namespace set {}, with the program's confinement {}, CPython fork + exit with the zygote's imports {}",
             floor(self.namespace_floor),
+            floor(self.sandbox_floor),
             floor(self.fork_floor)
         ));
         if let (Some((_, _, Some(p))), Some((_, _, Some(s)))) = (
@@ -137,8 +141,9 @@ impl Report<'_> {
             self.loops.iter().find(|(l, _, _)| l.ends_with("sandbox")),
         ) {
             l.push(format!(
-                "  sandbox - process: {:.2} ms per run; process / fork floor: {}",
+                "  sandbox - process: {:.2} ms per run (its floor, namespaces and confinement: {}); process / fork floor: {}",
                 ms(s.machine.saturating_sub(p.machine)),
+                floor(self.sandbox_floor),
                 or_dash(self.fork_floor.map(|f| p.machine.as_secs_f64() / f.as_secs_f64().max(1e-9)), 2)
             ));
         }
@@ -240,6 +245,7 @@ impl Report<'_> {
             num(&mut b, "pythonImportAsyncioJsonMs", p50(&self.floor_import).map(ms))?;
             num(&mut b, "pipeRoundTripUs", p50(&self.pipe).map(us))?;
             num(&mut b, "namespaceSetCpuMs", self.namespace_floor.map(ms))?;
+            num(&mut b, "sandboxFloorCpuMs", self.sandbox_floor.map(ms))?;
             num(&mut b, "cpythonForkCpuMs", self.fork_floor.map(ms))?;
             b.end()?;
             b.key("closedLoop")?;
