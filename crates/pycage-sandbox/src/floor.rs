@@ -3,7 +3,10 @@
 //! with its uid/gid maps, mount, PID with a PID-1 child, IPC, UTS, cgroup;
 //! network only when asked, since pycage recycles a run's network
 //! namespace), mounts a small tmpfs with a recursive read-only bind of
-//! each path a run sees, and exits. No Python, no seccomp, no Landlock.
+//! each path a run sees and a second, size-capped tmpfs (the run's own
+//! `/work`), forks the PID namespace's first process, which mounts the
+//! namespace's procfs, pivots into the new root and detaches the old one,
+//! and exits. No Python, no seccomp, no Landlock.
 //! `pycage bench` measures the whole machine's busy CPU around it (the
 //! kernel threads that tear namespaces down included), beside pycage's
 //! CPU per run.
@@ -56,6 +59,9 @@ pub struct FloorPlan {
 /// Everything the child needs, as C strings, made before any fork.
 struct Prepared {
     root: CString,
+    /// `<root>/proc` and `<root>/work`: the run's procfs and its own tmpfs.
+    proc: CString,
+    work: CString,
     /// Source, target, and whether the source is a directory.
     binds: Vec<(CString, CString, bool)>,
     uid_map: CString,
@@ -121,6 +127,8 @@ pub fn run_floor(plan: &FloorPlan, n: usize) -> io::Result<()> {
     }
     let prepared = Prepared {
         root: cstring(&plan.root)?,
+        proc: cstring(&plan.root.join("proc"))?,
+        work: cstring(&plan.root.join("work"))?,
         binds,
         uid_map: CString::new(format!("1000 {uid} 1")).map_err(io::Error::other)?,
         gid_map: CString::new(format!("1000 {gid} 1")).map_err(io::Error::other)?,
@@ -235,9 +243,40 @@ unsafe fn child(p: &Prepared, ruleset: Option<RulesetCreated>) -> libc::c_int {
                 return 16;
             }
         }
-        // The PID namespace's first process, as a run's init.
+        // The run's own size-capped tmpfs (its /work, /tmp and /dev/shm),
+        // and where its procfs goes.
+        if libc::mkdir(p.work.as_ptr(), 0o755) != 0
+            || libc::mkdir(p.proc.as_ptr(), 0o555) != 0
+            || libc::mount(
+                c"tmpfs".as_ptr(),
+                p.work.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                c"size=1m,nr_inodes=1024".as_ptr().cast(),
+            ) != 0
+        {
+            return 19;
+        }
+        // The PID namespace's first process, as a run's init: it mounts
+        // the namespace's procfs (only a process inside may), pivots into
+        // the new root and detaches the old one.
         let init = libc::fork();
         if init == 0 {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+            if libc::mount(
+                c"proc".as_ptr(),
+                p.proc.as_ptr(),
+                c"proc".as_ptr(),
+                flags,
+                c"hidepid=invisible".as_ptr().cast(),
+            ) != 0
+                || libc::chdir(p.root.as_ptr()) != 0
+                || libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0
+                || libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0
+                || libc::chdir(c"/".as_ptr()) != 0
+            {
+                libc::_exit(20);
+            }
             let code = match (&p.confine, ruleset) {
                 (Some(steps), Some(ruleset)) => match crate::confine::apply(steps, ruleset) {
                     Ok(()) => 0,
