@@ -76,6 +76,7 @@ async fn shell_helper() {
     the_helper_serves_only_a_runtime();
     shells_come_from_the_helper_and_shutdown_leaves_no_process().await;
     one_spare_shell_waits_beside_a_full_pool().await;
+    ended_shells_inits_are_the_helpers_to_reap().await;
     a_killed_helper_fails_its_runs_and_is_replaced().await;
     a_helper_that_never_serves_is_given_up().await;
 }
@@ -123,6 +124,46 @@ async fn one_spare_shell_waits_beside_a_full_pool() {
     wait_for("the ended runs' shells reaped", || children_of(helper).is_empty()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(children_of(helper), Vec::<i32>::new(), "no shell is built ahead without a pool");
+    rt.shutdown().await;
+    no_process_left().await;
+}
+
+/// This process's children that live in a nested PID namespace (a
+/// shell's init is PID 1 of its run's), zombies included: read from
+/// `/proc`, nothing reaped.
+fn adopted_inits() -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        let parent = stat.rsplit_once(')').map(|x| x.1).unwrap_or("").split_whitespace().nth(1);
+        let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        let nested =
+            status.lines().find_map(|l| l.strip_prefix("NSpid:")).is_some_and(|ids| ids.split_whitespace().count() > 1);
+        if parent == Some(me.as_str()) && nested {
+            out.push(stat);
+        }
+    }
+    out
+}
+
+/// Each ended run's shell is killed whole, its supervisor and its init at
+/// once; the init outlives its parent an instant and goes to the nearest
+/// subreaper. That is the helper, which reaps it: not this process (a
+/// subreaper too), and not a host that is PID 1, which would keep one
+/// zombie per run.
+async fn ended_shells_inits_are_the_helpers_to_reap() {
+    let rt = Runtime::new(RuntimeConfig { pool_size: 1, ..config() }).unwrap();
+    for i in 0..8 {
+        assert_eq!(common::value(&common::run(&rt, &format!("{i} * 2")).await), (i * 2).to_string());
+    }
+    assert!(rt.wait_idle(Duration::from_secs(60)).await, "the pool refilled");
+    let helper = helper_of(&rt);
+    // The ended shells are gone from the helper (it looks every 200 ms):
+    // one pooled, one spare.
+    wait_for("the ended runs' shells reaped", || children_of(helper).len() == 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(adopted_inits(), Vec::<String>::new(), "an ended shell's init came to this process");
     rt.shutdown().await;
     no_process_left().await;
 }

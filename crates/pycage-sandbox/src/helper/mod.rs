@@ -16,8 +16,10 @@
 //! request and one reply at a time, and builds each shell with
 //! [`Prepared`]: the plan of what a program joining the shell does to
 //! itself comes back in the reply, derived by the builder alone. It reaps
-//! its shells as they exit; at end of file (the runtime's shutdown) it
-//! kills and reaps every shell it still has, then exits. A helper that
+//! its shells as they exit, and their inits (it is their subreaper: a
+//! shell's init outlives its killed supervisor an instant); at end of
+//! file (the runtime's shutdown) it kills and reaps every shell it still
+//! has, then exits. A helper that
 //! dies takes its shells with it (their death signal).
 //!
 //! The host's side (starting the helper, replacing one that died, giving
@@ -56,16 +58,24 @@ pub fn serve(sock: OwnedFd) -> io::Result<()> {
     // Shells must stay this process's to reap (an inherited SIG_IGN would
     // have the kernel reap them, and std's spawn wait for nothing).
     crate::fork::default_sigchld();
+    // A shell ends with its whole group killed: its supervisor and its
+    // init die together, and the init, whose parent is the supervisor, is
+    // handed to the nearest subreaper above it. Without one that is the
+    // host's PID 1, and a host that is PID 1 itself (a container's
+    // entrypoint without an init) would keep one zombie per run. So this
+    // process takes them, and reaps them with its shells. (Any nonzero
+    // argument sets the attribute.)
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let mut shells: Vec<Pid> = Vec::new();
     let mut templates = RootTemplates::new();
     let mut plans = Plans::new();
     let mut buf = vec![0u8; MAX_REQUEST];
     let result = loop {
-        shells.retain(|&pid| matches!(rustix::process::waitpid(Some(pid), WaitOptions::NOHANG), Ok(None)));
+        let children = reap_exited(&mut shells);
         let mut poll = [rustix::event::PollFd::new(&sock, rustix::event::PollFlags::IN)];
-        // Wake up to reap only while there are shells to reap.
+        // Wake up to reap only while there are children to reap.
         let every = rustix::event::Timespec { tv_sec: 0, tv_nsec: REAP_EVERY.as_nanos() as i64 };
-        match rustix::event::poll(&mut poll, (!shells.is_empty()).then_some(&every)) {
+        match rustix::event::poll(&mut poll, children.then_some(&every)) {
             Ok(0) | Err(rustix::io::Errno::INTR) => continue,
             Ok(_) => {}
             Err(e) => break Err(e.into()),
@@ -93,10 +103,36 @@ pub fn serve(sock: OwnedFd) -> io::Result<()> {
         }
     };
     // The host has gone: no shell outlives the helper's answer to that.
-    for pid in shells {
+    for pid in std::mem::take(&mut shells) {
         kill_and_reap(pid);
     }
+    // Their inits, adopted as each supervisor died: killed with their
+    // group, each exits once every process of its PID namespace is reaped
+    // (a zygote's child is its zygote's to reap), so wait a bounded time.
+    let deadline = std::time::Instant::now() + ORPHANS_GRACE;
+    while reap_exited(&mut shells) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     result
+}
+
+/// How long the helper waits, once its host has gone, for the shells'
+/// inits it adopted to exit.
+const ORPHANS_GRACE: Duration = Duration::from_secs(2);
+
+/// Reaps every child that has exited (shells' supervisors, and the inits
+/// this process adopted), dropping reaped supervisors from `shells`.
+/// Whether any child is left.
+fn reap_exited(shells: &mut Vec<Pid>) -> bool {
+    loop {
+        match rustix::process::wait(WaitOptions::NOHANG) {
+            Ok(Some((pid, _))) => shells.retain(|&shell| shell != pid),
+            Ok(None) => return true,
+            Err(rustix::io::Errno::INTR) => {}
+            // ECHILD: no child at all.
+            Err(_) => return false,
+        }
+    }
 }
 
 /// Builds the shell a request (after its tag and build) asks for: its
