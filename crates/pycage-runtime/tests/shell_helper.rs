@@ -77,6 +77,7 @@ async fn shell_helper() {
     shells_come_from_the_helper_and_shutdown_leaves_no_process().await;
     one_spare_shell_waits_beside_a_full_pool().await;
     ended_shells_inits_are_the_helpers_to_reap().await;
+    without_a_helper_an_ended_shells_init_is_its_supervisors_to_reap().await;
     a_killed_helper_fails_its_runs_and_is_replaced().await;
     a_helper_that_never_serves_is_given_up().await;
 }
@@ -162,6 +163,27 @@ async fn ended_shells_inits_are_the_helpers_to_reap() {
     // The ended shells are gone from the helper (it looks every 200 ms):
     // one pooled, one spare.
     wait_for("the ended runs' shells reaped", || children_of(helper).len() == 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(adopted_inits(), Vec::<String>::new(), "an ended shell's init came to this process");
+    rt.shutdown().await;
+    no_process_left().await;
+}
+
+/// Without a helper the host forks each shell, and ends it through its
+/// init: its supervisor (this process's child) reaps it and exits, so no
+/// init comes to this process, whose runs ended normally, by timeout or
+/// by a crash of the program.
+async fn without_a_helper_an_ended_shells_init_is_its_supervisors_to_reap() {
+    let rt = Runtime::new(RuntimeConfig { pool_size: 1, shell_helper: None, ..config() }).unwrap();
+    for i in 0..6 {
+        assert_eq!(common::value(&common::run(&rt, &format!("{i} * 2")).await), (i * 2).to_string());
+    }
+    let wall = RunLimits { wall_time: Some(Duration::from_millis(300)), ..RunLimits::default() };
+    let slow = RunRequest::new("import time\ntime.sleep(60)").with_limits(wall);
+    assert_eq!(rt.run(slow).await.unwrap().error.unwrap().kind, FailureKind::Timeout);
+    let crash = common::run(&rt, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)").await;
+    assert!(crash.error.is_some(), "{crash:?}");
+    assert!(rt.wait_idle(Duration::from_secs(60)).await, "the pool refilled");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(adopted_inits(), Vec::<String>::new(), "an ended shell's init came to this process");
     rt.shutdown().await;

@@ -376,6 +376,10 @@ impl Sandboxes {
     }
 
     fn build_shell(&self, network: ShellNetwork<'_>) -> Result<Shell, SpawnError> {
+        self.build_shell_from(network).map(end_through_init)
+    }
+
+    fn build_shell_from(&self, network: ShellNetwork<'_>) -> Result<Shell, SpawnError> {
         if let Some(helper) = self.helper.as_ref().filter(|h| h.in_use()) {
             match self.shell_from(helper, network) {
                 // Given up (it never built a shell): the host forks them.
@@ -575,6 +579,30 @@ fn socket_free(shell: &Shell) -> bool {
 
 /// Whether `pid` is PID 1 of a PID namespace one level below this
 /// process's (its `NSpid` line: its pid here, then 1).
+/// `shell`, set to end through its init ([`Worker::end_through_init`]):
+/// with a pidfd of the init its handoff names, if that pid, now that the
+/// pidfd holds it, is PID 1 of a namespace one level down and the
+/// supervisor's child (the supervisor reaps its init, and forks nothing
+/// else, so that pid names the init until the supervisor exits).
+/// Unchanged if either cannot be told.
+fn end_through_init(mut shell: Shell) -> Shell {
+    let Some(handoff) = shell.handoff.as_ref() else { return shell };
+    let Ok(init) = rustix::process::pidfd_open(handoff.init_pid, rustix::process::PidfdFlags::empty()) else {
+        return shell;
+    };
+    if is_child_namespace_init(handoff.init_pid) && parent_of(handoff.init_pid) == shell.supervisor.pid() {
+        shell.supervisor.end_through_init(init);
+    }
+    shell
+}
+
+/// `pid`'s parent, as `/proc/<pid>/stat` says.
+fn parent_of(pid: rustix::process::Pid) -> Option<rustix::process::Pid> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
+    let parent = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+    rustix::process::Pid::from_raw(parent.parse().ok()?)
+}
+
 fn is_child_namespace_init(pid: rustix::process::Pid) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", pid.as_raw_nonzero())) else { return false };
     let Some(line) = status.lines().find_map(|l| l.strip_prefix("NSpid:")) else { return false };

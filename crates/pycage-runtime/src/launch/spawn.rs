@@ -138,6 +138,9 @@ pub(crate) struct Worker {
     companion: Option<Box<Worker>>,
     /// Who reaps the child if it is dropped still dying (exec'd children).
     reaper: Option<Arc<Reaper>>,
+    /// A sandbox shell's supervisor: a pidfd of the shell's init (see
+    /// [`Worker::end_through_init`]).
+    shell_init: Option<OwnedFd>,
     /// The interpreter's `PYTHONHASHSEED`, when pycage set one (a runtime
     /// with a journal key: a durable run's journal records it).
     pub hash_seed: Option<u32>,
@@ -345,9 +348,20 @@ impl Worker {
             run_dir: None,
             companion: None,
             reaper: None,
+            shell_init: None,
             hash_seed: None,
             _guards: guards,
         }
+    }
+
+    /// A sandbox shell's supervisor, whose init `init` (a pidfd) names:
+    /// [`Worker::kill_and_reap`] ends the shell by killing the init first.
+    /// The supervisor then reaps it and exits. Killed at once, as a group,
+    /// both die together, and the init, outliving its parent an instant,
+    /// goes to the nearest subreaper or the host's PID 1: a host that is
+    /// PID 1 itself (a container's entrypoint) kept a zombie per run.
+    pub(crate) fn end_through_init(&mut self, init: OwnedFd) {
+        self.shell_init = Some(init);
     }
 
     fn watch(&mut self, pidfd: OwnedFd) -> Result<(), SpawnError> {
@@ -436,6 +450,14 @@ impl Worker {
         let exit = match self.exit {
             Some(e) => e,
             None => {
+                if let Some(init) = self.shell_init.take() {
+                    // A shell: its init first, which its supervisor reaps
+                    // before it exits (see `end_through_init`); the group
+                    // below only if that takes too long.
+                    if rustix::process::pidfd_send_signal(&init, Signal::KILL).is_ok() {
+                        let _ = tokio::time::timeout(SHELL_END_GRACE, self.exited()).await;
+                    }
+                }
                 // The child is a zombie or still running: either way its pid
                 // still names this group, so no other process can be hit.
                 self.signal_group(Signal::KILL);
@@ -473,6 +495,12 @@ impl Worker {
         self.kill_and_reap().await
     }
 }
+
+/// How long ending a shell waits for its supervisor to reap its killed
+/// init and exit, before it kills the supervisor too. The init exits once
+/// every process of its namespace is reaped (the run's program, its
+/// zygote's to reap, is reaped before its shell is ended).
+const SHELL_END_GRACE: Duration = Duration::from_secs(1);
 
 impl Drop for Worker {
     /// Kills the group; reaps the child now if it is already dead, else
