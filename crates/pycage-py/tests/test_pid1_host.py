@@ -1,8 +1,8 @@
 """A host that is PID 1 (a container's entrypoint without an init) keeps no
-zombie of pycage's: each sandbox ends through its init, which the shell's
-supervisor reaps, and the init of a shell killed whole (dropped unused)
-is reaped by the shell helper, its subreaper. Before that, each ended
-shell's init was handed to the host: one zombie per sandboxed run.
+zombie of pycage's: each sandbox ends with its shell killed whole, and the
+shell's init, which outlives its supervisor an instant, is reaped by the
+shell helper (its subreaper), not handed to the host. Before that, this
+host was left with one zombie per sandboxed run.
 
 The host runs in a PID namespace of its own (``unshare --pid --fork
 --mount-proc``; without root, inside a user namespace that maps the

@@ -148,13 +148,12 @@ fn adopted_inits() -> Vec<String> {
     out
 }
 
-/// A run's shell ends through its init, which its supervisor reaps. A
-/// shell dropped unused (a zygote's switch drops its idle children, every
-/// third run here) is killed whole, its supervisor and its init at once;
-/// the init outlives its parent an instant and goes to the nearest
-/// subreaper. That is the helper, which reaps it: not this process (a
-/// subreaper too), and not a host that is PID 1, which would keep a
-/// zombie per shell.
+/// Each ended run's shell, and each shell dropped unused (a zygote's
+/// switch drops its idle children, every third run here), is killed
+/// whole, its supervisor and its init at once; the init outlives its
+/// parent an instant and goes to the nearest subreaper. That is the
+/// helper, which reaps it: not this process (a subreaper too), and not a
+/// host that is PID 1, which would keep a zombie per shell.
 async fn ended_shells_inits_are_the_helpers_to_reap() {
     let rt = Runtime::new(RuntimeConfig { pool_size: 1, zygote_max_runs: 3, ..config() }).unwrap();
     for i in 0..8 {

@@ -376,10 +376,6 @@ impl Sandboxes {
     }
 
     fn build_shell(&self, network: ShellNetwork<'_>) -> Result<Shell, SpawnError> {
-        self.build_shell_from(network).map(end_through_init)
-    }
-
-    fn build_shell_from(&self, network: ShellNetwork<'_>) -> Result<Shell, SpawnError> {
         if let Some(helper) = self.helper.as_ref().filter(|h| h.in_use()) {
             match self.shell_from(helper, network) {
                 // Given up (it never built a shell): the host forks them.
@@ -408,7 +404,11 @@ impl Sandboxes {
         // after their handoffs.
         let supervisor = self.spawn_prepared(&prepared, guards, None)?;
         let (handoff, join) = prepared.take_shell()?;
-        Ok(Shell { supervisor, handoff, join, plan: prepared.join_plan() })
+        // The helper reaps the inits of its shells (their subreaper), and a
+        // shell killed whole ends sooner: the one after it, which a run may
+        // be waiting for, starts sooner. One this process forked ends
+        // through its init, or its init would go to this process's reaper.
+        Ok(end_through_init(Shell { supervisor, handoff, join, plan: prepared.join_plan() }))
     }
 
     /// The shell helper's pid, while one runs.

@@ -354,12 +354,13 @@ impl Worker {
         }
     }
 
-    /// A sandbox shell's supervisor, whose init `init` (a pidfd) names:
-    /// [`Worker::kill_and_reap`] ends the shell by killing the init first.
-    /// The supervisor then reaps it and exits. Killed at once, as a group,
-    /// both die together, and the init, outliving its parent an instant,
-    /// goes to the nearest subreaper or the host's PID 1: a host that is
-    /// PID 1 itself (a container's entrypoint) kept a zombie per run.
+    /// A sandbox shell's supervisor that this process forked, whose init
+    /// `init` (a pidfd) names: [`Worker::kill_and_reap`] ends the shell by
+    /// killing the init first. The supervisor then reaps it and exits.
+    /// Killed at once, as a group, both die together, and the init,
+    /// outliving its parent an instant, goes to this process's reaper (a
+    /// host that is PID 1 itself, a container's entrypoint, kept a zombie
+    /// per run). The helper's shells need none: it is their subreaper.
     pub(crate) fn end_through_init(&mut self, init: OwnedFd) {
         self.shell_init = Some(init);
     }
