@@ -158,7 +158,7 @@ fn set_policy(policy: libc::c_int) {
 /// runtime has its own, so one runtime's shutdown never waits on another's
 /// children.
 pub struct Reaper {
-    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<i32>>>,
+    tx: std::sync::Mutex<Option<std::sync::mpsc::Sender<Adopted>>>,
     /// Children handed over and not reaped yet.
     pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -177,15 +177,27 @@ impl Reaper {
 
     /// Reaps `pid` (already sent SIGKILL) in the background.
     pub fn adopt(&self, pid: i32) {
+        self.hand_over(Adopted::Killed(pid));
+    }
+
+    /// Reaps `pid`, which `pidfd` names and which is expected to exit by
+    /// itself (a sandbox shell's supervisor whose init was killed: it
+    /// reaps the init, then exits), in the background; its process group
+    /// is killed if it has not exited within `grace`.
+    pub fn adopt_ending(&self, pid: i32, pidfd: OwnedFd, grace: Duration) {
+        self.hand_over(Adopted::Ending { pid, pidfd, grace });
+    }
+
+    fn hand_over(&self, child: Adopted) {
         use std::sync::atomic::Ordering;
         let mut tx = lock(&self.tx);
         if tx.is_none() {
-            let (sender, rx) = std::sync::mpsc::channel::<i32>();
+            let (sender, rx) = std::sync::mpsc::channel::<Adopted>();
             let pending = std::sync::Arc::clone(&self.pending);
             let spawned = std::thread::Builder::new().name("pycage-reaper".into()).spawn(move || {
-                for pid in rx {
-                    // Blocks only this thread, until the killed child is gone.
-                    let _ = wait4(pid, 0);
+                for child in rx {
+                    // Blocks only this thread, until the child is gone.
+                    child.reap();
                     pending.fetch_sub(1, Ordering::AcqRel);
                 }
             });
@@ -198,7 +210,7 @@ impl Reaper {
         }
         if let Some(sender) = tx.as_ref() {
             self.pending.fetch_add(1, Ordering::AcqRel);
-            if sender.send(pid).is_err() {
+            if sender.send(child).is_err() {
                 self.pending.fetch_sub(1, Ordering::AcqRel);
             }
         }
@@ -207,6 +219,53 @@ impl Reaper {
     /// Whether every child handed over has been reaped.
     pub fn idle(&self) -> bool {
         self.pending.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+}
+
+/// A child handed to a [`Reaper`].
+enum Adopted {
+    /// Sent SIGKILL: it dies at once.
+    Killed(i32),
+    /// Exits by itself; its group is killed after `grace`.
+    Ending { pid: i32, pidfd: OwnedFd, grace: Duration },
+}
+
+impl Adopted {
+    fn reap(self) {
+        match self {
+            Adopted::Killed(pid) => {
+                let _ = wait4(pid, 0);
+            }
+            Adopted::Ending { pid, pidfd, grace } => {
+                if !wait_readable(&pidfd, grace) {
+                    // Not reaped yet (this thread reaps it), so its pid
+                    // still names it and its group.
+                    if let Some(leader) = Pid::from_raw(pid) {
+                        let _ = rustix::process::kill_process_group(leader, Signal::KILL);
+                    }
+                }
+                let _ = wait4(pid, 0);
+            }
+        }
+    }
+}
+
+/// Whether `fd` became readable `within` (a pidfd: its process exited).
+fn wait_readable(fd: &OwnedFd, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let timeout = rustix::event::Timespec {
+            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut poll = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        match rustix::event::poll(&mut poll, Some(&timeout)) {
+            Ok(0) => return false,
+            Ok(_) => return true,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return false,
+        }
     }
 }
 
@@ -327,5 +386,35 @@ mod tests {
         kill_run_group(pid, &pidfd, false);
         child.wait().unwrap();
         assert!(state(pid).is_none() || state(pid) != Some('T'));
+    }
+
+    /// A child handed over as ending is reaped once it exits by itself,
+    /// or killed (its group: it leads one) and reaped after the grace.
+    #[test]
+    fn an_ending_child_is_reaped_or_killed_after_its_grace() {
+        use std::os::unix::process::CommandExt;
+        let reaper = Reaper::new();
+        let spawn = |seconds: &str| {
+            // Reaped by the reaper, not through this handle.
+            #[allow(clippy::zombie_processes)]
+            let child = std::process::Command::new("sleep").arg(seconds).process_group(0).spawn().unwrap();
+            let pid = child.id() as i32;
+            let pidfd =
+                rustix::process::pidfd_open(Pid::from_raw(pid).unwrap(), rustix::process::PidfdFlags::empty()).unwrap();
+            (pid, pidfd)
+        };
+        let started = std::time::Instant::now();
+        let (quick, quick_fd) = spawn("0.1");
+        reaper.adopt_ending(quick, quick_fd, Duration::from_secs(60));
+        let (stuck, stuck_fd) = spawn("60");
+        reaper.adopt_ending(stuck, stuck_fd, Duration::from_millis(200));
+        while !reaper.idle() {
+            assert!(started.elapsed() < Duration::from_secs(30), "not reaped");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Both reaped (no zombie left: the pids name nothing of ours).
+        assert_eq!(state(quick), None);
+        assert_eq!(state(stuck), None);
+        assert!(started.elapsed() < Duration::from_secs(30));
     }
 }

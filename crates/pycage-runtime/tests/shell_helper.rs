@@ -173,9 +173,11 @@ async fn ended_shells_inits_are_the_helpers_to_reap() {
 /// Without a helper the host forks each shell, and ends it through its
 /// init: its supervisor (this process's child) reaps it and exits, so no
 /// init comes to this process, whose runs ended normally, by timeout or
-/// by a crash of the program.
+/// by a crash of the program, and whose idle children and their shells
+/// were dropped at each zygote's switch (every third run).
 async fn without_a_helper_an_ended_shells_init_is_its_supervisors_to_reap() {
-    let rt = Runtime::new(RuntimeConfig { pool_size: 1, shell_helper: None, ..config() }).unwrap();
+    let config = RuntimeConfig { pool_size: 1, zygote_max_runs: 3, shell_helper: None, ..config() };
+    let rt = Runtime::new(config).unwrap();
     for i in 0..6 {
         assert_eq!(common::value(&common::run(&rt, &format!("{i} * 2")).await), (i * 2).to_string());
     }

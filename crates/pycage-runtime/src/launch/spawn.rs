@@ -361,6 +361,7 @@ impl Worker {
     /// outliving its parent an instant, goes to this process's reaper (a
     /// host that is PID 1 itself, a container's entrypoint, kept a zombie
     /// per run). The helper's shells need none: it is their subreaper.
+    /// A dropped worker ends the same way, on the runtime's reaper thread.
     pub(crate) fn end_through_init(&mut self, init: OwnedFd) {
         self.shell_init = Some(init);
     }
@@ -510,6 +511,19 @@ impl Drop for Worker {
     fn drop(&mut self) {
         if self.exit.is_some() {
             return;
+        }
+        if let (Some(init), Parent::Host, Some(reaper), Some(pidfd)) =
+            (self.shell_init.take(), &self.parent, &self.reaper, &self.pidfd)
+        {
+            // A shell this process forked, dropped (see `end_through_init`):
+            // its init first; the reaper waits for the supervisor to reap it
+            // and exit, and kills its group only after the grace.
+            if rustix::process::pidfd_send_signal(&init, Signal::KILL).is_ok() {
+                if let Ok(watch) = pidfd.get_ref().try_clone() {
+                    reaper.adopt_ending(self.pid, watch, SHELL_END_GRACE);
+                    return;
+                }
+            }
         }
         self.signal_group(Signal::KILL);
         match &self.parent {
