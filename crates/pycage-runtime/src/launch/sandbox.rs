@@ -577,8 +577,6 @@ fn socket_free(shell: &Shell) -> bool {
     listing.iter().filter(|&&b| b == b'\n').count() == 1 && listing.ends_with(b"\n")
 }
 
-/// Whether `pid` is PID 1 of a PID namespace one level below this
-/// process's (its `NSpid` line: its pid here, then 1).
 /// `shell`, set to end through its init ([`Worker::end_through_init`]):
 /// with a pidfd of the init its handoff names, if that pid, now that the
 /// pidfd holds it, is PID 1 of a namespace one level down and the
@@ -590,24 +588,30 @@ fn end_through_init(mut shell: Shell) -> Shell {
     let Ok(init) = rustix::process::pidfd_open(handoff.init_pid, rustix::process::PidfdFlags::empty()) else {
         return shell;
     };
-    if is_child_namespace_init(handoff.init_pid) && parent_of(handoff.init_pid) == shell.supervisor.pid() {
-        shell.supervisor.end_through_init(init);
+    if let (Some(parent), Some(supervisor)) = (child_namespace_init(handoff.init_pid), shell.supervisor.pid()) {
+        if parent == supervisor {
+            shell.supervisor.end_through_init(init);
+        }
     }
     shell
 }
 
-/// `pid`'s parent, as `/proc/<pid>/stat` says.
-fn parent_of(pid: rustix::process::Pid) -> Option<rustix::process::Pid> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
-    let parent = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
-    rustix::process::Pid::from_raw(parent.parse().ok()?)
+/// Whether `pid` is PID 1 of a PID namespace one level below this
+/// process's (its `NSpid` line: its pid here, then 1).
+fn is_child_namespace_init(pid: rustix::process::Pid) -> bool {
+    child_namespace_init(pid).is_some()
 }
 
-fn is_child_namespace_init(pid: rustix::process::Pid) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", pid.as_raw_nonzero())) else { return false };
-    let Some(line) = status.lines().find_map(|l| l.strip_prefix("NSpid:")) else { return false };
-    let pids: Vec<&str> = line.split_whitespace().collect();
-    pids.len() == 2 && pids[0] == pid.as_raw_nonzero().to_string() && pids[1] == "1"
+/// If `pid` is PID 1 of a PID namespace one level below this process's,
+/// its parent (`PPid`); one read of `/proc/<pid>/status`.
+fn child_namespace_init(pid: rustix::process::Pid) -> Option<rustix::process::Pid> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.as_raw_nonzero())).ok()?;
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name));
+    let pids: Vec<&str> = field("NSpid:")?.split_whitespace().collect();
+    if !(pids.len() == 2 && pids[0] == pid.as_raw_nonzero().to_string() && pids[1] == "1") {
+        return None;
+    }
+    rustix::process::Pid::from_raw(field("PPid:")?.trim().parse().ok()?)
 }
 
 /// The sandbox hook: enters every layer between fork and exec.
