@@ -153,8 +153,9 @@ fn set_policy(policy: libc::c_int) {
     }
 }
 
-/// One runtime's thread that reaps killed children nobody waits for
-/// anymore (a worker dropped while its child was still dying). Each
+/// One runtime's thread that reaps children nobody waits for anymore (a
+/// worker dropped while its child was still dying, or ending: a sandbox
+/// shell's supervisor reaping its killed init, [`Reaper::adopt_ending`]). Each
 /// runtime has its own, so one runtime's shutdown never waits on another's
 /// children.
 pub struct Reaper {
