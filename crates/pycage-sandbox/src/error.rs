@@ -218,8 +218,6 @@ pub enum Step {
     CreateDiskDir,
     /// Bind-mounting a directory of the run's tmpfs.
     BindDiskDir,
-    /// Detaching the run's tmpfs from its staging mount point.
-    DetachDisk,
     /// Creating a directory in the new root.
     CreateDir,
     /// Creating a mount point (directory or empty file) in the new root.
@@ -318,7 +316,7 @@ impl Step {
     /// which are appended so that the codes of the others stay
     /// ([`Step::JoinZygoteUser`], [`Step::UnshareNetwork`] and
     /// [`Step::JoinNetwork`] run before [`Step::UnshareUser`]).
-    pub const ALL: [Step; 63] = [
+    pub const ALL: [Step; 62] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
@@ -340,7 +338,6 @@ impl Step {
         Step::MountDisk,
         Step::CreateDiskDir,
         Step::BindDiskDir,
-        Step::DetachDisk,
         Step::CreateDir,
         Step::CreateMountPoint,
         Step::AttachMount,
@@ -419,7 +416,6 @@ impl Step {
             Step::MountDisk => "mount namespace",
             Step::CreateDiskDir => "mount namespace",
             Step::BindDiskDir => "mount namespace",
-            Step::DetachDisk => "mount namespace",
             Step::CreateDir => "mount namespace",
             Step::CreateMountPoint => "mount namespace",
             Step::AttachMount => "mount namespace",
@@ -489,7 +485,6 @@ impl Step {
             Step::MountDisk => "mounting the run's tmpfs",
             Step::CreateDiskDir => "creating a directory in the run's tmpfs",
             Step::BindDiskDir => "bind-mounting a directory of the run's tmpfs",
-            Step::DetachDisk => "detaching the run's tmpfs staging mount",
             Step::CreateDir => "creating a directory in the new root",
             Step::CreateMountPoint => "creating a mount point in the new root",
             Step::AttachMount => "attaching a mount (move_mount)",

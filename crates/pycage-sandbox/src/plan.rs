@@ -54,6 +54,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::SandboxError;
 
@@ -409,6 +410,18 @@ fn is_reserved(path: &Path) -> bool {
 }
 
 impl MountPlan {
+    /// The part of the plan a root template holds (see
+    /// [`crate::RootTemplates`]): everything outside the run's tmpfs.
+    pub(crate) fn template_part(&self) -> MountPlan {
+        MountPlan {
+            dirs: self.dirs.iter().filter(|d| !in_run_disk(d)).cloned().collect(),
+            symlinks: self.symlinks.iter().filter(|l| !in_run_disk(&l.path)).cloned().collect(),
+            files: self.files.iter().filter(|f| !in_run_disk(&f.path)).cloned().collect(),
+            binds: self.binds.iter().filter(|b| !in_run_disk(&b.target)).cloned().collect(),
+            skipped: Vec::new(),
+        }
+    }
+
     /// Resolve the policy against `fs` and lay out the new root.
     pub fn build(policy: &SandboxPolicy, fs: &dyn HostFs) -> Result<MountPlan, SandboxError> {
         check_ids(policy)?;
@@ -612,7 +625,9 @@ struct KeptPlan {
     remapped: Vec<Remap>,
     devices: Vec<PathBuf>,
     seen: Vec<(PathBuf, Answer)>,
-    plan: MountPlan,
+    /// Shared with every shell built from it (see
+    /// [`crate::prepared::Preparations`]): one plan, not a copy per shell.
+    plan: Arc<MountPlan>,
 }
 
 /// Mount plans kept between shells of the same policy.
@@ -642,7 +657,7 @@ impl Plans {
 
     /// The plan of `policy` on the real file system: [`MountPlan::build`]'s,
     /// kept from an earlier call if every answer it depends on is the same.
-    pub fn plan(&mut self, policy: &SandboxPolicy) -> Result<MountPlan, SandboxError> {
+    pub fn plan(&mut self, policy: &SandboxPolicy) -> Result<Arc<MountPlan>, SandboxError> {
         self.plan_on(policy, &RealFs)
     }
 
@@ -651,7 +666,7 @@ impl Plans {
         self.built
     }
 
-    fn plan_on(&mut self, policy: &SandboxPolicy, fs: &dyn HostFs) -> Result<MountPlan, SandboxError> {
+    fn plan_on(&mut self, policy: &SandboxPolicy, fs: &dyn HostFs) -> Result<Arc<MountPlan>, SandboxError> {
         let found = self.kept.iter().position(|kept| {
             kept.read_only == policy.read_only && kept.remapped == policy.remapped && kept.devices == policy.devices
         });
@@ -662,14 +677,14 @@ impl Plans {
                 .is_some_and(|kept| kept.seen.iter().all(|(path, was)| answer(&fs.entry(path)) == *was));
             match self.kept.get(index) {
                 // The one check a build makes that is not about paths.
-                Some(kept) if holds => return check_ids(policy).map(|()| kept.plan.clone()),
+                Some(kept) if holds => return check_ids(policy).map(|()| Arc::clone(&kept.plan)),
                 _ => {
                     self.kept.remove(index);
                 }
             }
         }
         let recording = Recording { fs, seen: std::cell::RefCell::new(Vec::new()) };
-        let plan = MountPlan::build(policy, &recording)?;
+        let plan = Arc::new(MountPlan::build(policy, &recording)?);
         self.built += 1;
         if self.kept.len() >= MAX_KEPT_PLANS {
             self.kept.remove(0);
@@ -679,7 +694,7 @@ impl Plans {
             remapped: policy.remapped.clone(),
             devices: policy.devices.clone(),
             seen: recording.seen.into_inner(),
-            plan: plan.clone(),
+            plan: Arc::clone(&plan),
         });
         Ok(plan)
     }
@@ -1074,10 +1089,12 @@ mod tests {
         let mut p = policy(&["/lib", "/usr", "/srv/missing"], &[("/opt/py", "/opt/python")]);
         let mut plans = Plans::new();
         let first = plans.plan_on(&p, &fs("usr/lib")).unwrap();
-        assert_eq!(first, MountPlan::build(&p, &fs("usr/lib")).unwrap());
+        assert_eq!(*first, MountPlan::build(&p, &fs("usr/lib")).unwrap());
         // Another run of the policy: other host ids, the same plan, kept.
         p.host_ids = Some(HostIds { uid: 2000, gid: 2000 });
-        assert_eq!(plans.plan_on(&p, &fs("usr/lib")).unwrap(), first);
+        // The very plan: shells of a policy share it, and what is built
+        // from it (`Preparations` keys on it).
+        assert!(Arc::ptr_eq(&plans.plan_on(&p, &fs("usr/lib")).unwrap(), &first));
         assert_eq!(plans.built(), 1);
         // Ids are still checked on a kept plan.
         p.host_ids = Some(HostIds { uid: 0, gid: 2000 });
@@ -1086,7 +1103,7 @@ mod tests {
         // A symlink retargeted: built again, and what a build gives.
         let moved = plans.plan_on(&p, &fs("usr/lib64")).unwrap();
         assert_eq!(plans.built(), 2);
-        assert_eq!(moved, MountPlan::build(&p, &fs("usr/lib64")).unwrap());
+        assert_eq!(*moved, MountPlan::build(&p, &fs("usr/lib64")).unwrap());
         assert_ne!(moved, first);
         // A skipped path that appeared since.
         let appeared = fs("usr/lib64").dir("/srv/missing");
@@ -1104,7 +1121,7 @@ mod tests {
             .dir("/srv/missing");
         let file_plan = plans.plan_on(&p, &changed).unwrap();
         assert_eq!(plans.built(), 4);
-        assert_eq!(file_plan, MountPlan::build(&p, &changed).unwrap());
+        assert_eq!(*file_plan, MountPlan::build(&p, &changed).unwrap());
         // A replay asks each distinct question once, fewer than a build.
         let building = Counting(&changed, std::cell::Cell::new(0));
         MountPlan::build(&p, &building).unwrap();

@@ -53,18 +53,18 @@
 //!    namespace starts with.
 //! 8. Make `/` recursively private. Mount the new root's tmpfs over `/tmp`
 //!    (inside this mount namespace only: the host never sees it), create
-//!    the fixed layout, mount the run's size-capped tmpfs and bind its
-//!    `work`, `tmp` and `shm` directories at `/work`, `/tmp` and `/dev/shm`,
+//!    the fixed layout, mount the run's size-capped tmpfs on the new
+//!    root's `/proc` directory, write the run's random `boot_id` at its
+//!    top and bind its `work`, `tmp` and `shm` directories at `/work`,
+//!    `/tmp` and `/dev/shm` (procfs is mounted over it in step 12, which
+//!    hides it: unmounting it would cost an expedited RCU grace period),
 //!    create the plan's directories, attach every clone (`move_mount`),
-//!    create the symlinks and write the generated `/etc` files, and the
-//!    run's random `boot_id` into the new root's `/proc` directory (procfs
-//!    is mounted over it in step 12, which hides it).
+//!    create the symlinks and write the generated `/etc` files.
 //!    With a template, attach its clone at `/tmp` instead: it holds the
 //!    fixed layout, the directories, binds, symlinks and generated files
-//!    outside the run's tmpfs, read-only. Its root being read-only, the
-//!    run's tmpfs is staged on its `/proc` directory (with the `boot_id`
-//!    at its top), and G detaches it from there in step 12. Then only
-//!    the plan's entries inside `/work`, `/tmp` and `/dev/shm` are made.
+//!    outside the run's tmpfs, read-only. The run's tmpfs is staged on
+//!    its `/proc` directory the same way. Then only the plan's entries
+//!    inside `/work`, `/tmp` and `/dev/shm` are made.
 //! 9. `sethostname`, and the IPC namespace's SysV limits (`kernel.shmmax`,
 //!    `shmall`, `shmmni`, `sem`): C is the root of the user namespace that
 //!    owns the IPC namespace, the only writer the kernel allows. With
@@ -92,11 +92,11 @@
 //! 11. `PR_SET_PDEATHSIG = SIGKILL`, then check C is alive by polling its
 //!     pidfd (`getppid()` reads 0 across the PID namespace boundary), and
 //!     wait for C's "go".
-//! 12. Clone the run's `boot_id` file (`open_tree`; with a template, then
-//!     detach the run's tmpfs from `/proc`), mount `/proc` (only a
-//!     process inside the PID namespace can mount its procfs, and only
-//!     while the host's `/proc` is still visible in the mount namespace),
-//!     with `hidepid=invisible`, mount the clone over
+//! 12. Clone the run's `boot_id` file (`open_tree`), mount `/proc` over
+//!     the run's staged tmpfs (only a process inside the PID namespace
+//!     can mount its procfs, and only while the host's `/proc` is still
+//!     visible in the mount namespace), with `hidepid=invisible`, mount
+//!     the clone over
 //!     `/proc/sys/kernel/random/boot_id` (the host's names the host's boot
 //!     to every run), and make `/proc/sys` read-only (its IPC entries are
 //!     writable by userns1's root, which shares the program's host uid).
@@ -140,9 +140,9 @@
 //!
 //! # Allocation after fork
 //!
-//! Every path is a `CString` built in [`Prepared::new`], both BPF programs
-//! are compiled there, and every map line, sysctl value and generated file
-//! is preformatted. The child-side code makes syscalls only: rustix with
+//! Every path is a `CString` built in [`Prepared::new`] (or once per
+//! policy, by [`Preparations`]), both BPF programs are compiled there, and
+//! every map line, sysctl value and generated file is preformatted. The child-side code makes syscalls only: rustix with
 //! `&CStr` arguments, Landlock's `try_clone`/`add_rule`/`restrict_self`,
 //! seccompiler's `apply_filter` (a `sock_fprog` on the stack), `sendmsg`
 //! with a stack control buffer. Clone fds live in a fixed array on the
@@ -172,8 +172,8 @@ use crate::join::{confine_steps, network, run_limits, ConfineStep, Handoff, Join
 use crate::landlock_rules::{self, handled_abi, kernel_landlock};
 use crate::limits::{RUN_TCP_RMEM, RUN_TCP_WMEM, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
 use crate::plan::{
-    in_run_disk, MountKind, MountPlan, NodeKind, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME, MAX_BINDS,
-    PROC_DIR, WORK_DIR,
+    in_run_disk, MountKind, MountPlan, NodeKind, Plans, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME,
+    MAX_BINDS, PROC_DIR, WORK_DIR,
 };
 use crate::seccomp::{self, Filters};
 use crate::sys;
@@ -181,9 +181,6 @@ use crate::sys;
 /// Where the new root is assembled, in the child's private mount namespace
 /// (a tmpfs is mounted over the host's `/tmp` there; the host never sees it).
 const STAGING: &str = "/tmp";
-
-/// Where the run's tmpfs is mounted while its directories are bound.
-const DISK_STAGING: &str = ".pycage-disk";
 
 /// Size of the tmpfs that becomes the new root: directories, mount points,
 /// symlinks and the generated `/etc` files.
@@ -288,8 +285,8 @@ struct DirOp {
     in_template: bool,
 }
 
-/// One directory of the run's tmpfs: inside the staging mount, its mount
-/// point in the new root, its mode.
+/// One directory of the run's tmpfs: where it is made (the tmpfs is
+/// staged on the new root's `/proc`), its mount point, its mode.
 #[derive(Debug)]
 struct DiskDirOp {
     staged: CString,
@@ -305,47 +302,24 @@ const JOIN_TAG: [u8; 4] = *b"join";
 ///
 /// Build one per run with [`Prepared::new`] (in the parent, before
 /// spawning), share it with the `pre_exec` closure (it is `Send + Sync`;
-/// wrap it in an `Arc`), and call [`Prepared::enter`] there.
+/// wrap it in an `Arc`), and call [`Prepared::enter`] there. A builder of
+/// many runs of a few policies keeps what a policy fixes between them with
+/// [`Preparations`].
 #[derive(Debug)]
 pub struct Prepared {
-    plan: MountPlan,
-    root_host: bool,
-    host_pid: Pid,
-    staging: CString,
-    root_tmpfs_data: CString,
-    fixed_dirs: Vec<CString>,
-    disk_staging: CString,
-    disk_tmpfs_data: CString,
-    disk_dirs: Vec<DiskDirOp>,
-    /// With a root template: the run's tmpfs directories while the tmpfs
-    /// is staged on the template's `/proc` (its root is read-only).
-    template_disk_dirs: Vec<CString>,
-    dirs: Vec<DirOp>,
-    binds: Vec<BindOp>,
-    symlinks: Vec<SymlinkOp>,
-    files: Vec<FileOp>,
-    staged_proc: CString,
-    staged_proc_sys: CString,
-    staged_work: CString,
-    landlock_dirs: [(&'static CStr, LandlockGrant); 6],
+    /// What the policy fixes: the same for every run of it.
+    resolved: Arc<Resolved>,
+    /// The run's own, below: its `boot_id`, its Landlock ruleset (the
+    /// init adds the run's new root to it), its descriptors.
+    boot_id: [u8; 37],
+    /// The run's host ids: leased per run on a root host.
     host_uid: u32,
     host_gid: u32,
+    /// The run's user namespace's maps when the supervisor makes it from
+    /// the host's (see [`Prepared::outer_maps`]).
     outer_uid_map: Vec<u8>,
     outer_gid_map: Vec<u8>,
-    ipc_limits: [(&'static CStr, Vec<u8>); 4],
-    /// With egress: the network namespace's TCP buffer sizes.
-    net_limits: [(&'static CStr, &'static [u8]); 2],
-    limits: [(Resource, u64); 7],
-    /// Where the run's `boot_id` is written (under `/proc` of the new
-    /// root, hidden once procfs is mounted there), and what it says.
-    staged_boot_id: CString,
-    staged_proc_boot_id: CString,
-    boot_id: [u8; 37],
-    landlock_abi: ABI,
     ruleset: RulesetCreated,
-    filters: Filters,
-    /// Steps 16-18 ([`crate::confine`]).
-    confine: Vec<ConfineStep>,
     diag_read: OwnedFd,
     diag_write: OwnedFd,
     handoff_read: OwnedFd,
@@ -364,8 +338,133 @@ pub struct Prepared {
     /// The root's read-only skeleton, built once for the policy
     /// ([`crate::RootTemplates`]): cloned whole in step 3 instead of built.
     template: Option<Arc<OwnedFd>>,
+}
+
+/// What a policy fixes for every run of it, on an unchanged file system:
+/// its plan, every path and value the child uses, preformatted, and both
+/// BPF programs, compiled. Built once per run by [`Prepared::new`], or once
+/// per policy by [`Preparations`], and never changed after.
+#[derive(Debug)]
+struct Resolved {
+    plan: Arc<MountPlan>,
+    /// The plan's part a root template holds, on a root host (the only
+    /// one templates serve).
+    template_part: Option<MountPlan>,
+    root_host: bool,
+    host_pid: Pid,
+    staging: CString,
+    root_tmpfs_data: CString,
+    fixed_dirs: Vec<CString>,
+    disk_tmpfs_data: CString,
+    disk_dirs: Vec<DiskDirOp>,
+    dirs: Vec<DirOp>,
+    binds: Vec<BindOp>,
+    symlinks: Vec<SymlinkOp>,
+    files: Vec<FileOp>,
+    staged_proc: CString,
+    staged_proc_sys: CString,
+    staged_work: CString,
+    landlock_dirs: [(&'static CStr, LandlockGrant); 6],
+    ipc_limits: [(&'static CStr, Vec<u8>); 4],
+    /// With egress: the network namespace's TCP buffer sizes.
+    net_limits: [(&'static CStr, &'static [u8]); 2],
+    limits: [(Resource, u64); 7],
+    /// Where the run's `boot_id` is written (under `/proc` of the new
+    /// root, hidden once procfs is mounted there).
+    staged_boot_id: CString,
+    staged_proc_boot_id: CString,
+    landlock_abi: ABI,
+    filters: Filters,
+    /// Steps 16-18 ([`crate::confine`]).
+    confine: Vec<ConfineStep>,
     /// Where the supervisor listens for egress, inside the run.
     egress: Option<std::net::SocketAddrV4>,
+}
+
+/// The maps of a run's user namespace made from the zygote's, where the
+/// host's ids are 0 ([`Prepared::join_zygote_user_namespace`]).
+const ZYGOTE_MAP: &[u8] = b"0 0 1\n";
+
+/// Whether runs of `a` and `b` share what a policy fixes: everything but
+/// the host ids, which a root host leases per run (and whose presence,
+/// root or not, [`run_ids`] checks per run).
+fn fix_the_same(a: &SandboxPolicy, b: &SandboxPolicy) -> bool {
+    // Every field named: a new one must be placed on one side or the other.
+    let SandboxPolicy {
+        read_only,
+        remapped,
+        devices,
+        host_ids: _,
+        max_processes,
+        max_file_bytes,
+        max_open_files,
+        disk_bytes,
+        sysv_shm_bytes,
+        egress_port,
+    } = a;
+    *read_only == b.read_only
+        && *remapped == b.remapped
+        && *devices == b.devices
+        && *max_processes == b.max_processes
+        && *max_file_bytes == b.max_file_bytes
+        && *max_open_files == b.max_open_files
+        && *disk_bytes == b.disk_bytes
+        && *sysv_shm_bytes == b.sysv_shm_bytes
+        && *egress_port == b.egress_port
+}
+
+/// How many policies [`Preparations`] keeps what they fix for.
+const MAX_KEPT_RESOLVED: usize = 4;
+
+/// [`Prepared`]s for many runs of a few policies (a shell helper's): what
+/// a policy fixes is resolved once and shared by every run of it while
+/// its plan holds ([`crate::Plans`] checks that against the file system
+/// for every run); only the run's own parts are made per run.
+///
+/// A shell helper builds a shell every half millisecond: rebuilding the
+/// plan, its few hundred strings and both BPF programs for each, and
+/// freeing them after, was a third of its work, and the frees dirtied
+/// pages the next shell's fork had write-protected.
+#[derive(Debug, Default)]
+pub struct Preparations {
+    plans: Plans,
+    kept: Vec<(SandboxPolicy, Arc<Resolved>)>,
+    resolved: u64,
+}
+
+impl Preparations {
+    /// Nothing kept yet.
+    pub fn new() -> Preparations {
+        Preparations::default()
+    }
+
+    /// A [`Prepared`] for one run of `policy`, as [`Prepared::new`] would
+    /// make it.
+    pub fn prepare(&mut self, policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
+        let plan = self.plans.plan(policy)?;
+        let found =
+            self.kept.iter().find(|(kept, resolved)| Arc::ptr_eq(&resolved.plan, &plan) && fix_the_same(kept, policy));
+        let resolved = match found {
+            Some((_, resolved)) => Arc::clone(resolved),
+            None => {
+                let resolved = Arc::new(Resolved::new(policy, plan)?);
+                self.resolved += 1;
+                // A policy's earlier resolution has a plan that no longer holds.
+                self.kept.retain(|(kept, _)| !fix_the_same(kept, policy));
+                if self.kept.len() >= MAX_KEPT_RESOLVED {
+                    self.kept.remove(0);
+                }
+                self.kept.push((policy.clone(), Arc::clone(&resolved)));
+                resolved
+            }
+        };
+        Prepared::with_resolved(resolved, policy)
+    }
+
+    /// How many times a policy was resolved (not kept) so far.
+    pub fn resolved(&self) -> u64 {
+        self.resolved
+    }
 }
 
 /// Where a run's network namespace comes from.
@@ -395,61 +494,37 @@ enum LandlockGrant {
     All,
 }
 
-impl Prepared {
-    /// Resolve the policy, build the Landlock ruleset, compile the seccomp
-    /// filters and precompute every string the child needs.
-    ///
-    /// Fails if Landlock is too old or a path of the policy is invalid.
-    /// Works for any user: without root, the run is mapped to the caller's
-    /// own ids ([`SandboxPolicy::host_ids`] must then be `None`).
-    pub fn new(policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
-        run_ids(policy)?;
-        let plan = MountPlan::build(policy, &RealFs)?;
-        Prepared::with_plan(policy, plan)
-    }
-
-    /// [`Prepared::new`] with the policy's plan already made (a plan
-    /// [`crate::Plans`] kept).
-    pub(crate) fn with_plan(policy: &SandboxPolicy, plan: MountPlan) -> Result<Prepared, SandboxError> {
-        // Every descriptor made below must land above 3 (see the function).
-        crate::sys::occupy_low_fds();
-        let (root_host, host_uid, host_gid) = run_ids(policy)?;
+impl Resolved {
+    /// Resolve `policy` on its `plan`: every string the child needs, both
+    /// BPF programs, the confinement's steps. Fails if Landlock is too old
+    /// or a path of the policy is invalid.
+    fn new(policy: &SandboxPolicy, plan: Arc<MountPlan>) -> Result<Resolved, SandboxError> {
+        let (root_host, _, _) = run_ids(policy)?;
 
         let kernel = kernel_landlock();
         let landlock_abi = handled_abi(kernel).ok_or_else(|| SandboxError::LandlockUnavailable {
             found: kernel.to_string(),
             required: landlock_rules::MIN_ABI as u32,
         })?;
-        let ruleset = landlock_rules::build_ruleset(&plan, landlock_abi, policy.egress_port)?;
         let filters = seccomp::compile_native(network(policy))?;
-        let (diag_read, diag_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
-            .map_err(|e| SandboxError::Pipe(e.into()))?;
-        let (handoff_read, handoff_write) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            rustix::net::SocketType::DGRAM,
-            rustix::net::SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(|e| SandboxError::Pipe(e.into()))?;
-
         let staging = Path::new(STAGING);
         let staged = |path: &Path| -> Result<CString, SandboxError> {
             cstring(&staging.join(path.strip_prefix("/").unwrap_or(path)))
         };
         let fixed_dirs = FIXED_DIRS.iter().map(|d| staged(Path::new(d))).collect::<Result<Vec<_>, _>>()?;
-        let disk_root = staging.join(DISK_STAGING);
         let disk_dirs = DISK_DIRS
             .iter()
             .map(|(dir, mode)| {
-                // "work", "tmp", "shm": one directory of the run's tmpfs each.
+                // "work", "tmp", "shm": one directory of the run's tmpfs
+                // each, which is staged on the new root's `/proc`.
                 let name = Path::new(dir).file_name().unwrap_or_default();
-                Ok(DiskDirOp { staged: cstring(&disk_root.join(name))?, target: staged(Path::new(dir))?, mode: *mode })
+                Ok(DiskDirOp {
+                    staged: staged(&Path::new(PROC_DIR).join(name))?,
+                    target: staged(Path::new(dir))?,
+                    mode: *mode,
+                })
             })
             .collect::<Result<Vec<_>, SandboxError>>()?;
-        let template_disk_dirs = DISK_DIRS
-            .iter()
-            .map(|(dir, _)| staged(&Path::new(PROC_DIR).join(Path::new(dir).file_name().unwrap_or_default())))
-            .collect::<Result<Vec<_>, _>>()?;
         let dirs = plan
             .dirs
             .iter()
@@ -499,20 +574,19 @@ impl Prepared {
         let shm_pages = policy.sysv_shm_bytes.div_ceil(page);
 
         let limits = run_limits(policy);
-        Ok(Prepared {
+        Ok(Resolved {
+            template_part: root_host.then(|| plan.template_part()),
             root_host,
             host_pid: rustix::process::getpid(),
             staging: cstring(staging)?,
             root_tmpfs_data: options(format!("mode=0755,size={ROOT_TMPFS_BYTES},nr_inodes={}", plan.tmpfs_inodes()))?,
             fixed_dirs,
-            disk_staging: cstring(&disk_root)?,
             disk_tmpfs_data: options(format!(
                 "mode=0755,size={},nr_inodes={}",
                 policy.disk_bytes,
                 policy.disk_inodes()
             ))?,
             disk_dirs,
-            template_disk_dirs,
             dirs,
             binds,
             symlinks,
@@ -528,10 +602,6 @@ impl Prepared {
                 (c"/tmp", LandlockGrant::All),
                 (c"/dev/shm", LandlockGrant::All),
             ],
-            host_uid,
-            host_gid,
-            outer_uid_map: format!("0 {host_uid} 1\n").into_bytes(),
-            outer_gid_map: format!("0 {host_gid} 1\n").into_bytes(),
             ipc_limits: [
                 (c"/proc/sys/kernel/shmmax", policy.sysv_shm_bytes.to_string().into_bytes()),
                 (c"/proc/sys/kernel/shmall", shm_pages.to_string().into_bytes()),
@@ -545,11 +615,53 @@ impl Prepared {
             limits,
             staged_boot_id: staged(&Path::new(PROC_DIR).join(BOOT_ID_SOURCE))?,
             staged_proc_boot_id: staged(&Path::new(PROC_DIR).join(BOOT_ID_PATH))?,
-            boot_id: random_boot_id()?,
             landlock_abi,
-            ruleset,
             confine: confine_steps(&limits, &filters),
             filters,
+            egress: policy.egress_port.map(|port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)),
+            plan,
+        })
+    }
+}
+
+impl Prepared {
+    /// Resolve the policy, build the Landlock ruleset, compile the seccomp
+    /// filters and precompute every string the child needs.
+    ///
+    /// Fails if Landlock is too old or a path of the policy is invalid.
+    /// Works for any user: without root, the run is mapped to the caller's
+    /// own ids ([`SandboxPolicy::host_ids`] must then be `None`).
+    pub fn new(policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
+        run_ids(policy)?;
+        let plan = MountPlan::build(policy, &RealFs)?;
+        Prepared::with_resolved(Arc::new(Resolved::new(policy, Arc::new(plan))?), policy)
+    }
+
+    /// One run of `policy`, resolved as `resolved`: its own host ids,
+    /// `boot_id`, Landlock ruleset and descriptors.
+    fn with_resolved(resolved: Arc<Resolved>, policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
+        let (_, host_uid, host_gid) = run_ids(policy)?;
+        // Every descriptor made below must land above 3 (see the function).
+        crate::sys::occupy_low_fds();
+        let egress_port = resolved.egress.map(|address| address.port());
+        let ruleset = landlock_rules::build_ruleset(&resolved.plan, resolved.landlock_abi, egress_port)?;
+        let (diag_read, diag_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
+            .map_err(|e| SandboxError::Pipe(e.into()))?;
+        let (handoff_read, handoff_write) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            rustix::net::SocketType::DGRAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| SandboxError::Pipe(e.into()))?;
+        Ok(Prepared {
+            resolved,
+            boot_id: random_boot_id()?,
+            host_uid,
+            host_gid,
+            outer_uid_map: format!("0 {host_uid} 1\n").into_bytes(),
+            outer_gid_map: format!("0 {host_gid} 1\n").into_bytes(),
+            ruleset,
             diag_read,
             diag_write,
             handoff_read,
@@ -559,8 +671,6 @@ impl Prepared {
             cgroup_procs: None,
             zygote_userns: None,
             network: NetworkNamespace::Inside,
-            egress: policy.egress_port.map(|port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)),
-            plan,
         })
     }
 
@@ -579,11 +689,9 @@ impl Prepared {
     /// capability over the run's namespaces. Ignored on a root host, whose
     /// zygote holds them anyway and whose runs are leased other ids.
     pub fn join_zygote_user_namespace(&mut self, userns: OwnedFd) {
-        if self.root_host {
+        if self.resolved.root_host {
             return;
         }
-        self.outer_uid_map = b"0 0 1\n".to_vec();
-        self.outer_gid_map = b"0 0 1\n".to_vec();
         self.zygote_userns = Some(userns);
     }
 
@@ -607,7 +715,7 @@ impl Prepared {
     /// is not root without the zygote's user namespace (it could not make
     /// a network namespace outside the run's user namespace).
     pub fn outer_network_namespace(&mut self, reuse: Option<OwnedFd>) -> bool {
-        if self.egress.is_some() || !(self.root_host || self.zygote_userns.is_some()) {
+        if self.resolved.egress.is_some() || !(self.resolved.root_host || self.zygote_userns.is_some()) {
             return false;
         }
         self.network = match reuse {
@@ -617,16 +725,25 @@ impl Prepared {
         true
     }
 
-    /// Whether a root template may serve this run: a root host only (see
-    /// [`crate::RootTemplates`]).
-    pub(crate) fn can_use_template(&self) -> bool {
-        self.root_host
+    /// The plan's part a root template of this run holds, if one may
+    /// serve it: on a root host only (see [`crate::RootTemplates`]).
+    pub(crate) fn template_part(&self) -> Option<&MountPlan> {
+        self.resolved.template_part.as_ref()
+    }
+
+    /// The uid and gid maps the supervisor writes for the run's user
+    /// namespace (step 5): its host ids, or 0 of the zygote's namespace.
+    fn outer_maps(&self) -> (&[u8], &[u8]) {
+        match self.zygote_userns {
+            Some(_) => (ZYGOTE_MAP, ZYGOTE_MAP),
+            None => (&self.outer_uid_map, &self.outer_gid_map),
+        }
     }
 
     /// Clone `tree` (a [`crate::RootTemplates`] template of this plan) as
     /// the new root's read-only part, instead of building it.
     pub(crate) fn use_template(&mut self, tree: Arc<OwnedFd>) {
-        if self.root_host {
+        if self.resolved.root_host {
             self.template = Some(tree);
         }
     }
@@ -638,12 +755,12 @@ impl Prepared {
 
     /// The resolved mount plan (for `pycage doctor` and diagnostics).
     pub fn plan(&self) -> &MountPlan {
-        &self.plan
+        &self.resolved.plan
     }
 
     /// The Landlock ABI whose rights the ruleset handles.
     pub fn landlock_abi(&self) -> u32 {
-        self.landlock_abi as u32
+        self.resolved.landlock_abi as u32
     }
 
     /// The host uid the run's processes have (the per-run uid on a root
@@ -655,12 +772,12 @@ impl Prepared {
     /// Where the program reaches the egress proxy, inside the run
     /// (`127.0.0.1:<port>`), when the policy asked for egress.
     pub fn egress_address(&self) -> Option<std::net::SocketAddrV4> {
-        self.egress
+        self.resolved.egress
     }
 
     /// The seccomp program the program runs under.
     pub fn filters(&self) -> &Filters {
-        &self.filters
+        &self.resolved.filters
     }
 
     /// What the supervisor sent once the sandbox was built: the init
@@ -681,7 +798,7 @@ impl Prepared {
             0 => None,
             _ => Some(fds.next()?),
         };
-        let egress = match self.egress {
+        let egress = match self.resolved.egress {
             Some(_) => Some(fds.next()?),
             None => None,
         };
@@ -728,7 +845,10 @@ impl Prepared {
     /// (steps 16-18): the very list [`Prepared::enter`] runs, as data a
     /// process that is not this one (a zygote's child, in Python) runs.
     pub fn join_plan(&self) -> JoinPlan {
-        JoinPlan { host_ids: self.root_host.then_some((self.host_uid, self.host_gid)), confine: self.confine.clone() }
+        JoinPlan {
+            host_ids: self.resolved.root_host.then_some((self.host_uid, self.host_gid)),
+            confine: self.resolved.confine.clone(),
+        }
     }
 
     /// What a shell's init handed over (see [`Prepared::into_shell`]);
@@ -781,19 +901,23 @@ impl Prepared {
             Step::CreateLayout => FIXED_DIRS.get(index).map(PathBuf::from),
             Step::CloneTemplate | Step::AttachTemplate => Some(PathBuf::from("/")),
             Step::CreateDiskDir | Step::BindDiskDir => DISK_DIRS.get(index).map(|(d, _)| PathBuf::from(d)),
-            Step::CreateDir => self.plan.dirs.get(index).cloned(),
-            Step::CloneMount | Step::SealMount => self.plan.binds.get(index).map(|b| b.source.clone()),
-            Step::CreateMountPoint | Step::AttachMount => self.plan.binds.get(index).map(|b| b.target.clone()),
-            Step::CreateSymlink => self.plan.symlinks.get(index).map(|l| l.path.clone()),
-            Step::WriteFile => self.plan.files.get(index).map(|f| f.path.clone()),
-            Step::LimitIpc => self.ipc_limits.get(index).map(|(p, _)| PathBuf::from(p.to_string_lossy().as_ref())),
+            Step::CreateDir => self.resolved.plan.dirs.get(index).cloned(),
+            Step::CloneMount | Step::SealMount => self.resolved.plan.binds.get(index).map(|b| b.source.clone()),
+            Step::CreateMountPoint | Step::AttachMount => self.resolved.plan.binds.get(index).map(|b| b.target.clone()),
+            Step::CreateSymlink => self.resolved.plan.symlinks.get(index).map(|l| l.path.clone()),
+            Step::WriteFile => self.resolved.plan.files.get(index).map(|f| f.path.clone()),
+            Step::LimitIpc => {
+                self.resolved.ipc_limits.get(index).map(|(p, _)| PathBuf::from(p.to_string_lossy().as_ref()))
+            }
             Step::LandlockRule => {
-                self.landlock_dirs.get(index).map(|(p, _)| PathBuf::from(p.to_string_lossy().as_ref()))
+                self.resolved.landlock_dirs.get(index).map(|(p, _)| PathBuf::from(p.to_string_lossy().as_ref()))
             }
             Step::EnterRunDir => Some(PathBuf::from(WORK_DIR)),
             Step::MountProc | Step::ProtectProcSys => Some(PathBuf::from(PROC_DIR)),
             Step::MaskBootId => Some(Path::new(PROC_DIR).join(BOOT_ID_PATH)),
-            Step::LimitNetwork => self.net_limits.get(index).map(|(p, _)| PathBuf::from(p.to_string_lossy().as_ref())),
+            Step::LimitNetwork => {
+                self.resolved.net_limits.get(index).map(|(p, _)| PathBuf::from(p.to_string_lossy().as_ref()))
+            }
             _ => None,
         };
         Some(ChildFailure { step, path, errno })
@@ -864,7 +988,7 @@ impl Prepared {
                 .map_err(at(Step::OpenProcSelf))?;
         let mut clones: [Option<OwnedFd>; MAX_BINDS] = [const { None }; MAX_BINDS];
         let mut template = None;
-        if self.root_host {
+        if self.resolved.root_host {
             self.raise_hard_limits()?;
             if let Some(tree) = &self.template {
                 // Still in the mount namespace the template was made in,
@@ -896,14 +1020,15 @@ impl Prepared {
         // SAFETY: CLONE_NEWUSER on a single-threaded process.
         unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER) }.map_err(at(Step::UnshareUser))?;
         write_at(&proc_self, c"setgroups", b"deny\n", Step::DenySetgroups)?;
-        write_at(&proc_self, c"uid_map", &self.outer_uid_map, Step::WriteUidMap)?;
-        write_at(&proc_self, c"gid_map", &self.outer_gid_map, Step::WriteGidMap)?;
+        let (uid_map, gid_map) = self.outer_maps();
+        write_at(&proc_self, c"uid_map", uid_map, Step::WriteUidMap)?;
+        write_at(&proc_self, c"gid_map", gid_map, Step::WriteGidMap)?;
         drop(proc_self);
         // The uid change cleared the death signal the runtime armed before
         // `enter` (and the user namespace may have): arm it again, and make
         // sure the host did not die in between (the signal would never come).
         rustix::process::set_parent_process_death_signal(Some(Signal::KILL)).map_err(at(Step::DeathSignal))?;
-        if rustix::process::getppid() != Some(self.host_pid) {
+        if rustix::process::getppid() != Some(self.resolved.host_pid) {
             // SAFETY: _exit is async-signal-safe; the host is gone.
             unsafe { libc::_exit(SUPERVISOR_LOST_EXIT) };
         }
@@ -914,7 +1039,7 @@ impl Prepared {
         }
         // SAFETY: namespace flags only, on a single-threaded process.
         unsafe { rustix::thread::unshare_unsafe(namespaces) }.map_err(at(Step::UnshareNamespaces))?;
-        if !self.root_host {
+        if !self.resolved.root_host {
             self.clone_sources(&mut clones)?;
         }
         rustix::mount::mount_change(c"/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
@@ -924,7 +1049,7 @@ impl Prepared {
         rustix::process::umask(old_umask);
 
         rustix::system::sethostname(HOSTNAME.as_bytes()).map_err(at(Step::SetHostname))?;
-        for (index, (path, value)) in self.ipc_limits.iter().enumerate() {
+        for (index, (path, value)) in self.resolved.ipc_limits.iter().enumerate() {
             let file = rustix::fs::open(*path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
                 .map_err(at_entry(Step::LimitIpc, index))?;
             write_all(&file, value).map_err(|errno| Failure::at(Step::LimitIpc, index, errno))?;
@@ -939,10 +1064,10 @@ impl Prepared {
             Some(rustix::net::netlink::SOCK_DIAG),
         )
         .ok();
-        sys::mount_setattr(&self.staging, false, sys::MOUNT_ATTR_RDONLY)
+        sys::mount_setattr(&self.resolved.staging, false, sys::MOUNT_ATTR_RDONLY)
             .map_err(|errno| Failure::new(Step::RemountRootReadOnly, errno))?;
         let work_dir = rustix::fs::open(
-            self.staged_work.as_c_str(),
+            self.resolved.staged_work.as_c_str(),
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
@@ -1002,7 +1127,7 @@ impl Prepared {
     }
 
     fn raise_hard_limits(&self) -> Result<(), Failure> {
-        for (resource, value) in self.limits {
+        for (resource, value) in self.resolved.limits {
             let current = rustix::process::getrlimit(resource);
             if let Some(max) = current.maximum {
                 if max < value {
@@ -1016,7 +1141,7 @@ impl Prepared {
 
     /// Clone every bind source as a detached mount and seal it.
     fn clone_sources(&self, clones: &mut [Option<OwnedFd>; MAX_BINDS]) -> Result<(), Failure> {
-        for (index, (bind, slot)) in self.binds.iter().zip(clones.iter_mut()).enumerate() {
+        for (index, (bind, slot)) in self.resolved.binds.iter().zip(clones.iter_mut()).enumerate() {
             if bind.in_template && self.template.is_some() {
                 continue;
             }
@@ -1041,14 +1166,14 @@ impl Prepared {
             None => self.build_skeleton()?,
         }
         let from_template = self.template.is_some();
-        for (index, dir) in self.dirs.iter().enumerate() {
+        for (index, dir) in self.resolved.dirs.iter().enumerate() {
             if dir.in_template && from_template {
                 continue;
             }
             rustix::fs::mkdir(dir.path.as_c_str(), Mode::from_raw_mode(0o755))
                 .map_err(at_entry(Step::CreateDir, index))?;
         }
-        for (index, (bind, slot)) in self.binds.iter().zip(clones.iter_mut()).enumerate() {
+        for (index, (bind, slot)) in self.resolved.binds.iter().zip(clones.iter_mut()).enumerate() {
             if bind.in_template && from_template {
                 continue;
             }
@@ -1079,14 +1204,14 @@ impl Prepared {
             )
             .map_err(at_entry(Step::AttachMount, index))?;
         }
-        for (index, link) in self.symlinks.iter().enumerate() {
+        for (index, link) in self.resolved.symlinks.iter().enumerate() {
             if link.in_template && from_template {
                 continue;
             }
             rustix::fs::symlink(link.target_text.as_c_str(), link.link.as_c_str())
                 .map_err(at_entry(Step::CreateSymlink, index))?;
         }
-        for (index, file) in self.files.iter().enumerate() {
+        for (index, file) in self.resolved.files.iter().enumerate() {
             if file.in_template && from_template {
                 continue;
             }
@@ -1101,68 +1226,61 @@ impl Prepared {
         Ok(())
     }
 
-    /// Step 8 without a template: the root's tmpfs, its fixed layout, the
-    /// run's `boot_id` and its tmpfs directories.
+    /// Step 8 without a template: the root's tmpfs, its fixed layout, and
+    /// the run's tmpfs staged ([`Prepared::stage_disk`]).
     fn build_skeleton(&self) -> Result<(), Failure> {
         rustix::mount::mount(
             c"tmpfs",
-            self.staging.as_c_str(),
+            self.resolved.staging.as_c_str(),
             c"tmpfs",
             MountFlags::NOSUID | MountFlags::NODEV,
-            self.root_tmpfs_data.as_c_str(),
+            self.resolved.root_tmpfs_data.as_c_str(),
         )
         .map_err(at(Step::MountTmpfs))?;
-        for (index, dir) in self.fixed_dirs.iter().enumerate() {
+        for (index, dir) in self.resolved.fixed_dirs.iter().enumerate() {
             rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755))
                 .map_err(at_entry(Step::CreateLayout, index))?;
         }
-        self.write_boot_id()?;
-        rustix::fs::mkdir(self.disk_staging.as_c_str(), Mode::from_raw_mode(0o700)).map_err(at(Step::MountDisk))?;
-        rustix::mount::mount(
-            c"tmpfs",
-            self.disk_staging.as_c_str(),
-            c"tmpfs",
-            MountFlags::NOSUID | MountFlags::NODEV,
-            self.disk_tmpfs_data.as_c_str(),
-        )
-        .map_err(at(Step::MountDisk))?;
-        for (index, dir) in self.disk_dirs.iter().enumerate() {
-            rustix::fs::mkdir(dir.staged.as_c_str(), Mode::from_raw_mode(dir.mode))
-                .map_err(at_entry(Step::CreateDiskDir, index))?;
-            rustix::mount::mount_bind(dir.staged.as_c_str(), dir.target.as_c_str())
-                .map_err(at_entry(Step::BindDiskDir, index))?;
-        }
-        rustix::mount::unmount(self.disk_staging.as_c_str(), UnmountFlags::DETACH).map_err(at(Step::DetachDisk))?;
-        rustix::fs::rmdir(self.disk_staging.as_c_str()).map_err(at(Step::DetachDisk))?;
-        Ok(())
+        self.stage_disk()
     }
 
-    /// Step 8 with a template: its clone attached at [`STAGING`]; the run's
-    /// tmpfs staged on the template's `/proc` directory (the root is
-    /// read-only), holding the run's `boot_id` and its directories. G
-    /// detaches it once it has cloned the `boot_id` (step 12).
+    /// Step 8 with a template: its clone attached at [`STAGING`], and the
+    /// run's tmpfs staged ([`Prepared::stage_disk`]).
     fn attach_template(&self, tree: &OwnedFd) -> Result<(), Failure> {
         rustix::mount::move_mount(
             tree.as_fd(),
             c"",
             rustix::fs::CWD,
-            self.staging.as_c_str(),
+            self.resolved.staging.as_c_str(),
             MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
         )
         .map_err(at(Step::AttachTemplate))?;
+        self.stage_disk()
+    }
+
+    /// The run's tmpfs, mounted on the new root's `/proc` directory (a
+    /// template's root is read-only; any root has that directory): the
+    /// run's `boot_id` at its top, and its `work`, `tmp` and `shm`
+    /// directories, bound where they belong. It stays mounted there: G
+    /// mounts procfs over it (step 12), which hides it for good (the
+    /// program holds no capability over the mount namespace, and a mount
+    /// namespace it could make would get the two locked together).
+    /// Unmounting it instead cost a grace period of RCU, expedited (an
+    /// interrupt to every CPU), per run.
+    fn stage_disk(&self) -> Result<(), Failure> {
         rustix::mount::mount(
             c"tmpfs",
-            self.staged_proc.as_c_str(),
+            self.resolved.staged_proc.as_c_str(),
             c"tmpfs",
             MountFlags::NOSUID | MountFlags::NODEV,
-            self.disk_tmpfs_data.as_c_str(),
+            self.resolved.disk_tmpfs_data.as_c_str(),
         )
         .map_err(at(Step::MountDisk))?;
         self.write_boot_id()?;
-        for (index, (dir, staged)) in self.disk_dirs.iter().zip(&self.template_disk_dirs).enumerate() {
-            rustix::fs::mkdir(staged.as_c_str(), Mode::from_raw_mode(dir.mode))
+        for (index, dir) in self.resolved.disk_dirs.iter().enumerate() {
+            rustix::fs::mkdir(dir.staged.as_c_str(), Mode::from_raw_mode(dir.mode))
                 .map_err(at_entry(Step::CreateDiskDir, index))?;
-            rustix::mount::mount_bind(staged.as_c_str(), dir.target.as_c_str())
+            rustix::mount::mount_bind(dir.staged.as_c_str(), dir.target.as_c_str())
                 .map_err(at_entry(Step::BindDiskDir, index))?;
         }
         Ok(())
@@ -1172,7 +1290,7 @@ impl Prepared {
     /// clones it before procfs covers it).
     fn write_boot_id(&self) -> Result<(), Failure> {
         let boot_id = rustix::fs::open(
-            self.staged_boot_id.as_c_str(),
+            self.resolved.staged_boot_id.as_c_str(),
             OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o444),
         )
@@ -1185,8 +1303,8 @@ impl Prepared {
     /// (which closes its copy at once) so that a failure is a step of
     /// the spawn, with its errno.
     fn listen_for_egress(&self) -> Result<Option<OwnedFd>, Failure> {
-        let Some(address) = self.egress else { return Ok(None) };
-        for (index, (path, value)) in self.net_limits.iter().enumerate() {
+        let Some(address) = self.resolved.egress else { return Ok(None) };
+        for (index, (path, value)) in self.resolved.net_limits.iter().enumerate() {
             let file = rustix::fs::open(*path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
                 .map_err(at_entry(Step::LimitNetwork, index))?;
             write_all(&file, value).map_err(|errno| Failure::at(Step::LimitNetwork, index, errno))?;
@@ -1316,15 +1434,10 @@ impl Prepared {
         // The run's boot_id, cloned before procfs covers the file.
         let boot_id = rustix::mount::open_tree(
             rustix::fs::CWD,
-            self.staged_boot_id.as_c_str(),
+            self.resolved.staged_boot_id.as_c_str(),
             OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
         )
         .map_err(at(Step::MaskBootId))?;
-        if self.template.is_some() {
-            // The run's tmpfs, staged here by C (step 8): its directories
-            // are bound where they belong, and procfs goes here now.
-            rustix::mount::unmount(self.staged_proc.as_c_str(), UnmountFlags::DETACH).map_err(at(Step::DetachDisk))?;
-        }
         sys::mount_setattr_fd(
             boot_id.as_fd(),
             false,
@@ -1333,13 +1446,13 @@ impl Prepared {
         .map_err(|errno| Failure::new(Step::MaskBootId, errno))?;
         rustix::mount::mount(
             c"proc",
-            self.staged_proc.as_c_str(),
+            self.resolved.staged_proc.as_c_str(),
             c"proc",
             MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
             c"hidepid=invisible",
         )
         .map_err(at(Step::MountProc))?;
-        rustix::mount::mount_bind(self.staged_proc_sys.as_c_str(), self.staged_proc_sys.as_c_str())
+        rustix::mount::mount_bind(self.resolved.staged_proc_sys.as_c_str(), self.resolved.staged_proc_sys.as_c_str())
             .map_err(at(Step::ProtectProcSys))?;
         // The host's boot_id names the host's boot to anything that reads
         // it (and tells runs of one host apart from another's): each run
@@ -1348,15 +1461,15 @@ impl Prepared {
             boot_id.as_fd(),
             c"",
             rustix::fs::CWD,
-            self.staged_proc_boot_id.as_c_str(),
+            self.resolved.staged_proc_boot_id.as_c_str(),
             MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
         )
         .map_err(at(Step::MaskBootId))?;
         drop(boot_id);
-        sys::mount_setattr(&self.staged_proc_sys, true, sys::MOUNT_ATTR_RDONLY)
+        sys::mount_setattr(&self.resolved.staged_proc_sys, true, sys::MOUNT_ATTR_RDONLY)
             .map_err(|errno| Failure::new(Step::ProtectProcSys, errno))?;
 
-        rustix::process::chdir(self.staging.as_c_str()).map_err(at(Step::PivotRoot))?;
+        rustix::process::chdir(self.resolved.staging.as_c_str()).map_err(at(Step::PivotRoot))?;
         rustix::process::pivot_root(c".", c".").map_err(at(Step::PivotRoot))?;
         rustix::mount::unmount(c".", UnmountFlags::DETACH).map_err(at(Step::DetachOldRoot))?;
         rustix::process::chdir(c"/").map_err(at(Step::EnterRunDir))?;
@@ -1366,13 +1479,13 @@ impl Prepared {
             .ruleset
             .try_clone()
             .map_err(|e| Failure::new(Step::LandlockRule, e.raw_os_error().unwrap_or(libc::EBADF)))?;
-        for (index, (path, grant)) in self.landlock_dirs.iter().enumerate() {
+        for (index, (path, grant)) in self.resolved.landlock_dirs.iter().enumerate() {
             let dir = rustix::fs::open(*path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
                 .map_err(at_entry(Step::LandlockRule, index))?;
             let access = match grant {
                 LandlockGrant::List => AccessFs::ReadDir.into(),
                 LandlockGrant::Read => AccessFs::ReadFile | AccessFs::ReadDir,
-                LandlockGrant::All => AccessFs::from_all(self.landlock_abi),
+                LandlockGrant::All => AccessFs::from_all(self.resolved.landlock_abi),
             };
             ruleset = ruleset
                 .add_rule(PathBeneath::new(dir.as_fd(), access))
@@ -1413,7 +1526,7 @@ impl Prepared {
     /// P: steps 16-18 (the [`crate::confine`] list). `Ok` means: exec the
     /// interpreter now.
     fn program(&self, ruleset: RulesetCreated) -> Result<(), Failure> {
-        crate::confine::apply(&self.confine, ruleset)
+        crate::confine::apply(&self.resolved.confine, ruleset)
     }
 }
 
@@ -1466,6 +1579,67 @@ mod tests {
     fn prepared_is_send_and_sync() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Prepared>();
+    }
+
+    /// A policy exposing `path` alone, for runs of uid `uid` on a root host.
+    fn policy_of(path: &Path, uid: u32) -> SandboxPolicy {
+        SandboxPolicy {
+            read_only: vec![path.to_path_buf()],
+            remapped: Vec::new(),
+            devices: Vec::new(),
+            host_ids: rustix::process::geteuid().is_root().then_some(crate::HostIds { uid, gid: uid }),
+            max_processes: 16,
+            max_file_bytes: 1 << 20,
+            max_open_files: 64,
+            disk_bytes: 1 << 20,
+            sysv_shm_bytes: 1 << 20,
+            egress_port: None,
+        }
+    }
+
+    #[test]
+    fn runs_of_a_policy_share_what_it_fixes_until_its_plan_changes() {
+        let dir = std::env::temp_dir().join(format!("pycage-preparations-{}", std::process::id()));
+        let exposed = dir.join("exposed");
+        std::fs::create_dir_all(&exposed).unwrap();
+        let policy = policy_of(&exposed, 2000);
+        let mut preparations = Preparations::new();
+        let first = preparations.prepare(&policy).expect("Landlock and the policy's paths");
+        // Another run of it, leased other ids on a root host: shared.
+        let second = preparations.prepare(&policy_of(&exposed, 2001)).unwrap();
+        assert!(Arc::ptr_eq(&first.resolved, &second.resolved));
+        assert_eq!(preparations.resolved(), 1);
+        // Each run its own: boot id, host ids, descriptors.
+        assert_ne!(first.boot_id, second.boot_id);
+        assert_ne!(first.handoff_read.as_raw_fd(), second.handoff_read.as_raw_fd());
+        if first.resolved.root_host {
+            assert_eq!((first.host_uid, second.host_uid), (2000, 2001));
+            assert_eq!(second.outer_maps(), (&b"0 2001 1\n"[..], &b"0 2001 1\n"[..]));
+        }
+        // What a run of it fixes is what `Prepared::new` makes.
+        let fresh = Prepared::new(&policy).unwrap();
+        assert_eq!(first.plan(), fresh.plan());
+        assert_eq!(first.join_plan(), fresh.join_plan());
+        assert_eq!(first.resolved.disk_tmpfs_data, fresh.resolved.disk_tmpfs_data);
+        // Another limit: resolved on its own, the first still kept.
+        let mut bigger = policy.clone();
+        bigger.disk_bytes *= 2;
+        let other = preparations.prepare(&bigger).unwrap();
+        assert!(!Arc::ptr_eq(&first.resolved, &other.resolved));
+        assert_ne!(first.resolved.disk_tmpfs_data, other.resolved.disk_tmpfs_data);
+        assert!(Arc::ptr_eq(&preparations.prepare(&policy).unwrap().resolved, &first.resolved));
+        assert_eq!(preparations.resolved(), 2);
+        // The exposed directory became a file: a new plan, resolved again,
+        // and the stale resolution dropped.
+        std::fs::remove_dir(&exposed).unwrap();
+        std::fs::write(&exposed, b"").unwrap();
+        let changed = preparations.prepare(&policy).unwrap();
+        assert_eq!(preparations.resolved(), 3);
+        assert!(!Arc::ptr_eq(&first.resolved, &changed.resolved));
+        assert_eq!(changed.plan(), Prepared::new(&policy).unwrap().plan());
+        assert_ne!(changed.plan(), first.plan());
+        assert_eq!(preparations.kept.len(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -59,23 +59,12 @@ use std::sync::Arc;
 use rustix::fs::{Mode, OFlags};
 use rustix::mount::{FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, OpenTreeFlags};
 
-use crate::plan::{in_run_disk, MountPlan, NodeKind, FIXED_DIRS};
+use crate::plan::{MountPlan, NodeKind, FIXED_DIRS};
 use crate::prepared::{attributes, template_clone_flags, Prepared, ROOT_TMPFS_BYTES};
 use crate::sys;
 
 /// Templates a helper keeps (one per policy it saw last); the oldest goes.
 const MAX_TEMPLATES: usize = 4;
-
-/// The part of `plan` a template holds: everything outside the run's tmpfs.
-pub(crate) fn template_part(plan: &MountPlan) -> MountPlan {
-    MountPlan {
-        dirs: plan.dirs.iter().filter(|d| !in_run_disk(d)).cloned().collect(),
-        symlinks: plan.symlinks.iter().filter(|l| !in_run_disk(&l.path)).cloned().collect(),
-        files: plan.files.iter().filter(|f| !in_run_disk(&f.path)).cloned().collect(),
-        binds: plan.binds.iter().filter(|b| !in_run_disk(&b.target)).cloned().collect(),
-        skipped: Vec::new(),
-    }
-}
 
 /// One template: the detached tree, the plan part it was built from, and
 /// the inode each exposed path had.
@@ -237,14 +226,16 @@ impl RootTemplates {
     /// not apply (a host that is not root, a kernel before 6.15) or this
     /// build failed.
     pub fn attach(&mut self, prepared: &mut Prepared) -> bool {
-        if self.unsupported.is_some() || !prepared.can_use_template() {
+        if self.unsupported.is_some() {
             return false;
         }
+        let Some(part) = prepared.template_part() else {
+            return false;
+        };
         if self.mount_table_changed() {
             self.templates.clear();
         }
-        let part = template_part(prepared.plan());
-        let found = self.templates.iter().position(|t| t.part == part);
+        let found = self.templates.iter().position(|t| t.part == *part);
         let index = match found {
             Some(index) if self.templates.get(index).is_some_and(RootTemplate::is_current) => index,
             found => {
@@ -252,7 +243,7 @@ impl RootTemplates {
                     // Dropped first: its clones hold the old inodes.
                     self.templates.remove(stale);
                 }
-                match RootTemplate::build(part) {
+                match RootTemplate::build(part.clone()) {
                     Ok(template) => {
                         self.built += 1;
                         if self.templates.len() >= MAX_TEMPLATES {
@@ -338,7 +329,7 @@ mod tests {
             binds: vec![bind("/usr"), bind("/work/in/data"), bind("/dev/shm/x"), bind("/devx")],
             skipped: vec![PathBuf::from("/nope")],
         };
-        let part = template_part(&plan);
+        let part = plan.template_part();
         assert_eq!(part.dirs, vec![PathBuf::from("/opt"), PathBuf::from("/tmpfoo")]);
         assert!(part.symlinks.is_empty());
         assert_eq!(part.files.len(), 1);

@@ -1109,8 +1109,9 @@ for path in ({v:?}, "/etc/pycage-probe", "/pycage-probe"):
     assert_eq!(built(), 4, "and again once it is gone");
 }
 
-/// The mounts a program sees are read-only where they should be, and it
-/// can neither remount nor unmount any of them.
+/// The mounts a program sees are read-only where they should be, it can
+/// neither remount nor unmount any of them, and the run's tmpfs staged
+/// under `/proc` stays hidden.
 #[test]
 fn the_program_cannot_remount_or_unmount() {
     let fx = Fixture::new(42);
@@ -1132,16 +1133,21 @@ for line in open("/proc/self/mountinfo"):
     mounts[fields[4]] = fields[5].split(",")[0]
 print("root", mounts.get("/"), "usr", mounts.get("/usr"), "etc", mounts.get("/etc/passwd", "none"))
 print("work", mounts.get("/work"), "tmp", mounts.get("/tmp"), "proc", mounts.get("/proc"))
+at_proc = [line.split(" - ")[1].split()[0] for line in open("/proc/self/mountinfo") if line.split()[4] == "/proc"]
+print("at /proc", *at_proc, os.path.exists("/proc/boot_id"), os.path.exists("/proc/work"))
 "#,
     );
     assert!(done.status.success(), "{done:?}");
     let lines: Vec<&str> = done.stdout.lines().collect();
-    assert_eq!(lines.len(), 7, "{done:?}");
+    assert_eq!(lines.len(), 8, "{done:?}");
     for line in &lines[..5] {
         assert!(!line.ends_with(" ok"), "{line}: {done:?}");
     }
     assert_eq!(lines[5], "root ro usr ro etc none", "{done:?}");
     assert_eq!(lines[6], "work rw tmp rw proc rw", "{done:?}");
+    // The run's tmpfs was staged on the root's `/proc` and stays there,
+    // under procfs, which hides it: nothing of it shows through.
+    assert_eq!(lines[7], "at /proc tmpfs proc False False", "{done:?}");
 }
 
 /// CPU per sandboxed `/usr/bin/true`, its root built by the run against

@@ -59,6 +59,9 @@ pub(crate) struct Sandboxes {
     nets: Arc<NetNamespaces>,
     /// A shell built ahead of the child that will join it.
     spare: Spare,
+    /// What the shells' policy fixes, kept between the shells this host
+    /// forks itself (a helper keeps its own).
+    preparations: std::sync::Mutex<pycage_sandbox::Preparations>,
 }
 
 /// A shell built ahead of the spawn that will need it at once
@@ -239,6 +242,7 @@ impl Sandboxes {
             zygote_userns,
             nets: Arc::default(),
             spare: Spare::default(),
+            preparations: std::sync::Mutex::default(),
         })
     }
 
@@ -463,7 +467,13 @@ impl Sandboxes {
         packages: Option<&Path>,
     ) -> Result<(pycage_sandbox::Prepared, Vec<Guard>), SpawnError> {
         let (policy, mut guards) = self.policy(inputs, packages)?;
-        let mut prepared = pycage_sandbox::Prepared::new(&policy)?;
+        // A shell's policy is every shell's (no inputs, no packages): kept.
+        // A run's own inputs and packages make its policy its own.
+        let mut prepared = if inputs.is_empty() && packages.is_none() {
+            crate::sync::lock(&self.preparations).prepare(&policy)?
+        } else {
+            pycage_sandbox::Prepared::new(&policy)?
+        };
         if let Some(parent) = &self.cgroup {
             let (guard, procs) = self.run_cgroup(parent)?;
             guards.push(Box::new(guard));

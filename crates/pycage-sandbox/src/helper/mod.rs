@@ -35,8 +35,7 @@ use std::time::Duration;
 use rustix::net::{RecvFlags, SocketType};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
-use crate::plan::Plans;
-use crate::prepared::Prepared;
+use crate::prepared::Preparations;
 use crate::template::RootTemplates;
 use wire::{Refusal, RemoteShell, MAX_REQUEST, WITH_CGROUP, WITH_NET_NS, WITH_OUTER_NET, WITH_ZYGOTE_USERNS};
 
@@ -68,7 +67,7 @@ pub fn serve(sock: OwnedFd) -> io::Result<()> {
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     let mut shells: Vec<Pid> = Vec::new();
     let mut templates = RootTemplates::new();
-    let mut plans = Plans::new();
+    let mut preparations = Preparations::new();
     let mut buf = vec![0u8; MAX_REQUEST];
     let result = loop {
         let children = reap_exited(&mut shells);
@@ -90,7 +89,7 @@ pub fn serve(sock: OwnedFd) -> io::Result<()> {
         }
         let (data, reply_fds) = match wire::same_build(buf.get(..len).unwrap_or_default()) {
             Err(reply) => (reply, Vec::new()),
-            Ok(body) => match build(body, &mut fds, &mut plans, &mut templates) {
+            Ok(body) => match build(body, &mut fds, &mut preparations, &mut templates) {
                 Ok((pid, shell)) => {
                     shells.push(pid);
                     wire::encode_ok(pid, shell)
@@ -140,7 +139,7 @@ fn reap_exited(shells: &mut Vec<Pid>) -> bool {
 fn build(
     body: &[u8],
     fds: &mut Vec<OwnedFd>,
-    plans: &mut Plans,
+    preparations: &mut Preparations,
     templates: &mut RootTemplates,
 ) -> Result<(Pid, RemoteShell), Refusal> {
     let (&flags, policy) = body.split_first().ok_or("an empty request")?;
@@ -156,10 +155,10 @@ fn build(
     let net_ns = if with_net_ns { fds.pop() } else { None };
     let userns = if with_userns { fds.pop() } else { None };
     let cgroup = if with_cgroup { fds.pop() } else { None };
-    // The plan and the root's read-only part (root hosts), built once per
-    // policy and checked against the file system for every shell.
-    let plan = plans.plan(&policy)?;
-    let mut prepared = Prepared::with_plan(&policy, plan)?;
+    // The plan, what it fixes, and the root's read-only part (root hosts),
+    // built once per policy and checked against the file system for every
+    // shell.
+    let mut prepared = preparations.prepare(&policy)?;
     templates.attach(&mut prepared);
     if let Some(procs) = cgroup {
         prepared.join_cgroup(procs);
