@@ -38,6 +38,12 @@ _RLIMITS = {
 }
 
 _libc = ctypes.CDLL(None, use_errno=True)
+# Looked up here, in the zygote, so its children inherit them: a ``CDLL``
+# resolves a function at its first use (the dynamic linker's search, a new
+# function object stored on the library), which each child did again.
+for _name in ("setns", "unshare", "capset", "syscall"):
+    getattr(_libc, _name)
+del _name
 
 #: prctl with its argument types declared, so a call converts plain ints in
 #: C. Built here, in the zygote before it forks: a child that built ctypes

@@ -22,6 +22,10 @@ impl Samples {
         self.0.len()
     }
 
+    pub(crate) fn extend(&mut self, other: Samples) {
+        self.0.extend(other.0);
+    }
+
     pub(crate) fn quantile(&self, q: f64) -> Duration {
         let mut v = self.0.clone();
         v.sort();
@@ -199,6 +203,17 @@ impl CpuSplit {
             zygote: d(self.zygote, before.zygote),
             children: d(self.children, before.children),
             machine: d(self.machine, before.machine),
+        }
+    }
+
+    /// Both together: two spans' CPU (each `after.per_run(&before, 1)`).
+    pub(crate) fn plus(&self, other: &CpuSplit) -> CpuSplit {
+        CpuSplit {
+            host: self.host + other.host,
+            shells: self.shells + other.shells,
+            zygote: self.zygote + other.zygote,
+            children: self.children + other.children,
+            machine: self.machine + other.machine,
         }
     }
 

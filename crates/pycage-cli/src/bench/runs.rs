@@ -74,8 +74,9 @@ pub(crate) async fn throughput(runtime: &Runtime, concurrency: usize, total: usi
 }
 
 /// Back-to-back trivial runs, one at a time (the pool cannot keep up: its
-/// refill is on the loop's path): their latencies, and the CPU each run
-/// cost on every side, when the zygote was the same throughout.
+/// refill is on the loop's path): their latencies, and the CPU they cost
+/// together on every side (`None` if the zygote or the shell helper was
+/// replaced meanwhile: the figures would miss a process).
 pub(crate) async fn closed_loop(runtime: &Runtime, n: usize) -> (Samples, Option<CpuSplit>, Vec<String>) {
     let zygote = runtime.zygote_pid();
     // The helper has started by now (the pool's shells), and serves on.
@@ -94,8 +95,8 @@ pub(crate) async fn closed_loop(runtime: &Runtime, n: usize) -> (Samples, Option
     runtime.wait_idle(IDLE_WAIT).await;
     let after = CpuSplit::now(zygote, helper);
     let same_zygote = runtime.zygote_pid() == zygote && runtime.shell_helper_pid() == helper;
-    let per_run = (same_zygote && n > 0).then(|| after.per_run(&before, n as u32));
-    (samples, per_run, errors)
+    let spent = (same_zygote && n > 0).then(|| after.per_run(&before, 1));
+    (samples, spent, errors)
 }
 
 /// A session with `x = 0` set, ready for the cell loop.
