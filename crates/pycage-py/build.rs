@@ -1,94 +1,17 @@
 //! With the `bundled-shell-helper` feature (the wheel's build turns it on:
 //! `pyproject.toml`), builds `pycage-sandbox`'s `pycage-shell-helper`
-//! program for the same target and hands its path to the module
-//! (`PYCAGE_BUNDLED_SHELL_HELPER`), which embeds it. A sandboxed runtime
-//! then starts that program as its shell helper instead of an interpreter
-//! loading this module: every sandbox shell is two forks of the helper,
-//! and a fork and an exit of a process cost in proportion to its memory
-//! (about 0.8 MiB against 3.5 MiB of an interpreter's; BENCHMARKS.md).
-//!
-//! The helper is built by a nested `cargo build` in a target directory of
-//! its own beside this build's (the outer build holds the lock on its own
-//! directory), so its compiled dependencies are kept between builds. On a
-//! glibc target it is linked statically where it can be (see `main`).
-
-use std::path::{Path, PathBuf};
-use std::process::Command;
+//! program for the same target (`pycage-helper-build`) and hands its path
+//! to the module (`PYCAGE_BUNDLED_SHELL_HELPER`), which embeds it. A
+//! sandboxed runtime then starts that program as its shell helper instead
+//! of an interpreter loading this module: every sandbox shell is two forks
+//! of the helper, and a fork and an exit of a process cost in proportion
+//! to its memory (about 0.8 MiB against 3.5 MiB of an interpreter's;
+//! BENCHMARKS.md).
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    // The nested build takes the outer build's flags (`build_helper`).
-    println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
-    println!("cargo:rerun-if-env-changed=RUSTFLAGS");
     if std::env::var_os("CARGO_FEATURE_BUNDLED_SHELL_HELPER").is_none() {
         return;
     }
-    let env = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("cargo did not set {name}"));
-    let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
-    let workspace = manifest_dir.join("../..");
-    for watched in ["crates/pycage-sandbox", "crates/pycage-protocol", "Cargo.lock"] {
-        println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
-    }
-    let out_dir = PathBuf::from(env("OUT_DIR"));
-    // OUT_DIR is <target>/[<triple>/]<profile>/build/pycage-py-<hash>/out.
-    let profile_dir = out_dir.ancestors().nth(3).map(PathBuf::from).unwrap_or_else(|| out_dir.clone());
-    let target = env("TARGET");
-    // Linked statically (a static PIE) on glibc: a shell is two forks and
-    // two exits of the helper, and the shared libraries were more than half
-    // of its mappings (31 against 14) and nearly half of its anonymous
-    // memory (344 against 180 kB); the shells' CPU per sandboxed run fell
-    // by about 7 % (BENCHMARKS.md). The helper calls nothing of glibc that
-    // needs a shared library (NSS, iconv, dlopen). A system without a
-    // static libc (`libc.a`: Fedora's `glibc-static` is not installed by
-    // default) gets the dynamic helper, with a warning.
-    let static_link = std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu");
-    let built = static_link
-        .then(|| build_helper(&workspace, &profile_dir.join("shell-helper-target-static"), &target, true))
-        .flatten()
-        .or_else(|| build_helper(&workspace, &profile_dir.join("shell-helper-target"), &target, false))
-        .unwrap_or_else(|| panic!("building pycage-shell-helper failed (the cargo output above says why)"));
-    println!("cargo:rustc-env=PYCAGE_BUNDLED_SHELL_HELPER={}", built.display());
-}
-
-/// Builds the helper with a nested `cargo build` into `target_dir`; its
-/// path, or None when the build failed.
-fn build_helper(workspace: &Path, target_dir: &Path, target: &str, static_link: bool) -> Option<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut nested = Command::new(cargo);
-    nested
-        .args(["build", "--release", "-p", "pycage-sandbox", "--bin", "pycage-shell-helper", "--target", target])
-        .arg("--manifest-path")
-        .arg(workspace.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(target_dir)
-        .env_remove("CARGO_TARGET_DIR");
-    // The outer build's flags for its target, from every source (RUSTFLAGS,
-    // `.cargo/config.toml`): cargo hands a build script only this encoded
-    // form (RUSTFLAGS is not in its environment), and the nested cargo
-    // takes it before any other source.
-    let mut flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
-    if static_link {
-        if !flags.is_empty() {
-            flags.push('\x1f');
-        }
-        flags.push_str("-Ctarget-feature=+crt-static");
-        // A static program needs nothing of the system's glibc, so this
-        // machine's own linker links it: a cross linker the outer build was
-        // given (the release wheels' zig, scripts/build-wheels.sh) linked
-        // it dynamically, without a word.
-        nested.env_remove(format!("CARGO_TARGET_{}_LINKER", target.to_uppercase().replace(['-', '.'], "_")));
-    }
-    nested.env("CARGO_ENCODED_RUSTFLAGS", flags);
-    let status = nested.status().unwrap_or_else(|e| panic!("could not run cargo to build pycage-shell-helper: {e}"));
-    if !status.success() {
-        if static_link {
-            println!(
-                "cargo:warning=pycage-shell-helper: the static build failed ({status}); building it dynamically instead"
-            );
-        }
-        return None;
-    }
-    let built = target_dir.join(target).join("release").join("pycage-shell-helper");
-    assert!(built.is_file(), "cargo built no {}", built.display());
-    Some(built)
+    pycage_helper_build::bundle_shell_helper("PYCAGE_BUNDLED_SHELL_HELPER");
 }

@@ -2,6 +2,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::process::Stdio;
 
 use support::*;
@@ -366,13 +367,15 @@ fn a_sigint_at_the_prompt_is_not_held_over_to_the_next_cell() {
     t.leave();
 }
 
-/// A sandboxed session's shell is forked by the repl's shell helper
-/// (`pycage __shell-helper`, the repl's child), not by the repl; the repl
-/// ends it when it exits.
+/// A sandboxed session's shell is forked by the repl's shell helper (the
+/// embedded `pycage-shell-helper` program, installed in the user's cache,
+/// the repl's child), not by the repl; the repl ends it when it exits.
 #[test]
 fn sandboxed_sessions_get_their_shells_from_the_helper() {
     let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
     let mut child = pycage(dir.path())
+        .env("XDG_CACHE_HOME", cache.path())
         .args(["repl", "--json", "--isolation", "sandbox"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -394,12 +397,18 @@ fn sandboxed_sessions_get_their_shells_from_the_helper() {
         .map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default())
         .collect::<Vec<_>>()
         .join(" ");
+    // The installed program: the cache's `pycage/shell-helper-<hash>`.
+    let installed = cache.path().join("pycage");
     let helpers: Vec<u32> = children
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .filter(|p| {
             let argv = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            argv.split(|&b| b == 0).nth(1) == Some(b"__shell-helper".as_slice())
+            let program = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(
+                argv.split(|&b| b == 0).next().unwrap_or_default(),
+            ));
+            program.parent() == Some(installed.as_path())
+                && program.file_name().is_some_and(|n| n.to_string_lossy().starts_with("shell-helper-"))
         })
         .collect();
     assert_eq!(helpers.len(), 1, "the repl's children: {children}");

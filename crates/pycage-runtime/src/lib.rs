@@ -51,7 +51,8 @@
 //!    ledger), `outcome` (results, failure kinds, events).
 //! 2. [`budgets`] (the budgets table over `config`), [`interpreter`] and
 //!    `probe_cache` (resolving and probing CPython once, with the preload;
-//!    the embedded bootstrap), `error`, `request` (what a caller asks of a
+//!    the embedded bootstrap), `helper_program` (an embedded shell helper,
+//!    installed in the cache), `error`, `request` (what a caller asks of a
 //!    run), `durable` (what a durable run records or replays, checked
 //!    before anything is spawned).
 //! 3. `launch`: every way a run's process is made (exec, exec into a
@@ -92,6 +93,7 @@ pub mod config;
 mod display;
 mod durable;
 mod error;
+mod helper_program;
 /// Inputs in and `out/` out (the `pycage-files` crate).
 pub use pycage_files::copy as files;
 pub mod interpreter;
@@ -153,6 +155,7 @@ pub use pycage_files::copy::{CopiedFile, CopyReport, SkipKind, Skipped};
 pub fn serve_shell_helper() -> std::io::Result<()> {
     pycage_sandbox::helper::serve_fd3()
 }
+pub use helper_program::installed_shell_helper;
 pub use launch::spawn::{SpawnError, StartError};
 pub use names::NameError;
 pub use outcome::{FailureKind, PendingCall, RunEvent, RunFailure, RunResult, Suspension};
