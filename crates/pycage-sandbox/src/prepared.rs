@@ -342,7 +342,7 @@ pub struct Prepared {
 
 /// What a policy fixes for every run of it, on an unchanged file system:
 /// its plan, every path and value the child uses, preformatted, and both
-/// BPF programs, compiled. Built once per run by [`Prepared::new`], or once
+/// BPF programs. Built once per run by [`Prepared::new`], or once
 /// per policy by [`Preparations`], and never changed after.
 #[derive(Debug)]
 struct Resolved {
@@ -421,10 +421,11 @@ const MAX_KEPT_RESOLVED: usize = 4;
 /// its plan holds ([`crate::Plans`] checks that against the file system
 /// for every run); only the run's own parts are made per run.
 ///
-/// A shell helper builds a shell every half millisecond: rebuilding the
-/// plan, its few hundred strings and both BPF programs for each, and
-/// freeing them after, was a third of its work, and the frees dirtied
-/// pages the next shell's fork had write-protected.
+/// A shell helper builds a shell every half millisecond: copying the plan,
+/// making its few hundred strings and copying both BPF programs for each,
+/// and freeing them after, cost about 0.04 of its 0.35 ms per shell, and
+/// the frees dirtied pages the next shell's fork had write-protected (36
+/// copy-on-write faults per shell, 25 since).
 #[derive(Debug, Default)]
 pub struct Preparations {
     plans: Plans,

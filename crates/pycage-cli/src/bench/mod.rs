@@ -186,7 +186,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let zygote_rows: Vec<&Variant> = variants.iter().filter(|v| v.spawn == SpawnMode::Zygote).collect();
     // The configurations take turns, in blocks, so that what the machine
     // does meanwhile (another tenant, a hypervisor's neighbour) falls on
-    // each alike: their difference is the figure the issue asks about.
+    // each alike: `sandbox - process` is read from their difference.
     let n = (iterations * 10).max(200);
     let block = n.div_ceil(LOOP_BLOCKS);
     // Per configuration: latencies, CPU of the blocks with one zygote
