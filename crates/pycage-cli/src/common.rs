@@ -264,24 +264,33 @@ pub(crate) fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// A runtime's sandbox shell helper (`RuntimeConfig::shell_helper`):
-/// sandboxed runs' shells are forked from a small process, not from a CLI
-/// that may have grown. The embedded `pycage-shell-helper` program
-/// (feature `bundled-shell-helper`, `build.rs`), installed once into the
-/// user's pycage cache: every shell is two forks and two exits of the
-/// helper, and this binary run as the helper holds four times its
-/// anonymous memory (0.84 against 0.19 MiB). Else this program itself.
+/// This program as a runtime's sandbox shell helper: sandboxed runs' shells
+/// are forked from a small process, not from a CLI that may have grown
+/// (`RuntimeConfig::shell_helper`). Started so, it becomes the embedded
+/// helper program where it can ([`exec_bundled_helper`]).
 pub(crate) fn shell_helper() -> Option<Vec<OsString>> {
-    match BUNDLED_HELPER.and_then(pycage_runtime::installed_shell_helper) {
-        Some(program) => Some(vec![program.into()]),
-        None => Some(vec!["/proc/self/exe".into(), SHELL_HELPER_ARG.into()]),
-    }
+    Some(vec!["/proc/self/exe".into(), SHELL_HELPER_ARG.into()])
 }
 
 #[cfg(feature = "bundled-shell-helper")]
 static BUNDLED_HELPER: Option<&[u8]> = Some(include_bytes!(env!("PYCAGE_BUNDLED_SHELL_HELPER")));
 #[cfg(not(feature = "bundled-shell-helper"))]
 static BUNDLED_HELPER: Option<&[u8]> = None;
+
+/// In a process started as the shell helper, before anything else: execs
+/// the embedded `pycage-shell-helper` program (feature
+/// `bundled-shell-helper`, `build.rs`), installed into the user's pycage
+/// cache on first use, keeping this process (its pid, fd 3, death signal).
+/// Every shell is two forks and two exits of the helper, and this binary
+/// holds four times the program's anonymous memory (0.84 against 0.19
+/// MiB). Returns only when there is no such program or it could not
+/// start; this binary then serves.
+pub(crate) fn exec_bundled_helper() {
+    use std::os::unix::process::CommandExt;
+    if let Some(program) = BUNDLED_HELPER.and_then(pycage_runtime::installed_shell_helper) {
+        let _ = std::process::Command::new(program).exec();
+    }
+}
 
 /// The hidden first argument that makes this program a shell helper.
 pub(crate) const SHELL_HELPER_ARG: &str = "__shell-helper";

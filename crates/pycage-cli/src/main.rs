@@ -126,6 +126,11 @@ enum FramesCommand {
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     if argv.get(1).is_some_and(|a| a == SHELL_HELPER_ARG) {
+        // The embedded helper program serves instead where it is installed
+        // (`exec` returns only if it could not start): this binary's own
+        // memory made every shell's forks dearer. Installed here, when a
+        // runtime first wants a shell, not at every command's start.
+        common::exec_bundled_helper();
         // Before anything starts a thread: the helper forks.
         return match pycage_runtime::serve_shell_helper() {
             Ok(()) => ExitCode::SUCCESS,
