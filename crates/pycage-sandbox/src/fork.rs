@@ -7,8 +7,6 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use rustix::process::Pid;
@@ -102,23 +100,88 @@ pub fn default_sigchld() {
 /// pid is the caller's child.
 pub fn fork_shell(prepared: &Arc<Prepared>) -> Result<i32, SandboxError> {
     let null = std::fs::File::open("/dev/null").map_err(SandboxError::Spawn)?;
-    let null_fd = null.as_raw_fd();
     let parent = rustix::process::getpid();
-    let in_child = Arc::clone(prepared);
-    // Never executed: `enter` does not return in shell mode.
-    let mut cmd = Command::new("/");
-    cmd.env_clear().stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
-    // SAFETY: the closure runs in the forked child before exec and makes
-    // only async-signal-safe calls, plus `Prepared::enter`, written for
-    // that child (between fork and exec is what `enter` requires).
-    unsafe {
-        cmd.pre_exec(move || {
-            install_fd3(null_fd)?;
-            cloexec_above_fd3();
-            die_with_parent(parent)?;
-            in_child.enter()
-        });
+    // The child's errno if its steps fail, else EOF once the shell has
+    // closed its copy (it closes every descriptor after its handoffs).
+    let (report_read, report_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| SandboxError::Spawn(e.into()))?;
+    // A fork of our own, not `std::process::Command`'s: that opened
+    // `/dev/null` three times, built and freed an argument and environment
+    // array no exec would read, and its allocations dirtied heap pages the
+    // shells still share (each a copy-on-write fault in this process).
+    // SAFETY: the child makes only async-signal-safe calls before it ends
+    // (`Prepared::enter` is written for that child), so the fork is safe in
+    // a multi-threaded caller too.
+    match unsafe { crate::sys::fork() } {
+        Err(errno) => Err(SandboxError::Spawn(io::Error::from_raw_os_error(errno))),
+        Ok(0) => {
+            drop(report_read);
+            let entered = shell_child(null.as_raw_fd(), parent, prepared);
+            let errno = entered.err().and_then(|e| e.raw_os_error()).unwrap_or(libc::EINVAL);
+            let _ = rustix::io::write(&report_write, &errno.to_le_bytes());
+            // SAFETY: ends this forked child without running the parent's
+            // exit handlers or destructors.
+            unsafe { libc::_exit(127) }
+        }
+        Ok(pid) => {
+            drop(report_write);
+            drop(null);
+            match read_report(&report_read) {
+                None => Ok(pid),
+                Some(errno) => {
+                    // The child `_exit`s right after its report: reap it.
+                    while let Err(rustix::io::Errno::INTR) = rustix::process::waitpid(
+                        rustix::process::Pid::from_raw(pid),
+                        rustix::process::WaitOptions::empty(),
+                    ) {}
+                    Err(prepared.explain_spawn_error(io::Error::from_raw_os_error(errno)))
+                }
+            }
+        }
     }
-    let child = cmd.spawn().map_err(|e| prepared.explain_spawn_error(e))?;
-    Ok(child.id() as i32)
+}
+
+/// In the shell's forked child: its own process group, `/dev/null` as fd
+/// 0-3, nothing above fd 3 inherited across an exec, death with the
+/// helper, then the shell's steps. Returns only on failure (or in the
+/// program's process of an exec'd run, which a shell never has).
+fn shell_child(null_fd: i32, parent: Pid, prepared: &Prepared) -> io::Result<()> {
+    // SAFETY: setpgid and dup2 on descriptors this child holds are
+    // async-signal-safe.
+    if unsafe { libc::setpgid(0, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    for target in 0..=2 {
+        // SAFETY: as above.
+        if unsafe { libc::dup2(null_fd, target) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    install_fd3(null_fd)?;
+    cloexec_above_fd3();
+    die_with_parent(parent)?;
+    // SAFETY: a forked child before any exec, which is what `enter` needs.
+    unsafe { prepared.enter() }?;
+    // `enter` does not return in shell mode but on failure.
+    Err(io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// What the shell's child reported: `None` at EOF (its steps went on and
+/// closed the pipe), else the errno it failed with.
+fn read_report(report: &OwnedFd) -> Option<i32> {
+    let mut bytes = [0u8; 4];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match rustix::io::read(report, bytes.get_mut(filled..).unwrap_or_default()) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(errno) => return Some(errno.raw_os_error()),
+        }
+    }
+    match filled {
+        0 => None,
+        4 => Some(i32::from_le_bytes(bytes)),
+        _ => Some(libc::EIO),
+    }
 }

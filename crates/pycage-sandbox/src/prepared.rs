@@ -832,8 +832,9 @@ impl Prepared {
     /// supervisor, the run's namespaces and root, its init process, the
     /// Landlock rules), but the init process does not fork the program: it
     /// hands the host a [`Join`] and stays the run's PID 1, reaping, until
-    /// the host kills the supervisor. Nothing execs: `spawn()` returns once
-    /// both processes have closed every descriptor, after the handoffs. The
+    /// the host kills the supervisor. Nothing execs: the fork
+    /// ([`crate::fork::fork_shell`]) returns once both processes have
+    /// closed every descriptor, after the handoffs. The
     /// program then comes from a process forked elsewhere (a zygote's child),
     /// which joins the namespaces, enters the root, and applies the
     /// program's own steps (16-18) itself.
@@ -1373,12 +1374,26 @@ impl Prepared {
             c"/proc/self/ns/ipc",
             c"/proc/self/ns/uts",
         ];
-        for (index, (slot, name)) in opened.iter_mut().zip(names).enumerate() {
-            *slot = Some(
-                rustix::fs::open(name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+        // Through this process's own pidfd where the kernel has the
+        // requests (6.11): each name opened under `/proc/self/ns` made a
+        // procfs inode and dentry in this fresh process, about 8 us apiece
+        // with their teardown. A kernel without them answers the first
+        // request with an error, and the rest come from `/proc`.
+        let mut own = rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty()).ok();
+        for (index, ((slot, name), request)) in
+            opened.iter_mut().zip(names).zip(sys::PIDFD_GET_JOIN_NAMESPACES).enumerate()
+        {
+            let through_pidfd = own.as_ref().and_then(|pidfd| sys::pidfd_namespace(pidfd.as_fd(), request).ok());
+            if through_pidfd.is_none() {
+                own = None;
+            }
+            *slot = Some(match through_pidfd {
+                Some(fd) => fd,
+                None => rustix::fs::open(name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
                     .map_err(at_entry(Step::JoinHandoff, index))?,
-            );
+            });
         }
+        drop(own);
         if let Some(slot) = opened.last_mut() {
             *slot = Some(
                 rustix::fs::open(c"/", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())

@@ -2,7 +2,7 @@
 //! only in forms unsuited to a forked child). Each returns a raw errno.
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// `MOUNT_ATTR_RDONLY` (linux/mount.h).
 pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
@@ -69,6 +69,27 @@ fn mount_setattr_at(
     } else {
         Err(last_errno())
     }
+}
+
+/// `PIDFD_GET_USER_NAMESPACE` and its siblings (linux/pidfd.h, Linux 6.11):
+/// `_IO(0xFF, n)`, in the order a join hands the namespaces over (user,
+/// mount, PID, network, IPC, UTS).
+pub(crate) const PIDFD_GET_JOIN_NAMESPACES: [libc::c_ulong; 6] = [0xFF09, 0xFF03, 0xFF05, 0xFF04, 0xFF02, 0xFF0A];
+
+/// `ioctl(pidfd, request)` for a `PIDFD_GET_*_NAMESPACE` request: a
+/// descriptor of that namespace of the process `pidfd` refers to (for
+/// PID, the namespace it lives in, as `/proc/<pid>/ns/pid` gives). Unlike
+/// opening `/proc/self/ns/<kind>`, no path walk and no procfs inode, which
+/// a freshly forked process makes for every name it opens there.
+pub(crate) fn pidfd_namespace(pidfd: BorrowedFd<'_>, request: libc::c_ulong) -> Result<OwnedFd, i32> {
+    // SAFETY: these requests take no argument and return a new descriptor
+    // or -1; nothing is read from or written to this process's memory.
+    let ret = unsafe { libc::ioctl(pidfd.as_raw_fd(), request as _, 0) };
+    if ret < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: on success the ioctl returned a descriptor that is ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret) })
 }
 
 /// Installs one seccomp filter given as its `sock_filter` array's bytes
@@ -452,4 +473,33 @@ pub fn as_fs_ids<R>(uid: u32, gid: u32, f: impl FnOnce() -> R) -> Option<R> {
     set(libc::SYS_setfsgid, old_gid);
     let _ = set_capabilities(None, saved);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    #[test]
+    fn a_pidfd_names_the_same_namespaces_as_proc() {
+        let own = rustix::process::pidfd_open(rustix::process::getpid(), rustix::process::PidfdFlags::empty())
+            .expect("pidfd_open on this process");
+        let names = ["user", "mnt", "pid", "net", "ipc", "uts"];
+        for (name, request) in names.into_iter().zip(PIDFD_GET_JOIN_NAMESPACES) {
+            let fd = match pidfd_namespace(own.as_fd(), request) {
+                Ok(fd) => fd,
+                // Before Linux 6.11 the join falls back to `/proc`.
+                Err(libc::ENOTTY | libc::EINVAL) => {
+                    assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "no PIDFD_GET_*_NAMESPACE here");
+                    return;
+                }
+                Err(errno) => panic!("PIDFD_GET_*_NAMESPACE for {name}: errno {errno}"),
+            };
+            let got = std::fs::File::from(fd).metadata().expect("fstat");
+            let want = std::fs::metadata(format!("/proc/self/ns/{name}")).expect("stat /proc/self/ns");
+            assert_eq!((got.dev(), got.ino()), (want.dev(), want.ino()), "{name}");
+        }
+    }
 }

@@ -1312,6 +1312,53 @@ fn the_supervisor_joins_the_run_cgroup_first() {
     }
 }
 
+/// A shell forked by `fork::fork_shell` (the shell helper's fork) hands over
+/// the namespaces of its init, each the very one its supervisor's
+/// `/proc/<pid>/ns` shows (they share all but the PID namespace, which is
+/// the supervisor's `pid_for_children`; the init itself is not dumpable),
+/// and a shell whose steps fail returns the failing step, its child reaped.
+#[test]
+fn a_forked_shell_hands_over_its_inits_namespaces_or_its_failure() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = Fixture::new(43);
+    let prepared = Arc::new(Prepared::new(&fx.policy).unwrap().into_shell());
+    let shell = pycage_sandbox::fork::fork_shell(&prepared).unwrap_or_else(|e| panic!("{e}"));
+    let (handoff, join) = prepared.take_shell().unwrap_or_else(|e| panic!("{e}"));
+    assert!(handoff.is_some(), "the supervisor's handoff");
+    let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset } = join;
+    let sent =
+        [("user", user_ns), ("mnt", mount_ns), ("pid", pid_ns), ("net", net_ns), ("ipc", ipc_ns), ("uts", uts_ns)];
+    for (name, fd) in sent {
+        let got = std::fs::File::from(fd).metadata().unwrap();
+        let in_supervisor = if name == "pid" { "pid_for_children" } else { name };
+        let init_ns = std::fs::metadata(format!("/proc/{shell}/ns/{in_supervisor}")).unwrap();
+        let ours = std::fs::metadata(format!("/proc/self/ns/{name}")).unwrap();
+        assert_eq!((got.dev(), got.ino()), (init_ns.dev(), init_ns.ino()), "{name}: the init's");
+        if name != "net" {
+            // The network namespace may be a recycled one made outside.
+            assert_ne!(got.ino(), ours.ino(), "{name}: not the test's own");
+        }
+    }
+    drop((root, ruleset));
+    let pid = rustix::process::Pid::from_raw(shell).unwrap();
+    rustix::process::kill_process_group(pid, rustix::process::Signal::KILL).unwrap();
+    rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()).unwrap();
+
+    let procs = tempfile::NamedTempFile::new().unwrap();
+    let mut prepared = Prepared::new(&fx.policy).unwrap();
+    prepared.join_cgroup(std::fs::File::open(procs.path()).unwrap().into());
+    let prepared = Arc::new(prepared.into_shell());
+    match pycage_sandbox::fork::fork_shell(&prepared) {
+        Err(SandboxError::Child(failure)) => assert_eq!((failure.step, failure.errno), (Step::JoinCgroup, libc::EBADF)),
+        other => panic!("unexpected {other:?}"),
+    }
+    // Reaped: this process has no child left of that fork.
+    let left =
+        std::fs::read_to_string(format!("/proc/self/task/{}/children", rustix::thread::gettid().as_raw_nonzero()))
+            .unwrap_or_default();
+    assert_eq!(left.trim(), "", "children left: {left}");
+}
+
 /// In a host that has fd 3 closed (a Python host, say), the sandbox's own
 /// descriptors must not be numbered 3: the spawn's `dup2` of the protocol
 /// socket onto fd 3 would replace one of them. The test re-runs itself in
