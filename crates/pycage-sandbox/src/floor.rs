@@ -35,9 +35,10 @@ use landlock::RulesetCreated;
 use rustix::process::Resource;
 
 use crate::confine::ConfineStep;
-use crate::landlock_rules::{build_ruleset_for, handled_abi, kernel_landlock};
+use crate::landlock_rules::{handled_abi, kernel_landlock, open_rules, ruleset_with, PathRule};
 use crate::plan::{MountKind, NodeKind};
 use crate::seccomp;
+use landlock::ABI;
 
 /// Most bind mounts one floor spawn makes (a run's plan has about 16).
 pub const MAX_FLOOR_BINDS: usize = 64;
@@ -82,15 +83,15 @@ const FLOOR_LIMITS: [(Resource, u64); 7] = [
     (Resource::Memlock, crate::limits::RUN_MEMLOCK_BYTES),
 ];
 
-/// A Landlock ruleset with a read-only rule per bind, as a run's (which
-/// the shell helper builds for every shell).
-fn floor_ruleset(binds: &[PathBuf]) -> io::Result<RulesetCreated> {
+/// The Landlock rules of a read-only bind per path, as a run's, opened
+/// once (the shell helper keeps a policy's), and the ABI they are for.
+fn floor_rules(binds: &[PathBuf]) -> io::Result<(Vec<PathRule>, ABI)> {
     let abi = handled_abi(kernel_landlock()).ok_or_else(|| io::Error::other("this kernel has no usable Landlock"))?;
     let rules = binds.iter().map(|p| {
         let node = if p.is_dir() { NodeKind::Dir } else { NodeKind::File };
         (p.as_path(), MountKind::ReadOnly, node)
     });
-    build_ruleset_for(rules, abi, None).map_err(io::Error::other)
+    Ok((open_rules(rules, abi).map_err(io::Error::other)?, abi))
 }
 
 fn cstring(p: &Path) -> io::Result<CString> {
@@ -135,9 +136,13 @@ pub fn run_floor(plan: &FloorPlan, n: usize) -> io::Result<()> {
         flags,
         confine,
     };
+    let rules = match prepared.confine {
+        Some(_) => Some(floor_rules(&sources)?),
+        None => None,
+    };
     for _ in 0..n {
-        let ruleset = match prepared.confine {
-            Some(_) => Some(floor_ruleset(&sources)?),
+        let ruleset = match &rules {
+            Some((rules, abi)) => Some(ruleset_with(rules, *abi, None).map_err(io::Error::other)?),
             None => None,
         };
         // SAFETY: the caller's process has one thread (module docs); the

@@ -30,7 +30,10 @@ use landlock::{
 };
 
 use crate::error::SandboxError;
-use crate::plan::{MountKind, MountPlan, NodeKind};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use crate::plan::{FileId, MountKind, MountPlan, NodeKind};
 
 /// The newest Landlock ABI whose rights this crate handles.
 pub const TARGET_ABI: ABI = ABI::V6;
@@ -113,17 +116,51 @@ pub fn access_for(kind: MountKind, node: NodeKind, abi: ABI) -> BitFlags<AccessF
     }
 }
 
-/// Build the ruleset for `plan` (parent side: opens host paths). With
-/// `egress_port` (and ABI 4+), TCP connections to that port are allowed,
-/// to any address: the run's network namespace has only its loopback.
-pub fn build_ruleset(plan: &MountPlan, abi: ABI, egress_port: Option<u16>) -> Result<RulesetCreated, SandboxError> {
-    let binds = plan.binds.iter().map(|b| (b.source.as_path(), b.kind, b.node));
-    build_ruleset_for(binds, abi, egress_port)
+/// One Landlock rule of an exposed host path: the path opened (`O_PATH`,
+/// close-on-exec) and the rights it gets.
+#[derive(Debug)]
+pub(crate) struct PathRule {
+    pub(crate) path: PathBuf,
+    fd: PathFd,
+    access: BitFlags<AccessFs>,
 }
 
-/// [`build_ruleset`] for a list of host paths, each with how it is exposed.
-pub(crate) fn build_ruleset_for<'a>(
-    binds: impl IntoIterator<Item = (&'a std::path::Path, MountKind, NodeKind)>,
+impl PathRule {
+    /// The device and inode the rule's descriptor names.
+    pub(crate) fn identity(&self) -> Option<FileId> {
+        let stat = rustix::fs::fstat(&self.fd).ok()?;
+        Some((stat.st_dev, stat.st_ino))
+    }
+}
+
+/// Opens every exposed host path of `plan` for its rule (the host side
+/// does this: the shell has left the host's file system when it builds its
+/// own rules).
+pub(crate) fn open_plan_rules(plan: &MountPlan, abi: ABI) -> Result<Vec<PathRule>, SandboxError> {
+    open_rules(plan.binds.iter().map(|b| (b.source.as_path(), b.kind, b.node)), abi)
+}
+
+/// [`open_plan_rules`] for a list of host paths, each with how it is exposed.
+pub(crate) fn open_rules<'a>(
+    binds: impl IntoIterator<Item = (&'a Path, MountKind, NodeKind)>,
+    abi: ABI,
+) -> Result<Vec<PathRule>, SandboxError> {
+    binds
+        .into_iter()
+        .map(|(path, kind, node)| {
+            let fd =
+                PathFd::new(path).map_err(|source| SandboxError::LandlockPath { path: path.to_path_buf(), source })?;
+            Ok(PathRule { path: path.to_path_buf(), fd, access: access_for(kind, node, abi) })
+        })
+        .collect()
+}
+
+/// A run's ruleset with `rules` (which outlive it: a kept resolution's
+/// rules serve every run of it). With `egress_port` (and ABI 4+), TCP
+/// connections to that port are allowed, to any address: the run's
+/// network namespace has only its loopback.
+pub(crate) fn ruleset_with(
+    rules: &[PathRule],
     abi: ABI,
     egress_port: Option<u16>,
 ) -> Result<RulesetCreated, SandboxError> {
@@ -141,10 +178,8 @@ pub(crate) fn build_ruleset_for<'a>(
     if let (Some(port), true) = (egress_port, abi >= ABI::V4) {
         created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(SandboxError::Landlock)?;
     }
-    for (path, kind, node) in binds {
-        let fd = PathFd::new(path).map_err(|source| SandboxError::LandlockPath { path: path.to_path_buf(), source })?;
-        created =
-            created.add_rule(PathBeneath::new(fd, access_for(kind, node, abi))).map_err(SandboxError::Landlock)?;
+    for rule in rules {
+        created = created.add_rule(PathBeneath::new(rule.fd.as_fd(), rule.access)).map_err(SandboxError::Landlock)?;
     }
     Ok(created)
 }

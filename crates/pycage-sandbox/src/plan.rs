@@ -52,7 +52,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -298,7 +298,17 @@ pub enum Entry {
 pub trait HostFs {
     /// `lstat` the path (no symlink following on the last component).
     fn entry(&self, path: &Path) -> io::Result<Entry>;
+
+    /// [`HostFs::entry`] with the identity of what is there, where the file
+    /// system gives one: a kept plan holds only while every path it was
+    /// made from is the very same file ([`Plans`]).
+    fn identified_entry(&self, path: &Path) -> io::Result<(Entry, Option<FileId>)> {
+        self.entry(path).map(|entry| (entry, None))
+    }
 }
+
+/// A file's device and inode numbers.
+pub type FileId = (u64, u64);
 
 /// The real file system.
 #[derive(Debug, Clone, Copy, Default)]
@@ -306,17 +316,22 @@ pub struct RealFs;
 
 impl HostFs for RealFs {
     fn entry(&self, path: &Path) -> io::Result<Entry> {
+        self.identified_entry(path).map(|(entry, _)| entry)
+    }
+
+    fn identified_entry(&self, path: &Path) -> io::Result<(Entry, Option<FileId>)> {
         let meta = std::fs::symlink_metadata(path)?;
         let file_type = meta.file_type();
-        if file_type.is_symlink() {
-            Ok(Entry::Symlink(std::fs::read_link(path)?))
+        let entry = if file_type.is_symlink() {
+            Entry::Symlink(std::fs::read_link(path)?)
         } else if file_type.is_dir() {
-            Ok(Entry::Dir)
+            Entry::Dir
         } else if file_type.is_char_device() {
-            Ok(Entry::CharDevice)
+            Entry::CharDevice
         } else {
-            Ok(Entry::File)
-        }
+            Entry::File
+        };
+        Ok((entry, Some((meta.dev(), meta.ino()))))
     }
 }
 
@@ -582,11 +597,11 @@ impl MountPlan {
 
 /// What one [`HostFs::entry`] call answered, comparable: the entry, or the
 /// error's errno and kind.
-type Answer = Result<Entry, (Option<i32>, io::ErrorKind)>;
+type Answer = Result<(Entry, Option<FileId>), (Option<i32>, io::ErrorKind)>;
 
-fn answer(result: &io::Result<Entry>) -> Answer {
+fn answer(result: &io::Result<(Entry, Option<FileId>)>) -> Answer {
     match result {
-        Ok(entry) => Ok(entry.clone()),
+        Ok(found) => Ok(found.clone()),
         Err(err) => Err((err.raw_os_error(), err.kind())),
     }
 }
@@ -599,7 +614,7 @@ struct Recording<'a> {
 
 impl HostFs for Recording<'_> {
     fn entry(&self, path: &Path) -> io::Result<Entry> {
-        let result = self.fs.entry(path);
+        let result = self.fs.identified_entry(path);
         let got = answer(&result);
         let mut seen = self.seen.borrow_mut();
         // A build asks about some paths many times (`/etc` and `/usr` six
@@ -610,7 +625,7 @@ impl HostFs for Recording<'_> {
         if !seen.iter().any(|(p, was)| p == path && *was == got) {
             seen.push((path.to_path_buf(), got));
         }
-        result
+        result.map(|(entry, _)| entry)
     }
 }
 
@@ -666,6 +681,17 @@ impl Plans {
         self.built
     }
 
+    /// The identity `path` had when the kept `plan` was made, if it was
+    /// asked about then and answered once, with one.
+    pub fn identity(&self, plan: &Arc<MountPlan>, path: &Path) -> Option<FileId> {
+        let kept = self.kept.iter().find(|kept| Arc::ptr_eq(&kept.plan, plan))?;
+        let mut answers = kept.seen.iter().filter(|(seen, _)| seen == path);
+        match (answers.next(), answers.next()) {
+            (Some((_, Ok((_, id)))), None) => *id,
+            _ => None,
+        }
+    }
+
     fn plan_on(&mut self, policy: &SandboxPolicy, fs: &dyn HostFs) -> Result<Arc<MountPlan>, SandboxError> {
         let found = self.kept.iter().position(|kept| {
             kept.read_only == policy.read_only && kept.remapped == policy.remapped && kept.devices == policy.devices
@@ -674,7 +700,7 @@ impl Plans {
             let holds = self
                 .kept
                 .get(index)
-                .is_some_and(|kept| kept.seen.iter().all(|(path, was)| answer(&fs.entry(path)) == *was));
+                .is_some_and(|kept| kept.seen.iter().all(|(path, was)| answer(&fs.identified_entry(path)) == *was));
             match self.kept.get(index) {
                 // The one check a build makes that is not about paths.
                 Some(kept) if holds => return check_ids(policy).map(|()| Arc::clone(&kept.plan)),

@@ -169,7 +169,7 @@ use rustix::thread::UnshareFlags;
 
 use crate::error::{at, at_entry, errno_of, ChildFailure, Failure, SandboxError, Step};
 use crate::join::{confine_steps, network, run_limits, ConfineStep, Handoff, Join, JoinPlan};
-use crate::landlock_rules::{self, handled_abi, kernel_landlock};
+use crate::landlock_rules::{self, handled_abi, kernel_landlock, PathRule};
 use crate::limits::{RUN_TCP_RMEM, RUN_TCP_WMEM, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
 use crate::plan::{
     in_run_disk, MountKind, MountPlan, NodeKind, Plans, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME,
@@ -374,6 +374,13 @@ struct Resolved {
     staged_boot_id: CString,
     staged_proc_boot_id: CString,
     landlock_abi: ABI,
+    /// Every exposed host path, opened for its Landlock rule: each run's
+    /// ruleset is made from these (an open, an `fstat` and a close per
+    /// path, about 35 us a shell in the helper, when opened per run).
+    /// While the resolution is kept they name what the paths name: its
+    /// plan holds only while each path is the very file it was
+    /// ([`Preparations`] checks the descriptors against that once).
+    path_rules: Vec<PathRule>,
     filters: Filters,
     /// Steps 16-18 ([`crate::confine`]).
     confine: Vec<ConfineStep>,
@@ -448,8 +455,19 @@ impl Preparations {
         let resolved = match found {
             Some((_, resolved)) => Arc::clone(resolved),
             None => {
-                let resolved = Arc::new(Resolved::new(policy, plan)?);
+                let resolved = Arc::new(Resolved::new(policy, Arc::clone(&plan))?);
                 self.resolved += 1;
+                // Its rules' descriptors must name what the plan's paths
+                // named when it was made (the plan's replay holds the paths
+                // to that from now on); a path that changed in between
+                // serves this run only, and the next replay makes a new plan.
+                let same_files = resolved
+                    .path_rules
+                    .iter()
+                    .all(|rule| rule.identity().is_some_and(|id| self.plans.identity(&plan, &rule.path) == Some(id)));
+                if !same_files {
+                    return Prepared::with_resolved(resolved, policy);
+                }
                 // A policy's earlier resolution has a plan that no longer holds.
                 self.kept.retain(|(kept, _)| !fix_the_same(kept, policy));
                 if self.kept.len() >= MAX_KEPT_RESOLVED {
@@ -617,6 +635,12 @@ impl Resolved {
             staged_boot_id: staged(&Path::new(PROC_DIR).join(BOOT_ID_SOURCE))?,
             staged_proc_boot_id: staged(&Path::new(PROC_DIR).join(BOOT_ID_PATH))?,
             landlock_abi,
+            path_rules: {
+                // Descriptors kept in this process must land above 3 (see
+                // the function).
+                crate::sys::occupy_low_fds();
+                landlock_rules::open_plan_rules(&plan, landlock_abi)?
+            },
             confine: confine_steps(&limits, &filters),
             filters,
             egress: policy.egress_port.map(|port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)),
@@ -645,7 +669,7 @@ impl Prepared {
         // Every descriptor made below must land above 3 (see the function).
         crate::sys::occupy_low_fds();
         let egress_port = resolved.egress.map(|address| address.port());
-        let ruleset = landlock_rules::build_ruleset(&resolved.plan, resolved.landlock_abi, egress_port)?;
+        let ruleset = landlock_rules::ruleset_with(&resolved.path_rules, resolved.landlock_abi, egress_port)?;
         let (diag_read, diag_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
             .map_err(|e| SandboxError::Pipe(e.into()))?;
         let (handoff_read, handoff_write) = rustix::net::socketpair(
@@ -756,6 +780,11 @@ impl Prepared {
 
     /// The resolved mount plan (for `pycage doctor` and diagnostics).
     pub fn plan(&self) -> &MountPlan {
+        &self.resolved.plan
+    }
+
+    /// The plan as shared (kept by [`Preparations`], or this run's own).
+    pub(crate) fn plan_arc(&self) -> &Arc<MountPlan> {
         &self.resolved.plan
     }
 
@@ -1615,6 +1644,7 @@ mod tests {
 
     #[test]
     fn runs_of_a_policy_share_what_it_fixes_until_its_plan_changes() {
+        use std::os::unix::fs::MetadataExt;
         let dir = std::env::temp_dir().join(format!("pycage-preparations-{}", std::process::id()));
         let exposed = dir.join("exposed");
         std::fs::create_dir_all(&exposed).unwrap();
@@ -1645,12 +1675,27 @@ mod tests {
         assert_ne!(first.resolved.disk_tmpfs_data, other.resolved.disk_tmpfs_data);
         assert!(Arc::ptr_eq(&preparations.prepare(&policy).unwrap().resolved, &first.resolved));
         assert_eq!(preparations.resolved(), 2);
+        // The exposed directory made again (a directory still, another
+        // file): a new plan and resolution, whose rule names the new one.
+        // (The kept rule holds the old inode, so its number is not reused.)
+        let rule_of = |prepared: &Prepared| {
+            prepared.resolved.path_rules.iter().find(|rule| rule.path == exposed).and_then(PathRule::identity)
+        };
+        std::fs::remove_dir(&exposed).unwrap();
+        std::fs::create_dir(&exposed).unwrap();
+        let remade = preparations.prepare(&policy).unwrap();
+        assert_eq!(preparations.resolved(), 3);
+        assert!(!Arc::ptr_eq(&first.resolved, &remade.resolved));
+        let now = std::fs::metadata(&exposed).unwrap();
+        assert_eq!(rule_of(&remade), Some((now.dev(), now.ino())));
+        assert_ne!(rule_of(&first), rule_of(&remade));
+        assert!(Arc::ptr_eq(&preparations.prepare(&policy).unwrap().resolved, &remade.resolved));
         // The exposed directory became a file: a new plan, resolved again,
         // and the stale resolution dropped.
         std::fs::remove_dir(&exposed).unwrap();
         std::fs::write(&exposed, b"").unwrap();
         let changed = preparations.prepare(&policy).unwrap();
-        assert_eq!(preparations.resolved(), 3);
+        assert_eq!(preparations.resolved(), 4);
         assert!(!Arc::ptr_eq(&first.resolved, &changed.resolved));
         assert_eq!(changed.plan(), Prepared::new(&policy).unwrap().plan());
         assert_ne!(changed.plan(), first.plan());

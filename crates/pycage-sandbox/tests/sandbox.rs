@@ -1025,6 +1025,45 @@ fn tests_pass_with_a_root_template() {
     assert!(!stdout.contains(" 0 passed"), "{stdout}");
 }
 
+/// With kept plans (the shell helper's way), a template is checked against
+/// its paths once per plan, and a path made again since (the same kind,
+/// another inode) makes a new plan, under which the template is checked
+/// again and built anew.
+#[test]
+fn a_kept_plans_root_template_is_built_again_when_a_path_is_made_again() {
+    if !is_root() {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "needs root, and CI requires it");
+        return;
+    }
+    let base = tempfile::Builder::new().prefix("pycage-template-").tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let venv = base.path().join("venv");
+    std::fs::create_dir(&venv).unwrap();
+    let mut fx = Fixture::new(44);
+    fx.policy.read_only.push(venv.clone());
+    let mut preparations = pycage_sandbox::Preparations::new();
+    let mut templates = RootTemplates::new();
+    let mut attach = |preparations: &mut pycage_sandbox::Preparations| {
+        let mut prepared = preparations.prepare(&fx.policy).unwrap();
+        let attached = templates.attach(&mut prepared);
+        (attached, templates.built(), templates.unsupported().is_some())
+    };
+    let (attached, built, unsupported) = attach(&mut preparations);
+    if !attached {
+        assert!(unsupported, "a template failed for its paths");
+        eprintln!("no root templates on this kernel: nothing to check");
+        return;
+    }
+    assert_eq!(built, 1);
+    assert_eq!(attach(&mut preparations), (true, 1, false));
+    assert_eq!(preparations.resolved(), 1);
+    std::fs::remove_dir(&venv).unwrap();
+    std::fs::create_dir(&venv).unwrap();
+    assert_eq!(attach(&mut preparations), (true, 2, false));
+    assert_eq!(preparations.resolved(), 2);
+    assert_eq!(attach(&mut preparations), (true, 2, false));
+}
+
 /// A template serves every run of its policy while its paths stay what
 /// they were; a path replaced since (a venv made again) gets a new one, so
 /// no run sees the old inode, and so does a file system mounted below an
