@@ -31,14 +31,13 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use landlock::RulesetCreated;
+use landlock::{RulesetCreated, ABI};
 use rustix::process::Resource;
 
 use crate::confine::ConfineStep;
 use crate::landlock_rules::{handled_abi, kernel_landlock, open_rules, ruleset_with, PathRule};
 use crate::plan::{MountKind, NodeKind};
 use crate::seccomp;
-use landlock::ABI;
 
 /// Most bind mounts one floor spawn makes (a run's plan has about 16).
 pub const MAX_FLOOR_BINDS: usize = 64;

@@ -23,6 +23,14 @@
 //! child's new root. The child adds one more rule, read-dir beneath its
 //! tmpfs root (see [`crate::Prepared::enter`]): directory listings then work
 //! across the new root, which holds only what was exposed.
+//!
+//! The host paths are opened once per resolution of a policy
+//! ([`PathRule`], kept by [`crate::Preparations`] while its plan holds,
+//! that is while every path is the file the plan found), and each run's
+//! ruleset is made from those descriptors.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
 
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -30,9 +38,6 @@ use landlock::{
 };
 
 use crate::error::SandboxError;
-use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
-
 use crate::plan::{FileId, MountKind, MountPlan, NodeKind};
 
 /// The newest Landlock ABI whose rights this crate handles.

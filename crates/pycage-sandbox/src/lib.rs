@@ -85,10 +85,10 @@ pub use join::{Handoff, Join, JoinPlan};
 pub use landlock_rules::{MIN_ABI as MIN_LANDLOCK_ABI, TARGET_ABI as TARGET_LANDLOCK_ABI};
 pub use limits::{INHERITED_FDS, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
 pub use plan::{
-    disk_inodes, Bind, Entry, GeneratedFile, HostFs, HostIds, MountKind, MountPlan, NodeKind, Plans, RealFs, Remap,
-    SandboxPolicy, Symlink, BYTES_PER_INODE, DISK_DIRS, FIXED_DIRS, GENERATED_FILES, HOSTNAME, INSIDE_GID, INSIDE_UID,
-    MAX_BINDS, MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS, MIN_DISK_INODES, OUTPUT_DIR, PROC_DIR, SHM_DIR, TMP_DIR, USER_NAME,
-    WORK_DIR,
+    disk_inodes, Bind, Entry, FileId, GeneratedFile, HostFs, HostIds, MountKind, MountPlan, NodeKind, Plans, RealFs,
+    Remap, SandboxPolicy, Symlink, BYTES_PER_INODE, DISK_DIRS, FIXED_DIRS, GENERATED_FILES, HOSTNAME, INSIDE_GID,
+    INSIDE_UID, MAX_BINDS, MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS, MIN_DISK_INODES, OUTPUT_DIR, PROC_DIR, SHM_DIR,
+    TMP_DIR, USER_NAME, WORK_DIR,
 };
 pub use prepared::{Preparations, Prepared};
 pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
