@@ -33,8 +33,9 @@
 //! 2. Policies as data: `landlock_rules`, [`seccomp`], `sys` (thin syscall
 //!    wrappers for the forked child).
 //! 3. [`confine`] (the program's own final steps), `join` (what a process
-//!    joining a shell gets and does), [`prepared`] (the sandbox built and
-//!    entered), `template` (a policy's read-only root, built once by the
+//!    joining a shell gets and does), `resolved` (what a policy fixes for
+//!    every run of it), [`prepared`] (the sandbox built and entered, and
+//!    what a policy fixes kept between runs), `template` (a policy's read-only root, built once by the
 //!    shell helper and cloned by each shell), [`fork`] (a forked child's
 //!    first steps; a shell's fork).
 //! 4. `zygote_userns`, `probe` (what this machine supports), [`helper`]
@@ -72,6 +73,7 @@ pub mod limits;
 mod plan;
 pub mod prepared;
 mod probe;
+mod resolved;
 pub mod seccomp;
 mod sys;
 mod syscalls;

@@ -641,7 +641,7 @@ struct KeptPlan {
     devices: Vec<PathBuf>,
     seen: Vec<(PathBuf, Answer)>,
     /// Shared with every shell built from it (see
-    /// [`crate::prepared::Preparations`]): one plan, not a copy per shell.
+    /// [`crate::Preparations`]): one plan, not a copy per shell.
     plan: Arc<MountPlan>,
 }
 

@@ -69,7 +69,7 @@
 //!    `shmall`, `shmmni`, `sem`): C is the root of the user namespace that
 //!    owns the IPC namespace, the only writer the kernel allows. With
 //!    egress ([`SandboxPolicy::egress_port`]), cap the namespace's TCP
-//!    buffers ([`RUN_TCP_RMEM`], [`RUN_TCP_WMEM`]), bring `lo` up and listen on
+//!    buffers ([`crate::limits::RUN_TCP_RMEM`], [`crate::limits::RUN_TCP_WMEM`]), bring `lo` up and listen on
 //!    `127.0.0.1:<port>` (a TCP socket of the run's network namespace,
 //!    which has no other route): C holds `CAP_NET_ADMIN` over it, and a
 //!    socket stays in the namespace it was made in, so the host accepts
@@ -141,50 +141,43 @@
 //! # Allocation after fork
 //!
 //! Every path is a `CString` built in [`Prepared::new`] (or once per
-//! policy, by [`Preparations`]), both BPF programs are compiled there, and
-//! every map line, sysctl value and generated file is preformatted. The child-side code makes syscalls only: rustix with
+//! policy, by [`crate::Preparations`]: `resolved.rs`), both BPF programs
+//! are compiled there, and every map line, sysctl value and generated file
+//! is preformatted. The child-side code makes syscalls only: rustix with
 //! `&CStr` arguments, Landlock's `try_clone`/`add_rule`/`restrict_self`,
 //! seccompiler's `apply_filter` (a `sock_fprog` on the stack), `sendmsg`
 //! with a stack control buffer. Clone fds live in a fixed array on the
 //! stack ([`crate::MAX_BINDS`] entries). Errors are `Copy` values and raw
 //! errnos; the diagnostics record is an 8-byte array.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use landlock::{Access, AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr, ABI};
+use landlock::{Access, AccessFs, PathBeneath, RulesetCreated, RulesetCreatedAttr};
 use rustix::fs::{Mode, OFlags};
 use rustix::mount::{MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags};
 use rustix::net::{
     AddressFamily, RecvAncillaryBuffer, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
 };
 use rustix::pipe::PipeFlags;
-use rustix::process::{DumpableBehavior, Pid, Resource, Rlimit, Signal};
+use rustix::process::{DumpableBehavior, Pid, Rlimit, Signal};
 use rustix::thread::UnshareFlags;
 
 use crate::error::{at, at_entry, errno_of, ChildFailure, Failure, SandboxError, Step};
-use crate::join::{confine_steps, network, run_limits, ConfineStep, Handoff, Join, JoinPlan};
-use crate::landlock_rules::{self, handled_abi, kernel_landlock, PathRule};
-use crate::limits::{RUN_TCP_RMEM, RUN_TCP_WMEM, SUPERVISOR_LOST_EXIT, SYSV_SEM_LIMITS, SYSV_SHM_SEGMENTS};
+use crate::join::{Handoff, Join, JoinPlan};
+use crate::landlock_rules;
+use crate::limits::SUPERVISOR_LOST_EXIT;
+use crate::plan::Plans;
 use crate::plan::{
-    in_run_disk, MountKind, MountPlan, NodeKind, Plans, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME,
-    MAX_BINDS, PROC_DIR, WORK_DIR,
+    MountPlan, NodeKind, RealFs, SandboxPolicy, DISK_DIRS, FIXED_DIRS, HOSTNAME, MAX_BINDS, PROC_DIR, WORK_DIR,
 };
-use crate::seccomp::{self, Filters};
+use crate::resolved::{run_ids, LandlockGrant, Resolved, BOOT_ID_PATH};
+use crate::seccomp::Filters;
 use crate::sys;
-
-/// Where the new root is assembled, in the child's private mount namespace
-/// (a tmpfs is mounted over the host's `/tmp` there; the host never sees it).
-const STAGING: &str = "/tmp";
-
-/// Size of the tmpfs that becomes the new root: directories, mount points,
-/// symlinks and the generated `/etc` files.
-pub(crate) const ROOT_TMPFS_BYTES: usize = 1024 * 1024;
 
 /// The diagnostics record: step, pad, 16-bit index, 32-bit errno.
 const RECORD_LEN: usize = 8;
@@ -199,13 +192,6 @@ const HANDOFF_SOCK_DIAG: u8 = 1;
 /// accepts them (more wait in `connect`).
 const EGRESS_BACKLOG: i32 = 128;
 const HANDOFF_TAG: [u8; 4] = *b"pycg";
-
-/// The file holding the run's `boot_id`, in the new root's `/proc`
-/// directory: procfs is mounted over it, which hides it from everything
-/// but the clone of it mounted at [`BOOT_ID_PATH`].
-const BOOT_ID_SOURCE: &str = "boot_id";
-/// Where the kernel shows its boot id, under `/proc`.
-const BOOT_ID_PATH: &str = "sys/kernel/random/boot_id";
 
 /// A random (version 4) UUID and a newline, as the kernel formats
 /// `boot_id`: the run's own, so no two runs (and not the host) share one.
@@ -233,14 +219,6 @@ fn random_boot_id() -> Result<[u8; 37], SandboxError> {
     Ok(text)
 }
 
-/// `MOUNT_ATTR_*` for each bind kind: (attributes, recursive).
-pub(crate) fn attributes(kind: MountKind) -> (u64, bool) {
-    match kind {
-        MountKind::ReadOnly => (sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV, true),
-        MountKind::Device => (sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC, false),
-    }
-}
-
 /// How a shell clones a root template (and its build checks that it can):
 /// the whole detached tree, every mount of it.
 pub(crate) fn template_clone_flags() -> OpenTreeFlags {
@@ -248,50 +226,6 @@ pub(crate) fn template_clone_flags() -> OpenTreeFlags {
         | OpenTreeFlags::OPEN_TREE_CLOEXEC
         | OpenTreeFlags::AT_RECURSIVE
         | OpenTreeFlags::AT_EMPTY_PATH
-}
-
-/// One bind mount, ready for the child.
-#[derive(Debug)]
-struct BindOp {
-    source: CString,
-    target: CString,
-    create: Option<NodeKind>,
-    attr_set: u64,
-    recursive: bool,
-    /// Outside the run's tmpfs: a root template has it.
-    in_template: bool,
-}
-
-/// One symlink, ready for the child.
-#[derive(Debug)]
-struct SymlinkOp {
-    target_text: CString,
-    link: CString,
-    in_template: bool,
-}
-
-/// One generated file, ready for the child.
-#[derive(Debug)]
-struct FileOp {
-    path: CString,
-    contents: &'static [u8],
-    in_template: bool,
-}
-
-/// One directory of the new root, ready for the child.
-#[derive(Debug)]
-struct DirOp {
-    path: CString,
-    in_template: bool,
-}
-
-/// One directory of the run's tmpfs: where it is made (the tmpfs is
-/// staged on the new root's `/proc`), its mount point, its mode.
-#[derive(Debug)]
-struct DiskDirOp {
-    staged: CString,
-    target: CString,
-    mode: u32,
 }
 
 /// Number of descriptors a [`Join`] carries, in its field order.
@@ -304,7 +238,7 @@ const JOIN_TAG: [u8; 4] = *b"join";
 /// spawning), share it with the `pre_exec` closure (it is `Send + Sync`;
 /// wrap it in an `Arc`), and call [`Prepared::enter`] there. A builder of
 /// many runs of a few policies keeps what a policy fixes between them with
-/// [`Preparations`].
+/// [`crate::Preparations`].
 #[derive(Debug)]
 pub struct Prepared {
     /// What the policy fixes: the same for every run of it.
@@ -338,54 +272,6 @@ pub struct Prepared {
     /// The root's read-only skeleton, built once for the policy
     /// ([`crate::RootTemplates`]): cloned whole in step 3 instead of built.
     template: Option<Arc<OwnedFd>>,
-}
-
-/// What a policy fixes for every run of it, on an unchanged file system:
-/// its plan, every path and value the child uses, preformatted, and both
-/// BPF programs. Built once per run by [`Prepared::new`], or once
-/// per policy by [`Preparations`], and never changed after.
-#[derive(Debug)]
-struct Resolved {
-    plan: Arc<MountPlan>,
-    /// The plan's part a root template holds, on a root host (the only
-    /// one templates serve).
-    template_part: Option<MountPlan>,
-    root_host: bool,
-    host_pid: Pid,
-    staging: CString,
-    root_tmpfs_data: CString,
-    fixed_dirs: Vec<CString>,
-    disk_tmpfs_data: CString,
-    disk_dirs: Vec<DiskDirOp>,
-    dirs: Vec<DirOp>,
-    binds: Vec<BindOp>,
-    symlinks: Vec<SymlinkOp>,
-    files: Vec<FileOp>,
-    staged_proc: CString,
-    staged_proc_sys: CString,
-    staged_work: CString,
-    landlock_dirs: [(&'static CStr, LandlockGrant); 6],
-    ipc_limits: [(&'static CStr, Vec<u8>); 4],
-    /// With egress: the network namespace's TCP buffer sizes.
-    net_limits: [(&'static CStr, &'static [u8]); 2],
-    limits: [(Resource, u64); 7],
-    /// Where the run's `boot_id` is written (under `/proc` of the new
-    /// root, hidden once procfs is mounted there).
-    staged_boot_id: CString,
-    staged_proc_boot_id: CString,
-    landlock_abi: ABI,
-    /// Every exposed host path, opened for its Landlock rule: each run's
-    /// ruleset is made from these (an open, an `fstat` and a close per
-    /// path, about 35 us a shell in the helper, when opened per run).
-    /// While the resolution is kept they name what the paths name: its
-    /// plan holds only while each path is the very file it was
-    /// ([`Preparations`] checks the descriptors against that once).
-    path_rules: Vec<PathRule>,
-    filters: Filters,
-    /// Steps 16-18 ([`crate::confine`]).
-    confine: Vec<ConfineStep>,
-    /// Where the supervisor listens for egress, inside the run.
-    egress: Option<std::net::SocketAddrV4>,
 }
 
 /// The maps of a run's user namespace made from the zygote's, where the
@@ -502,153 +388,6 @@ enum NetworkNamespace {
     Join(OwnedFd),
 }
 
-/// Which Landlock rights a directory of the new root gets.
-#[derive(Debug, Clone, Copy)]
-enum LandlockGrant {
-    /// List directories.
-    List,
-    /// Read files and list directories.
-    Read,
-    /// Everything.
-    All,
-}
-
-impl Resolved {
-    /// Resolve `policy` on its `plan`: every string the child needs, both
-    /// BPF programs, the confinement's steps. Fails if Landlock is too old
-    /// or a path of the policy is invalid.
-    fn new(policy: &SandboxPolicy, plan: Arc<MountPlan>) -> Result<Resolved, SandboxError> {
-        let (root_host, _, _) = run_ids(policy)?;
-
-        let kernel = kernel_landlock();
-        let landlock_abi = handled_abi(kernel).ok_or_else(|| SandboxError::LandlockUnavailable {
-            found: kernel.to_string(),
-            required: landlock_rules::MIN_ABI as u32,
-        })?;
-        let filters = seccomp::compile_native(network(policy))?;
-        let staging = Path::new(STAGING);
-        let staged = |path: &Path| -> Result<CString, SandboxError> {
-            cstring(&staging.join(path.strip_prefix("/").unwrap_or(path)))
-        };
-        let fixed_dirs = FIXED_DIRS.iter().map(|d| staged(Path::new(d))).collect::<Result<Vec<_>, _>>()?;
-        let disk_dirs = DISK_DIRS
-            .iter()
-            .map(|(dir, mode)| {
-                // "work", "tmp", "shm": one directory of the run's tmpfs
-                // each, which is staged on the new root's `/proc`.
-                let name = Path::new(dir).file_name().unwrap_or_default();
-                Ok(DiskDirOp {
-                    staged: staged(&Path::new(PROC_DIR).join(name))?,
-                    target: staged(Path::new(dir))?,
-                    mode: *mode,
-                })
-            })
-            .collect::<Result<Vec<_>, SandboxError>>()?;
-        let dirs = plan
-            .dirs
-            .iter()
-            .map(|d| Ok(DirOp { path: staged(d)?, in_template: !in_run_disk(d) }))
-            .collect::<Result<Vec<_>, SandboxError>>()?;
-        let binds = plan
-            .binds
-            .iter()
-            .map(|b| {
-                let (attr_set, recursive) = attributes(b.kind);
-                Ok(BindOp {
-                    source: cstring(&b.source)?,
-                    target: staged(&b.target)?,
-                    create: b.create_mount_point.then_some(b.node),
-                    attr_set,
-                    recursive,
-                    in_template: !in_run_disk(&b.target),
-                })
-            })
-            .collect::<Result<Vec<_>, SandboxError>>()?;
-        let symlinks = plan
-            .symlinks
-            .iter()
-            .map(|l| {
-                Ok(SymlinkOp {
-                    target_text: cstring(&l.target)?,
-                    link: staged(&l.path)?,
-                    in_template: !in_run_disk(&l.path),
-                })
-            })
-            .collect::<Result<Vec<_>, SandboxError>>()?;
-        let files = plan
-            .files
-            .iter()
-            .map(|f| {
-                Ok(FileOp {
-                    path: staged(&f.path)?,
-                    contents: f.contents.as_bytes(),
-                    in_template: !in_run_disk(&f.path),
-                })
-            })
-            .collect::<Result<Vec<_>, SandboxError>>()?;
-        let options = |text: String| {
-            CString::new(text).map_err(|_| SandboxError::NulInPath { path: PathBuf::from("tmpfs options") })
-        };
-        let page = rustix::param::page_size() as u64;
-        let shm_pages = policy.sysv_shm_bytes.div_ceil(page);
-
-        let limits = run_limits(policy);
-        Ok(Resolved {
-            template_part: root_host.then(|| plan.template_part()),
-            root_host,
-            host_pid: rustix::process::getpid(),
-            staging: cstring(staging)?,
-            root_tmpfs_data: options(format!("mode=0755,size={ROOT_TMPFS_BYTES},nr_inodes={}", plan.tmpfs_inodes()))?,
-            fixed_dirs,
-            disk_tmpfs_data: options(format!(
-                "mode=0755,size={},nr_inodes={}",
-                policy.disk_bytes,
-                policy.disk_inodes()
-            ))?,
-            disk_dirs,
-            dirs,
-            binds,
-            symlinks,
-            files,
-            staged_proc: staged(Path::new(PROC_DIR))?,
-            staged_proc_sys: staged(&Path::new(PROC_DIR).join("sys"))?,
-            staged_work: staged(Path::new(WORK_DIR))?,
-            landlock_dirs: [
-                (c"/", LandlockGrant::List),
-                (c"/etc", LandlockGrant::Read),
-                (c"/proc", LandlockGrant::Read),
-                (c"/work", LandlockGrant::All),
-                (c"/tmp", LandlockGrant::All),
-                (c"/dev/shm", LandlockGrant::All),
-            ],
-            ipc_limits: [
-                (c"/proc/sys/kernel/shmmax", policy.sysv_shm_bytes.to_string().into_bytes()),
-                (c"/proc/sys/kernel/shmall", shm_pages.to_string().into_bytes()),
-                (c"/proc/sys/kernel/shmmni", SYSV_SHM_SEGMENTS.to_string().into_bytes()),
-                (c"/proc/sys/kernel/sem", SYSV_SEM_LIMITS.as_bytes().to_vec()),
-            ],
-            net_limits: [
-                (c"/proc/sys/net/ipv4/tcp_rmem", RUN_TCP_RMEM.as_bytes()),
-                (c"/proc/sys/net/ipv4/tcp_wmem", RUN_TCP_WMEM.as_bytes()),
-            ],
-            limits,
-            staged_boot_id: staged(&Path::new(PROC_DIR).join(BOOT_ID_SOURCE))?,
-            staged_proc_boot_id: staged(&Path::new(PROC_DIR).join(BOOT_ID_PATH))?,
-            landlock_abi,
-            path_rules: {
-                // Descriptors kept in this process must land above 3 (see
-                // the function).
-                crate::sys::occupy_low_fds();
-                landlock_rules::open_plan_rules(&plan, landlock_abi)?
-            },
-            confine: confine_steps(&limits, &filters),
-            filters,
-            egress: policy.egress_port.map(|port| std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, port)),
-            plan,
-        })
-    }
-}
-
 impl Prepared {
     /// Resolve the policy, build the Landlock ruleset, compile the seccomp
     /// filters and precompute every string the child needs.
@@ -664,7 +403,7 @@ impl Prepared {
 
     /// One run of `policy`, resolved as `resolved`: its own host ids,
     /// `boot_id`, Landlock ruleset and descriptors.
-    fn with_resolved(resolved: Arc<Resolved>, policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
+    pub(crate) fn with_resolved(resolved: Arc<Resolved>, policy: &SandboxPolicy) -> Result<Prepared, SandboxError> {
         let (_, host_uid, host_gid) = run_ids(policy)?;
         // Every descriptor made below must land above 3 (see the function).
         crate::sys::occupy_low_fds();
@@ -783,7 +522,7 @@ impl Prepared {
         &self.resolved.plan
     }
 
-    /// The plan as shared (kept by [`Preparations`], or this run's own).
+    /// The plan as shared (kept by [`crate::Preparations`], or this run's own).
     pub(crate) fn plan_arc(&self) -> &Arc<MountPlan> {
         &self.resolved.plan
     }
@@ -1599,26 +1338,13 @@ fn write_at(dir: &OwnedFd, name: &CStr, data: &[u8], step: Step) -> Result<(), F
     Ok(())
 }
 
-/// Whether the host is root, and the run's host uid and gid: the policy's
-/// on a root host (which must give them), the caller's own otherwise.
-fn run_ids(policy: &SandboxPolicy) -> Result<(bool, u32, u32), SandboxError> {
-    let euid = rustix::process::geteuid().as_raw();
-    match (euid == 0, policy.host_ids) {
-        (true, Some(ids)) => Ok((true, ids.uid, ids.gid)),
-        (true, None) => Err(SandboxError::NoRunIds),
-        (false, None) => Ok((false, euid, rustix::process::getegid().as_raw())),
-        (false, Some(ids)) => Err(SandboxError::RunIdsNeedRoot { uid: ids.uid, euid }),
-    }
-}
-
-fn cstring(path: &Path) -> Result<CString, SandboxError> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| SandboxError::NulInPath { path: path.to_path_buf() })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::landlock_rules::PathRule;
     use crate::plan::{SHM_DIR, TMP_DIR};
+    use crate::resolved::STAGING;
+    use crate::Preparations;
 
     #[test]
     fn prepared_is_send_and_sync() {

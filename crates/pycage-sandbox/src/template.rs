@@ -60,7 +60,8 @@ use rustix::fs::{Mode, OFlags};
 use rustix::mount::{FsMountFlags, FsOpenFlags, MountAttrFlags, MoveMountFlags, OpenTreeFlags};
 
 use crate::plan::{MountPlan, NodeKind, FIXED_DIRS};
-use crate::prepared::{attributes, template_clone_flags, Prepared, ROOT_TMPFS_BYTES};
+use crate::prepared::{template_clone_flags, Prepared};
+use crate::resolved::{attributes, ROOT_TMPFS_BYTES};
 use crate::sys;
 
 /// Templates a helper keeps (one per policy it saw last); the oldest goes.
