@@ -135,6 +135,10 @@ pub enum SandboxError {
     /// The seccomp filter does not compile for this architecture.
     #[error("seccomp layer: cannot compile the filter: {0}")]
     Seccomp(#[source] seccompiler::BackendError),
+    /// A rule of the seccomp policy cannot be expressed (a constant of
+    /// this crate, so a bug caught by its tests).
+    #[error("seccomp layer: cannot compile the filter: {0}")]
+    SeccompPolicy(&'static str),
     /// This CPU architecture has no seccomp filter in pycage.
     #[error("seccomp layer: architecture {arch} is not supported (x86_64 and aarch64 are)")]
     UnsupportedArch {

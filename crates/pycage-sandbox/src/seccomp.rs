@@ -50,33 +50,37 @@
 //! 1. The architecture check: a foreign architecture kills the process.
 //! 2. A binary search over the syscall number. The numbers `0..=u32::MAX`
 //!    are cut into ranges of one verdict ([`Verdict::Allow`], `EPERM`,
-//!    `ENOSYS`, or "look at the arguments"): at most 11 comparisons for
-//!    any call on x86_64, where a linear chain (seccompiler's shape)
-//!    compares up to every listed number. The tree is its branch nodes
-//!    alone, each jumping straight to one of three shared returns (or the
-//!    argument block) after it: 96 nodes and 3 returns on x86_64, where a
-//!    return per range made it 200 instructions.
-//! 3. The calls whose verdict depends on an argument ([`When`] other than
-//!    `Always`) jump to one block that seccompiler compiles from their rules:
-//!    a match returns `EPERM`, anything else is allowed.
+//!    `ENOSYS`, or "look at this call's arguments"): at most 11
+//!    comparisons for any call on x86_64, where a linear chain
+//!    (seccompiler's shape) compares up to every listed number. The tree
+//!    is its branch nodes alone (96 on x86_64), each jumping straight to
+//!    its verdict's shared return or to its call's argument block.
+//! 3. One short block per call whose verdict depends on an argument
+//!    ([`When`] other than `Always`), reached from the tree with the call
+//!    already known: it loads the argument's low 32 bits and compares
+//!    (`JEQ` per value, one `JSET` for a set of flags); a match is `EPERM`,
+//!    anything else is allowed.
+//! 4. The three shared returns: allow, `EPERM`, `ENOSYS`.
 //!
-//! Why not seccompiler alone: it compiles a linear chain with one action on
-//! a match and one on a mismatch, so the policy's three outcomes took two
+//! Why not seccompiler: it compiles a linear chain with one action on a
+//! match and one on a mismatch, so the policy's three outcomes took two
 //! filters of 1,330 and 412 instructions on x86_64. Installing a filter
-//! costs the kernel a JIT compilation (proportional to its length) and, to
-//! build its per-syscall action cache, an emulation of the filter for every
-//! syscall number, with interrupts off: together about 0.6 ms of CPU in
-//! every sandboxed run. The tree is a seventh of the length (230
-//! instructions on x86_64, 127 of them the argument block), one filter,
-//! and its emulation stops after a dozen instructions. Its install still
-//! costs the child about 50 µs (the JIT, the conversion to eBPF, the
-//! action cache): 60-68 µs with a return per range, measured in
-//! `docs/perf-log.md`. Calls it allows from the
-//! number alone are in the kernel's action cache (Linux 5.11+) and never
-//! run the program; the kernel caches only "allow", so refused calls run
-//! it, a dozen instructions. The program's verdicts equal
-//! what the two seccompiler filters gave together, for every number and
-//! argument the tests try (`the_tree_says_what_the_two_filters_said`).
+//! costs the kernel a conversion to eBPF and a JIT compilation (each
+//! proportional to its length) and, to build its per-syscall action
+//! cache, an emulation of the filter for every syscall number, with
+//! interrupts off: together about 0.6 ms of CPU in every sandboxed run.
+//! This program is 125 instructions on x86_64, one filter, and its
+//! emulation stops after a dozen instructions. Its install costs the child
+//! about 40 µs (measured in `docs/perf-log.md`: 60-68 µs when each range
+//! had its own return and seccompiler compiled the argument rules into a
+//! block that checked the architecture and the number again, 324
+//! instructions). Calls it allows from the number alone are in the
+//! kernel's action cache (Linux 5.11+) and never run the program; the
+//! kernel caches only "allow", so refused calls run it, a dozen
+//! instructions. The program's verdicts equal what the two seccompiler
+//! filters gave together, for every number and argument the tests try
+//! (`the_tree_says_what_the_two_filters_said`); seccompiler stays as that
+//! reference, and for its types.
 //!
 //! The program is plain data: [`Filters::to_bytes`] gives it as the
 //! `struct sock_filter` array in native byte order, ready for
@@ -85,10 +89,7 @@
 
 use std::collections::BTreeMap;
 
-use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
-};
+use seccompiler::{sock_filter, BpfProgram, TargetArch};
 
 use crate::error::SandboxError;
 use crate::syscalls::SYSCALLS;
@@ -423,15 +424,15 @@ pub fn compile_with(arch: TargetArch, network: Network) -> Result<Filters, Sandb
     };
     // The verdict of every listed number; the rest is ENOSYS.
     let mut leaves: BTreeMap<u32, Leaf> = BTreeMap::new();
-    let mut conditional: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let mut tests: BTreeMap<u32, Test> = BTreeMap::new();
     for (name, verdict) in policy() {
         let Some(nr) = syscall_number(name, arch) else { continue };
         let leaf = match verdict {
             Verdict::Allow => Leaf::Allow,
             Verdict::Eperm(When::Always) => Leaf::Eperm,
             Verdict::Eperm(when) => {
-                conditional.insert(i64::from(nr), rules_for(when)?);
-                Leaf::Arguments
+                tests.insert(nr, Test::When(when));
+                Leaf::Arguments(nr)
             }
             Verdict::Enosys => Leaf::Enosys,
         };
@@ -439,8 +440,8 @@ pub fn compile_with(arch: TargetArch, network: Network) -> Result<Filters, Sandb
     }
     if network == Network::LoopbackTcp {
         if let Some(nr) = syscall_number("socket", arch) {
-            conditional.insert(i64::from(nr), loopback_tcp_socket_rules()?);
-            leaves.insert(nr, Leaf::Arguments);
+            tests.insert(nr, Test::LoopbackTcpSocket);
+            leaves.insert(nr, Leaf::Arguments(nr));
         }
     }
     // Ranges of one verdict: (first number, verdict), the last open-ended.
@@ -465,21 +466,7 @@ pub fn compile_with(arch: TargetArch, network: Network) -> Result<Filters, Sandb
         ins(BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS),
         ins(BPF_LD_W_ABS, 0, 0, SECCOMP_DATA_NR),
     ];
-    program.extend(shared_exit_tree(&ranges).unwrap_or_else(|| search(&ranges)));
-    if !conditional.is_empty() {
-        // Every "look at the arguments" leaf jumps to the block after the tree.
-        let block = program.len();
-        for (pc, ins) in program.iter_mut().enumerate() {
-            if ins.code == BPF_JA && ins.k == TO_ARGUMENTS {
-                ins.k = u32::try_from(block - pc - 1).map_err(|_| too_long(block))?;
-            }
-        }
-        let rules =
-            SeccompFilter::new(conditional, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
-                .and_then(BpfProgram::try_from)
-                .map_err(SandboxError::Seccomp)?;
-        program.extend(rules);
-    }
+    program.extend(tree(&ranges, &tests)?);
     if program.len() > BPF_MAXINSNS {
         return Err(too_long(program.len()));
     }
@@ -496,128 +483,203 @@ enum Leaf {
     Allow,
     Eperm,
     Enosys,
-    /// Jump to the block of argument rules.
-    Arguments,
+    /// Jump to the argument block of this syscall number.
+    Arguments(u32),
+}
+
+/// What a syscall's argument block tests: a match is `EPERM`, anything
+/// else is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Test {
+    When(When),
+    /// [`Network::LoopbackTcp`]'s `socket`: `EPERM` unless `AF_UNIX`, or
+    /// `AF_INET` with `SOCK_STREAM` (any flags) and protocol 0 or
+    /// `IPPROTO_TCP`.
+    LoopbackTcpSocket,
 }
 
 const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_AND_K: u16 = 0x54;
 const BPF_JEQ_K: u16 = 0x15;
 const BPF_JGE_K: u16 = 0x35;
+const BPF_JSET_K: u16 = 0x45;
 const BPF_JA: u16 = 0x05;
 const BPF_RET_K: u16 = 0x06;
 const BPF_MAXINSNS: usize = 4096;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
+/// `seccomp_data.args[0]`; each argument is 8 bytes, its low 32 bits first
+/// on the little-endian architectures the policy compiles for.
+const SECCOMP_DATA_ARGS: u32 = 16;
 const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
-/// A placeholder jump target, set once the tree's length is known.
-const TO_ARGUMENTS: u32 = u32::MAX;
 
 fn ins(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
     sock_filter { code, jt, jf, k }
 }
 
-/// Where a branch of [`shared_exit_tree`] goes.
-#[derive(Debug, Clone, Copy)]
+/// Where a jump of the program after its header goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Target {
-    /// The node at this index.
+    /// The next instruction.
+    Next,
+    /// The tree's node at this index.
     Node(usize),
-    /// The exit of a leaf's verdict.
-    Leaf(Leaf),
+    /// The argument block of this syscall number.
+    Block(u32),
+    Allow,
+    Eperm,
+    Enosys,
 }
 
-/// The search over `ranges` as its branch nodes alone, each jumping
-/// straight to one of the shared exits that follow it: `Allow`, `EPERM`,
-/// `ENOSYS`, then the argument block. It decides what [`search`] does in
-/// the same steps, in about half the instructions (a range's own return
-/// was two of the kernel's converted instructions, and the kernel JITs
-/// every filter on every install). `None` when a jump would not fit the
-/// one-byte offset of a conditional jump, or there is nothing to branch on.
-fn shared_exit_tree(ranges: &[(u32, Leaf)]) -> Option<Vec<sock_filter>> {
+impl Target {
+    fn of(leaf: Leaf) -> Target {
+        match leaf {
+            Leaf::Allow => Target::Allow,
+            Leaf::Eperm => Target::Eperm,
+            Leaf::Enosys => Target::Enosys,
+            Leaf::Arguments(nr) => Target::Block(nr),
+        }
+    }
+}
+
+/// An instruction whose jumps are not placed yet (`k` is a `JA`'s offset
+/// once placed).
+type Draft = (u16, Target, Target, u32);
+
+/// The part of the program after its header, with the syscall number in
+/// the accumulator: the binary search over `ranges` (sorted, each from its
+/// number to the next's) as its branch nodes alone, then each argument
+/// block of `tests`, then three shared returns (`Allow`, `EPERM`,
+/// `ENOSYS`) that every leaf and block jumps to. Every jump goes forward,
+/// as classic BPF requires; a conditional one that would span more than
+/// 255 instructions fails the compilation.
+fn tree(ranges: &[(u32, Leaf)], tests: &BTreeMap<u32, Test>) -> Result<Vec<sock_filter>, SandboxError> {
     /// Ranges to place, and the node branch (`true`: `jt`) that leads there.
     type Half<'a> = (&'a [(u32, Leaf)], Option<(usize, bool)>);
-    if ranges.len() < 2 {
-        return None;
-    }
-    // Laid out in preorder without recursion: a half's node takes the next
-    // index when it leaves the stack, and the low half leaves before the
-    // high one, so a node's low subtree follows it and its high one comes
-    // after that. Each entry: the half, and which branch of which node
-    // leads to it (`true`: `jt`, at or above the pivot).
-    let mut nodes: Vec<(u32, Target, Target)> = Vec::new();
+    let mut drafts: Vec<Draft> = Vec::new();
+    // Preorder without recursion: a half's node takes the next index when
+    // it leaves the stack, and the low half leaves before the high one, so
+    // a node's low subtree follows it and its high one comes after that.
     let mut pending: Vec<Half> = vec![(ranges, None)];
+    let mut root = Target::Enosys;
     while let Some((part, from)) = pending.pop() {
         let target = match part {
-            [(_, leaf)] => Target::Leaf(*leaf),
+            [] => Target::Enosys,
+            [(_, leaf)] => Target::of(*leaf),
             _ => {
                 let (low, high) = part.split_at(part.len() / 2);
-                let index = nodes.len();
-                nodes.push((high[0].0, Target::Leaf(Leaf::Enosys), Target::Leaf(Leaf::Enosys)));
+                let index = drafts.len();
+                drafts.push((BPF_JGE_K, Target::Enosys, Target::Enosys, high[0].0));
                 pending.push((high, Some((index, true))));
                 pending.push((low, Some((index, false))));
                 Target::Node(index)
             }
         };
-        if let Some((parent, high)) = from {
-            if high {
-                nodes[parent].1 = target;
-            } else {
-                nodes[parent].2 = target;
-            }
+        match from {
+            Some((parent, true)) => drafts[parent].1 = target,
+            Some((parent, false)) => drafts[parent].2 = target,
+            None => root = target,
         }
     }
-    let exits = nodes.len();
-    let at = |target: Target| match target {
-        Target::Node(index) => index,
-        Target::Leaf(Leaf::Allow) => exits,
-        Target::Leaf(Leaf::Eperm) => exits + 1,
-        Target::Leaf(Leaf::Enosys) => exits + 2,
-        Target::Leaf(Leaf::Arguments) => exits + 3,
+    if !matches!(root, Target::Node(_)) {
+        // A single range: its verdict's jump, then the blocks and returns.
+        drafts.push((BPF_JA, Target::Next, Target::Next, 0));
+        drafts[0].1 = root;
+    }
+    let mut blocks = BTreeMap::new();
+    for (&nr, &test) in tests {
+        blocks.insert(nr, drafts.len());
+        argument_block(test, &mut drafts)?;
+    }
+    let exits = drafts.len();
+    let at = |target: Target, pc: usize| match target {
+        Target::Next => Some(pc + 1),
+        Target::Node(index) => Some(index),
+        Target::Block(nr) => blocks.get(&nr).copied(),
+        Target::Allow => Some(exits),
+        Target::Eperm => Some(exits + 1),
+        Target::Enosys => Some(exits + 2),
     };
     let mut out = Vec::with_capacity(exits + 3);
-    for (pc, &(pivot, jt, jf)) in nodes.iter().enumerate() {
-        let offset = |target| u8::try_from(at(target).checked_sub(pc + 1)?).ok();
-        out.push(ins(BPF_JGE_K, offset(jt)?, offset(jf)?, pivot));
+    for (pc, &(code, jt, jf, k)) in drafts.iter().enumerate() {
+        let offset = |target| at(target, pc).and_then(|to| to.checked_sub(pc + 1)).ok_or_else(|| too_long(exits));
+        out.push(match code {
+            BPF_JA => ins(code, 0, 0, u32::try_from(offset(jt)?).map_err(|_| too_long(exits))?),
+            BPF_JEQ_K | BPF_JGE_K | BPF_JSET_K => {
+                let short = |target| offset(target).and_then(|o| u8::try_from(o).map_err(|_| too_long(exits)));
+                ins(code, short(jt)?, short(jf)?, k)
+            }
+            _ => ins(code, 0, 0, k),
+        });
     }
     out.push(ins(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW));
     out.push(ins(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | libc::EPERM as u32));
     out.push(ins(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
-    Some(out)
+    Ok(out)
 }
 
-/// The search over `ranges` (sorted, each from its number to the next's),
-/// with the syscall number in the accumulator. Recursion is as deep as the
-/// tree (log2 of a few hundred ranges), over a constant table.
-fn search(ranges: &[(u32, Leaf)]) -> Vec<sock_filter> {
-    match ranges {
-        [] => Vec::new(),
-        [(_, leaf)] => vec![match leaf {
-            Leaf::Allow => ins(BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
-            Leaf::Eperm => ins(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | libc::EPERM as u32),
-            Leaf::Enosys => ins(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
-            Leaf::Arguments => ins(BPF_JA, 0, 0, TO_ARGUMENTS),
-        }],
-        _ => {
-            let (low, high) = ranges.split_at(ranges.len() / 2);
-            let pivot = high[0].0;
-            let (low, high) = (search(low), search(high));
-            let mut out = Vec::with_capacity(low.len() + high.len() + 2);
-            match u8::try_from(low.len()) {
-                // nr >= pivot: jump over the low half.
-                Ok(skip) => out.push(ins(BPF_JGE_K, skip, 0, pivot)),
-                Err(_) => {
-                    out.push(ins(BPF_JGE_K, 0, 1, pivot));
-                    out.push(ins(BPF_JA, 0, 0, low.len() as u32));
-                }
-            }
-            out.extend(low);
-            out.extend(high);
-            out
+/// `test`'s block: each argument compared on its low 32 bits, as the
+/// kernel's `seccomp_data` gives it.
+fn argument_block(test: Test, drafts: &mut Vec<Draft>) -> Result<(), SandboxError> {
+    let word = |value: u64| {
+        u32::try_from(value).map_err(|_| SandboxError::SeccompPolicy("a value wider than the 32 bits compared"))
+    };
+    let load = |arg: u8| -> Result<Draft, SandboxError> {
+        if arg > 5 {
+            return Err(SandboxError::SeccompPolicy("an argument past the sixth"));
+        }
+        Ok((BPF_LD_W_ABS, Target::Next, Target::Next, SECCOMP_DATA_ARGS + 8 * u32::from(arg)))
+    };
+    // One comparison per value, each match going to `hit`; the last
+    // mismatch goes to `miss`.
+    let any_of = |values: &[u64], hit: Target, miss: Target, drafts: &mut Vec<Draft>| {
+        if values.is_empty() {
+            drafts.push((BPF_JA, miss, Target::Next, 0));
+        }
+        for (i, &v) in values.iter().enumerate() {
+            let last = i + 1 == values.len();
+            drafts.push((BPF_JEQ_K, hit, if last { miss } else { Target::Next }, word(v)?));
+        }
+        Ok::<(), SandboxError>(())
+    };
+    match test {
+        Test::When(When::Always) => drafts.push((BPF_JA, Target::Eperm, Target::Next, 0)),
+        Test::When(When::ArgNotIn { arg, values }) => {
+            drafts.push(load(arg)?);
+            any_of(values, Target::Allow, Target::Eperm, drafts)?;
+        }
+        Test::When(When::ArgIn { arg, values }) => {
+            drafts.push(load(arg)?);
+            any_of(values, Target::Eperm, Target::Allow, drafts)?;
+        }
+        Test::When(When::ArgHasAnyBit { arg, bits }) => {
+            drafts.push(load(arg)?);
+            let mask = bits.iter().try_fold(0u32, |mask, &bit| word(bit).map(|b| mask | b))?;
+            drafts.push((BPF_JSET_K, Target::Eperm, Target::Allow, mask));
+        }
+        Test::When(When::ArgIsAndArgIn { arg, value, then_arg, values }) => {
+            drafts.push(load(arg)?);
+            drafts.push((BPF_JEQ_K, Target::Next, Target::Allow, word(value)?));
+            drafts.push(load(then_arg)?);
+            any_of(values, Target::Eperm, Target::Allow, drafts)?;
+        }
+        Test::LoopbackTcpSocket => {
+            drafts.push(load(0)?);
+            drafts.push((BPF_JEQ_K, Target::Allow, Target::Next, word(libc::AF_UNIX as u64)?));
+            drafts.push((BPF_JEQ_K, Target::Next, Target::Eperm, word(libc::AF_INET as u64)?));
+            drafts.push(load(1)?);
+            drafts.push((BPF_AND_K, Target::Next, Target::Next, word(SOCKET_TYPE_MASK)?));
+            drafts.push((BPF_JEQ_K, Target::Next, Target::Eperm, word(libc::SOCK_STREAM as u64)?));
+            drafts.push(load(2)?);
+            drafts.push((BPF_JEQ_K, Target::Allow, Target::Next, 0));
+            drafts.push((BPF_JEQ_K, Target::Allow, Target::Eperm, word(libc::IPPROTO_TCP as u64)?));
         }
     }
+    Ok(())
 }
 
 /// [`compile_with`] for this machine's architecture, compiled once per
@@ -637,62 +699,66 @@ pub fn compile_native(network: Network) -> Result<Filters, SandboxError> {
     Ok(slot.get_or_init(|| filters).clone())
 }
 
-/// When `socket` fails with `EPERM` under [`Network::LoopbackTcp`] (rules
-/// ORed, conditions ANDed): a domain other than `AF_UNIX` and `AF_INET`; an
-/// `AF_INET` type other than `SOCK_STREAM` (classic BPF has no "masked not
-/// equal", so each other value of the type bits is listed); an `AF_INET`
-/// protocol other than 0 and `IPPROTO_TCP` (`IPPROTO_MPTCP` included).
-fn loopback_tcp_socket_rules() -> Result<Vec<SeccompRule>, SandboxError> {
-    let rule = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(SandboxError::Seccomp);
-    let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
-        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SandboxError::Seccomp)
-    };
-    let unix = libc::AF_UNIX as u64;
-    let inet = libc::AF_INET as u64;
-    let mut rules = vec![rule(vec![condition(0, SeccompCmpOp::Ne, unix)?, condition(0, SeccompCmpOp::Ne, inet)?])?];
-    for kind in (0..=SOCKET_TYPE_MASK).filter(|&t| t != libc::SOCK_STREAM as u64) {
-        rules.push(rule(vec![
-            condition(0, SeccompCmpOp::Eq, inet)?,
-            condition(1, SeccompCmpOp::MaskedEq(SOCKET_TYPE_MASK), kind)?,
-        ])?);
-    }
-    rules.push(rule(vec![
-        condition(0, SeccompCmpOp::Eq, inet)?,
-        condition(2, SeccompCmpOp::Ne, 0)?,
-        condition(2, SeccompCmpOp::Ne, libc::IPPROTO_TCP as u64)?,
-    ])?);
-    Ok(rules)
-}
-
-/// The seccompiler rules (ORed; conditions within one rule ANDed) that
-/// match when `when` holds.
-fn rules_for(when: When) -> Result<Vec<SeccompRule>, SandboxError> {
-    let rule = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(SandboxError::Seccomp);
-    let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
-        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SandboxError::Seccomp)
-    };
-    match when {
-        When::Always => Ok(Vec::new()),
-        When::ArgNotIn { arg, values } => {
-            let conditions = values.iter().map(|&v| condition(arg, SeccompCmpOp::Ne, v)).collect::<Result<_, _>>()?;
-            Ok(vec![rule(conditions)?])
-        }
-        When::ArgIn { arg, values } => {
-            values.iter().map(|&v| rule(vec![condition(arg, SeccompCmpOp::Eq, v)?])).collect()
-        }
-        When::ArgHasAnyBit { arg, bits } => {
-            bits.iter().map(|&bit| rule(vec![condition(arg, SeccompCmpOp::MaskedEq(bit), bit)?])).collect()
-        }
-        When::ArgIsAndArgIn { arg, value, then_arg, values } => values
-            .iter()
-            .map(|&v| rule(vec![condition(arg, SeccompCmpOp::Eq, value)?, condition(then_arg, SeccompCmpOp::Eq, v)?]))
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use seccompiler::{SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule};
+
+    /// When `socket` fails with `EPERM` under [`Network::LoopbackTcp`] (rules
+    /// ORed, conditions ANDed): a domain other than `AF_UNIX` and `AF_INET`; an
+    /// `AF_INET` type other than `SOCK_STREAM` (classic BPF has no "masked not
+    /// equal", so each other value of the type bits is listed); an `AF_INET`
+    /// protocol other than 0 and `IPPROTO_TCP` (`IPPROTO_MPTCP` included).
+    fn loopback_tcp_socket_rules() -> Result<Vec<SeccompRule>, SandboxError> {
+        let rule = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(SandboxError::Seccomp);
+        let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SandboxError::Seccomp)
+        };
+        let unix = libc::AF_UNIX as u64;
+        let inet = libc::AF_INET as u64;
+        let mut rules = vec![rule(vec![condition(0, SeccompCmpOp::Ne, unix)?, condition(0, SeccompCmpOp::Ne, inet)?])?];
+        for kind in (0..=SOCKET_TYPE_MASK).filter(|&t| t != libc::SOCK_STREAM as u64) {
+            rules.push(rule(vec![
+                condition(0, SeccompCmpOp::Eq, inet)?,
+                condition(1, SeccompCmpOp::MaskedEq(SOCKET_TYPE_MASK), kind)?,
+            ])?);
+        }
+        rules.push(rule(vec![
+            condition(0, SeccompCmpOp::Eq, inet)?,
+            condition(2, SeccompCmpOp::Ne, 0)?,
+            condition(2, SeccompCmpOp::Ne, libc::IPPROTO_TCP as u64)?,
+        ])?);
+        Ok(rules)
+    }
+
+    /// The seccompiler rules (ORed; conditions within one rule ANDed) that
+    /// match when `when` holds.
+    fn rules_for(when: When) -> Result<Vec<SeccompRule>, SandboxError> {
+        let rule = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions).map_err(SandboxError::Seccomp);
+        let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(SandboxError::Seccomp)
+        };
+        match when {
+            When::Always => Ok(Vec::new()),
+            When::ArgNotIn { arg, values } => {
+                let conditions =
+                    values.iter().map(|&v| condition(arg, SeccompCmpOp::Ne, v)).collect::<Result<_, _>>()?;
+                Ok(vec![rule(conditions)?])
+            }
+            When::ArgIn { arg, values } => {
+                values.iter().map(|&v| rule(vec![condition(arg, SeccompCmpOp::Eq, v)?])).collect()
+            }
+            When::ArgHasAnyBit { arg, bits } => {
+                bits.iter().map(|&bit| rule(vec![condition(arg, SeccompCmpOp::MaskedEq(bit), bit)?])).collect()
+            }
+            When::ArgIsAndArgIn { arg, value, then_arg, values } => values
+                .iter()
+                .map(|&v| {
+                    rule(vec![condition(arg, SeccompCmpOp::Eq, value)?, condition(then_arg, SeccompCmpOp::Eq, v)?])
+                })
+                .collect(),
+        }
+    }
 
     /// The policy as seccompiler compiles it, in two filters (allow-list,
     /// then denials): what this module built before the search tree, kept
@@ -877,14 +943,20 @@ mod tests {
             let prog = &filters.program;
             expect_header(prog, audit);
             let ret = |k| sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k };
-            // The kernel wants a return last; the argument block ends the program.
-            assert_eq!(prog.last(), Some(&ret(SECCOMP_RET_ALLOW)));
-            for k in
-                [SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | libc::ENOSYS as u32, SECCOMP_RET_ERRNO | libc::EPERM as u32]
-            {
-                assert!(prog.contains(&ret(k)), "{k:#x}");
+            // The kernel wants a return last: the three shared returns end
+            // the program, and every verdict after the header leaves through
+            // them.
+            let exits =
+                [SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | libc::EPERM as u32, SECCOMP_RET_ERRNO | libc::ENOSYS as u32];
+            assert_eq!(prog[prog.len() - 3..], exits.map(ret));
+            assert_eq!(prog.iter().filter(|i| i.code == BPF_RET_K).count(), 4, "{arch:?}");
+            // Nothing re-dispatches on the number after the tree: each
+            // argument block reads arguments only.
+            let nodes = prog[4..].iter().take_while(|i| i.code == BPF_JGE_K).count();
+            assert!(nodes > 50, "{arch:?}: {nodes} nodes");
+            for i in &prog[4 + nodes..] {
+                assert!(i.code != BPF_LD_W_ABS || i.k >= SECCOMP_DATA_ARGS, "{arch:?}: {i:?}");
             }
-            assert!(!prog.iter().any(|i| i.code == BPF_JA && i.k == TO_ARGUMENTS), "every jump is resolved");
             // The point of the tree: far shorter than the two linear filters.
             let [allow, deny] = reference(arch, Network::None);
             assert!(
@@ -1148,61 +1220,82 @@ mod tests {
         }
     }
 
-    /// The tree with shared exits decides every number as the tree with a
-    /// return per range does, in as many steps or one fewer, for trees of every shape
-    /// up to the one-byte jump limit, and gives up past it.
+    /// The tree decides every number as its ranges say, within the
+    /// search's depth plus its block, for trees of every shape; past the
+    /// one-byte reach of a conditional jump it fails to compile.
     #[test]
-    fn shared_exits_decide_what_a_return_per_range_did() {
-        const TO_BLOCK: u32 = 0x7ff0_0000; // SECCOMP_RET_TRACE: the argument block's marker
-        let kinds = [Leaf::Allow, Leaf::Eperm, Leaf::Enosys, Leaf::Arguments];
-        for count in [2usize, 3, 4, 5, 7, 16, 17, 64, 100, 129, 200, 400] {
-            let ranges: Vec<(u32, Leaf)> =
-                (0..count).map(|i| (i as u32 * 3, kinds[(i * 7 + i / 3) % kinds.len()])).collect();
-            let load = ins(BPF_LD_W_ABS, 0, 0, SECCOMP_DATA_NR);
-            let mut per_range = vec![load.clone()];
-            per_range.extend(search(&ranges));
-            let block = per_range.len();
-            for (pc, i) in per_range.iter_mut().enumerate() {
-                if i.code == BPF_JA && i.k == TO_ARGUMENTS {
-                    i.k = (block - pc - 1) as u32;
+    fn the_tree_decides_what_its_ranges_say() {
+        const ODD: When = When::ArgHasAnyBit { arg: 0, bits: &[1] };
+        let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let enosys = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        for count in [1usize, 2, 3, 4, 5, 7, 16, 17, 64, 100, 129, 200, 400] {
+            let ranges: Vec<(u32, Leaf)> = (0..count)
+                .map(|i| {
+                    let start = i as u32 * 3;
+                    let leaf = [Leaf::Allow, Leaf::Eperm, Leaf::Enosys, Leaf::Arguments(start)][(i * 7 + i / 3) % 4];
+                    (start, leaf)
+                })
+                .collect();
+            let tests: BTreeMap<u32, Test> = ranges
+                .iter()
+                .filter_map(|&(_, leaf)| match leaf {
+                    Leaf::Arguments(nr) => Some((nr, Test::When(ODD))),
+                    _ => None,
+                })
+                .collect();
+            let body = match tree(&ranges, &tests) {
+                Ok(body) => body,
+                Err(SandboxError::Seccomp(seccompiler::BackendError::FilterTooLarge(_))) if count > 100 => continue,
+                Err(e) => panic!("{count} ranges: {e}"),
+            };
+            assert!(count < 400, "400 ranges cannot fit one-byte jumps");
+            let mut prog = vec![ins(BPF_LD_W_ABS, 0, 0, SECCOMP_DATA_NR)];
+            prog.extend(body);
+            let depth = usize::BITS - count.leading_zeros();
+            for nr in (0..count as u32 * 3 + 4).chain([u32::MAX]) {
+                let leaf = ranges[ranges.partition_point(|&(start, _)| start <= nr) - 1].1;
+                for (arg, odd) in [(2u64, false), (3, true)] {
+                    let want = match leaf {
+                        Leaf::Allow => SECCOMP_RET_ALLOW,
+                        Leaf::Eperm => eperm,
+                        Leaf::Enosys => enosys,
+                        Leaf::Arguments(_) if odd => eperm,
+                        Leaf::Arguments(_) => SECCOMP_RET_ALLOW,
+                    };
+                    let (got, steps, _) = trace(&prog, 0, nr, [arg, 0, 0, 0, 0, 0]);
+                    assert_eq!(got, want, "{count} ranges, nr {nr}, arg {arg}");
+                    assert!(steps <= depth as usize + 4, "{count} ranges, nr {nr}: {steps} steps");
                 }
             }
-            per_range.push(ins(BPF_RET_K, 0, 0, TO_BLOCK));
-            let Some(tree) = shared_exit_tree(&ranges) else {
-                assert!(count > 200, "{count} ranges fit one-byte jumps");
-                continue;
-            };
-            assert!(count <= 256, "{count} ranges cannot fit one-byte jumps");
-            let mut shared = vec![load];
-            shared.extend(tree);
-            shared.push(ins(BPF_RET_K, 0, 0, TO_BLOCK));
-            assert!(shared.len() < per_range.len() * 2 / 3 + 4, "{} against {}", shared.len(), per_range.len());
-            for nr in (0..count as u32 * 3 + 4).chain([u32::MAX]) {
-                let want = trace(&per_range, 0, nr, [0; 6]);
-                let got = trace(&shared, 0, nr, [0; 6]);
-                assert_eq!(got.0, want.0, "{count} ranges, nr {nr}");
-                // The same search; an argument leaf's jump is saved.
-                assert!(got.1 <= want.1 && got.1 + 1 >= want.1, "{count} ranges, nr {nr}: {got:?} {want:?}");
-            }
         }
-        assert!(shared_exit_tree(&[(0, Leaf::Allow)]).is_none());
     }
 
+    /// Each kind of argument test, alone, against what it says.
     #[test]
-    fn both_architectures_use_the_shared_exits() {
-        for arch in [TargetArch::x86_64, TargetArch::aarch64] {
-            let prog = compile(arch).unwrap().program;
-            assert!(!prog.iter().any(|i| i.code == BPF_JA && i.k == TO_ARGUMENTS), "{arch:?}");
-            // After the header: branch nodes only, then the three exits.
-            let nodes = prog[4..].iter().take_while(|i| i.code == BPF_JGE_K).count();
-            assert!(nodes > 50, "{arch:?}: {nodes} nodes");
-            let exits: Vec<u32> = prog[4 + nodes..4 + nodes + 3].iter().map(|i| i.k).collect();
-            assert_eq!(
-                exits,
-                [SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | libc::EPERM as u32, SECCOMP_RET_ERRNO | libc::ENOSYS as u32],
-                "{arch:?}"
-            );
-        }
+    fn argument_blocks_test_the_low_32_bits() {
+        let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let run = |test: Test, args: [u64; 6]| {
+            let tests = BTreeMap::from([(5, test)]);
+            let mut prog = vec![ins(BPF_LD_W_ABS, 0, 0, SECCOMP_DATA_NR)];
+            prog.extend(tree(&[(0, Leaf::Allow), (5, Leaf::Arguments(5)), (6, Leaf::Allow)], &tests).unwrap());
+            evaluate(&prog, 0, 5, args) == eperm
+        };
+        let not_in = Test::When(When::ArgNotIn { arg: 1, values: &[4, 9] });
+        assert!(!run(not_in, [0, 4, 0, 0, 0, 0]) && !run(not_in, [0, 9 | 1 << 32, 0, 0, 0, 0]));
+        assert!(run(not_in, [4, 5, 4, 4, 4, 4]));
+        let is_in = Test::When(When::ArgIn { arg: 5, values: &[4, 9] });
+        assert!(run(is_in, [0, 0, 0, 0, 0, 9]) && !run(is_in, [9, 9, 9, 9, 9, 8]));
+        let bits = Test::When(When::ArgHasAnyBit { arg: 0, bits: &[0x10, 0x4000_0000] });
+        assert!(run(bits, [0x4000_0001, 0, 0, 0, 0, 0]) && !run(bits, [0x8000_000f, 0, 0, 0, 0, 0]));
+        let pair = Test::When(When::ArgIsAndArgIn { arg: 1, value: 1, then_arg: 2, values: &[7, 8] });
+        assert!(run(pair, [0, 1, 8, 0, 0, 0]) && !run(pair, [0, 2, 8, 0, 0, 0]) && !run(pair, [0, 1, 9, 0, 0, 0]));
+        let empty_in = Test::When(When::ArgIn { arg: 0, values: &[] });
+        let empty_not_in = Test::When(When::ArgNotIn { arg: 0, values: &[] });
+        assert!(!run(empty_in, [0; 6]) && run(empty_not_in, [0; 6]));
+        let wide = Test::When(When::ArgIn { arg: 0, values: &[1 << 32] });
+        assert!(tree(&[(0, Leaf::Arguments(0)), (1, Leaf::Allow)], &BTreeMap::from([(0, wide)])).is_err());
+        let seventh = Test::When(When::ArgIn { arg: 6, values: &[1] });
+        assert!(tree(&[(0, Leaf::Arguments(0)), (1, Leaf::Allow)], &BTreeMap::from([(0, seventh)])).is_err());
     }
 
     #[test]
