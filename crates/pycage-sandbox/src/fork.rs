@@ -6,7 +6,7 @@
 //! function that runs in a forked child is async-signal-safe.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use rustix::process::Pid;
@@ -116,7 +116,7 @@ pub fn fork_shell(prepared: &Arc<Prepared>) -> Result<i32, SandboxError> {
         Err(errno) => Err(SandboxError::Spawn(io::Error::from_raw_os_error(errno))),
         Ok(0) => {
             drop(report_read);
-            let entered = shell_child(null.as_raw_fd(), parent, prepared);
+            let entered = shell_child(null.as_raw_fd(), parent, prepared, report_write.as_fd());
             let errno = entered.err().and_then(|e| e.raw_os_error()).unwrap_or(libc::EINVAL);
             let _ = rustix::io::write(&report_write, &errno.to_le_bytes());
             // SAFETY: ends this forked child without running the parent's
@@ -145,7 +145,7 @@ pub fn fork_shell(prepared: &Arc<Prepared>) -> Result<i32, SandboxError> {
 /// 0-3, nothing above fd 3 inherited across an exec, death with the
 /// helper, then the shell's steps. Returns only on failure (or in the
 /// program's process of an exec'd run, which a shell never has).
-fn shell_child(null_fd: i32, parent: Pid, prepared: &Prepared) -> io::Result<()> {
+fn shell_child(null_fd: i32, parent: Pid, prepared: &Prepared, report: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: setpgid and dup2 on descriptors this child holds are
     // async-signal-safe.
     if unsafe { libc::setpgid(0, 0) } < 0 {
@@ -161,7 +161,7 @@ fn shell_child(null_fd: i32, parent: Pid, prepared: &Prepared) -> io::Result<()>
     cloexec_above_fd3();
     die_with_parent(parent)?;
     // SAFETY: a forked child before any exec, which is what `enter` needs.
-    unsafe { prepared.enter() }?;
+    unsafe { prepared.enter_shell(report) }?;
     // `enter` does not return in shell mode but on failure.
     Err(io::Error::from_raw_os_error(libc::EINVAL))
 }

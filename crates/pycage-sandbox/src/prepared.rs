@@ -80,6 +80,14 @@
 //!     the new root's tmpfs read-only, open the working directory
 //!     (`O_PATH`) for the host, open a pidfd on itself, the status pipe and
 //!     the "go" pipe, and fork G (which closes the egress listener at once).
+//!     A shell's G ([`Prepared::into_shell`], entered through
+//!     [`crate::fork::fork_shell`]) is cloned instead, sharing C's memory
+//!     on a stack of its own (`clone(CLONE_VM)`, [`sys::clone_vm`]): C only
+//!     waits from its handoff on, and G never forks, so one address space
+//!     is copied and torn down per shell instead of two. G's memory is
+//!     then C's: it becomes not dumpable for both in step 15, and a
+//!     failure of G's steps is written to the forker's report pipe by G
+//!     itself (it cannot return through C's stack).
 //!     Ignore SIGTERM (the host's stop signal reaches C the instant the
 //!     program's death closes fd 3, and C must live to report that death).
 //!     Send G's pid, the working-directory fd, the `sock_diag` socket and
@@ -153,7 +161,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -724,7 +732,27 @@ impl Prepared {
     pub unsafe fn enter(&self) -> io::Result<()> {
         // SAFETY: the caller guarantees a single-threaded forked child, which
         // is what `supervisor` requires.
-        match unsafe { self.supervisor() } {
+        match unsafe { self.supervisor(None) } {
+            Ok(()) => Ok(()),
+            Err(failure) => {
+                self.record(failure);
+                Err(io::Error::from_raw_os_error(failure.errno))
+            }
+        }
+    }
+
+    /// [`Prepared::enter`] for a shell ([`Prepared::into_shell`]), whose
+    /// forker reads the errno of a failed step on `report`: the init process
+    /// then shares the supervisor's memory ([`sys::clone_vm`]), and writes
+    /// its own failure there, since it cannot return through the
+    /// supervisor's stack.
+    ///
+    /// # Safety
+    ///
+    /// As [`Prepared::enter`].
+    pub(crate) unsafe fn enter_shell(&self, report: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: as in `enter`.
+        match unsafe { self.supervisor(Some(report.as_raw_fd())) } {
             Ok(()) => Ok(()),
             Err(failure) => {
                 self.record(failure);
@@ -742,12 +770,13 @@ impl Prepared {
     }
 
     /// C: steps 1-10. Returns only on failure (or, through G and P, with
-    /// `Ok` in the program's process).
+    /// `Ok` in the program's process). With `report` (a shell's), G shares
+    /// C's memory and reports its own failure there.
     ///
     /// # Safety
     ///
     /// Single-threaded forked child only.
-    unsafe fn supervisor(&self) -> Result<(), Failure> {
+    unsafe fn supervisor(&self, report: Option<libc::c_int>) -> Result<(), Failure> {
         sys::reset_signal_dispositions();
         if let Some(procs) = &self.cgroup_procs {
             // "0": the writing process; one write, as the kernel parses it.
@@ -848,9 +877,32 @@ impl Prepared {
         let (status_read, status_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(at(Step::StatusPipe))?;
         let (go_read, go_write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(at(Step::StatusPipe))?;
 
-        // SAFETY: the process is single-threaded, so the child is a complete
-        // copy; both sides only make syscalls afterwards.
-        match unsafe { sys::fork() } {
+        let split = match report.filter(|_| self.shell) {
+            // A shell's G never forks the program: it may share C's memory
+            // (one address space to copy and tear down, not two).
+            Some(report) => {
+                let start = InitStart {
+                    prepared: self,
+                    supervisor: supervisor.as_raw_fd(),
+                    status_write: status_write.as_raw_fd(),
+                    go: go_read.as_raw_fd(),
+                    report,
+                    not_its: [
+                        status_read.as_raw_fd(),
+                        work_dir.as_raw_fd(),
+                        egress.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                        sock_diag.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                        go_write.as_raw_fd(),
+                    ],
+                };
+                // SAFETY: single-threaded; `start_init` is written for it.
+                unsafe { start_init(start) }
+            }
+            // SAFETY: the process is single-threaded, so the child is a
+            // complete copy; both sides only make syscalls afterwards.
+            None => unsafe { sys::fork() },
+        };
+        match split {
             Err(errno) => Err(Failure::new(Step::Fork, errno)),
             Ok(0) => {
                 drop(status_read);
@@ -1312,6 +1364,82 @@ impl Prepared {
     fn program(&self, ruleset: RulesetCreated) -> Result<(), Failure> {
         crate::confine::apply(&self.resolved.confine, ruleset)
     }
+}
+
+/// What a shell's G starts from when it shares C's memory: the
+/// descriptors are numbers in G's own copy of C's file table.
+struct InitStart {
+    prepared: *const Prepared,
+    supervisor: libc::c_int,
+    status_write: libc::c_int,
+    go: libc::c_int,
+    /// Where G writes the errno of a failed step (the shell's forker reads it).
+    report: libc::c_int,
+    /// C's own descriptors, which G closes (-1: none).
+    not_its: [libc::c_int; 5],
+}
+
+/// The bytes of G's stack: its steps' deepest path (Landlock's rules, the
+/// join's control message) takes a few pages.
+const INIT_STACK_BYTES: usize = 256 * 1024;
+
+/// Clone G onto a stack of its own, sharing C's memory ([`sys::clone_vm`]).
+/// `start` is copied to the bottom of that stack, which C never touches, so
+/// G reads it while C goes on. Returns G's pid in C (G never returns here).
+///
+/// # Safety
+///
+/// C, single-threaded, right before its handoff: from the clone on, C only
+/// makes syscalls without `errno` or the allocator until it exits
+/// (`send_handoff`, the "go" write, [`sys::supervise`]), and G allocates
+/// nothing before C's "go" (it only waits for it).
+unsafe fn start_init(start: InitStart) -> Result<libc::pid_t, i32> {
+    let (low, top) = sys::child_stack(INIT_STACK_BYTES)?;
+    let slot = low.cast::<InitStart>();
+    // SAFETY: `low` is page-aligned (so aligned for `InitStart`), at least
+    // INIT_STACK_BYTES long, and no reference names it; the stack grows down
+    // from `top`, far above these bytes.
+    unsafe { slot.write(start) };
+    // SAFETY: `top` tops a stack nothing else uses, `slot` holds what
+    // `init_entry` reads and is never freed, and `init_entry` never returns.
+    unsafe { sys::clone_vm(init_entry, top, slot.cast()) }
+}
+
+/// G's first frame when it shares C's memory: its steps as after a fork,
+/// then, on failure, the record and the report the fork's return path
+/// would have written.
+extern "C" fn init_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `start_init` passes the `InitStart` it wrote at the bottom of
+    // this process's stack; it is read once, here.
+    let start = unsafe { arg.cast::<InitStart>().read() };
+    for fd in start.not_its.into_iter().filter(|fd| *fd >= 0) {
+        // SAFETY: C's descriptor in this process's own file table; nothing
+        // here uses it (C's `OwnedFd`s close their own copies).
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    // SAFETY: C never drops or moves its `Prepared` (it only exits), and
+    // this process shares C's memory.
+    let prepared = unsafe { &*start.prepared };
+    // SAFETY: G's own copies of the descriptors C made for it, each owned
+    // here alone.
+    let (supervisor, status_write, go) = unsafe {
+        (
+            OwnedFd::from_raw_fd(start.supervisor),
+            OwnedFd::from_raw_fd(start.status_write),
+            OwnedFd::from_raw_fd(start.go),
+        )
+    };
+    let failure = match prepared.init(supervisor, status_write, go) {
+        Err(failure) => failure,
+        // A shell's G never returns `Ok` (it reaps until killed).
+        Ok(()) => Failure::new(Step::Fork, libc::EINVAL),
+    };
+    prepared.record(failure);
+    // SAFETY: G's own copy of the forker's report pipe, open until exit.
+    let report = unsafe { BorrowedFd::borrow_raw(start.report) };
+    let _ = rustix::io::write(report, &failure.errno.to_le_bytes());
+    // SAFETY: ends G without running exit handlers or destructors.
+    unsafe { libc::_exit(127) }
 }
 
 /// Write all of `data` to `fd` (short writes continue).

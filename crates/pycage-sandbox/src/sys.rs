@@ -207,6 +207,61 @@ pub(crate) unsafe fn fork() -> Result<libc::pid_t, i32> {
     }
 }
 
+/// A stack for a child that shares this address space ([`clone_vm`]): a
+/// private anonymous mapping of `bytes` with a guard page below it. It is
+/// never unmapped: it goes with the address space. Returns the mapping's
+/// lowest usable address (above the guard page) and its top.
+pub(crate) fn child_stack(bytes: usize) -> Result<(*mut u8, *mut u8), i32> {
+    let page = rustix::param::page_size();
+    let len = bytes.div_ceil(page) * page + page;
+    // SAFETY: a fresh anonymous mapping at an address the kernel chooses;
+    // no Rust reference names it yet.
+    let base = unsafe {
+        rustix::mm::mmap_anonymous(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::STACK | rustix::mm::MapFlags::NORESERVE,
+        )
+    }
+    .map_err(|e| e.raw_os_error())?;
+    // SAFETY: the first page of the mapping just made, which nothing uses.
+    unsafe { rustix::mm::mprotect(base, page, rustix::mm::MprotectFlags::empty()) }.map_err(|e| e.raw_os_error())?;
+    let base = base.cast::<u8>();
+    // SAFETY: both offsets stay within the mapping of `len` bytes.
+    Ok(unsafe { (base.add(page), base.add(len)) })
+}
+
+/// `clone(CLONE_VM | SIGCHLD)`: a child process (its own pid, file table,
+/// signal handlers and credentials, an ordinary child to `waitpid`) that
+/// shares this process's memory and runs `entry(arg)` on `stack_top`. One
+/// address space is set up and torn down instead of two. Returns the
+/// child's pid.
+///
+/// # Safety
+///
+/// `stack_top` is the top of a stack nothing else uses ([`child_stack`]),
+/// `arg` is what `entry` expects and stays valid while the child needs it,
+/// and `entry` never returns. The two processes share the C library's
+/// thread state (its `errno`, its allocator's thread cache): while both
+/// run, at most one of them may allocate, and neither may read `errno`
+/// after a call the other could be failing at the same time (use rustix,
+/// which never touches `errno`).
+pub(crate) unsafe fn clone_vm(
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    stack_top: *mut u8,
+    arg: *mut libc::c_void,
+) -> Result<libc::pid_t, i32> {
+    // SAFETY: the caller upholds the contract above; the C library's
+    // wrapper switches the child to `stack_top` before it calls `entry`.
+    let pid = unsafe { libc::clone(entry, stack_top.cast(), libc::CLONE_VM | libc::SIGCHLD, arg) };
+    if pid < 0 {
+        Err(last_errno())
+    } else {
+        Ok(pid)
+    }
+}
+
 /// `poll` one fd for readability without blocking.
 pub(crate) fn poll_readable(fd: libc::c_int) -> Result<bool, i32> {
     let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
@@ -267,18 +322,16 @@ fn close_all_fds_but(keep: libc::c_int) {
 }
 
 /// Wait for `pid` (retrying on EINTR). `None` if it is not our child.
+/// Through rustix, which never touches `errno`: a shell's init may share
+/// this process's memory, `errno` included ([`clone_vm`]).
 fn wait_for(pid: libc::pid_t) -> Option<libc::c_int> {
-    let mut status: libc::c_int = 0;
+    let pid = rustix::process::Pid::from_raw(pid)?;
     loop {
-        // SAFETY: `status` is a live c_int the kernel writes to.
-        let ret = unsafe { libc::waitpid(pid, &mut status, 0) };
-        if ret == pid {
-            return Some(status);
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => return Some(status.as_raw()),
+            Err(rustix::io::Errno::INTR) => {}
+            Ok(None) | Err(_) => return None,
         }
-        if ret < 0 && last_errno() == libc::EINTR {
-            continue;
-        }
-        return None;
     }
 }
 
@@ -392,16 +445,14 @@ pub(crate) unsafe fn reap_forever() -> ! {
     unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) };
     // This process never execs: its bounding set bounds nothing.
     let _ = drop_held_capabilities();
+    // Through rustix, which never touches `errno`: this process may share
+    // its supervisor's memory, `errno` included ([`clone_vm`]).
     loop {
-        let mut status: libc::c_int = 0;
-        // SAFETY: `status` is a live c_int the kernel writes to.
-        let ret = unsafe { libc::waitpid(-1, &mut status, 0) };
-        if ret < 0 && last_errno() == libc::ECHILD {
+        if let Err(rustix::io::Errno::CHILD) = rustix::process::wait(rustix::process::WaitOptions::empty()) {
             // No child yet (or any more): a joined process or an orphan may
             // be reparented here later; look again in a while.
-            let pause = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
-            // SAFETY: a live timespec; a null remainder pointer is allowed.
-            unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+            let pause = rustix::thread::Timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+            let _ = rustix::thread::nanosleep(&pause);
         }
     }
 }

@@ -1352,10 +1352,13 @@ fn the_supervisor_joins_the_run_cgroup_first() {
 }
 
 /// A shell forked by `fork::fork_shell` (the shell helper's fork) hands over
-/// the namespaces of its init, each the very one its supervisor's
-/// `/proc/<pid>/ns` shows (they share all but the PID namespace, which is
-/// the supervisor's `pid_for_children`; the init itself is not dumpable),
-/// and a shell whose steps fail returns the failing step, its child reaped.
+/// the namespaces of its init: each owned by the run's user namespace, the
+/// PID namespace a child of the test's, and, where `/proc/<pid>/ns` can be
+/// read (as root: the supervisor shares the init's memory, which is not
+/// dumpable), the very one its supervisor's shows (they share all but the
+/// PID namespace, which is the supervisor's `pid_for_children`). The init
+/// runs in the supervisor's address space. A shell whose steps fail
+/// returns the failing step, its child reaped.
 #[test]
 fn a_forked_shell_hands_over_its_inits_namespaces_or_its_failure() {
     use std::os::unix::fs::MetadataExt;
@@ -1363,16 +1366,45 @@ fn a_forked_shell_hands_over_its_inits_namespaces_or_its_failure() {
     let prepared = Arc::new(Prepared::new(&fx.policy).unwrap().into_shell());
     let shell = pycage_sandbox::fork::fork_shell(&prepared).unwrap_or_else(|e| panic!("{e}"));
     let (handoff, join) = prepared.take_shell().unwrap_or_else(|e| panic!("{e}"));
-    assert!(handoff.is_some(), "the supervisor's handoff");
+    let handoff = handoff.expect("the supervisor's handoff");
+    if rustix::process::geteuid().is_root() {
+        // One address space: the init runs in the supervisor's memory, on
+        // a stack of its own (root reads both maps; nobody reads neither).
+        let maps = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert_eq!(maps(shell), maps(handoff.init_pid.as_raw_nonzero().get()), "the init shares its memory");
+    }
     let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset } = join;
+    // The namespace a `NS_GET_USERNS` or `NS_GET_PARENT` ioctl names.
+    let related = |fd: &std::os::fd::OwnedFd, request: libc::c_ulong| {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        // SAFETY: an nsfs ioctl on a live descriptor; it returns a new one.
+        let got = unsafe { libc::ioctl(fd.as_raw_fd(), request as _) };
+        assert!(got >= 0, "ioctl {request:#x}: {}", std::io::Error::last_os_error());
+        // SAFETY: the descriptor the ioctl just made, owned here alone.
+        std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(got) }).metadata().unwrap().ino()
+    };
+    const NS_GET_USERNS: libc::c_ulong = 0xb701;
+    const NS_GET_PARENT: libc::c_ulong = 0xb702;
+    let user_ino = std::fs::File::from(user_ns.try_clone().unwrap()).metadata().unwrap().ino();
+    assert_eq!(related(&pid_ns, NS_GET_PARENT), std::fs::metadata("/proc/self/ns/pid").unwrap().ino());
     let sent =
         [("user", user_ns), ("mnt", mount_ns), ("pid", pid_ns), ("net", net_ns), ("ipc", ipc_ns), ("uts", uts_ns)];
     for (name, fd) in sent {
+        if ["mnt", "pid", "ipc", "uts"].contains(&name) {
+            assert_eq!(related(&fd, NS_GET_USERNS), user_ino, "{name}: owned by the run's user namespace");
+        }
         let got = std::fs::File::from(fd).metadata().unwrap();
         let in_supervisor = if name == "pid" { "pid_for_children" } else { name };
-        let init_ns = std::fs::metadata(format!("/proc/{shell}/ns/{in_supervisor}")).unwrap();
+        // The supervisor shares the init's memory, which the init makes
+        // not dumpable: only root reads its namespaces.
+        match std::fs::metadata(format!("/proc/{shell}/ns/{in_supervisor}")) {
+            Ok(init_ns) => assert_eq!((got.dev(), got.ino()), (init_ns.dev(), init_ns.ino()), "{name}: the init's"),
+            Err(e) => {
+                assert!(!rustix::process::geteuid().is_root(), "{name}: {e}");
+                assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{name}: {e}");
+            }
+        }
         let ours = std::fs::metadata(format!("/proc/self/ns/{name}")).unwrap();
-        assert_eq!((got.dev(), got.ino()), (init_ns.dev(), init_ns.ino()), "{name}: the init's");
         if name != "net" {
             // The network namespace may be a recycled one made outside.
             assert_ne!(got.ino(), ours.ino(), "{name}: not the test's own");
