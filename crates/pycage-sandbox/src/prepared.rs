@@ -149,11 +149,11 @@
 //! # Allocation after fork
 //!
 //! Every path is a `CString` built in [`Prepared::new`] (or once per
-//! policy, by [`crate::Preparations`]: `resolved.rs`), both BPF programs
-//! are compiled there, and every map line, sysctl value and generated file
+//! policy, by [`crate::Preparations`]: `resolved.rs`), the seccomp program
+//! is compiled there, and every map line, sysctl value and generated file
 //! is preformatted. The child-side code makes syscalls only: rustix with
 //! `&CStr` arguments, Landlock's `try_clone`/`add_rule`/`restrict_self`,
-//! seccompiler's `apply_filter` (a `sock_fprog` on the stack), `sendmsg`
+//! `sys::install_seccomp` (a `sock_fprog` on the stack), `sendmsg`
 //! with a stack control buffer. Clone fds live in a fixed array on the
 //! stack ([`crate::MAX_BINDS`] entries). Errors are `Copy` values and raw
 //! errnos; the diagnostics record is an 8-byte array.
@@ -323,7 +323,7 @@ const MAX_KEPT_RESOLVED: usize = 4;
 /// for every run); only the run's own parts are made per run.
 ///
 /// A shell helper builds a shell every half millisecond: copying the plan,
-/// making its few hundred strings and copying both BPF programs for each,
+/// making its few hundred strings and copying the BPF program for each,
 /// and freeing them after, cost about 0.04 of its 0.35 ms per shell, and
 /// the frees dirtied pages the next shell's fork had write-protected (36
 /// copy-on-write faults per shell, 25 since).

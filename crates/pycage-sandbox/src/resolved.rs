@@ -1,6 +1,6 @@
 //! What a policy fixes for every run of it ([`Resolved`]: its mount plan,
-//! every path and value the sandbox's processes use, preformatted, both BPF
-//! programs, the confinement's steps, its exposed paths opened for their
+//! every path and value the sandbox's processes use, preformatted, the
+//! seccomp program, the confinement's steps, its exposed paths opened for their
 //! Landlock rules). Built in the parent, once per run or once per policy
 //! ([`crate::Preparations`]); the run's own parts and the steps the forked
 //! processes take are [`crate::prepared`]'s.
@@ -91,8 +91,8 @@ pub(crate) struct DiskDirOp {
 }
 
 /// What a policy fixes for every run of it, on an unchanged file system:
-/// its plan, every path and value the child uses, preformatted, and both
-/// BPF programs. Built once per run by [`Prepared::new`], or once
+/// its plan, every path and value the child uses, preformatted, and the
+/// seccomp program. Built once per run by [`Prepared::new`], or once
 /// per policy by [`Preparations`], and never changed after.
 #[derive(Debug)]
 pub(crate) struct Resolved {
@@ -150,8 +150,8 @@ pub(crate) enum LandlockGrant {
 }
 
 impl Resolved {
-    /// Resolve `policy` on its `plan`: every string the child needs, both
-    /// BPF programs, the confinement's steps. Fails if Landlock is too old
+    /// Resolve `policy` on its `plan`: every string the child needs, the
+    /// seccomp program, the confinement's steps. Fails if Landlock is too old
     /// or a path of the policy is invalid.
     pub(crate) fn new(policy: &SandboxPolicy, plan: Arc<MountPlan>) -> Result<Resolved, SandboxError> {
         let (root_host, _, _) = run_ids(policy)?;

@@ -587,8 +587,7 @@ fn tree(ranges: &[(u32, Leaf)], tests: &BTreeMap<u32, Test>) -> Result<Vec<sock_
     }
     if !matches!(root, Target::Node(_)) {
         // A single range: its verdict's jump, then the blocks and returns.
-        drafts.push((BPF_JA, Target::Next, Target::Next, 0));
-        drafts[0].1 = root;
+        drafts.push((BPF_JA, root, Target::Next, 0));
     }
     let mut blocks = BTreeMap::new();
     for (&nr, &test) in tests {
@@ -684,7 +683,7 @@ fn argument_block(test: Test, drafts: &mut Vec<Draft>) -> Result<(), SandboxErro
 
 /// [`compile_with`] for this machine's architecture, compiled once per
 /// process for each [`Network`]: the policy is a constant table, so every
-/// sandbox gets the same two programs, and compiling them took ~77 µs of
+/// sandbox of a network setting gets the same program, and compiling took ~77 µs of
 /// every sandboxed run's host CPU.
 pub fn compile_native(network: Network) -> Result<Filters, SandboxError> {
     static CACHE: [std::sync::OnceLock<Filters>; 2] = [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
