@@ -16,7 +16,8 @@ order between them, so the writers keep one: a write goes out as ``log``
 frames when the pipe is empty (``FIONREAD`` on its write end: the host has
 read everything written there before), and into the pipe itself, after what
 waits there, when it is not. Either way the host reads it after every byte
-written to the pipe before it, and before every byte written after it. A
+written to the pipe before it, and before every byte written after it (the
+host's half: before it reads the pipe, it takes what fd 3 holds). A
 line is never split between the two ways: once part of a line went one
 way, the rest of it follows the same way.
 """

@@ -5,7 +5,9 @@
 //! `os.write`). Each source keeps its own partial line, so a raw write cannot
 //! split a line printed through Python; a line enters `lines` when its
 //! newline arrives, so lines appear in the order they were completed. Order
-//! is exact within a source; across the two it is arrival order.
+//! is exact within a source; across the two it is arrival order, which the
+//! child and the host's run loop make the order of writing (the protocol
+//! docs, "Logs").
 //!
 //! The ledger counts every accepted byte against `max_bytes`. Capture stops
 //! at the first of: the host's own count running out, or the child's marker

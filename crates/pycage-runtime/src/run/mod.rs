@@ -14,6 +14,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use pycage_protocol::JsonValue;
+use tokio::io::Interest;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -160,25 +161,80 @@ impl RawPipe {
         }
     }
 
-    /// The next chunk (empty once closed: EOF or an error closes it).
-    /// Never resolves while closed, so a `select!` arm on it goes quiet.
-    async fn read(&mut self) -> &[u8] {
-        let Some(rx) = &mut self.rx else { return std::future::pending().await };
-        let n = loop {
-            if rx.readable().await.is_err() {
-                break 0;
-            }
-            match rx.try_read(&mut self.buf) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(_) => break 0,
-            }
-        };
-        if n == 0 {
-            self.rx = None;
+    /// Resolves when tokio saw the pipe readable (possibly stale:
+    /// [`RawPipe::holds_bytes`] says) or closed (true). Never resolves while
+    /// the pipe is closed here, so a `select!` arm on it goes quiet.
+    async fn ready(&self) -> bool {
+        match &self.rx {
+            // An error is the next read's to report.
+            Some(rx) => rx.ready(Interest::READABLE).await.map_or(true, |r| r.is_read_closed()),
+            None => std::future::pending().await,
         }
-        grow_after(&mut self.buf, n);
-        self.buf.get(..n).unwrap_or_default()
+    }
+
+    /// Whether the pipe holds bytes now, by `FIONREAD` rather than tokio's
+    /// readiness (cleared when it holds none), which is what orders the logs.
+    /// The child sends a `print` as frames only while this pipe is empty,
+    /// so from the moment it holds bytes until the host reads them no frame
+    /// is sent, and every frame sent before those bytes is in fd 3 already:
+    /// taking fd 3 after this check and before the read puts each such
+    /// frame ahead of them. Under load, with the pipe read as soon as tokio
+    /// saw it readable, 9 to 16 of 240 outputs of a print-then-`os.system`
+    /// loop had a printed line after later subprocess output (tokio had not
+    /// seen fd 3 readable yet); taking fd 3 just before the read, without
+    /// the check, left a window in which a preempted host missed a frame
+    /// sent meanwhile (26 to 39 of 240).
+    fn holds_bytes(&self) -> bool {
+        let Some(rx) = &self.rx else { return false };
+        rx.try_io(|| match rustix::io::ioctl_fionread(rx) {
+            Ok(0) => Err(std::io::ErrorKind::WouldBlock.into()),
+            // Bytes, or an error the read reports.
+            Ok(_) | Err(_) => Ok(()),
+        })
+        .is_ok()
+    }
+
+    /// One read of what the pipe holds now, into the machine; EOF or an
+    /// error closes it, and finding it empty clears tokio's readiness.
+    fn take(&mut self, m: &mut RunMachine) {
+        let Some(rx) = &self.rx else { return };
+        match rx.try_read(&mut self.buf) {
+            Ok(n) if n > 0 => {
+                m.receive_raw(self.buf.get(..n).unwrap_or_default());
+                grow_after(&mut self.buf, n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Ok(_) | Err(_) => self.rx = None,
+        }
+    }
+}
+
+/// Takes what fd 3 holds right now, and no more (a child that keeps
+/// writing cannot hold the driver here), into the machine while it takes
+/// input: without waiting, and whatever tokio last saw of its readiness.
+/// For the exited child's last frames (`done`), and before each read of
+/// the raw pipe (see [`RawPipe::holds_bytes`]).
+fn take_frames_now(inbox: &mut Inbox, m: &mut RunMachine, sock: &Channel, transcript: Option<&Transcript>) {
+    inbox.feed(m);
+    // At least one read: `FIONREAD` says 0 at EOF too, which a read sees
+    // (and a final unterminated line can still be a frame).
+    let mut left = rustix::io::ioctl_fionread(sock.fd()).unwrap_or(0).max(1);
+    while left > 0 && inbox.is_empty() && m.wants_input() {
+        match pycage_channel::channel::read_now(&sock.fd(), &mut inbox.buf) {
+            Ok(0) => m.receive_eof(),
+            Ok(n) => {
+                left = left.saturating_sub(n as u64);
+                inbox.from = 0;
+                inbox.len = n;
+                if let Some(t) = transcript {
+                    t.record(inbox.buf.get(..n).unwrap_or_default());
+                }
+                inbox.feed(m);
+                grow_after(&mut inbox.buf, n);
+            }
+            // An error is the next read's to report.
+            Err(_) => break,
+        }
     }
 }
 
@@ -377,7 +433,12 @@ pub(crate) async fn execute(
                 // Polled by a worker thread now: registered next turn.
                 Received::Retry => {}
             },
-            chunk = raw.read(), if !backlog => m.receive_raw(chunk),
+            closed = raw.ready(), if !backlog => {
+                if closed || raw.holds_bytes() {
+                    take_frames_now(&mut inbox, &mut m, sock, inputs.transcript.as_ref());
+                    raw.take(&mut m);
+                }
+            }
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Ok((id, result)) = joined {
                     m.call_finished(id, result);
@@ -400,22 +461,7 @@ pub(crate) async fn execute(
                 // Calls among them are not started (nobody would read the
                 // reply), and none is held back any more.
                 m.child_gone();
-                inbox.feed(&mut m);
-                while m.settled().is_none() {
-                    match pycage_channel::channel::read_now(&sock.fd(), &mut inbox.buf) {
-                        Ok(0) => m.receive_eof(),
-                        Ok(n) => {
-                            inbox.from = 0;
-                            inbox.len = n;
-                            if let Some(t) = &inputs.transcript {
-                                t.record(inbox.buf.get(..n).unwrap_or_default());
-                            }
-                            inbox.feed(&mut m);
-                            grow_after(&mut inbox.buf, n);
-                        }
-                        Err(_) => break,
-                    }
-                }
+                take_frames_now(&mut inbox, &mut m, sock, inputs.transcript.as_ref());
                 m.child_exited();
             }
         }
@@ -466,7 +512,7 @@ pub(crate) async fn execute(
     while !raw.closed() {
         tokio::select! {
             _ = tokio::time::sleep_until(drain_until) => break,
-            chunk = raw.read() => m.receive_raw(chunk),
+            _ = raw.ready() => raw.take(&mut m),
         }
     }
     m.flush_logs();
