@@ -36,6 +36,7 @@ from ._stream import (
     _awaited,
     _consume,
     _death,
+    _finished,
     _get,
     _kill,
     _Member,
@@ -340,9 +341,11 @@ class RayRuntime(_RuntimeApi[RaySession]):
         for node in self._attempts():
             cs = self._call_set(request, self._private_loop)
             self._begin(node)
+            sent = None
             try:
                 try:
                     streamed, sent = self._send(node, request, inputs, cs)
+                    node.tasks.add(sent)
                     if streamed:
                         result, tree = _consume(sent, _Stream(request.events, cs, self._dispatcher, node.actor))
                     else:
@@ -359,6 +362,7 @@ class RayRuntime(_RuntimeApi[RaySession]):
                     return result
             finally:
                 self._end(node)
+                node.tasks.discard(sent)
                 if cs is not None:
                     cs.close()
         raise AssertionError("unreachable")  # pragma: no cover
@@ -370,9 +374,11 @@ class RayRuntime(_RuntimeApi[RaySession]):
         for node in self._attempts():
             cs = self._call_set(request, lambda: loop)
             self._begin(node)
+            sent = None
             try:
                 try:
                     streamed, sent = self._send(node, request, inputs, cs)
+                    node.tasks.add(sent)
                     if streamed:
                         stream = _Stream(request.events, cs, self._dispatcher, node.actor)
                         result, tree = await _aconsume(sent, stream)
@@ -392,6 +398,7 @@ class RayRuntime(_RuntimeApi[RaySession]):
                     return result
             finally:
                 self._end(node)
+                node.tasks.discard(sent)
                 if cs is not None:
                     cs.close()
         raise AssertionError("unreachable")  # pragma: no cover
@@ -483,6 +490,14 @@ class RayRuntime(_RuntimeApi[RaySession]):
                 pass
         if shutdowns:
             ray.wait(shutdowns, num_returns=len(shutdowns), timeout=60)
+            # A run in flight has returned `abort` on its node by now, but
+            # its last item may still be on its way here, and its consumer
+            # may be the very thread in close() (from a run's callback): the
+            # actor is killed only once this driver holds every such result,
+            # or the run would read the actor's death as `worker-exit`.
+            ends = [_finished(t) for m in members for t in list(m.tasks)]
+            if ends:
+                ray.wait(ends, num_returns=len(ends), timeout=60)
         for m in members:
             _kill(m.actor)
         self._dispatcher.close()

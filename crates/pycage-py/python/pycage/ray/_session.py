@@ -101,13 +101,17 @@ class RaySession(_SessionApi):
         if self._cs is not None:
             self._cs.point(self._runtime._private_loop, contextvars.copy_context())
         self._runtime._begin(self._node)
+        task = None
         try:
             streamed, stream = self._stream(events)
             if not streamed:
-                return _get(self._node.actor.session_run.remote(self._sid, code))
+                task = self._node.actor.session_run.remote(self._sid, code)
+                self._node.tasks.add(task)
+                return _get(task)
             wants = (False, False, False) if events is None else events.wants()
-            gen = self._node.actor.session_run_stream.remote(self._sid, code, wants)
-            return _consume(gen, stream)[0]
+            task = self._node.actor.session_run_stream.remote(self._sid, code, wants)
+            self._node.tasks.add(task)
+            return _consume(task, stream)[0]
         except ray.exceptions.RayTaskError as e:
             _raise_cause(e)
             raise
@@ -115,6 +119,7 @@ class RaySession(_SessionApi):
             return Result(error=Failure("worker-exit", f"the session's process died: {self._died(e)}"))
         finally:
             self._runtime._end(self._node)
+            self._node.tasks.discard(task)
 
     async def _arun(
         self, code: str, events: Optional[_Events], loop: asyncio.AbstractEventLoop, type_check: Optional[bool]
@@ -125,13 +130,17 @@ class RaySession(_SessionApi):
         if self._cs is not None:
             self._cs.point(lambda: loop, contextvars.copy_context())
         self._runtime._begin(self._node)
+        task = None
         try:
             streamed, stream = self._stream(events)
             if not streamed:
-                return await _awaited(self._node.actor.session_run.remote(self._sid, code))
+                task = self._node.actor.session_run.remote(self._sid, code)
+                self._node.tasks.add(task)
+                return await _awaited(task)
             wants = (False, False, False) if events is None else events.wants()
-            gen = self._node.actor.session_run_stream.remote(self._sid, code, wants)
-            return (await _aconsume(gen, stream))[0]
+            task = self._node.actor.session_run_stream.remote(self._sid, code, wants)
+            self._node.tasks.add(task)
+            return (await _aconsume(task, stream))[0]
         except ray.exceptions.RayTaskError as e:
             _raise_cause(e)
             raise
@@ -139,6 +148,7 @@ class RaySession(_SessionApi):
             return Result(error=Failure("worker-exit", f"the session's process died: {self._died(e)}"))
         finally:
             self._runtime._end(self._node)
+            self._node.tasks.discard(task)
 
     def close(self) -> None:
         """Ends the session (a run in flight returns ``abort``) and returns

@@ -37,13 +37,24 @@ class NodeInfo:
 class _Member:
     """A node as the driver tracks it."""
 
-    __slots__ = ("node_id", "actor", "in_flight", "dead")
+    __slots__ = ("node_id", "actor", "in_flight", "dead", "tasks")
 
     def __init__(self, node_id: str, actor: Any) -> None:
         self.node_id = node_id
         self.actor = actor
         self.in_flight = 0
         self.dead: Optional[str] = None
+        #: This driver's runs in flight on the node (a stream, or a plain
+        #: task's reference): closing waits for them to end before it kills
+        #: the actor (see :func:`_finished`).
+        self.tasks: set[Any] = set()
+
+
+def _finished(task: Any) -> Any:
+    """A reference that is ready once ``task`` (a stream or a plain task's
+    reference) has ended and its results have reached this driver."""
+    completed = getattr(task, "completed", None)
+    return task if completed is None else completed()
 
 
 class _NodeDied(Exception):
