@@ -95,13 +95,26 @@ async fn prints_come_before_a_later_subprocess_output() {
     rt.shutdown().await;
 }
 
+/// Process isolation, and the sandbox where it runs (it must, under
+/// `PYCAGE_REQUIRE_ALL_TESTS`): the same run loop reads both.
+fn isolations() -> Vec<Isolation> {
+    if pycage_sandbox::probe().missing().is_empty() {
+        vec![Isolation::Process, Isolation::Sandbox]
+    } else {
+        assert!(std::env::var_os("PYCAGE_REQUIRE_ALL_TESTS").is_none(), "the sandbox is unavailable here");
+        vec![Isolation::Process]
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prints_come_before_a_later_subprocess_output_on_a_busy_machine() {
     let _load = Load::start(3);
-    let rt = runtime();
-    let wrong = misordered(&rt, 40, 16, 2).await;
-    assert!(wrong.is_empty(), "{} of 64 misordered, first {:?}", wrong.len(), wrong.first());
-    rt.shutdown().await;
+    for isolation in isolations() {
+        let rt = runtime_with(|c| c.isolation = isolation);
+        let wrong = misordered(&rt, 40, 16, 2).await;
+        assert!(wrong.is_empty(), "{isolation:?}: {} of 64 misordered, first {:?}", wrong.len(), wrong.first());
+        rt.shutdown().await;
+    }
 }
 
 /// The long form (`cargo test -p pycage-runtime --test log_order -- --ignored`):
@@ -113,8 +126,10 @@ async fn prints_come_before_a_later_subprocess_output_on_a_busy_machine() {
 #[ignore]
 async fn prints_come_before_a_later_subprocess_output_240_times() {
     let _load = Load::start(3);
-    let rt = runtime();
-    let wrong = misordered(&rt, 40, 60, 2).await;
-    assert!(wrong.is_empty(), "{} of 240 misordered, first {:?}", wrong.len(), wrong.first());
-    rt.shutdown().await;
+    for isolation in isolations() {
+        let rt = runtime_with(|c| c.isolation = isolation);
+        let wrong = misordered(&rt, 40, 60, 2).await;
+        assert!(wrong.is_empty(), "{isolation:?}: {} of 240 misordered, first {:?}", wrong.len(), wrong.first());
+        rt.shutdown().await;
+    }
 }
