@@ -19,8 +19,8 @@ fn expected(n: usize) -> Vec<String> {
     (0..n).flat_map(|i| [format!("p{i}"), format!("s{i}")]).collect()
 }
 
-/// Busy loops on every core, killed when dropped (only the processes this
-/// test started).
+/// Busy loops, more than the cores of a small machine, killed when dropped
+/// (only the processes this test started).
 struct Load(Vec<Child>);
 
 impl Load {
