@@ -110,11 +110,20 @@ fn isolations() -> Vec<Isolation> {
 async fn prints_come_before_a_later_subprocess_output_on_a_busy_machine() {
     let _load = Load::start(3);
     for isolation in isolations() {
-        let rt = runtime_with(|c| c.isolation = isolation);
+        let rt = runtime_with(|c| {
+            c.isolation = isolation;
+            // As `nobody` (below): an interpreter that user can read.
+            c.python = std::env::var_os("PYCAGE_TEST_PYTHON").map(std::path::PathBuf::from);
+        });
         let wrong = misordered(&rt, 40, 16, 2).await;
         assert!(wrong.is_empty(), "{isolation:?}: {} of 64 misordered, first {:?}", wrong.len(), wrong.first());
         rt.shutdown().await;
     }
+}
+
+#[test]
+fn prints_come_before_a_later_subprocess_output_on_a_busy_machine_as_an_unprivileged_user() {
+    rerun_as_nobody("prints_come_before_a_later_subprocess_output_on_a_busy_machine");
 }
 
 /// The long form (`cargo test -p pycage-runtime --test log_order -- --ignored`):
