@@ -131,9 +131,13 @@ pub(crate) fn apply(steps: &[ConfineStep], ruleset: RulesetCreated) -> Result<()
                 let proc_self =
                     rustix::fs::open(c"/proc/self", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
                         .map_err(at(Step::WriteProgramMaps))?;
-                write_at(&proc_self, c"setgroups", b"deny\n")?;
-                write_at(&proc_self, c"uid_map", uid_map.as_bytes())?;
-                write_at(&proc_self, c"gid_map", gid_map.as_bytes())?;
+                let write_map = |name: &CStr, data: &[u8]| {
+                    crate::sys::write_map(std::os::fd::AsFd::as_fd(&proc_self), name, data)
+                        .map_err(|errno| Failure::new(Step::WriteProgramMaps, errno))
+                };
+                write_map(c"setgroups", b"deny\n")?;
+                write_map(c"uid_map", uid_map.as_bytes())?;
+                write_map(c"gid_map", gid_map.as_bytes())?;
             }
             ConfineStep::CloseFds => {
                 crate::sys::cloexec_from(INHERITED_FDS).map_err(|errno| Failure::new(Step::CloseInheritedFds, errno))?
@@ -159,18 +163,6 @@ pub(crate) fn apply(steps: &[ConfineStep], ruleset: RulesetCreated) -> Result<()
     if ruleset.is_some() {
         // A list without its Landlock step is not a sandbox.
         return Err(Failure::new(Step::Landlock, libc::EINVAL));
-    }
-    Ok(())
-}
-
-/// Writes `data` in one `write` to `<dir>/<name>` (a map file: the kernel
-/// takes a map in one write only).
-fn write_at(dir: &std::os::fd::OwnedFd, name: &CStr, data: &[u8]) -> Result<(), Failure> {
-    let step = Step::WriteProgramMaps;
-    let file = rustix::fs::openat(dir, name, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()).map_err(at(step))?;
-    let written = rustix::io::write(&file, data).map_err(at(step))?;
-    if written != data.len() {
-        return Err(Failure::new(step, libc::EIO));
     }
     Ok(())
 }

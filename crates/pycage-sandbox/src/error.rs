@@ -588,3 +588,16 @@ pub(crate) fn errno_of(err: &(dyn std::error::Error + 'static), fallback: i32) -
     }
     fallback
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_step_round_trips_its_code() {
+        for step in Step::ALL {
+            assert_eq!(Step::from_code(step.code()), Some(step));
+        }
+        assert_eq!(Step::from_code(0), None);
+    }
+}

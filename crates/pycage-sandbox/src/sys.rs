@@ -261,6 +261,18 @@ pub(crate) unsafe fn clone_vm(
         Ok(pid)
     }
 }
+/// Writes `data` in one `write` to `<dir>/<name>`: a `/proc/<pid>` map file
+/// (`uid_map`, `gid_map`, `setgroups`), which the kernel takes in one write
+/// only. A short write is `EIO`.
+pub(crate) fn write_map(dir: BorrowedFd<'_>, name: &CStr, data: &[u8]) -> Result<(), i32> {
+    let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC;
+    let file = rustix::fs::openat(dir, name, flags, rustix::fs::Mode::empty()).map_err(|e| e.raw_os_error())?;
+    match rustix::io::write(&file, data) {
+        Ok(written) if written == data.len() => Ok(()),
+        Ok(_) => Err(libc::EIO),
+        Err(e) => Err(e.raw_os_error()),
+    }
+}
 
 /// `poll` one fd for readability without blocking.
 pub(crate) fn poll_readable(fd: libc::c_int) -> Result<bool, i32> {
