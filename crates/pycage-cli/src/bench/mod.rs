@@ -219,9 +219,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
         // Each concurrency's configurations next to each other in time.
         for v in &zygote_rows {
             let total = (iterations * 10).max(100);
-            let (rate, errors) = throughput(&v.runtime, c, total).await;
+            let (rate, busy, errors) = throughput(&v.runtime, c, total).await;
             failures.note_many(&format!("runs per second, {}, concurrency {c}", v.label()), total, errors);
-            rates.push((v.label(), c, rate));
+            rates.push((v.label(), c, rate, busy));
         }
     }
     let Some(call_runtime) = zygote_rows.first().or(variants.first().as_ref()).map(|v| &v.runtime) else {

@@ -29,7 +29,7 @@ pub(crate) struct Report<'a> {
     pub(crate) floor_import: Samples,
     pub(crate) variants: &'a [Variant],
     pub(crate) unavailable: &'a [(String, String)],
-    pub(crate) rates: &'a [(String, usize, f64)],
+    pub(crate) rates: &'a [(String, usize, f64, f64)],
     /// Closed-loop latency and CPU per run, per zygote variant.
     pub(crate) loops: &'a [(String, Samples, Option<CpuSplit>)],
     /// Whole-machine CPU per spawn of the kernel's namespace set, of the
@@ -148,9 +148,12 @@ impl Report<'_> {
             ));
         }
         l.push(String::new());
-        l.push("runs per second (zygote; runs that succeeded)".into());
-        for (label, c, rate) in self.rates {
-            l.push(format!("  {label:<22} concurrency {c:>2}: {rate:>8.0} runs/s"));
+        l.push("runs per second (zygote; runs that succeeded), and the machine's cores busy meanwhile".into());
+        for (label, c, rate, busy) in self.rates {
+            l.push(format!(
+                "  {label:<22} concurrency {c:>2}: {rate:>8.0} runs/s   cores busy {:>3.0} %",
+                busy * 100.0
+            ));
         }
         l.push(String::new());
         l.push("session cell (x = x + 1; x), warm session   p50        p95        p99    p50 / pipe floor".into());
@@ -304,13 +307,14 @@ impl Report<'_> {
             b.end()?;
             b.key("runsPerSecond")?;
             b.begin_array()?;
-            for (label, c, rate) in self.rates {
+            for (label, c, rate, busy) in self.rates {
                 b.begin_object()?;
                 b.key("variant")?;
                 b.string(label)?;
                 b.key("concurrency")?;
                 b.number(&c.to_string())?;
                 num(&mut b, "runsPerSecond", Some(*rate))?;
+                num(&mut b, "coresBusy", Some(*busy))?;
                 b.end()?;
             }
             b.end()?;

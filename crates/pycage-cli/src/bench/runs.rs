@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use pycage_runtime::{Binding, Namespace, RunRequest, Runtime};
 
 use crate::bench::failures::in_words;
-use crate::bench::measure::{CpuSplit, Samples};
+use crate::bench::measure::{busy, CpuSplit, Samples};
 
 /// Pause before each latency sample.
 pub(crate) const LATENCY_GAP: Duration = Duration::from_millis(20);
@@ -41,9 +41,13 @@ pub(crate) async fn timed_inside(runtime: &Runtime, program: &str) -> Result<Dur
 }
 
 /// Runs per second with `concurrency` runs in flight, `total` tries: the
-/// rate of runs that succeeded, and the failures in words.
-pub(crate) async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> (f64, Vec<String>) {
+/// rate of runs that succeeded, the share of the machine's cores that were
+/// busy meanwhile (0 to 1: below 1, runs waited on something other than
+/// the CPU), and the failures in words.
+pub(crate) async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> (f64, f64, Vec<String>) {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    let busy_before = busy();
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
@@ -70,7 +74,9 @@ pub(crate) async fn throughput(runtime: &Runtime, concurrency: usize, total: usi
             Err(e) => errors.push(format!("a bench task failed: {e}")),
         }
     }
-    (ok as f64 / t.elapsed().as_secs_f64(), errors)
+    let wall = t.elapsed().as_secs_f64();
+    let busy = busy().saturating_sub(busy_before).as_secs_f64() / (wall * cores).max(1e-9);
+    (ok as f64 / wall, busy.min(1.0), errors)
 }
 
 /// Back-to-back trivial runs, one at a time (the pool cannot keep up: its

@@ -244,7 +244,10 @@ impl Launcher {
         } else {
             None
         };
-        let mut zygote_env = Vec::new();
+        let mut zygote_env = vec![(
+            "PYCAGE_WARM_UP_AFTER_MS".to_owned(),
+            format!("{:.3}", config.pool_warm_up_after.as_secs_f64() * 1e3),
+        )];
         if let Some(home) = &zygote_home {
             zygote_env.push(("MPLCONFIGDIR".to_owned(), home.path().join("matplotlib").to_string_lossy().into_owned()));
         }

@@ -28,13 +28,18 @@
 //! it; a refill job builds the next one once the zygote has its order.
 //!
 //! A child warms up (runs a run's common path once, taking its
-//! copy-on-write faults) before it waits for its `boot`: that takes the
+//! copy-on-write faults) while it waits for its `boot`: that takes the
 //! faults off the latency of a run that finds it idle, but costs about
 //! 270 page faults (1.5-2 ms of CPU) that a trivial run would not take.
 //! So a child is forked cold when warming it would only take CPU from
 //! runs: when a run is already waiting for it (the direct fork), and when
 //! the caller of a refill says the host's runs keep every core busy
-//! ([`Pool::refill_after_run`]).
+//! ([`Pool::refill_after_run`]). And a child warms up only once it has
+//! waited `pool_warm_up_after` (10 ms) for its run: runs that come
+//! sooner than that after each other keep the cores busy by themselves
+//! (a trivial run takes about two cores' worth of CPU while it is in
+//! flight, with its replacement's fork), and a child taken before its
+//! warm-up serves its run cold instead of warming up first.
 //!
 //! Zygote life cycle: every child of one zygote shares its hash seed and
 //! address-space layout, so a zygote is replaced once it has forked
