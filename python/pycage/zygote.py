@@ -48,16 +48,12 @@ own process group, so the host can signal everything it starts), arms
 ``/dev/null``, fd 1 and fd 2 the run's pipe, fd 3 the run's socket; nothing
 else stays open), enters the run's working directory, sets the environment
 the host gave (``HOME`` and ``TMPDIR`` outside the working directory),
-applies the requested rlimits, and then serves exactly one run with the
-bootstrap. Unless it is cold, it first waits for the run's first frame
-for ``PYCAGE_WARM_UP_AFTER_MS`` (the host's ``pool_warm_up_after``) and,
-if none came, warms up (``bootstrap.warm_up``): a child taken sooner
-serves its run cold, since runs that close together keep the cores busy
-and a warm-up would only take CPU from them. The host starts the zygote
-as a background process for the scheduler (``SCHED_BATCH``: waking it for
-a refill never preempts a run or its caller); a child inherits that for
-its setup and its warm-up, and is an ordinary process (``SCHED_OTHER``)
-while it waits for its run and serves it.
+applies the requested rlimits, warms up unless it is cold
+(``bootstrap.warm_up``), and then serves exactly one run with the
+bootstrap. The host starts the zygote as a background process for the
+scheduler (``SCHED_BATCH``: waking it for a refill never preempts a run or
+its caller); a child inherits that for its setup and warm-up, and becomes
+an ordinary process (``SCHED_OTHER``) just before it serves its run.
 ``random`` reseeds itself in every child (it registers an
 ``os.register_at_fork`` hook when imported, which happens here); the hash
 seed and the address-space layout are the zygote's, which is why the host
@@ -337,11 +333,6 @@ def _fd_array_from(payload):
 
 _ORDINARY = os.sched_param(0)
 
-#: How long a pooled child waits for its run before it warms up, in
-#: seconds (``PYCAGE_WARM_UP_AFTER_MS``, the runtime's
-#: ``pool_warm_up_after``): a child taken sooner serves it cold.
-_warm_up_after = 0.010
-
 
 def _child(message, fds, zygote_pid, ctl_fd, born_watch):
     """The forked child: set up (joining a sandbox shell when asked), then
@@ -376,34 +367,19 @@ def _child(message, fds, zygote_pid, ctl_fd, born_watch):
     except BaseException as e:  # report any setup failure, then exit
         _diag(f"child setup failed: {type(e).__name__}: {e}")
         os._exit(_EXIT_SETUP_FAILED)
-    # The zygote is a background process for the scheduler (SCHED_BATCH),
-    # and so was this child's setup; waiting for its run, and the run, it
-    # is an ordinary one (woken by the run's first frame, it may preempt).
-    _schedule(os.SCHED_OTHER)
     try:
-        if not message.get("cold", False) and (_warm_up_after == 0 or not _run_arrives(_warm_up_after)):
-            _schedule(os.SCHED_BATCH)
+        if not message.get("cold", False):
             bootstrap.warm_up()
-            _schedule(os.SCHED_OTHER)
     except BaseException as e:  # a cold run is slower, not wrong
-        _schedule(os.SCHED_OTHER)
         _diag(f"warm-up failed: {type(e).__name__}: {e}")
-    bootstrap.main()
-    os._exit(bootstrap._EXIT_INTERNAL)
-
-
-def _schedule(policy):
-    """This process's scheduling policy, at nice 0 (best effort)."""
+    # The zygote is a background process for the scheduler (SCHED_BATCH),
+    # and so were this child's setup and warm-up; its run is an ordinary one.
     try:
-        os.sched_setscheduler(0, policy, _ORDINARY)
+        os.sched_setscheduler(0, os.SCHED_OTHER, _ORDINARY)
     except OSError:
         pass
-
-
-def _run_arrives(seconds):
-    """Whether the host writes to fd 3 (the run's first frame, or its end
-    of file) within ``seconds``."""
-    return bool(select.select([bootstrap.PROTOCOL_FD], [], [], seconds)[0])
+    bootstrap.main()
+    os._exit(bootstrap._EXIT_INTERNAL)
 
 
 def _zygote_gone(zygote_pid, born_watch):
@@ -474,25 +450,12 @@ def _disguise(argv_json):
         os.close(fd)
 
 
-def _take_warm_up_after(ms):
-    """Sets ``_warm_up_after`` from the host's milliseconds, if it gave a
-    number (zero or more)."""
-    global _warm_up_after
-    if ms is None:
-        return
-    value = float(ms)
-    if not value >= 0 or value == float("inf"):
-        raise ValueError(f"PYCAGE_WARM_UP_AFTER_MS is not a duration: {ms!r}")
-    _warm_up_after = value / 1000
-
-
 def main():
     """Serve the host on fd 3 until it quits or goes away (never returns)."""
     try:
         ctl = socket.socket(fileno=_CTL_FD)
         os.set_inheritable(_CTL_FD, False)
         _disguise(os.environ.pop("PYCAGE_ARGV", None))
-        _take_warm_up_after(os.environ.pop("PYCAGE_WARM_UP_AFTER_MS", None))
         # Started with -S: what `site` adds, as data (no venv code runs here).
         sitepaths.apply()
         # The runtime's preload (PYCAGE_PRELOAD), before the heap is frozen;

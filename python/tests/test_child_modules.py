@@ -588,22 +588,6 @@ class ZygoteMessageTest(unittest.TestCase):
             with self.assertRaises(ValueError, msg=data):
                 zygote._decode(data)
 
-    def test_warm_up_delay_is_the_hosts_milliseconds(self):
-        from pycage import zygote
-
-        before = zygote._warm_up_after
-        try:
-            zygote._take_warm_up_after(None)
-            self.assertEqual(zygote._warm_up_after, before)
-            for ms, seconds in [("0.000", 0.0), ("10.000", 0.01), ("2500", 2.5)]:
-                zygote._take_warm_up_after(ms)
-                self.assertEqual(zygote._warm_up_after, seconds, ms)
-            for bad in ["-1", "nan", "inf", "", "ten"]:
-                with self.assertRaises(ValueError, msg=bad):
-                    zygote._take_warm_up_after(bad)
-        finally:
-            zygote._warm_up_after = before
-
 
 if __name__ == "__main__":
     unittest.main()

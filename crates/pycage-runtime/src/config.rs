@@ -174,15 +174,6 @@ pub struct RuntimeConfig {
     /// and builds nothing ahead (in sandbox isolation a pool also keeps
     /// one sandbox shell built ahead of the next spawn).
     pub pool_size: usize,
-    /// How long a pooled child waits for its run before it warms up
-    /// (exercises a run's common path, so that a run it serves later takes
-    /// its page faults off the critical path). A child taken sooner serves
-    /// its run without warming up: runs that come this close together keep
-    /// the cores busy, and there a warm-up only takes CPU from them (runs
-    /// back to back from one thread on two cores: a third less CPU per run
-    /// and half the p99 with 10 ms, against warming at once). `ZERO` warms
-    /// every child at once, as on a machine with cores to spare.
-    pub pool_warm_up_after: Duration,
     /// A zygote is replaced after forking this many children: all its
     /// children share its hash seed and address-space layout.
     pub zygote_max_runs: u64,
@@ -299,7 +290,6 @@ impl Default for RuntimeConfig {
             sandbox_uid_count: 65_536,
             spawn: SpawnMode::Zygote,
             pool_size: 4,
-            pool_warm_up_after: Duration::from_millis(10),
             zygote_max_runs: 1000,
             zygote_max_age: Duration::from_secs(300),
             max_concurrent_runs: 64,

@@ -140,28 +140,13 @@ async fn a_child_forked_for_a_waiting_run_skips_the_warm_up() {
     if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
         return;
     }
-    let warm = zygote_runtime(|c| {
-        c.pool_size = 1;
-        c.pool_warm_up_after = Duration::ZERO;
-    });
+    let warm = zygote_runtime(|c| c.pool_size = 1);
     assert!(warm.wait_idle(Duration::from_secs(30)).await, "the pool did not fill");
     let warm_faults: u64 = value(&run(&warm, FAULTS).await).parse().unwrap();
     warm.shutdown().await;
     // The warm-up takes some 270 faults a run like this does not: far
     // more than faults vary between children.
     assert!(cold_faults + 100 < warm_faults, "cold child {cold_faults} faults, warm child {warm_faults}");
-
-    // A pooled child taken before it has waited `pool_warm_up_after` for
-    // its run serves it cold: runs that close together keep the cores
-    // busy, and a warm-up would only take CPU from them.
-    let soon = zygote_runtime(|c| {
-        c.pool_size = 1;
-        c.pool_warm_up_after = Duration::from_secs(3600);
-    });
-    assert!(soon.wait_idle(Duration::from_secs(30)).await, "the pool did not fill");
-    let soon_faults: u64 = value(&run(&soon, FAULTS).await).parse().unwrap();
-    soon.shutdown().await;
-    assert!(soon_faults + 100 < warm_faults, "child taken early {soon_faults} faults, warm child {warm_faults}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

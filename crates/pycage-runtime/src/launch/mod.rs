@@ -84,9 +84,6 @@ pub(crate) struct Launcher {
     /// The zygote's matplotlib configuration directory, when it preloads
     /// (a font cache built there stays the host's).
     _zygote_home: Option<tempfile::TempDir>,
-    /// The cores this process may use (affinity and cgroup quota), read
-    /// once: whether the pool's new children warm up depends on it.
-    cores: usize,
 }
 
 /// A relative interpreter path with a directory in it
@@ -244,10 +241,7 @@ impl Launcher {
         } else {
             None
         };
-        let mut zygote_env = vec![(
-            "PYCAGE_WARM_UP_AFTER_MS".to_owned(),
-            format!("{:.3}", config.pool_warm_up_after.as_secs_f64() * 1e3),
-        )];
+        let mut zygote_env = Vec::new();
         if let Some(home) = &zygote_home {
             zygote_env.push(("MPLCONFIGDIR".to_owned(), home.path().join("matplotlib").to_string_lossy().into_owned()));
         }
@@ -286,7 +280,6 @@ impl Launcher {
             })
         });
         Ok(Launcher {
-            cores,
             config,
             interpreter,
             bootstrap,
@@ -406,10 +399,10 @@ impl Launcher {
 
     /// Tops the zygote's pool up after a run (off the run's critical path);
     /// `runs_in_flight` (this one included) decides whether the new
-    /// children warm up ([`pool::Warmth::for_load`]).
+    /// children warm up ([`pool::Pool::refill_after_run`]).
     pub(crate) fn refill(&self, runs_in_flight: usize) {
         if let Some(pool) = &self.pool {
-            pool.refill_after_run(pool::Warmth::for_load(runs_in_flight, self.cores));
+            pool.refill_after_run(runs_in_flight);
         }
     }
 
@@ -417,7 +410,7 @@ impl Launcher {
     /// used (`None` without a pool).
     pub(crate) fn refill_later(&self, runs_in_flight: usize) -> Option<pool::Refill> {
         let pool = self.pool.as_ref()?;
-        Some(pool.refill_later(pool::Warmth::for_load(runs_in_flight, self.cores)))
+        Some(pool.refill_later(runs_in_flight))
     }
 
     /// A child ready for `boot` with `inputs` in its working directory, and

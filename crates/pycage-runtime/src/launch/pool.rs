@@ -28,18 +28,16 @@
 //! it; a refill job builds the next one once the zygote has its order.
 //!
 //! A child warms up (runs a run's common path once, taking its
-//! copy-on-write faults) while it waits for its `boot`: that takes the
+//! copy-on-write faults) before it waits for its `boot`: that takes the
 //! faults off the latency of a run that finds it idle, but costs about
 //! 270 page faults (1.5-2 ms of CPU) that a trivial run would not take.
 //! So a child is forked cold when warming it would only take CPU from
-//! runs: when a run is already waiting for it (the direct fork), and when
-//! the caller of a refill says the host's runs keep every core busy
-//! ([`Pool::refill_after_run`]). And a child warms up only once it has
-//! waited `pool_warm_up_after` (10 ms) for its run: runs that come
-//! sooner than that after each other keep the cores busy by themselves
-//! (a trivial run takes about two cores' worth of CPU while it is in
-//! flight, with its replacement's fork), and a child taken before its
-//! warm-up serves its run cold instead of warming up first.
+//! runs: when a run is already waiting for it (the direct fork), when the
+//! host's runs in flight are at least the cores, and for [`DRY_SPELL`]
+//! after a run that came back to back with the one before
+//! ([`BACK_TO_BACK`]) while such a loop keeps the cores busy by itself
+//! (see [`Pool::refill_after_run`]). Runs with a gap between them find
+//! children that warmed up in the gap.
 //!
 //! Zygote life cycle: every child of one zygote shares its hash seed and
 //! address-space layout, so a zygote is replaced once it has forked
@@ -65,9 +63,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 pub(crate) use crate::launch::pool_machine::Warmth;
-#[cfg(doc)]
-use crate::launch::pool_machine::DRY_SPELL;
 use crate::launch::pool_machine::{Limits, PoolMachine, PooledChild, ZygoteView};
+#[cfg(doc)]
+use crate::launch::pool_machine::{BACK_TO_BACK, DRY_SPELL};
 use crate::launch::spawn::{Channels, SpawnError, Spawner, Worker};
 use crate::sync::lock;
 use pycage_files::cleanup::{RunDir, RunDirs};
@@ -82,8 +80,10 @@ pub(crate) struct PoolConfig {
     /// The zygote's own extra environment.
     pub zygote_env: Vec<(String, String)>,
     pub size: usize,
-    /// The cores this process may use: a refill keeps one of them free of
-    /// replacements ([`Limits::in_flight_for`]).
+    /// The cores this process may use (affinity and cgroup quota, read
+    /// once): a refill keeps one of them free of replacements
+    /// ([`Limits::in_flight_for`]), and whether replacements warm up
+    /// depends on them ([`Pool::refill_after_run`]).
     pub cores: usize,
     pub zygote_max_runs: u64,
     pub zygote_max_age: std::time::Duration,
@@ -360,14 +360,19 @@ impl Pool {
 
     /// Tops the pool up again; called when a run has settled, so the fork
     /// and warm-up of its replacement happen between runs. Cheap: it asks
-    /// the zygote (or the spawner thread) and returns. `warmth` says
-    /// whether the replacements warm up (see the module docs).
-    pub(crate) fn refill_after_run(&self, warmth: Warmth) {
+    /// the zygote (or the spawner thread) and returns. `runs_in_flight`
+    /// (the settled run included) decides whether the replacements warm
+    /// up: not when they are at least the cores ([`Warmth::for_load`]),
+    /// and not in a loop of runs back to back that keeps every core busy
+    /// ([`Warmth::loop_fills`]; see the module docs).
+    pub(crate) fn refill_after_run(&self, runs_in_flight: usize) {
+        let warmth = self.inner.run_settled(runs_in_flight);
         self.inner.refill(warmth);
     }
 
     /// [`Pool::refill_after_run`], to be called later, from another task.
-    pub(crate) fn refill_later(&self, warmth: Warmth) -> Refill {
+    pub(crate) fn refill_later(&self, runs_in_flight: usize) -> Refill {
+        let warmth = self.inner.run_settled(runs_in_flight);
         Refill { inner: Arc::clone(&self.inner), warmth }
     }
 
@@ -449,14 +454,25 @@ impl Inner {
 
     /// The oldest usable idle child; else whether to wait for a spawn in
     /// flight (only when `may_wait`, see [`PoolMachine::ran_dry`]).
+    /// A run settled with `runs_in_flight` (itself included): noted for
+    /// the next run's start, and the warmth its replacements are asked
+    /// with.
+    fn run_settled(&self, runs_in_flight: usize) -> Warmth {
+        let cores = self.config.cores;
+        lock(&self.state).run_settled(Instant::now(), Warmth::loop_fills(runs_in_flight, cores));
+        Warmth::for_load(runs_in_flight, cores)
+    }
+
     fn take_idle(&self, may_wait: bool) -> Result<Idle, Dry> {
         let mut unwanted = Vec::new();
         let taken = {
             let mut machine = lock(&self.state);
             let _ = self.maintain(&mut machine, &mut unwanted);
+            let now = Instant::now();
+            machine.run_started(now);
             match machine.take(&mut unwanted) {
                 Some(idle) => Ok(idle),
-                None if machine.ran_dry(Instant::now(), may_wait) => Err(Dry::Wait),
+                None if machine.ran_dry(now, may_wait) => Err(Dry::Wait),
                 None => Err(Dry::Fork),
             }
         };

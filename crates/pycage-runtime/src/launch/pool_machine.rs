@@ -49,6 +49,14 @@ impl Warmth {
             Warmth::Cold
         }
     }
+
+    /// Whether `runs_in_flight` runs back to back keep all `cores` busy
+    /// by themselves: while in flight, a trivial run takes about two cores'
+    /// worth of CPU (its own process, and the host, the zygote and its
+    /// replacement's fork beside it).
+    pub(crate) fn loop_fills(runs_in_flight: usize, cores: usize) -> bool {
+        runs_in_flight.saturating_mul(2) >= cores
+    }
 }
 
 /// How long after a run found the pool empty the pool's replacements are
@@ -57,6 +65,14 @@ impl Warmth {
 /// compete for the cores with the run waiting for a fork of its own.
 /// Runs spaced further apart than a refill takes find children warm.
 pub(crate) const DRY_SPELL: Duration = Duration::from_millis(50);
+
+/// A run that starts within this long of the previous run's settling came
+/// back to back with it (a loop): for [`DRY_SPELL`] after it, the pool's
+/// replacements are forked cold when such a loop leaves no core for a
+/// warm-up ([`Warmth::loop_fills`]): a warm-up right after each fork would
+/// only take CPU from the next run. Runs with a gap between them find
+/// children that warmed up in it.
+pub(crate) const BACK_TO_BACK: Duration = Duration::from_millis(2);
 
 /// What the machine reads of a zygote: the driver's handle answers from
 /// what its supervisor last saw.
@@ -125,6 +141,11 @@ pub(crate) struct PoolMachine<Z, C> {
     filling: usize,
     /// When a run last found no idle child.
     dry_at: Option<Instant>,
+    /// When a run last settled with a load that runs back to back would
+    /// keep the cores busy with ([`Warmth::loop_fills`]), and when one
+    /// last started within [`BACK_TO_BACK`] of that.
+    settled_at: Option<Instant>,
+    back_to_back_at: Option<Instant>,
     /// Runs waiting for a spawn in flight instead of forking their own.
     waiters: usize,
     closed: bool,
@@ -141,6 +162,8 @@ impl<Z: ZygoteView + Clone, C: PooledChild<Zygote = Z>> PoolMachine<Z, C> {
             idle: VecDeque::new(),
             filling: 0,
             dry_at: None,
+            settled_at: None,
+            back_to_back_at: None,
             waiters: 0,
             closed: false,
         }
@@ -225,6 +248,21 @@ impl<Z: ZygoteView + Clone, C: PooledChild<Zygote = Z>> PoolMachine<Z, C> {
         wait
     }
 
+    /// A run settled at `now` (its replacement is asked for); `fills`:
+    /// whether runs back to back at the load it settled in keep the cores
+    /// busy ([`Warmth::loop_fills`]).
+    pub(crate) fn run_settled(&mut self, now: Instant, fills: bool) {
+        self.settled_at = fills.then_some(now);
+    }
+
+    /// A run asks for a child at `now`: back to back with the previous
+    /// run when that settled less than [`BACK_TO_BACK`] before.
+    pub(crate) fn run_started(&mut self, now: Instant) {
+        if self.settled_at.is_some_and(|at| now.saturating_duration_since(at) < BACK_TO_BACK) {
+            self.back_to_back_at = Some(now);
+        }
+    }
+
     /// Whether a run waits for a spawn in flight.
     pub(crate) fn awaited(&self) -> bool {
         self.waiters > 0
@@ -236,11 +274,14 @@ impl<Z: ZygoteView + Clone, C: PooledChild<Zygote = Z>> PoolMachine<Z, C> {
     }
 
     /// The warmth of a refill's children asked for at `now` with `asked`:
-    /// cold within [`DRY_SPELL`] of a run that found the pool empty.
+    /// cold within [`DRY_SPELL`] of a run that found the pool empty or
+    /// came [`BACK_TO_BACK`] with the one before.
     pub(crate) fn warmth(&self, asked: Warmth, now: Instant) -> Warmth {
-        match self.dry_at {
-            Some(at) if now.saturating_duration_since(at) < DRY_SPELL => Warmth::Cold,
-            _ => asked,
+        let within = |at: Option<Instant>| at.is_some_and(|at| now.saturating_duration_since(at) < DRY_SPELL);
+        if within(self.dry_at) || within(self.back_to_back_at) {
+            Warmth::Cold
+        } else {
+            asked
         }
     }
 
@@ -519,6 +560,44 @@ mod tests {
         // A closed pool has nothing to wait for.
         let _ = p.close();
         assert!(!p.ran_dry(t0 + DRY_SPELL * 3, true));
+    }
+
+    #[test]
+    fn replacements_are_cold_for_a_while_after_runs_back_to_back_that_fill_the_cores() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = Pool::new(LIMITS);
+        // The first run: nothing settled before it.
+        p.run_started(t0);
+        assert_eq!(p.warmth(Warmth::Warm, t0), Warmth::Warm);
+        // The next one starts right after it settled: a loop.
+        p.run_settled(t0 + ms(1), true);
+        p.run_started(t0 + ms(2));
+        assert_eq!(p.warmth(Warmth::Warm, t0 + ms(2)), Warmth::Cold);
+        assert_eq!(p.warmth(Warmth::Warm, t0 + ms(2) + DRY_SPELL / 2), Warmth::Cold);
+        assert_eq!(p.warmth(Warmth::Warm, t0 + ms(2) + DRY_SPELL), Warmth::Warm);
+        // A run after a gap is not back to back.
+        let t1 = t0 + DRY_SPELL * 2;
+        p.run_settled(t1, true);
+        p.run_started(t1 + BACK_TO_BACK);
+        assert_eq!(p.warmth(Warmth::Warm, t1 + BACK_TO_BACK), Warmth::Warm);
+        // Nor is one whose loop leaves a core for the warm-ups.
+        p.run_settled(t1 + ms(10), false);
+        p.run_started(t1 + ms(10));
+        assert_eq!(p.warmth(Warmth::Warm, t1 + ms(10)), Warmth::Warm);
+        // What the load asked for stands.
+        assert_eq!(p.warmth(Warmth::Cold, t1 + ms(10)), Warmth::Cold);
+    }
+
+    #[test]
+    fn a_loop_fills_the_cores_at_half_as_many_runs() {
+        assert!(Warmth::loop_fills(1, 1));
+        assert!(Warmth::loop_fills(1, 2));
+        assert!(!Warmth::loop_fills(1, 4));
+        assert!(Warmth::loop_fills(2, 4));
+        assert!(!Warmth::loop_fills(3, 8));
+        assert!(Warmth::loop_fills(4, 8));
+        assert!(Warmth::loop_fills(usize::MAX, 8));
     }
 
     #[test]
