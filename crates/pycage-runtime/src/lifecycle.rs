@@ -1,6 +1,6 @@
 //! The one run sequence: admission, a worker, inputs, execution, settling,
 //! output collection and refill. One-shot runs, runs with an output
-//! directory and session runs all go through [`run`]; a session is a run
+//! directory and session runs all go through [`run()`]; a session is a run
 //! sequence that keeps its worker ([`Keep::Session`]), not a copy of it.
 //!
 //! Every wait is raced against the caller's cancel, the stop token (the

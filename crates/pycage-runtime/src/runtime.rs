@@ -127,7 +127,7 @@ impl Runtime {
     /// new session, which goes on as any (and records, so it may suspend
     /// again), and the suspended cell's result. A journal that does not
     /// open, a one-shot run's journal or other bindings are refused before
-    /// anything runs (`MisuseError::Journal` in [`SessionError::Misuse`]).
+    /// anything runs (`MisuseError::Journal` in [`crate::SessionError::Misuse`]).
     pub async fn resume_session(
         &self,
         journal: &[u8],

@@ -452,8 +452,6 @@ impl Inner {
         current
     }
 
-    /// The oldest usable idle child; else whether to wait for a spawn in
-    /// flight (only when `may_wait`, see [`PoolMachine::ran_dry`]).
     /// A run settled with `runs_in_flight` (itself included): noted for
     /// the next run's start, and the warmth its replacements are asked
     /// with.
@@ -463,6 +461,9 @@ impl Inner {
         Warmth::for_load(runs_in_flight, cores)
     }
 
+    /// The oldest usable idle child; else whether to wait for a spawn in
+    /// flight (only when `may_wait`, see [`PoolMachine::ran_dry`]). Notes
+    /// the run's start ([`PoolMachine::run_started`]).
     fn take_idle(&self, may_wait: bool) -> Result<Idle, Dry> {
         let mut unwanted = Vec::new();
         let taken = {

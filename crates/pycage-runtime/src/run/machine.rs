@@ -190,7 +190,7 @@ impl RunMachine {
         Self::with_extras(config, opening, program, Extras::default(), bindings, streaming, output)
     }
 
-    /// [`RunMachine::new`], with the directories of the run's packages and
+    /// `RunMachine::new` (the tests' constructor), with the directories of the run's packages and
     /// its durable recording.
     pub(crate) fn with_extras(
         config: &RuntimeConfig,
