@@ -1,7 +1,7 @@
 //! pycage's binding sources: where the host functions a program calls come
 //! from, and the typed Python stubs a model reads to call them.
 //!
-//! A bindings file ([`file`]) declares namespaces of external commands
+//! A bindings file ([`file`](mod@file)) declares namespaces of external commands
 //! ([`command`]), HTTP endpoints ([`http`]), and whole MCP servers
 //! ([`upstream`]), each server's tools becoming the members of one
 //! namespace. [`Bindings::load`] reads the file, connects to every MCP
@@ -23,7 +23,7 @@
 //!    out of messages), [`schema`] (JSON Schema to Python types), [`slots`]
 //!    (bounded concurrent commands);
 //! 2. the sources: [`command`], [`http`], [`upstream`] (MCP servers);
-//! 3. [`stubs`] (what a model reads), then [`file`] (the bindings file,
+//! 3. [`stubs`] (what a model reads), then [`file`](mod@file) (the bindings file,
 //!    which builds namespaces from all of them).
 
 pub mod command;

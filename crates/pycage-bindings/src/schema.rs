@@ -5,7 +5,7 @@
 //! A subset of JSON Schema, written here rather than taken from a crate:
 //! the arguments are the program's (hostile) data, so the check must be
 //! iterative on their depth and bounded, and it must read pycage's exact
-//! [`JsonValue`] without a conversion. The schema is the host's own (from
+//! [`JsonValue`](pycage_protocol::JsonValue) without a conversion. The schema is the host's own (from
 //! the bindings file), checked once when the file loads ([`check_schema`]).
 //!
 //! Checked keywords: `type` (a name or a list; `integer` is a number with

@@ -56,7 +56,7 @@ pub struct McpArgs {
     auth_token_env: Vec<String>,
 
     /// With --http: also accept requests from this browser origin
-    /// (scheme://host[:port], :* for any port, or null). Absent and
+    /// (scheme://host, scheme://host:port, :* for any port, or null). Absent and
     /// loopback origins are always accepted. Repeatable.
     #[arg(long, value_name = "ORIGIN")]
     allow_origin: Vec<String>,

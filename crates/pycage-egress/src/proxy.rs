@@ -35,7 +35,7 @@
 //! rewritten request head included, the proxy's own answers not) against
 //! `max_net_bytes`: the chunk that would cross it is cut at the budget and
 //! both sides are closed. So the host holds at most `max_net_connections`
-//! connections of a run, each with two [`BUF_BYTES`] buffers.
+//! connections of a run, each with two `BUF_BYTES` buffers.
 
 use std::io;
 use std::os::fd::OwnedFd;

@@ -27,14 +27,14 @@
 //!   names reach the index; with any name allowed, a runtime allows
 //!   [`MAX_FAILED_RESOLUTIONS`] failed installs of declared names, then
 //!   asks the index for no new name.
-//! - **The cache** ([`cache`]) is keyed by what was installed, written
+//! - **The cache** (`cache`) is keyed by what was installed, written
 //!   only by the host, bounded in bytes with least-recently-used eviction
 //!   of entries no run holds, and one install runs at a time.
 //!
 //! # Layers
 //!
 //! Each module uses only those listed before it (`tests/layers.rs`):
-//! `error`, [`requirement`], [`metadata`], [`installer`], then [`cache`].
+//! `error`, [`requirement`], [`metadata`], [`installer`], then `cache`.
 
 mod cache;
 mod error;

@@ -3,8 +3,8 @@
 //! The Python half (`crates/pycage-py/python/pycage/`) owns the public API,
 //! argument checking and the asyncio glue; this module owns what must not
 //! hold the GIL or must be exact: driving [`pycage_runtime::Runtime`]
-//! ([`runtime`]), calling Python callables as bindings ([`calls`]) and
-//! converting values between JSON and Python ([`convert`]).
+//! (`runtime`), calling Python callables as bindings (`calls`) and
+//! converting values between JSON and Python (`convert`).
 //!
 //! # Layers
 //!

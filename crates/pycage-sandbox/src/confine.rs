@@ -2,14 +2,14 @@
 //! typed, ordered list, built here, and its executor for the exec path.
 //!
 //! [`Prepared::new`](crate::Prepared::new) builds the list once
-//! ([`build`]); policy and order live here only. The exec path runs it in
-//! the forked program process ([`apply`]); a zygote's child receives the
+//! (`build`); policy and order live here only. The exec path runs it in
+//! the forked program process (`apply`); a zygote's child receives the
 //! same list over the zygote's control socket and runs it through a table
 //! of one-operation functions that refuses any step it does not know
 //! (`python/pycage/confine.py`). A conformance test runs one program through
 //! both paths and compares what it sees of itself.
 //!
-//! [`apply`] runs between fork and exec of a multi-threaded host: every
+//! `apply` runs between fork and exec of a multi-threaded host: every
 //! step makes syscalls on data built before the fork (map lines, filter
 //! bytes), and nothing allocates.
 

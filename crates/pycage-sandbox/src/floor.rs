@@ -14,7 +14,7 @@
 //! With [`FloorPlan::confine`], the PID-1 child also confines itself the
 //! way a run's program does, and only that (steps 16-18 of
 //! [`crate::prepared`], through the exec path's executor
-//! [`crate::confine::apply`]): rlimits, a cgroup namespace, a nested user
+//! `confine::apply`): rlimits, a cgroup namespace, a nested user
 //! namespace with its maps, the 41 bounding-set drops, `no_new_privs`, a
 //! Landlock domain from a ruleset with a rule per bind (built in the parent
 //! for each spawn, as the shell helper builds one per shell), and the run's

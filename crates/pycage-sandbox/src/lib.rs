@@ -20,7 +20,7 @@
 //! ([`MountPlan`], the seccomp policy, the Landlock access table),
 //! unit-tested anywhere, and thin apply functions that make the syscalls in
 //! the forked child ([`prepared`] documents every step, its order and the
-//! reason for it). [`probe`] reports which layers the machine supports and
+//! reason for it). [`probe()`] reports which layers the machine supports and
 //! why one is missing; [`cgroup`] finds a delegated cgroup v2 subtree.
 //!
 //! # Layers

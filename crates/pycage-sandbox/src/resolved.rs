@@ -92,8 +92,8 @@ pub(crate) struct DiskDirOp {
 
 /// What a policy fixes for every run of it, on an unchanged file system:
 /// its plan, every path and value the child uses, preformatted, and the
-/// seccomp program. Built once per run by [`Prepared::new`], or once
-/// per policy by [`Preparations`], and never changed after.
+/// seccomp program. Built once per run by [`Prepared::new`](crate::Prepared::new), or once
+/// per policy by [`Preparations`](crate::Preparations), and never changed after.
 #[derive(Debug)]
 pub(crate) struct Resolved {
     pub(crate) plan: Arc<MountPlan>,
@@ -129,7 +129,7 @@ pub(crate) struct Resolved {
     /// path, about 35 us a shell in the helper, when opened per run).
     /// While the resolution is kept they name what the paths name: its
     /// plan holds only while each path is the very file it was
-    /// ([`Preparations`] checks the descriptors against that once).
+    /// ([`Preparations`](crate::Preparations) checks the descriptors against that once).
     pub(crate) path_rules: Vec<PathRule>,
     pub(crate) filters: Filters,
     /// Steps 16-18 ([`crate::confine`]).

@@ -23,7 +23,7 @@
 //! (a session's run edges need the CPU alone).
 //!
 //! Which processes: [`Scope::PidNamespace`] starts at the run's init
-//! process (PID 1 of the run's namespace, [`pycage_sandbox::Handoff`] gives
+//! process (PID 1 of the run's namespace, `pycage_sandbox::Handoff` gives
 //! its host pid) and walks `/proc/<pid>/task/<tid>/children`, keeping a
 //! process only while its parent (`/proc/<pid>/stat`) is still the one it
 //! was found under, so a pid recycled by an unrelated host process

@@ -193,7 +193,7 @@ pub(crate) const MAX_HELD: usize = 4;
 ///
 /// A held file names its process, not its pid: once that process is
 /// reaped, reading it fails (`ESRCH`) and the entry is dropped, so a
-/// recycled pid is never read through it. At most [`MAX_HELD`] processes'
+/// recycled pid is never read through it. At most `MAX_HELD` processes'
 /// files are held (two descriptors each).
 #[derive(Debug, Default)]
 pub struct HeldFiles(pub(crate) Mutex<Vec<Held>>);

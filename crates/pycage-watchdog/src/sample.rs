@@ -39,7 +39,7 @@ pub fn sample_cpu_held(scope: Scope, cache: &ScanCache, held: &HeldFiles) -> Dur
 /// read first, and their proportional sizes (`smaps_rollup`, a walk of
 /// every page table: about 0.35 ms for one idle CPython child, per sample)
 /// only when the resident sizes together, with the kernel's counting slack
-/// ([`rss_slack`]) and what the run holds in the kernel, could exceed the
+/// (`rss_slack`) and what the run holds in the kernel, could exceed the
 /// ceiling. A page counts in PSS at most as much as in RSS, so the check's
 /// answer is the same; `memory_bytes` is then that upper bound, not PSS.
 pub fn sample_with_held(scope: Scope, cache: &ScanCache, held: &HeldFiles, ceiling: u64) -> Usage {

@@ -14,7 +14,7 @@
 //! The helper is the host's own code in another process, not the child's:
 //! it never runs a program. It speaks [`wire`]'s protocol on its fd 3, one
 //! request and one reply at a time, and builds each shell with
-//! [`Prepared`]: the plan of what a program joining the shell does to
+//! [`Prepared`](crate::Prepared): the plan of what a program joining the shell does to
 //! itself comes back in the reply, derived by the builder alone. It reaps
 //! its shells as they exit, and their inits (it is their subreaper: a
 //! shell's init outlives its killed supervisor an instant); at end of

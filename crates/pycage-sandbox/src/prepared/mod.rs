@@ -83,7 +83,7 @@
 //!     the "go" pipe, and fork G (which closes the egress listener at once).
 //!     A shell's G ([`Prepared::into_shell`], entered through
 //!     [`crate::fork::fork_shell`]) is cloned instead, sharing C's memory
-//!     on a stack of its own (`clone(CLONE_VM)`, [`sys::clone_vm`]): C only
+//!     on a stack of its own (`clone(CLONE_VM)`, `sys::clone_vm`): C only
 //!     waits from its handoff on, and G never forks, so one address space
 //!     is copied and torn down per shell instead of two. G's memory is
 //!     then C's: it becomes not dumpable for both in step 15, and a
@@ -121,8 +121,8 @@
 //! In P (PID 2):
 //! 16. `PR_SET_PDEATHSIG = SIGKILL`; rlimits: NPROC (`max_processes` + 2:
 //!     C and G are counted at the outer level), FSIZE, CORE = 0,
-//!     SIGPENDING ([`RUN_SIGPENDING`]), MSGQUEUE (0), MEMLOCK
-//!     ([`RUN_MEMLOCK_BYTES`]), soft = hard. Set before step 17, because a
+//!     SIGPENDING ([`crate::limits::RUN_SIGPENDING`]), MSGQUEUE (0), MEMLOCK
+//!     ([`crate::limits::RUN_MEMLOCK_BYTES`]), soft = hard. Set before step 17, because a
 //!     new user namespace records its creator's `RLIMIT_NPROC`,
 //!     `SIGPENDING`, `MSGQUEUE` and `MEMLOCK` as the ceilings of everything
 //!     counted in it: they bound the whole run, the host uid's share.
@@ -453,7 +453,7 @@ impl Prepared {
         Ok(())
     }
 
-    /// Step 8: the new root, in the tmpfs mounted over [`STAGING`], or
+    /// Step 8: the new root, in the tmpfs mounted over [`STAGING`](crate::resolved::STAGING), or
     /// the clone of the root template (`template`) attached there.
     fn build_root(&self, clones: &mut [Option<OwnedFd>; MAX_BINDS], template: Option<OwnedFd>) -> Result<(), Failure> {
         match template {
@@ -539,7 +539,7 @@ impl Prepared {
         self.stage_disk()
     }
 
-    /// Step 8 with a template: its clone attached at [`STAGING`], and the
+    /// Step 8 with a template: its clone attached at [`STAGING`](crate::resolved::STAGING), and the
     /// run's tmpfs staged ([`Prepared::stage_disk`]).
     fn attach_template(&self, tree: &OwnedFd) -> Result<(), Failure> {
         rustix::mount::move_mount(
@@ -656,7 +656,7 @@ impl Prepared {
     }
 
     /// Shell mode: hand the host the run's namespaces, its root and the
-    /// finished ruleset (see [`Join`]).
+    /// finished ruleset (see [`Join`](crate::Join)).
     fn send_join(&self, ruleset: BorrowedFd<'_>) -> Result<(), Failure> {
         let mut opened: [Option<OwnedFd>; JOIN_FDS - 1] = [const { None }; JOIN_FDS - 1];
         let names: [&CStr; 6] = [

@@ -39,7 +39,7 @@
 //! (`the_tree_says_what_the_two_filters_said`); seccompiler stays as that
 //! reference, and for its types.
 //!
-//! The program is plain data: [`Filters::to_bytes`] gives it as the
+//! The program is plain data: [`Filters::to_bytes`](super::Filters::to_bytes) gives it as the
 //! `struct sock_filter` array in native byte order, ready for
 //! `prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &sock_fprog)` from any
 //! language (the zygote installs it from Python).
