@@ -122,21 +122,25 @@ def _prctl5(option, a2=0, a3=0, a4=0, a5=0):
 
 
 def _last_capability():
-    """The kernel's highest capability number, or 63 (the most a 64-bit set
-    holds) when it cannot be read; the bounding-set loop also accepts
-    EINVAL for numbers past the last, so a guess too high costs only calls."""
+    """The kernel's highest capability number, or None when it cannot be
+    read."""
     try:
         with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
             last = int(f.read())
     except (OSError, ValueError):
-        return 63
-    return last if 0 <= last <= 63 else 63
+        return None
+    return last if 0 <= last <= 63 else None
 
 
 #: Read in the zygote: a sandboxed child cannot see the host's /proc/sys.
 #: Each drop below commits new credentials (about 6 us in a child), and
 #: this kernel's numbers are fewer than 64 (41 on Linux 6.x).
-_LAST_CAP = _last_capability()
+_KERNEL_LAST_CAP = _last_capability()
+#: Unknown, the bounding-set loop tries every number a 64-bit set holds and
+#: accepts EINVAL for those past the kernel's last (a guess too high costs
+#: only calls). Known, an EINVAL fails the step: the kernel refuses no
+#: number up to its last, so one would mean a drop that did nothing.
+_LAST_CAP = 63 if _KERNEL_LAST_CAP is None else _KERNEL_LAST_CAP
 
 
 def _check(ret, what):
@@ -372,11 +376,11 @@ def _op_close_fds(step, state):
 
 
 def _op_drop_caps(step, state):
-    drop = _prctl_small
+    drop, guessed = _prctl_small, _KERNEL_LAST_CAP is None
     for cap in range(_LAST_CAP + 1):
-        # Numbers past the kernel's last capability fail with EINVAL (22).
-        if drop(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
-            _check(-1, "prctl(PR_CAPBSET_DROP)")
+        # Past the kernel's last capability a number fails with EINVAL (22).
+        if drop(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and not (guessed and ctypes.get_errno() == 22):
+            _check(-1, f"prctl(PR_CAPBSET_DROP, {cap})")
     _check(_prctl5(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
     _check(_libc.capset(ctypes.byref(_NO_CAPS_HEADER), ctypes.byref(_NO_CAPS_DATA)), "capset")
 

@@ -382,6 +382,37 @@ print(json.dumps([confine._LAST_CAP, last, json.loads(data)]))
         for name in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
             self.assertEqual(after[name], "0" * 16, name)
 
+    def test_a_refused_drop_up_to_the_kernels_last_capability_fails_the_step(self):
+        # EINVAL for a number at most the kernel's last would leave that
+        # capability in the bounding set: fatal. Only when the last is
+        # unknown does EINVAL mark the numbers past it. No capability is
+        # touched: every prctl of the step is refused here.
+        script = """
+import ctypes, json, sys
+sys.path.insert(0, sys.argv[1])
+from pycage import confine
+def refuse(option, *args):
+    ctypes.set_errno(22)
+    return -1
+def outcome(known):
+    confine._KERNEL_LAST_CAP = known
+    confine._LAST_CAP = 63 if known is None else known
+    try:
+        confine._op_drop_caps({}, {})
+    except OSError as e:
+        return str(e)
+    return "passed"
+confine._prctl_small = refuse
+print(json.dumps([outcome(40), outcome(None)]))
+"""
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", script, PYTHON_DIR], capture_output=True, text=True, timeout=60
+        )
+        known, guessed = json.loads(out.stdout)
+        self.assertIn("prctl(PR_CAPBSET_DROP, 0): ", known)
+        # Every drop refused, and the step went on to the ambient set.
+        self.assertIn("prctl(PR_CAP_AMBIENT_CLEAR_ALL): ", guessed)
+
 
 class HardeningTest(unittest.TestCase):
     def test_every_child_module_resolves_builtins_privately(self):
