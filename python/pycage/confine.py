@@ -52,7 +52,7 @@ del _name
 #: 0.65 us a call here against 1.7 us through ``_prctl_ulong`` (whose
 #: declared types run a converter per argument): the bounding-set drops
 #: make 41 calls in every sandboxed child. Never for a value of 2**31 or
-#: more (an address): ctypes would cut it to 32 bits.
+#: more (an address): ctypes would pass its low 32 bits, sign-extended.
 _prctl_small = _libc.prctl
 
 #: prctl with its argument types declared, for an argument that may not fit
