@@ -109,6 +109,17 @@ build_wheel() {
         echo "build-wheels.sh: the module's shell helper ($helper) is missing or not a static program" >&2
         return 1
     fi
+    # The native join library the module embeds (crates/pycage-runtime's
+    # build.rs): without it the module's sandboxed runs join in Python,
+    # slower; a release wheel has it, for the wheel's glibc.
+    local join="target/$triple/release/native-join-target/$triple/release/libpycage_join.so"
+    if [ ! -s "$join" ]; then
+        echo "build-wheels.sh: the module's native join library ($join) is missing" >&2
+        return 1
+    fi
+    if [ "$glibc" != musl ]; then
+        check_command "$join" "$glibc"
+    fi
     local wheel
     wheel=$(ls "$out"/pycage_run-*"$compat"*.whl)
     # What pip will install: the module and the command, executable.

@@ -92,6 +92,7 @@ from pycage.confine import (
     _join_shell,
     _PidNamespaces,
     _prctl,
+    compile_native,
     prepare,
     remap_once,
 )
@@ -199,6 +200,9 @@ class _Zygote:
                 self.send({"type": "spawn-failed", "id": ident, "message": why})
                 return
             prepare(join)
+            native = compile_native(join, fds[2:], self.pid_namespaces.own_pidfd)
+        else:
+            native = None
         threads = preload.os_threads()  # native threads too (a BLAS pool)
         if threads != 1:
             # Forking a process with threads is what a zygote must never do.
@@ -225,7 +229,7 @@ class _Zygote:
             pid, failed = None, e
         if pid == 0:
             born_watch = self.pid_namespaces.own_pidfd if join is not None else None
-            _child(message, fds, self.pid, self.ctl.fileno(), born_watch)
+            _child(message, fds, self.pid, self.ctl.fileno(), born_watch, native)
         if join is not None:
             self.pid_namespaces.leave()
         if pid is None:
@@ -334,11 +338,12 @@ def _fd_array_from(payload):
 _ORDINARY = os.sched_param(0)
 
 
-def _child(message, fds, zygote_pid, ctl_fd, born_watch):
+def _child(message, fds, zygote_pid, ctl_fd, born_watch, native):
     """The forked child: set up (joining a sandbox shell when asked), then
     serve one run. Never returns. ``born_watch`` is a pidfd of the zygote
     when the child was born in its run's PID namespace, where its parent's
-    pid reads 0 (so its death is seen through that descriptor)."""
+    pid reads 0 (so its death is seen through that descriptor); ``native``
+    the join compiled for the native library (``compile_native``), or None."""
     sock_fd, out_fd = fds[0], fds[1]
     join = message.get("join")
     try:
@@ -353,7 +358,7 @@ def _child(message, fds, zygote_pid, ctl_fd, born_watch):
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         if join is not None:
-            _join_shell(join, fds[2:], lambda: _zygote_gone(zygote_pid, born_watch))
+            _join_shell(join, fds[2:], lambda: _zygote_gone(zygote_pid, born_watch), native)
         else:
             os.closerange(bootstrap.PROTOCOL_FD + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
         cwd = message["cwd"]

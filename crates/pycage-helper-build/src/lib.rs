@@ -13,6 +13,10 @@
 //! its own beside the calling build's (the outer build holds the lock on
 //! its own directory), so its compiled dependencies are kept between
 //! builds. On a glibc target it is linked statically where it can be.
+//!
+//! Also for the runtime crate's build script: the shared library of
+//! `pycage-join`, the native join of a sandboxed zygote child
+//! ([`bundle_native_join`]), built the same way.
 
 // Its output is the calling build script's: `cargo:` directives on stdout.
 #![allow(clippy::print_stdout)]
@@ -96,4 +100,64 @@ fn build_helper(workspace: &Path, target_dir: &Path, target: &str, static_link: 
     let built = target_dir.join(target).join("release").join("pycage-shell-helper");
     assert!(built.is_file(), "cargo built no {}", built.display());
     Some(built)
+}
+
+/// From the runtime crate's build script: builds `pycage-join` as the
+/// shared library a zygote loads for its sandboxed children's join
+/// (`libpycage_join.so`, a few kilobytes: no std, no unwinding) and sets
+/// the compile-time variable `env_var` to its path, with the `rerun-if`
+/// lines that rebuild it when that crate changes. When it cannot be built,
+/// warns and points `env_var` at an empty file: a runtime without the
+/// library gives its zygotes the Python join, which does the same steps
+/// more slowly.
+pub fn bundle_native_join(env_var: &str) {
+    let env = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("cargo did not set {name}"));
+    let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
+    let workspace = manifest_dir.join("../..");
+    for watched in ["crates/pycage-join", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
+    }
+    println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
+    let out_dir = PathBuf::from(env("OUT_DIR"));
+    let profile_dir = out_dir.ancestors().nth(3).map(PathBuf::from).unwrap_or_else(|| out_dir.clone());
+    let target = env("TARGET");
+    let target_dir = profile_dir.join("native-join-target");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    // `cargo rustc` makes the shared library of a crate whose manifest
+    // names only an rlib, with `panic=abort` for it alone: a `no_std`
+    // library cannot unwind, and the workspace's own builds of the crate
+    // (its tests, clippy) keep the workspace's profile.
+    let mut flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    if std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("musl") {
+        // musl targets link statically by default, and a static C library
+        // makes no shared library: this one uses the process's.
+        if !flags.is_empty() {
+            flags.push('\x1f');
+        }
+        flags.push_str("-Ctarget-feature=-crt-static");
+    }
+    let mut nested = Command::new(cargo);
+    nested
+        .args(["rustc", "--release", "-p", "pycage-join", "--lib", "--crate-type", "cdylib", "--target", &target])
+        .arg("--manifest-path")
+        .arg(workspace.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .args(["--", "-C", "panic=abort"])
+        .env_remove("CARGO_TARGET_DIR")
+        .env("CARGO_ENCODED_RUSTFLAGS", flags);
+    let built = target_dir.join(&target).join("release").join("libpycage_join.so");
+    let path = match nested.status() {
+        Ok(status) if status.success() && built.is_file() => built,
+        outcome => {
+            println!(
+                "cargo:warning=pycage-join: the native join library could not be built ({outcome:?}); \
+                 sandboxed zygote children will join in Python (slower, the same steps)"
+            );
+            let empty = out_dir.join("no-native-join");
+            std::fs::write(&empty, b"").unwrap_or_else(|e| panic!("cannot write {}: {e}", empty.display()));
+            empty
+        }
+    };
+    println!("cargo:rustc-env={env_var}={}", path.display());
 }

@@ -63,6 +63,15 @@ pub(crate) const PYTHON_FILES: &[(&str, &str)] = &[
     ("sitepaths.py", include_str!("../../../python/pycage/sitepaths.py")),
 ];
 
+/// pycage-join's shared library (`build.rs`), written beside the Python
+/// files as `pycage/_join.so`: a zygote's sandboxed children join their
+/// shell through it (`python/pycage/confine.py`). Empty when it could not
+/// be built: they then join in Python.
+const NATIVE_JOIN: &[u8] = include_bytes!(env!("PYCAGE_NATIVE_JOIN_LIBRARY"));
+
+/// The library's name in the bootstrap's `pycage` directory.
+const NATIVE_JOIN_FILE: &str = "_join.so";
+
 use pycage_protocol::{JsonBuilder, JsonValue, Kind};
 
 use crate::interpreter::{self, Interpreter, InterpreterError, PreloadFailure};
@@ -209,6 +218,7 @@ fn content_hash() -> u64 {
     for (name, text) in PYTHON_FILES {
         (name, text).hash(&mut h);
     }
+    NATIVE_JOIN.hash(&mut h);
     h.finish()
 }
 
@@ -223,6 +233,11 @@ fn write_files(root: &Path) -> std::io::Result<()> {
     for (name, text) in PYTHON_FILES {
         let path = pkg.join(name);
         std::fs::write(&path, text)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+    }
+    if !NATIVE_JOIN.is_empty() {
+        let path = pkg.join(NATIVE_JOIN_FILE);
+        std::fs::write(&path, NATIVE_JOIN)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
     }
     Ok(())

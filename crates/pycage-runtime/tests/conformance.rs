@@ -5,7 +5,10 @@
 //! `/proc/self/status` (no_new_privs, seccomp, capabilities, ids),
 //! `/proc/self/limits`, its uid/gid maps, its Landlock state (by what it
 //! is refused) and its open descriptors; both spawn modes must agree
-//! exactly, in both isolations, as root and as `nobody`.
+//! exactly, in both isolations, as root and as `nobody`. A sandboxed
+//! zygote child joins through the native library (`pycage-join`) unless
+//! `PYCAGE_NATIVE_JOIN=0`, and then through the Python steps: both are
+//! compared with the exec path, and each run says which one it took.
 #![allow(clippy::unwrap_used, clippy::panic)]
 mod common;
 
@@ -38,10 +41,20 @@ async fn report(isolation: Isolation, spawn: SpawnMode) -> String {
     let rt = Runtime::new(RuntimeConfig { isolation, spawn, python, ..RuntimeConfig::default() }).unwrap();
     assert_eq!(rt.spawn_mode(), (spawn, None));
     let r = rt.run(RunRequest::new(REPORT)).await.unwrap();
-    rt.shutdown().await;
     assert!(r.error.is_none(), "{isolation:?}/{spawn:?}: {r:?}");
+    if (isolation, spawn) == (Isolation::Sandbox, SpawnMode::Zygote) {
+        let joined = rt.run(RunRequest::new(JOINED)).await.unwrap();
+        let python_join = std::env::var_os("PYCAGE_NATIVE_JOIN").is_some_and(|v| v == "0");
+        let expected = if python_join { "\"python\"" } else { "\"native\"" };
+        let joined = joined.value.map(|v| v.to_canonical_string());
+        assert_eq!(joined.as_deref(), Some(expected), "how the zygote's child joined its sandbox");
+    }
+    rt.shutdown().await;
     r.value.unwrap().to_canonical_string()
 }
+
+/// How a zygote's sandboxed child joined its sandbox (`pycage.confine`).
+const JOINED: &str = "import sys\nreturn sys.modules['pycage.confine']._joined";
 
 #[test]
 fn both_spawn_modes_confine_alike() {
@@ -71,6 +84,25 @@ fn both_spawn_modes_confine_alike() {
             }
         }
     }
+}
+
+/// The same comparison with the zygote's children joining through the
+/// Python steps (`PYCAGE_NATIVE_JOIN=0`, which the runtime passes on to
+/// its zygotes): the fallback where the library is missing or refused.
+#[test]
+fn both_spawn_modes_confine_alike_with_the_python_join() {
+    if std::env::var_os("PYCAGE_NATIVE_JOIN").is_some() {
+        return; // this process is the rerun below
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "both_spawn_modes_confine_alike", "--nocapture"])
+        .env("PYCAGE_NATIVE_JOIN", "0")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "with the Python join:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
 }
 
 /// As root, the same comparison as `nobody` with the system interpreter.

@@ -4,13 +4,23 @@
 //! lists the other CPython versions it finds), because the child runs on
 //! whatever CPython >= 3.10 its user has, and some of its shortcuts are
 //! taken only on the versions they were checked against.
+//!
+//! With the native join library this crate embeds (`build.rs`) named in
+//! `PYCAGE_TEST_NATIVE_JOIN`, so its tests run it (`test_native_join.py`).
 
 use std::path::Path;
 
 fn unit_tests_pass(python: &Path) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    let library = Path::new(env!("PYCAGE_NATIVE_JOIN_LIBRARY"));
+    assert!(
+        std::fs::metadata(library).is_ok_and(|m| m.len() > 0),
+        "the native join library was not built (the build's warnings say why): {}",
+        library.display()
+    );
     let out = std::process::Command::new(python)
         .args(["-I", "-B", "-m", "unittest", "discover", "-s", "tests"])
+        .env("PYCAGE_TEST_NATIVE_JOIN", library)
         .current_dir(&root)
         .output()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", python.display()));

@@ -261,6 +261,12 @@ impl Launcher {
             }
             json.push(b']');
             zygote_env.push(("PYCAGE_ARGV".to_owned(), String::from_utf8_lossy(&json).into_owned()));
+            // `0` keeps the zygote's sandboxed children to the Python join
+            // (`python/pycage/confine.py`): for comparison, and in case the
+            // native library misbehaves on some system.
+            if let Some(choice) = std::env::var_os("PYCAGE_NATIVE_JOIN") {
+                zygote_env.push(("PYCAGE_NATIVE_JOIN".to_owned(), choice.to_string_lossy().into_owned()));
+            }
         }
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let pool = use_zygote.then(|| {
