@@ -453,8 +453,8 @@ _CONFINE_OPS = {
 #
 # pycage-join's shared library runs a flat program of operations, four
 # 64-bit words each (its code, then three arguments: crates/pycage-join's
-# ``Op``). The zygote compiles one per spawn; the child inherits it, and
-# every buffer it points at, at the same addresses.
+# ``Op``). The zygote compiles one per confinement list and keeps it; the
+# child inherits it, and every buffer it points at, at the same addresses.
 
 _NATIVE_SETNS = 1
 _NATIVE_HOST_IDS = 2
@@ -614,7 +614,7 @@ def compile_native(join, fds, zygote_watch):
         if compiled is not None:
             uid, gid = (0, 0) if host_ids is None else host_ids
             compiled.patch((*fds, uid, gid, zygote_watch))
-    except (TypeError, KeyError, ValueError, AttributeError, UnicodeError) as e:
+    except Exception as e:  # the host's message, malformed: the Python steps report it
         compiled, why = None, f"{type(e).__name__}: {e}"
     if compiled is None:
         # The host's lists always compile: one that does not is malformed,
@@ -682,7 +682,11 @@ def _compile(entry, key, confine, host_ids):
             p.op(_NATIVE_LANDLOCK, "landlock_restrict_self", ruleset)
             ruleset = None
         elif op == "seccomp":
-            p.op(_NATIVE_SECCOMP, "seccomp", ctypes.addressof(_seccomp_program(step["filter"])))
+            prog = _seccomp_program(step["filter"])
+            # Kept with the program: the zygote's cache of filters may drop
+            # this one while the program still points at it.
+            p.keep.append(_SECCOMP_PROGRAMS[step["filter"]])
+            p.op(_NATIVE_SECCOMP, "seccomp", ctypes.addressof(prog))
         else:
             return None
     if ruleset is not None or not closed:

@@ -179,6 +179,22 @@ class CompileTest(unittest.TestCase):
         self.assertIsNone(self.compile(sandbox_list(), host_ids=("0", 0)))
         self.assertIsNone(self.compile(sandbox_list(), host_ids=(-1, 0)))
 
+    def test_the_program_keeps_its_seccomp_filter_alive(self):
+        import ctypes
+
+        compiled = self.compile(sandbox_list())
+        address = self.ops(compiled)[-1][1]
+        # The zygote's cache of filters holds four at most, then forgets:
+        # the program must hold the buffers its operation points at.
+        for n in range(5):
+            confine._seccomp_program("0600000000%02x0000" % n)
+        self.assertNotIn(FILTER, confine._SECCOMP_PROGRAMS)
+        held = [k for k in compiled.keep if type(k) is tuple and ctypes.addressof(k[1]) == address]
+        self.assertEqual(len(held), 1)
+        buf, prog = held[0]
+        self.assertEqual((prog.len, prog.filter), (1, ctypes.addressof(buf)))
+        self.assertEqual(bytes(buf).hex(), FILTER)
+
     def test_without_the_library_nothing_is_compiled(self):
         confine._native = False
         self.assertIsNone(self.compile(sandbox_list()))
