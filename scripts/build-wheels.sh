@@ -42,6 +42,9 @@ python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/wheel-requirements.txt
 # maturin and cargo-zigbuild run zig as `python3 -m ziglang`: the venv's.
 export PATH="$PWD/$venv/bin:$PATH"
+# A wheel whose runtime could not build its native join library fails,
+# instead of shipping the slower Python join (crates/pycage-helper-build).
+export PYCAGE_REQUIRE_NATIVE_JOIN=1
 
 # maturin's default data directory for the module `pycage._native`; its
 # scripts/ become the wheel's. Never left behind: `pip install .` would
@@ -110,8 +113,9 @@ build_wheel() {
         return 1
     fi
     # The native join library the module embeds (crates/pycage-runtime's
-    # build.rs): without it the module's sandboxed runs join in Python,
-    # slower; a release wheel has it, for the wheel's glibc.
+    # build.rs, which PYCAGE_REQUIRE_NATIVE_JOIN=1 above makes fail without
+    # it): without it the module's sandboxed runs join in Python, slower; a
+    # release wheel has it, for the wheel's glibc.
     local join="target/$triple/release/native-join-target/$triple/release/libpycage_join.so"
     if [ ! -s "$join" ]; then
         echo "build-wheels.sh: the module's native join library ($join) is missing" >&2

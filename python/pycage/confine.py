@@ -13,12 +13,14 @@ shares with it (``_prctl``, ``_diag``, the rlimit names).
 Where the runtime wrote pycage-join's shared library beside this file
 (``_join.so``), the zygote compiles the join and the list into that
 library's flat program before it forks (``compile_native``), and the child
-runs it in one call (``_join_shell``): the same calls in the same order,
-without the interpreter's cost per step (about half a millisecond of CPU a
-child). Anything it cannot compile, and a library that is missing or does
-not load, leaves the child to the Python steps below, which also report
-a malformed list. ``PYCAGE_NATIVE_JOIN=0`` in the zygote's environment
-keeps it to them.
+runs it in one call (``_join_shell``): the same steps in the same order,
+without the interpreter's cost per step (about 0.3 ms of CPU a child; the
+library closes inherited descriptors with one ``close_range`` up to the
+highest number, and fails a map write that is not whole). Anything it
+cannot compile, and a library that is missing or does not load, leaves
+the child to the Python steps below, which also report a malformed list.
+``PYCAGE_NATIVE_JOIN=0`` in the host's environment keeps the zygote's
+children to them (``choose_native``).
 """
 
 import ctypes
@@ -182,6 +184,9 @@ _NO_CAPS_HEADER = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
 _NO_CAPS_DATA = (_CapData * 2)()
 
 
+#: The kernel's limit on a classic BPF program's instructions.
+_BPF_MAXINSNS = 4096
+
 #: Built seccomp programs by filter text: (buffer, sock_fprog).
 _SECCOMP_PROGRAMS = {}
 
@@ -197,6 +202,9 @@ def _seccomp_program(hex_filter):
         raw = bytes.fromhex(hex_filter)
         if not raw or len(raw) % 8:
             raise ValueError("a seccomp filter is whole 8-byte instructions")
+        if len(raw) // 8 > _BPF_MAXINSNS:
+            # sock_fprog's length is 16 bits: more would be cut, silently.
+            raise ValueError(f"a seccomp filter has at most {_BPF_MAXINSNS} instructions")
         buf = ctypes.create_string_buffer(raw, len(raw))
         program = (buf, _SockFprog(len(raw) // 8, ctypes.cast(buf, ctypes.c_void_p)))
         if len(_SECCOMP_PROGRAMS) >= 4:
@@ -473,6 +481,8 @@ _U64_MAX = 2**64 - 1
 #: Bit ``_NATIVE_SLOT_SHIFT + i`` of an operation's code: its argument ``i``
 #: is an index into the call's values (``_Compiled.patch``).
 _NATIVE_SLOT_SHIFT = 8
+#: The library's program format this compiler writes (pycage-join's ``ABI``).
+_NATIVE_ABI = 1
 #: A plain int: an operation's words are ints, not enum members.
 _SIGKILL = int(signal.SIGKILL)
 
@@ -483,6 +493,18 @@ _NATIVE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_join.s
 _native = None
 
 
+#: False when the host's environment said ``PYCAGE_NATIVE_JOIN=0``
+#: (``choose_native``).
+_native_wanted = True
+
+
+def choose_native(setting):
+    """The zygote's ``PYCAGE_NATIVE_JOIN`` (None when unset): ``"0"``
+    keeps its sandboxed children to the Python steps."""
+    global _native_wanted
+    _native_wanted = setting != "0"
+
+
 def _native_entry():
     """The library's ``pycage_join_run``, loaded at the first sandboxed
     spawn (a zygote that only forks unsandboxed children never maps it),
@@ -490,12 +512,17 @@ def _native_entry():
     global _native
     if _native is None:
         _native = False
-        if os.environ.get("PYCAGE_NATIVE_JOIN") != "0" and os.path.isfile(_NATIVE_PATH):
+        if _native_wanted and os.path.isfile(_NATIVE_PATH):
             try:
-                entry = _load_native(_NATIVE_PATH).pycage_join_run
+                library = _load_native(_NATIVE_PATH)
+                abi = library.pycage_join_abi()
+                entry = library.pycage_join_run
             except (OSError, AttributeError) as e:
                 _diag(f"the native join did not load ({e}); sandboxed children join in Python")
             else:
+                if abi != _NATIVE_ABI:
+                    _diag(f"the native join speaks version {abi}, not {_NATIVE_ABI}; sandboxed children join in Python")
+                    return _native
                 entry.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
                 entry.restype = ctypes.c_int64
                 _native = entry
@@ -505,16 +532,23 @@ def _native_entry():
 def _load_native(path):
     """The library at ``path``, loaded from an anonymous copy: every child
     inherits the mapping, and its ``/proc/self/maps`` then names
-    ``/memfd:pycage-join``, not the host's cache directory."""
+    ``/memfd:pycage-join``, not the host's cache directory. From ``path``
+    itself where no memfd may be mapped executable."""
     with open(path, "rb") as f:
         image = f.read()
-    fd = os.memfd_create("pycage-join", os.MFD_CLOEXEC)
     try:
-        if os.write(fd, image) != len(image):
-            raise OSError("a short write of the native join's image")
-        return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_NOW)
-    finally:
-        os.close(fd)
+        fd = os.memfd_create("pycage-join", os.MFD_CLOEXEC)
+    except OSError:
+        fd = None
+    if fd is not None:
+        try:
+            if os.write(fd, image) == len(image):
+                return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_NOW)
+        except OSError:
+            pass  # a kernel that maps no memfd executable (vm.memfd_noexec)
+        finally:
+            os.close(fd)
+    return ctypes.CDLL(path, mode=os.RTLD_NOW)
 
 
 class _Slot:

@@ -92,6 +92,7 @@ from pycage.confine import (
     _join_shell,
     _PidNamespaces,
     _prctl,
+    choose_native,
     compile_native,
     prepare,
     remap_once,
@@ -461,6 +462,8 @@ def main():
         ctl = socket.socket(fileno=_CTL_FD)
         os.set_inheritable(_CTL_FD, False)
         _disguise(os.environ.pop("PYCAGE_ARGV", None))
+        # The runtime's choice for the join; never a run's variable.
+        choose_native(os.environ.pop("PYCAGE_NATIVE_JOIN", None))
         # Started with -S: what `site` adds, as data (no venv code runs here).
         sitepaths.apply()
         # The runtime's preload (PYCAGE_PRELOAD), before the heap is frozen;

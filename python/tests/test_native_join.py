@@ -33,7 +33,7 @@ def sandbox_list(**changes):
         {"op": "unshare-cgroup"},
         {"op": "unshare-user"},
         {"op": "dumpable"},
-        {"op": "id-maps", "uidMap": "1000 0 1\n", "gidMap": "1000 0 1\n"},
+        {"op": "id-maps", "uidMap": "1000 0 1\n", "gidMap": "1001 0 1\n"},
         {"op": "death-signal"},
         {"op": "close-fds"},
         {"op": "limit", "resource": "nofile", "value": 256},
@@ -60,7 +60,7 @@ class CompileTest(unittest.TestCase):
     def tearDown(self):
         confine._native, confine._compiled = self.saved
 
-    def compile(self, steps, host_ids=(1500001, 1500002), fds=FDS, watch=9):
+    def compile(self, steps, host_ids=(1500001, 1500002), fds=FDS, watch=30):
         join = {"confine": json.loads(json.dumps(steps)), "remaps": []}
         if host_ids is not None:
             join["hostIds"] = list(host_ids)
@@ -95,35 +95,32 @@ class CompileTest(unittest.TestCase):
                 (c._NATIVE_SETNS, 14, c._CLONE_NEWIPC, 0),
                 *[(c._NATIVE_CLOSE, fd, 0, 0) for fd in (10, 11, 12, 13, 14, 15, 16)],
                 (c._NATIVE_PRCTL, c._PR_SET_PDEATHSIG, 9, 0),
-                (c._NATIVE_PARENT_ALIVE, 9, 0, 0),
+                (c._NATIVE_PARENT_ALIVE, 30, 0, 0),
                 (c._NATIVE_PRCTL, c._PR_SET_PDEATHSIG, 9, 0),
-            ],
-        )
-        codes = [op[0] for op in ops[17:]]
-        self.assertEqual(
-            codes,
-            [
-                c._NATIVE_LIMIT,
-                c._NATIVE_UNSHARE,
-                c._NATIVE_UNSHARE,
-                c._NATIVE_PRCTL,
-                *[c._NATIVE_WRITE_FILE] * 3,
-                c._NATIVE_PRCTL,
-                c._NATIVE_CLOSE_FROM,
-                c._NATIVE_LIMIT,
-                c._NATIVE_DROP_CAPS,
-                c._NATIVE_PRCTL,
-                c._NATIVE_LANDLOCK,
-                c._NATIVE_SECCOMP,
             ],
         )
         import resource
 
-        self.assertEqual(ops[17][1:3], (resource.RLIMIT_NPROC, 66))
-        # Every descriptor from 4 up goes but the ruleset, until Landlock used it.
-        self.assertEqual(ops[25], (c._NATIVE_CLOSE_FROM, 4, 17, 0))
-        self.assertEqual(ops[29], (c._NATIVE_LANDLOCK, 17, 0, 0))
-        self.assertEqual(ops[27][1:], (c._LAST_CAP, int(c._KERNEL_LAST_CAP is None), 0))
+        writes = [op[1:] for op in ops[21:24]]
+        self.assertEqual(
+            ops[17:],
+            [
+                (c._NATIVE_LIMIT, resource.RLIMIT_NPROC, 66, 0),
+                (c._NATIVE_UNSHARE, c._CLONE_NEWCGROUP, 0, 0),
+                (c._NATIVE_UNSHARE, c._CLONE_NEWUSER, 0, 0),
+                (c._NATIVE_PRCTL, c._PR_SET_DUMPABLE, 1, 0),
+                *[(c._NATIVE_WRITE_FILE, *w) for w in writes],
+                (c._NATIVE_PRCTL, c._PR_SET_PDEATHSIG, 9, 0),
+                # Every descriptor from 4 up goes but the ruleset, until
+                # Landlock has used it.
+                (c._NATIVE_CLOSE_FROM, 4, 17, 0),
+                (c._NATIVE_LIMIT, resource.RLIMIT_NOFILE, 256, 0),
+                (c._NATIVE_DROP_CAPS, c._LAST_CAP, int(c._KERNEL_LAST_CAP is None), 0),
+                (c._NATIVE_PRCTL, c._PR_SET_NO_NEW_PRIVS, 1, 0),
+                (c._NATIVE_LANDLOCK, 17, 0, 0),
+                (c._NATIVE_SECCOMP, ops[-1][1], 0, 0),
+            ],
+        )
 
     def test_the_map_writes_point_at_their_text(self):
         import ctypes
@@ -138,7 +135,7 @@ class CompileTest(unittest.TestCase):
             [
                 ("/proc/self/setgroups", "deny\n"),
                 ("/proc/self/uid_map", "1000 0 1\n"),
-                ("/proc/self/gid_map", "1000 0 1\n"),
+                ("/proc/self/gid_map", "1001 0 1\n"),
             ],
         )
 
@@ -148,10 +145,10 @@ class CompileTest(unittest.TestCase):
 
     def test_the_same_list_is_compiled_once_and_each_spawn_gives_its_values(self):
         first = self.compile(sandbox_list())
-        again = self.compile(sandbox_list(), fds=[20, 21, 22, 23, 24, 25, 26, 27], watch=30)
+        again = self.compile(sandbox_list(), fds=[20, 21, 22, 23, 24, 25, 26, 27], watch=31)
         self.assertIs(first, again)
         self.assertEqual(self.ops(again)[0], (confine._NATIVE_SETNS, 23, confine._CLONE_NEWNET, 0))
-        self.assertEqual(self.ops(again)[15][:2], (confine._NATIVE_PARENT_ALIVE, 30))
+        self.assertEqual(self.ops(again)[15][:2], (confine._NATIVE_PARENT_ALIVE, 31))
         # Another limit is another program.
         other = self.compile(sandbox_list(s1={"op": "limit", "resource": "nproc", "value": 67}))
         self.assertIsNot(other, first)
@@ -160,8 +157,9 @@ class CompileTest(unittest.TestCase):
         self.assertIsNot(self.compile(sandbox_list(), host_ids=None), first)
 
     def test_what_the_python_steps_refuse_is_left_to_them(self):
-        # Each of these fails in the child's _confine with its own message;
-        # the native compiler must never run a list that would.
+        # Lists the host never sends: the compiler leaves each to the
+        # Python steps, which report what is wrong with it (or, for a
+        # negative limit, take it as "unlimited" where the hard limit is).
         refused = {
             "an unknown step": sandbox_list(s2={"op": "mount-everything"}),
             "no landlock step": [s for s in sandbox_list() if s["op"] != "landlock"],
@@ -184,6 +182,8 @@ class CompileTest(unittest.TestCase):
 
         compiled = self.compile(sandbox_list())
         address = self.ops(compiled)[-1][1]
+        saved = dict(confine._SECCOMP_PROGRAMS)
+        self.addCleanup(lambda: (confine._SECCOMP_PROGRAMS.clear(), confine._SECCOMP_PROGRAMS.update(saved)))
         # The zygote's cache of filters holds four at most, then forgets:
         # the program must hold the buffers its operation points at.
         for n in range(5):
@@ -251,7 +251,7 @@ print(json.dumps([data.decode(), os.waitstatus_to_exitcode(code)]))
         self.assertEqual(code, 0, data)
         return json.loads(data)
 
-    def test_a_program_confines_the_child_as_the_python_steps_do(self):
+    def test_a_program_confines_the_child(self):
         body = """
         p = confine._Compiled(entry, b"")
         p.op(confine._NATIVE_UNSHARE, "unshare(user)", confine._CLONE_NEWUSER)
@@ -301,6 +301,14 @@ print(json.dumps([data.decode(), os.waitstatus_to_exitcode(code)]))
         self.assertIn("closing a namespace descriptor: ", message)
         self.assertEqual(no_new_privs, "1")  # the operation before it ran
         self.assertEqual(dumpable, 1)  # the one after it did not
+
+    def test_a_library_of_another_format_is_refused(self):
+        body = """
+        confine._native = None
+        confine._NATIVE_ABI += 1
+        out = [confine._native_entry(), confine.compile_native({"confine": []}, [], 0)]
+"""
+        self.assertEqual(self.run_child(body), [False, None])
 
     def test_a_zygote_gone_ends_the_child_as_a_failed_setup(self):
         body = """

@@ -102,6 +102,9 @@ fn build_helper(workspace: &Path, target_dir: &Path, target: &str, static_link: 
     Some(built)
 }
 
+/// The build environment's variable that makes a missing native join fatal.
+const REQUIRE_NATIVE_JOIN: &str = "PYCAGE_REQUIRE_NATIVE_JOIN";
+
 /// From the runtime crate's build script: builds `pycage-join` as the
 /// shared library a zygote loads for its sandboxed children's join
 /// (`libpycage_join.so`, a few kilobytes: no std, no unwinding) and sets
@@ -110,6 +113,9 @@ fn build_helper(workspace: &Path, target_dir: &Path, target: &str, static_link: 
 /// warns and points `env_var` at an empty file: a runtime without the
 /// library gives its zygotes the Python join, which does the same steps
 /// more slowly.
+///
+/// With `PYCAGE_REQUIRE_NATIVE_JOIN=1` in the build's environment (the
+/// release wheels, CI), a library that cannot be built fails the build.
 pub fn bundle_native_join(env_var: &str) {
     let env = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("cargo did not set {name}"));
     let manifest_dir = PathBuf::from(env("CARGO_MANIFEST_DIR"));
@@ -118,10 +124,15 @@ pub fn bundle_native_join(env_var: &str) {
         println!("cargo:rerun-if-changed={}", workspace.join(watched).display());
     }
     println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
+    println!("cargo:rerun-if-env-changed={REQUIRE_NATIVE_JOIN}");
     let out_dir = PathBuf::from(env("OUT_DIR"));
     let profile_dir = out_dir.ancestors().nth(3).map(PathBuf::from).unwrap_or_else(|| out_dir.clone());
     let target = env("TARGET");
     let target_dir = profile_dir.join("native-join-target");
+    let built = target_dir.join(&target).join("release").join("libpycage_join.so");
+    // Also rerun when the library is gone: a build that failed for a
+    // passing reason (no linker yet) is tried again, not kept.
+    println!("cargo:rerun-if-changed={}", built.display());
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     // `cargo rustc` makes the shared library of a crate whose manifest
     // names only an rlib, with `panic=abort` for it alone: a `no_std`
@@ -146,9 +157,11 @@ pub fn bundle_native_join(env_var: &str) {
         .args(["--", "-C", "panic=abort"])
         .env_remove("CARGO_TARGET_DIR")
         .env("CARGO_ENCODED_RUSTFLAGS", flags);
-    let built = target_dir.join(&target).join("release").join("libpycage_join.so");
     let path = match nested.status() {
         Ok(status) if status.success() && built.is_file() => built,
+        outcome if std::env::var_os(REQUIRE_NATIVE_JOIN).is_some_and(|v| v == "1") => {
+            panic!("pycage-join: the native join library could not be built ({outcome:?}), and {REQUIRE_NATIVE_JOIN}=1")
+        }
         outcome => {
             println!(
                 "cargo:warning=pycage-join: the native join library could not be built ({outcome:?}); \

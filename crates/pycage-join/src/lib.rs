@@ -7,7 +7,7 @@
 //! that join cost 0.9-1.2 ms of CPU in every sandboxed child, most of it
 //! the interpreter's (bytecode, `ctypes` conversions, the copy-on-write
 //! faults of what they touch), against about 0.2 ms the kernel charges.
-//! This library does the same calls in the same order in one call.
+//! This library takes the same steps in the same order in one call.
 //!
 //! The zygote loads it once (Python's `ctypes`), and before each fork
 //! compiles the join and the confinement list into a flat program of
@@ -44,6 +44,18 @@ extern "C" {}
 fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     // SAFETY: _exit ends the process; no state of it is used after.
     unsafe { libc::_exit(127) }
+}
+
+/// The program format's version: the [`Op`] codes, [`OP_WORDS`] and
+/// [`SLOT_SHIFT`]. `confine.py` compiles for one version
+/// (`_NATIVE_ABI`) and refuses a library of another, so a mismatch of
+/// the two joins in Python instead of running the wrong steps.
+pub const ABI: u32 = 1;
+
+/// [`ABI`], for the loader's check.
+#[no_mangle]
+pub extern "C" fn pycage_join_abi() -> u32 {
+    ABI
 }
 
 /// Words per operation: its code and three arguments.
@@ -350,11 +362,6 @@ fn limit(resource: u64, value: u64) -> Result<(), c_int> {
 /// Closes every descriptor from `first` up but `keep` (`u64::MAX`: none).
 fn close_from(first: u64, keep: u64) -> Result<(), c_int> {
     let first = u32::try_from(first).map_err(|_| libc::EBADF)?;
-    let close_range = |low: u32, high: u32| {
-        // SAFETY: closes descriptors only; the caller holds none of them
-        // past this step (its join's descriptors are closed already).
-        check(unsafe { libc::syscall(libc::SYS_close_range, low as c_long, high as c_long, 0 as c_long) })
-    };
     match u32::try_from(keep) {
         Ok(keep) if keep >= first => {
             if keep > first {
@@ -367,6 +374,38 @@ fn close_from(first: u64, keep: u64) -> Result<(), c_int> {
         }
         _ => close_range(first, u32::MAX),
     }
+}
+
+/// Closes descriptors `low..=high`: `close_range`, or where that is
+/// missing (before Linux 5.9) or refused (a container's seccomp profile)
+/// one `close` per number below the descriptor limit, as CPython's
+/// `os.closerange` does.
+fn close_range(low: u32, high: u32) -> Result<(), c_int> {
+    // SAFETY: closes descriptors only; the caller holds none of them past
+    // this step (its join's descriptors are closed already).
+    match check(unsafe { libc::syscall(libc::SYS_close_range, low as c_long, high as c_long, 0 as c_long) }) {
+        Err(libc::ENOSYS | libc::EPERM) => {}
+        done => return done,
+    }
+    let mut limit = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: reads the descriptor limit into `limit`, on this stack frame.
+    let nofile = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0 as c_long,
+            libc::RLIMIT_NOFILE as c_long,
+            core::ptr::null::<libc::rlimit64>(),
+            &mut limit as *mut libc::rlimit64,
+        )
+    };
+    check(nofile)?;
+    let end = u32::try_from(limit.rlim_cur).unwrap_or(u32::MAX).min(high.saturating_add(1));
+    for fd in low..end {
+        // SAFETY: as above; a number that is not open fails with EBADF,
+        // which is what closing it should leave.
+        unsafe { libc::close(fd as c_int) };
+    }
+    Ok(())
 }
 
 /// No capabilities left in any set: the bounding set `0..=last` (each an
@@ -455,12 +494,78 @@ mod tests {
 
     #[test]
     fn an_unknown_operation_fails_at_its_index() {
-        // A harmless first operation, then code 99.
-        let program = [Op::ParentAlive as u64, u64::MAX, 0, 0, 99, 0, 0, 0];
-        // The first fails too: u64::MAX is no descriptor.
-        assert_eq!(call(&program), (0, libc::EBADF));
-        let program = [99, 0, 0, 0];
-        assert_eq!(call(&program), (0, libc::EINVAL));
+        let mut fds = [0; 2];
+        // SAFETY: a pipe into `fds`.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // A first operation that succeeds (an empty pipe polls unreadable),
+        // then code 99, then a third that is never reached.
+        let program = [Op::ParentAlive as u64, fds[0] as u64, 0, 0, 99, 0, 0, 0, Op::Close as u64, 900_000, 0, 0];
+        assert_eq!(call(&program), (1, libc::EINVAL));
+        assert_eq!(call(&[0, 0, 0, 0]), (0, libc::EINVAL));
+        for fd in fds {
+            // SAFETY: the pipe's own descriptors.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    /// Runs `CloseFrom(first, keep)` in a forked child holding the
+    /// descriptors `open`: which of them are still open after.
+    fn open_after_close_from(open: &[c_int], first: u64, keep: u64) -> u64 {
+        let mut report = [0; 2];
+        // SAFETY: a pipe into `report`.
+        assert_eq!(unsafe { libc::pipe(report.as_mut_ptr()) }, 0);
+        // SAFETY: the child makes only system calls (no allocation, no
+        // lock) before `_exit`: safe after fork in a threaded test process.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // The report's write end at a number below every tested one.
+            // SAFETY: descriptors of this child only.
+            unsafe { libc::dup2(report[1], 3) };
+            for &fd in open {
+                // SAFETY: as above.
+                unsafe { libc::dup2(3, fd) };
+            }
+            let program = [Op::CloseFrom as u64, first, keep, 0];
+            let mut errno = 0;
+            // SAFETY: a whole program on this frame.
+            let ret = unsafe { pycage_join_run(program.as_ptr(), 4, std::ptr::null(), 0, &mut errno) };
+            let mut mask: u64 = if ret == -1 { 0 } else { 1 << 63 };
+            for (i, &fd) in open.iter().enumerate() {
+                // SAFETY: F_GETFD reads a descriptor's flags.
+                if unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 {
+                    mask |= 1 << i;
+                }
+            }
+            // SAFETY: eight bytes from this frame, then the child ends.
+            unsafe {
+                libc::write(3, (&mask as *const u64).cast(), 8);
+                libc::_exit(0)
+            }
+        }
+        // SAFETY: the parent's copy of the write end.
+        unsafe { libc::close(report[1]) };
+        let mut mask = 0u64;
+        // SAFETY: eight bytes into `mask`, then the child is reaped.
+        unsafe {
+            assert_eq!(libc::read(report[0], (&mut mask as *mut u64).cast(), 8), 8);
+            libc::close(report[0]);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        assert_eq!(mask >> 63, 0, "CloseFrom failed");
+        mask
+    }
+
+    #[test]
+    fn close_from_closes_from_its_first_number_up_but_the_one_kept() {
+        let open = [400, 401, 402, 403, 900];
+        // Bits of `open` still open afterwards.
+        assert_eq!(open_after_close_from(&open, 401, u64::MAX), 0b00001);
+        assert_eq!(open_after_close_from(&open, 401, 402), 0b00101);
+        assert_eq!(open_after_close_from(&open, 401, 401), 0b00011);
+        // A kept number below the first is no exception: all go.
+        assert_eq!(open_after_close_from(&open, 401, 400), 0b00001);
+        assert_eq!(open_after_close_from(&open, 401, 900), 0b10001);
     }
 
     #[test]

@@ -33,7 +33,14 @@ try:
 except OSError as e:
     landlock = type(e).__name__
 fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
-return {"status": status, "limits": limits, "maps": maps, "landlock": landlock, "fds": fds}
+cgroup = open("/proc/self/cgroup").read().split()
+# Each hierarchy's path is its namespace's root: no host path shows.
+cgroup_rooted = bool(cgroup) and all(line.endswith(":/") for line in cgroup)
+# PR_GET_PDEATHSIG (2): the death signal armed after the last credential change.
+import ctypes
+signal = ctypes.c_int(-1)
+ctypes.CDLL(None).prctl(2, ctypes.byref(signal), 0, 0, 0)
+return {"status": status, "limits": limits, "maps": maps, "landlock": landlock, "fds": fds, "cgroup": cgroup, "cgroupRooted": cgroup_rooted, "deathSignal": signal.value}
 "#;
 
 async fn report(isolation: Isolation, spawn: SpawnMode) -> String {
@@ -79,6 +86,8 @@ fn both_spawn_modes_confine_alike() {
                 r#""CapBnd":["0000000000000000"]"#,
                 r#""landlock":"PermissionError""#,
                 r#""fds":[0,1,2,3,4]"#,
+                r#""cgroupRooted":true"#,
+                r#""deathSignal":9"#,
             ] {
                 assert!(exec.contains(needle), "sandboxed runs lack {needle}: {exec}");
             }
@@ -91,9 +100,6 @@ fn both_spawn_modes_confine_alike() {
 /// its zygotes): the fallback where the library is missing or refused.
 #[test]
 fn both_spawn_modes_confine_alike_with_the_python_join() {
-    if std::env::var_os("PYCAGE_NATIVE_JOIN").is_some() {
-        return; // this process is the rerun below
-    }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "both_spawn_modes_confine_alike", "--nocapture"])
         .env("PYCAGE_NATIVE_JOIN", "0")
