@@ -574,10 +574,13 @@ class _Compiled:
     message of the one that fails), the buffers its operations point at
     (kept alive with it), and the values a spawn gives its slots."""
 
-    def __init__(self, entry, key):
+    def __init__(self, entry, key, host_ids):
         self.entry = entry
-        #: What it was compiled from (``_key``).
+        #: What it was compiled from (``_key``), whether host ids are set,
+        #: and the list object the last spawn gave (``compile_native``).
         self.key = key
+        self.host_ids = host_ids
+        self.source = None
         self.words = []
         self.what = []
         self.keep = []
@@ -639,12 +642,18 @@ def compile_native(join, fds, zygote_watch):
     why = "a step it does not take"
     try:
         confine, host_ids = join["confine"], join.get("hostIds")
-        key = _key(confine, host_ids)
         compiled = _compiled
-        if compiled is None or compiled.key != key:
-            _compiled = None
-            compiled = _compile(entry, key, confine, host_ids is not None)
-            _compiled = compiled
+        # The zygote gives every spawn of a plan the plan's own list
+        # (``_JoinPlans``): the same object is the same list, and needs
+        # no key. A list sent again is compared by its key.
+        if compiled is None or compiled.source is not confine or compiled.host_ids != (host_ids is not None):
+            key = _key(confine, host_ids)
+            if compiled is None or compiled.key != key:
+                _compiled = None
+                compiled = _compile(entry, key, confine, host_ids is not None)
+                _compiled = compiled
+            if compiled is not None:
+                compiled.source = confine
         if compiled is not None:
             uid, gid = (0, 0) if host_ids is None else host_ids
             compiled.patch((*fds, uid, gid, zygote_watch))
@@ -672,7 +681,7 @@ def _compile(entry, key, confine, host_ids):
     """The program of ``_join_shell``'s steps and then ``_confine``'s, in
     their order, with the same checks; None for a list ``_confine`` would
     refuse."""
-    p = _Compiled(entry, key)
+    p = _Compiled(entry, key, host_ids)
     p.op(_NATIVE_SETNS, "setns(net)", _NET_NS, _CLONE_NEWNET)
     if host_ids:
         p.op(_NATIVE_HOST_IDS, "setting the run's host ids", _UID, _GID)

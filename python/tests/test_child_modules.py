@@ -307,6 +307,60 @@ print(json.dumps([prefix, first, again, other, moved, [list(sys.path), list(enco
         self.assertEqual(after, moved)
 
 
+class JoinPlansTest(unittest.TestCase):
+    """The zygote keeps the join plan the first spawn of a plan carries, and
+    gives a later spawn that names it the plan's own remaps and list
+    (``zygote._JoinPlans``); a spawn naming a plan it does not hold is
+    refused, and a plan whose remaps would move the paths elsewhere is not
+    kept."""
+
+    def test_a_plan_is_kept_and_named(self):
+        script = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import encodings
+from pycage import confine, zygote
+prefix = os.path.dirname(encodings.__path__[0])
+one = "06000000ff7fff7f"
+steps = [{"op": "no-new-privs"}, {"op": "seccomp", "filter": one}]
+plans = zygote._JoinPlans()
+out = []
+out.append(plans.resolve({"hostIds": [5, 5], "plan": 1})[1])
+whole = {"hostIds": [5, 5], "plan": 1, "remaps": [[prefix, "/inside"]], "confine": steps}
+join, why = plans.resolve(whole)
+out.append([join is whole, why, one in confine._SECCOMP_PROGRAMS, encodings.__path__[0]])
+join, why = plans.resolve({"hostIds": [6, 7], "plan": 1})
+out.append([join["hostIds"], join["confine"] is steps, join["remaps"], why])
+out.append(plans.resolve({"hostIds": None, "plan": 2})[1])
+out.append(plans.resolve({"hostIds": None})[1])
+# Another plan with the same remaps replaces it; one that moves the paths elsewhere is refused.
+other = [{"op": "no-new-privs"}]
+out.append(plans.resolve({"hostIds": None, "plan": 2, "remaps": [[prefix, "/inside"]], "confine": other})[1])
+out.append(plans.resolve({"hostIds": None, "plan": 2})[0]["confine"] is other)
+out.append(plans.resolve({"hostIds": None, "plan": 3, "remaps": [[prefix, "/else"]], "confine": other}))
+out.append(plans.resolve({"hostIds": None, "plan": 3, "remaps": 5, "confine": other})[1])
+out.append(plans.resolve({"hostIds": None, "plan": 3})[1])
+out.append(plans.resolve({"hostIds": None, "plan": 2})[1])
+print(json.dumps(out))
+"""
+        run = subprocess.run(
+            [sys.executable, "-I", "-c", script, PYTHON_DIR], capture_output=True, text=True, timeout=60
+        )
+        self.assertEqual(run.returncode, 0, run.stderr)
+        out = json.loads(run.stdout)
+        self.assertEqual(out[0], "the zygote holds no join plan 1")
+        self.assertEqual(out[1], [True, None, True, "/inside/encodings"])
+        self.assertEqual(out[2], [[6, 7], True, [[out[2][2][0][0], "/inside"]], None])
+        self.assertEqual(out[3], "the zygote holds no join plan 2")
+        self.assertEqual(out[4], "the zygote holds no join plan None")
+        self.assertEqual(out[5:7], [None, True])
+        self.assertEqual(out[7], [None, "the sandbox's path remaps changed"])
+        self.assertTrue(out[8].startswith("malformed remaps: TypeError"), out[8])
+        self.assertEqual(out[9], "the zygote holds no join plan 3")
+        # The refused plans replaced nothing.
+        self.assertIsNone(out[10])
+
+
 class ConfinePreparedTest(unittest.TestCase):
     """What the zygote builds before it forks for a child's confinement
     steps (``confine.prepare``), and the capability drop that uses the

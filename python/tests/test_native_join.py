@@ -253,7 +253,7 @@ print(json.dumps([data.decode(), os.waitstatus_to_exitcode(code)]))
 
     def test_a_program_confines_the_child(self):
         body = """
-        p = confine._Compiled(entry, b"")
+        p = confine._Compiled(entry, b"", False)
         p.op(confine._NATIVE_UNSHARE, "unshare(user)", confine._CLONE_NEWUSER)
         p.op(confine._NATIVE_PRCTL, "prctl(PR_SET_DUMPABLE)", confine._PR_SET_DUMPABLE, 1)
         uid = os.getuid()
@@ -284,7 +284,7 @@ print(json.dumps([data.decode(), os.waitstatus_to_exitcode(code)]))
 
     def test_a_failing_operation_raises_with_its_step_and_stops_the_program(self):
         body = """
-        p = confine._Compiled(entry, b"")
+        p = confine._Compiled(entry, b"", False)
         p.op(confine._NATIVE_PRCTL, "prctl(PR_SET_NO_NEW_PRIVS)", confine._PR_SET_NO_NEW_PRIVS, 1)
         p.op(confine._NATIVE_CLOSE, "closing a namespace descriptor", 900000)
         p.op(confine._NATIVE_PRCTL, "prctl(PR_SET_DUMPABLE)", confine._PR_SET_DUMPABLE, 0)
@@ -314,7 +314,7 @@ print(json.dumps([data.decode(), os.waitstatus_to_exitcode(code)]))
         body = """
         rp, wp = os.pipe()
         os.write(wp, b"x")  # "readable": what a dead zygote's pidfd polls
-        p = confine._Compiled(entry, b"")
+        p = confine._Compiled(entry, b"", False)
         p.op(confine._NATIVE_PARENT_ALIVE, confine._ZYGOTE_DIED, rp)
         p.finish()
         os.dup2(w, 2)

@@ -18,8 +18,13 @@
 //! | `reap` | `id` | |
 //! | `quit` | | |
 //!
-//! `join` is `{hostIds: [uid, gid] or null, remaps: [[host, inside], ...],
-//! confine: [step, ...]}`; each step is `{op, ...}` ([`ConfineStep`]).
+//! `join` is `{hostIds: [uid, gid] or null, plan: n, remaps: [[host,
+//! inside], ...], confine: [step, ...]}`; each step is `{op, ...}`
+//! ([`ConfineStep`]). `remaps` and `confine` are the join's plan, the same
+//! for every run of a runtime: they are sent with the first spawn that
+//! uses plan `n`, and a later spawn of the same plan sends
+//! `{hostIds, plan: n}` only ([`JoinRequest::plan`]). The zygote keeps the
+//! last plan it was sent, and refuses a spawn that names another.
 //! `cold: true` asks the child to skip its warm-up ([`SpawnRequest::cold`]).
 //!
 //! Zygote to host ([`ZygoteAnswer`]):
@@ -54,7 +59,7 @@ pub const ZYGOTE_FIELDS: &[(&str, &[&str], &[&str])] = &[
 ];
 
 /// Keys of `spawn.join`.
-pub const JOIN_FIELDS: &[&str] = &["hostIds", "remaps", "confine"];
+pub const JOIN_FIELDS: &[&str] = &["hostIds", "plan", "remaps", "confine"];
 
 /// A resource limit a confinement step sets, by its wire name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +194,19 @@ pub struct JoinRequest {
     /// child drops to them before it joins (the run's user namespace maps
     /// only them).
     pub host_ids: Option<(u32, u32)>,
+    /// The plan's number on this zygote: `body` is sent with the first
+    /// spawn of a plan and left out of the next ones. A 3 KB plan decoded,
+    /// checked and looked up in every spawn cost the zygote about 0.1 ms of
+    /// CPU per sandboxed child, most of it copy-on-write faults (it writes
+    /// to pages its earlier children share); `docs/perf-log.md`, "A join
+    /// plan sent once".
+    pub plan: u64,
+    pub body: Option<JoinPlanBody>,
+}
+
+/// What a join plan holds: the same for every run of a runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinPlanBody {
     /// Host path prefixes and where the sandbox shows them.
     pub remaps: Vec<(String, String)>,
     /// The program's own final steps, in order.
@@ -255,28 +273,31 @@ impl ZygoteRequest {
                         Some((uid, gid)) => ids.extend_from_slice(format!("[{uid},{gid}]").as_bytes()),
                         None => ids.extend_from_slice(b"null"),
                     }
-                    let remaps = jo.key("remaps");
-                    remaps.push(b'[');
-                    for (i, (host, inside)) in join.remaps.iter().enumerate() {
-                        if i > 0 {
-                            remaps.push(b',');
-                        }
+                    jo.u64("plan", join.plan);
+                    if let Some(body) = &join.body {
+                        let remaps = jo.key("remaps");
                         remaps.push(b'[');
-                        write_json_string(remaps, host);
-                        remaps.push(b',');
-                        write_json_string(remaps, inside);
-                        remaps.push(b']');
-                    }
-                    remaps.push(b']');
-                    let steps = jo.key("confine");
-                    steps.push(b'[');
-                    for (i, step) in join.confine.iter().enumerate() {
-                        if i > 0 {
-                            steps.push(b',');
+                        for (i, (host, inside)) in body.remaps.iter().enumerate() {
+                            if i > 0 {
+                                remaps.push(b',');
+                            }
+                            remaps.push(b'[');
+                            write_json_string(remaps, host);
+                            remaps.push(b',');
+                            write_json_string(remaps, inside);
+                            remaps.push(b']');
                         }
-                        step.encode(steps);
+                        remaps.push(b']');
+                        let steps = jo.key("confine");
+                        steps.push(b'[');
+                        for (i, step) in body.confine.iter().enumerate() {
+                            if i > 0 {
+                                steps.push(b',');
+                            }
+                            step.encode(steps);
+                        }
+                        steps.push(b']');
                     }
-                    steps.push(b']');
                     jo.end();
                 }
                 if s.cold {
@@ -433,14 +454,18 @@ mod tests {
         );
         let join = JoinRequest {
             host_ids: Some((1_500_001, 1_500_001)),
-            remaps: vec![("/root/py".into(), "/opt/python".into())],
-            confine: vec![
-                ConfineStep::DeathSignal,
-                ConfineStep::Limit { resource: Rlimit::Nproc, value: 66 },
-                ConfineStep::IdMaps { uid_map: "1000 0 1\n".into(), gid_map: "1000 0 1\n".into() },
-                ConfineStep::Seccomp { filter: vec![0x20, 0, 0xff] },
-            ],
+            plan: 3,
+            body: Some(JoinPlanBody {
+                remaps: vec![("/root/py".into(), "/opt/python".into())],
+                confine: vec![
+                    ConfineStep::DeathSignal,
+                    ConfineStep::Limit { resource: Rlimit::Nproc, value: 66 },
+                    ConfineStep::IdMaps { uid_map: "1000 0 1\n".into(), gid_map: "1000 0 1\n".into() },
+                    ConfineStep::Seccomp { filter: vec![0x20, 0, 0xff] },
+                ],
+            }),
         };
+        let named = JoinRequest { host_ids: None, plan: 3, body: None };
         let cold = SpawnRequest { cold: true, ..spawn.clone() };
         assert_eq!(
             String::from_utf8(ZygoteRequest::Spawn(cold).encode()).unwrap(),
@@ -448,12 +473,17 @@ mod tests {
         );
         let spawn = SpawnRequest { join: Some(join), env: Vec::new(), rlimits: Vec::new(), ..spawn };
         assert_eq!(
-            String::from_utf8(ZygoteRequest::Spawn(spawn).encode()).unwrap(),
+            String::from_utf8(ZygoteRequest::Spawn(spawn.clone()).encode()).unwrap(),
             concat!(
-                r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{},"rlimits":{},"join":{"hostIds":[1500001,1500001],"#,
+                r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{},"rlimits":{},"join":{"hostIds":[1500001,1500001],"plan":3,"#,
                 r#""remaps":[["/root/py","/opt/python"]],"confine":[{"op":"death-signal"},{"op":"limit","resource":"nproc","value":66},"#,
                 r#"{"op":"id-maps","uidMap":"1000 0 1\n","gidMap":"1000 0 1\n"},{"op":"seccomp","filter":"2000ff"}]}}"#
             )
+        );
+        let spawn = SpawnRequest { join: Some(named), ..spawn };
+        assert_eq!(
+            String::from_utf8(ZygoteRequest::Spawn(spawn).encode()).unwrap(),
+            r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{},"rlimits":{},"join":{"hostIds":null,"plan":3}}"#
         );
     }
 

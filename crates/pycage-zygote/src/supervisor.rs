@@ -44,7 +44,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pycage_protocol::zygote::{
-    parse_zygote_answer, JoinRequest, SpawnRequest, ZygoteAnswer, ZygoteRequest, MAX_ZYGOTE_PACKET,
+    parse_zygote_answer, JoinPlanBody, JoinRequest, SpawnRequest, ZygoteAnswer, ZygoteRequest, MAX_ZYGOTE_PACKET,
 };
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{
@@ -511,6 +511,7 @@ struct Supervisor {
     outgoing: VecDeque<Outgoing>,
     machine: ZygoteMachine<SpawnReply, oneshot::Sender<Exit>>,
     stderr_open: bool,
+    plans: SentPlans,
 }
 
 impl Supervisor {
@@ -523,6 +524,7 @@ impl Supervisor {
             shared,
             outgoing: VecDeque::new(),
             stderr_open: true,
+            plans: SentPlans::default(),
         }
     }
 
@@ -604,7 +606,8 @@ impl Supervisor {
             match request {
                 Request::Spawn { spec, fds, reply } => {
                     let id = self.machine.spawn(Instant::now(), reply);
-                    self.outgoing.push_back(Outgoing { bytes: encode_spawn(id, &spec), fds });
+                    let bytes = encode_spawn(id, &spec, &mut self.plans);
+                    self.outgoing.push_back(Outgoing { bytes, fds });
                 }
                 Request::Reap { id, reply } => {
                     self.machine.reap(Instant::now(), id, reply);
@@ -717,7 +720,12 @@ impl Supervisor {
                     SpawnReply::Pool(order) => order.spawned(spawned),
                 }
             }
-            Answered::Refused { waiter, message } => fail(waiter, ZygoteError::Refused(message)),
+            Answered::Refused { waiter, message } => {
+                // The refused spawn may have been the one that carried the
+                // plan: the next one sends it again.
+                self.plans.forget();
+                fail(waiter, ZygoteError::Refused(message));
+            }
             Answered::Reaped { waiter, status, cpu_ns } => {
                 self.shared.reaping.fetch_sub(1, Ordering::AcqRel);
                 if let Some(tx) = waiter {
@@ -805,12 +813,39 @@ fn fail(reply: SpawnReply, error: ZygoteError) {
     }
 }
 
-fn encode_spawn(id: u64, spec: &ChildSpec) -> Vec<u8> {
-    let join = spec.join.as_ref().map(|j| JoinRequest {
-        host_ids: j.plan.host_ids,
-        remaps: j.remaps.clone(),
-        confine: j.plan.confine.clone(),
-    });
+/// The join plan the zygote was sent last ([`JoinRequest::plan`]): a spawn
+/// of the same plan names it by number. The zygote keeps one plan (a
+/// runtime's children all join with the same one), so a spawn of another
+/// plan sends that one whole, under a new number.
+#[derive(Debug, Default)]
+struct SentPlans {
+    last: Option<(u64, JoinPlanBody)>,
+    numbered: u64,
+}
+
+impl SentPlans {
+    fn request(&mut self, join: &JoinSpec) -> JoinRequest {
+        let host_ids = join.plan.host_ids;
+        if let Some((plan, body)) = &self.last {
+            if body.confine == join.plan.confine && body.remaps == join.remaps {
+                return JoinRequest { host_ids, plan: *plan, body: None };
+            }
+        }
+        self.numbered += 1;
+        let body = JoinPlanBody { remaps: join.remaps.clone(), confine: join.plan.confine.clone() };
+        self.last = Some((self.numbered, body.clone()));
+        JoinRequest { host_ids, plan: self.numbered, body: Some(body) }
+    }
+
+    /// The zygote may not hold the last plan (a spawn that carried it was
+    /// refused before the zygote kept it): send it whole next time.
+    fn forget(&mut self) {
+        self.last = None;
+    }
+}
+
+fn encode_spawn(id: u64, spec: &ChildSpec, plans: &mut SentPlans) -> Vec<u8> {
+    let join = spec.join.as_ref().map(|j| plans.request(j));
     ZygoteRequest::Spawn(SpawnRequest {
         id,
         cwd: spec.cwd.to_string_lossy().into_owned(),
@@ -820,4 +855,62 @@ fn encode_spawn(id: u64, spec: &ChildSpec) -> Vec<u8> {
         cold: spec.cold,
     })
     .encode()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pycage_protocol::zygote::{ConfineStep, Rlimit};
+
+    fn join(uid: u32, nproc: u64) -> JoinSpec {
+        JoinSpec {
+            plan: pycage_sandbox::JoinPlan {
+                host_ids: Some((uid, uid)),
+                confine: vec![ConfineStep::Limit { resource: Rlimit::Nproc, value: nproc }, ConfineStep::NoNewPrivs],
+            },
+            remaps: vec![("/h".into(), "/s".into())],
+        }
+    }
+
+    #[test]
+    fn a_plan_is_sent_whole_once_then_named() {
+        let mut plans = SentPlans::default();
+        let first = plans.request(&join(1000, 64));
+        assert_eq!((first.plan, first.host_ids), (1, Some((1000, 1000))));
+        let body = first.body.expect("the first spawn carries the plan");
+        assert_eq!(body.remaps, vec![("/h".to_owned(), "/s".to_owned())]);
+        assert_eq!(body.confine, join(1000, 64).plan.confine);
+        // Another run's ids, the same plan: named only.
+        let second = plans.request(&join(1001, 64));
+        assert_eq!((second.plan, second.host_ids, second.body), (1, Some((1001, 1001)), None));
+        // Another plan: whole, under a new number; then named.
+        let other = plans.request(&join(1001, 65));
+        assert_eq!(other.plan, 2);
+        assert!(other.body.is_some());
+        assert_eq!(plans.request(&join(1002, 65)).body, None);
+        let mut remapped = join(1002, 65);
+        remapped.remaps.push(("/a".into(), "/b".into()));
+        assert_eq!(plans.request(&remapped).plan, 3);
+        // Forgotten (a refused spawn may have carried it): sent whole again.
+        plans.forget();
+        let again = plans.request(&remapped);
+        assert_eq!(again.plan, 4);
+        assert!(again.body.is_some());
+    }
+
+    #[test]
+    fn a_spawn_that_names_its_plan_is_small() {
+        let mut plans = SentPlans::default();
+        let mut spec = ChildSpec { cwd: "/work".into(), env: Vec::new(), rlimits: Vec::new(), join: None, cold: false };
+        let mut big = join(7, 64);
+        big.plan.confine.push(ConfineStep::Seccomp { filter: vec![0u8; 1000] });
+        spec.join = Some(big);
+        let whole = encode_spawn(1, &spec, &mut plans);
+        let named = encode_spawn(2, &spec, &mut plans);
+        assert!(whole.len() > 2000, "{}", whole.len());
+        assert_eq!(
+            String::from_utf8(named).unwrap(),
+            r#"{"type":"spawn","id":2,"cwd":"/work","env":{},"rlimits":{},"join":{"hostIds":[7,7],"plan":1}}"#
+        );
+    }
 }
