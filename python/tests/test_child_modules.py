@@ -688,7 +688,9 @@ class ZygoteForkTest(unittest.TestCase):
 import sys
 sys.path.insert(0, sys.argv[1])
 from pycage import _forks
-import json, os, random, threading, concurrent.futures
+import io, json, logging, os, random, threading, concurrent.futures
+stream = io.StringIO()
+logging.getLogger("t").addHandler(logging.StreamHandler(stream))
 ran = []
 os.register_at_fork(after_in_child=lambda: ran.append("child"), after_in_parent=lambda: ran.append("parent"))
 _forks.stop_recording()
@@ -704,6 +706,9 @@ if pid == 0:
     t.join()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         doubled = list(pool.map(lambda x: 2 * x, range(3)))
+        # Logging's locks were free at the fork: logging works, from threads too.
+        list(pool.map(lambda x: logging.getLogger("t").warning("logged %d", x), range(4)))
+    logging.getLogger("t").warning("main")
     grandchild = os.fork()  # the real one: every hook runs
     if grandchild == 0:
         os._exit(len(later))
@@ -712,6 +717,7 @@ if pid == 0:
         "random": random.random(), "ran": ran_here, "later": later, "pid": os.getpid(),
         "thread": box[0] != os.getpid(), "doubled": doubled, "grandchild": os.waitstatus_to_exitcode(status),
         "main": threading.current_thread() is threading.main_thread(), "count": threading.active_count(),
+        "logged": sorted(stream.getvalue().splitlines()),
     }
     os.write(w, json.dumps(out).encode())
     os._exit(0)
@@ -721,6 +727,7 @@ os.waitpid(pid, 0)
 print(json.dumps({
     "native": _forks._native is not None, "child": child, "random": random.random(), "ran": ran, "pid": pid,
     "restored": os.register_at_fork is _forks._register_at_fork,
+    "settled": [getattr(h, "__module__", None) for h in _forks._settled],
 }))
 """
         # Without `site` (-S) nothing but start-up modules comes before
@@ -751,6 +758,14 @@ print(json.dumps({
         self.assertEqual(child["pid"], got["pid"])
         self.assertTrue(child["thread"] and child["main"])
         self.assertEqual((child["doubled"], child["count"]), ([0, 2, 4], 1))
+        self.assertEqual(child["logged"], ["logged 0", "logged 1", "logged 2", "logged 3", "main"])
+        # What a child of the C library's fork runs: the recorded hooks
+        # but threading's and logging's.
+        self.assertNotIn("threading", got["settled"])
+        self.assertNotIn("logging", got["settled"])
+        self.assertIn("__main__", got["settled"])
+        if got["native"]:
+            self.assertIn("random", got["settled"])
 
     def test_a_hook_that_raises_is_reported_and_the_child_goes_on(self):
         script = """
