@@ -326,9 +326,11 @@ steps = [{"op": "no-new-privs"}, {"op": "seccomp", "filter": one}]
 plans = zygote._JoinPlans()
 out = []
 out.append(plans.resolve({"hostIds": [5, 5], "plan": 1})[1])
-whole = {"hostIds": [5, 5], "plan": 1, "remaps": [[prefix, "/inside"]], "confine": steps}
+env = {"HOME": "/work", "PYCAGE_T": "1"}
+whole = {"hostIds": [5, 5], "plan": 1, "env": env, "remaps": [[prefix, "/inside"]], "confine": steps}
 join, why = plans.resolve(whole)
 out.append([join is whole, why, one in confine._SECCOMP_PROGRAMS, encodings.__path__[0]])
+out.append([os.environ.get("HOME"), os.getenv("PYCAGE_T")])
 join, why = plans.resolve({"hostIds": [6, 7], "plan": 1})
 out.append([join["hostIds"], join["confine"] is steps, join["remaps"], why])
 out.append(plans.resolve({"hostIds": None, "plan": 2})[1])
@@ -336,11 +338,16 @@ out.append(plans.resolve({"hostIds": None})[1])
 # Another plan with the same remaps replaces it; one that moves the paths elsewhere is refused.
 other = [{"op": "no-new-privs"}]
 out.append(plans.resolve({"hostIds": None, "plan": 2, "remaps": [[prefix, "/inside"]], "confine": other})[1])
+out.append([os.environ.get("HOME"), os.getenv("PYCAGE_T")])
 out.append(plans.resolve({"hostIds": None, "plan": 2})[0]["confine"] is other)
 out.append(plans.resolve({"hostIds": None, "plan": 3, "remaps": [[prefix, "/else"]], "confine": other}))
 out.append(plans.resolve({"hostIds": None, "plan": 3, "remaps": 5, "confine": other})[1])
 out.append(plans.resolve({"hostIds": None, "plan": 3})[1])
 out.append(plans.resolve({"hostIds": None, "plan": 2})[1])
+for bad in ({"A": 1}, {"A=B": "x"}, ["A"]):
+    plan = {"hostIds": None, "plan": 4, "env": bad, "remaps": [[prefix, "/inside"]], "confine": other}
+    out.append(plans.resolve(plan))
+out.append(plans.resolve({"hostIds": None, "plan": 4})[1])
 print(json.dumps(out))
 """
         run = subprocess.run(
@@ -349,16 +356,27 @@ print(json.dumps(out))
         self.assertEqual(run.returncode, 0, run.stderr)
         out = json.loads(run.stdout)
         self.assertEqual(out[0], "the zygote holds no join plan 1")
-        self.assertEqual(out[1], [True, None, True, "/inside/encodings"])
-        self.assertEqual(out[2], [[6, 7], True, [[out[2][2][0][0], "/inside"]], None])
-        self.assertEqual(out[3], "the zygote holds no join plan 2")
-        self.assertEqual(out[4], "the zygote holds no join plan None")
-        self.assertEqual(out[5:7], [None, True])
-        self.assertEqual(out[7], [None, "the sandbox's path remaps changed"])
-        self.assertTrue(out[8].startswith("malformed remaps: TypeError"), out[8])
-        self.assertEqual(out[9], "the zygote holds no join plan 3")
+        self.assertEqual(out.pop(1), [True, None, True, "/inside/encodings"])
+        # The plan's environment is the zygote's own: its children inherit it.
+        self.assertEqual(out.pop(1), ["/work", "1"])
+        self.assertEqual(out[1], [[6, 7], True, [[out[1][2][0][0], "/inside"]], None])
+        self.assertEqual(out[2], "the zygote holds no join plan 2")
+        self.assertEqual(out[3], "the zygote holds no join plan None")
+        self.assertEqual(out[4], None)
+        # A plan without an environment takes the last one's away.
+        self.assertEqual(out.pop(5), [os.environ.get("HOME"), None])
+        self.assertEqual(out[5], True)
+        self.assertEqual(out[6], [None, "the sandbox's path remaps changed"])
+        self.assertTrue(out[7].startswith("malformed remaps: TypeError"), out[7])
+        self.assertEqual(out[8], "the zygote holds no join plan 3")
         # The refused plans replaced nothing.
-        self.assertIsNone(out[10])
+        self.assertIsNone(out[9])
+        self.assertEqual(out[10], [None, "malformed env: not an object of strings"])
+        self.assertEqual(out[11][0], None)
+        self.assertTrue(out[11][1].startswith("malformed env: "), out[11])
+        self.assertEqual(out[12], [None, "malformed env: not an object of strings"])
+        # A refused environment leaves no plan kept.
+        self.assertEqual(out[13], "the zygote holds no join plan 4")
 
 
 class ConfinePreparedTest(unittest.TestCase):

@@ -18,13 +18,15 @@
 //! | `reap` | `id` | |
 //! | `quit` | | |
 //!
-//! `join` is `{hostIds: [uid, gid] or null, plan: n, remaps: [[host,
-//! inside], ...], confine: [step, ...]}`; each step is `{op, ...}`
-//! ([`ConfineStep`]). `remaps` and `confine` are the join's plan, the same
-//! for every run of a runtime: they are sent with the first spawn that
-//! uses plan `n`, and a later spawn of the same plan sends
-//! `{hostIds, plan: n}` only ([`JoinRequest::plan`]). The zygote keeps the
-//! last plan it was sent, and refuses a spawn that names another.
+//! `join` is `{hostIds: [uid, gid] or null, plan: n, env: {name: value},
+//! remaps: [[host, inside], ...], confine: [step, ...]}`; each step is
+//! `{op, ...}` ([`ConfineStep`]). `env`, `remaps` and `confine` are the
+//! join's plan, the same for every run of a runtime: they are sent with
+//! the first spawn that uses plan `n`, and a later spawn of the same plan
+//! sends `{hostIds, plan: n}` only ([`JoinRequest::plan`]). The zygote
+//! keeps the last plan it was sent (it sets the plan's `env` in its own
+//! environment, which every child inherits), and refuses a spawn that
+//! names another.
 //! `cold: true` asks the child to skip its warm-up ([`SpawnRequest::cold`]).
 //!
 //! Zygote to host ([`ZygoteAnswer`]):
@@ -59,7 +61,7 @@ pub const ZYGOTE_FIELDS: &[(&str, &[&str], &[&str])] = &[
 ];
 
 /// Keys of `spawn.join`.
-pub const JOIN_FIELDS: &[&str] = &["hostIds", "plan", "remaps", "confine"];
+pub const JOIN_FIELDS: &[&str] = &["hostIds", "plan", "env", "remaps", "confine"];
 
 /// A resource limit a confinement step sets, by its wire name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,6 +209,11 @@ pub struct JoinRequest {
 /// What a join plan holds: the same for every run of a runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinPlanBody {
+    /// The environment every child of the plan gets (on top of the
+    /// zygote's; a spawn's own `env` comes after it). Set by the zygote in
+    /// itself: four variables set in each child cost it about 40
+    /// copy-on-write faults (`os.environ`, the C library's `setenv`).
+    pub env: Vec<(String, String)>,
     /// Host path prefixes and where the sandbox shows them.
     pub remaps: Vec<(String, String)>,
     /// The program's own final steps, in order.
@@ -275,6 +282,12 @@ impl ZygoteRequest {
                     }
                     jo.u64("plan", join.plan);
                     if let Some(body) = &join.body {
+                        let env = jo.key("env");
+                        let mut e = Obj::new(env);
+                        for (k, v) in &body.env {
+                            e.str(k, v);
+                        }
+                        e.end();
                         let remaps = jo.key("remaps");
                         remaps.push(b'[');
                         for (i, (host, inside)) in body.remaps.iter().enumerate() {
@@ -456,6 +469,7 @@ mod tests {
             host_ids: Some((1_500_001, 1_500_001)),
             plan: 3,
             body: Some(JoinPlanBody {
+                env: vec![("HOME".into(), "/work".into())],
                 remaps: vec![("/root/py".into(), "/opt/python".into())],
                 confine: vec![
                     ConfineStep::DeathSignal,
@@ -475,7 +489,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(ZygoteRequest::Spawn(spawn.clone()).encode()).unwrap(),
             concat!(
-                r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{},"rlimits":{},"join":{"hostIds":[1500001,1500001],"plan":3,"#,
+                r#"{"type":"spawn","id":7,"cwd":"/tmp/run \"x\"","env":{},"rlimits":{},"join":{"hostIds":[1500001,1500001],"plan":3,"env":{"HOME":"/work"},"#,
                 r#""remaps":[["/root/py","/opt/python"]],"confine":[{"op":"death-signal"},{"op":"limit","resource":"nproc","value":66},"#,
                 r#"{"op":"id-maps","uidMap":"1000 0 1\n","gidMap":"1000 0 1\n"},{"op":"seccomp","filter":"2000ff"}]}}"#
             )

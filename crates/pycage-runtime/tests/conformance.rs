@@ -4,7 +4,7 @@
 //! and run by its table of one-operation functions). The program reports
 //! `/proc/self/status` (no_new_privs, seccomp, capabilities, ids),
 //! `/proc/self/limits`, its uid/gid maps, its Landlock state (by what it
-//! is refused) and its open descriptors; both spawn modes must agree
+//! is refused), its open descriptors and its environment; both spawn modes must agree
 //! exactly, in both isolations, as root and as `nobody`. A sandboxed
 //! zygote child joins through the native library (`pycage-join`) unless
 //! `PYCAGE_NATIVE_JOIN=0`, and then through the Python steps: both are
@@ -40,7 +40,10 @@ cgroup_rooted = bool(cgroup) and all(line.endswith(":/") for line in cgroup)
 import ctypes
 signal = ctypes.c_int(-1)
 ctypes.CDLL(None).prctl(2, ctypes.byref(signal), 0, 0, 0)
-return {"status": status, "limits": limits, "maps": maps, "landlock": landlock, "fds": fds, "cgroup": cgroup, "cgroupRooted": cgroup_rooted, "deathSignal": signal.value}
+# The environment (a run's own directory, where it has one, as <home>).
+home = os.environ.get("HOME", "")
+env = {k: v.replace(home, "<home>") if home else v for k, v in sorted(os.environ.items())}
+return {"status": status, "limits": limits, "maps": maps, "landlock": landlock, "fds": fds, "cgroup": cgroup, "cgroupRooted": cgroup_rooted, "deathSignal": signal.value, "env": env}
 "#;
 
 async fn report(isolation: Isolation, spawn: SpawnMode) -> String {

@@ -112,6 +112,11 @@ pub struct ChildSpec {
 pub struct JoinSpec {
     /// The ids to drop to and the program's confinement steps.
     pub plan: pycage_sandbox::JoinPlan,
+    /// The environment every sandboxed child gets (`HOME`, `TMPDIR`, ...,
+    /// as the sandbox shows paths): part of the plan the zygote keeps, and
+    /// set by the zygote in itself ([`JoinPlanBody::env`]), not in each
+    /// child. [`ChildSpec::env`] comes after it.
+    pub env: Vec<(String, String)>,
     /// Host path prefixes and where the sandbox shows them: the child,
     /// forked from a zygote that runs on the host, rewrites `sys.path`,
     /// `sys.prefix` and friends with them.
@@ -827,12 +832,13 @@ impl SentPlans {
     fn request(&mut self, join: &JoinSpec) -> JoinRequest {
         let host_ids = join.plan.host_ids;
         if let Some((plan, body)) = &self.last {
-            if body.confine == join.plan.confine && body.remaps == join.remaps {
+            if body.confine == join.plan.confine && body.remaps == join.remaps && body.env == join.env {
                 return JoinRequest { host_ids, plan: *plan, body: None };
             }
         }
         self.numbered += 1;
-        let body = JoinPlanBody { remaps: join.remaps.clone(), confine: join.plan.confine.clone() };
+        let body =
+            JoinPlanBody { env: join.env.clone(), remaps: join.remaps.clone(), confine: join.plan.confine.clone() };
         self.last = Some((self.numbered, body.clone()));
         JoinRequest { host_ids, plan: self.numbered, body: Some(body) }
     }
@@ -869,6 +875,7 @@ mod tests {
                 confine: vec![ConfineStep::Limit { resource: Rlimit::Nproc, value: nproc }, ConfineStep::NoNewPrivs],
             },
             remaps: vec![("/h".into(), "/s".into())],
+            env: vec![("HOME".into(), "/work".into())],
         }
     }
 
@@ -891,10 +898,13 @@ mod tests {
         let mut remapped = join(1002, 65);
         remapped.remaps.push(("/a".into(), "/b".into()));
         assert_eq!(plans.request(&remapped).plan, 3);
+        remapped.env.push(("TMPDIR".into(), "/tmp".into()));
+        let body = plans.request(&remapped).body.expect("another environment is another plan");
+        assert_eq!(body.env, vec![("HOME".to_owned(), "/work".to_owned()), ("TMPDIR".to_owned(), "/tmp".to_owned())]);
         // Forgotten (a refused spawn may have carried it): sent whole again.
         plans.forget();
         let again = plans.request(&remapped);
-        assert_eq!(again.plan, 4);
+        assert_eq!(again.plan, 5);
         assert!(again.body.is_some());
     }
 

@@ -610,9 +610,9 @@ impl Inner {
         fds.extend([user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset]);
         let spec = ChildSpec {
             cwd: PathBuf::from(pycage_sandbox::WORK_DIR),
-            env: shells.env.clone(),
+            env: Vec::new(),
             rlimits: Vec::new(),
-            join: Some(JoinSpec { plan, remaps: shells.remaps.clone() }),
+            join: Some(JoinSpec { plan, remaps: shells.remaps.clone(), env: shells.env.clone() }),
             cold,
         };
         let host = HostSide {
