@@ -244,6 +244,15 @@ pub enum ZygoteRequest {
     Quit,
 }
 
+/// `{name: value, ...}`.
+fn encode_env(out: &mut Vec<u8>, env: &[(String, String)]) {
+    let mut e = Obj::new(out);
+    for (k, v) in env {
+        e.str(k, v);
+    }
+    e.end();
+}
+
 impl ZygoteRequest {
     /// The message, as one packet's bytes.
     pub fn encode(&self) -> Vec<u8> {
@@ -259,12 +268,7 @@ impl ZygoteRequest {
                 o.str("type", "spawn");
                 o.u64("id", s.id);
                 o.str("cwd", &s.cwd);
-                let env = o.key("env");
-                let mut e = Obj::new(env);
-                for (k, v) in &s.env {
-                    e.str(k, v);
-                }
-                e.end();
+                encode_env(o.key("env"), &s.env);
                 let rl = o.key("rlimits");
                 let mut r = Obj::new(rl);
                 for (name, soft, hard) in &s.rlimits {
@@ -282,12 +286,7 @@ impl ZygoteRequest {
                     }
                     jo.u64("plan", join.plan);
                     if let Some(body) = &join.body {
-                        let env = jo.key("env");
-                        let mut e = Obj::new(env);
-                        for (k, v) in &body.env {
-                            e.str(k, v);
-                        }
-                        e.end();
+                        encode_env(jo.key("env"), &body.env);
                         let remaps = jo.key("remaps");
                         remaps.push(b'[');
                         for (i, (host, inside)) in body.remaps.iter().enumerate() {
