@@ -198,10 +198,9 @@ pub struct JoinRequest {
     pub host_ids: Option<(u32, u32)>,
     /// The plan's number on this zygote: `body` is sent with the first
     /// spawn of a plan and left out of the next ones. A 3 KB plan decoded,
-    /// checked and looked up in every spawn cost the zygote about 0.1 ms of
-    /// CPU per sandboxed child, most of it copy-on-write faults (it writes
-    /// to pages its earlier children share); `docs/perf-log.md`, "A join
-    /// plan sent once".
+    /// checked and looked up in every spawn cost the zygote about 0.07 ms
+    /// of CPU per sandboxed child; `docs/perf-log.md`, "A join plan sent
+    /// once".
     pub plan: u64,
     pub body: Option<JoinPlanBody>,
 }
