@@ -52,7 +52,8 @@ own process group, so the host can signal everything it starts), arms
 ``PR_SET_PDEATHSIG`` against the zygote, installs its descriptors (fd 0
 ``/dev/null``, fd 1 and fd 2 the run's pipe, fd 3 the run's socket; nothing
 else stays open), enters the run's working directory, sets the environment
-the host gave (``HOME`` and ``TMPDIR`` outside the working directory),
+the host gave (``HOME`` and ``TMPDIR`` outside the working directory; a
+sandboxed child's comes with its join plan, set in the zygote itself),
 applies the requested rlimits, warms up unless it is cold
 (``bootstrap.warm_up``), and then serves exactly one run with the
 bootstrap. The host starts the zygote as a background process for the
