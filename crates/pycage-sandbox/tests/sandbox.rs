@@ -1373,7 +1373,19 @@ fn a_forked_shell_hands_over_its_inits_namespaces_or_its_failure() {
         let maps = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
         assert_eq!(maps(shell), maps(handoff.init_pid.as_raw_nonzero().get()), "the init shares its memory");
     }
-    let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset } = join;
+    let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset, detached } = join;
+    // The init sends its join before it detaches the host's tree from the
+    // run's root, then says so with one byte; from then on the mount
+    // namespace's own root is the run's.
+    let mut ready = [rustix::event::PollFd::new(&detached, rustix::event::PollFlags::IN)];
+    // A guard against a hang, not a time limit: the byte comes within
+    // milliseconds.
+    let timeout = rustix::event::Timespec { tv_sec: 60, tv_nsec: 0 };
+    assert_eq!(rustix::event::poll(&mut ready, Some(&timeout)), Ok(1), "no ready byte in a minute");
+    let mut byte = [0u8; 1];
+    assert_eq!(rustix::io::read(&detached, &mut byte), Ok(1), "the init's ready byte");
+    assert_eq!(byte, [1]);
+    assert_eq!(mount_namespace_shows(&user_ns, &mount_ns), Ok(RUN_ROOT), "the host's tree is detached");
     // The namespace a `NS_GET_USERNS` or `NS_GET_PARENT` ioctl names.
     let related = |fd: &std::os::fd::OwnedFd, request: libc::c_ulong| {
         use std::os::fd::{AsRawFd, FromRawFd};
@@ -1410,7 +1422,7 @@ fn a_forked_shell_hands_over_its_inits_namespaces_or_its_failure() {
             assert_ne!(got.ino(), ours.ino(), "{name}: not the test's own");
         }
     }
-    drop((root, ruleset));
+    drop((root, ruleset, detached));
     let pid = rustix::process::Pid::from_raw(shell).unwrap();
     rustix::process::kill_process_group(pid, rustix::process::Signal::KILL).unwrap();
     rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()).unwrap();
@@ -1428,6 +1440,46 @@ fn a_forked_shell_hands_over_its_inits_namespaces_or_its_failure() {
         std::fs::read_to_string(format!("/proc/self/task/{}/children", rustix::thread::gettid().as_raw_nonzero()))
             .unwrap_or_default();
     assert_eq!(left.trim(), "", "children left: {left}");
+}
+
+/// What [`mount_namespace_shows`] found at the namespace's root.
+const RUN_ROOT: i32 = 0;
+
+/// Joins `user_ns` and then `mount_ns` in a forked child and looks at what
+/// the namespace's own root (where `setns` puts a joiner) holds: `Ok(RUN_ROOT)`
+/// for the run's (`/work`, and not this test's executable), `Ok(1)` for
+/// the host's, `Err` with the errno of a `setns` that failed.
+fn mount_namespace_shows(user_ns: &std::os::fd::OwnedFd, mount_ns: &std::os::fd::OwnedFd) -> Result<i32, i32> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let exe = std::ffi::CString::new(std::env::current_exe().unwrap().as_os_str().as_bytes()).unwrap();
+    let (user, mount) = (user_ns.as_raw_fd(), mount_ns.as_raw_fd());
+    // SAFETY: the child makes only system calls (no allocation, no lock)
+    // on what was made before the fork, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: as above; setns and access take descriptors and the
+        // C strings made before the fork.
+        unsafe {
+            for (fd, kind) in [(user, libc::CLONE_NEWUSER), (mount, libc::CLONE_NEWNS)] {
+                if libc::setns(fd, kind) != 0 {
+                    libc::_exit(100 + *libc::__errno_location());
+                }
+            }
+            let run_root =
+                libc::access(c"/work".as_ptr(), libc::F_OK) == 0 && libc::access(exe.as_ptr(), libc::F_OK) != 0;
+            libc::_exit(if run_root { RUN_ROOT } else { 1 })
+        }
+    }
+    let mut status = 0;
+    // SAFETY: our own child, into this frame's `status`.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "status {status:#x}");
+    match libc::WEXITSTATUS(status) {
+        code @ 100.. => Err(code - 100),
+        code => Ok(code),
+    }
 }
 
 /// In a host that has fd 3 closed (a Python host, say), the sandbox's own
