@@ -14,7 +14,7 @@
 //!   `i32`), a flags byte (bit 0: a handoff, bit 1: its `sock_diag`
 //!   socket, bit 2: its egress listener), then the shell's [`JoinPlan`]
 //!   ([`encode_plan`]), carrying the supervisor's pidfd, the handoff's
-//!   descriptors and the eight [`Join`] descriptors; or `err1` and the
+//!   descriptors and the nine [`Join`] descriptors; or `err1` and the
 //!   error's text; or `ern1` and an errno (little endian `i32`) when
 //!   joining the earlier run's network namespace failed; or `ver1` and the
 //!   helper's build, when it is not the host's.
