@@ -24,7 +24,6 @@ children to them (``choose_native``).
 """
 
 import ctypes
-import errno
 import marshal
 import os
 import resource
@@ -107,7 +106,7 @@ def _diag(message):
 
 #: Descriptors of a join, after the two channels, in this order
 #: (pycage_sandbox::Join's field order).
-_JOIN_FDS = 9
+_JOIN_FDS = 8
 #: Index of the run's PID namespace among them.
 _JOIN_PID_NS = 2
 _CLONE_NEWNS = 0x00020000
@@ -274,7 +273,7 @@ def _join_shell(join, fds, zygote_gone, native=None):
         _joined = "native"
         return
     _joined = "python"
-    user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset, ready = fds
+    user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset = fds
     # The network namespace first, with the zygote's capabilities: a
     # recycled one is owned outside the run's user namespace (by the host's
     # or the zygote's), where the run's ids hold none.
@@ -300,28 +299,10 @@ def _join_shell(join, fds, zygote_gone, native=None):
     if zygote_gone():
         _diag(_ZYGOTE_DIED)
         os._exit(_EXIT_SETUP_FAILED)
-    _await_ready(ready)
     _confine(join, ruleset)
 
 
 _ZYGOTE_DIED = "the zygote died while a child joined its sandbox"
-_ROOT_NOT_READY = "waiting for the run's root (the shell's init detaches the host's tree from it)"
-
-
-def _await_ready(fd):
-    """The shell's init sends its join before it detaches the host's mount
-    tree, which ``pivot_root`` left stacked over the run's root (the detach
-    waits for an RCU grace period, the host's build need not), and writes
-    one byte, 1, on this pipe once it has (pycage_sandbox::Join's
-    ``detached``). Nothing of a run may start before: the stack is visible
-    in the mount namespace, and the kernel refuses ``unshare(CLONE_NEWUSER)``
-    to a process whose root is not the namespace's. End of file means the
-    init died first."""
-    got = os.read(fd, 1)
-    os.close(fd)
-    if got != b"\x01":
-        raise OSError(errno.EPIPE if not got else errno.EPROTO, _ROOT_NOT_READY)
-
 
 #: How this process joined its sandbox ("native" or "python"), for the
 #: runtime's tests; None outside a zygote's sandboxed child.
@@ -496,13 +477,12 @@ _NATIVE_CLOSE_FROM = 10
 _NATIVE_DROP_CAPS = 11
 _NATIVE_LANDLOCK = 12
 _NATIVE_SECCOMP = 13
-_NATIVE_AWAIT_READY = 14
 _U64_MAX = 2**64 - 1
 #: Bit ``_NATIVE_SLOT_SHIFT + i`` of an operation's code: its argument ``i``
 #: is an index into the call's values (``_Compiled.patch``).
 _NATIVE_SLOT_SHIFT = 8
 #: The library's program format this compiler writes (pycage-join's ``ABI``).
-_NATIVE_ABI = 2
+_NATIVE_ABI = 1
 #: A plain int: an operation's words are ints, not enum members.
 _SIGKILL = int(signal.SIGKILL)
 
@@ -584,10 +564,8 @@ class _Slot:
 
 #: The join's descriptors (pycage_sandbox::Join's order), then the host
 #: uid and gid, then the zygote's pidfd: ``_Compiled.patch``'s values.
-_USER_NS, _MOUNT_NS, _PID_NS, _NET_NS, _IPC_NS, _UTS_NS, _ROOT, _RULESET, _READY, _UID, _GID, _WATCH = map(
-    _Slot, range(12)
-)
-_SLOTS = 12
+_USER_NS, _MOUNT_NS, _PID_NS, _NET_NS, _IPC_NS, _UTS_NS, _ROOT, _RULESET, _UID, _GID, _WATCH = map(_Slot, range(11))
+_SLOTS = 11
 
 
 class _Compiled:
@@ -716,8 +694,6 @@ def _compile(entry, key, confine, host_ids):
         p.op(_NATIVE_CLOSE, "closing a namespace descriptor", fd)
     p.op(_NATIVE_PRCTL, "prctl(PR_SET_PDEATHSIG)", _PR_SET_PDEATHSIG, _SIGKILL)
     p.op(_NATIVE_PARENT_ALIVE, _ZYGOTE_DIED, _WATCH)
-    p.op(_NATIVE_AWAIT_READY, _ROOT_NOT_READY, _READY)
-    p.op(_NATIVE_CLOSE, "closing the root's ready pipe", _READY)
     ruleset, closed = _RULESET, False
     for step in confine:
         op = step["op"]
@@ -765,16 +741,16 @@ def _compile(entry, key, confine, host_ids):
 def _run_native(native):
     """Runs a compiled join (``compile_native``) in the child; its failure
     raises as the Python steps' would."""
-    err = native.errno
-    failed = native.entry(native.program, len(native.words), native.values, _SLOTS, ctypes.addressof(err))
+    errno = native.errno
+    failed = native.entry(native.program, len(native.words), native.values, _SLOTS, ctypes.addressof(errno))
     if failed == -1:
         return
     what = native.what
     step = what[failed] if 0 <= failed < len(what) else "the native join's program"
-    if step is _ZYGOTE_DIED and err.value == 3:  # ESRCH
+    if step is _ZYGOTE_DIED and errno.value == 3:  # ESRCH
         _diag(_ZYGOTE_DIED)
         os._exit(_EXIT_SETUP_FAILED)
-    raise OSError(err.value, f"{step}: {os.strerror(err.value)}")
+    raise OSError(errno.value, f"{step}: {os.strerror(errno.value)}")
 
 
 def _remap_paths(remaps):

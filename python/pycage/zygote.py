@@ -20,7 +20,7 @@ Control messages are JSON objects, one per packet. Host to zygote:
     fork one child; answer ``spawned {type, id, pid}`` with a pidfd of the
     child attached, or ``spawn-failed {type, id, message}``.
     With ``join`` (``{hostIds, plan, env, remaps, confine}``: sandbox
-    isolation) nine more descriptors follow, and the child joins the
+    isolation) eight more descriptors follow, and the child joins the
     run's sandbox shell, then runs ``confine``, the program's final steps
     as the host ordered them (see ``pycage.confine``). ``env``, ``remaps``
     and ``confine`` are plan ``plan``'s: the first spawn of a plan carries
@@ -108,7 +108,7 @@ _CTL_FD = 3
 #: Largest control packet accepted from the host.
 _MAX_PACKET = 1 << 16
 #: Ancillary space for the descriptors a packet may carry (a spawn that
-#: joins a sandbox shell: two channels and nine join descriptors).
+#: joins a sandbox shell: two channels and eight join descriptors).
 _MAX_FDS = 16
 
 

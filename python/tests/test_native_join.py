@@ -48,7 +48,7 @@ def sandbox_list(**changes):
 
 
 #: The join's descriptors as the zygote would hold them.
-FDS = [10, 11, 12, 13, 14, 15, 16, 17, 18]
+FDS = [10, 11, 12, 13, 14, 15, 16, 17]
 
 
 class CompileTest(unittest.TestCase):
@@ -84,7 +84,7 @@ class CompileTest(unittest.TestCase):
         self.assertEqual(len(ops), len(compiled.what))
         c = confine
         self.assertEqual(
-            ops[:19],
+            ops[:17],
             [
                 (c._NATIVE_SETNS, 13, c._CLONE_NEWNET, 0),
                 (c._NATIVE_HOST_IDS, 1500001, 1500002, 0),
@@ -96,18 +96,14 @@ class CompileTest(unittest.TestCase):
                 *[(c._NATIVE_CLOSE, fd, 0, 0) for fd in (10, 11, 12, 13, 14, 15, 16)],
                 (c._NATIVE_PRCTL, c._PR_SET_PDEATHSIG, 9, 0),
                 (c._NATIVE_PARENT_ALIVE, 30, 0, 0),
-                # Nothing of the list before the shell's init has detached
-                # the host's tree from the run's root.
-                (c._NATIVE_AWAIT_READY, 18, 0, 0),
-                (c._NATIVE_CLOSE, 18, 0, 0),
                 (c._NATIVE_PRCTL, c._PR_SET_PDEATHSIG, 9, 0),
             ],
         )
         import resource
 
-        writes = [op[1:] for op in ops[23:26]]
+        writes = [op[1:] for op in ops[21:24]]
         self.assertEqual(
-            ops[19:],
+            ops[17:],
             [
                 (c._NATIVE_LIMIT, resource.RLIMIT_NPROC, 66, 0),
                 (c._NATIVE_UNSHARE, c._CLONE_NEWCGROUP, 0, 0),
@@ -149,15 +145,14 @@ class CompileTest(unittest.TestCase):
 
     def test_the_same_list_is_compiled_once_and_each_spawn_gives_its_values(self):
         first = self.compile(sandbox_list())
-        again = self.compile(sandbox_list(), fds=[20, 21, 22, 23, 24, 25, 26, 27, 28], watch=31)
+        again = self.compile(sandbox_list(), fds=[20, 21, 22, 23, 24, 25, 26, 27], watch=31)
         self.assertIs(first, again)
         self.assertEqual(self.ops(again)[0], (confine._NATIVE_SETNS, 23, confine._CLONE_NEWNET, 0))
         self.assertEqual(self.ops(again)[15][:2], (confine._NATIVE_PARENT_ALIVE, 31))
-        self.assertEqual(self.ops(again)[16][:2], (confine._NATIVE_AWAIT_READY, 28))
         # Another limit is another program.
         other = self.compile(sandbox_list(s1={"op": "limit", "resource": "nproc", "value": 67}))
         self.assertIsNot(other, first)
-        self.assertEqual(self.ops(other)[19][2], 67)
+        self.assertEqual(self.ops(other)[17][2], 67)
         # And so are host ids where there were none.
         self.assertIsNot(self.compile(sandbox_list(), host_ids=None), first)
 
@@ -203,30 +198,6 @@ class CompileTest(unittest.TestCase):
     def test_without_the_library_nothing_is_compiled(self):
         confine._native = False
         self.assertIsNone(self.compile(sandbox_list()))
-
-
-class PythonJoinReadyTest(unittest.TestCase):
-    """The Python join's wait for the shell's init (``_await_ready``): a 1
-    goes on, end of file or another byte stops the child's setup, and the
-    descriptor is closed either way."""
-
-    def test_a_one_goes_on_and_anything_else_stops(self):
-        import errno
-
-        for written, error in ((b"\x01", None), (b"", errno.EPIPE), (b"x", errno.EPROTO)):
-            with self.subTest(written=written):
-                r, w = os.pipe()
-                os.write(w, written)
-                os.close(w)
-                if error is None:
-                    confine._await_ready(r)
-                else:
-                    with self.assertRaises(OSError) as caught:
-                        confine._await_ready(r)
-                    self.assertEqual(caught.exception.errno, error)
-                    self.assertIn(confine._ROOT_NOT_READY, str(caught.exception))
-                with self.assertRaises(OSError):
-                    os.fstat(r)
 
 
 @unittest.skipUnless(os.environ.get("PYCAGE_TEST_NATIVE_JOIN"), "PYCAGE_TEST_NATIVE_JOIN names no library")
@@ -338,39 +309,6 @@ print(json.dumps([data.decode(), os.waitstatus_to_exitcode(code)]))
         out = [confine._native_entry(), confine.compile_native({"confine": []}, [], 0)]
 """
         self.assertEqual(self.run_child(body), [False, None])
-
-    def test_the_child_waits_for_the_roots_ready_byte_and_refuses_end_of_file(self):
-        body = """
-        import threading, time
-        outs = []
-        for what in (b"\\x01", b"", b"x"):
-            rp, wp = os.pipe()
-            p = confine._Compiled(entry, b"", False)
-            p.op(confine._NATIVE_AWAIT_READY, confine._ROOT_NOT_READY, rp)
-            p.op(confine._NATIVE_PRCTL, "prctl(PR_SET_NO_NEW_PRIVS)", confine._PR_SET_NO_NEW_PRIVS, 1)
-            p.finish()
-            def late(what=what, wp=wp):
-                time.sleep(0.05)
-                os.write(wp, what)
-                os.close(wp)
-            # Written after the call started: the operation waits for it.
-            t = threading.Thread(target=late)
-            t.start()
-            try:
-                confine._run_native(p)
-                outs.append("ok")
-            except OSError as e:
-                outs.append([e.errno, str(e)])
-            t.join()
-        outs.append(status()["NoNewPrivs"])
-        out = outs
-"""
-        ready, eof, other, no_new_privs = self.run_child(body)
-        self.assertEqual(ready, "ok")
-        self.assertEqual(eof[0], 32)  # EPIPE
-        self.assertIn(confine._ROOT_NOT_READY, eof[1])
-        self.assertEqual(other[0], 71)  # EPROTO
-        self.assertEqual(no_new_privs, "1")  # after the first, ready
 
     def test_a_zygote_gone_ends_the_child_as_a_failed_setup(self):
         body = """

@@ -54,7 +54,7 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 /// [`SLOT_SHIFT`]. `confine.py` compiles for one version
 /// (`_NATIVE_ABI`) and refuses a library of another, so a mismatch of
 /// the two joins in Python instead of running the wrong steps.
-pub const ABI: u32 = 2;
+pub const ABI: u32 = 1;
 
 /// [`ABI`], for the loader's check.
 #[no_mangle]
@@ -102,16 +102,11 @@ pub enum Op {
     /// `prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, a)`: `a` is the
     /// address of a `sock_fprog`.
     Seccomp = 13,
-    /// Reads one byte from descriptor `a` (waiting for it): the shell's
-    /// init writes `1` once the run's root is ready to be the program's
-    /// (pycage-sandbox's `Join::detached`). End of file (the init died
-    /// first) fails with `EPIPE`, another byte with `EPROTO`.
-    AwaitReady = 14,
 }
 
 impl Op {
     /// Every operation, in code order (code 1 first).
-    const ALL: [Op; 14] = [
+    const ALL: [Op; 13] = [
         Op::Setns,
         Op::HostIds,
         Op::EnterRoot,
@@ -125,7 +120,6 @@ impl Op {
         Op::DropCaps,
         Op::Landlock,
         Op::Seccomp,
-        Op::AwaitReady,
     ];
 
     fn from_code(code: u64) -> Option<Op> {
@@ -303,7 +297,6 @@ unsafe fn execute(op: Op, a: u64, b: u64, c: u64) -> Result<(), c_int> {
             unsafe { libc::close(file) };
             result
         }
-        Op::AwaitReady => await_ready(fd(a)?),
         Op::CloseFrom => close_from(a, b),
         Op::DropCaps => drop_caps(a, b != 0),
         Op::Landlock => {
@@ -371,22 +364,6 @@ fn limit(resource: u64, value: u64) -> Result<(), c_int> {
 }
 
 /// Closes every descriptor from `first` up but `keep` (`u64::MAX`: none).
-/// [`Op::AwaitReady`].
-fn await_ready(fd: c_int) -> Result<(), c_int> {
-    let mut byte = 0u8;
-    loop {
-        // SAFETY: one byte into this frame's `byte`.
-        let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
-        return match n {
-            1 if byte == 1 => Ok(()),
-            1 => Err(libc::EPROTO),
-            0 => Err(libc::EPIPE),
-            _ if errno() == libc::EINTR => continue,
-            _ => Err(errno()),
-        };
-    }
-}
-
 fn close_from(first: u64, keep: u64) -> Result<(), c_int> {
     let first = u32::try_from(first).map_err(|_| libc::EBADF)?;
     match u32::try_from(keep) {
@@ -621,36 +598,10 @@ mod tests {
 
     #[test]
     fn every_code_names_its_operation() {
-        for code in 1..=14 {
+        for code in 1..=13 {
             assert_eq!(Op::from_code(code).map(|op| op as u64), Some(code));
         }
         assert_eq!(Op::from_code(0), None);
-        assert_eq!(Op::from_code(15), None);
-    }
-
-    #[test]
-    fn awaiting_ready_takes_a_one_and_refuses_end_of_file_or_another_byte() {
-        for (written, want) in [(Some(1u8), -1), (Some(b'x'), 0), (None, 0)] {
-            let mut fds = [0; 2];
-            // SAFETY: a pipe into `fds`.
-            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-            if let Some(byte) = written {
-                // SAFETY: one byte from this frame into the pipe's write end.
-                assert_eq!(unsafe { libc::write(fds[1], (&byte as *const u8).cast(), 1) }, 1);
-            }
-            // SAFETY: the pipe's own write end: a reader then sees end of file
-            // after what was written.
-            unsafe { libc::close(fds[1]) };
-            let (ret, errno) = call(&[Op::AwaitReady as u64, fds[0] as u64, 0, 0]);
-            assert_eq!(ret, want, "{written:?}");
-            let errno_wanted = match written {
-                Some(1) => 0,
-                Some(_) => libc::EPROTO,
-                None => libc::EPIPE,
-            };
-            assert_eq!(errno, errno_wanted, "{written:?}");
-            // SAFETY: the pipe's read end.
-            unsafe { libc::close(fds[0]) };
-        }
+        assert_eq!(Op::from_code(14), None);
     }
 }

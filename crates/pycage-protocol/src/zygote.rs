@@ -14,7 +14,7 @@
 //!
 //! | `type` | fields | descriptors |
 //! |---|---|---|
-//! | `spawn` | `id`, `cwd`, `env` {name: value}, `rlimits` {name: [soft, hard]}, optional `join`, optional `cold` (`true`) | fd 3, fd 1/2 (+ 9 join fds) |
+//! | `spawn` | `id`, `cwd`, `env` {name: value}, `rlimits` {name: [soft, hard]}, optional `join`, optional `cold` (`true`) | fd 3, fd 1/2 (+ 8 join fds) |
 //! | `reap` | `id` | |
 //! | `quit` | | |
 //!

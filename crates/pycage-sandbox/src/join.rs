@@ -58,18 +58,6 @@ pub struct Join {
     /// The Landlock ruleset with every rule of the run: the program
     /// restricts itself with it.
     pub ruleset: OwnedFd,
-    /// The read end of a pipe on which the init writes one byte, `1`, once
-    /// the host's mount tree is detached from the run's mount namespace
-    /// (end of file: the init died first). The init sends the join before
-    /// that detach, which waits for an expedited RCU grace period (0.05 ms,
-    /// and milliseconds while other namespaces are torn down): the shell
-    /// goes to the host without it. Until the byte, the host's tree is
-    /// still stacked over the run's root in that namespace, so a joiner
-    /// reads the byte right after entering the root (through `root`, never
-    /// the namespace's own root, which shows that stack) and before it runs
-    /// anything of a run; the kernel also refuses it `unshare(CLONE_NEWUSER)`
-    /// until then (a root that is not the namespace's is a chroot).
-    pub detached: OwnedFd,
 }
 
 /// What a program process that joins a shell does to itself (see

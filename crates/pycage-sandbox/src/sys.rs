@@ -441,37 +441,6 @@ pub(crate) unsafe fn reap_as_init(program: libc::pid_t, status_write: libc::c_in
     }
 }
 
-/// A shell's init process once its join is on its way to the host, with
-/// the host's mount tree still stacked over the run's root (`pivot_root`
-/// puts it there): close every descriptor but `detached` (the shell's
-/// forker returns when the last is closed, so the detach below is not the
-/// host's to wait for), detach that tree (its `namespace_unlock` waits for
-/// an expedited RCU grace period), write `1` on `detached` for the joiner,
-/// who reads it before it runs anything of a run, and reap for good
-/// ([`reap_forever`]). If the detach fails, exit: the joiner reads end of
-/// file, and the PID namespace ends with this process. Never returns.
-///
-/// # Safety
-///
-/// As [`reap_forever`]; the current directory is inside the run's root.
-pub(crate) unsafe fn detach_then_reap(detached: OwnedFd) -> ! {
-    close_all_fds_but(detached.as_raw_fd());
-    // A joiner that died first closed the pipe: the write's `EPIPE` is
-    // enough, the signal would end the run's PID 1.
-    // SAFETY: sets one signal's disposition of this process (its own
-    // table: a shell's init shares memory, not handlers) to SIG_IGN.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    // "/" names the top of the stack at the root: the host's tree.
-    if rustix::mount::unmount(c"/", rustix::mount::UnmountFlags::DETACH).is_err() {
-        // SAFETY: ends this process without exit handlers or destructors.
-        unsafe { libc::_exit(127) }
-    }
-    let _ = rustix::io::write(&detached, &[1]);
-    drop(detached);
-    // SAFETY: the caller's guarantees, passed on.
-    unsafe { reap_forever() }
-}
-
 /// A shell's init process after its handoff: close every fd, drop every
 /// capability, and reap whatever the PID namespace leaves it (the
 /// program's orphans; the program itself is the zygote's child and is

@@ -1373,18 +1373,10 @@ fn a_forked_shell_hands_over_its_inits_namespaces_or_its_failure() {
         let maps = |pid: i32| std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
         assert_eq!(maps(shell), maps(handoff.init_pid.as_raw_nonzero().get()), "the init shares its memory");
     }
-    let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset, detached } = join;
-    // The init sends its join before it detaches the host's tree from the
-    // run's root, then says so with one byte; from then on the mount
-    // namespace's own root is the run's.
-    let mut ready = [rustix::event::PollFd::new(&detached, rustix::event::PollFlags::IN)];
-    // A guard against a hang, not a time limit: the byte comes within
-    // milliseconds.
-    let timeout = rustix::event::Timespec { tv_sec: 60, tv_nsec: 0 };
-    assert_eq!(rustix::event::poll(&mut ready, Some(&timeout)), Ok(1), "no ready byte in a minute");
-    let mut byte = [0u8; 1];
-    assert_eq!(rustix::io::read(&detached, &mut byte), Ok(1), "the init's ready byte");
-    assert_eq!(byte, [1]);
+    let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset } = join;
+    // By its handoff the init has detached the host's tree, which
+    // `pivot_root` stacked over the run's root: a joiner's `setns` lands
+    // on the namespace's own root, and that is the run's.
     assert_eq!(mount_namespace_shows(&user_ns, &mount_ns), Ok(RUN_ROOT), "the host's tree is detached");
     // The namespace a `NS_GET_USERNS` or `NS_GET_PARENT` ioctl names.
     let related = |fd: &std::os::fd::OwnedFd, request: libc::c_ulong| {
@@ -1422,7 +1414,7 @@ fn a_forked_shell_hands_over_its_inits_namespaces_or_its_failure() {
             assert_ne!(got.ino(), ours.ino(), "{name}: not the test's own");
         }
     }
-    drop((root, ruleset, detached));
+    drop((root, ruleset));
     let pid = rustix::process::Pid::from_raw(shell).unwrap();
     rustix::process::kill_process_group(pid, rustix::process::Signal::KILL).unwrap();
     rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()).unwrap();
@@ -1442,13 +1434,13 @@ fn a_forked_shell_hands_over_its_inits_namespaces_or_its_failure() {
     assert_eq!(left.trim(), "", "children left: {left}");
 }
 
-/// What [`mount_namespace_shows`] found at the namespace's root.
+/// What [`mount_namespace_shows`] finds at the root of a run's mount namespace.
 const RUN_ROOT: i32 = 0;
 
 /// Joins `user_ns` and then `mount_ns` in a forked child and looks at what
-/// the namespace's own root (where `setns` puts a joiner) holds: `Ok(RUN_ROOT)`
-/// for the run's (`/work`, and not this test's executable), `Ok(1)` for
-/// the host's, `Err` with the errno of a `setns` that failed.
+/// the namespace's own root (where `setns` puts a joiner) holds:
+/// `Ok(RUN_ROOT)` for the run's (`/work`, and not this test's executable),
+/// `Ok(1)` for the host's, `Err` with the errno of a `setns` that failed.
 fn mount_namespace_shows(user_ns: &std::os::fd::OwnedFd, mount_ns: &std::os::fd::OwnedFd) -> Result<i32, i32> {
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
@@ -1459,8 +1451,8 @@ fn mount_namespace_shows(user_ns: &std::os::fd::OwnedFd, mount_ns: &std::os::fd:
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
     if pid == 0 {
-        // SAFETY: as above; setns and access take descriptors and the
-        // C strings made before the fork.
+        // SAFETY: as above; setns and access take descriptors and the C
+        // strings made before the fork.
         unsafe {
             for (fd, kind) in [(user, libc::CLONE_NEWUSER), (mount, libc::CLONE_NEWNS)] {
                 if libc::setns(fd, kind) != 0 {

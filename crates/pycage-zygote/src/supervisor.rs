@@ -60,8 +60,8 @@ use pycage_process::{self as process, Exit};
 pub const MAX_PACKET: usize = MAX_ZYGOTE_PACKET;
 
 /// Most descriptors one control packet carries (a spawn that joins a
-/// sandbox shell: two channels and nine join descriptors).
-const MAX_SPAWN_FDS: usize = 11;
+/// sandbox shell: two channels and eight join descriptors).
+const MAX_SPAWN_FDS: usize = 10;
 
 /// Bytes of the zygote's own stderr kept for error messages.
 const DIAGNOSTICS_TAIL: usize = 4096;

@@ -606,8 +606,8 @@ impl Inner {
             None => shells.sandboxes.shell()?,
         };
         let crate::launch::sandbox::Shell { supervisor, handoff, join, plan } = shell;
-        let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset, detached } = join;
-        fds.extend([user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset, detached]);
+        let pycage_sandbox::Join { user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset } = join;
+        fds.extend([user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset]);
         let spec = ChildSpec {
             cwd: PathBuf::from(pycage_sandbox::WORK_DIR),
             env: Vec::new(),

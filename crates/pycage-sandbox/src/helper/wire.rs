@@ -14,7 +14,7 @@
 //!   `i32`), a flags byte (bit 0: a handoff, bit 1: its `sock_diag`
 //!   socket, bit 2: its egress listener), then the shell's [`JoinPlan`]
 //!   ([`encode_plan`]), carrying the supervisor's pidfd, the handoff's
-//!   descriptors and the nine [`Join`] descriptors; or `err1` and the
+//!   descriptors and the eight [`Join`] descriptors; or `err1` and the
 //!   error's text; or `ern1` and an errno (little endian `i32`) when
 //!   joining the earlier run's network namespace failed; or `ver1` and the
 //!   helper's build, when it is not the host's.
@@ -65,8 +65,8 @@ pub const MAX_REQUEST: usize = 128 * 1024;
 /// error's text is cut to fit).
 pub const MAX_REPLY: usize = 64 * 1024;
 /// Descriptors a message carries at most: the pidfd, three of the handoff,
-/// the join's.
-pub const MAX_FDS: usize = 4 + crate::prepared::JOIN_FDS;
+/// eight of the join.
+pub const MAX_FDS: usize = 12;
 
 /// Where a shell's network namespace comes from
 /// (`Prepared::outer_network_namespace`).
@@ -214,7 +214,7 @@ fn parse_ok(data: &[u8], fds: Vec<OwnedFd>) -> Option<RemoteShell> {
     positive(pid)?;
     let with = |bit: u8| flags & bit != 0;
     let handoff_fds = 1 + usize::from(with(WITH_SOCK_DIAG)) + usize::from(with(WITH_EGRESS));
-    let expected = 1 + usize::from(with(WITH_HANDOFF)) * handoff_fds + crate::prepared::JOIN_FDS;
+    let expected = 1 + usize::from(with(WITH_HANDOFF)) * handoff_fds + 8;
     if fds.len() != expected {
         return None;
     }
@@ -238,7 +238,6 @@ fn parse_ok(data: &[u8], fds: Vec<OwnedFd>) -> Option<RemoteShell> {
         uts_ns: fds.next()?,
         root: fds.next()?,
         ruleset: fds.next()?,
-        detached: fds.next()?,
     };
     Some(RemoteShell { pid, pidfd, handoff, join, plan })
 }
@@ -319,7 +318,7 @@ pub(crate) fn encode_ok(pid: Pid, shell: RemoteShell) -> (Vec<u8>, Vec<OwnedFd>)
     data.push(flags);
     encode_plan(&shell.plan, &mut data);
     let j = shell.join;
-    fds.extend([j.user_ns, j.mount_ns, j.pid_ns, j.net_ns, j.ipc_ns, j.uts_ns, j.root, j.ruleset, j.detached]);
+    fds.extend([j.user_ns, j.mount_ns, j.pid_ns, j.net_ns, j.ipc_ns, j.uts_ns, j.root, j.ruleset]);
     (data, fds)
 }
 

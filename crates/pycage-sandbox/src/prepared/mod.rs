@@ -110,18 +110,9 @@
 //!     to every run), and make `/proc/sys` read-only (its IPC entries are
 //!     writable by userns1's root, which shares the program's host uid).
 //! 13. `pivot_root` into the new root, detach the old one, enter `/work`.
-//!     A shell's G detaches it only after step 15's join is sent
-//!     (`sys::detach_then_reap`): the detach waits for an expedited RCU
-//!     grace period, which no build of the next shell should. Until then
-//!     the old root is stacked over the new one, and G's lookups start
-//!     below it, at the new root (`/` and `.` are not followed down).
 //! 14. Add Landlock rules for what exists only now: `/` (list), `/etc` and
 //!     `/proc` (read), `/work`, `/tmp`, `/dev/shm` (everything).
-//! 15. A shell's G hands over its [`Join`](crate::Join), with the read end
-//!     of a pipe on which it writes one byte once the old root is detached
-//!     (the joiner waits for it before any step of the program), closes
-//!     every other fd (its forker returns), detaches, writes, and reaps.
-//!     Otherwise fork P. G then becomes non-dumpable (so the program, whose host uid
+//! 15. Fork P. G then becomes non-dumpable (so the program, whose host uid
 //!     is the same, can neither see, trace nor read it; `hidepid=invisible`
 //!     hides it), closes every fd but the status pipe, drops the
 //!     capabilities it holds (not the bounding set: G never execs) and
@@ -190,8 +181,7 @@ use crate::sys;
 mod parts;
 
 pub(crate) use parts::template_clone_flags;
-pub(crate) use parts::JOIN_FDS;
-use parts::{NetworkNamespace, EGRESS_BACKLOG, HANDOFF_SOCK_DIAG, HANDOFF_TAG, JOIN_TAG, RECORD_LEN};
+use parts::{NetworkNamespace, EGRESS_BACKLOG, HANDOFF_SOCK_DIAG, HANDOFF_TAG, JOIN_FDS, JOIN_TAG, RECORD_LEN};
 pub use parts::{Preparations, Prepared};
 
 impl Prepared {
@@ -665,11 +655,10 @@ impl Prepared {
         }
     }
 
-    /// Shell mode: hand the host the run's namespaces, its root, the
-    /// finished ruleset and the pipe that says the host's tree is detached
-    /// (see [`Join`](crate::Join)).
-    fn send_join(&self, ruleset: BorrowedFd<'_>, detached: BorrowedFd<'_>) -> Result<(), Failure> {
-        let mut opened: [Option<OwnedFd>; JOIN_FDS - 2] = [const { None }; JOIN_FDS - 2];
+    /// Shell mode: hand the host the run's namespaces, its root and the
+    /// finished ruleset (see [`Join`](crate::Join)).
+    fn send_join(&self, ruleset: BorrowedFd<'_>) -> Result<(), Failure> {
+        let mut opened: [Option<OwnedFd>; JOIN_FDS - 1] = [const { None }; JOIN_FDS - 1];
         let names: [&CStr; 6] = [
             c"/proc/self/ns/user",
             c"/proc/self/ns/mnt",
@@ -708,9 +697,9 @@ impl Prepared {
         for (slot, fd) in fds.iter_mut().zip(opened.iter()) {
             *slot = fd.as_ref().map(AsFd::as_fd);
         }
-        let [.., ruleset_slot, detached_slot] = &mut fds;
-        *ruleset_slot = Some(ruleset);
-        *detached_slot = Some(detached);
+        if let Some(last) = fds.last_mut() {
+            *last = Some(ruleset);
+        }
         let mut list: [BorrowedFd<'_>; JOIN_FDS] = [ruleset; JOIN_FDS];
         for (slot, fd) in list.iter_mut().zip(fds) {
             *slot = fd.ok_or(Failure::new(Step::JoinHandoff, libc::EBADF))?;
@@ -791,14 +780,7 @@ impl Prepared {
 
         rustix::process::chdir(self.resolved.staging.as_c_str()).map_err(at(Step::PivotRoot))?;
         rustix::process::pivot_root(c".", c".").map_err(at(Step::PivotRoot))?;
-        // The host's tree is now stacked over the new root. A shell detaches
-        // it after its join is sent (`sys::detach_then_reap`): the detach
-        // waits for an RCU grace period, which the host need not. Until
-        // then this process's own lookups start below that stack, at the
-        // new root, and a joiner enters the root by descriptor.
-        if !self.shell {
-            rustix::mount::unmount(c".", UnmountFlags::DETACH).map_err(at(Step::DetachOldRoot))?;
-        }
+        rustix::mount::unmount(c".", UnmountFlags::DETACH).map_err(at(Step::DetachOldRoot))?;
         rustix::process::chdir(c"/").map_err(at(Step::EnterRunDir))?;
         rustix::process::chdir(c"/work").map_err(at(Step::EnterRunDir))?;
 
@@ -823,14 +805,11 @@ impl Prepared {
             drop(status_write);
             let ruleset: Option<OwnedFd> = ruleset.into();
             let ruleset = ruleset.ok_or(Failure::new(Step::JoinHandoff, libc::EBADF))?;
-            let (detached_read, detached_write) =
-                rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(at(Step::JoinHandoff))?;
-            self.send_join(ruleset.as_fd(), detached_read.as_fd())?;
+            self.send_join(ruleset.as_fd())?;
             // Nothing of the run may trace, read or see this process.
             let _ = rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable);
-            // SAFETY: single-threaded, its current directory `/work`; it
-            // only detaches, tells and reaps from now on.
-            unsafe { sys::detach_then_reap(detached_write) }
+            // SAFETY: single-threaded; it only reaps from now on.
+            unsafe { sys::reap_forever() }
         }
 
         // SAFETY: the process is single-threaded, so the child is a complete

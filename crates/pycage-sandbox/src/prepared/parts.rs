@@ -76,7 +76,7 @@ pub(crate) fn template_clone_flags() -> OpenTreeFlags {
 }
 
 /// Number of descriptors a [`Join`] carries, in its field order.
-pub(crate) const JOIN_FDS: usize = 9;
+pub(super) const JOIN_FDS: usize = 8;
 pub(super) const JOIN_TAG: [u8; 4] = *b"join";
 
 /// A sandbox ready to be entered by one forked child.
@@ -487,7 +487,6 @@ impl Prepared {
             uts_ns: next()?,
             root: next()?,
             ruleset: next()?,
-            detached: next()?,
         })
     }
 
