@@ -274,10 +274,11 @@ def _join_shell(join, fds, zygote_gone, native=None):
         return
     _joined = "python"
     user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root, ruleset = fds
-    # The network namespace first, with the zygote's capabilities: a
-    # recycled one is owned outside the run's user namespace (by the host's
-    # or the zygote's), where the run's ids hold none.
+    # The network and IPC namespaces first, with the zygote's capabilities:
+    # recycled ones are owned outside the run's user namespace (by the
+    # host's or the zygote's), where the run's ids hold none.
     _setns(net_ns, _CLONE_NEWNET, "net")
+    _setns(ipc_ns, _CLONE_NEWIPC, "ipc")
     host_ids = join.get("hostIds")
     if host_ids is not None:
         # A root host: the run's user namespace maps only the run's leased
@@ -291,7 +292,6 @@ def _join_shell(join, fds, zygote_gone, native=None):
     os.fchdir(root)
     os.chroot(".")
     _setns(uts_ns, _CLONE_NEWUTS, "uts")
-    _setns(ipc_ns, _CLONE_NEWIPC, "ipc")
     for fd in (user_ns, mount_ns, pid_ns, net_ns, ipc_ns, uts_ns, root):
         os.close(fd)
     # The credential changes cleared the death signal: arm it again.
@@ -683,13 +683,13 @@ def _compile(entry, key, confine, host_ids):
     refuse."""
     p = _Compiled(entry, key, host_ids)
     p.op(_NATIVE_SETNS, "setns(net)", _NET_NS, _CLONE_NEWNET)
+    p.op(_NATIVE_SETNS, "setns(ipc)", _IPC_NS, _CLONE_NEWIPC)
     if host_ids:
         p.op(_NATIVE_HOST_IDS, "setting the run's host ids", _UID, _GID)
     p.op(_NATIVE_SETNS, "setns(user)", _USER_NS, _CLONE_NEWUSER)
     p.op(_NATIVE_SETNS, "setns(mnt)", _MOUNT_NS, _CLONE_NEWNS)
     p.op(_NATIVE_ENTER_ROOT, "entering the run's root", _ROOT)
     p.op(_NATIVE_SETNS, "setns(uts)", _UTS_NS, _CLONE_NEWUTS)
-    p.op(_NATIVE_SETNS, "setns(ipc)", _IPC_NS, _CLONE_NEWIPC)
     for fd in (_USER_NS, _MOUNT_NS, _PID_NS, _NET_NS, _IPC_NS, _UTS_NS, _ROOT):
         p.op(_NATIVE_CLOSE, "closing a namespace descriptor", fd)
     p.op(_NATIVE_PRCTL, "prctl(PR_SET_PDEATHSIG)", _PR_SET_PDEATHSIG, _SIGKILL)

@@ -499,15 +499,22 @@ async fn a_sandboxed_zygote_is_replaced_in_the_same_user_namespace() {
 
 /// The user namespace that owns `pid`'s network namespace (`NS_GET_USERNS`).
 fn net_ns_owner(pid: u32) -> std::path::PathBuf {
+    ns_owner(pid, "net").unwrap()
+}
+
+/// The user namespace that owns `pid`'s namespace of `kind`
+/// (`NS_GET_USERNS`); `None` if the process is gone or a zombie (which has
+/// no namespaces but its user namespace).
+fn ns_owner(pid: u32, kind: &str) -> Option<std::path::PathBuf> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     const NS_GET_USERNS: libc::c_ulong = 0xb701;
-    let net = std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/{kind}")).ok()?;
     // SAFETY: an ioctl without argument on a descriptor this function owns.
-    let owner = unsafe { libc::ioctl(net.as_raw_fd(), NS_GET_USERNS) };
+    let owner = unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_USERNS) };
     assert!(owner >= 0, "NS_GET_USERNS: {}", std::io::Error::last_os_error());
     // SAFETY: the ioctl returned a new descriptor, owned by nothing else.
     let owner = unsafe { OwnedFd::from_raw_fd(owner) };
-    std::fs::read_link(format!("/proc/self/fd/{}", owner.as_raw_fd())).unwrap()
+    Some(std::fs::read_link(format!("/proc/self/fd/{}", owner.as_raw_fd())).unwrap())
 }
 
 /// A run that leaves sockets behind it: a cycle of `SCM_RIGHTS` messages
@@ -604,6 +611,91 @@ async fn ended_runs_network_namespaces_serve_later_runs() {
     }
     if rustix::process::geteuid().is_root() {
         rerun_as_nobody("ended_runs_network_namespaces_serve_later_runs");
+    }
+}
+
+/// A run that lists the SysV objects its IPC namespace holds as it starts,
+/// then leaves some behind: a semaphore array and a segment under fixed
+/// keys, and a private segment it holds attached as it exits. It returns
+/// its network namespace's cookie, its IPC namespace, the lists, whether
+/// each object was made, and two of the namespace's limits.
+const LEAVE_SYSV_OBJECTS: &str = "\
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+def listed(kind):
+    return [line.split()[1] for line in open('/proc/sysvipc/' + kind).read().splitlines()[1:]]
+before = [listed('shm'), listed('sem')]
+sem = libc.semget(0x50594347, 4, 0o1666)
+shm = libc.shmget(0x50594348, 4096, 0o1666)
+private = libc.shmget(0, 8192, 0o1600)
+attached = libc.shmat(private, None, 0) not in (None, ctypes.c_void_p(-1).value)
+cookie = socket.socket(socket.AF_UNIX).getsockopt(socket.SOL_SOCKET, 71, 8).hex()
+limits = [open('/proc/sys/kernel/' + k).read().strip() for k in ('shmmax', 'shm_rmid_forced')]
+return '|'.join([cookie, os.readlink('/proc/self/ns/ipc'), repr(before), repr([sem >= 0, shm >= 0, attached])] + limits)";
+
+/// The IPC namespace of an ended sandboxed run serves later runs with its
+/// network namespace: made outside the run's user namespace (so its limits
+/// are nothing the run can change), and joined again only after the
+/// supervisor that joins it has removed every SysV object an earlier run
+/// left. No run finds one; the limits are the policy's. With shells the
+/// host forks and shells the helper forks; as root, then as an
+/// unprivileged user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_runs_ipc_namespaces_serve_later_runs_empty() {
+    for helper in [false, true] {
+        let rt = zygote_runtime(|c| {
+            c.isolation = Isolation::Sandbox;
+            c.pool_size = 1;
+            c.sysv_shm_bytes = 3 << 20;
+            if helper {
+                c.shell_helper = Some(vec![common::shell_helper_program()]);
+            }
+        });
+        let mut ipc_of = std::collections::HashMap::new();
+        let mut reused = 0;
+        for _ in 0..60 {
+            let got = value(&run(&rt, LEAVE_SYSV_OBJECTS).await);
+            let fields: Vec<&str> = got.trim_matches('"').split('|').collect();
+            let [cookie, ipc, before, made, shmmax, forced] = fields[..] else { panic!("{got}") };
+            assert_eq!(before, "[[], []]", "a run found an earlier run's SysV objects (helper: {helper})");
+            assert_eq!(made, "[True, True, True]", "{got}");
+            assert_eq!((shmmax, forced), ("3145728", "1"), "the namespace's limits (helper: {helper})");
+            // The same network namespace comes with the same IPC namespace.
+            if let Some(earlier) = ipc_of.insert(cookie.to_owned(), ipc.to_owned()) {
+                assert_eq!(earlier, ipc, "helper: {helper}");
+                reused += 1;
+                if reused == 3 {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(reused, 3, "runs seldom had an ended run's namespaces (helper: {helper}): {ipc_of:?}");
+        assert_eq!(rt.shell_helper_pid().is_some(), helper, "the shells came from the helper: {helper}");
+        // Owned by the zygote's user namespace (the host's on a root host),
+        // not by the run's.
+        let runs = sleeping_runs(&rt, 1).await;
+        let zygote = rt.zygote_pid().unwrap();
+        // The run's process: the zygote's child that joined a run's user
+        // namespace and is alive (another may be a pooled child still on its
+        // way in, or an ended run's, unreaped).
+        let mut checked = 0;
+        for child in children_of(zygote) {
+            let joined = std::fs::read_link(format!("/proc/{child}/ns/user")).is_ok_and(|u| u != user_ns_of(zygote));
+            if let Some(owner) = ns_owner(child, "ipc").filter(|_| joined) {
+                assert_eq!(owner, user_ns_of(zygote), "helper: {helper}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "no process of the sleeping run");
+        rt.shutdown().await;
+        for run in runs {
+            let _ = run.await;
+        }
+    }
+    if rustix::process::geteuid().is_root() {
+        rerun_as_nobody("ended_runs_ipc_namespaces_serve_later_runs_empty");
     }
 }
 

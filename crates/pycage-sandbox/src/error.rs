@@ -300,9 +300,9 @@ pub enum Step {
     /// run's (a host that is not root: the zygote can then fork its children
     /// straight into the run's PID namespace).
     JoinZygoteUser,
-    /// Making the run's network namespace before its user namespace, so
-    /// that the run holds no capability over it and it can serve later
-    /// runs ([`crate::Prepared::outer_network_namespace`]).
+    /// Making the run's network and IPC namespaces before its user
+    /// namespace, so that the run holds no capability over them and they
+    /// can serve later runs ([`crate::Prepared::outer_network_namespace`]).
     UnshareNetwork,
     /// Joining the network namespace of an earlier run, all of whose
     /// processes are gone ([`crate::Prepared::outer_network_namespace`]).
@@ -312,15 +312,23 @@ pub enum Step {
     CloneTemplate,
     /// Attaching the clone of the root template as the new root (`move_mount`).
     AttachTemplate,
+    /// Joining the IPC namespace of an earlier run, made outside its user
+    /// namespace with its network namespace
+    /// ([`crate::Prepared::outer_network_namespace`]).
+    JoinIpc,
+    /// Removing the SysV objects an earlier run left in the IPC namespace
+    /// joined ([`Step::JoinIpc`]).
+    CleanIpc,
 }
 
 impl Step {
     /// All steps, in the order of their wire codes: the order
     /// [`crate::Prepared::enter`] runs them, except the steps added later,
     /// which are appended so that the codes of the others stay
-    /// ([`Step::JoinZygoteUser`], [`Step::UnshareNetwork`] and
-    /// [`Step::JoinNetwork`] run before [`Step::UnshareUser`]).
-    pub const ALL: [Step; 62] = [
+    /// ([`Step::JoinZygoteUser`], [`Step::UnshareNetwork`],
+    /// [`Step::JoinNetwork`], [`Step::JoinIpc`] and [`Step::CleanIpc`] run
+    /// before [`Step::UnshareUser`]).
+    pub const ALL: [Step; 64] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
@@ -383,7 +391,16 @@ impl Step {
         Step::JoinNetwork,
         Step::CloneTemplate,
         Step::AttachTemplate,
+        Step::JoinIpc,
+        Step::CleanIpc,
     ];
+
+    /// Whether this step joins (or cleans) the namespaces an earlier run
+    /// left ([`crate::Prepared::outer_network_namespace`]): its failure
+    /// says that recycling them does not work on this host.
+    pub fn joins_an_earlier_run(self) -> bool {
+        matches!(self, Step::JoinNetwork | Step::JoinIpc | Step::CleanIpc)
+    }
 
     /// The wire code of this step on the diagnostics pipe.
     pub(crate) fn code(self) -> u8 {
@@ -458,6 +475,7 @@ impl Step {
             Step::UnshareProgramCgroup => "cgroup namespace",
             Step::UnshareNetwork => "network namespace",
             Step::JoinNetwork => "network namespace",
+            Step::JoinIpc | Step::CleanIpc => "ipc namespace",
             Step::CloneTemplate | Step::AttachTemplate => "mount namespace",
         }
     }
@@ -525,8 +543,10 @@ impl Step {
             Step::OpenSockDiag => "opening a NETLINK_SOCK_DIAG socket inside the run",
             Step::MaskBootId => "mounting the run's boot_id over /proc/sys/kernel/random/boot_id",
             Step::UnshareProgramCgroup => "unshare(CLONE_NEWCGROUP) for the program",
-            Step::UnshareNetwork => "unshare(CLONE_NEWNET) outside the run's user namespace",
+            Step::UnshareNetwork => "unshare(CLONE_NEWNET | CLONE_NEWIPC) outside the run's user namespace",
             Step::JoinNetwork => "setns into the network namespace an earlier run left",
+            Step::JoinIpc => "setns into the IPC namespace an earlier run left",
+            Step::CleanIpc => "removing the SysV objects an earlier run left",
             Step::CloneTemplate => "cloning the root template (open_tree of a detached mount, Linux 6.15+)",
             Step::AttachTemplate => "attaching the root template's clone (move_mount)",
         }

@@ -1,8 +1,8 @@
 //! The kernel's floor for a sandboxed run, with nothing of pycage in it:
 //! `n` times, fork a process that makes the namespaces a run gets (user
-//! with its uid/gid maps, mount, PID with a PID-1 child, IPC, UTS, cgroup;
-//! network only when asked, since pycage recycles a run's network
-//! namespace), mounts a small tmpfs with a recursive read-only bind of
+//! with its uid/gid maps, mount, PID with a PID-1 child, UTS, cgroup;
+//! network and IPC only when asked, since pycage recycles a run's network
+//! and IPC namespaces), mounts a small tmpfs with a recursive read-only bind of
 //! each path a run sees and a second, size-capped tmpfs (the run's own
 //! `/work`), forks the PID namespace's first process, which mounts the
 //! namespace's procfs, pivots into the new root and detaches the old one,
@@ -47,7 +47,8 @@ pub const MAX_FLOOR_BINDS: usize = 64;
 pub struct FloorPlan {
     /// Bind these host paths (read-only, recursive) into the tmpfs.
     pub binds: Vec<PathBuf>,
-    /// Also make a network namespace.
+    /// Also make a network namespace and an IPC namespace (what a run gets
+    /// where they are not recycled).
     pub network: bool,
     /// An empty directory to mount the tmpfs on (in the child's own mount
     /// namespace: the host never sees it).
@@ -116,14 +117,10 @@ pub fn run_floor(plan: &FloorPlan, n: usize) -> io::Result<()> {
     };
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
-    let mut flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS
-        | libc::CLONE_NEWCGROUP;
+    let mut flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWUTS | libc::CLONE_NEWCGROUP;
     if plan.network {
-        flags |= libc::CLONE_NEWNET;
+        flags |= libc::CLONE_NEWNET | libc::CLONE_NEWIPC;
     }
     let prepared = Prepared {
         root: cstring(&plan.root)?,

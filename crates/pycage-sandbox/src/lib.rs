@@ -92,7 +92,7 @@ pub use plan::{
     INSIDE_UID, MAX_BINDS, MAX_MOUNT_ENTRIES, MAX_SYMLINK_HOPS, MIN_DISK_INODES, OUTPUT_DIR, PROC_DIR, SHM_DIR,
     TMP_DIR, USER_NAME, WORK_DIR,
 };
-pub use prepared::{Preparations, Prepared};
+pub use prepared::{OuterNamespaces, Preparations, Prepared};
 pub use probe::{diagnose_user_namespace, probe, Availability, Layer};
 pub use sys::{as_fs_ids, occupy_low_fds};
 pub use template::RootTemplates;

@@ -115,7 +115,7 @@ pub(crate) struct Resolved {
     pub(crate) staged_proc_sys: CString,
     pub(crate) staged_work: CString,
     pub(crate) landlock_dirs: [(&'static CStr, LandlockGrant); 6],
-    pub(crate) ipc_limits: [(&'static CStr, Vec<u8>); 4],
+    pub(crate) ipc_limits: [(&'static CStr, Vec<u8>); 5],
     /// With egress: the network namespace's TCP buffer sizes.
     pub(crate) net_limits: [(&'static CStr, &'static [u8]); 2],
     pub(crate) limits: [(Resource, u64); 7],
@@ -262,6 +262,10 @@ impl Resolved {
                 (c"/proc/sys/kernel/shmall", shm_pages.to_string().into_bytes()),
                 (c"/proc/sys/kernel/shmmni", SYSV_SHM_SEGMENTS.to_string().into_bytes()),
                 (c"/proc/sys/kernel/sem", SYSV_SEM_LIMITS.as_bytes().to_vec()),
+                // A segment ends with its creator (or its last detach), so
+                // a run's end frees its shared memory even where its IPC
+                // namespace serves later runs (`Prepared::outer_network_namespace`).
+                (c"/proc/sys/kernel/shm_rmid_forced", b"1".to_vec()),
             ],
             net_limits: [
                 (c"/proc/sys/net/ipv4/tcp_rmem", RUN_TCP_RMEM.as_bytes()),

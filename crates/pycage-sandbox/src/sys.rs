@@ -274,6 +274,84 @@ pub(crate) fn write_map(dir: BorrowedFd<'_>, name: &CStr, data: &[u8]) -> Result
     }
 }
 
+/// `SHM_STAT_ANY`, `SHM_INFO` (linux/shm.h; the libc crate lacks them).
+const SHM_STAT_ANY: libc::c_int = 15;
+const SHM_INFO: libc::c_int = 14;
+
+/// `struct shm_info`, what `shmctl(SHM_INFO)` fills.
+#[repr(C)]
+#[derive(Default)]
+struct ShmInfo {
+    used_ids: libc::c_int,
+    shm_tot: libc::c_ulong,
+    shm_rss: libc::c_ulong,
+    shm_swp: libc::c_ulong,
+    swap_attempts: libc::c_ulong,
+    swap_successes: libc::c_ulong,
+}
+
+/// Removes every SysV shared-memory segment and semaphore array of the
+/// caller's IPC namespace (message queues are not provided to runs, so
+/// none exist). The caller needs `CAP_SYS_ADMIN` over the namespace's
+/// owner (`IPC_RMID` of another user's object). An object removed
+/// meanwhile is no error.
+pub(crate) fn remove_sysv_objects() -> Result<(), i32> {
+    let mut info = ShmInfo::default();
+    // SAFETY: SHM_INFO writes one `struct shm_info`, which `info` is.
+    let max = unsafe { libc::shmctl(0, SHM_INFO, (&mut info as *mut ShmInfo).cast()) };
+    if max < 0 {
+        return Err(last_errno());
+    }
+    if info.used_ids > 0 {
+        for index in 0..=max {
+            // SAFETY: an all-zero `shmid_ds` is a valid value of the plain C struct.
+            let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+            // SAFETY: SHM_STAT_ANY writes one `shmid_ds`, which `ds` is.
+            let id = unsafe { libc::shmctl(index, SHM_STAT_ANY, &mut ds) };
+            if id < 0 {
+                continue; // EINVAL: no segment at this index
+            }
+            // SAFETY: IPC_RMID reads no buffer.
+            if unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) } < 0 {
+                gone_or(last_errno())?;
+            }
+        }
+    }
+    // SAFETY: an all-zero `seminfo` is a valid value of the plain C struct.
+    let mut seminfo: libc::seminfo = unsafe { std::mem::zeroed() };
+    // SAFETY: SEM_INFO writes one `struct seminfo` through the pointer
+    // passed as the call's fourth (union) argument.
+    let max = unsafe { libc::semctl(0, 0, libc::SEM_INFO, &mut seminfo as *mut libc::seminfo) };
+    if max < 0 {
+        return Err(last_errno());
+    }
+    // With SEM_INFO, `semusz` counts the arrays in use.
+    if seminfo.semusz > 0 {
+        for index in 0..=max {
+            // SAFETY: an all-zero `semid_ds` is a valid value of the plain C struct.
+            let mut ds: libc::semid_ds = unsafe { std::mem::zeroed() };
+            // SAFETY: SEM_STAT_ANY writes one `semid_ds` through the pointer passed.
+            let id = unsafe { libc::semctl(index, 0, libc::SEM_STAT_ANY, &mut ds as *mut libc::semid_ds) };
+            if id < 0 {
+                continue; // EINVAL: no array at this index
+            }
+            // SAFETY: IPC_RMID reads no argument.
+            if unsafe { libc::semctl(id, 0, libc::IPC_RMID) } < 0 {
+                gone_or(last_errno())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A failed `IPC_RMID`'s errno, unless it found the object gone already.
+fn gone_or(errno: i32) -> Result<(), i32> {
+    match errno {
+        libc::EINVAL | libc::EIDRM => Ok(()),
+        _ => Err(errno),
+    }
+}
+
 /// `poll` one fd for readability without blocking.
 pub(crate) fn poll_readable(fd: libc::c_int) -> Result<bool, i32> {
     let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };

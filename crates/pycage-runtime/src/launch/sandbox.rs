@@ -3,13 +3,15 @@
 //! when one is delegated) and entered by an exec'd interpreter or, as a
 //! shell, joined by a zygote's child.
 //!
-//! A shell's network namespace outlives its run: made outside the run's
-//! user namespace (`Prepared::outer_network_namespace`), the run can leave
-//! nothing in it but sockets, so once every process of the run is gone, the
-//! next shell joins it instead of making one, and keeps it if its list of
-//! sockets is empty
-//! ([`NetNamespaces`]). Making and tearing one down cost the kernel
-//! 1.3-1.7 ms of CPU per run (`BENCHMARKS.md`).
+//! A shell's network and IPC namespaces outlive its run: made outside the
+//! run's user namespace (`Prepared::outer_network_namespace`), the run can
+//! leave nothing in the first but sockets and nothing in the second but
+//! SysV objects, so once every process of the run is gone, the next shell
+//! joins them instead of making its own (removing what SysV objects are
+//! left), and keeps them if the network namespace's list of sockets is
+//! empty ([`NetNamespaces`]). Making and tearing a network namespace down
+//! cost the kernel 1.3-1.7 ms of CPU per run (`BENCHMARKS.md`); an IPC
+//! namespace with its limits, about 0.2 ms.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -114,8 +116,9 @@ impl Drop for SpareOrder {
 /// built ahead of runs, and each holds a little kernel memory.
 const MAX_SPARE_NETS: usize = 32;
 
-/// Network namespaces that shells made outside their runs' user namespaces,
-/// given back as their runs end, for later shells to join.
+/// Network namespaces (each with its IPC namespace) that shells made
+/// outside their runs' user namespaces, given back as their runs end, for
+/// later shells to join.
 #[derive(Default)]
 pub(crate) struct NetNamespaces {
     /// Oldest first.
@@ -124,9 +127,10 @@ pub(crate) struct NetNamespaces {
     disabled: std::sync::atomic::AtomicBool,
 }
 
-/// An ended run's network namespace.
+/// An ended run's network and IPC namespaces.
 struct SpareNet {
     net_ns: OwnedFd,
+    ipc_ns: OwnedFd,
     /// A pidfd of the run's init. The kernel lets the init of a PID
     /// namespace finish exiting only once every other process of the
     /// namespace is reaped, so once this is readable no process of the run
@@ -135,14 +139,14 @@ struct SpareNet {
 }
 
 impl NetNamespaces {
-    /// A namespace whose run is over, if one is kept.
-    fn take(&self) -> Option<OwnedFd> {
+    /// Namespaces whose run is over, if some are kept.
+    fn take(&self) -> Option<pycage_sandbox::OuterNamespaces> {
         if self.disabled.load(Ordering::Relaxed) {
             return None;
         }
         let mut spare = crate::sync::lock(&self.spare);
         let at = spare.iter().position(|s| pycage_process::has_exited(&s.init))?;
-        spare.remove(at).map(|s| s.net_ns)
+        spare.remove(at).map(|s| pycage_sandbox::OuterNamespaces { net: s.net_ns, ipc: s.ipc_ns })
     }
 
     /// Keep `net`; when full, the oldest goes (one whose init never ends,
@@ -170,15 +174,13 @@ impl NetNamespaces {
     }
 }
 
-/// Whether a shell failed at joining the network namespace it was given
-/// (built here or by the shell helper, which reports that step apart).
+/// Whether a shell failed at joining the namespaces it was given (built
+/// here or by the shell helper, which reports those steps apart).
 fn joining_network_failed(e: &SpawnError) -> bool {
     matches!(
         e,
-        SpawnError::Sandbox(pycage_sandbox::SandboxError::Child(pycage_sandbox::ChildFailure {
-            step: pycage_sandbox::Step::JoinNetwork,
-            ..
-        }))
+        SpawnError::Sandbox(pycage_sandbox::SandboxError::Child(pycage_sandbox::ChildFailure { step, .. }))
+            if step.joins_an_earlier_run()
     )
 }
 
@@ -295,8 +297,8 @@ impl Sandboxes {
         if !self.recycles_networks() {
             return self.build_shell(ShellNetwork::Inside);
         }
-        if let Some(net_ns) = self.nets.take() {
-            match self.build_shell(ShellNetwork::Join(net_ns.as_fd())) {
+        if let Some(earlier) = self.nets.take() {
+            match self.build_shell(ShellNetwork::Join { net: earlier.net.as_fd(), ipc: earlier.ipc.as_fd() }) {
                 Ok(shell) if socket_free(&shell) => return Ok(self.lease_network(shell)),
                 // A socket outlived its run (in flight in a message, or
                 // waiting in a listener outside the namespace): this
@@ -373,8 +375,10 @@ impl Sandboxes {
         if !is_child_namespace_init(handoff.init_pid) {
             return shell;
         }
-        let Ok(net_ns) = shell.join.net_ns.try_clone() else { return shell };
-        let net = SpareNet { net_ns, init };
+        let (Ok(net_ns), Ok(ipc_ns)) = (shell.join.net_ns.try_clone(), shell.join.ipc_ns.try_clone()) else {
+            return shell;
+        };
+        let net = SpareNet { net_ns, ipc_ns, init };
         shell.supervisor.keep(Box::new(NetLease { nets: Arc::clone(&self.nets), net: Some(net) }));
         shell
     }
@@ -394,7 +398,10 @@ impl Sandboxes {
         let reuse = match network {
             ShellNetwork::Inside => None,
             ShellNetwork::Outside => Some(None),
-            ShellNetwork::Join(fd) => Some(Some(fd.try_clone_to_owned().map_err(SpawnError::Channel)?)),
+            ShellNetwork::Join { net, ipc } => Some(Some(pycage_sandbox::OuterNamespaces {
+                net: net.try_clone_to_owned().map_err(SpawnError::Channel)?,
+                ipc: ipc.try_clone_to_owned().map_err(SpawnError::Channel)?,
+            })),
         };
         if let Some(reuse) = reuse {
             if !prepared.outer_network_namespace(reuse) {
@@ -643,7 +650,8 @@ mod tests {
     use super::*;
 
     fn spare(init: OwnedFd) -> SpareNet {
-        SpareNet { net_ns: std::fs::File::open("/proc/self/ns/net").unwrap().into(), init }
+        let ns = |kind| std::fs::File::open(format!("/proc/self/ns/{kind}")).unwrap().into();
+        SpareNet { net_ns: ns("net"), ipc_ns: ns("ipc"), init }
     }
 
     /// A namespace is handed out only once its run's init has exited.
@@ -685,6 +693,8 @@ mod tests {
         use pycage_sandbox::{ChildFailure, SandboxError, Step};
         let failed = |step| SpawnError::Sandbox(SandboxError::Child(ChildFailure { step, path: None, errno: 1 }));
         assert!(joining_network_failed(&failed(Step::JoinNetwork)));
+        assert!(joining_network_failed(&failed(Step::JoinIpc)));
+        assert!(joining_network_failed(&failed(Step::CleanIpc)));
         assert!(!joining_network_failed(&failed(Step::UnshareNetwork)));
         assert!(!joining_network_failed(&failed(Step::UnshareUser)));
         assert!(!joining_network_failed(&SpawnError::Channel(std::io::Error::other("no fork"))));

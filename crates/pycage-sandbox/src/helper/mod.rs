@@ -35,7 +35,7 @@ use std::time::Duration;
 use rustix::net::{RecvFlags, SocketType};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitOptions};
 
-use crate::prepared::Preparations;
+use crate::prepared::{OuterNamespaces, Preparations};
 use crate::template::RootTemplates;
 use wire::{Refusal, RemoteShell, MAX_REQUEST, WITH_CGROUP, WITH_NET_NS, WITH_OUTER_NET, WITH_ZYGOTE_USERNS};
 
@@ -148,11 +148,14 @@ fn build(
     let (outer_net, with_net_ns) = (flags & WITH_OUTER_NET != 0, flags & WITH_NET_NS != 0);
     if flags & !(WITH_CGROUP | WITH_ZYGOTE_USERNS | WITH_OUTER_NET | WITH_NET_NS) != 0
         || (with_net_ns && !outer_net)
-        || fds.len() != usize::from(with_cgroup) + usize::from(with_userns) + usize::from(with_net_ns)
+        || fds.len() != usize::from(with_cgroup) + usize::from(with_userns) + 2 * usize::from(with_net_ns)
     {
         return Err("the request's descriptors do not match it".into());
     }
-    let net_ns = if with_net_ns { fds.pop() } else { None };
+    let earlier = match with_net_ns {
+        true => fds.pop().zip(fds.pop()).map(|(ipc, net)| OuterNamespaces { net, ipc }),
+        false => None,
+    };
     let userns = if with_userns { fds.pop() } else { None };
     let cgroup = if with_cgroup { fds.pop() } else { None };
     // The plan, what it fixes, and the root's read-only part (root hosts),
@@ -167,7 +170,7 @@ fn build(
         prepared.join_zygote_user_namespace(userns);
     }
     // The host recycles the namespace: it must be outside the run's.
-    if outer_net && !prepared.outer_network_namespace(net_ns) {
+    if outer_net && !prepared.outer_network_namespace(earlier) {
         return Err("this run's network namespace cannot be made outside its user namespace".into());
     }
     let prepared = Arc::new(prepared.into_shell());

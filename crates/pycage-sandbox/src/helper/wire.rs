@@ -5,10 +5,11 @@
 //! - request: `shl1`, the build (a length byte and [`BUILD`]), a flags byte
 //!   (bit 0: the run cgroup's `cgroup.procs` descriptor rides along; bit 1:
 //!   so does the zygote's user namespace, which the shell joins first,
-//!   after the cgroup's if both; bit 2: the run's network namespace is made
-//!   outside its user namespace, `Prepared::outer_network_namespace`; bit
-//!   3: with bit 2, the network namespace of an earlier run rides along,
-//!   last, to be joined instead), then the run's [`SandboxPolicy`]
+//!   after the cgroup's if both; bit 2: the run's network and IPC
+//!   namespaces are made outside its user namespace,
+//!   `Prepared::outer_network_namespace`; bit 3: with bit 2, the network
+//!   and IPC namespaces of an earlier run ride along, last and in that
+//!   order, to be joined instead), then the run's [`SandboxPolicy`]
 //!   ([`encode_policy`]; [`decode_policy`] checks every length);
 //! - reply: `ok02`, the supervisor's pid and its init's pid (little endian
 //!   `i32`), a flags byte (bit 0: a handoff, bit 1: its `sock_diag`
@@ -16,7 +17,7 @@
 //!   ([`encode_plan`]), carrying the supervisor's pidfd, the handoff's
 //!   descriptors and the eight [`Join`] descriptors; or `err1` and the
 //!   error's text; or `ern1` and an errno (little endian `i32`) when
-//!   joining the earlier run's network namespace failed; or `ver1` and the
+//!   joining the earlier run's namespaces failed; or `ver1` and the
 //!   helper's build, when it is not the host's.
 //!
 //! The plan comes from the `Prepared` that built the shell: only the side
@@ -35,7 +36,7 @@ use rustix::net::{
 };
 use rustix::process::Pid;
 
-use crate::error::{ChildFailure, SandboxError, Step};
+use crate::error::{ChildFailure, SandboxError};
 use crate::join::{Handoff, Join, JoinPlan};
 use crate::plan::{HostIds, Remap, SandboxPolicy};
 
@@ -46,14 +47,14 @@ pub(crate) const REPLY_ERR_JOIN_NET: [u8; 4] = *b"ern1";
 pub(crate) const REPLY_BUILD: [u8; 4] = *b"ver1";
 /// Host and helper must be one build: this crate's version and the
 /// protocol's revision.
-pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "/shell-helper-4");
+pub const BUILD: &str = concat!(env!("CARGO_PKG_VERSION"), "/shell-helper-5");
 /// The request carries the run cgroup's `cgroup.procs`.
 pub(crate) const WITH_CGROUP: u8 = 1;
 /// The request carries the zygote's user namespace.
 pub(crate) const WITH_ZYGOTE_USERNS: u8 = 2;
-/// The run's network namespace is made outside its user namespace.
+/// The run's network and IPC namespaces are made outside its user namespace.
 pub(crate) const WITH_OUTER_NET: u8 = 4;
-/// ... and is this one, an earlier run's (its descriptor rides along).
+/// ... and are these, an earlier run's (their descriptors ride along).
 pub(crate) const WITH_NET_NS: u8 = 8;
 const WITH_HANDOFF: u8 = 1;
 const WITH_SOCK_DIAG: u8 = 2;
@@ -68,7 +69,7 @@ pub const MAX_REPLY: usize = 64 * 1024;
 /// eight of the join.
 pub const MAX_FDS: usize = 12;
 
-/// Where a shell's network namespace comes from
+/// Where a shell's network and IPC namespaces come from
 /// (`Prepared::outer_network_namespace`).
 #[derive(Debug, Clone, Copy)]
 pub enum ShellNetwork<'a> {
@@ -76,8 +77,9 @@ pub enum ShellNetwork<'a> {
     Inside,
     /// Made before the run's user namespace, outside it.
     Outside,
-    /// An earlier run's, made [`ShellNetwork::Outside`], joined.
-    Join(BorrowedFd<'a>),
+    /// An earlier run's, made [`ShellNetwork::Outside`], joined: its
+    /// network namespace and its IPC namespace.
+    Join { net: BorrowedFd<'a>, ipc: BorrowedFd<'a> },
 }
 
 /// A shell the helper built: its supervisor (the helper's child), what its
@@ -98,7 +100,7 @@ pub enum Failure {
     Broken(String),
     /// The helper could not build this shell, and said why.
     Refused(String),
-    /// The shell could not join the network namespace it was given (errno).
+    /// The shell could not join (or clean) the namespaces it was given (errno).
     JoinNetwork(i32),
     /// The helper is another build (named): no helper from its command will do.
     OtherBuild(String),
@@ -117,17 +119,17 @@ pub fn request<'a>(
     request.push(BUILD.len() as u8);
     request.extend_from_slice(BUILD.as_bytes());
     let flag = |on: bool, bit: u8| if on { bit } else { 0 };
-    let (net_flags, net_ns) = match network {
+    let (net_flags, earlier) = match network {
         ShellNetwork::Inside => (0, None),
         ShellNetwork::Outside => (WITH_OUTER_NET, None),
-        ShellNetwork::Join(fd) => (WITH_OUTER_NET | WITH_NET_NS, Some(fd)),
+        ShellNetwork::Join { net, ipc } => (WITH_OUTER_NET | WITH_NET_NS, Some([net, ipc])),
     };
     request.push(flag(cgroup.is_some(), WITH_CGROUP) | flag(userns.is_some(), WITH_ZYGOTE_USERNS) | net_flags);
     encode_policy(policy, &mut request);
     if request.len() > MAX_REQUEST {
         return Err(format!("the sandbox policy is too large ({} bytes)", request.len()));
     }
-    Ok((request, cgroup.into_iter().chain(userns).chain(net_ns).collect()))
+    Ok((request, cgroup.into_iter().chain(userns).chain(earlier.into_iter().flatten()).collect()))
 }
 
 /// Sends one message with `fds`.
@@ -259,7 +261,7 @@ pub(crate) fn same_build(request: &[u8]) -> Result<&[u8], Vec<u8>> {
 /// Why the helper built no shell.
 #[derive(Debug)]
 pub(crate) enum Refusal {
-    /// The shell could not join the network namespace it was given (errno).
+    /// The shell could not join (or clean) the namespaces it was given (errno).
     JoinNetwork(i32),
     Other(String),
 }
@@ -273,7 +275,9 @@ impl From<&str> for Refusal {
 impl From<SandboxError> for Refusal {
     fn from(e: SandboxError) -> Refusal {
         match e {
-            SandboxError::Child(ChildFailure { step: Step::JoinNetwork, errno, .. }) => Refusal::JoinNetwork(errno),
+            SandboxError::Child(ChildFailure { step, errno, .. }) if step.joins_an_earlier_run() => {
+                Refusal::JoinNetwork(errno)
+            }
             e => Refusal::Other(e.to_string()),
         }
     }
@@ -653,10 +657,16 @@ mod tests {
         }
     }
 
-    /// A failed join of the given network namespace is told apart from
-    /// every other failure: only it turns the host's recycling off.
+    /// A failed join of the given network and IPC namespaces (or of the
+    /// IPC namespace's cleaning) is told apart from every other failure:
+    /// only it turns the host's recycling off.
     #[test]
     fn a_failed_network_join_is_its_own_reply() {
+        use crate::error::Step;
+        for step in [Step::JoinIpc, Step::CleanIpc] {
+            let refusal = Refusal::from(SandboxError::Child(ChildFailure { step, path: None, errno: 1 }));
+            assert!(matches!(refusal, Refusal::JoinNetwork(1)), "{step:?}");
+        }
         let join = SandboxError::Child(ChildFailure { step: Step::JoinNetwork, path: None, errno: 22 });
         let refusal = Refusal::from(join);
         assert!(matches!(refusal, Refusal::JoinNetwork(22)));

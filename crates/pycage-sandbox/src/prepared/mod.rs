@@ -182,7 +182,7 @@ mod parts;
 
 pub(crate) use parts::template_clone_flags;
 use parts::{NetworkNamespace, EGRESS_BACKLOG, HANDOFF_SOCK_DIAG, HANDOFF_TAG, JOIN_FDS, JOIN_TAG, RECORD_LEN};
-pub use parts::{Preparations, Prepared};
+pub use parts::{OuterNamespaces, Preparations, Prepared};
 
 impl Prepared {
     /// Enter the sandbox. Called from `pre_exec` in the forked child, after
@@ -305,9 +305,10 @@ impl Prepared {
             unsafe { libc::_exit(SUPERVISOR_LOST_EXIT) };
         }
 
-        let mut namespaces = UnshareFlags::NEWNS | UnshareFlags::NEWPID | UnshareFlags::NEWIPC | UnshareFlags::NEWUTS;
-        if matches!(self.network, NetworkNamespace::Inside) {
-            namespaces |= UnshareFlags::NEWNET;
+        let mut namespaces = UnshareFlags::NEWNS | UnshareFlags::NEWPID | UnshareFlags::NEWUTS;
+        let inside = matches!(self.network, NetworkNamespace::Inside);
+        if inside {
+            namespaces |= UnshareFlags::NEWNET | UnshareFlags::NEWIPC;
         }
         // SAFETY: namespace flags only, on a single-threaded process.
         unsafe { rustix::thread::unshare_unsafe(namespaces) }.map_err(at(Step::UnshareNamespaces))?;
@@ -321,10 +322,8 @@ impl Prepared {
         rustix::process::umask(old_umask);
 
         rustix::system::sethostname(HOSTNAME.as_bytes()).map_err(at(Step::SetHostname))?;
-        for (index, (path, value)) in self.resolved.ipc_limits.iter().enumerate() {
-            let file = rustix::fs::open(*path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
-                .map_err(at_entry(Step::LimitIpc, index))?;
-            write_all(&file, value).map_err(|errno| Failure::at(Step::LimitIpc, index, errno))?;
+        if inside {
+            self.limit_ipc()?;
         }
         let egress = self.listen_for_egress()?;
         // No sock_diag in this kernel costs the host its count of the
@@ -405,20 +404,43 @@ impl Prepared {
         }
     }
 
-    /// The run's network namespace, when it is made (or joined) outside the
-    /// run's user namespace ([`Prepared::outer_network_namespace`]).
+    /// The run's network and IPC namespaces, when they are made (or
+    /// joined) outside the run's user namespace
+    /// ([`Prepared::outer_network_namespace`]).
     fn enter_outer_network(&self) -> Result<(), Failure> {
         match &self.network {
             NetworkNamespace::Inside => Ok(()),
             NetworkNamespace::Outside => {
-                // SAFETY: CLONE_NEWNET on a single-threaded process.
-                unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }.map_err(at(Step::UnshareNetwork))
+                // SAFETY: namespace flags only, on a single-threaded process.
+                unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET | UnshareFlags::NEWIPC) }
+                    .map_err(at(Step::UnshareNetwork))?;
+                // The namespace's owner, the only writer of its limits.
+                self.limit_ipc()
             }
-            NetworkNamespace::Join(fd) => {
-                rustix::thread::move_into_link_name_space(fd.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
-                    .map_err(at(Step::JoinNetwork))
+            NetworkNamespace::Join(earlier) => {
+                use rustix::thread::LinkNameSpaceType;
+                rustix::thread::move_into_link_name_space(earlier.net.as_fd(), Some(LinkNameSpaceType::Network))
+                    .map_err(at(Step::JoinNetwork))?;
+                rustix::thread::move_into_link_name_space(
+                    earlier.ipc.as_fd(),
+                    Some(LinkNameSpaceType::InterProcessCommunication),
+                )
+                .map_err(at(Step::JoinIpc))?;
+                // Nothing of the earlier run reaches this one: its
+                // semaphores (its shared memory ended with it).
+                sys::remove_sysv_objects().map_err(|errno| Failure::new(Step::CleanIpc, errno))
             }
         }
+    }
+
+    /// Writes the IPC namespace's limits (step 9), from its owner.
+    fn limit_ipc(&self) -> Result<(), Failure> {
+        for (index, (path, value)) in self.resolved.ipc_limits.iter().enumerate() {
+            let file = rustix::fs::open(*path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(at_entry(Step::LimitIpc, index))?;
+            write_all(&file, value).map_err(|errno| Failure::at(Step::LimitIpc, index, errno))?;
+        }
+        Ok(())
     }
 
     fn raise_hard_limits(&self) -> Result<(), Failure> {

@@ -219,7 +219,7 @@ impl Preparations {
     }
 }
 
-/// Where a run's network namespace comes from.
+/// Where a run's network and IPC namespaces come from.
 #[derive(Debug)]
 pub(super) enum NetworkNamespace {
     /// Made with the run's other namespaces, inside (and owned by) its user
@@ -228,11 +228,23 @@ pub(super) enum NetworkNamespace {
     /// Made before the run's user namespace, so owned by the one the
     /// supervisor is in then (the host's on a root host, the zygote's).
     Outside,
-    /// This namespace, which an earlier run's shell made [`Outside`]:
+    /// These namespaces, which an earlier run's shell made [`Outside`]:
     /// joined before the run's user namespace is made.
     ///
     /// [`Outside`]: NetworkNamespace::Outside
-    Join(OwnedFd),
+    Join(OuterNamespaces),
+}
+
+/// The network and IPC namespaces of an earlier run, made outside its user
+/// namespace ([`Prepared::outer_network_namespace`]), for a later run to
+/// join.
+#[derive(Debug)]
+pub struct OuterNamespaces {
+    /// The network namespace (`/proc/<pid>/ns/net`, or a shell's
+    /// [`crate::Join::net_ns`]).
+    pub net: OwnedFd,
+    /// The IPC namespace made with it ([`crate::Join::ipc_ns`]).
+    pub ipc: OwnedFd,
 }
 
 impl Prepared {
@@ -306,26 +318,41 @@ impl Prepared {
         self.zygote_userns = Some(userns);
     }
 
-    /// Give the run a network namespace that it holds no capability over,
-    /// so that it can serve later runs: the supervisor makes it (or joins
-    /// `reuse`, made so for an earlier run) before it makes the run's user
+    /// Give the run a network namespace and an IPC namespace that it holds
+    /// no capability over, so that they can serve later runs: the
+    /// supervisor makes them (writing the IPC namespace's limits) or joins
+    /// `reuse`, made so for an earlier run, before it makes the run's user
     /// namespace, as root on a root host and in the zygote's user namespace
     /// otherwise ([`Prepared::join_zygote_user_namespace`] first).
     ///
-    /// The run can then change nothing of it (its interfaces, routes,
-    /// sysctls: each needs a capability in the namespace's owner), and,
-    /// with sockets limited to `AF_UNIX`, leaves nothing in it but sockets,
-    /// which end with their last holder. So once every process of a run is
-    /// gone and the namespace lists no socket (one in flight in an
-    /// `SCM_RIGHTS` message, or waiting in a listener outside, outlives its
-    /// process), the namespace is as a new one is, and another run may have it
-    /// instead of a new one, which costs the kernel 1.3-1.7 ms of CPU to
-    /// make and tear down. Returns false, and changes nothing, for a run
-    /// with egress (the supervisor brings the run's loopback up and
-    /// listens on it: the namespace must be the run's own), or a host that
-    /// is not root without the zygote's user namespace (it could not make
-    /// a network namespace outside the run's user namespace).
-    pub fn outer_network_namespace(&mut self, reuse: Option<OwnedFd>) -> bool {
+    /// The run can then change nothing of them (interfaces, routes,
+    /// sysctls, SysV limits: each needs a capability in the namespace's
+    /// owner). With sockets limited to `AF_UNIX`, it leaves nothing in the
+    /// network namespace but sockets, which end with their last holder. So
+    /// once every process of a run is gone and the namespace lists no
+    /// socket (one in flight in an `SCM_RIGHTS` message, or waiting in a
+    /// listener outside, outlives its process), the namespace is as a new
+    /// one is, and another run may have it instead of a new one, which
+    /// costs the kernel 1.3-1.7 ms of CPU to make and tear down.
+    ///
+    /// In the IPC namespace a run can leave only SysV shared memory and
+    /// semaphores (message queues, POSIX ones included, are not provided).
+    /// `kernel.shm_rmid_forced` is set in it, so a segment ends with its
+    /// creator's exit or, attached then, its last detach: once every
+    /// process of the run is gone, so is its shared memory. The supervisor
+    /// that joins the namespace for the next run removes every semaphore
+    /// array, and every segment left (there is none), before anything of
+    /// that run exists. What a later run can still learn is the namespace's
+    /// id counters: how many objects earlier runs made.
+    /// Making, limiting and tearing down an IPC namespace costs the kernel
+    /// about 0.2 ms of CPU per run (`docs/perf-log.md`).
+    ///
+    /// Returns false, and changes nothing, for a run with egress (the
+    /// supervisor brings the run's loopback up and listens on it: the
+    /// namespace must be the run's own), or a host that is not root without
+    /// the zygote's user namespace (it could not make a namespace outside
+    /// the run's user namespace).
+    pub fn outer_network_namespace(&mut self, reuse: Option<OuterNamespaces>) -> bool {
         if self.resolved.egress.is_some() || !(self.resolved.root_host || self.zygote_userns.is_some()) {
             return false;
         }
