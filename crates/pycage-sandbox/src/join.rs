@@ -39,7 +39,7 @@ pub struct Handoff {
 #[derive(Debug)]
 pub struct Join {
     /// The run's user namespace ("userns1"); joined first of all but the
-    /// network namespace.
+    /// network and IPC namespaces.
     pub user_ns: OwnedFd,
     /// Its mount namespace (the run's root is pivoted in it).
     pub mount_ns: OwnedFd,
@@ -49,7 +49,9 @@ pub struct Join {
     /// owned outside the run's user namespace
     /// (`Prepared::outer_network_namespace`).
     pub net_ns: OwnedFd,
-    /// Its IPC namespace (SysV limits set).
+    /// Its IPC namespace (SysV limits set). Joined right after the network
+    /// namespace, with which it may have been made outside the run's user
+    /// namespace.
     pub ipc_ns: OwnedFd,
     /// Its UTS namespace (hostname `pycage`).
     pub uts_ns: OwnedFd,

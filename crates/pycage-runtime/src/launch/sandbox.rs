@@ -11,7 +11,7 @@
 //! left), and keeps them if the network namespace's list of sockets is
 //! empty ([`NetNamespaces`]). Making and tearing a network namespace down
 //! cost the kernel 1.3-1.7 ms of CPU per run (`BENCHMARKS.md`); an IPC
-//! namespace with its limits, about 0.2 ms.
+//! namespace with its limits, about 0.1 ms.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};

@@ -48,7 +48,11 @@
 //!    The kernel clears `PR_SET_PDEATHSIG` on a uid change, so C re-arms it
 //!    and re-checks its parent is still the host.
 //! 6. `unshare(NEWNS | NEWPID | NEWNET | NEWIPC | NEWUTS)`: userns1 owns
-//!    them all. The network namespace has only a downed `lo`.
+//!    them all. The network namespace has only a downed `lo`. With
+//!    [`Prepared::outer_network_namespace`], the network and IPC
+//!    namespaces were made (their IPC limits written) or joined (the SysV
+//!    objects an earlier run left removed) before step 4 instead, by the
+//!    owner of the namespace C was in then.
 //! 7. Without root: clone and seal the paths to expose now (step 3 did it
 //!    on a root host), from the copy of the host's mounts the new mount
 //!    namespace starts with.
@@ -67,8 +71,9 @@
 //!    its `/proc` directory the same way. Then only the plan's entries
 //!    inside `/work`, `/tmp` and `/dev/shm` are made.
 //! 9. `sethostname`, and the IPC namespace's SysV limits (`kernel.shmmax`,
-//!    `shmall`, `shmmni`, `sem`): C is the root of the user namespace that
-//!    owns the IPC namespace, the only writer the kernel allows. With
+//!    `shmall`, `shmmni`, `sem`, `shm_rmid_forced`) where step 6 made it:
+//!    C is the root of the user namespace that owns the IPC namespace, the
+//!    only writer the kernel allows. With
 //!    egress ([`crate::SandboxPolicy::egress_port`]), cap the namespace's TCP
 //!    buffers ([`crate::limits::RUN_TCP_RMEM`], [`crate::limits::RUN_TCP_WMEM`]), bring `lo` up and listen on
 //!    `127.0.0.1:<port>` (a TCP socket of the run's network namespace,
