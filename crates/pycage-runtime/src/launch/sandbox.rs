@@ -118,7 +118,9 @@ const MAX_SPARE_NETS: usize = 32;
 
 /// Network namespaces (each with its IPC namespace) that shells made
 /// outside their runs' user namespaces, given back as their runs end, for
-/// later shells to join.
+/// later shells to join. Kept per runtime, whose shells all have one
+/// policy: an IPC namespace's limits, written when it was made, are the
+/// policy's for every run that joins it.
 #[derive(Default)]
 pub(crate) struct NetNamespaces {
     /// Oldest first.
