@@ -16,7 +16,8 @@
 //! closed loop of back-to-back runs with the CPU each costs, the
 //! configurations taking turns in [`LOOP_BLOCKS`] blocks; runs per second
 //! at concurrency 1, 2, 4 and 16 through the zygote, each concurrency's
-//! configurations one after the other; a trivial cell in a warm session;
+//! configurations taking turns in [`RATE_BLOCKS`] blocks (a host whose
+//! speed drifts moves both alike); a trivial cell in a warm session;
 //! a binding call's round trip; `asyncio.gather` throughput; the host's
 //! RSS and the private memory of an idle pooled child.
 //!
@@ -47,11 +48,15 @@ use failures::{in_words, Failures};
 pub(crate) use floors::{serve_ns_floor, NS_FLOOR_ARG};
 use measure::{children_of, floor_run, pipe_round_trip, private_kib, rss_kib, CpuSplit, Samples};
 use report::{Report, Variant};
-use runs::{closed_loop, open_session, throughput, timed_inside, trivial, IDLE_WAIT, LATENCY_GAP};
+use runs::{closed_loop, open_session, throughput, timed_inside, trivial, Throughput, IDLE_WAIT, LATENCY_GAP};
 
 /// How many turns each configuration's closed loop takes: its runs are
 /// split into this many blocks, alternated with the other configurations'.
 const LOOP_BLOCKS: usize = 4;
+
+/// How many turns each configuration takes at each concurrency of the
+/// runs-per-second rows, each of the same number of runs.
+const RATE_BLOCKS: usize = 3;
 
 mod env;
 mod failures;
@@ -216,11 +221,21 @@ async fn bench(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let mut rates = Vec::new();
     for c in [1usize, 2, 4, 16] {
-        // Each concurrency's configurations next to each other in time.
-        for v in &zygote_rows {
-            let total = (iterations * 10).max(100);
-            let (rate, busy, errors) = throughput(&v.runtime, c, total).await;
-            failures.note_many(&format!("runs per second, {}, concurrency {c}", v.label()), total, errors);
+        // Each concurrency's configurations take turns.
+        let total = (iterations * 10).max(100);
+        let mut sums: Vec<Throughput> = zygote_rows.iter().map(|_| Throughput::default()).collect();
+        for _ in 0..RATE_BLOCKS {
+            for (v, sum) in zygote_rows.iter().zip(&mut sums) {
+                *sum = std::mem::take(sum).plus(throughput(&v.runtime, c, total).await);
+            }
+        }
+        for (v, sum) in zygote_rows.iter().zip(sums) {
+            let (rate, busy) = (sum.rate(), sum.cores_busy());
+            failures.note_many(
+                &format!("runs per second, {}, concurrency {c}", v.label()),
+                total * RATE_BLOCKS,
+                sum.errors,
+            );
             rates.push((v.label(), c, rate, busy));
         }
     }

@@ -40,13 +40,45 @@ pub(crate) async fn timed_inside(runtime: &Runtime, program: &str) -> Result<Dur
     Ok(Duration::from_nanos(ns))
 }
 
-/// Runs per second with `concurrency` runs in flight, `total` tries: the
-/// rate of runs that succeeded, the share of the machine's cores that were
-/// busy meanwhile (0 to 1: below 1, runs waited on something other than
-/// the CPU), and the failures in words.
-pub(crate) async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> (f64, f64, Vec<String>) {
+/// What a stretch of runs at one concurrency did: blocks of it add up
+/// ([`Throughput::plus`]).
+#[derive(Debug, Default)]
+pub(crate) struct Throughput {
+    /// Runs that succeeded.
+    pub ok: usize,
+    /// Seconds the runs took, in all.
+    pub wall: f64,
+    /// The machine's busy CPU meanwhile, in core-seconds.
+    pub busy: f64,
+    /// The failures, in words.
+    pub errors: Vec<String>,
+}
+
+impl Throughput {
+    pub(crate) fn plus(mut self, other: Throughput) -> Throughput {
+        self.ok += other.ok;
+        self.wall += other.wall;
+        self.busy += other.busy;
+        self.errors.extend(other.errors);
+        self
+    }
+
+    /// Runs that succeeded, per second.
+    pub(crate) fn rate(&self) -> f64 {
+        self.ok as f64 / self.wall.max(1e-9)
+    }
+
+    /// The share of the machine's cores that were busy (0 to 1: below 1,
+    /// runs waited on something other than the CPU).
+    pub(crate) fn cores_busy(&self) -> f64 {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+        (self.busy / (self.wall * cores).max(1e-9)).min(1.0)
+    }
+}
+
+/// `total` tries with `concurrency` runs in flight.
+pub(crate) async fn throughput(runtime: &Runtime, concurrency: usize, total: usize) -> Throughput {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
     let busy_before = busy();
     let t = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -75,8 +107,7 @@ pub(crate) async fn throughput(runtime: &Runtime, concurrency: usize, total: usi
         }
     }
     let wall = t.elapsed().as_secs_f64();
-    let busy = busy().saturating_sub(busy_before).as_secs_f64() / (wall * cores).max(1e-9);
-    (ok as f64 / wall, busy.min(1.0), errors)
+    Throughput { ok, wall, busy: busy().saturating_sub(busy_before).as_secs_f64(), errors }
 }
 
 /// Back-to-back trivial runs, one at a time (the pool cannot keep up: its
