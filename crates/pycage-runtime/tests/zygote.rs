@@ -618,7 +618,9 @@ async fn ended_runs_network_namespaces_serve_later_runs() {
 /// then leaves some behind: a semaphore array and a segment under fixed
 /// keys, and a private segment it holds attached as it exits. It returns
 /// its network namespace's cookie, its IPC namespace, the lists, whether
-/// each object was made, and two of the namespace's limits.
+/// each object was made, the semaphore array's id (its sequence number
+/// counts the arrays made in the namespace before), whether it could
+/// write a limit, and two of the namespace's limits.
 const LEAVE_SYSV_OBJECTS: &str = "\
 import ctypes, os, socket
 libc = ctypes.CDLL(None, use_errno=True)
@@ -631,8 +633,14 @@ shm = libc.shmget(0x50594348, 4096, 0o1666)
 private = libc.shmget(0, 8192, 0o1600)
 attached = libc.shmat(private, None, 0) not in (None, ctypes.c_void_p(-1).value)
 cookie = socket.socket(socket.AF_UNIX).getsockopt(socket.SOL_SOCKET, 71, 8).hex()
+try:
+    open('/proc/sys/kernel/shmmax', 'w').write('1')
+    wrote = 'wrote a limit'
+except OSError:
+    wrote = 'no write'
 limits = [open('/proc/sys/kernel/' + k).read().strip() for k in ('shmmax', 'shm_rmid_forced')]
-return '|'.join([cookie, os.readlink('/proc/self/ns/ipc'), repr(before), repr([sem >= 0, shm >= 0, attached])] + limits)";
+made = repr([sem >= 0, shm >= 0, attached])
+return '|'.join([cookie, os.readlink('/proc/self/ns/ipc'), repr(before), made, str(sem), wrote] + limits)";
 
 /// The IPC namespace of an ended sandboxed run serves later runs with its
 /// network namespace: made outside the run's user namespace (so its limits
@@ -657,13 +665,17 @@ async fn ended_runs_ipc_namespaces_serve_later_runs_empty() {
         for _ in 0..60 {
             let got = value(&run(&rt, LEAVE_SYSV_OBJECTS).await);
             let fields: Vec<&str> = got.trim_matches('"').split('|').collect();
-            let [cookie, ipc, before, made, shmmax, forced] = fields[..] else { panic!("{got}") };
+            let [cookie, ipc, before, made, sem, wrote, shmmax, forced] = fields[..] else { panic!("{got}") };
             assert_eq!(before, "[[], []]", "a run found an earlier run's SysV objects (helper: {helper})");
             assert_eq!(made, "[True, True, True]", "{got}");
+            assert_eq!(wrote, "no write", "helper: {helper}");
             assert_eq!((shmmax, forced), ("3145728", "1"), "the namespace's limits (helper: {helper})");
             // The same network namespace comes with the same IPC namespace.
             if let Some(earlier) = ipc_of.insert(cookie.to_owned(), ipc.to_owned()) {
                 assert_eq!(earlier, ipc, "helper: {helper}");
+                // Not a new namespace under a reused inode number: an
+                // array was made in it before (a new one's first is 0).
+                assert_ne!(sem, "0", "helper: {helper}: {got}");
                 reused += 1;
                 if reused == 3 {
                     break;

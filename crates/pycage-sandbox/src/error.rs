@@ -208,7 +208,8 @@ pub enum Step {
     WriteGidMap,
     /// `prctl(PR_SET_PDEATHSIG)`.
     DeathSignal,
-    /// `unshare(CLONE_NEWNS | NEWPID | NEWNET | NEWIPC | NEWUTS)`.
+    /// `unshare(CLONE_NEWNS | NEWPID | NEWUTS)`, with `NEWNET | NEWIPC`
+    /// unless they were made before ([`Step::UnshareNetwork`]).
     UnshareNamespaces,
     /// Making `/` recursively private in the new mount namespace.
     MakeRootPrivate,
@@ -319,6 +320,9 @@ pub enum Step {
     /// Removing the SysV objects an earlier run left in the IPC namespace
     /// joined ([`Step::JoinIpc`]).
     CleanIpc,
+    /// A segment an earlier run left in the IPC namespace joined is still
+    /// attached somewhere: the namespace serves no later run.
+    IpcInUse,
 }
 
 impl Step {
@@ -326,9 +330,10 @@ impl Step {
     /// [`crate::Prepared::enter`] runs them, except the steps added later,
     /// which are appended so that the codes of the others stay
     /// ([`Step::JoinZygoteUser`], [`Step::UnshareNetwork`],
-    /// [`Step::JoinNetwork`], [`Step::JoinIpc`] and [`Step::CleanIpc`] run
-    /// before [`Step::UnshareUser`]).
-    pub const ALL: [Step; 64] = [
+    /// [`Step::JoinNetwork`], [`Step::JoinIpc`], [`Step::CleanIpc`] and
+    /// [`Step::IpcInUse`] run before [`Step::UnshareUser`], and so may
+    /// [`Step::LimitIpc`]).
+    pub const ALL: [Step; 65] = [
         Step::JoinCgroup,
         Step::OpenProcSelf,
         Step::RaiseHardLimit,
@@ -393,11 +398,13 @@ impl Step {
         Step::AttachTemplate,
         Step::JoinIpc,
         Step::CleanIpc,
+        Step::IpcInUse,
     ];
 
     /// Whether this step joins (or cleans) the namespaces an earlier run
     /// left ([`crate::Prepared::outer_network_namespace`]): its failure
-    /// says that recycling them does not work on this host.
+    /// says that recycling them does not work on this host. Not
+    /// [`Step::IpcInUse`], which says only that one namespace is not clean.
     pub fn joins_an_earlier_run(self) -> bool {
         matches!(self, Step::JoinNetwork | Step::JoinIpc | Step::CleanIpc)
     }
@@ -475,7 +482,7 @@ impl Step {
             Step::UnshareProgramCgroup => "cgroup namespace",
             Step::UnshareNetwork => "network namespace",
             Step::JoinNetwork => "network namespace",
-            Step::JoinIpc | Step::CleanIpc => "ipc namespace",
+            Step::JoinIpc | Step::CleanIpc | Step::IpcInUse => "ipc namespace",
             Step::CloneTemplate | Step::AttachTemplate => "mount namespace",
         }
     }
@@ -499,7 +506,7 @@ impl Step {
             Step::WriteGidMap => "writing /proc/self/gid_map",
             Step::DeathSignal => "prctl(PR_SET_PDEATHSIG)",
             Step::UnshareNamespaces => {
-                "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWUTS, and CLONE_NEWNET unless made before)"
+                "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWUTS, and CLONE_NEWNET|CLONE_NEWIPC unless made before)"
             }
             Step::MakeRootPrivate => "making / recursively private",
             Step::MountTmpfs => "mounting the tmpfs for the new root",
@@ -547,6 +554,7 @@ impl Step {
             Step::JoinNetwork => "setns into the network namespace an earlier run left",
             Step::JoinIpc => "setns into the IPC namespace an earlier run left",
             Step::CleanIpc => "removing the SysV objects an earlier run left",
+            Step::IpcInUse => "an earlier run's SysV segment is still attached (this namespace is dropped)",
             Step::CloneTemplate => "cloning the root template (open_tree of a detached mount, Linux 6.15+)",
             Step::AttachTemplate => "attaching the root template's clone (move_mount)",
         }

@@ -274,82 +274,93 @@ pub(crate) fn write_map(dir: BorrowedFd<'_>, name: &CStr, data: &[u8]) -> Result
     }
 }
 
-/// `SHM_STAT_ANY`, `SHM_INFO` (linux/shm.h; the libc crate lacks them).
-const SHM_STAT_ANY: libc::c_int = 15;
-const SHM_INFO: libc::c_int = 14;
-
-/// `struct shm_info`, what `shmctl(SHM_INFO)` fills.
-#[repr(C)]
-#[derive(Default)]
-struct ShmInfo {
-    used_ids: libc::c_int,
-    shm_tot: libc::c_ulong,
-    shm_rss: libc::c_ulong,
-    shm_swp: libc::c_ulong,
-    swap_attempts: libc::c_ulong,
-    swap_successes: libc::c_ulong,
+/// A kind of SysV object, as [`remove_sysv_objects`] walks it.
+#[derive(Debug, Clone, Copy)]
+enum Sysv {
+    Shm,
+    Sem,
+    Msg,
 }
 
-/// Removes every SysV shared-memory segment and semaphore array of the
-/// caller's IPC namespace (message queues are not provided to runs, so
-/// none exist). The caller needs `CAP_SYS_ADMIN` over the namespace's
-/// owner (`IPC_RMID` of another user's object). An object removed
-/// meanwhile is no error.
-pub(crate) fn remove_sysv_objects() -> Result<(), i32> {
-    let mut info = ShmInfo::default();
-    // SAFETY: SHM_INFO writes one `struct shm_info`, which `info` is.
-    let max = unsafe { libc::shmctl(0, SHM_INFO, (&mut info as *mut ShmInfo).cast()) };
-    if max < 0 {
-        return Err(last_errno());
-    }
-    if info.used_ids > 0 {
-        for index in 0..=max {
-            // SAFETY: an all-zero `shmid_ds` is a valid value of the plain C struct.
-            let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
-            // SAFETY: SHM_STAT_ANY writes one `shmid_ds`, which `ds` is.
-            let id = unsafe { libc::shmctl(index, SHM_STAT_ANY, &mut ds) };
-            if id < 0 {
-                continue; // EINVAL: no segment at this index
-            }
-            // SAFETY: IPC_RMID reads no buffer.
-            if unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) } < 0 {
-                gone_or(last_errno())?;
-            }
+/// Big enough for what any `*ctl` below writes: `shmid64_ds`, 112 bytes on
+/// x86_64 and aarch64, the largest.
+type CtlBuffer = [u64; 32];
+
+impl Sysv {
+    /// Its `*_INFO` and `*_STAT_ANY` commands (linux/shm.h, sem.h, msg.h),
+    /// and which `int` of the `*_INFO` record counts the objects in use
+    /// (`shm_info.used_ids`, `seminfo.semusz`, `msginfo.msgpool`).
+    fn commands(self) -> (libc::c_int, libc::c_int, usize) {
+        match self {
+            Sysv::Shm => (14, 15, 0),
+            Sysv::Sem => (19, 20, 7),
+            Sysv::Msg => (12, 13, 0),
         }
     }
-    // SAFETY: an all-zero `seminfo` is a valid value of the plain C struct.
-    let mut seminfo: libc::seminfo = unsafe { std::mem::zeroed() };
-    // SAFETY: SEM_INFO writes one `struct seminfo` through the pointer
-    // passed as the call's fourth (union) argument.
-    let max = unsafe { libc::semctl(0, 0, libc::SEM_INFO, &mut seminfo as *mut libc::seminfo) };
-    if max < 0 {
-        return Err(last_errno());
-    }
-    // With SEM_INFO, `semusz` counts the arrays in use.
-    if seminfo.semusz > 0 {
-        for index in 0..=max {
-            // SAFETY: an all-zero `semid_ds` is a valid value of the plain C struct.
-            let mut ds: libc::semid_ds = unsafe { std::mem::zeroed() };
-            // SAFETY: SEM_STAT_ANY writes one `semid_ds` through the pointer passed.
-            let id = unsafe { libc::semctl(index, 0, libc::SEM_STAT_ANY, &mut ds as *mut libc::semid_ds) };
-            if id < 0 {
-                continue; // EINVAL: no array at this index
+
+    /// `shmctl`/`semctl`/`msgctl` as raw syscalls: the C library's wrappers
+    /// before glibc 2.28 drop the buffer of a command they do not know,
+    /// `*_STAT_ANY` among them.
+    fn ctl(self, id: libc::c_int, cmd: libc::c_int, buf: Option<&mut CtlBuffer>) -> Result<libc::c_int, i32> {
+        let buf = buf.map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+        // SAFETY: each call writes at most one of the records the command
+        // names, all smaller than `CtlBuffer`, or nothing (IPC_RMID, null).
+        let ret = unsafe {
+            match self {
+                Sysv::Shm => libc::syscall(libc::SYS_shmctl, id, cmd, buf),
+                Sysv::Sem => libc::syscall(libc::SYS_semctl, id, 0, cmd, buf),
+                Sysv::Msg => libc::syscall(libc::SYS_msgctl, id, cmd, buf),
             }
-            // SAFETY: IPC_RMID reads no argument.
-            if unsafe { libc::semctl(id, 0, libc::IPC_RMID) } < 0 {
-                gone_or(last_errno())?;
-            }
+        };
+        if ret < 0 {
+            return Err(last_errno());
         }
+        Ok(ret as libc::c_int)
     }
-    Ok(())
+
+    /// The highest index in use (0 when none is) and how many objects are.
+    fn in_use(self) -> Result<(libc::c_int, libc::c_int), i32> {
+        let (info, _, count) = self.commands();
+        let mut buf: CtlBuffer = [0; 32];
+        let max = self.ctl(0, info, Some(&mut buf))?;
+        let ints = buf.as_ptr().cast::<libc::c_int>();
+        // SAFETY: `count` (0 or 7) is inside the 64 ints of `buf`, which
+        // is aligned for them.
+        Ok((max, unsafe { *ints.add(count) }))
+    }
 }
 
-/// A failed `IPC_RMID`'s errno, unless it found the object gone already.
-fn gone_or(errno: i32) -> Result<(), i32> {
-    match errno {
-        libc::EINVAL | libc::EIDRM => Ok(()),
-        _ => Err(errno),
+/// Removes every SysV object of the caller's IPC namespace: shared-memory
+/// segments, semaphore arrays and message queues (runs get no message
+/// queues; a sweep costs one call). The caller needs `CAP_SYS_ADMIN` over
+/// the namespace's owner (`IPC_RMID` of another user's object). An object
+/// removed meanwhile is no error. `Ok(false)`: a segment is left, still
+/// attached somewhere (removed, it ends at its last detach; until then a
+/// process of the namespace may still attach it by its id).
+pub(crate) fn remove_sysv_objects() -> Result<bool, i32> {
+    let mut clean = true;
+    for kind in [Sysv::Shm, Sysv::Sem, Sysv::Msg] {
+        let (max, used) = kind.in_use()?;
+        if used == 0 {
+            continue;
+        }
+        let (_, stat_any, _) = kind.commands();
+        for index in 0..=max {
+            let mut buf: CtlBuffer = [0; 32];
+            // By index, not id: the id of the object there.
+            let id = match kind.ctl(index, stat_any, Some(&mut buf)) {
+                Ok(id) => id,
+                Err(libc::EINVAL) => continue, // no object at this index
+                Err(errno) => return Err(errno),
+            };
+            match kind.ctl(id, libc::IPC_RMID, None) {
+                Ok(_) | Err(libc::EINVAL) | Err(libc::EIDRM) => {}
+                Err(errno) => return Err(errno),
+            }
+        }
+        clean &= kind.in_use()?.1 == 0;
     }
+    Ok(clean)
 }
 
 /// `poll` one fd for readability without blocking.
@@ -622,6 +633,59 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     use super::*;
+
+    /// In an IPC namespace of its own (`shm_rmid_forced` 0, as a new one
+    /// has it: segments stay), a child leaves segments (one attached, one
+    /// keyed), semaphore arrays and a message queue, with a gap in the
+    /// indexes; every one of them goes.
+    #[test]
+    fn every_sysv_object_of_the_namespace_is_removed() {
+        // SAFETY: the child makes only syscalls (no allocation: the test
+        // process has other threads) and ends with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: plain syscalls in the forked child; `_exit` ends it.
+            unsafe {
+                let step = |ok: bool, code: i32| {
+                    if !ok {
+                        libc::_exit(code)
+                    }
+                };
+                step(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWIPC) == 0, 10);
+                let attached = libc::shmget(libc::IPC_PRIVATE, 4096, 0o600);
+                step(attached >= 0, 11);
+                let address = libc::shmat(attached, std::ptr::null(), 0);
+                step(address as isize != -1, 12);
+                let gone = libc::shmget(libc::IPC_PRIVATE, 4096, 0o600);
+                step(libc::shmget(0x5059, 8192, libc::IPC_CREAT) >= 0, 13); // mode 0: no one may read it
+                step(libc::shmctl(gone, libc::IPC_RMID, std::ptr::null_mut()) == 0, 14);
+                step(libc::semget(libc::IPC_PRIVATE, 2, 0o600) >= 0, 15);
+                step(libc::semget(0x5059, 1, libc::IPC_CREAT) >= 0, 16);
+                step(libc::msgget(libc::IPC_PRIVATE, 0o600) >= 0, 17);
+                let counts = || [Sysv::Shm, Sysv::Sem, Sysv::Msg].map(|k| k.in_use().map_or(-1, |(_, n)| n));
+                step(counts() == [2, 2, 1], 18);
+                // The attached segment waits for its detach, marked: not
+                // clean yet.
+                step(remove_sysv_objects() == Ok(false), 19);
+                let [shm, sem, msg] = counts();
+                step(shm == 1, 20);
+                step(sem == 0, 25);
+                step(msg == 0, 26);
+                let mut buf: CtlBuffer = [0; 32];
+                step(Sysv::Shm.ctl(0, 15, Some(&mut buf)).is_ok_and(|id| id == attached), 21);
+                step(libc::shmdt(address) == 0, 22);
+                step(counts() == [0, 0, 0], 23);
+                step(remove_sysv_objects() == Ok(true), 24);
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "{status:#x}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the step that failed");
+    }
 
     #[test]
     fn a_pidfd_names_the_same_namespaces_as_proc() {

@@ -310,7 +310,7 @@ impl Sandboxes {
                     // Each shell would be built twice: stop trying.
                     self.nets.disable();
                     tracing::warn!(
-                        "joining an ended run's network namespace failed ({e}); each sandboxed run gets a new one"
+                        "joining an ended run's network and IPC namespaces failed ({e}); each sandboxed run gets new ones"
                     );
                 }
                 // Something else failed (a fork refused under load, say):
@@ -697,6 +697,8 @@ mod tests {
         assert!(joining_network_failed(&failed(Step::JoinNetwork)));
         assert!(joining_network_failed(&failed(Step::JoinIpc)));
         assert!(joining_network_failed(&failed(Step::CleanIpc)));
+        // One namespace not clean yet: that one is dropped, no more.
+        assert!(!joining_network_failed(&failed(Step::IpcInUse)));
         assert!(!joining_network_failed(&failed(Step::UnshareNetwork)));
         assert!(!joining_network_failed(&failed(Step::UnshareUser)));
         assert!(!joining_network_failed(&SpawnError::Channel(std::io::Error::other("no fork"))));

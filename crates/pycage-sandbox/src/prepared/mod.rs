@@ -432,8 +432,14 @@ impl Prepared {
                 )
                 .map_err(at(Step::JoinIpc))?;
                 // Nothing of the earlier run reaches this one: its
-                // semaphores (its shared memory ended with it).
-                sys::remove_sysv_objects().map_err(|errno| Failure::new(Step::CleanIpc, errno))
+                // semaphores (its shared memory ended with it, unless a
+                // mapping outlived the run's processes for a moment: this
+                // namespace then serves no run).
+                match sys::remove_sysv_objects() {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(Failure::new(Step::IpcInUse, libc::EBUSY)),
+                    Err(errno) => Err(Failure::new(Step::CleanIpc, errno)),
+                }
             }
         }
     }

@@ -326,8 +326,9 @@ impl Prepared {
     /// otherwise ([`Prepared::join_zygote_user_namespace`] first).
     ///
     /// The run can then change nothing of them (interfaces, routes,
-    /// sysctls, SysV limits: each needs a capability in the namespace's
-    /// owner). With sockets limited to `AF_UNIX`, it leaves nothing in the
+    /// sysctls: each needs a capability in the namespace's owner; the
+    /// SysV limits, whose files it cannot write: `/proc/sys` is read-only
+    /// to it, for Landlock too). With sockets limited to `AF_UNIX`, it leaves nothing in the
     /// network namespace but sockets, which end with their last holder. So
     /// once every process of a run is gone and the namespace lists no
     /// socket (one in flight in an `SCM_RIGHTS` message, or waiting in a
@@ -340,10 +341,12 @@ impl Prepared {
     /// `kernel.shm_rmid_forced` is set in it, so a segment ends with its
     /// creator's exit or, attached then, its last detach: once every
     /// process of the run is gone, so is its shared memory. The supervisor
-    /// that joins the namespace for the next run removes every semaphore
-    /// array, and every segment left (there is none), before anything of
-    /// that run exists. What a later run can still learn is the namespace's
-    /// id counters: how many objects earlier runs made.
+    /// that joins the namespace for the next run removes every SysV object
+    /// in it before anything of that run exists, and fails
+    /// ([`crate::Step::IpcInUse`]) if a segment is still attached somewhere
+    /// (one the ended run mapped, held a moment longer by another process):
+    /// that namespace is then given up. What a later run can still learn is
+    /// the namespace's id counters: how many objects earlier runs made.
     /// Making, limiting and tearing down an IPC namespace costs the kernel
     /// about 0.1 ms of CPU per run, joining a kept one 0.01 ms (`docs/perf-log.md`).
     ///
