@@ -313,8 +313,9 @@ impl Sandboxes {
                         "joining an ended run's network and IPC namespaces failed ({e}); each sandboxed run gets new ones"
                     );
                 }
-                // Something else failed (a fork refused under load, say):
-                // this namespace is dropped, and a shell with a new one is
+                // Something else failed (a fork refused under load, say, or
+                // a segment of the ended run still attached: `IpcInUse`):
+                // these namespaces are dropped, and a shell with new ones is
                 // tried; later shells still join the ones kept.
                 Err(_) => {}
             }
